@@ -1,0 +1,43 @@
+"""bia: batch-invariance studies of LLM inference.
+
+Read parity witnesses into tidy frames, judge them with aprender's V3 serving-shape check,
+and render a self-contained parity report.
+
+Examples
+--------
+>>> import analysis
+>>> ws = analysis.read_witnesses("data/aprender-lambda")
+>>> ws.witnesses.height, ws.bands.height, ws.markers.height
+(3, 12, 2)
+>>> analysis.shape_check("data/aprender-lambda/witness@464c168e62.json").exit_code
+5
+"""
+
+from ._fields import WitnessError
+from ._sources import SourceError, expand_sources, fetch_url
+from ._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
+from ._witness import WitnessSet, derive_band_result, derive_run_verdict, read_witness, read_witnesses
+from .report import default_sources, render_report
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PolicyError",
+    "ShapeVerdict",
+    "SourceError",
+    "V3Policy",
+    "WitnessError",
+    "WitnessSet",
+    "__version__",
+    "default_sources",
+    "derive_band_result",
+    "derive_run_verdict",
+    "expand_sources",
+    "fetch_url",
+    "read_witness",
+    "read_witnesses",
+    "render_report",
+    "shape_check",
+    "shape_check_data",
+    "shape_check_text",
+]

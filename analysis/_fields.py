@@ -1,0 +1,126 @@
+"""Typed field access that fails with an error naming the file, the record and the field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+class WitnessError(ValueError):
+    """A witness or marker that cannot be read.
+
+    Attributes
+    ----------
+    source : str
+        The file or URL.
+    record : str
+        Where in it, e.g. ``bands[2] (c=8).slots[3]``; ``$`` is the top level.
+    field : str or None
+        The offending field, when one is to blame.
+    """
+
+    def __init__(self, source: str, record: str, field: str | None, problem: str) -> None:
+        self.source, self.record, self.field, self.problem = source, record, field, problem
+        where = f"{record}.{field}" if field else record
+        super().__init__(f"{source}: {where}: {problem}")
+
+
+def describe(value: Any) -> str:
+    """A short, JSON-flavoured description of a value for error messages."""
+    text = json.dumps(value, default=str)
+    kind = type(value).__name__ if value is not None else "null"
+    return f"{kind} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+class Fields:
+    """Read typed fields of one JSON object, remembering which keys were used.
+
+    Examples
+    --------
+    >>> f = Fields({"c": 4, "note": "x"}, source="w.json", record="bands[0]")
+    >>> f.int("c"), f.unused()
+    (4, {'note': 'x'})
+    >>> f.int("note")
+    Traceback (most recent call last):
+    ...
+    analysis._fields.WitnessError: w.json: bands[0].note: expected an integer, got str "x"
+    """
+
+    def __init__(self, obj: Any, *, source: str, record: str) -> None:
+        if not isinstance(obj, Mapping):
+            raise WitnessError(source, record, None, f"expected a JSON object, got {describe(obj)}")
+        duplicated = sorted(getattr(obj, "duplicates", ()))
+        if duplicated:
+            raise WitnessError(source, record, duplicated[0], "key appears more than once")
+        self.obj, self.source, self.record = obj, source, record
+        self._used: set[str] = set()
+
+    def _get(self, key: str, required: bool) -> Any:
+        self._used.add(key)
+        if key not in self.obj:
+            if required:
+                raise WitnessError(self.source, self.record, key, "required field is missing")
+            return None
+        return self.obj[key]
+
+    def _fail(self, key: str, expected: str, value: Any) -> WitnessError:
+        return WitnessError(self.source, self.record, key, f"expected {expected}, got {describe(value)}")
+
+    def int(self, key: str, *, required: bool = False, nonnegative: bool = True) -> int | None:
+        """An integer (never a bool or a float), or None when absent or null."""
+        value = self._get(key, required)
+        if value is None:
+            if required:
+                raise self._fail(key, "an integer", value)
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._fail(key, "an integer", value)
+        if nonnegative and value < 0:
+            raise self._fail(key, "a non-negative integer", value)
+        return value
+
+    def number(self, key: str) -> float | None:
+        """A JSON number (integers allowed) as float, or None."""
+        value = self._get(key, False)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._fail(key, "a number", value)
+        return float(value)
+
+    def str(self, key: str, *, required: bool = False) -> str | None:
+        """A string, or None when absent or null."""
+        value = self._get(key, required)
+        if value is None and not required:
+            return None
+        if not isinstance(value, str):
+            raise self._fail(key, "a string", value)
+        return value
+
+    def bool(self, key: str) -> bool | None:
+        """A boolean, or None."""
+        value = self._get(key, False)
+        if value is None or isinstance(value, bool):
+            return value
+        raise self._fail(key, "true or false", value)
+
+    def list(self, key: str, *, required: bool = False) -> list[Any] | None:
+        """A JSON array, or None when absent or null (an error when required)."""
+        value = self._get(key, required)
+        if value is None and not required:
+            return None
+        if not isinstance(value, list):
+            raise self._fail(key, "a list", value)
+        return value
+
+    def child(self, key: str, record: str | None = None) -> Fields | None:
+        """The nested object at ``key`` as Fields, or None when absent or null."""
+        value = self._get(key, False)
+        if value is None:
+            return None
+        return Fields(value, source=self.source, record=record or f"{self.record}.{key}")
+
+    def unused(self) -> dict[str, Any]:
+        """The fields nobody asked for, so they can be kept rather than dropped."""
+        return {k: v for k, v in self.obj.items() if k not in self._used}

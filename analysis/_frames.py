@@ -1,0 +1,45 @@
+"""Frames are polars inside; conversion to pandas happens only at the edge."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+BACKENDS = ("polars", "pandas")
+
+
+def check_backend(backend: str) -> str:
+    """Validate a ``backend=`` argument.
+
+    Examples
+    --------
+    >>> check_backend("pandas")
+    'pandas'
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return backend
+
+
+def to_backend(frame: pl.DataFrame, backend: str) -> Any:
+    """Return ``frame`` as the requested backend's frame (pandas through pyarrow)."""
+    if check_backend(backend) == "polars":
+        return frame
+    return frame.to_pandas(use_pyarrow_extension_array=False)
+
+
+def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """Build a frame with a fixed schema; columns beyond the schema (found in rows) come after it.
+
+    An empty ``rows`` still gives every column, so downstream code never meets a missing one.
+    """
+    extra: dict[str, pl.DataType] = {}
+    for row in rows:
+        for key in row:
+            if key not in schema and key not in extra:
+                extra[key] = pl.String
+    full = {**schema, **extra}
+    columns = {name: [row.get(name) for row in rows] for name in full}
+    return pl.DataFrame(columns, schema=full, strict=True)

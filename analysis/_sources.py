@@ -1,0 +1,163 @@
+"""Where inputs come from: paths, directories, glob patterns and http(s) URLs.
+
+URLs are fetched with httpx under a timeout and a size limit, streamed to a local cache so a
+report rerun offline reads what it read before.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import httpx
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
+class SourceError(OSError):
+    """A source that could not be read: the message names it and says why."""
+
+
+def is_url(source: str | os.PathLike[str]) -> bool:
+    """True for an ``http://`` or ``https://`` address.
+
+    Examples
+    --------
+    >>> is_url("https://example.org/w.json"), is_url("data/w.json")
+    (True, False)
+    """
+    return isinstance(source, str) and source.lower().startswith(("http://", "https://"))
+
+
+def cache_dir() -> Path:
+    """The download cache: ``$BIA_CACHE_DIR``, else ``$XDG_CACHE_HOME/bia``, else ``~/.cache/bia``."""
+    if os.environ.get("BIA_CACHE_DIR"):
+        return Path(os.environ["BIA_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "bia"
+
+
+def fetch_url(
+    url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    cache: Path | None = None,
+    refresh: bool = False,
+) -> Path:
+    """Download ``url`` into the cache (once) and return the cached file's path.
+
+    Parameters
+    ----------
+    url : str
+        An http(s) address.
+    timeout : float
+        Seconds allowed for connecting and between received bytes.
+    max_bytes : int
+        A body larger than this is refused, whether or not the server announced its length.
+    cache : Path, optional
+        The cache folder; :func:`cache_dir` by default.
+    refresh : bool
+        Fetch again even when the cache holds the URL.
+
+    Raises
+    ------
+    SourceError
+        HTTP error status, transport failure, time-out or an oversized body.
+    """
+    folder = Path(cache) if cache is not None else cache_dir()
+    key = hashlib.sha256(url.encode("utf-8")).hexdigest()[:32]
+    body_path, meta_path = folder / f"{key}.body", folder / f"{key}.json"
+    if body_path.exists() and meta_path.exists() and not refresh:
+        return body_path
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=folder, prefix=f"{key}.", suffix=".part")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            status, etag = _stream_into(url, out, timeout=timeout, max_bytes=max_bytes)
+        os.replace(partial, body_path)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    meta = {"url": url, "status": status, "etag": etag, "fetched_unix": time.time()}
+    meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return body_path
+
+
+def _stream_into(url: str, out, *, timeout: float, max_bytes: int) -> tuple[int, str | None]:
+    try:
+        with httpx.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
+            if response.status_code >= 400:
+                raise SourceError(f"{url}: HTTP {response.status_code} {response.reason_phrase}")
+            announced = response.headers.get("content-length")
+            if announced is not None and announced.isdigit() and int(announced) > max_bytes:
+                raise SourceError(f"{url}: body of {announced} bytes exceeds the limit of {max_bytes} bytes")
+            received = 0
+            for chunk in response.iter_bytes():
+                received += len(chunk)
+                if received > max_bytes:
+                    raise SourceError(f"{url}: body exceeds the limit of {max_bytes} bytes")
+                out.write(chunk)
+            return response.status_code, response.headers.get("etag")
+    except httpx.TimeoutException:
+        raise SourceError(f"{url}: timed out after {timeout} s") from None
+    except httpx.HTTPError as exc:
+        raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
+
+
+def read_source_bytes(source: str | os.PathLike[str], **fetch_options) -> bytes:
+    """The bytes of one source: a file path, or an http(s) URL through the cache.
+
+    Raises ``FileNotFoundError`` or ``IsADirectoryError`` for a path that is missing or a folder.
+    """
+    if is_url(source):
+        return fetch_url(str(source), **fetch_options).read_bytes()
+    path = Path(source)
+    if path.is_dir():
+        raise IsADirectoryError(f"{source}: is a directory, not a witness file")
+    if not path.exists():
+        raise FileNotFoundError(f"{source}: no such file")
+    return path.read_bytes()
+
+
+def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *, suffix: str = ".json") -> list[str]:
+    """Turn paths, folders, glob patterns and URLs into a list of single sources, in order.
+
+    A folder contributes its ``*<suffix>`` files (recursively, sorted); a pattern its sorted
+    matches. A path that matches nothing is an error, never silently skipped.
+
+    Examples
+    --------
+    >>> expand_sources("data/aprender-lambda")[:2]  # doctest: +NORMALIZE_WHITESPACE
+    ['data/aprender-lambda/marker@7e1b6e213b.json', 'data/aprender-lambda/marker@abb48c5cfa.json']
+    """
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    out: list[str] = []
+    for source in sources:
+        text = os.fspath(source)
+        path = Path(text)
+        if is_url(text):
+            out.append(text)
+        elif path.is_dir():
+            found = sorted(p for p in path.rglob(f"*{suffix}") if p.is_file())
+            if not found:
+                raise FileNotFoundError(f"{text}: directory holds no *{suffix} file")
+            out.extend(str(p) for p in found)
+        elif path.exists():
+            out.append(text)
+        elif glob.has_magic(text):
+            matches = sorted(glob.glob(text, recursive=True))
+            if not matches:
+                raise FileNotFoundError(f"{text}: pattern matches no file")
+            out.extend(matches)
+        else:
+            raise FileNotFoundError(f"{text}: no such file or directory")
+    return out

@@ -1,0 +1,604 @@
+"""Reading perf041 witnesses (versions 1, 2, 3) and release markers into tidy frames.
+
+Parsing (``_parse_*``) turns one JSON document into plain row dicts; the rules of the file's
+own version re-derive every recorded band result and run verdict, and any disagreement is
+kept as a row of ``discrepancies`` rather than hidden. Frames are built once, at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from . import _strictjson
+from ._fields import Fields, WitnessError
+from ._frames import build, check_backend, to_backend
+from ._sources import expand_sources, read_source_bytes
+
+ENV_KEYS = (
+    "APR_DECODE_GEMM",
+    "BATCHED_PREFILL",
+    "CUBLAS_GEMM_THRESHOLD",
+    "CUDA_BATCH_WINDOW_MS",
+    "FP8_DECODE",
+    "FP8_PREFILL",
+    "FUSED_GATE_UP",
+    "ITERATION_SCHEDULER",
+    "MULTI_PROMPT_PREFILL",
+)
+VERDICTS = ("PASS", "FAIL", "UNMEASURABLE")
+EXIT_TO_VERDICT = {0: "PASS", 1: "FAIL", 2: "UNMEASURABLE"}
+EXPECTED_PROBE = {1: "perf041", 2: "perf041", 3: "perf041-rs"}
+
+WITNESS_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "witness_version": pl.Int64,
+    "probe": pl.String,
+    "host": pl.String,
+    "commit": pl.String,
+    "binary_sha256": pl.String,
+    "prompt_sha256": pl.String,
+    "model_path": pl.String,
+    "model_dir": pl.String,
+    "model_sha256": pl.String,
+    "temperature": pl.Float64,
+    "seed": pl.Int64,
+    "ignore_eos": pl.Boolean,
+    "max_tokens": pl.Int64,
+    "top_logprobs": pl.Int64,
+    "declared_min": pl.Int64,
+    **{f"env_{key}": pl.String for key in ENV_KEYS},
+    "notes": pl.List(pl.String),
+    "reference_stable": pl.Boolean,
+    "reference_tokens": pl.Int64,
+    "reference_token_count_source": pl.String,
+    "reference_self_divergence_at": pl.Int64,
+    "reference_reason": pl.String,
+    "recorded_exit": pl.Int64,
+    "recorded_verdict": pl.String,
+    "derived_verdict": pl.String,
+    "verdict_agrees": pl.Boolean,
+    "n_bands": pl.Int64,
+    "extra": pl.String,
+}
+BAND_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "witness_version": pl.Int64,
+    "host": pl.String,
+    "commit": pl.String,
+    "band_index": pl.Int64,
+    "c": pl.Int64,
+    "m_formed": pl.Int64,
+    "result": pl.String,
+    "derived_result": pl.String,
+    "result_agrees": pl.Boolean,
+    "derivation_note": pl.String,
+    "divergence_at": pl.Int64,
+    "declared_min": pl.Int64,
+    "top2_margin_at_divergence": pl.Float64,
+    "decode_tok_s": pl.Float64,
+    "intra_agree_to": pl.Int64,
+    "max_constant_run": pl.Int64,
+    "max_constant_run_declared": pl.Int64,
+    "reason": pl.String,
+    "n_slots": pl.Int64,
+    "extra": pl.String,
+}
+SLOT_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "witness_version": pl.Int64,
+    "band_index": pl.Int64,
+    "c": pl.Int64,
+    "i": pl.Int64,
+    "completion_tokens": pl.Int64,
+    "finish_reason": pl.String,
+    "token_count_source": pl.String,
+    "agree_to": pl.Int64,
+    "intra_agree_to": pl.Int64,
+    "constant_run": pl.Int64,
+    "decode_tok_s": pl.Float64,
+    "refused": pl.String,
+    "extra": pl.String,
+}
+MARKER_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "cc": pl.String,
+    "commit": pl.String,
+    "exit": pl.Int64,
+    "host": pl.String,
+    "max_m": pl.Int64,
+    "sha256": pl.String,
+    "started_utc": pl.Datetime("us", "UTC"),
+    "status": pl.String,
+    "status_agrees": pl.Boolean,
+    "extra": pl.String,
+}
+DISCREPANCY_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "record": pl.String,
+    "field": pl.String,
+    "recorded": pl.String,
+    "derived": pl.String,
+    "rule": pl.String,
+}
+
+
+def _extra(fields: Fields) -> str | None:
+    unused = fields.unused()
+    return json.dumps(unused, sort_keys=True) if unused else None
+
+
+def _text(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+@dataclass
+class _Parsed:
+    """Rows from one source, before frames are built."""
+
+    witnesses: list[dict[str, Any]] = field(default_factory=list)
+    bands: list[dict[str, Any]] = field(default_factory=list)
+    slots: list[dict[str, Any]] = field(default_factory=list)
+    markers: list[dict[str, Any]] = field(default_factory=list)
+    discrepancies: list[dict[str, Any]] = field(default_factory=list)
+
+    def note(self, source: str, record: str, name: str, recorded: Any, derived: Any, rule: str) -> None:
+        self.discrepancies.append(
+            {"source": source, "record": record, "field": name, "recorded": _text(recorded), "derived": _text(derived), "rule": rule}
+        )
+
+    def extend(self, other: _Parsed) -> None:
+        for name in ("witnesses", "bands", "slots", "markers", "discrepancies"):
+            getattr(self, name).extend(getattr(other, name))
+
+
+# --- band and run rules, by version -------------------------------------------------------
+
+
+def derive_band_result(version: int, band: dict[str, Any], slots: Sequence[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """Re-derive a band's result from its fields with the rules of witness ``version``.
+
+    Returns ``(result, note)``: the result is None when a field the rule needs is missing,
+    and the note says which.
+
+    Examples
+    --------
+    >>> derive_band_result(1, {"c": 4, "divergence_at": 3, "declared_min": 64}, [])
+    ('FAIL', None)
+    >>> band = {"c": 4, "m_formed": 4, "declared_min": 64, "intra_agree_to": 128,
+    ...         "max_constant_run": 1, "max_constant_run_declared": 16}
+    >>> derive_band_result(2, band, [{"refused": None}] * 4)
+    ('PASS', None)
+    """
+    if version == 1:
+        if band["divergence_at"] is None or band["declared_min"] is None:
+            return None, "v1 rule needs divergence_at and declared_min"
+        return ("PASS" if band["divergence_at"] >= band["declared_min"] else "FAIL"), None
+    c = band["c"]
+    if not slots:
+        return "UNMEASURABLE", None
+    if any(slot["refused"] is not None for slot in slots):
+        return "UNMEASURABLE", None
+    if version == 3 and len(slots) != c:
+        return "UNMEASURABLE", None
+    if c > 1:
+        if band["m_formed"] is None:
+            return None, "m_formed not recorded"
+        if band["m_formed"] < 2:
+            return "UNMEASURABLE", None
+    run, declared = band["max_constant_run"], band["max_constant_run_declared"]
+    if declared is None or run is None:
+        return None, "max_constant_run or max_constant_run_declared not recorded"
+    if declared > 0 and run >= declared:
+        return "FAIL", None
+    if c > 1:
+        if band["intra_agree_to"] is None or band["declared_min"] is None:
+            return None, "intra_agree_to or declared_min not recorded"
+        if band["intra_agree_to"] < band["declared_min"]:
+            return "FAIL", None
+    return "PASS", None
+
+
+def derive_run_verdict(reference_stable: bool | None, bands: Sequence[tuple[int, str | None]]) -> str:
+    """The run verdict from the reference's stability and the bands' ``(c, result)``.
+
+    Examples
+    --------
+    >>> derive_run_verdict(True, [(1, "PASS"), (4, "PASS")])
+    'PASS'
+    >>> derive_run_verdict(True, [(1, "PASS")])
+    'UNMEASURABLE'
+    >>> derive_run_verdict(False, [(4, "FAIL")])
+    'FAIL'
+    """
+    results = [result for _, result in bands]
+    if "FAIL" in results:
+        return "FAIL"
+    decided_batched = any(c > 1 and result in ("PASS", "FAIL") for c, result in bands)
+    if not reference_stable or "UNMEASURABLE" in results or None in results or not decided_batched:
+        return "UNMEASURABLE"
+    return "PASS"
+
+
+# --- parsing --------------------------------------------------------------------------------
+
+
+def _parse_slot(fields: Fields, *, version: int, band_index: int, c: int) -> dict[str, Any]:
+    row = {
+        "witness_version": version,
+        "band_index": band_index,
+        "c": c,
+        "i": fields.int("i", required=True),
+        "completion_tokens": fields.int("completion_tokens"),
+        "finish_reason": fields.str("finish_reason"),
+        "token_count_source": fields.str("token_count_source"),
+        "agree_to": fields.int("agree_to"),
+        "intra_agree_to": fields.int("intra_agree_to"),
+        "constant_run": fields.int("constant_run"),
+        "decode_tok_s": fields.number("decode_tok_s"),
+        "refused": fields.str("refused"),
+    }
+    row["extra"] = _extra(fields)
+    return row
+
+
+def _parse_band(fields: Fields, *, version: int, index: int, parsed: _Parsed) -> dict[str, Any]:
+    c = fields.int("c", required=True)
+    record = f"{fields.record} (c={c})"
+    band = {
+        "band_index": index,
+        "c": c,
+        "m_formed": fields.int("m_formed"),
+        "result": fields.str("result"),
+        "divergence_at": fields.int("divergence_at"),
+        "declared_min": fields.int("declared_min"),
+        "top2_margin_at_divergence": fields.number("top2_margin_at_divergence"),
+        "decode_tok_s": fields.number("decode_tok_s"),
+        "intra_agree_to": fields.int("intra_agree_to"),
+        "max_constant_run": fields.int("max_constant_run"),
+        "max_constant_run_declared": fields.int("max_constant_run_declared"),
+        "reason": fields.str("reason"),
+    }
+    raw_slots = fields.list("slots") or []
+    slots = [
+        _parse_slot(Fields(raw, source=fields.source, record=f"{record}.slots[{k}]"), version=version, band_index=index, c=c)
+        for k, raw in enumerate(raw_slots)
+    ]
+    band["extra"] = _extra(fields)
+    band["n_slots"] = len(slots)
+    derived, note = derive_band_result(version, band, slots)
+    band["derived_result"], band["derivation_note"] = derived, note
+    band["result_agrees"] = None if derived is None else derived == band["result"]
+    if band["result_agrees"] is False:
+        parsed.note(fields.source, record, "result", band["result"], derived, f"band rule of witness_version {version}")
+    _check_band_aggregates(band, slots, version, fields.source, record, parsed)
+    parsed.slots.extend(slots)
+    return band
+
+
+def _check_band_aggregates(band, slots, version, source, record, parsed: _Parsed) -> None:
+    """Band fields that summarise the slots must equal what the slots say."""
+    checks = []
+    if version in (1, 2) and slots and all(s["agree_to"] is not None for s in slots):
+        checks.append(("divergence_at", min(s["agree_to"] for s in slots), "minimum of the slots' agree_to"))
+    if version == 2 and slots and all(s["intra_agree_to"] is not None for s in slots):
+        checks.append(("intra_agree_to", min(s["intra_agree_to"] for s in slots), "minimum of the slots' intra_agree_to"))
+    if version == 2 and slots and all(s["constant_run"] is not None for s in slots):
+        checks.append(("max_constant_run", max(s["constant_run"] for s in slots), "maximum of the slots' constant_run"))
+    if version == 3 and slots:
+        rates = [s["decode_tok_s"] for s in slots]
+        median = None if None in rates else statistics.median(rates)
+        checks.append(("decode_tok_s", median, "median of the slots' decode_tok_s, null if any is null"))
+    for name, derived, rule in checks:
+        if band[name] != derived:
+            parsed.note(source, record, name, band[name], derived, rule)
+
+
+def _parse_reference(top: Fields, declared_min: int | None, parsed: _Parsed, extras: dict[str, Any]) -> dict[str, Any]:
+    ref = top.child("reference", "$.reference")
+    if ref is None:
+        return {f"reference_{k}": None for k in ("stable", "tokens", "token_count_source", "self_divergence_at", "reason")}
+    row = {
+        "reference_stable": ref.bool("stable"),
+        "reference_tokens": ref.int("tokens"),
+        "reference_token_count_source": ref.str("token_count_source"),
+        "reference_self_divergence_at": ref.int("self_divergence_at"),
+        "reference_reason": ref.str("reason"),
+    }
+    agree = row["reference_self_divergence_at"]
+    if agree is not None and declared_min is not None and row["reference_stable"] is not None:
+        derived = agree >= declared_min
+        if derived != row["reference_stable"]:
+            parsed.note(top.source, "$.reference", "stable", row["reference_stable"], derived, "self_divergence_at >= declared_min")
+    _keep_unused(ref, "reference", extras)
+    return row
+
+
+def _parse_witness(data: Any, source: str) -> _Parsed:
+    parsed = _Parsed()
+    top = Fields(data, source=source, record="$")
+    version = top.int("witness_version", required=True)
+    if version not in (1, 2, 3):
+        raise WitnessError(source, "$", "witness_version", f"expected 1, 2 or 3, got {version}")
+    extras: dict[str, Any] = {}
+    row: dict[str, Any] = {"source": source, "witness_version": version, "probe": top.str("probe")}
+    for name in ("host", "commit", "binary_sha256", "prompt_sha256"):
+        row[name] = top.str(name)
+    row.update(_parse_model(top, extras))
+    row.update(_parse_sampler(top, version, extras))
+    row["declared_min"] = top.int("declared_min")
+    row.update(_parse_env(top))
+    notes = top.list("notes")
+    if notes is not None and not all(isinstance(n, str) for n in notes):
+        raise WitnessError(source, "$", "notes", "expected a list of strings")
+    row["notes"] = notes
+    row.update(_parse_reference(top, row["declared_min"], parsed, extras))
+    if row["probe"] is not None and row["probe"] != EXPECTED_PROBE[version]:
+        parsed.note(source, "$", "probe", row["probe"], EXPECTED_PROBE[version], f"witness_version {version} is written by {EXPECTED_PROBE[version]}")
+    raw_bands = top.list("bands", required=True)
+    bands = []
+    for index, raw in enumerate(raw_bands):
+        band = _parse_band(Fields(raw, source=source, record=f"$.bands[{index}]"), version=version, index=index, parsed=parsed)
+        bands.append(band)
+    row.update(_run_verdict(top, version, row, bands, parsed))
+    row["n_bands"] = len(bands)
+    extras.update(top.unused())
+    row["extra"] = json.dumps(extras, sort_keys=True) if extras else None
+    shared = {"source": source, "witness_version": version, "host": row["host"], "commit": row["commit"]}
+    parsed.bands.extend({**shared, **band} for band in bands)
+    for slot in parsed.slots:
+        slot["source"] = source
+    parsed.witnesses.append(row)
+    return parsed
+
+
+def _keep_unused(fields: Fields, name: str, extras: dict[str, Any]) -> None:
+    """Keep a nested object's unknown fields under its name, so nothing read is dropped."""
+    if fields.unused():
+        extras[name] = fields.unused()
+
+
+def _parse_model(top: Fields, extras: dict[str, Any]) -> dict[str, Any]:
+    model = top.child("model", "$.model")
+    if model is None:
+        return {"model_path": None, "model_dir": None, "model_sha256": None}
+    row = {"model_path": model.str("path"), "model_dir": model.str("dir"), "model_sha256": model.str("sha256")}
+    _keep_unused(model, "model", extras)
+    return row
+
+
+def _parse_sampler(top: Fields, version: int, extras: dict[str, Any]) -> dict[str, Any]:
+    sampler = top.child("sampler", "$.sampler")
+    if sampler is None:
+        return {"temperature": None, "seed": None, "ignore_eos": None, "max_tokens": None, "top_logprobs": None}
+    tokens_key = "max_tokens" if version == 3 else "n_predict"
+    row = {
+        "temperature": sampler.number("temperature"),
+        "seed": sampler.int("seed"),
+        "ignore_eos": sampler.bool("ignore_eos"),
+        "max_tokens": sampler.int(tokens_key),
+        "top_logprobs": sampler.int("top_logprobs"),
+    }
+    _keep_unused(sampler, "sampler", extras)
+    return row
+
+
+def _parse_env(top: Fields) -> dict[str, Any]:
+    env = top.child("env", "$.env")
+    row = {f"env_{key}": None for key in ENV_KEYS}
+    if env is None:
+        return row
+    for key in sorted({*ENV_KEYS, *env.obj}):
+        row[f"env_{key}"] = env.str(key)
+    return row
+
+
+def _run_verdict(top: Fields, version: int, row, bands, parsed: _Parsed) -> dict[str, Any]:
+    if version == 3:
+        recorded_exit, recorded = None, top.str("result")
+    else:
+        recorded_exit = top.int("exit")
+        recorded = EXIT_TO_VERDICT.get(recorded_exit, None if recorded_exit is None else f"exit {recorded_exit}")
+    derived = derive_run_verdict(row["reference_stable"], [(b["c"], b["result"]) for b in bands])
+    agrees = None if recorded is None else recorded == derived
+    if agrees is False:
+        field_name = "result" if version == 3 else "exit"
+        parsed.note(top.source, "$", field_name, recorded, derived, "run verdict from the recorded band results and reference")
+    return {"recorded_exit": recorded_exit, "recorded_verdict": recorded, "derived_verdict": derived, "verdict_agrees": agrees}
+
+
+def _parse_marker(data: Any, source: str) -> _Parsed:
+    parsed = _Parsed()
+    top = Fields(data, source=source, record="$")
+    started = top.str("started_utc")
+    try:
+        started_at = datetime.fromisoformat(started) if started is not None else None
+    except ValueError:
+        raise WitnessError(source, "$", "started_utc", f"expected an ISO 8601 time, got {started!r}") from None
+    row = {
+        "source": source,
+        "cc": top.str("cc"),
+        "commit": top.str("commit"),
+        "exit": top.int("exit"),
+        "host": top.str("host"),
+        "max_m": top.int("max_m"),
+        "sha256": top.str("sha256"),
+        "started_utc": started_at,
+        "status": top.str("status"),
+    }
+    expected = EXIT_TO_VERDICT.get(row["exit"])
+    row["status_agrees"] = None if expected is None or row["status"] is None else expected == row["status"]
+    if row["status_agrees"] is False:
+        parsed.note(source, "$", "status", row["status"], expected, "exit 0 PASS, 1 FAIL, 2 UNMEASURABLE")
+    row["extra"] = _extra(top)
+    parsed.markers.append(row)
+    return parsed
+
+
+MARKER_KEYS = frozenset({"cc", "max_m", "status", "started_utc"})
+
+
+def parse_document(raw: bytes, source: str) -> _Parsed:
+    """Parse one witness or marker document from its bytes."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WitnessError(source, "$", None, f"not UTF-8 text ({exc})") from None
+    if not text.strip():
+        raise WitnessError(source, "$", None, "empty file")
+    try:
+        data = _strictjson.loads(text)
+    except _strictjson.StrictJsonError as exc:
+        raise WitnessError(source, "$", None, f"not valid JSON: {exc}") from None
+    if isinstance(data, dict) and "witness_version" in data:
+        return _parse_witness(data, source)
+    if isinstance(data, dict) and MARKER_KEYS <= data.keys():
+        return _parse_marker(data, source)
+    raise WitnessError(
+        source, "$", None, "neither a witness (no witness_version) nor a release marker (needs cc, max_m, status, started_utc)"
+    )
+
+
+# --- the public object ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WitnessSet:
+    """Witnesses and markers read into tidy frames.
+
+    Attributes
+    ----------
+    witnesses : frame
+        One row per witness: identity, sampler, env knobs, reference, recorded and derived verdict.
+    bands : frame
+        One row per band, with the recorded and the re-derived result.
+    slots : frame
+        One row per slot (request) of a band.
+    markers : frame
+        One row per release marker.
+    discrepancies : frame
+        Every recorded value that disagrees with what the file's own rules derive.
+    texts : dict
+        The raw text of every source, for checks (such as V3) that read the file itself.
+    """
+
+    witnesses: Any
+    bands: Any
+    slots: Any
+    markers: Any
+    discrepancies: Any
+    texts: dict[str, str]
+    backend: str = "polars"
+
+    @property
+    def sources(self) -> list[str]:
+        """Every source read, in order."""
+        return list(self.texts)
+
+    def shape_checks(self, policy=None) -> dict[str, Any]:
+        """The V3 verdict of every witness source (markers are not witnesses), by source."""
+        from ._v3 import shape_check_text
+
+        witness_sources = _column(self.witnesses, "source")
+        return {s: shape_check_text(self.texts[s], source=s, policy=policy) for s in witness_sources}
+
+    def to_backend(self, backend: str) -> WitnessSet:
+        """The same set with every frame in ``backend`` ("polars" or "pandas")."""
+        frames = {name: _as_polars(getattr(self, name)) for name in _FRAME_NAMES}
+        return WitnessSet(**{n: to_backend(f, backend) for n, f in frames.items()}, texts=self.texts, backend=backend)
+
+
+_FRAME_NAMES = ("witnesses", "bands", "slots", "markers", "discrepancies")
+
+
+def _as_polars(frame: Any) -> pl.DataFrame:
+    return frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
+
+
+def _column(frame: Any, name: str) -> list[Any]:
+    return list(frame[name].to_list() if isinstance(frame, pl.DataFrame) else frame[name].tolist())
+
+
+def _progress(items: list[str], progress: bool | None) -> Iterable[str]:
+    show = progress if progress is not None else (sys.stderr.isatty() and len(items) > 1)
+    if not show:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc="reading witnesses", unit="file", file=sys.stderr)
+
+
+def read_witnesses(
+    sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    backend: str = "polars",
+    progress: bool | None = None,
+    timeout: float | None = None,
+    max_bytes: int | None = None,
+) -> WitnessSet:
+    """Read witnesses and release markers from files, folders, glob patterns or http(s) URLs.
+
+    Parameters
+    ----------
+    sources : path, URL, or an iterable of them
+        A folder contributes every ``*.json`` file under it.
+    backend : {"polars", "pandas"}
+        The type of the frames returned.
+    progress : bool, optional
+        Show a progress bar; by default only in a terminal and for more than one source.
+    timeout, max_bytes : optional
+        Limits for URL downloads (see :func:`analysis.fetch_url`).
+
+    Returns
+    -------
+    WitnessSet
+
+    Raises
+    ------
+    WitnessError
+        A document that is not a well-formed witness or marker; the message names the file,
+        the record and the field.
+
+    Examples
+    --------
+    >>> ws = read_witnesses("data/aprender-lambda")
+    >>> ws.witnesses.select("witness_version", "recorded_verdict").rows()
+    [(1, 'FAIL'), (1, 'FAIL'), (2, 'PASS')]
+    >>> ws.bands.filter(c=4)["result"].to_list()
+    ['FAIL', 'FAIL', 'PASS']
+    """
+    check_backend(backend)
+    fetch = {k: v for k, v in {"timeout": timeout, "max_bytes": max_bytes}.items() if v is not None}
+    parsed, texts = _Parsed(), {}
+    for source in _progress(expand_sources(sources), progress):
+        raw = read_source_bytes(source, **fetch) if fetch else read_source_bytes(source)
+        parsed.extend(parse_document(raw, source))
+        texts[source] = raw.decode("utf-8")
+    frames = {
+        "witnesses": build(parsed.witnesses, WITNESS_SCHEMA),
+        "bands": build(parsed.bands, BAND_SCHEMA),
+        "slots": build(parsed.slots, SLOT_SCHEMA),
+        "markers": build(parsed.markers, MARKER_SCHEMA),
+        "discrepancies": build(parsed.discrepancies, DISCREPANCY_SCHEMA),
+    }
+    return WitnessSet(**{n: to_backend(f, backend) for n, f in frames.items()}, texts=texts, backend=backend)
+
+
+def read_witness(source: str | os.PathLike[str], **options: Any) -> WitnessSet:
+    """Read one source (a file, folder or URL); see :func:`read_witnesses` for the options.
+
+    Examples
+    --------
+    >>> ws = read_witness("data/aprender-lambda/witness@464c168e62.json", backend="pandas")
+    >>> ws.bands[["c", "result", "derived_result"]].values.tolist()
+    [[1, 'PASS', 'PASS'], [4, 'PASS', 'PASS'], [8, 'PASS', 'PASS'], [16, 'PASS', 'PASS']]
+    """
+    return read_witnesses([source], **options)

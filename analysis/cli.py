@@ -1,0 +1,153 @@
+"""The ``bia`` command line: ``shape-check``, ``witness`` and ``report``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ._v3 import EXIT_MISSING, EXIT_RED, PolicyError, V3Policy, shape_check
+
+app = typer.Typer(
+    help="bia: batch-invariance studies of LLM inference.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="A TOML or JSON file of V3 policy fields.")]
+ModelPrefix = Annotated[Optional[str], typer.Option(help="S1: the blessed model's file-name prefix.")]
+ModelLabel = Annotated[Optional[str], typer.Option(help="The model's name in the S1 reason.")]
+Bands = Annotated[Optional[str], typer.Option(help="S2: the bands, comma separated, e.g. 1,4,8,16.")]
+Epsilon = Annotated[Optional[float], typer.Option(help="S5: the near-tie epsilon (margin < epsilon).")]
+Cap = Annotated[Optional[int], typer.Option(help="How many batched bands may pass by near-tie.")]
+Floor = Annotated[Optional[int], typer.Option(help="The floor under declared_min.")]
+S7Ratio = Annotated[Optional[float], typer.Option(help="S7: least decode-rate ratio of c=4 to c=1.")]
+
+
+def _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio) -> V3Policy:
+    overrides = {
+        "model_prefix": model_prefix,
+        "model_label": model_label,
+        "bands": _parse_bands(bands) if bands is not None else None,
+        "near_tie_epsilon": epsilon,
+        "near_tie_cap": cap,
+        "declared_min_floor": floor,
+        "s7_ratio": s7_ratio,
+    }
+    try:
+        if policy_file is not None:
+            return V3Policy.from_file(policy_file, **overrides)
+        return V3Policy.from_mapping({k: v for k, v in overrides.items() if v is not None}, source="options")
+    except (PolicyError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _parse_bands(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        typer.echo(f"error: --bands takes comma-separated integers, got {text!r}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command("shape-check")
+def shape_check_command(
+    path: Annotated[str, typer.Argument(help="A witness file or http(s) URL.")],
+    policy_file: PolicyFile = None,
+    model_prefix: ModelPrefix = None,
+    model_label: ModelLabel = None,
+    bands: Bands = None,
+    epsilon: Epsilon = None,
+    cap: Cap = None,
+    floor: Floor = None,
+    s7_ratio: S7Ratio = None,
+) -> None:
+    """aprender's V3 serving-shape check. Exit 0 admissible, 5 not, 3 no such file, 4 unreadable."""
+    from ._sources import SourceError
+
+    policy = _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio)
+    try:
+        verdict = shape_check(path, policy=policy)
+    except IsADirectoryError:
+        typer.echo(f"RED: cannot read witness {path}: Is a directory", err=True)
+        raise typer.Exit(EXIT_MISSING) from None
+    except (FileNotFoundError, SourceError) as exc:
+        why = "No such file or directory" if isinstance(exc, FileNotFoundError) else str(exc)
+        typer.echo(f"RED: cannot read witness {path}: {why}", err=True)
+        raise typer.Exit(EXIT_MISSING) from None
+    if verdict.status == "RED":
+        typer.echo(verdict.reasons[0], err=True)
+    for line in verdict.stdout_lines():
+        typer.echo(line)
+    raise typer.Exit(verdict.exit_code)
+
+
+@app.command("witness")
+def witness_command(
+    paths: Annotated[list[str], typer.Argument(help="Witness or marker files, folders, globs or URLs.")],
+    reasons: Annotated[bool, typer.Option("--reasons", help="List every V3 reason and discrepancy.")] = False,
+    policy_file: PolicyFile = None,
+    model_prefix: ModelPrefix = None,
+    bands: Bands = None,
+) -> None:
+    """A terminal table of witnesses and their bands, with the V3 verdict of each witness."""
+    from ._display import print_witness_tables
+    from ._fields import WitnessError
+    from ._sources import SourceError
+    from ._witness import read_witnesses
+
+    policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
+    try:
+        ws = read_witnesses(paths)
+    except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_MISSING) from None
+    except WitnessError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_RED) from None
+    print_witness_tables(ws, ws.shape_checks(policy), show_reasons=reasons)
+
+
+@app.command("report")
+def report_command(
+    sources: Annotated[Optional[list[str]], typer.Argument(help="Witness sources; the embedded default if none.")] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("parity-report.html"),
+    title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-parity report",
+    notebook: Annotated[Optional[Path], typer.Option(help="Also keep the executed notebook here.")] = None,
+    policy_file: PolicyFile = None,
+    model_prefix: ModelPrefix = None,
+    bands: Bands = None,
+) -> None:
+    """Execute the parity report notebook (papermill) and export one offline HTML file."""
+    import dataclasses
+
+    from ._fields import WitnessError
+    from ._sources import SourceError
+    from ._witness import read_witnesses
+    from .report import ReportError, default_sources, render_report
+
+    policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
+    try:  # read here first, so a bad file is named directly rather than from inside a kernel
+        read_witnesses(sources or default_sources(), progress=sys.stderr.isatty())
+    except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_MISSING) from None
+    except WitnessError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_RED) from None
+    overrides = {k: v for k, v in dataclasses.asdict(policy).items() if v != getattr(V3Policy(), k)}
+    try:
+        written = render_report(sources, output, title=title, policy=overrides, executed_notebook=notebook)
+    except ReportError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote {written}")
+
+
+def main() -> None:
+    """Entry point of the ``bia`` console script and ``python -m analysis``."""
+    app(prog_name="bia")

@@ -1,0 +1,261 @@
+"""The parity report: a parameterised notebook executed by papermill and exported as one
+self-contained HTML file (no code, no network request).
+
+The notebook stays thin: it calls the ``*_html`` functions here, which render escaped HTML
+fragments with jinja2, and the ``plot_*`` functions of :mod:`analysis.plots`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ._html import render
+from ._v3 import ShapeVerdict, V3Policy
+
+_HERE = Path(__file__).resolve().parent
+DEFAULT_TITLE = "Batch-parity report"
+
+
+class ReportError(RuntimeError):
+    """The report notebook failed; the message carries the notebook's own error."""
+
+
+def _bundled(relative: str) -> Path:
+    """A file shipped with bia: inside the installed package, else in the source checkout."""
+    for base in (_HERE / "_bundled", _HERE.parent):
+        candidate = base / relative
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"bia's bundled {relative} is missing from {_HERE}")
+
+
+def notebook_path() -> Path:
+    """The parity report notebook (``notebooks/parity_report.ipynb``)."""
+    return _bundled("notebooks/parity_report.ipynb")
+
+
+def default_sources() -> list[str]:
+    """The embedded default data: the real perf041 witnesses and markers from host "lambda".
+
+    Examples
+    --------
+    >>> default_sources()
+    ['data/aprender-lambda']
+    """
+    path = _bundled("data/aprender-lambda")
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return [str(path)]
+    return [str(path) if relative.startswith("..") else relative]
+
+
+# --- HTML fragments the notebook displays --------------------------------------------------
+
+
+def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    return frame.to_dicts()
+
+
+def _short(commit: str | None) -> str:
+    return commit[:10] if commit else ""
+
+
+def header_html(title: str, parameters: Mapping[str, Any], ws, policy: V3Policy) -> str:
+    """Title, parameters as given, the policy in force, and the provenance of every file."""
+    files = []
+    for row in ws.to_backend("polars").witnesses.iter_rows(named=True):
+        files.append({"source": row["source"], "kind": "witness", "version": row["witness_version"], "host": row["host"], "commit": _short(row["commit"])})
+    for row in ws.to_backend("polars").markers.iter_rows(named=True):
+        files.append({"source": row["source"], "kind": "release marker", "version": "", "host": row["host"], "commit": _short(row["commit"])})
+    for row in files:
+        row["sha256"] = hashlib.sha256(ws.texts[row["source"]].encode("utf-8")).hexdigest()[:16]
+    return render(
+        "header.html.j2",
+        title=title,
+        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        version=_version(),
+        parameters=parameters,
+        policy=dataclasses.asdict(policy),
+        files=files,
+        readmes=_readmes(ws.sources),
+    )
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _readmes(sources: Iterable[str]) -> list[dict[str, str]]:
+    """Provenance READMEs that sit beside local sources, each shown once."""
+    seen, out = set(), []
+    for source in sources:
+        if "://" in source:
+            continue
+        readme = Path(source).parent / "README.md"
+        if readme.exists() and readme not in seen:
+            seen.add(readme)
+            out.append({"path": str(readme), "text": readme.read_text(encoding="utf-8")})
+    return out
+
+
+def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict]) -> str:
+    """Each witness's recorded and re-derived run verdict, its V3 verdict, and every discrepancy."""
+    polars_set = ws.to_backend("polars")
+    witnesses = []
+    for row in polars_set.witnesses.iter_rows(named=True):
+        witnesses.append(
+            {
+                "source": row["source"],
+                "version": row["witness_version"],
+                "host": row["host"],
+                "commit": _short(row["commit"]),
+                "model": row["model_path"],
+                "recorded": row["recorded_verdict"],
+                "derived": row["derived_verdict"],
+                "agrees": row["verdict_agrees"],
+                "verdict_html": verdicts[row["source"]]._repr_html_(),
+            }
+        )
+    return render("verdicts.html.j2", witnesses=witnesses, discrepancies=_rows(polars_set.discrepancies))
+
+
+def table_html(frame: Any, *, caption: str = "", empty: str = "nothing to show") -> str:
+    """Any frame as an escaped HTML table (polars or pandas)."""
+    frame = frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
+    rows = [[_cell(v) for v in row] for row in frame.iter_rows()]
+    return render("table.html.j2", columns=frame.columns, rows=rows, caption=caption, empty=empty)
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return value
+
+
+BANDS_COLUMNS = (
+    "source",
+    "witness_version",
+    "c",
+    "m_formed",
+    "n_slots",
+    "divergence_at",
+    "declared_min",
+    "top2_margin_at_divergence",
+    "intra_agree_to",
+    "max_constant_run",
+    "decode_tok_s",
+    "result",
+    "derived_result",
+)
+
+
+def bands_html(ws) -> str:
+    """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result."""
+    bands = ws.to_backend("polars").bands.select(BANDS_COLUMNS)
+    return table_html(bands, empty="No bands: no witness measured any.")
+
+
+def markers_html(ws) -> str:
+    """Release markers, if any were read."""
+    markers = ws.to_backend("polars").markers.drop("extra")
+    return table_html(markers, empty="No release markers among the sources.")
+
+
+# --- running the notebook ------------------------------------------------------------------
+
+
+def render_report(
+    sources: Iterable[str | os.PathLike[str]] | None = None,
+    output: str | os.PathLike[str] = "parity-report.html",
+    *,
+    title: str = DEFAULT_TITLE,
+    policy: Mapping[str, Any] | V3Policy | None = None,
+    executed_notebook: str | os.PathLike[str] | None = None,
+    progress: bool | None = None,
+    timeout_s: int = 600,
+) -> Path:
+    """Execute the parity report notebook with papermill and export it as one HTML file.
+
+    Parameters
+    ----------
+    sources : iterable of paths or URLs, optional
+        Witness and marker sources; the embedded default data when empty.
+    output : path
+        Where the HTML goes.
+    title : str
+        The report's title.
+    policy : mapping or V3Policy, optional
+        Overrides of the V3 policy's constants.
+    executed_notebook : path, optional
+        Also keep the executed notebook here (it holds no progress widgets).
+    progress : bool, optional
+        Show papermill's cell progress bar; by default only in a terminal.
+    timeout_s : int
+        Per-cell time limit.
+
+    Returns
+    -------
+    Path
+        The HTML file written.
+    """
+    import papermill
+
+    if isinstance(policy, V3Policy):
+        policy = dataclasses.asdict(policy)
+    parameters = {
+        "sources": [os.fspath(s) for s in (sources or [])],
+        "title": title,
+        "policy": {k: list(v) if isinstance(v, tuple) else v for k, v in dict(policy or {}).items()},
+    }
+    V3Policy.from_mapping(parameters["policy"])  # refuse a bad policy before starting a kernel
+    output = Path(output)
+    show = progress if progress is not None else sys.stderr.isatty()
+    with tempfile.TemporaryDirectory(prefix="bia-report-") as tmp:
+        executed = Path(executed_notebook) if executed_notebook else Path(tmp) / "parity_report.ipynb"
+        try:
+            papermill.execute_notebook(
+                str(notebook_path()),
+                str(executed),
+                parameters=parameters,
+                progress_bar=show,
+                cwd=os.getcwd(),
+                execution_timeout=timeout_s,
+                kernel_name="python3",
+                language="python",
+            )
+        except papermill.PapermillExecutionError as exc:
+            raise ReportError(f"the report notebook failed: {exc.ename}: {exc.evalue}") from None
+        html = export_html(executed)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(html, encoding="utf-8")
+    return output
+
+
+def export_html(notebook: str | os.PathLike[str]) -> str:
+    """Export an executed notebook as self-contained HTML: code hidden, nothing from the network."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="bia",
+        extra_template_basedirs=[str(_HERE / "templates" / "nbconvert")],
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+    )
+    node = nbformat.read(os.fspath(notebook), as_version=4)
+    body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": node.metadata.get("title", DEFAULT_TITLE)}})
+    return body
