@@ -126,7 +126,7 @@ def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict]) -> str:
                 "recorded": row["recorded_verdict"],
                 "derived": row["derived_verdict"],
                 "agrees": row["verdict_agrees"],
-                "verdict_html": verdicts[row["source"]]._repr_html_(),
+                "verdict": verdicts[row["source"]],
             }
         )
     return render("verdicts.html.j2", witnesses=witnesses, discrepancies=_rows(polars_set.discrepancies))
@@ -146,8 +146,7 @@ def _cell(value: Any) -> Any:
 
 
 BANDS_COLUMNS = (
-    "source",
-    "witness_version",
+    "witness",
     "c",
     "m_formed",
     "n_slots",
@@ -164,7 +163,12 @@ BANDS_COLUMNS = (
 
 def bands_html(ws) -> str:
     """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result."""
-    bands = ws.to_backend("polars").bands.select(BANDS_COLUMNS)
+    from .plots import witness_label
+
+    bands = ws.to_backend("polars").bands
+    labels = [witness_label(s, v) for s, v in bands.select("source", "witness_version").iter_rows()]
+    bands = bands.with_columns(pl.Series("witness", labels, dtype=pl.String)).select(BANDS_COLUMNS)
+    bands = bands.rename({"top2_margin_at_divergence": "margin at divergence", "decode_tok_s": "decode tok/s", "derived_result": "derived result"})
     return table_html(bands, empty="No bands: no witness measured any.")
 
 

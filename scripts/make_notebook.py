@@ -10,7 +10,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 CELLS = [
-    ("markdown", "# Batch-parity report\n\nThe parameters and provenance come first; then the verdicts, the bands and the plots."),
+    ("markdown", "*bia parity report.* Run it with `bia report` or papermill; the parameters and provenance come first, then the verdicts, the bands and the plots."),
     (
         "parameters",
         '# Witness and marker sources: files, folders, glob patterns or http(s) URLs.\n'

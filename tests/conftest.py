@@ -1,0 +1,56 @@
+"""Shared fixtures: the embedded real witnesses, a control witness, and Agg plotting."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+ROOT = Path(__file__).resolve().parent.parent
+LAMBDA = ROOT / "data" / "aprender-lambda"
+V2_WITNESS = LAMBDA / "witness@464c168e62.json"
+
+# The spec's control witness (specs/witness-and-v3.md, section 3, "Examples").
+CONTROL = {
+    "binary_sha256": "a" * 64,
+    "commit": "f" * 40,
+    "host": "lambda",
+    "prompt_sha256": "b" * 64,
+    "model": {"path": "Qwen3.5-4B-Q4_K_M.gguf", "sha256": "c" * 64},
+    "bands": [
+        {"c": c, "m_formed": c, "result": "PASS", "declared_min": 64, "divergence_at": 127, "decode_tok_s": rate}
+        for c, rate in ((1, 40.0), (4, 30.0), (8, 25.0), (16, 20.0))
+    ],
+}
+
+
+@pytest.fixture
+def control() -> dict:
+    return copy.deepcopy(CONTROL)
+
+
+@pytest.fixture
+def lambda_copy(tmp_path: Path) -> Path:
+    """A writable copy of the embedded real witnesses."""
+    target = tmp_path / "aprender-lambda"
+    shutil.copytree(LAMBDA, target)
+    return target
+
+
+def write_json(path: Path, data) -> Path:
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
