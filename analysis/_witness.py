@@ -252,7 +252,7 @@ def _parse_slot(fields: Fields, *, version: int, band_index: int, c: int) -> dic
 
 def _parse_band(fields: Fields, *, version: int, index: int, parsed: _Parsed) -> dict[str, Any]:
     c = fields.int("c", required=True)
-    record = f"{fields.record} (c={c})"
+    record = fields.record = f"{fields.record} (c={c})"  # later errors name the band by its c
     band = {
         "band_index": index,
         "c": c,
