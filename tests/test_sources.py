@@ -1,0 +1,121 @@
+"""URL sources against a real HTTP server on loopback: cache, size limit, time-out, errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from conftest import V2_WITNESS
+
+from analysis import SourceError, fetch_url, read_witnesses, shape_check
+
+BODY = V2_WITNESS.read_bytes()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hits: dict[str, int] = {}
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def do_GET(self):
+        try:
+            self._route()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up first, as the time-out and size-limit tests intend
+
+    def _route(self):
+        _Handler.hits[self.path] = _Handler.hits.get(self.path, 0) + 1
+        if self.path == "/w.json":
+            self._send(200, BODY)
+        elif self.path == "/announced-big":
+            self.send_response(200)
+            self.send_header("Content-Length", str(10_000_000))
+            self.end_headers()
+        elif self.path == "/unannounced-big":
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for _ in range(64):
+                self.wfile.write(b"x" * 4096)
+        elif self.path == "/slow":
+            time.sleep(2)
+            self._send(200, BODY)
+        elif self.path == "/not-json":
+            self._send(200, b"<html>login page</html>")
+        else:
+            self._send(404, b"no")
+
+    def _send(self, status, body):
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    monkeypatch.setenv("BIA_CACHE_DIR", str(tmp_path / "cache"))
+    _Handler.hits = {}
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_url_is_read_once_then_served_from_the_cache(server, tmp_path):
+    url = f"{server}/w.json"
+    first = read_witnesses(url)
+    assert first.sources == [url]
+    assert first.bands["c"].to_list() == [1, 4, 8, 16]
+    assert first.witnesses["source"].to_list() == [url]
+    second = read_witnesses([url])
+    assert second.bands["result"].to_list() == first.bands["result"].to_list()
+    assert _Handler.hits["/w.json"] == 1
+    cached = fetch_url(url)
+    assert cached.read_bytes() == BODY and cached.parent == tmp_path / "cache"
+    fetch_url(url, refresh=True)
+    assert _Handler.hits["/w.json"] == 2
+
+
+def test_shape_check_reads_urls(server):
+    verdict = shape_check(f"{server}/w.json")
+    assert verdict.exit_code == 5 and verdict.source == f"{server}/w.json"
+
+
+def test_http_error_names_the_url(server):
+    with pytest.raises(SourceError, match=r"/missing: HTTP 404"):
+        read_witnesses(f"{server}/missing")
+
+
+def test_size_limit_announced_and_streamed(server, tmp_path):
+    with pytest.raises(SourceError, match="exceeds the limit of 1000 bytes"):
+        fetch_url(f"{server}/announced-big", max_bytes=1000)
+    with pytest.raises(SourceError, match="body exceeds the limit of 100000 bytes"):
+        fetch_url(f"{server}/unannounced-big", max_bytes=100_000)
+    assert not list((tmp_path / "cache").glob("*.body")), "a refused download must not be cached"
+    assert not list((tmp_path / "cache").glob("*.part")), "no partial file is left behind"
+
+
+def test_timeout(server):
+    with pytest.raises(SourceError, match="timed out after 0.3 s"):
+        read_witnesses(f"{server}/slow", timeout=0.3)
+
+
+def test_a_page_that_is_not_a_witness(server):
+    from analysis import WitnessError
+
+    with pytest.raises(WitnessError, match="not valid JSON") as info:
+        read_witnesses(f"{server}/not-json")
+    assert info.value.source == f"{server}/not-json"
+
+
+def test_unreachable_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("BIA_CACHE_DIR", str(tmp_path))
+    with pytest.raises(SourceError, match="ConnectError"):
+        fetch_url("http://127.0.0.1:9/w.json", timeout=2)
