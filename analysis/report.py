@@ -178,6 +178,23 @@ def markers_html(ws) -> str:
     return table_html(markers, empty="No release markers among the sources.")
 
 
+def show_figure(ax_or_figure, alt: str) -> None:
+    """Display a figure as a PNG whose alt text describes it, then close it.
+
+    The exported HTML carries ``alt`` on the image, for screen readers and for tests.
+    """
+    from io import BytesIO
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+
+    figure = getattr(ax_or_figure, "figure", ax_or_figure)
+    buffer = BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    display(Image(data=buffer.getvalue(), format="png", metadata={"alt": alt}))
+
+
 # --- running the notebook ------------------------------------------------------------------
 
 

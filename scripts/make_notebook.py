@@ -37,15 +37,26 @@ CELLS = [
     ("markdown", "## Bands\n\nOne row per band: the batch width the server formed (`m_formed`), where the band parted from the m=1 reference (`divergence_at`), the reference's top-2 margin there, the per-request decode rate, and the band result as recorded and as re-derived."),
     ("code", "display(HTML(report.bands_html(ws)))"),
     ("markdown", "## Divergence from m=1 against batch size"),
-    ("code", "fig, ax = plt.subplots(figsize=(8, 4.5))\nplots.plot_divergence(ws.bands, ax=ax)\nplt.show()"),
+    (
+        "code",
+        "fig, ax = plt.subplots(figsize=(8, 4.5))\n"
+        "plots.plot_divergence(ws.bands, ax=ax)\n"
+        'report.show_figure(fig, "divergence_at against batch size c for each witness, with declared_min marked")',
+    ),
     ("markdown", "## Decode rate against batch size\n\nS7 asks that the per-request rate at c=4 be at least 50% of c=1's; the dotted line is that bar."),
-    ("code", "fig, ax = plt.subplots(figsize=(8, 4.5))\nplots.plot_decode_rate(ws.bands, ax=ax)\nplt.show()"),
+    (
+        "code",
+        "fig, ax = plt.subplots(figsize=(8, 4.5))\n"
+        "plots.plot_decode_rate(ws.bands, ax=ax)\n"
+        'report.show_figure(fig, "per-request decode rate against batch size c, with the 50%-of-c=1 line")',
+    ),
     ("markdown", "## Environment knobs that differ between witnesses"),
     (
         "code",
         "display(HTML(report.table_html(plots.differing_env_knobs(ws.witnesses), empty='No env knob differs between the witnesses.')))\n"
         "fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * max(1, ws.witnesses.height)))\n"
-        "plots.plot_env_knobs(ws.witnesses, ax=ax)\nplt.show()",
+        "plots.plot_env_knobs(ws.witnesses, ax=ax)\n"
+        'report.show_figure(fig, "kernel env knobs that differ between witnesses")',
     ),
     ("markdown", "## Release markers"),
     ("code", "display(HTML(report.markers_html(ws)))"),
