@@ -1,0 +1,46 @@
+"""``bia witness``: the terminal table of witnesses and bands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import LAMBDA, V2_WITNESS, write_json
+
+
+def bia(*args):
+    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_table_lists_every_band_and_verdict():
+    run = bia("witness", str(LAMBDA), "--reasons")
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    for header in ("host", "server commit", "version", "m_formed", "divergence_at", "margin", "decode tok/s", "result", "V3 verdict"):
+        assert header in out
+    assert out.count("NOT ADMISSIBLE (8)") == 2 and out.count("NOT ADMISSIBLE (5)") == 1
+    witness_table = out.split("release markers")[0]
+    rows = [line.split("│") for line in witness_table.splitlines() if "│" in line and line.split("│")[5].strip().isdigit()]
+    assert len(rows) == 12
+    assert [int(r[5]) for r in rows] == [1, 4, 8, 16] * 3
+    v2 = [r for r in rows if "witness@464c168e62" in r[1]]
+    assert len(v2) == 1 and "a765c86a5f" in v2[0][3] and v2[0][10].strip() == "PASS"
+    assert "release markers" in out and "c554a7731d" in out
+    assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in out
+
+
+def test_derived_result_disagreement_is_shown(tmp_path):
+    data = json.loads(V2_WITNESS.read_text())
+    data["bands"][2]["result"] = "FAIL"
+    run = bia("witness", str(write_json(tmp_path / "w.json", data)))
+    assert "FAIL (derived PASS)" in run.stdout
+    assert "$.bands[2] (c=8).result: recorded FAIL, derived PASS" in run.stdout
+
+
+def test_errors_name_the_file_and_field(tmp_path):
+    bad = write_json(tmp_path / "bad.json", {"witness_version": 2, "bands": [{"c": 1, "slots": [{"i": "0"}]}]})
+    run = bia("witness", str(bad))
+    assert run.returncode == 4
+    assert f"{bad}: $.bands[0] (c=1).slots[0].i: expected an integer" in run.stderr
+    assert bia("witness", str(tmp_path / "absent.json")).returncode == 3

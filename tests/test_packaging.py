@@ -1,0 +1,63 @@
+"""The project's shape: public surface, environment.yml in step with pyproject.toml, entry points."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+
+import yaml
+from conftest import ROOT
+
+import analysis
+
+
+def _name_and_spec(requirement: str) -> tuple[str, str]:
+    match = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*(.*)", requirement)
+    return match.group(1).lower().replace("_", "-"), match.group(2).replace(" ", "")
+
+
+def test_environment_yml_installs_what_pyproject_declares():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = dict(_name_and_spec(r) for r in project["dependencies"] + project["optional-dependencies"]["test"])
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    python = next(d for d in conda if d.startswith("python="))
+    assert python == "python=3.11" and project["requires-python"] == ">=3.11"
+    listed = dict(_name_and_spec(d) for d in conda if not d.startswith(("python=", "pip")) or d.startswith("pip "))
+    assert listed == wanted
+    assert pip == ["--no-deps --editable ."]
+
+
+def test_public_surface_is_sorted_and_complete():
+    assert analysis.__all__ == sorted(analysis.__all__)
+    for name in analysis.__all__:
+        assert hasattr(analysis, name), name
+    public = {n for n in dir(analysis) if not n.startswith("_") and n not in {"cli", "plots", "report", "annotations"}}
+    assert public <= set(analysis.__all__), public - set(analysis.__all__)
+
+
+def test_torch_is_pinned_to_the_cpu_build_and_not_imported():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["torch"] == ["torch==2.13.0"]
+    run = subprocess.run([sys.executable, "-c", "import sys, analysis, analysis.cli, analysis.report, analysis.plots; print('torch' in sys.modules)"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.stdout.strip() == "False"
+
+
+def test_python_m_analysis_and_console_script_agree():
+    help_text = subprocess.run([sys.executable, "-m", "analysis", "--help"], capture_output=True, text=True).stdout
+    for command in ("shape-check", "witness", "report"):
+        assert command in help_text
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"bia": "analysis.cli:main"}
+
+
+def test_readme_starts_with_the_two_commands():
+    lines = [l for l in (ROOT / "README.md").read_text().splitlines() if l.strip()]
+    head = "\n".join(lines[:12])
+    assert "bash scripts/report.sh" in head and "bash scripts/test.sh" in head
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "scripts/test.sh" in ci
