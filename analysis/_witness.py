@@ -498,6 +498,10 @@ class WitnessSet:
     texts: dict[str, str]
     backend: str = "polars"
 
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{len(getattr(self, name))} {name}" for name in _FRAME_NAMES)
+        return f"WitnessSet({counts}; backend={self.backend!r})"
+
     @property
     def sources(self) -> list[str]:
         """Every source read, in order."""
@@ -570,6 +574,8 @@ def read_witnesses(
     Examples
     --------
     >>> ws = read_witnesses("data/aprender-lambda")
+    >>> ws
+    WitnessSet(3 witnesses, 12 bands, 87 slots, 2 markers, 0 discrepancies; backend='polars')
     >>> ws.witnesses.select("witness_version", "recorded_verdict").rows()
     [(1, 'FAIL'), (1, 'FAIL'), (2, 'PASS')]
     >>> ws.bands.filter(c=4)["result"].to_list()
