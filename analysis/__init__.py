@@ -16,12 +16,15 @@ Examples
 from ._fields import WitnessError
 from ._sources import SourceError, expand_sources, fetch_url
 from ._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
+from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
 from ._witness import WitnessSet, derive_band_result, derive_run_verdict, read_witness, read_witnesses
 from .report import default_sources, render_report
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Dump",
+    "DumpError",
     "PolicyError",
     "ShapeVerdict",
     "SourceError",
@@ -34,9 +37,12 @@ __all__ = [
     "derive_run_verdict",
     "expand_sources",
     "fetch_url",
+    "read_dump",
+    "read_dumps",
     "read_witness",
     "read_witnesses",
     "render_report",
+    "scan_dump",
     "shape_check",
     "shape_check_data",
     "shape_check_text",

@@ -127,10 +127,12 @@ def read_source_bytes(source: str | os.PathLike[str], **fetch_options) -> bytes:
     return path.read_bytes()
 
 
-def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *, suffix: str = ".json") -> list[str]:
+def expand_sources(
+    sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *, suffix: str | tuple[str, ...] = ".json"
+) -> list[str]:
     """Turn paths, folders, glob patterns and URLs into a list of single sources, in order.
 
-    A folder contributes its ``*<suffix>`` files (recursively, sorted); a pattern its sorted
+    A folder contributes its files ending in ``suffix`` (one or a tuple; recursively, sorted); a pattern its sorted
     matches. A path that matches nothing is an error, never silently skipped.
 
     Examples
@@ -147,9 +149,10 @@ def expand_sources(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
         if is_url(text):
             out.append(text)
         elif path.is_dir():
-            found = sorted(p for p in path.rglob(f"*{suffix}") if p.is_file())
+            suffixes = (suffix,) if isinstance(suffix, str) else suffix
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(suffixes))
             if not found:
-                raise FileNotFoundError(f"{text}: directory holds no *{suffix} file")
+                raise FileNotFoundError(f"{text}: directory holds no {' or '.join('*' + s for s in suffixes)} file")
             out.extend(str(p) for p in found)
         elif path.exists():
             out.append(text)

@@ -1,0 +1,388 @@
+"""OpenAI-shaped payloads: chat completions, legacy completions, and vLLM's token-in/token-out
+``/inference/v1/generate``, non-streamed and streamed. llama.cpp's OpenAI endpoints share them
+(entries carry ``id``; with ``post_sampling_probs`` they carry ``prob``/``top_probs``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._masks import decode_compact_logprobs, decode_sampling_mask, validate_routed_experts
+from ._schema import Rows
+from ._values import DumpError, placeholder_id
+
+
+@dataclass
+class Meta:
+    """What a capture knows beyond the payload: batch context and timing."""
+
+    record: int = 0
+    sample_key: str | None = None
+    band_c: int | None = None
+    slot: int | None = None
+    prompt_id: str | None = None
+    t_sent: float | None = None
+    arrivals: list[float] | None = None  # per SSE event, seconds since the request was sent
+    raw_sha256: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def request_columns(self) -> dict[str, Any]:
+        return {
+            "record": self.record,
+            "sample_key": self.sample_key,
+            "band_c": self.band_c,
+            "slot": self.slot,
+            "prompt_id": self.prompt_id,
+            "t_sent": self.t_sent,
+            "raw_sha256": self.raw_sha256,
+        }
+
+
+def _obj(value: Any, rows: Rows, where: str, field_name: str | None = None) -> dict:
+    if not isinstance(value, dict):
+        raise DumpError(rows.source, where, field_name, f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, rows: Rows, where: str, field_name: str) -> list:
+    if not isinstance(value, list):
+        raise DumpError(rows.source, where, field_name, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _int_or_none(value: Any, rows: Rows, where: str, field_name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DumpError(rows.source, where, field_name, f"expected an integer, got {value!r}")
+    return value
+
+
+# --- one entry of logprobs.content --------------------------------------------------------------
+
+
+def _entry_identity(entry: dict, rows: Rows, where: str) -> tuple[int | None, str | None]:
+    """(token_id, token_text) from ``id`` (llama.cpp) or a ``token_id:N`` placeholder (vLLM)."""
+    token = entry.get("token")
+    if token is not None and not isinstance(token, str):
+        raise DumpError(rows.source, where, "token", f"expected a string, got {token!r}")
+    token_id = _int_or_none(entry.get("id"), rows, where, "id")
+    from_placeholder = placeholder_id(token)
+    if from_placeholder is not None:
+        if token_id is not None and token_id != from_placeholder:
+            raise DumpError(rows.source, where, "token", f"placeholder {token!r} disagrees with id {token_id}")
+        return from_placeholder, None
+    return token_id, token
+
+
+def _entry_bytes(entry: dict, token: str | None, placeholder: bool, rows: Rows, where: str) -> bytes | None:
+    raw = entry.get("bytes")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255 for b in raw):
+        raise DumpError(rows.source, where, "bytes", "expected a list of integers 0..255")
+    data = bytes(raw)
+    if placeholder and token is not None and data == token.encode():
+        return None  # vLLM gives the placeholder's own bytes here, not the token's
+    return data
+
+
+def _value_field(entry: dict) -> tuple[Any, str]:
+    if "logprob" in entry:
+        return entry["logprob"], "logprob"
+    if "prob" in entry:
+        return entry["prob"], "prob"
+    return None, "missing"
+
+
+def _candidates(entry: dict, rows: Rows, where: str) -> tuple[list[dict[str, Any]], str, str] | None:
+    """The delivered candidate list of an entry, normalised, with its value kind."""
+    for name, kind in (("top_logprobs", "logprob"), ("top_probs", "prob")):
+        if name in entry and entry[name] is not None:
+            out = []
+            for k, cand in enumerate(_list(entry[name], rows, where, name)):
+                cwhere = f"{where}.{name}[{k}]"
+                cand = _obj(cand, rows, cwhere)
+                cand_id, text = _entry_identity(cand, rows, cwhere)
+                raw = cand.get("logprob" if kind == "logprob" else "prob")
+                out.append(
+                    {
+                        "token_id": cand_id,
+                        "token_text": text,
+                        "token_bytes": _entry_bytes(cand, cand.get("token"), placeholder_id(cand.get("token")) is not None, rows, cwhere),
+                        "raw": raw,
+                    }
+                )
+            return out, kind, name
+    return None
+
+
+def add_entry(
+    rows: Rows,
+    entry: Any,
+    key: tuple[int, int, str, int],
+    where: str,
+    *,
+    request_id: str | None,
+    meta: Meta,
+    known_id: int | None = None,
+    stream_chunk: int | None = None,
+    t_arrival: float | None = None,
+    text_offset: int | None = None,
+) -> None:
+    """Append one ``logprobs.content`` entry and its candidates."""
+    entry = _obj(entry, rows, where)
+    token_id, text = _entry_identity(entry, rows, where)
+    if known_id is not None:
+        if token_id is not None and token_id != known_id:
+            raise DumpError(rows.source, where, "token", f"token id {token_id} disagrees with token_ids[{key[3]}] = {known_id}")
+        token_id = known_id
+    raw, kind = _value_field(entry)
+    cands = _candidates(entry, rows, where)
+    rows.token(
+        key,
+        where,
+        raw=raw,
+        kind="logprob" if kind == "missing" else kind,
+        missing=kind == "missing",
+        request_id=request_id,
+        sample_key=meta.sample_key,
+        token_id=token_id,
+        token_text=text,
+        token_bytes=_entry_bytes(entry, entry.get("token"), placeholder_id(entry.get("token")) is not None, rows, where),
+        n_candidates=None if cands is None else len(cands[0]),
+        stream_chunk=stream_chunk,
+        t_arrival=t_arrival,
+        text_offset=text_offset,
+        logprob_semantics="post_sampler" if kind == "prob" else "unknown",
+    )
+    if cands:
+        entries, cand_kind, _ = cands
+        rows.candidates_for(key, f"{where}", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=text, kind=cand_kind)
+
+
+# --- chat completions -------------------------------------------------------------------------------
+
+
+def _usage(payload: dict) -> tuple[int | None, int | None, dict | None]:
+    usage = payload.get("usage")
+    if not isinstance(usage, dict):
+        return None, None, None
+    return usage.get("prompt_tokens"), usage.get("completion_tokens"), usage
+
+
+def _check_usage(rows: Rows, where: str, n_choices: int, completion_tokens: int | None, scored: int, has_logprobs: bool) -> None:
+    if n_choices == 1 and has_logprobs and completion_tokens is not None and completion_tokens != scored:
+        raise DumpError(rows.source, where, "usage.completion_tokens", f"says {completion_tokens} tokens but logprobs hold {scored} entries")
+
+
+def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
+    """A non-streamed chat completion (``object: chat.completion``), or vLLM's generate response."""
+    payload = _obj(payload, rows, where)
+    if "error" in payload and "choices" not in payload:
+        raise DumpError(rows.source, where, "error", f"the server answered with an error: {payload['error']!r}")
+    choices = _list(payload.get("choices"), rows, where, "choices")
+    prompt_tokens, completion_tokens, usage = _usage(payload)
+    request_id = payload.get("id") or payload.get("request_id")
+    extra = {"usage": usage} if usage else {}
+    nvext_ids = ((payload.get("nvext") or {}).get("engine_data") or {}).get("completion_token_ids")
+    if isinstance(payload.get("nvext"), dict) and payload["nvext"].get("routed_experts") is not None:
+        extra["routed_experts"] = validate_routed_experts(payload["nvext"]["routed_experts"], rows, f"{where}.nvext.routed_experts")
+    for c, choice in enumerate(choices):
+        cwhere = f"{where}.choices[{c}]"
+        choice = _obj(choice, rows, cwhere)
+        index = choice.get("index", c)
+        token_ids = choice.get("token_ids", nvext_ids if len(choices) == 1 else None)
+        scored = _parse_choice_tokens(choice, rows, meta, cwhere, index, request_id, token_ids)
+        has_logprobs = choice.get("logprobs") is not None or choice.get("compact_logprobs") is not None
+        _check_usage(rows, cwhere, len(choices), completion_tokens, scored, has_logprobs)
+        choice_extra = dict(extra)
+        if choice.get("routed_experts") is not None:
+            choice_extra["routed_experts"] = validate_routed_experts(choice["routed_experts"], rows, f"{cwhere}.routed_experts")
+        message = choice.get("message") or {}
+        rows.request(
+            **meta.request_columns(),
+            choice_index=index,
+            request_id=request_id,
+            model=payload.get("model"),
+            endpoint="generate" if "token_ids" in choice else ("chat" if "message" in choice or payload.get("object") == "chat.completion" else None),
+            stream=False,
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens if len(choices) == 1 else None,
+            n_completion_scored=scored,
+            n_prompt_scored=0,
+            completion_text=message.get("content") if isinstance(message, dict) else None,
+            extra={**meta.extra, **choice_extra},
+        )
+    if payload.get("prompt_logprobs") is not None:
+        parse_prompt_logprobs(payload["prompt_logprobs"], rows, meta, f"{where}.prompt_logprobs", request_id)
+        if not choices:
+            rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, model=payload.get("model"), endpoint="generate",
+                         stream=False, prompt_tokens=prompt_tokens, n_prompt_scored=len(payload["prompt_logprobs"]), n_completion_scored=0,
+                         extra={**meta.extra, **extra})
+
+
+def _parse_choice_tokens(choice: dict, rows: Rows, meta: Meta, where: str, index: int, request_id, token_ids) -> int:
+    """Append the completion tokens of one choice; returns how many positions were scored."""
+    first_row = rows.n_tokens()
+    if token_ids is not None:
+        token_ids = _list(token_ids, rows, where, "token_ids")
+        for j, tid in enumerate(token_ids):
+            _int_or_none(tid, rows, where, f"token_ids[{j}]")
+    logprobs = choice.get("logprobs")
+    entries = None
+    if logprobs is not None:
+        logprobs = _obj(logprobs, rows, where, "logprobs")
+        if "content" in logprobs:
+            entries = _list(logprobs["content"], rows, where, "logprobs.content") if logprobs["content"] is not None else []
+        elif "tokens" in logprobs:
+            return parse_legacy_logprobs(logprobs, rows, meta, f"{where}.logprobs", index, request_id)
+    compact = choice.get("compact_logprobs")
+    if entries is not None and token_ids is not None and len(entries) != len(token_ids):
+        raise DumpError(rows.source, where, "logprobs.content", f"holds {len(entries)} entries for {len(token_ids)} token_ids")
+    key0 = (meta.record, index, "completion")
+    if entries is not None:
+        for j, entry in enumerate(entries):
+            add_entry(rows, entry, (*key0, j), f"{where}.logprobs.content[{j}]", request_id=request_id, meta=meta,
+                      known_id=None if token_ids is None else token_ids[j])
+        n = len(entries)
+    elif compact is not None:
+        if token_ids is None:
+            raise DumpError(rows.source, where, "token_ids", "compact_logprobs need the choice's token_ids")
+        n = _add_compact(compact, token_ids, rows, meta, where, key0, request_id)
+    elif token_ids is not None:
+        for j, tid in enumerate(token_ids):
+            rows.token((*key0, j), where, raw=None, missing=True, request_id=request_id, sample_key=meta.sample_key, token_id=tid)
+        n = len(token_ids)
+    else:
+        n = 0
+    _add_sampling_masks(choice, token_ids, n, rows, where, key0, first_row)
+    return n
+
+
+def _add_compact(compact, token_ids, rows: Rows, meta: Meta, where: str, key0, request_id) -> int:
+    cwhere = f"{where}.compact_logprobs"
+    table = decode_compact_logprobs(compact, rows, cwhere)
+    if len(table) != len(token_ids):
+        raise DumpError(rows.source, cwhere, "offsets", f"hold {len(table)} rows for {len(token_ids)} token_ids")
+    k = compact.get("num_top_logprobs")
+    for j, (ids, values) in enumerate(table):
+        sampled = token_ids[j]
+        as_dict = dict(zip(ids, values))  # first position wins, last value wins
+        if sampled not in as_dict:
+            raise DumpError(rows.source, f"{cwhere} row {j}", "ids", f"the sampled id {sampled} is missing from its row {ids}")
+        rows.token((*key0, j), f"{cwhere} row {j}", raw=as_dict[sampled], request_id=request_id, sample_key=meta.sample_key,
+                   token_id=sampled, n_candidates=len(ids), top_k_requested=k, logprob_semantics="unknown")
+        rows.candidates_for((*key0, j), f"{cwhere} row {j}", [{"token_id": i, "raw": v} for i, v in zip(ids, values)],
+                            list_kind="top_logprobs", sampled_id=sampled, sampled_text=None)
+    return len(table)
+
+
+def _add_sampling_masks(choice: dict, token_ids, n: int, rows: Rows, where: str, key0, first_row: int) -> None:
+    for name in ("sampling_mask", "kept_tokens"):
+        if choice.get(name) is None:
+            continue
+        mwhere = f"{where}.{name}"
+        support = decode_sampling_mask(choice[name], choice.get("sampling_mask_logprobs"), rows, mwhere)
+        if len(support) != n:
+            raise DumpError(rows.source, mwhere, None, f"holds {len(support)} rows for {n} completion tokens")
+        for j, row in enumerate(support):
+            if row is None:  # a count of 0: nothing recorded for this token
+                continue
+            ids, logprobs = row
+            sampled = token_ids[j] if token_ids is not None else None
+            if sampled is not None and sampled not in ids:
+                raise DumpError(rows.source, f"{mwhere} row {j}", None, f"the sampled id {sampled} is missing from its support {ids}")
+            rows.tokens["support_size"][first_row + j] = len(ids)  # this choice's tokens were appended in order
+            entries = [{"token_id": i, "raw": None if logprobs is None else logprobs[k]} for k, i in enumerate(ids)]
+            rows.candidates_for((*key0, j), f"{mwhere} row {j}", entries, list_kind="sampling_support", sampled_id=sampled, sampled_text=None)
+
+
+def parse_prompt_logprobs(prompt_logprobs: Any, rows: Rows, meta: Meta, where: str, request_id) -> None:
+    """vLLM's ``prompt_logprobs``: per prompt position null or ``{"<id>": {logprob, rank, decoded_token}}``.
+
+    The first entry of each dict is the prompt token itself (vLLM puts it first).
+    """
+    for p, step in enumerate(_list(prompt_logprobs, rows, where, "prompt_logprobs")):
+        key = (meta.record, 0, "prompt", p)
+        swhere = f"{where}[{p}]"
+        if step is None:
+            rows.token(key, swhere, raw=None, request_id=request_id, sample_key=meta.sample_key)
+            continue
+        step = _obj(step, rows, swhere)
+        entries = []
+        for token_key, info in step.items():
+            if not token_key.lstrip("-").isdigit():
+                raise DumpError(rows.source, swhere, token_key, "expected a token id as the key")
+            info = _obj(info, rows, f"{swhere}.{token_key}")
+            entries.append({"token_id": int(token_key), "token_text": info.get("decoded_token"), "raw": info.get("logprob"), "vocab_rank": info.get("rank")})
+        if not entries:
+            raise DumpError(rows.source, swhere, None, "an empty prompt logprob step")
+        first = entries[0]
+        rows.token(key, swhere, raw=first["raw"], request_id=request_id, sample_key=meta.sample_key, token_id=first["token_id"],
+                   token_text=first["token_text"], vocab_rank=first["vocab_rank"], n_candidates=len(entries))
+        rows.candidates_for(key, swhere, entries, list_kind="top_logprobs", sampled_id=first["token_id"], sampled_text=None)
+
+
+# --- legacy completions -----------------------------------------------------------------------
+
+
+def parse_legacy_logprobs(logprobs: dict, rows: Rows, meta: Meta, where: str, index: int, request_id, *,
+                          start: int = 0, stream_chunk: int | None = None, t_arrival: float | None = None, prompt_len: int = 0) -> int:
+    """``{tokens, token_logprobs, top_logprobs, text_offset}``; top_logprobs dicts are keyed by text."""
+    tokens = _list(logprobs.get("tokens"), rows, where, "tokens")
+    values = _list(logprobs.get("token_logprobs"), rows, where, "token_logprobs")
+    tops = logprobs.get("top_logprobs")
+    offsets = logprobs.get("text_offset")
+    for name, column in (("token_logprobs", values), ("top_logprobs", tops), ("text_offset", offsets)):
+        if column is not None and len(column) != len(tokens):
+            raise DumpError(rows.source, where, name, f"holds {len(column)} entries for {len(tokens)} tokens")
+    for j, token in enumerate(tokens):
+        position = start + j
+        segment = "prompt" if position < prompt_len else "completion"
+        key = (meta.record, index, segment, position if segment == "prompt" else position - prompt_len)
+        twhere = f"{where}.tokens[{j}]"
+        token_id = placeholder_id(token)
+        text = None if token_id is not None else token
+        offset = None if offsets is None else _int_or_none(offsets[j], rows, where, f"text_offset[{j}]")
+        top = None if tops is None else tops[j]
+        rows.token(key, twhere, raw=values[j], request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
+                   text_offset=offset, stream_chunk=stream_chunk, t_arrival=t_arrival,
+                   n_candidates=None if top is None else len(top))
+        if top is not None:
+            top = _obj(top, rows, where, f"top_logprobs[{j}]")
+            entries = [{"token_id": placeholder_id(t), "token_text": None if placeholder_id(t) is not None else t, "raw": v} for t, v in top.items()]
+            rows.candidates_for(key, f"{where}.top_logprobs[{j}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=text)
+    return len(tokens)
+
+
+def parse_completion(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
+    """A non-streamed legacy completion (``object: text_completion``); with ``echo`` the prompt leads."""
+    payload = _obj(payload, rows, where)
+    choices = _list(payload.get("choices"), rows, where, "choices")
+    prompt_tokens, completion_tokens, usage = _usage(payload)
+    request_id = payload.get("id")
+    for c, choice in enumerate(choices):
+        cwhere = f"{where}.choices[{c}]"
+        choice = _obj(choice, rows, cwhere)
+        index = choice.get("index", c)
+        logprobs = choice.get("logprobs")
+        scored = prompt_len = 0
+        if logprobs is not None:
+            logprobs = _obj(logprobs, rows, cwhere, "logprobs")
+            if "content" in logprobs:  # llama.cpp's /v1/completions uses the chat shape
+                scored = _parse_choice_tokens(choice, rows, meta, cwhere, index, request_id, None)
+            else:
+                n = len(logprobs.get("tokens") or [])
+                echoed = prompt_tokens is not None and completion_tokens is not None and n == prompt_tokens + completion_tokens
+                prompt_len = prompt_tokens if echoed else 0
+                scored = parse_legacy_logprobs(logprobs, rows, meta, f"{cwhere}.logprobs", index, request_id, prompt_len=prompt_len) - prompt_len
+        _check_usage(rows, cwhere, len(choices), completion_tokens, scored, logprobs is not None)
+        text = choice.get("text")
+        rows.request(**meta.request_columns(), choice_index=index, request_id=request_id, model=payload.get("model"), endpoint="completions",
+                     stream=False, finish_reason=choice.get("finish_reason"), prompt_tokens=prompt_tokens,
+                     completion_tokens=completion_tokens if len(choices) == 1 else None, n_prompt_scored=prompt_len,
+                     n_completion_scored=scored, completion_text=text if isinstance(text, str) else None,
+                     extra={**meta.extra, **({"usage": usage} if usage else {})})
+

@@ -1,0 +1,219 @@
+"""One schema for every dump format, and the builder every format parser writes into.
+
+``tokens``: one row per scored position. Key: (source, record, choice_index, segment, position).
+``candidates``: one row per candidate as delivered (order and duplicates kept). Key: the token
+key plus (list_kind, list_index). ``requests``: one row per request and choice.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+
+from ._values import MAX_LOGPROB, DumpError, classify_logprob, classify_prob
+
+KEY = {
+    "source": pl.String,
+    "record": pl.Int64,  # line of a JSONL file, else 0: the request within the source
+    "choice_index": pl.Int64,
+    "segment": pl.String,  # "prompt" | "completion"
+    "position": pl.Int64,
+}
+
+TOKEN_SCHEMA: dict[str, pl.DataType] = {
+    **KEY,
+    "request_id": pl.String,
+    "sample_key": pl.String,
+    "token_id": pl.Int64,
+    "token_text": pl.String,
+    "token_bytes": pl.Binary,
+    "logprob": pl.Float64,
+    "prob": pl.Float64,
+    "raw_value": pl.Float64,
+    "value_status": pl.String,
+    "value_kind": pl.String,  # "logprob" | "prob" | "logit"
+    "logprob_semantics": pl.String,
+    "vocab_rank": pl.Int64,
+    "text_offset": pl.Int64,
+    "top_k_requested": pl.Int64,
+    "n_candidates": pl.Int64,
+    "support_size": pl.Int64,
+    "stream_chunk": pl.Int64,
+    "t_arrival": pl.Float64,
+    "loss_mask": pl.Boolean,
+    "source_format": pl.String,
+}
+
+CANDIDATE_SCHEMA: dict[str, pl.DataType] = {
+    **KEY,
+    "list_kind": pl.String,  # "top_logprobs" | "sampling_support" | "requested_ids" | "full_vocab"
+    "list_index": pl.Int64,
+    "cand_token_id": pl.Int64,
+    "cand_token_text": pl.String,
+    "cand_token_bytes": pl.Binary,
+    "cand_logprob": pl.Float64,
+    "cand_prob": pl.Float64,
+    "cand_raw_value": pl.Float64,
+    "cand_status": pl.String,
+    "cand_vocab_rank": pl.Int64,
+    "is_sampled": pl.Boolean,
+    "is_duplicate": pl.Boolean,
+}
+
+REQUEST_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "record": pl.Int64,
+    "choice_index": pl.Int64,
+    "request_id": pl.String,
+    "sample_key": pl.String,
+    "source_format": pl.String,
+    "model": pl.String,
+    "endpoint": pl.String,
+    "stream": pl.Boolean,
+    "finish_reason": pl.String,
+    "prompt_tokens": pl.Int64,
+    "completion_tokens": pl.Int64,
+    "n_prompt_scored": pl.Int64,
+    "n_completion_scored": pl.Int64,
+    "completion_text": pl.String,
+    "band_c": pl.Int64,
+    "slot": pl.Int64,
+    "prompt_id": pl.String,
+    "t_sent": pl.Float64,
+    "ttft_s": pl.Float64,
+    "stream_live": pl.Boolean,
+    "raw_sha256": pl.String,
+    "extra": pl.String,  # JSON of what the schema has no column for (routed experts, usage, ...)
+}
+
+
+def _clean_bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return bytes(value)
+
+
+class Rows:
+    """Column lists for the three tables of one source, filled by a format parser.
+
+    The parser passes raw values; the builder classifies them (sentinels to null with a
+    status), checks them, and flags duplicate candidates. Errors name source, record and field.
+    """
+
+    def __init__(self, source: str, source_format: str) -> None:
+        self.source, self.source_format = source, source_format
+        self.tokens = {name: [] for name in TOKEN_SCHEMA}
+        self.candidates = {name: [] for name in CANDIDATE_SCHEMA}
+        self.requests = {name: [] for name in REQUEST_SCHEMA}
+        self.skipped: list[DumpError] = []
+
+    # --- tokens ------------------------------------------------------------------------------
+    def token(self, key: tuple[int, int, str, int], where: str, *, raw: Any, kind: str = "logprob", missing: bool = False, **columns: Any) -> None:
+        """Append one scored position. ``key`` is (record, choice_index, segment, position).
+
+        ``missing`` marks a position the source scored with no value at all (status "missing").
+        """
+        if missing:
+            logprob, prob, status = None, None, "missing"
+        else:
+            logprob, prob, status = self._classify(raw, kind, where, "logprob" if kind == "logprob" else "prob")
+        row = {
+            "source": self.source,
+            "record": key[0],
+            "choice_index": key[1],
+            "segment": key[2],
+            "position": key[3],
+            "logprob": logprob,
+            "prob": prob,
+            "raw_value": None if raw is None else float(raw),
+            "value_status": status,
+            "value_kind": kind,
+            "source_format": columns.pop("source_format", self.source_format),
+            **columns,
+        }
+        row["token_bytes"] = _clean_bytes(row.get("token_bytes"))
+        for name, column in self.tokens.items():
+            column.append(row.get(name))
+
+    def candidates_for(self, key, where: str, entries: list[dict[str, Any]], *, list_kind: str, sampled_id: int | None, sampled_text: str | None, kind: str = "logprob") -> None:
+        """Append a candidate list in delivered order; repeated ids (or texts) are flagged."""
+        seen: set[Any] = set()
+        for index, entry in enumerate(entries):
+            raw = entry.get("raw")
+            logprob, prob, status = self._classify(raw, kind, f"{where}[{index}]", "logprob" if kind == "logprob" else "prob")
+            cand_id, text = entry.get("token_id"), entry.get("token_text")
+            identity = ("id", cand_id) if cand_id is not None else ("text", text, _clean_bytes(entry.get("token_bytes")))
+            if sampled_id is not None and cand_id is not None:
+                is_sampled = cand_id == sampled_id
+            elif sampled_text is not None and cand_id is None:
+                is_sampled = text == sampled_text
+            else:
+                is_sampled = None
+            row = {
+                "source": self.source,
+                "record": key[0],
+                "choice_index": key[1],
+                "segment": key[2],
+                "position": key[3],
+                "list_kind": list_kind,
+                "list_index": index,
+                "cand_token_id": cand_id,
+                "cand_token_text": text,
+                "cand_token_bytes": _clean_bytes(entry.get("token_bytes")),
+                "cand_logprob": logprob,
+                "cand_prob": prob,
+                "cand_raw_value": None if raw is None else float(raw),
+                "cand_status": status,
+                "cand_vocab_rank": entry.get("vocab_rank"),
+                "is_sampled": is_sampled,
+                "is_duplicate": identity in seen,
+            }
+            seen.add(identity)
+            for name, column in self.candidates.items():
+                column.append(row.get(name))
+
+    def request(self, **columns: Any) -> None:
+        """Append one request row; ``extra`` may be a dict (stored as JSON)."""
+        columns.setdefault("source", self.source)
+        columns.setdefault("source_format", self.source_format)
+        extra = columns.get("extra")
+        if isinstance(extra, dict):
+            columns["extra"] = json.dumps(extra, sort_keys=True, default=str) if extra else None
+        for name, column in self.requests.items():
+            column.append(columns.get(name))
+
+    def _classify(self, raw: Any, kind: str, where: str, field: str):
+        if raw is not None and (isinstance(raw, bool) or not isinstance(raw, (int, float))):
+            raise DumpError(self.source, where, field, f"expected a number or null, got {type(raw).__name__} {raw!r}")
+        if kind == "prob":
+            if raw is not None and not (0.0 <= float(raw) <= 1.0 + 1e-6) and raw == raw:
+                raise DumpError(self.source, where, field, f"expected a probability in [0, 1], got {raw!r}")
+            return classify_prob(raw)
+        logprob, status = classify_logprob(raw)
+        if logprob is not None and logprob > MAX_LOGPROB:
+            raise DumpError(self.source, where, field, f"expected a logprob <= 0, got {raw!r}")
+        return logprob, None if logprob is None else _exp(logprob), status
+
+    # --- checks and frames -------------------------------------------------------------------
+    def n_tokens(self) -> int:
+        return len(self.tokens["position"])
+
+    def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        return (
+            pl.DataFrame(self.tokens, schema=TOKEN_SCHEMA, strict=False),
+            pl.DataFrame(self.candidates, schema=CANDIDATE_SCHEMA, strict=False),
+            pl.DataFrame(self.requests, schema=REQUEST_SCHEMA, strict=False),
+        )
+
+
+def _exp(logprob: float) -> float:
+    import math
+
+    return math.exp(logprob)
+
+
+def empty_frames() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The three tables with no rows, every column typed."""
+    return pl.DataFrame(schema=TOKEN_SCHEMA), pl.DataFrame(schema=CANDIDATE_SCHEMA), pl.DataFrame(schema=REQUEST_SCHEMA)

@@ -1,0 +1,62 @@
+"""Server-sent events by the WHATWG rules (httpx-sse's decoders), with what a capture needs on top:
+where each event started, whether the stream was cut mid-event, and whether [DONE] came."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+
+
+@dataclass(frozen=True)
+class Event:
+    """One dispatched event: its data (lines joined by "\\n"), type, and the line it started on."""
+
+    data: str
+    event: str
+    line: int
+    index: int
+
+
+@dataclass
+class Stream:
+    """A whole SSE capture, parsed."""
+
+    events: list[Event] = field(default_factory=list)
+    cut_mid_event: bool = False  # bytes after the last blank line: an event never finished
+    trailing_line: int | None = None
+
+
+def parse_sse(text: str) -> Stream:
+    """Split an SSE capture into events.
+
+    CR, LF and CRLF end lines; a blank line dispatches; ``:`` lines are comments; several
+    ``data:`` lines join with a newline; a leading BOM is dropped.
+
+    Examples
+    --------
+    >>> s = parse_sse("data: a\\ndata: b\\n\\n: note\\r\\ndata: [DONE]\\r\\n\\r\\n")
+    >>> [(e.data, e.line) for e in s.events], s.cut_mid_event
+    ([('a\\nb', 1), ('[DONE]', 5)], False)
+    >>> parse_sse("data: {\\"x\\": 1}\\n\\ndata: {\\"y\\"").cut_mid_event
+    True
+    """
+    text = text.removeprefix("\ufeff")
+    decoder = SSELineDecoder()
+    lines = decoder.decode(text) + decoder.flush() if text else []
+    events = SSEDecoder()
+    stream = Stream()
+    start: int | None = None
+    has_data = False  # WHATWG dispatches only an event that had a data line
+    for number, line in enumerate(lines, start=1):
+        if line and not line.startswith(":"):
+            start = start or number
+            has_data = has_data or line.partition(":")[0] == "data"
+        dispatched = events.decode(line)
+        if not line:
+            if dispatched is not None and has_data:
+                stream.events.append(Event(dispatched.data, dispatched.event, start or number, len(stream.events)))
+            start, has_data = None, False
+    if start is not None:
+        stream.cut_mid_event, stream.trailing_line = True, start
+    return stream

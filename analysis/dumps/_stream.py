@@ -1,0 +1,145 @@
+"""Streamed captures: OpenAI chat and legacy completion chunks over SSE, and llama.cpp's native
+``/completion`` stream (no [DONE]; the last event says ``stop: true``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _json
+from ._openai import Meta, _list, _obj, add_entry, parse_legacy_logprobs
+from ._schema import Rows
+from ._sse import Event, parse_sse
+from ._values import DumpError
+
+
+def _arrival(meta: Meta, event: Event, rows: Rows, n_events: int) -> float | None:
+    if meta.arrivals is None:
+        return None
+    if len(meta.arrivals) != n_events:
+        raise DumpError(rows.source, f"record {meta.record}", "arrival_times", f"holds {len(meta.arrivals)} times for {n_events} events")
+    return meta.arrivals[event.index]
+
+
+def stream_events(text: str, rows: Rows, meta: Meta, *, needs_done: bool, lenient: bool) -> list[tuple[Event, Any]]:
+    """The JSON events of a capture, checked: cut mid-event, data after [DONE], no [DONE], error events."""
+    stream = parse_sse(text)
+    where = f"record {meta.record}"
+    if stream.cut_mid_event:
+        _problem(rows, lenient, DumpError(rows.source, f"{where} line {stream.trailing_line}", None, "the stream was cut mid-event (no blank line ends it)"))
+    out: list[tuple[Event, Any]] = []
+    done_at: Event | None = None
+    for event in stream.events:
+        ewhere = f"{where} event {event.index} (line {event.line})"
+        if event.data == "[DONE]":
+            if done_at is not None:
+                _problem(rows, lenient, DumpError(rows.source, ewhere, None, "a second [DONE]"))
+            done_at = done_at or event
+            continue
+        if done_at is not None:
+            _problem(rows, lenient, DumpError(rows.source, ewhere, None, f"data after [DONE] (line {done_at.line})"))
+            continue
+        try:
+            payload = _json.loads(event.data)
+        except ValueError as exc:
+            _problem(rows, lenient, DumpError(rows.source, ewhere, None, f"event data is not JSON: {exc}"))
+            continue
+        if event.event == "error" or (isinstance(payload, dict) and "error" in payload and "choices" not in payload):
+            raise DumpError(rows.source, ewhere, "error", f"the server sent an error event: {payload.get('error', payload) if isinstance(payload, dict) else payload!r}")
+        out.append((event, payload))
+    if needs_done and done_at is None:
+        _problem(rows, lenient, DumpError(rows.source, where, None, "the stream ended without [DONE]"))
+    return out
+
+
+def _problem(rows: Rows, lenient: bool, error: DumpError) -> None:
+    if not lenient:
+        raise error
+    rows.skipped.append(error)
+
+
+class _Choice:
+    """What accumulates for one choice across chunks."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.n = 0
+        self.finish_reason: str | None = None
+        self.first_content_t: float | None = None
+
+
+def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False, legacy: bool = False) -> None:
+    """An SSE capture of chat (``delta``) or legacy completion (``text``) chunks."""
+    events = stream_events(text, rows, meta, needs_done=True, lenient=lenient)
+    n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
+    choices: dict[int, _Choice] = {}
+    model = request_id = usage = None
+    live = None
+    for event, chunk in events:
+        ewhere = f"record {meta.record} event {event.index} (line {event.line})"
+        chunk = _obj(chunk, rows, ewhere)
+        t = _arrival(meta, event, rows, n_events)
+        model, request_id = chunk.get("model", model), chunk.get("id", request_id)
+        if live is None and "stream_mode" in chunk:
+            live = chunk["stream_mode"] == "live"
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for c, choice in enumerate(_list(chunk.get("choices", []), rows, ewhere, "choices")):
+            cwhere = f"{ewhere}.choices[{c}]"
+            choice = _obj(choice, rows, cwhere)
+            index = choice.get("index", c)
+            acc = choices.setdefault(index, _Choice())
+            piece = choice.get("text") if legacy else (choice.get("delta") or {}).get("content")
+            if piece:
+                acc.text.append(piece)
+                acc.first_content_t = acc.first_content_t if acc.first_content_t is not None else t
+            acc.finish_reason = choice.get("finish_reason") or acc.finish_reason
+            logprobs = choice.get("logprobs")
+            if logprobs is None:
+                continue
+            logprobs = _obj(logprobs, rows, cwhere, "logprobs")
+            if "tokens" in logprobs:
+                acc.n += parse_legacy_logprobs(logprobs, rows, meta, f"{cwhere}.logprobs", index, request_id, start=acc.n,
+                                               stream_chunk=event.index, t_arrival=t)
+                continue
+            for entry in _list(logprobs.get("content") or [], rows, cwhere, "logprobs.content"):
+                add_entry(rows, entry, (meta.record, index, "completion", acc.n), f"{cwhere}.logprobs.content[{acc.n}]",
+                          request_id=request_id, meta=meta, stream_chunk=event.index, t_arrival=t)
+                acc.n += 1
+    completion_tokens = usage.get("completion_tokens") if usage else None
+    if len(choices) == 1 and completion_tokens is not None:
+        only = next(iter(choices.values()))
+        if only.n and only.n != completion_tokens:
+            _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "usage.completion_tokens",
+                                              f"says {completion_tokens} tokens but the stream carried {only.n} logprob entries"))
+    for index, acc in sorted(choices.items()):
+        rows.request(**meta.request_columns(), choice_index=index, request_id=request_id, model=model,
+                     endpoint="completions" if legacy else "chat", stream=True, finish_reason=acc.finish_reason,
+                     prompt_tokens=usage.get("prompt_tokens") if usage else None,
+                     completion_tokens=completion_tokens if len(choices) == 1 else None,
+                     n_prompt_scored=0, n_completion_scored=acc.n, completion_text="".join(acc.text),
+                     ttft_s=acc.first_content_t, stream_live=live, extra={**meta.extra, **({"usage": usage} if usage else {})})
+
+
+def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
+    """llama.cpp's native ``/completion`` stream: one JSON object per event, the last with ``stop: true``."""
+    from ._native import add_llamacpp_probabilities
+
+    events = stream_events(text, rows, meta, needs_done=False, lenient=lenient)
+    n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
+    n, pieces, last = 0, [], None
+    for event, chunk in events:
+        ewhere = f"record {meta.record} event {event.index} (line {event.line})"
+        chunk = _obj(chunk, rows, ewhere)
+        t = _arrival(meta, event, rows, n_events)
+        pieces.append(chunk.get("content") or "")
+        probs = chunk.get("completion_probabilities")
+        if probs:
+            n = add_llamacpp_probabilities(probs, rows, meta, f"{ewhere}.completion_probabilities", start=n, stream_chunk=event.index, t_arrival=t)
+        last = chunk
+    if last is None or last.get("stop") is not True:
+        _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "stop", "the stream ended before an event with stop: true"))
+    last = last or {}
+    rows.request(**meta.request_columns(), choice_index=0, model=last.get("model"), endpoint="completion", stream=True,
+                 finish_reason=last.get("stop_type"), prompt_tokens=last.get("tokens_evaluated"), completion_tokens=last.get("tokens_predicted"),
+                 n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
+                 extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
