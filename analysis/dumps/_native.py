@@ -42,12 +42,12 @@ def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None
             twhere = f"{mwhere}.{prefix}_token_logprobs[{p}]"
             logprob, token_id, text = _triple(triple, rows, twhere)
             key = (meta.record, 0, segment, p)
-            top = None if tops is None else tops[p]
+            top = None if tops is None or tops[p] is None else _list(tops[p], rows, mwhere, f"{prefix}_top_logprobs[{p}]")
             rows.token(key, twhere, raw=logprob, request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
                        n_candidates=None if top is None else len(top))
             if top is not None:
                 entries = []
-                for k, cand in enumerate(_list(top, rows, mwhere, f"{prefix}_top_logprobs[{p}]")):
+                for k, cand in enumerate(top):
                     lp, cid, ctext = _triple(cand, rows, f"{mwhere}.{prefix}_top_logprobs[{p}][{k}]")
                     entries.append({"token_id": cid, "token_text": ctext, "raw": lp})
                 rows.candidates_for(key, f"{mwhere}.{prefix}_top_logprobs[{p}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=None)
@@ -132,11 +132,12 @@ def parse_tgi(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
             token = _obj(token, rows, twhere)
             key = (meta.record, 0, segment, p)
             token_id = _int_or_none(token.get("id"), rows, twhere, "id")
-            top = tops[p] if tops else None
+            top = _list(tops[p], rows, dwhere, f"top_tokens[{p}]") if tops else None
             rows.token(key, twhere, raw=token.get("logprob"), sample_key=meta.sample_key, token_id=token_id, token_text=token.get("text"),
                        n_candidates=None if top is None else len(top))
             if top is not None:
-                entries = [{"token_id": t.get("id"), "token_text": t.get("text"), "raw": t.get("logprob")} for t in _list(top, rows, dwhere, f"top_tokens[{p}]")]
+                entries = [{"token_id": t.get("id"), "token_text": t.get("text"), "raw": t.get("logprob")}
+                           for k, t in enumerate(_obj(t, rows, f"{dwhere}.top_tokens[{p}][{k}]") for t in top)]
                 rows.candidates_for(key, f"{dwhere}.top_tokens[{p}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=None)
         counts[segment] = len(tokens)
     generated = details.get("generated_tokens")

@@ -346,12 +346,11 @@ def parse_legacy_logprobs(logprobs: dict, rows: Rows, meta: Meta, where: str, in
         token_id = placeholder_id(token)
         text = None if token_id is not None else token
         offset = None if offsets is None else _int_or_none(offsets[j], rows, where, f"text_offset[{j}]")
-        top = None if tops is None else tops[j]
+        top = None if tops is None or tops[j] is None else _obj(tops[j], rows, where, f"top_logprobs[{j}]")
         rows.token(key, twhere, raw=values[j], request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
                    text_offset=offset, stream_chunk=stream_chunk, t_arrival=t_arrival,
                    n_candidates=None if top is None else len(top))
         if top is not None:
-            top = _obj(top, rows, where, f"top_logprobs[{j}]")
             entries = [{"token_id": placeholder_id(t), "token_text": None if placeholder_id(t) is not None else t, "raw": v} for t, v in top.items()]
             rows.candidates_for(key, f"{where}.top_logprobs[{j}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=text)
     return len(tokens)

@@ -89,6 +89,22 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+_PYTHON_TYPES = {pl.String: (str,), pl.Int64: (int,), pl.Float64: (int, float), pl.Boolean: (bool,), pl.Binary: (bytes,)}
+
+
+def _check_types(source: str, where: str, row: dict[str, Any], schema: dict[str, pl.DataType], names) -> None:
+    """Values copied from a payload must fit their column: a list is not a request id."""
+    for name in names:
+        value = row.get(name)
+        if value is None:
+            continue
+        allowed = _PYTHON_TYPES.get(schema[name])
+        if allowed is None:
+            continue
+        if not isinstance(value, allowed) or (isinstance(value, bool) and schema[name] is not pl.Boolean):
+            raise DumpError(source, where, name, f"expected {schema[name]} for column {name}, got {type(value).__name__} {value!r:.60}")
+
+
 def _clean_bytes(value: Any) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -134,6 +150,7 @@ class Rows:
             **columns,
         }
         row["token_bytes"] = _clean_bytes(row.get("token_bytes"))
+        _check_types(self.source, where, row, TOKEN_SCHEMA, columns)
         for name, column in self.tokens.items():
             column.append(row.get(name))
 
@@ -171,6 +188,7 @@ class Rows:
                 "is_duplicate": identity in seen,
             }
             seen.add(identity)
+            _check_types(self.source, f"{where}[{index}]", row, CANDIDATE_SCHEMA, ("cand_token_id", "cand_token_text", "cand_vocab_rank"))
             for name, column in self.candidates.items():
                 column.append(row.get(name))
 
@@ -181,6 +199,7 @@ class Rows:
         extra = columns.get("extra")
         if isinstance(extra, dict):
             columns["extra"] = json.dumps(extra, sort_keys=True, default=str) if extra else None
+        _check_types(self.source, f"record {columns.get('record')}", columns, REQUEST_SCHEMA, [n for n in columns if n in REQUEST_SCHEMA])
         for name, column in self.requests.items():
             column.append(columns.get(name))
 

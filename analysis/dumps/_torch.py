@@ -23,13 +23,13 @@ from ._values import DumpError
 
 
 def _load(raw: bytes, source: str) -> dict:
-    import pickle
-
-    import torch
-
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise DumpError(source, "$", None, "a torch dump needs PyTorch: pip install 'bia[torch]'") from None
     try:
         obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - an untrusted file: any failure of the loader means "not a dump"
         raise DumpError(source, "$", None, f"not loadable with torch.load(weights_only=True): {str(exc).splitlines()[0]}") from None
     if not isinstance(obj, dict):
         raise DumpError(source, "$", None, f"expected a dict of tensors, got {type(obj).__name__}")
