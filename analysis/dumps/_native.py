@@ -136,8 +136,10 @@ def parse_tgi(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
             rows.token(key, twhere, raw=token.get("logprob"), sample_key=meta.sample_key, token_id=token_id, token_text=token.get("text"),
                        n_candidates=None if top is None else len(top))
             if top is not None:
-                entries = [{"token_id": t.get("id"), "token_text": t.get("text"), "raw": t.get("logprob")}
-                           for k, t in enumerate(_obj(t, rows, f"{dwhere}.top_tokens[{p}][{k}]") for t in top)]
+                entries = []
+                for k, cand in enumerate(top):
+                    cand = _obj(cand, rows, f"{dwhere}.top_tokens[{p}][{k}]")
+                    entries.append({"token_id": cand.get("id"), "token_text": cand.get("text"), "raw": cand.get("logprob")})
                 rows.candidates_for(key, f"{dwhere}.top_tokens[{p}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=None)
         counts[segment] = len(tokens)
     generated = details.get("generated_tokens")
