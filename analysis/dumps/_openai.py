@@ -164,9 +164,20 @@ def add_entry(
 # --- chat completions -------------------------------------------------------------------------------
 
 
-def _usage(payload: dict) -> tuple[int | None, int | None, dict | None]:
-    usage = payload.get("usage")
+USAGE_FIELDS = ("completion_tokens", "prompt_tokens", "total_tokens")
+
+
+def usage_counts(usage: Any) -> dict | None:
+    """The token counts of a ``usage`` object (the part every engine shares), or None."""
     if not isinstance(usage, dict):
+        return None
+    kept = {k: usage[k] for k in USAGE_FIELDS if usage.get(k) is not None}
+    return kept or None
+
+
+def _usage(payload: dict) -> tuple[int | None, int | None, dict | None]:
+    usage = usage_counts(payload.get("usage"))
+    if usage is None:
         return None, None, None
     return usage.get("prompt_tokens"), usage.get("completion_tokens"), usage
 

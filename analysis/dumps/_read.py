@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from .._frames import check_backend, to_backend
-from .._sources import expand_sources, read_source_bytes
+from .._sources import expand_sources, fetch_url, is_url
 from . import _json
 from ._native import parse_llamacpp, parse_primerl, parse_sglang, parse_tgi
 from ._openai import Meta, parse_chat, parse_completion
@@ -213,6 +213,7 @@ def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient
                 raise DumpError(rows.source, where, "sse", "expected the raw SSE text as a string")
             fmt = obj.get("format") or _stream_format(obj["sse"], rows.source)
             formats.add(fmt)
+            rows.source_format = fmt
             _parse_payload_text(obj["sse"], fmt, rows, meta, lenient)
             return
         payload = obj["response"]
@@ -223,6 +224,7 @@ def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient
     if fmt not in PAYLOAD_PARSERS:
         raise DumpError(rows.source, where, "format", f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     formats.add(fmt)
+    rows.source_format = fmt
     PAYLOAD_PARSERS[fmt](payload, rows, meta, where)
 
 
@@ -325,6 +327,37 @@ def _progress(items: list[str], progress: bool | None) -> Iterable[str]:
     return tqdm(items, desc="reading dumps", unit="file", file=sys.stderr)
 
 
+def _fast_chat_jsonl(path: Path, source: str, fmt: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
+    """The columnar path, when the file is JSON lines whose first line is a bare chat completion."""
+    if fmt not in ("auto", "jsonl", "openai_chat") or path.suffix in (".pt", ".pth"):
+        return None
+    with path.open("rb") as handle:
+        first = handle.readline()
+        more = handle.read(4096).strip()
+    if not more:  # one document: the general path reads it as a single response
+        return None
+    try:
+        payload = _json.loads(first)
+    except ValueError:
+        return None
+    if payload_formats(payload) != ["openai_chat"]:
+        return None
+    from ._fast import read_chat_jsonl
+
+    return read_chat_jsonl(path, source)
+
+
+def _local_path(source: str, fetch: dict) -> Path:
+    if is_url(source):
+        return fetch_url(source, **fetch)
+    path = Path(source)
+    if path.is_dir():
+        raise IsADirectoryError(f"{source}: is a directory")
+    if not path.exists():
+        raise FileNotFoundError(f"{source}: no such file")
+    return path
+
+
 def read_dumps(
     sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     *,
@@ -371,12 +404,20 @@ def read_dumps(
     fetch = {k: v for k, v in {"timeout": timeout, "max_bytes": max_bytes}.items() if v is not None}
     tables: dict[str, list[pl.DataFrame]] = {"tokens": [], "candidates": [], "requests": []}
     formats, skipped = {}, []
+    if format not in ("auto", *FORMATS):
+        raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
     for source in _progress(expand_sources(sources, suffix=DUMP_SUFFIXES), progress):
-        raw = read_source_bytes(source, **fetch)
-        rows, found = parse_source(raw, source, format, lenient=lenient, torch_options=torch_options)
-        formats[source] = sorted(found)
-        skipped.extend(rows.skipped)
-        for name, frame in zip(tables, rows.frames()):
+        path = _local_path(source, fetch)
+        fast = _fast_chat_jsonl(path, source, format)
+        if fast is not None:
+            formats[source] = ["openai_chat"]
+            parts = fast
+        else:
+            rows, found = parse_source(path.read_bytes(), source, format, lenient=lenient, torch_options=torch_options)
+            formats[source] = sorted(found)
+            skipped.extend(rows.skipped)
+            parts = rows.frames()
+        for name, frame in zip(tables, parts):
             tables[name].append(frame)
     frames = {name: pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=_SCHEMAS[name]) for name, parts in tables.items()}
     return Dump(**{n: to_backend(f, backend) for n, f in frames.items()}, formats=formats, skipped=skipped, backend=backend)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _json
-from ._openai import Meta, _list, _obj, add_entry, parse_legacy_logprobs
+from ._openai import Meta, _list, _obj, add_entry, parse_legacy_logprobs, usage_counts
 from ._schema import Rows
 from ._sse import Event, parse_sse
 from ._values import DumpError
@@ -81,8 +81,8 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
         model, request_id = chunk.get("model", model), chunk.get("id", request_id)
         if live is None and "stream_mode" in chunk:
             live = chunk["stream_mode"] == "live"
-        if isinstance(chunk.get("usage"), dict):
-            usage = chunk["usage"]
+        if usage_counts(chunk.get("usage")) is not None:
+            usage = usage_counts(chunk["usage"])
         for c, choice in enumerate(_list(chunk.get("choices", []), rows, ewhere, "choices")):
             cwhere = f"{ewhere}.choices[{c}]"
             choice = _obj(choice, rows, cwhere)
