@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -46,32 +47,49 @@ class _Unsupported(Exception):
     """The file needs the general path."""
 
 
-def _table(path: Path) -> pa.Table:
-    block = 16 << 20
-    size = path.stat().st_size
-    while True:
-        try:
-            return pj.read_json(path, read_options=pj.ReadOptions(block_size=block),
-                                parse_options=pj.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="ignore"))
-        except pa.ArrowInvalid as exc:
-            if "straddl" in str(exc) and block < size + 1:
-                block *= 4  # a line longer than a block: read bigger blocks
-                continue
-            raise _Unsupported(str(exc)) from None
-        except (pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-            raise _Unsupported(str(exc)) from None
+_CHUNK_BYTES = 64 << 20  # lines are parsed this many bytes at a time, so memory stays bounded
 
 
-def _line_hashes(path: Path) -> list[str]:
-    """sha256 of every line, as the general path records it; blank lines or CR need that path."""
-    hashes = []
-    with path.open("rb") as handle:
-        for line in handle:
-            body = line[:-1] if line.endswith(b"\n") else line
-            if not body.strip() or b"\r" in body:
-                raise _Unsupported("blank lines or CR line ends")
-            hashes.append(hashlib.sha256(body).hexdigest())
-    return hashes
+def _lines(data: mmap.mmap) -> list[tuple[int, int]]:
+    """(start, end) of every line; a CR anywhere or a blank line needs the general path."""
+    if data.find(b"\r") != -1:
+        raise _Unsupported("CR line ends")
+    spans, start, size = [], 0, len(data)
+    while start < size:
+        end = data.find(b"\n", start)
+        end = size if end == -1 else end
+        if end - start < 64 and not data[start:end].strip():
+            raise _Unsupported("a blank line")
+        spans.append((start, end))
+        start = end + 1
+    return spans
+
+
+def _chunks(spans: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    out, current, size = [], [], 0
+    for span in spans:
+        if current and size + span[1] - span[0] > _CHUNK_BYTES:
+            out.append(current)
+            current, size = [], 0
+        current.append(span)
+        size += span[1] - span[0] + 1
+    if current:
+        out.append(current)
+    return out
+
+
+def _table(data: mmap.mmap, spans: list[tuple[int, int]]) -> pa.Table:
+    start, end = spans[0][0], spans[-1][1]
+    longest = max(b - a for a, b in spans)
+    options = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 2))
+    try:
+        table = pj.read_json(pa.BufferReader(data[start:end]), read_options=options,
+                             parse_options=pj.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise _Unsupported(str(exc)) from None
+    if table.num_rows != len(spans):
+        raise _Unsupported("a line the JSON reader skipped")
+    return table
 
 
 def _flatten(lists: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -118,10 +136,9 @@ def _classified(raw: pl.Expr, prefix: str) -> list[pl.Expr]:
     return [status.alias(f"{prefix}status"), logprob.alias(f"{prefix}logprob"), logprob.exp().alias(f"{prefix}prob")]
 
 
-def _identity(token: pl.Expr, token_id: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    """(id, text): the placeholder's id when there is one, else ``id`` with the token as text."""
-    placeholder = token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
-    return pl.coalesce(placeholder, token_id), pl.when(placeholder.is_null()).then(token)
+def _placeholder_ids(token: pl.Series) -> pl.Series:
+    """The id of each ``token_id:N`` placeholder, null for any other token."""
+    return token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
 
 
 def read_chat_jsonl(path: Path, source: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
@@ -133,26 +150,43 @@ def read_chat_jsonl(path: Path, source: str) -> tuple[pl.DataFrame, pl.DataFrame
 
 
 def _read(path: Path, source: str):
-    table = _table(path)
-    hashes = _line_hashes(path)
-    if table.num_rows != len(hashes) or table.column("choices").null_count:
+    parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
+    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        spans = _lines(data)
+        if not spans:
+            raise _Unsupported("an empty file")
+        line = 0
+        for chunk in _chunks(spans):
+            table = _table(data, chunk)
+            for batch in table.to_batches():
+                view = memoryview(data)
+                hashes = [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans[line : line + batch.num_rows]]
+                view.release()
+                parts.append(_batch(batch, line, hashes, source))
+                line += batch.num_rows
+    return tuple(pl.concat([p[i] for p in parts], how="vertical", rechunk=False) for i in range(3))
+
+
+def _batch(batch: pa.RecordBatch, first_line: int, hashes: list[str], source: str):
+    choices_column = batch.column("choices")
+    if choices_column.null_count:
         raise _Unsupported("a line without choices")
-    choices, choice_line, choice_pos = _flatten(table.column("choices"))
-    objects = table.column("object").combine_chunks()
+    choices, choice_line, choice_pos = _flatten(choices_column)
+    objects = batch.column("object")
     has_message = pc.is_valid(_field(choices, "message")).to_numpy(zero_copy_only=False)
-    is_chat = (pc.equal(objects, "chat.completion").fill_null(False).to_numpy(zero_copy_only=False))[choice_line]
+    is_chat = pc.equal(objects, "chat.completion").fill_null(False).to_numpy(zero_copy_only=False)[choice_line]
     if not np.all(has_message | is_chat):
         raise _Unsupported("a choice that is not a chat choice")
     entries, entry_choice, position = _flatten(_field(_field(choices, "logprobs"), "content"))
-    requests = _requests(table, choices, choice_line, choice_pos, entry_choice, hashes, source)
+    requests = _requests(batch, choices, choice_line, choice_pos, entry_choice, first_line, hashes, source)
     tokens = _tokens(entries, entry_choice, position, requests, source)
     candidates = _candidates(entries, tokens, source)
     return tokens, candidates, requests
 
 
-def _requests(table, choices, choice_line, choice_pos, entry_choice, hashes, source) -> pl.DataFrame:
-    lines = pl.from_arrow(table.select(["id", "model", "usage"])).unnest("usage")
-    n_choices = np.bincount(choice_line, minlength=table.num_rows)
+def _requests(batch, choices, choice_line, choice_pos, entry_choice, first_line, hashes, source) -> pl.DataFrame:
+    lines = pl.from_arrow(pa.Table.from_batches([batch.select(["id", "model", "usage"])])).unnest("usage")
+    n_choices = np.bincount(choice_line, minlength=batch.num_rows)
     scored = np.bincount(entry_choice, minlength=len(choices))
     frame = pl.DataFrame({
         "line": choice_line,
@@ -170,7 +204,7 @@ def _requests(table, choices, choice_line, choice_pos, entry_choice, hashes, sou
     extra = usage.map_elements(_usage_json, return_dtype=pl.String)
     out = frame.select(
         source=pl.lit(source),
-        record=pl.col("line") + 1,
+        record=pl.col("line") + first_line + 1,
         choice_index=pl.col("choice_index"),
         request_id=pl.col("id"),
         sample_key=pl.lit(None, pl.String),
@@ -197,26 +231,28 @@ def _usage_json(usage: dict) -> str | None:
 
 
 def _tokens(entries, entry_choice, position, requests: pl.DataFrame, source: str) -> pl.DataFrame:
+    token = pl.from_arrow(_field(entries, "token"))
+    own_id = pl.from_arrow(_field(entries, "id"))
+    placeholder = _placeholder_ids(token)
+    raw = pl.from_arrow(_field(entries, "logprob"))
+    if raw.null_count() or (own_id.is_not_null() & placeholder.is_not_null() & (own_id != placeholder)).any() or (token.is_null() & own_id.is_null()).any():
+        raise _Unsupported("placeholder conflicts, null values or entries without a token")
+    choice_row = pl.Series(entry_choice)
     frame = pl.DataFrame({
-        "choice_row": entry_choice,
+        "record": requests["record"].gather(choice_row),
+        "choice_index": requests["choice_index"].gather(choice_row),
+        "request_id": requests["request_id"].gather(choice_row),
         "position": position,
-        "token": pl.from_arrow(_field(entries, "token")),
-        "id": pl.from_arrow(_field(entries, "id")),
-        "raw_value": pl.from_arrow(_field(entries, "logprob")),
+        "token": token,
+        "placeholder": placeholder,
+        "own_id": own_id,
+        "raw_value": raw,
         "bytes": pl.from_arrow(_binary(_field(entries, "bytes"))),
         "n_candidates": pl.from_arrow(pc.list_value_length(_field(entries, "top_logprobs"))).cast(pl.Int64),
-    })
-    keys = requests.select("record", "choice_index", "request_id").with_row_index("choice_row").with_columns(pl.col("choice_row").cast(pl.Int64))
-    frame = frame.join(keys, on="choice_row", how="left", maintain_order="left")
-    token_id, text = _identity(pl.col("token"), pl.col("id"))
-    placeholder = pl.col("token").str.contains(_PLACEHOLDER).fill_null(False)
-    conflict = frame.filter(pl.col("id").is_not_null() & (pl.col("token").str.extract(_PLACEHOLDER, 1).cast(pl.Int64) != pl.col("id")))
-    if conflict.height or frame["raw_value"].null_count() or frame.filter(pl.col("token").is_null() & pl.col("id").is_null()).height:
-        raise _Unsupported("placeholder conflicts, null values or entries without a token")
-    frame = frame.with_columns(*_classified(pl.col("raw_value"), ""))
-    if frame.filter((pl.col("status") == "ok") & (pl.col("raw_value") > MAX_LOGPROB)).height:
+    }).with_columns(*_classified(pl.col("raw_value"), ""))
+    if ((frame["status"] == "ok") & (frame["raw_value"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive logprob")
-    own_placeholder_bytes = placeholder & (pl.col("bytes") == pl.col("token").cast(pl.Binary))
+    own_placeholder_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
     out = frame.select(
         source=pl.lit(source),
         record=pl.col("record"),
@@ -224,9 +260,9 @@ def _tokens(entries, entry_choice, position, requests: pl.DataFrame, source: str
         segment=pl.lit("completion"),
         position=pl.col("position"),
         request_id=pl.col("request_id"),
-        token_id=token_id,
-        token_text=text,
-        token_bytes=pl.when(own_placeholder_bytes.fill_null(False)).then(None).otherwise(pl.col("bytes")),
+        token_id=pl.coalesce("placeholder", "own_id"),
+        token_text=pl.when(pl.col("placeholder").is_null()).then(pl.col("token")),
+        token_bytes=pl.when(own_placeholder_bytes).then(None).otherwise(pl.col("bytes")),
         logprob=pl.col("logprob"),
         prob=pl.col("prob"),
         raw_value=pl.col("raw_value"),
@@ -239,32 +275,46 @@ def _tokens(entries, entry_choice, position, requests: pl.DataFrame, source: str
     return _conform(out, TOKEN_SCHEMA)
 
 
+def _duplicates(parent: pl.Expr, cand_id: pl.Expr, text: pl.Expr, data: pl.Expr, all_ids: bool) -> pl.Expr:
+    """True for a candidate whose identity (its id, else text and bytes) already appeared in its list."""
+    if all_ids:  # one integer key hashes far faster than a struct
+        return ~(parent * (1 << 32) + cand_id).is_first_distinct()
+    identity = pl.struct(parent, cand_id, pl.when(cand_id.is_null()).then(text).alias("t"), pl.when(cand_id.is_null()).then(data).alias("b"))
+    return ~identity.is_first_distinct()
+
+
 def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
     cands, parent, list_index = _flatten(_field(entries, "top_logprobs"))
+    token = pl.from_arrow(_field(cands, "token"))
+    placeholder = _placeholder_ids(token)
+    own_id = pl.from_arrow(_field(cands, "id"))
+    raw = pl.from_arrow(_field(cands, "logprob"))
+    if raw.null_count():
+        raise _Unsupported("a null candidate value")
+    parent = pl.Series("parent", parent)
     frame = pl.DataFrame({
         "parent": parent,
+        "record": tokens["record"].gather(parent),
+        "choice_index": tokens["choice_index"].gather(parent),
+        "position": tokens["position"].gather(parent),
+        "sampled_id": tokens["token_id"].gather(parent),
+        "sampled_text": tokens["token_text"].gather(parent),
         "list_index": list_index,
-        "token": pl.from_arrow(_field(cands, "token")),
-        "id": pl.from_arrow(_field(cands, "id")),
-        "raw": pl.from_arrow(_field(cands, "logprob")),
+        "token": token,
+        "cand_id": placeholder.fill_null(own_id),
+        "placeholder": placeholder,
+        "raw": raw,
         "bytes": pl.from_arrow(_binary(_field(cands, "bytes"))),
-    })
-    if frame["raw"].null_count():
-        raise _Unsupported("a null candidate value")
-    parents = tokens.select("record", "choice_index", "position", sampled_id="token_id", sampled_text="token_text").with_row_index("parent")
-    frame = frame.join(parents.with_columns(pl.col("parent").cast(pl.Int64)), on="parent", how="left", maintain_order="left")
-    cand_id, text = _identity(pl.col("token"), pl.col("id"))
-    frame = frame.with_columns(*_classified(pl.col("raw"), "c_"), cand_id=cand_id, cand_text=text)
-    if frame.filter((pl.col("c_status") == "ok") & (pl.col("raw") > MAX_LOGPROB)).height:
+    }).with_columns(*_classified(pl.col("raw"), "c_"))
+    if ((frame["c_status"] == "ok") & (frame["raw"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive candidate logprob")
-    placeholder = pl.col("token").str.contains(_PLACEHOLDER).fill_null(False)
-    own = placeholder & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
-    frame = frame.with_columns(cand_bytes=pl.when(own).then(None).otherwise(pl.col("bytes")))
-    identity = pl.struct(
-        pl.col("parent"), pl.col("cand_id"),
-        pl.when(pl.col("cand_id").is_null()).then(pl.col("cand_text")).alias("t"),
-        pl.when(pl.col("cand_id").is_null()).then(pl.col("cand_bytes")).alias("b"),
+    own_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
+    frame = frame.with_columns(
+        cand_text=pl.when(pl.col("placeholder").is_null()).then(pl.col("token")),
+        cand_bytes=pl.when(own_bytes).then(None).otherwise(pl.col("bytes")),
     )
+    ids = frame["cand_id"]
+    all_ids = ids.null_count() == 0 and (frame.height == 0 or (ids.min() >= 0 and ids.max() < (1 << 32) and frame["parent"].max() < (1 << 30)))
     sampled = (
         pl.when(pl.col("sampled_id").is_not_null() & pl.col("cand_id").is_not_null()).then(pl.col("cand_id") == pl.col("sampled_id"))
         .when(pl.col("sampled_text").is_not_null() & pl.col("cand_id").is_null()).then(pl.col("cand_text") == pl.col("sampled_text"))
@@ -285,7 +335,7 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         cand_raw_value=pl.col("raw"),
         cand_status=pl.col("c_status"),
         is_sampled=sampled,
-        is_duplicate=~identity.is_first_distinct(),
+        is_duplicate=_duplicates(pl.col("parent"), pl.col("cand_id"), pl.col("cand_text"), pl.col("cand_bytes"), all_ids),
     )
     return _conform(out, CANDIDATE_SCHEMA)
 
