@@ -113,10 +113,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1000)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--folder", type=Path, help="keep the generated files here")
+    parser.add_argument("--reuse", action="store_true", help="measure the files already in --folder instead of generating them")
     args = parser.parse_args()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="bia-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
-    chat, compact = generate(folder, args.requests, args.tokens, args.top)
+    if args.reuse and (folder / "chat.jsonl").exists() and (folder / "compact.jsonl").exists():
+        chat, compact = folder / "chat.jsonl", folder / "compact.jsonl"
+    else:
+        chat, compact = generate(folder, args.requests, args.tokens, args.top)
     print(f"{args.requests} requests x {args.tokens} tokens x top-{args.top}: chat {chat.stat().st_size / 1e6:.0f} MB, compact {compact.stat().st_size / 1e6:.0f} MB")
     for label, path, loaders in (("chat JSONL", chat, ("bare", "naive", "bia")), ("compact JSONL", compact, ("bare", "bia"))):
         results = {name: measure(name, path) for name in loaders}

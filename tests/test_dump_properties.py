@@ -60,6 +60,20 @@ def test_corrupted_payloads(data, replacement, which):
     _check(json.dumps(payload).encode(), fmt)
 
 
+CHUNKS = [json.loads(line[6:]) for line in STREAM.decode().split("\n\n") if line.startswith("data: {")]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), replacement=json_values)
+def test_corrupted_stream_chunks(data, replacement):
+    chunks = copy.deepcopy(CHUNKS)
+    spots = list(_spots(chunks))
+    container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
+    container[key] = replacement
+    text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    _check(text.encode(), "openai_chat_sse")
+
+
 @settings(max_examples=150, deadline=None)
 @given(cut=st.integers(0, len(STREAM)), junk=st.binary(max_size=8))
 def test_cut_or_garbled_streams(cut, junk):

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import mmap
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
-from ._values import FLOAT32_LOWEST, MAX_LOGPROB, SENTINEL_9999
+from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, classified, conform
+from ._values import MAX_LOGPROB
 
 _NULL = pa.null()  # a field that must be absent or null here: anything else sends the file to the general path
 _CANDIDATE = pa.struct([("token", pa.string()), ("logprob", pa.float64()), ("bytes", pa.list_(pa.int64())), ("id", pa.int64()), ("prob", _NULL)])
@@ -50,13 +48,35 @@ class _Unsupported(Exception):
 _CHUNK_BYTES = 64 << 20  # lines are parsed this many bytes at a time, so memory stays bounded
 
 
-def _lines(data: mmap.mmap) -> list[tuple[int, int]]:
-    """(start, end) of every line; a CR anywhere or a blank line needs the general path."""
-    if data.find(b"\r") != -1:
+def _chunks(path: Path):
+    """Whole lines of the file, about ``_CHUNK_BYTES`` at a time: (buffer, [(start, end) of each line]).
+
+    Read with plain reads, not a memory map, so pages already parsed do not stay in this process.
+    A CR or a blank line sends the file to the general path (it numbers and hashes lines its own way).
+    """
+    carry = b""
+    with path.open("rb") as handle:
+        while True:
+            block = handle.read(_CHUNK_BYTES)
+            data = carry + block
+            if not block:
+                if data:
+                    yield data, _spans(data, len(data))
+                return
+            cut = data.rfind(b"\n")
+            if cut == -1:  # a line longer than a chunk: keep reading
+                carry = data
+                continue
+            carry = data[cut + 1 :]
+            yield data[: cut + 1], _spans(data, cut + 1)
+
+
+def _spans(data: bytes, size: int) -> list[tuple[int, int]]:
+    if data.find(b"\r", 0, size) != -1:
         raise _Unsupported("CR line ends")
-    spans, start, size = [], 0, len(data)
+    spans, start = [], 0
     while start < size:
-        end = data.find(b"\n", start)
+        end = data.find(b"\n", start, size)
         end = size if end == -1 else end
         if end - start < 64 and not data[start:end].strip():
             raise _Unsupported("a blank line")
@@ -65,25 +85,11 @@ def _lines(data: mmap.mmap) -> list[tuple[int, int]]:
     return spans
 
 
-def _chunks(spans: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    out, current, size = [], [], 0
-    for span in spans:
-        if current and size + span[1] - span[0] > _CHUNK_BYTES:
-            out.append(current)
-            current, size = [], 0
-        current.append(span)
-        size += span[1] - span[0] + 1
-    if current:
-        out.append(current)
-    return out
-
-
-def _table(data: mmap.mmap, spans: list[tuple[int, int]]) -> pa.Table:
-    start, end = spans[0][0], spans[-1][1]
+def _table(data: bytes, spans: list[tuple[int, int]]) -> pa.Table:
     longest = max(b - a for a, b in spans)
     options = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 2))
     try:
-        table = pj.read_json(pa.BufferReader(data[start:end]), read_options=options,
+        table = pj.read_json(pa.BufferReader(data), read_options=options,
                              parse_options=pj.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="ignore"))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise _Unsupported(str(exc)) from None
@@ -122,20 +128,6 @@ def _field(array: pa.Array, name: str) -> pa.Array:
     return pc.struct_field(array, name)
 
 
-def _classified(raw: pl.Expr, prefix: str) -> list[pl.Expr]:
-    """Status, logprob and prob columns for a raw logprob, in the general path's order of rules."""
-    status = (
-        pl.when(raw.is_null()).then(pl.lit("null_in_source"))
-        .when(raw == SENTINEL_9999).then(pl.lit("sentinel_9999"))
-        .when(raw.is_nan() | (raw == math.inf)).then(pl.lit("nonfinite"))
-        .when(raw == -math.inf).then(pl.lit("neg_inf"))
-        .when(raw <= FLOAT32_LOWEST).then(pl.lit("float_lowest"))
-        .otherwise(pl.lit("ok"))
-    )
-    logprob = pl.when(status == "ok").then(raw)
-    return [status.alias(f"{prefix}status"), logprob.alias(f"{prefix}logprob"), logprob.exp().alias(f"{prefix}prob")]
-
-
 def _placeholder_ids(token: pl.Series) -> pl.Series:
     """The id of each ``token_id:N`` placeholder, null for any other token."""
     return token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
@@ -151,19 +143,16 @@ def read_chat_jsonl(path: Path, source: str) -> tuple[pl.DataFrame, pl.DataFrame
 
 def _read(path: Path, source: str):
     parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
-    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        spans = _lines(data)
-        if not spans:
-            raise _Unsupported("an empty file")
-        line = 0
-        for chunk in _chunks(spans):
-            table = _table(data, chunk)
-            for batch in table.to_batches():
-                view = memoryview(data)
-                hashes = [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans[line : line + batch.num_rows]]
-                view.release()
-                parts.append(_batch(batch, line, hashes, source))
-                line += batch.num_rows
+    line = 0
+    for data, spans in _chunks(path):
+        table = _table(data, spans)
+        first, view = line, memoryview(data)
+        for batch in table.to_batches():
+            hashes = [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans[line - first : line - first + batch.num_rows]]
+            parts.append(_batch(batch, line, hashes, source))
+            line += batch.num_rows
+    if not parts:
+        raise _Unsupported("an empty file")
     return tuple(pl.concat([p[i] for p in parts], how="vertical", rechunk=False) for i in range(3))
 
 
@@ -249,7 +238,7 @@ def _tokens(entries, entry_choice, position, requests: pl.DataFrame, source: str
         "raw_value": raw,
         "bytes": pl.from_arrow(_binary(_field(entries, "bytes"))),
         "n_candidates": pl.from_arrow(pc.list_value_length(_field(entries, "top_logprobs"))).cast(pl.Int64),
-    }).with_columns(*_classified(pl.col("raw_value"), ""))
+    }).with_columns(*classified(pl.col("raw_value"), ""))
     if ((frame["status"] == "ok") & (frame["raw_value"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive logprob")
     own_placeholder_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
@@ -272,7 +261,7 @@ def _tokens(entries, entry_choice, position, requests: pl.DataFrame, source: str
         n_candidates=pl.col("n_candidates"),
         source_format=pl.lit("openai_chat"),
     )
-    return _conform(out, TOKEN_SCHEMA)
+    return conform(out, TOKEN_SCHEMA)
 
 
 def _duplicates(parent: pl.Expr, cand_id: pl.Expr, text: pl.Expr, data: pl.Expr, all_ids: bool) -> pl.Expr:
@@ -305,7 +294,7 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         "placeholder": placeholder,
         "raw": raw,
         "bytes": pl.from_arrow(_binary(_field(cands, "bytes"))),
-    }).with_columns(*_classified(pl.col("raw"), "c_"))
+    }).with_columns(*classified(pl.col("raw"), "c_"))
     if ((frame["c_status"] == "ok") & (frame["raw"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive candidate logprob")
     own_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
@@ -337,10 +326,4 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         is_sampled=sampled,
         is_duplicate=_duplicates(pl.col("parent"), pl.col("cand_id"), pl.col("cand_text"), pl.col("cand_bytes"), all_ids),
     )
-    return _conform(out, CANDIDATE_SCHEMA)
-
-
-def _conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
-    """Every schema column, in order and type; those this path never fills are null."""
-    missing = [pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in frame.columns]
-    return frame.with_columns(missing).select([pl.col(n).cast(t) for n, t in schema.items()])
+    return conform(out, CANDIDATE_SCHEMA)

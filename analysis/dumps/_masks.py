@@ -29,15 +29,18 @@ def b64(text: Any, source: str, where: str, field: str) -> bytes:
         raise DumpError(source, where, field, f"malformed base64 ({exc})") from None
 
 
-def decode_compact_logprobs(compact: Any, rows, where: str) -> list[tuple[list[int], list[float]]]:
-    """Rows of (ids, logprobs) from ``{"format": "u32-f32-le-v1", "data", "offsets", "num_top_logprobs"}``.
+def decode_compact_logprobs(compact: Any, rows, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, logprobs, offsets) arrays from ``{"format": "u32-f32-le-v1", "data", "offsets", "num_top_logprobs"}``.
+
+    Row j is ``[offsets[j], offsets[j + 1])``.
 
     Examples
     --------
     >>> import types
     >>> c = {"format": "u32-f32-le-v1", "data": "BwAAAAgAAAAAAAC/AADAvw==", "offsets": [0, 1, 2]}
-    >>> decode_compact_logprobs(c, types.SimpleNamespace(source="s"), "$")
-    [([7], [-0.5]), ([8], [-1.5])]
+    >>> ids, values, offsets = decode_compact_logprobs(c, types.SimpleNamespace(source="s"), "$")
+    >>> ids.tolist(), values.tolist(), offsets.tolist()
+    ([7, 8], [-0.5, -1.5], [0, 1, 2])
     """
     source = rows.source
     if not isinstance(compact, dict):
@@ -56,13 +59,12 @@ def decode_compact_logprobs(compact: Any, rows, where: str) -> list[tuple[list[i
     data = b64(compact.get("data"), source, where, "data")
     if len(data) != 8 * count:
         raise DumpError(source, where, "data", f"decodes to {len(data)} bytes; {count} entries need exactly {8 * count}")
-    ids = np.frombuffer(data, dtype="<u4", count=count).tolist()
+    ids = np.frombuffer(data, dtype="<u4", count=count).astype(np.int64)
     values = np.frombuffer(data, dtype="<f4", count=count, offset=4 * count).astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(values) | (values > MAX_LOGPROB))
     if bad.size:
-        raise DumpError(source, where, "data", f"value {values[bad[0]]!r} at entry {int(bad[0])} is not a finite logprob <= 1e-6")
-    values = values.tolist()
-    return [(ids[a:b], values[a:b]) for a, b in zip(offsets, offsets[1:])]
+        raise DumpError(source, where, "data", f"value {float(values[bad[0]])!r} at entry {int(bad[0])} is not a finite logprob <= 1e-6")
+    return ids, values, np.asarray(offsets, dtype=np.int64)
 
 
 def _nd_array(obj: dict, source: str, where: str) -> np.ndarray:

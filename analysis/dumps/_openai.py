@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._masks import decode_compact_logprobs, decode_sampling_mask, validate_routed_experts
-from ._schema import Rows
+import numpy as np
+import polars as pl
+
+from ._schema import Rows, classified
 from ._values import DumpError, placeholder_id
 
 
@@ -48,6 +51,18 @@ def _list(value: Any, rows: Rows, where: str, field_name: str) -> list:
     if not isinstance(value, list):
         raise DumpError(rows.source, where, field_name, f"expected a list, got {type(value).__name__}")
     return value
+
+
+def _str_or_none(value: Any, rows: Rows, where: str, field_name: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise DumpError(rows.source, where, field_name, f"expected a string, got {type(value).__name__} {value!r:.60}")
+
+
+def choice_index(choice: dict, position: int, rows: Rows, where: str) -> int:
+    """A choice's ``index``, or its position when the engine omits it."""
+    index = _int_or_none(choice.get("index"), rows, where, "index")
+    return position if index is None else index
 
 
 def _int_or_none(value: Any, rows: Rows, where: str, field_name: str) -> int | None:
@@ -129,6 +144,7 @@ def add_entry(
     stream_chunk: int | None = None,
     t_arrival: float | None = None,
     text_offset: int | None = None,
+    support_size: int | None = None,
 ) -> None:
     """Append one ``logprobs.content`` entry and its candidates."""
     entry = _obj(entry, rows, where)
@@ -154,6 +170,7 @@ def add_entry(
         stream_chunk=stream_chunk,
         t_arrival=t_arrival,
         text_offset=text_offset,
+        support_size=support_size,
         logprob_semantics="post_sampler" if kind == "prob" else "unknown",
     )
     if cands:
@@ -194,7 +211,7 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
         raise DumpError(rows.source, where, "error", f"the server answered with an error: {payload['error']!r}")
     choices = _list(payload.get("choices"), rows, where, "choices")
     prompt_tokens, completion_tokens, usage = _usage(payload)
-    request_id = payload.get("id") or payload.get("request_id")
+    request_id = _str_or_none(payload.get("id") or payload.get("request_id"), rows, where, "id")
     extra = {"usage": usage} if usage else {}
     nvext_ids = ((payload.get("nvext") or {}).get("engine_data") or {}).get("completion_token_ids")
     if isinstance(payload.get("nvext"), dict) and payload["nvext"].get("routed_experts") is not None:
@@ -202,7 +219,7 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
     for c, choice in enumerate(choices):
         cwhere = f"{where}.choices[{c}]"
         choice = _obj(choice, rows, cwhere)
-        index = choice.get("index", c)
+        index = choice_index(choice, c, rows, cwhere)
         token_ids = choice.get("token_ids", nvext_ids if len(choices) == 1 else None)
         scored = _parse_choice_tokens(choice, rows, meta, cwhere, index, request_id, token_ids)
         has_logprobs = choice.get("logprobs") is not None or choice.get("compact_logprobs") is not None
@@ -236,7 +253,6 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
 
 def _parse_choice_tokens(choice: dict, rows: Rows, meta: Meta, where: str, index: int, request_id, token_ids) -> int:
     """Append the completion tokens of one choice; returns how many positions were scored."""
-    first_row = rows.n_tokens()
     if token_ids is not None:
         token_ids = _list(token_ids, rows, where, "token_ids")
         for j, tid in enumerate(token_ids):
@@ -252,62 +268,90 @@ def _parse_choice_tokens(choice: dict, rows: Rows, meta: Meta, where: str, index
     compact = choice.get("compact_logprobs")
     if entries is not None and token_ids is not None and len(entries) != len(token_ids):
         raise DumpError(rows.source, where, "logprobs.content", f"holds {len(entries)} entries for {len(token_ids)} token_ids")
+    n = len(entries) if entries is not None else len(token_ids) if token_ids is not None else 0
+    supports = _sampling_supports(choice, token_ids, n, rows, where)
+    sizes = [None if row is None else len(row[0]) for row in supports] if supports is not None else [None] * n
     key0 = (meta.record, index, "completion")
     if entries is not None:
         for j, entry in enumerate(entries):
             add_entry(rows, entry, (*key0, j), f"{where}.logprobs.content[{j}]", request_id=request_id, meta=meta,
-                      known_id=None if token_ids is None else token_ids[j])
-        n = len(entries)
+                      known_id=None if token_ids is None else token_ids[j], support_size=sizes[j])
     elif compact is not None:
         if token_ids is None:
             raise DumpError(rows.source, where, "token_ids", "compact_logprobs need the choice's token_ids")
-        n = _add_compact(compact, token_ids, rows, meta, where, key0, request_id)
-    elif token_ids is not None:
-        for j, tid in enumerate(token_ids):
-            rows.token((*key0, j), where, raw=None, missing=True, request_id=request_id, sample_key=meta.sample_key, token_id=tid)
-        n = len(token_ids)
+        _add_compact(compact, token_ids, rows, meta, where, key0, request_id, sizes)
     else:
-        n = 0
-    _add_sampling_masks(choice, token_ids, n, rows, where, key0, first_row)
+        for j, tid in enumerate(token_ids or []):
+            rows.token((*key0, j), where, raw=None, missing=True, request_id=request_id, sample_key=meta.sample_key, token_id=tid, support_size=sizes[j])
+    if supports is not None:
+        _add_support_candidates(supports, token_ids, rows, f"{where}.{_mask_name(choice)}", key0)
     return n
 
 
-def _add_compact(compact, token_ids, rows: Rows, meta: Meta, where: str, key0, request_id) -> int:
+def _add_compact(compact, token_ids, rows: Rows, meta: Meta, where: str, key0, request_id, sizes) -> None:
+    """Compact rows, vectorized: a row holds the sampled id (first position wins, last value wins, as a dict)."""
     cwhere = f"{where}.compact_logprobs"
-    table = decode_compact_logprobs(compact, rows, cwhere)
-    if len(table) != len(token_ids):
-        raise DumpError(rows.source, cwhere, "offsets", f"hold {len(table)} rows for {len(token_ids)} token_ids")
-    k = compact.get("num_top_logprobs")
-    for j, (ids, values) in enumerate(table):
-        sampled = token_ids[j]
-        as_dict = dict(zip(ids, values))  # first position wins, last value wins
-        if sampled not in as_dict:
-            raise DumpError(rows.source, f"{cwhere} row {j}", "ids", f"the sampled id {sampled} is missing from its row {ids}")
-        rows.token((*key0, j), f"{cwhere} row {j}", raw=as_dict[sampled], request_id=request_id, sample_key=meta.sample_key,
-                   token_id=sampled, n_candidates=len(ids), top_k_requested=k, logprob_semantics="unknown")
-        rows.candidates_for((*key0, j), f"{cwhere} row {j}", [{"token_id": i, "raw": v} for i, v in zip(ids, values)],
-                            list_kind="top_logprobs", sampled_id=sampled, sampled_text=None)
-    return len(table)
+    ids, values, offsets = decode_compact_logprobs(compact, rows, cwhere)
+    top_k = _int_or_none(compact.get("num_top_logprobs"), rows, cwhere, "num_top_logprobs")
+    n = len(offsets) - 1
+    if n != len(token_ids):
+        raise DumpError(rows.source, cwhere, "offsets", f"hold {n} rows for {len(token_ids)} token_ids")
+    lengths = np.diff(offsets)
+    row_of = np.repeat(np.arange(n), lengths)
+    sampled = np.asarray(token_ids, dtype=np.int64)
+    match = ids == sampled[row_of]
+    found = np.zeros(n, dtype=bool)
+    found[row_of[match]] = True
+    if not found.all():
+        j = int(np.flatnonzero(~found)[0])
+        raise DumpError(rows.source, f"{cwhere} row {j}", "ids", f"the sampled id {token_ids[j]} is missing from its row {ids[offsets[j]:offsets[j + 1]].tolist()}")
+    hits = np.flatnonzero(match)
+    last = hits[np.r_[row_of[hits][1:] != row_of[hits][:-1], True]]
+    record, choice, segment = key0
+    common = {"source": rows.source, "record": record, "choice_index": choice, "segment": segment}
+    tokens = pl.DataFrame({"position": np.arange(n), "token_id": sampled, "raw_value": values[last], "n_candidates": lengths,
+                           "support_size": pl.Series(sizes, dtype=pl.Int64)})
+    rows.add_frame("tokens", tokens.with_columns(
+        *classified(pl.col("raw_value")), **{k: pl.lit(v) for k, v in common.items()}, request_id=pl.lit(request_id, pl.String),
+        sample_key=pl.lit(meta.sample_key, pl.String), top_k_requested=pl.lit(top_k, pl.Int64),
+        value_kind=pl.lit("logprob"), logprob_semantics=pl.lit("unknown"), source_format=pl.lit(rows.source_format),
+    ).rename({"status": "value_status"}))
+    key = pl.Series((row_of.astype(np.int64) << 32) | ids)
+    candidates = pl.DataFrame({"position": row_of, "list_index": np.arange(len(ids)) - offsets[row_of], "cand_token_id": ids,
+                               "cand_raw_value": values, "is_sampled": match, "is_duplicate": ~key.is_first_distinct()})
+    rows.add_frame("candidates", candidates.with_columns(
+        *classified(pl.col("cand_raw_value"), "cand_"), **{k: pl.lit(v) for k, v in common.items()}, list_kind=pl.lit("top_logprobs"),
+    ))
 
 
-def _add_sampling_masks(choice: dict, token_ids, n: int, rows: Rows, where: str, key0, first_row: int) -> None:
-    for name in ("sampling_mask", "kept_tokens"):
-        if choice.get(name) is None:
+def _mask_name(choice: dict) -> str:
+    return "sampling_mask" if choice.get("sampling_mask") is not None else "kept_tokens"
+
+
+def _sampling_supports(choice: dict, token_ids, n: int, rows: Rows, where: str):
+    """The decoded support rows of a sampling mask (``sampling_mask`` or ``kept_tokens``), checked, or None."""
+    name = _mask_name(choice)
+    if choice.get(name) is None:
+        return None
+    mwhere = f"{where}.{name}"
+    support = decode_sampling_mask(choice[name], choice.get("sampling_mask_logprobs"), rows, mwhere)
+    if len(support) != n:
+        raise DumpError(rows.source, mwhere, None, f"holds {len(support)} rows for {n} completion tokens")
+    for j, row in enumerate(support):
+        sampled = token_ids[j] if token_ids is not None else None
+        if row is not None and sampled is not None and sampled not in row[0]:
+            raise DumpError(rows.source, f"{mwhere} row {j}", None, f"the sampled id {sampled} is missing from its support {row[0]}")
+    return support
+
+
+def _add_support_candidates(supports, token_ids, rows: Rows, mwhere: str, key0) -> None:
+    for j, row in enumerate(supports):
+        if row is None:  # a count of 0: nothing recorded for this token
             continue
-        mwhere = f"{where}.{name}"
-        support = decode_sampling_mask(choice[name], choice.get("sampling_mask_logprobs"), rows, mwhere)
-        if len(support) != n:
-            raise DumpError(rows.source, mwhere, None, f"holds {len(support)} rows for {n} completion tokens")
-        for j, row in enumerate(support):
-            if row is None:  # a count of 0: nothing recorded for this token
-                continue
-            ids, logprobs = row
-            sampled = token_ids[j] if token_ids is not None else None
-            if sampled is not None and sampled not in ids:
-                raise DumpError(rows.source, f"{mwhere} row {j}", None, f"the sampled id {sampled} is missing from its support {ids}")
-            rows.tokens["support_size"][first_row + j] = len(ids)  # this choice's tokens were appended in order
-            entries = [{"token_id": i, "raw": None if logprobs is None else logprobs[k]} for k, i in enumerate(ids)]
-            rows.candidates_for((*key0, j), f"{mwhere} row {j}", entries, list_kind="sampling_support", sampled_id=sampled, sampled_text=None)
+        ids, logprobs = row
+        entries = [{"token_id": i, "raw": None if logprobs is None else logprobs[k]} for k, i in enumerate(ids)]
+        rows.candidates_for((*key0, j), f"{mwhere} row {j}", entries, list_kind="sampling_support",
+                            sampled_id=token_ids[j] if token_ids is not None else None, sampled_text=None)
 
 
 def parse_prompt_logprobs(prompt_logprobs: Any, rows: Rows, meta: Meta, where: str, request_id) -> None:
@@ -372,11 +416,11 @@ def parse_completion(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> 
     payload = _obj(payload, rows, where)
     choices = _list(payload.get("choices"), rows, where, "choices")
     prompt_tokens, completion_tokens, usage = _usage(payload)
-    request_id = payload.get("id")
+    request_id = _str_or_none(payload.get("id"), rows, where, "id")
     for c, choice in enumerate(choices):
         cwhere = f"{where}.choices[{c}]"
         choice = _obj(choice, rows, cwhere)
-        index = choice.get("index", c)
+        index = choice_index(choice, c, rows, cwhere)
         logprobs = choice.get("logprobs")
         scored = prompt_len = 0
         if logprobs is not None:

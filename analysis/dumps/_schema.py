@@ -12,7 +12,9 @@ from typing import Any
 
 import polars as pl
 
-from ._values import MAX_LOGPROB, DumpError, classify_logprob, classify_prob
+import math
+
+from ._values import FLOAT32_LOWEST, MAX_LOGPROB, SENTINEL_9999, DumpError, classify_logprob, classify_prob
 
 KEY = {
     "source": pl.String,
@@ -124,6 +126,7 @@ class Rows:
         self.candidates = {name: [] for name in CANDIDATE_SCHEMA}
         self.requests = {name: [] for name in REQUEST_SCHEMA}
         self.skipped: list[DumpError] = []
+        self._parts: dict[str, list[pl.DataFrame]] = {"tokens": [], "candidates": [], "requests": []}
 
     # --- tokens ------------------------------------------------------------------------------
     def token(self, key: tuple[int, int, str, int], where: str, *, raw: Any, kind: str = "logprob", missing: bool = False, **columns: Any) -> None:
@@ -217,20 +220,55 @@ class Rows:
 
     # --- checks and frames -------------------------------------------------------------------
     def n_tokens(self) -> int:
+        """Tokens appended row by row since the last bulk frame (indexes into ``self.tokens``)."""
         return len(self.tokens["position"])
 
+    def add_frame(self, table: str, frame: pl.DataFrame) -> None:
+        """Append a whole frame built with vectorized code; row order with ``token()`` is kept."""
+        self._flush(table)
+        self._parts[table].append(conform(frame, SCHEMAS[table]))
+
+    def _flush(self, table: str) -> None:
+        columns = getattr(self, table)
+        if next(iter(columns.values())):
+            self._parts[table].append(pl.DataFrame(columns, schema=SCHEMAS[table], strict=False))
+            for column in columns.values():
+                column.clear()
+
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        return (
-            pl.DataFrame(self.tokens, schema=TOKEN_SCHEMA, strict=False),
-            pl.DataFrame(self.candidates, schema=CANDIDATE_SCHEMA, strict=False),
-            pl.DataFrame(self.requests, schema=REQUEST_SCHEMA, strict=False),
-        )
+        out = []
+        for table in ("tokens", "candidates", "requests"):
+            self._flush(table)
+            parts = self._parts[table]
+            out.append(pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=SCHEMAS[table]))
+        return tuple(out)
 
 
 def _exp(logprob: float) -> float:
-    import math
-
     return math.exp(logprob)
+
+
+SCHEMAS = {"tokens": TOKEN_SCHEMA, "candidates": CANDIDATE_SCHEMA, "requests": REQUEST_SCHEMA}
+
+
+def classified(raw: pl.Expr, prefix: str = "") -> list[pl.Expr]:
+    """``status``, ``logprob`` and ``prob`` columns for raw logprobs: ``classify_logprob``, vectorized."""
+    status = (
+        pl.when(raw.is_null()).then(pl.lit("null_in_source"))
+        .when(raw == SENTINEL_9999).then(pl.lit("sentinel_9999"))
+        .when(raw.is_nan() | (raw == math.inf)).then(pl.lit("nonfinite"))
+        .when(raw == -math.inf).then(pl.lit("neg_inf"))
+        .when(raw <= FLOAT32_LOWEST).then(pl.lit("float_lowest"))
+        .otherwise(pl.lit("ok"))
+    )
+    logprob = pl.when(status == "ok").then(raw)
+    return [status.alias(f"{prefix}status"), logprob.alias(f"{prefix}logprob"), logprob.exp().alias(f"{prefix}prob")]
+
+
+def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Every schema column, in order and type; columns the frame lacks are null."""
+    missing = [pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in frame.columns]
+    return frame.with_columns(missing).select([pl.col(n).cast(t) for n, t in schema.items()])
 
 
 def empty_frames() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _json
-from ._openai import Meta, _list, _obj, add_entry, parse_legacy_logprobs, usage_counts
+from ._openai import Meta, _list, _obj, _str_or_none, add_entry, choice_index, parse_legacy_logprobs, usage_counts
 from ._schema import Rows
 from ._sse import Event, parse_sse
 from ._values import DumpError
@@ -78,7 +78,8 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
         ewhere = f"record {meta.record} event {event.index} (line {event.line})"
         chunk = _obj(chunk, rows, ewhere)
         t = _arrival(meta, event, rows, n_events)
-        model, request_id = chunk.get("model", model), chunk.get("id", request_id)
+        model = _str_or_none(chunk.get("model", model), rows, ewhere, "model")
+        request_id = _str_or_none(chunk.get("id", request_id), rows, ewhere, "id")
         if live is None and "stream_mode" in chunk:
             live = chunk["stream_mode"] == "live"
         if usage_counts(chunk.get("usage")) is not None:
@@ -86,9 +87,10 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
         for c, choice in enumerate(_list(chunk.get("choices", []), rows, ewhere, "choices")):
             cwhere = f"{ewhere}.choices[{c}]"
             choice = _obj(choice, rows, cwhere)
-            index = choice.get("index", c)
+            index = choice_index(choice, c, rows, cwhere)
             acc = choices.setdefault(index, _Choice())
-            piece = choice.get("text") if legacy else (choice.get("delta") or {}).get("content")
+            delta = _obj(choice.get("delta") or {}, rows, cwhere, "delta")
+            piece = _str_or_none(choice.get("text") if legacy else delta.get("content"), rows, cwhere, "text" if legacy else "delta.content")
             if piece:
                 acc.text.append(piece)
                 acc.first_content_t = acc.first_content_t if acc.first_content_t is not None else t
@@ -131,7 +133,7 @@ def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = 
         ewhere = f"record {meta.record} event {event.index} (line {event.line})"
         chunk = _obj(chunk, rows, ewhere)
         t = _arrival(meta, event, rows, n_events)
-        pieces.append(chunk.get("content") or "")
+        pieces.append(_str_or_none(chunk.get("content"), rows, ewhere, "content") or "")
         probs = chunk.get("completion_probabilities")
         if probs:
             n = add_llamacpp_probabilities(probs, rows, meta, f"{ewhere}.completion_probabilities", start=n, stream_chunk=event.index, t_arrival=t)
