@@ -504,3 +504,99 @@ def test_polars_and_pandas_equal(tmp_path):
         left, right = getattr(as_polars, name), getattr(as_pandas, name)
         assert list(right.columns) == left.columns and len(right) == left.height
         assert pl.from_pandas(right, schema_overrides=left.schema).equals(left)
+
+
+# --- vLLM offline -------------------------------------------------------------------------------
+
+
+def test_vllm_offline_repr_with_unclamped_inf(tmp_path):
+    text = sample("vllm_offline_logprobs_repr_with_-inf__vllm-issue11397.excerpt.txt").read_text()
+    cut = text.index(", {315:")  # the excerpt is truncated: keep its first four complete steps
+    path = tmp_path / "offline.txt"
+    path.write_text(text[:cut] + "]")
+    d = load(path)
+    assert d.formats[str(path)] == ["vllm_offline_repr"]
+    assert col(d.tokens, "token_id") == [785, 4462, 594, 2400]
+    assert col(d.tokens, "token_text") == ["The", " member", "'s", " date"]
+    assert col(d.tokens, "logprob") == [0.0] * 4 and col(d.tokens, "vocab_rank") == [1] * 4
+    first = d.candidates.filter(position=0)
+    assert col(first, "cand_token_id") == [785, 2, 0, 3, 1]
+    assert col(first, "cand_status") == ["ok"] + ["neg_inf"] * 4  # -inf is not clamped offline, and never reaches the number
+    assert col(first, "cand_raw_value")[1] == -math.inf and col(first, "cand_vocab_rank") == [1, 2, 3, 4, 5]
+
+
+def test_vllm_offline_json_and_logprobs_mode(tmp_path):
+    steps = [{"11": {"logprob": 3.5, "rank": 1, "decoded_token": "a"}, "12": {"logprob": 1.0, "rank": 2, "decoded_token": "b"}}]
+    path = tmp_path / "offline.jsonl"
+    path.write_text(json.dumps({"response": steps, "logprobs_mode": "raw_logits", "format": "vllm_offline"}))
+    d = load(path)
+    assert col(d.tokens, "value_kind") == ["logit"] and col(d.tokens, "logprob_semantics") == ["raw"]
+    assert col(d.tokens, "logprob") == [None] and col(d.tokens, "raw_value") == [3.5]  # a logit is kept raw, never as a logprob
+    plain = write_json(tmp_path / "steps.json", steps[:1] and [{"11": {"logprob": -0.5, "rank": 1, "decoded_token": "a"}}])
+    assert load(plain).formats[str(plain)] == ["vllm_offline"]
+    path.write_text(json.dumps({"response": steps, "logprobs_mode": "sampled"}))
+    with pytest.raises(DumpError, match="logprobs_mode: expected one of"):
+        load(path)
+
+
+def test_offline_repr_is_parsed_never_evaluated(tmp_path):
+    path = tmp_path / "evil.txt"
+    path.write_text("[{1: Logprob(logprob=__import__('os').system('echo pwned'), rank=1, decoded_token='a')}]")
+    with pytest.raises(DumpError, match="unexpected Python syntax"):
+        load(path)
+
+
+# --- every format from a file, a folder and a URL -------------------------------------------------
+
+
+def _one_file_per_format(folder: Path) -> dict[str, str]:
+    """A small valid dump of each format, written into ``folder``; returns file name -> format."""
+    files = {
+        "chat.json": ("openai_chat", json.dumps(chat([entry("a", -0.1)]))),
+        "chat.sse": ("openai_chat_sse", sse(chunk("A", [entry("A", -0.5)]), "[DONE]")),
+        "completion.json": ("openai_completion", json.dumps({"object": "text_completion", "choices": [{"text": "a", "logprobs": {"tokens": ["a"], "token_logprobs": [-0.2], "top_logprobs": [{"a": -0.2}], "text_offset": [0]}}]})),
+        "completion.sse": ("openai_completion_sse", sse(json.dumps({"object": "text_completion", "choices": [{"index": 0, "text": "a", "logprobs": {"tokens": ["a"], "token_logprobs": [-0.2], "top_logprobs": None, "text_offset": [0]}}]}), "[DONE]")),
+        "generate.json": ("vllm_generate", (SAMPLES / "renderers_generate_response_fixture__renderers-tests-test_client.json").read_text()),
+        "sglang.json": ("sglang", json.dumps({"text": "x", "meta_info": {"id": "s", "output_token_logprobs": [[-0.1, 5, None]]}})),
+        "llamacpp.json": ("llamacpp", (SAMPLES / "llamacpp_completion_probabilities_legacy__llama.cpp-pr4714.partial.json").read_text()),
+        "llamacpp.sse": ("llamacpp_sse", sse(json.dumps({"content": "a", "stop": True, "completion_probabilities": [{"id": 1, "token": "a", "logprob": -0.1, "top_logprobs": []}]}))),
+        "tgi.json": ("tgi", json.dumps({"generated_text": "a", "details": {"tokens": [{"id": 1, "text": "a", "logprob": -0.1}]}})),
+        "primerl.jsonl": ("primerl", json.dumps({"schema_version": 1, "token_ids": [1], "inference_logprobs": [-0.1]})),
+        "offline.json": ("vllm_offline", json.dumps([{"1": {"logprob": -0.1, "rank": 1, "decoded_token": "a"}}])),
+        "many.jsonl": ("openai_chat", "\n".join(json.dumps(chat([entry("a", -0.1)])) for _ in range(2))),
+    }
+    for name, (_, text) in files.items():
+        (folder / name).write_text(text)
+    return {name: fmt for name, (fmt, _) in files.items()}
+
+
+def test_every_format_from_a_folder_and_a_url(tmp_path, monkeypatch):
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    expected = _one_file_per_format(folder)
+    d = read_dumps(folder)
+    assert {Path(s).name: f for s, f in d.formats.items()} == {n: [f] for n, f in expected.items()}
+    assert set(d.tokens["source"].unique()) == {str(folder / n) for n in expected}
+
+    monkeypatch.setenv("BIA_CACHE_DIR", str(tmp_path / "cache"))
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(folder)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        for name, fmt in expected.items():
+            remote = read_dump(f"{base}/{name}")
+            assert remote.formats == {f"{base}/{name}": [fmt]}
+            local = d.tokens.filter(source=str(folder / name)).drop("source")
+            assert remote.tokens.drop("source").equals(local), name
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -17,6 +17,7 @@ from .._frames import check_backend, to_backend
 from .._sources import expand_sources, fetch_url, is_url
 from . import _json
 from ._native import parse_llamacpp, parse_primerl, parse_sglang, parse_tgi
+from ._offline import looks_like_steps, parse_offline, parse_repr
 from ._openai import Meta, parse_chat, parse_completion
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, Rows
 from ._sse import parse_sse
@@ -34,9 +35,10 @@ PAYLOAD_PARSERS: dict[str, Callable] = {
     "llamacpp": parse_llamacpp,
     "tgi": parse_tgi,
     "primerl": parse_primerl,
+    "vllm_offline": parse_offline,
 }
 STREAM_FORMATS = ("openai_chat_sse", "openai_completion_sse", "llamacpp_sse")
-FORMATS = (*PAYLOAD_PARSERS, *STREAM_FORMATS, "jsonl", "torch")
+FORMATS = (*PAYLOAD_PARSERS, *STREAM_FORMATS, "vllm_offline_repr", "jsonl", "torch")
 
 
 def payload_formats(payload: Any) -> list[str]:
@@ -51,6 +53,8 @@ def payload_formats(payload: Any) -> list[str]:
     """
     if isinstance(payload, list) and len(payload) == 1 and isinstance(payload[0], dict) and "details" in payload[0]:
         return ["tgi"]
+    if looks_like_steps(payload):
+        return ["vllm_offline"]
     if not isinstance(payload, dict):
         return []
     found = []
@@ -117,6 +121,8 @@ def detect_format(raw: bytes, source: str) -> str:
     try:
         payload = _json.loads(text)
     except ValueError:
+        if "Logprob(" in text[:65536]:
+            return "vllm_offline_repr"
         if _first_line_is_json(text):
             return "jsonl"
         raise DumpError(source, "$", None, "neither JSON, JSON lines, SSE nor a torch file") from None
@@ -153,6 +159,9 @@ def _text(raw: bytes, source: str) -> str:
 
 
 def _parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bool) -> None:
+    if fmt == "vllm_offline_repr":
+        parse_offline(parse_repr(text, rows.source), rows, meta)
+        return
     if fmt in STREAM_FORMATS:
         if fmt == "llamacpp_sse":
             parse_llamacpp_stream(text, rows, meta, lenient=lenient)
@@ -167,6 +176,7 @@ def _parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bo
 
 
 _ENVELOPE_KEYS = {"response", "sse", "format", "band_c", "slot", "prompt_id", "sample_key", "t_sent", "arrival_times"}
+# Other envelope keys go to requests.extra; "logprobs_mode" there also sets vLLM offline semantics.
 
 
 def _envelope_meta(line: dict, record: int, raw: bytes) -> Meta:

@@ -137,7 +137,7 @@ class Rows:
         if missing:
             logprob, prob, status = None, None, "missing"
         else:
-            logprob, prob, status = self._classify(raw, kind, where, "logprob" if kind == "logprob" else "prob")
+            logprob, prob, status = self._classify(raw, kind, where, "prob" if kind == "prob" else "logprob")
         row = {
             "source": self.source,
             "record": key[0],
@@ -162,7 +162,7 @@ class Rows:
         seen: set[Any] = set()
         for index, entry in enumerate(entries):
             raw = entry.get("raw")
-            logprob, prob, status = self._classify(raw, kind, f"{where}[{index}]", "logprob" if kind == "logprob" else "prob")
+            logprob, prob, status = self._classify(raw, kind, f"{where}[{index}]", "prob" if kind == "prob" else "logprob")
             cand_id, text = entry.get("token_id"), entry.get("token_text")
             identity = ("id", cand_id) if cand_id is not None else ("text", text, _clean_bytes(entry.get("token_bytes")))
             if sampled_id is not None and cand_id is not None:
@@ -209,6 +209,8 @@ class Rows:
     def _classify(self, raw: Any, kind: str, where: str, field: str):
         if raw is not None and (isinstance(raw, bool) or not isinstance(raw, (int, float))):
             raise DumpError(self.source, where, field, f"expected a number or null, got {type(raw).__name__} {raw!r}")
+        if kind == "logit":  # a logit is no log-probability: kept in raw_value only
+            return None, None, classify_logprob(raw)[1]
         if kind == "prob":
             if raw is not None and not (0.0 <= float(raw) <= 1.0 + 1e-6) and raw == raw:
                 raise DumpError(self.source, where, field, f"expected a probability in [0, 1], got {raw!r}")
