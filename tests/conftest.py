@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import json
 import shutil
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import matplotlib
@@ -54,3 +58,19 @@ def _close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+@contextlib.contextmanager
+def serve_folder(folder: Path):
+    """A real HTTP server on loopback serving ``folder``; yields its base URL."""
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

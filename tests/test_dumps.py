@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import ROOT, write_json
+from conftest import ROOT, serve_folder, write_json
 
 from analysis import DumpError, read_dump, read_dumps, scan_dump
 
@@ -465,27 +465,12 @@ def test_directory_glob_and_concatenation(tmp_path):
 
 
 def test_url_on_loopback(tmp_path, monkeypatch):
-    import threading
-    from functools import partial
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
     monkeypatch.setenv("BIA_CACHE_DIR", str(tmp_path / "cache"))
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(SAMPLES)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/vllm_chat_nonstream_token_ids__OpenPipe-ART.json"
+    with serve_folder(SAMPLES) as base:
+        url = f"{base}/vllm_chat_nonstream_token_ids__OpenPipe-ART.json"
         d = read_dump(url)
         assert d.tokens.height == 10 and col(d.tokens, "source") == [url] * 10
-        sse_url = url.replace("vllm_chat_nonstream_token_ids__OpenPipe-ART.json", "openai_chat_stream_include_usage__langchain.reframed.sse")
-        assert read_dump(sse_url).requests["completion_text"].item() == "我是助手。"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+        assert read_dump(f"{base}/openai_chat_stream_include_usage__langchain.reframed.sse").requests["completion_text"].item() == "我是助手。"
 
 
 def test_parquet_round_trip(tmp_path):
@@ -571,32 +556,16 @@ def _one_file_per_format(folder: Path) -> dict[str, str]:
 
 
 def test_every_format_from_a_folder_and_a_url(tmp_path, monkeypatch):
-    import threading
-    from functools import partial
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
     folder = tmp_path / "dumps"
     folder.mkdir()
     expected = _one_file_per_format(folder)
     d = read_dumps(folder)
     assert {Path(s).name: f for s, f in d.formats.items()} == {n: [f] for n, f in expected.items()}
     assert set(d.tokens["source"].unique()) == {str(folder / n) for n in expected}
-
     monkeypatch.setenv("BIA_CACHE_DIR", str(tmp_path / "cache"))
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(folder)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    with serve_folder(folder) as base:
         for name, fmt in expected.items():
             remote = read_dump(f"{base}/{name}")
             assert remote.formats == {f"{base}/{name}": [fmt]}
             local = d.tokens.filter(source=str(folder / name)).drop("source")
             assert remote.tokens.drop("source").equals(local), name
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

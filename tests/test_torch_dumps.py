@@ -7,6 +7,8 @@ import pickle
 
 import pytest
 
+from conftest import serve_folder
+
 from analysis import DumpError, read_dump
 
 torch = pytest.importorskip("torch")
@@ -82,3 +84,12 @@ def test_shape_errors(tmp_path):
     torch.save({"sequences": torch.tensor([[1, 2]]), "scores": torch.zeros(2, 1, 4)}, path)
     with pytest.raises(DumpError, match="scores: has 2 rows but sequences has 1"):
         read_dump(path)
+
+
+def test_torch_dump_from_a_loopback_url(tmp_path, monkeypatch):
+    torch.save({"token_ids": torch.tensor([[5]]), "top_ids": torch.tensor([[[5, 1]]]), "top_logprobs": torch.tensor([[[-0.5, -1.0]]])}, tmp_path / "r.pt")
+    monkeypatch.setenv("BIA_CACHE_DIR", str(tmp_path / "cache"))
+    with serve_folder(tmp_path) as base:
+        d = read_dump(f"{base}/r.pt")
+    assert d.tokens["logprob"].to_list() == [-0.5]
+    assert list(d.formats.values()) == [["torch"]]
