@@ -65,7 +65,6 @@ def test_reduced_top_k_dump(tmp_path):
     assert t["logprob"][0] == pytest.approx(-0.1, abs=1e-3)
 
 
-@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_weights_only_refuses_arbitrary_objects(tmp_path, capfd):
     class Payload:
         def __reduce__(self):

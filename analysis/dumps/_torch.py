@@ -16,6 +16,7 @@ EOS: generate keeps emitting padding after it), ``model``, ``sample_keys`` (one 
 from __future__ import annotations
 
 import io
+import warnings
 from typing import Any
 
 from ._schema import Rows
@@ -28,7 +29,9 @@ def _load(raw: bytes, source: str) -> dict:
     except ModuleNotFoundError:
         raise DumpError(source, "$", None, "a torch dump needs PyTorch: pip install 'bia[torch]'") from None
     try:
-        obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's note about a pickle protocol says nothing the error below does not
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - an untrusted file: any failure of the loader means "not a dump"
         raise DumpError(source, "$", None, f"not loadable with torch.load(weights_only=True): {str(exc).splitlines()[0]}") from None
     if not isinstance(obj, dict):
