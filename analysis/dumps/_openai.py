@@ -256,7 +256,8 @@ def _parse_choice_tokens(choice: dict, rows: Rows, meta: Meta, where: str, index
     if token_ids is not None:
         token_ids = _list(token_ids, rows, where, "token_ids")
         for j, tid in enumerate(token_ids):
-            _int_or_none(tid, rows, where, f"token_ids[{j}]")
+            if _int_or_none(tid, rows, where, f"token_ids[{j}]") is None:
+                raise DumpError(rows.source, where, f"token_ids[{j}]", "expected a token id, got null")
     logprobs = choice.get("logprobs")
     entries = None
     if logprobs is not None:
