@@ -372,3 +372,105 @@ def band_summary(reference: Stream, slots: Sequence[Stream], *, epsilon: float =
         "modal_share_high": completions.modal_interval[1],
         "comparisons": comparisons,
     }
+
+
+# --- P(flip | margin) ------------------------------------------------------------------------------
+
+
+def flip_curve(pairs: Iterable[tuple[Stream, Stream]], edges: Sequence[float] = (0.0, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, math.inf)) -> pl.DataFrame:
+    """Empirical P(flip | reference margin) over every step at risk.
+
+    A step is at risk while the two streams still agree before it: steps 0 .. divergence_at of
+    each (reference, other) pair, the last one a flip. Steps without a reference margin are left
+    out. Bins are ``[edges[i], edges[i + 1])``.
+
+    Examples
+    --------
+    >>> ref = Stream(("r",), (1, 2), (), (((1, -0.1), (3, -0.1005)), ((2, -0.1), (4, -2.0))))
+    >>> flip_curve([(ref, Stream(("b",), (3, 2)))]).filter(pl.col("steps") > 0).rows()
+    [(0.0, 0.001, 1, 1, 1.0)]
+    """
+    margins, flips = [], []
+    for reference, other in pairs:
+        c = compare(reference, other)
+        last = c.divergence_at if c.diverged else min(len(reference), len(other)) - 1
+        for step in range(last + 1):
+            margin = top2_margin(_cands(reference, step))
+            if margin is not None:
+                margins.append(margin)
+                flips.append(c.diverged and step == c.divergence_at)
+    rows = []
+    for low, high in zip(edges, edges[1:]):
+        inside = [f for m, f in zip(margins, flips) if low <= m < high]
+        rows.append((float(low), float(high), len(inside), sum(inside), sum(inside) / len(inside) if inside else None))
+    return pl.DataFrame(rows, schema={"margin_low": pl.Float64, "margin_high": pl.Float64, "steps": pl.Int64, "flips": pl.Int64, "p_flip": pl.Float64},
+                        orient="row")
+
+
+# --- decode rates -----------------------------------------------------------------------------------
+
+
+def decode_rate(completion_tokens: int | None, first_arrival: float | None, last_arrival: float | None,
+                content_chunks: int | None, live: bool | None) -> float | None:
+    """A request's decode rate, ``(completion_tokens - 1) / (last - first arrival)`` of content chunks.
+
+    Only for a stream the server declared live; None with fewer than two content chunks or two
+    tokens, or a zero span: a rate is measured, never invented.
+
+    Examples
+    --------
+    >>> decode_rate(128, 0.25, 3.425, 120, True)
+    40.0
+    >>> decode_rate(128, 0.25, 3.425, 120, None) is None  # not declared live
+    True
+    """
+    if not live or completion_tokens is None or completion_tokens < 2 or content_chunks is None or content_chunks < 2:
+        return None
+    if first_arrival is None or last_arrival is None or last_arrival <= first_arrival:
+        return None
+    return (completion_tokens - 1) / (last_arrival - first_arrival)
+
+
+def request_decode_rates(requests: Any) -> pl.DataFrame:
+    """The dump's ``requests`` with a ``decode_tok_s`` column (null where it cannot be measured)."""
+    requests = _polars(requests)
+    rates = [decode_rate(r["completion_tokens"], r["ttft_s"], r["t_last_content"], r["n_content_chunks"], r["stream_live"])
+             for r in requests.iter_rows(named=True)]
+    return requests.with_columns(pl.Series("decode_tok_s", rates, dtype=pl.Float64))
+
+
+def band_decode_rate(rates: Sequence[float | None]) -> float | None:
+    """A band's rate: the median of its slots' rates (linear interpolation); None if any slot is untimed.
+
+    Examples
+    --------
+    >>> band_decode_rate([30.0, 32.0, 31.0, 35.0]), band_decode_rate([30.0, None])
+    (31.5, None)
+    """
+    if not rates or any(r is None for r in rates):
+        return None
+    return statistics.median(rates)
+
+
+def ratio_interval(base: Sequence[float], batched: Sequence[float], *, n_boot: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> tuple[float, float, float]:
+    """The ratio of median rates (batched / base) with a percentile bootstrap interval.
+
+    Resamples the repeats of each band independently, as S7 compares c=4 with c=1 when bands
+    were repeated. Returns (ratio, low, high).
+
+    Examples
+    --------
+    >>> ratio, low, high = ratio_interval([40.0, 41.0, 39.0], [30.0, 29.0, 31.0])
+    >>> round(ratio, 4), low <= ratio <= high
+    (0.75, True)
+    """
+    base, batched = np.asarray(base, dtype=float), np.asarray(batched, dtype=float)
+    if base.size == 0 or batched.size == 0:
+        raise ValueError("both bands need at least one rate")
+    rng = np.random.default_rng(seed)
+    boot_base = np.median(rng.choice(base, size=(n_boot, base.size)), axis=1)
+    boot_batched = np.median(rng.choice(batched, size=(n_boot, batched.size)), axis=1)
+    ratios = boot_batched / boot_base
+    tail = (1 - level) / 2 * 100
+    return float(np.median(batched) / np.median(base)), float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))

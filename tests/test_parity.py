@@ -11,11 +11,16 @@ from analysis import read_dumps
 from analysis.parity import (
     Stream,
     agreement,
+    band_decode_rate,
     band_summary,
     compare,
+    decode_rate,
+    flip_curve,
     fork_table,
     is_near_tie,
     longest_constant_run,
+    ratio_interval,
+    request_decode_rates,
     step_margins,
     streams,
     tie_density,
@@ -148,3 +153,45 @@ def test_streams_from_real_dump_files(tmp_path):
     assert c.reference_margin == pytest.approx(0.02) and c.own_margin == pytest.approx(0.02)
     assert c.near_tie and c.in_reference_topk
     assert c.max_ulp == ulp_distance(-0.2, -0.2000001) > 0
+
+
+def test_flip_curve_by_hand():
+    # reference margins per step: 0.0005, 0.02, 0.3
+    ref = S("r", [1, 2, 3], [-0.1] * 3, [((1, -0.1), (9, -0.1005)), ((2, -0.1), (9, -0.12)), ((3, -0.1), (9, -0.4))])
+    pairs = [(ref, S("a", [1, 2, 3])),  # never flips: 3 steps at risk, none flips
+             (ref, S("b", [9, 2, 3])),  # flips at step 0
+             (ref, S("c", [1, 9, 3]))]  # flips at step 1 (step 0 was at risk too)
+    curve = {(row["margin_low"], row["margin_high"]): (row["steps"], row["flips"]) for row in flip_curve(pairs).iter_rows(named=True)}
+    assert curve[(0.0, 0.001)] == (3, 1)
+    assert curve[(0.01, 0.05)] == (2, 1)
+    assert curve[(0.1, 0.5)] == (1, 0)
+    assert sum(steps for steps, _ in curve.values()) == 6
+
+
+def test_decode_rates_from_a_live_capture(tmp_path):
+    def chunk(content=None, **extra):
+        return json.dumps({"id": "x", "object": "chat.completion.chunk", **extra,
+                           "choices": [{"index": 0, "delta": {} if content is None else {"content": content}, "logprobs": None, "finish_reason": None}]})
+
+    events = [chunk(stream_mode="live"), chunk("a"), chunk("b"), chunk("c"), json.dumps({"choices": [], "usage": {"completion_tokens": 3}}), "[DONE]"]
+    sse = "".join(f"data: {e}\n\n" for e in events)
+    lines = [{"sse": sse, "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "band_c": 4, "slot": 0},
+             {"sse": sse.replace('"stream_mode": "live", ', ""), "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "band_c": 4, "slot": 1}]
+    path = tmp_path / "capture.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    rates = request_decode_rates(read_dumps(path).requests)
+    assert rates["decode_tok_s"][0] == pytest.approx(2 / 0.3)  # (3 - 1) tokens over 0.5 - 0.2 s
+    assert rates["decode_tok_s"][1] is None  # not declared live: no rate
+    assert rates["n_content_chunks"].to_list() == [3, 3]
+    assert band_decode_rate(rates["decode_tok_s"].to_list()) is None
+
+
+def test_decode_rate_edges_and_bootstrap():
+    assert decode_rate(1, 0.0, 1.0, 2, True) is None  # one token
+    assert decode_rate(5, 0.5, 0.5, 5, True) is None  # no span
+    assert decode_rate(5, 0.1, 0.9, 1, True) is None  # one arrival
+    assert band_decode_rate([10.0, 20.0]) == 15.0 and band_decode_rate([]) is None
+    ratio, low, high = ratio_interval([40.0] * 5, [20.0] * 5)
+    assert (ratio, low, high) == (0.5, 0.5, 0.5)  # no spread, no interval
+    ratio, low, high = ratio_interval([38.0, 40.0, 42.0, 41.0], [18.0, 22.0, 20.0, 21.0], seed=1)
+    assert ratio == pytest.approx(20.5 / 40.5) and low < ratio < high

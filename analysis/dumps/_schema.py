@@ -84,8 +84,10 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "slot": pl.Int64,
     "prompt_id": pl.String,
     "t_sent": pl.Float64,
-    "ttft_s": pl.Float64,
-    "stream_live": pl.Boolean,
+    "ttft_s": pl.Float64,  # arrival of the first content-bearing chunk, seconds after t_sent's clock start
+    "t_last_content": pl.Float64,  # arrival of the last content-bearing chunk
+    "n_content_chunks": pl.Int64,
+    "stream_live": pl.Boolean,  # the server declared the stream live ("stream_mode": "live")
     "raw_sha256": pl.String,
     "extra": pl.String,  # JSON of what the schema has no column for (routed experts, usage, ...)
 }

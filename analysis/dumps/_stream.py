@@ -65,6 +65,8 @@ class _Choice:
         self.n = 0
         self.finish_reason: str | None = None
         self.first_content_t: float | None = None
+        self.last_content_t: float | None = None
+        self.content_chunks = 0
 
 
 def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False, legacy: bool = False) -> None:
@@ -93,7 +95,9 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
             piece = _str_or_none(choice.get("text") if legacy else delta.get("content"), rows, cwhere, "text" if legacy else "delta.content")
             if piece:
                 acc.text.append(piece)
+                acc.content_chunks += 1
                 acc.first_content_t = acc.first_content_t if acc.first_content_t is not None else t
+                acc.last_content_t = t
             acc.finish_reason = choice.get("finish_reason") or acc.finish_reason
             logprobs = choice.get("logprobs")
             if logprobs is None:
@@ -119,7 +123,7 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
                      prompt_tokens=usage.get("prompt_tokens") if usage else None,
                      completion_tokens=completion_tokens if len(choices) == 1 else None,
                      n_prompt_scored=0, n_completion_scored=acc.n, completion_text="".join(acc.text),
-                     ttft_s=acc.first_content_t, stream_live=live, extra={**meta.extra, **({"usage": usage} if usage else {})})
+                     ttft_s=acc.first_content_t, t_last_content=acc.last_content_t, n_content_chunks=acc.content_chunks, stream_live=live, extra={**meta.extra, **({"usage": usage} if usage else {})})
 
 
 def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
