@@ -24,6 +24,8 @@ class Meta:
     band_c: int | None = None
     slot: int | None = None
     prompt_id: str | None = None
+    role: str | None = None
+    repeat: int | None = None
     t_sent: float | None = None
     arrivals: list[float] | None = None  # per SSE event, seconds since the request was sent
     raw_sha256: str | None = None
@@ -36,6 +38,8 @@ class Meta:
             "band_c": self.band_c,
             "slot": self.slot,
             "prompt_id": self.prompt_id,
+            "role": self.role,
+            "repeat": self.repeat,
             "t_sent": self.t_sent,
             "raw_sha256": self.raw_sha256,
         }

@@ -175,14 +175,15 @@ def _parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bo
     PAYLOAD_PARSERS[fmt](payload, rows, meta, "$" if meta.record == 0 else f"line {meta.record}")
 
 
-_ENVELOPE_KEYS = {"response", "sse", "format", "band_c", "slot", "prompt_id", "sample_key", "t_sent", "arrival_times"}
+_ENVELOPE_KEYS = {"response", "sse", "format", "band_c", "slot", "prompt_id", "role", "repeat", "sample_key", "t_sent", "arrival_times"}
 # Other envelope keys go to requests.extra; "logprobs_mode" there also sets vLLM offline semantics.
 
 
 def _envelope_meta(line: dict, record: int, raw: bytes) -> Meta:
     extra = {k: v for k, v in line.items() if k not in _ENVELOPE_KEYS}
     return Meta(record=record, sample_key=line.get("sample_key"), band_c=line.get("band_c"), slot=line.get("slot"),
-                prompt_id=None if line.get("prompt_id") is None else str(line["prompt_id"]), t_sent=line.get("t_sent"),
+                prompt_id=None if line.get("prompt_id") is None else str(line["prompt_id"]), role=line.get("role"), repeat=line.get("repeat"),
+                t_sent=line.get("t_sent"),
                 arrivals=line.get("arrival_times"), raw_sha256=hashlib.sha256(raw).hexdigest(), extra=extra)
 
 

@@ -83,6 +83,8 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "band_c": pl.Int64,
     "slot": pl.Int64,
     "prompt_id": pl.String,
+    "role": pl.String,  # in a run: "reference" (slot 0 is ref #1) or "band"
+    "repeat": pl.Int64,  # in a run: which repeat of the band
     "t_sent": pl.Float64,
     "ttft_s": pl.Float64,  # arrival of the first content-bearing chunk, seconds after t_sent's clock start
     "t_last_content": pl.Float64,  # arrival of the last content-bearing chunk

@@ -1,0 +1,281 @@
+"""A run: the unit a probe or an experiment writes and the report reads.
+
+Layout of a run directory (``run_version`` 1)::
+
+    manifest.json        identity, sampler, ladder, declared_min, environment, requested and
+                         effective settings, prompts, and m_formed per band
+    captures/*.jsonl     raw captures as received, one request per line, in bia's capture
+                         envelope: {"sse": "<raw SSE>" | "response": {...}, "arrival_times": [...],
+                         "t_sent": ..., "prompt_id": ..., "role": "reference" | "band",
+                         "band_c": c, "slot": i, "repeat": r}
+                         (role "reference": slot 0 is ref #1, slot 1 ref #2)
+    derived/             Parquet tables, rebuildable from captures/ (``Run.write_derived``)
+    witness.json         an aprender witness_version 3, rebuildable (``to_witness``)
+
+:func:`read_run` reads it; :func:`assemble_run` builds the same object from loose dumps and a
+mapping of which file is which prompt, band and slot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from . import parity
+from ._witness import derive_run_verdict
+from .dumps import Dump, read_dumps
+
+RUN_VERSION = 1
+_DEFAULTS = {"ladder": [1, 4, 8, 16], "declared_min": 64, "max_constant_run": 16}
+
+
+class RunError(ValueError):
+    """A run directory or mapping that cannot be read; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run's manifest and its captures in the dump schema (requests carry prompt, role, band, slot)."""
+
+    manifest: dict[str, Any]
+    dump: Dump
+    path: Path | None = None
+
+    @property
+    def ladder(self) -> list[int]:
+        return list(self.manifest.get("ladder", _DEFAULTS["ladder"]))
+
+    @property
+    def declared_min(self) -> int:
+        return int(self.manifest.get("declared_min", _DEFAULTS["declared_min"]))
+
+    def streams(self) -> dict[tuple, parity.Stream]:
+        """Every request's completion stream, keyed by (source, record, choice_index)."""
+        return parity.streams(self.dump.tokens, self.dump.candidates)
+
+    def requests(self) -> pl.DataFrame:
+        """The requests with their decode rates."""
+        return parity.request_decode_rates(self.dump.requests)
+
+    def write_derived(self) -> Path:
+        """Write the Parquet tables under ``derived/`` (needs a run directory)."""
+        if self.path is None:
+            raise RunError("an assembled run has no directory to write into")
+        return self.dump.write_parquet(self.path / "derived")
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    manifest_path = path / "manifest.json"
+    if not manifest_path.exists():
+        raise RunError(f"{path}: no manifest.json; a run directory starts with its manifest")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{manifest_path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise RunError(f"{manifest_path}: expected a JSON object")
+    if manifest.get("run_version", RUN_VERSION) != RUN_VERSION:
+        raise RunError(f"{manifest_path}: run_version {manifest.get('run_version')!r} is not {RUN_VERSION}")
+    return manifest
+
+
+def read_run(path: str | os.PathLike[str], **options: Any) -> Run:
+    """Read a run directory (see the module docstring for its layout).
+
+    ``options`` go to :func:`analysis.read_dumps` (for example ``lenient=True``).
+    """
+    path = Path(path)
+    manifest = _load_manifest(path)
+    captures = path / "captures"
+    if not captures.is_dir():
+        raise RunError(f"{path}: no captures/ folder")
+    return Run(manifest, read_dumps(captures, **options), path)
+
+
+def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any] | None = None, **options: Any) -> Run:
+    """Build a run from loose dump files and a mapping of which file is which.
+
+    Each mapping entry: ``{"source": path, "prompt_id": ..., "role": "reference" | "band",
+    "band_c": c, "slot": i, "repeat": r}``; each source must hold one request.
+
+    Examples
+    --------
+    >>> run = assemble_run([{"source": "tests/samples/vllm_chat_nonstream_token_ids__OpenPipe-ART.json",
+    ...                      "prompt_id": "p", "role": "reference", "slot": 0}])
+    >>> run.dump.requests.select("prompt_id", "role", "slot").row(0)
+    ('p', 'reference', 0)
+    """
+    entries = [dict(e) for e in mapping]
+    for k, entry in enumerate(entries):
+        if "source" not in entry or entry.get("role") not in ("reference", "band"):
+            raise RunError(f"mapping[{k}]: needs a source and a role of 'reference' or 'band', got {entry!r}")
+    dump = read_dumps([e["source"] for e in entries], **options)
+    columns = ("prompt_id", "role", "band_c", "slot", "repeat")
+    by_source = {str(e["source"]): e for e in entries}
+    requests = dump.requests
+    counts = requests.group_by("source").len()
+    many = counts.filter(pl.col("len") != 1)
+    if many.height:
+        raise RunError(f"{many['source'][0]}: a mapped source must hold exactly one request, it holds {many['len'][0]}")
+    updates = {c: [by_source[s].get(c) for s in requests["source"]] for c in columns}
+    requests = requests.with_columns(
+        pl.Series("prompt_id", [None if v is None else str(v) for v in updates["prompt_id"]], dtype=pl.String),
+        pl.Series("role", updates["role"], dtype=pl.String),
+        *(pl.Series(c, updates[c], dtype=pl.Int64) for c in ("band_c", "slot", "repeat")),
+    )
+    full = {**_DEFAULTS, **(manifest or {})}
+    return Run(full, Dump(dump.tokens, dump.candidates, requests, dump.formats, dump.skipped), None)
+
+
+# --- from a run to aprender's witness -------------------------------------------------------------
+
+
+def _stream_of(streams: dict, row: Mapping[str, Any]) -> parity.Stream:
+    return streams.get((row["source"], row["record"], row["choice_index"]), parity.Stream((row["source"],), ()))
+
+
+def _refusal(row: Mapping[str, Any], stream: parity.Stream, n_predict: int) -> str | None:
+    if row["completion_tokens"] != n_predict:
+        got = "none" if row["completion_tokens"] is None else row["completion_tokens"]
+        return f"completion_tokens={got} != n_predict={n_predict} (PP-28)"
+    if len(stream) != n_predict:
+        return f"{len(stream)} logprob entries != n_predict={n_predict}; the request must ask for logprobs"
+    return None
+
+
+def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = None) -> dict[str, Any]:
+    """An aprender ``witness_version`` 3 for one prompt of the run, by the probe's rules.
+
+    ``bia shape-check`` reads it back, so a run bia collected is judged by aprender's V3.
+    With repeated bands, ``repeat`` chooses which (the first by default).
+    """
+    manifest = run.manifest
+    requests = run.requests()
+    prompts = sorted({p for p in requests["prompt_id"].to_list() if p is not None})
+    if prompt_id is None:
+        if len(prompts) != 1:
+            raise RunError(f"the run holds prompts {prompts}; choose one with prompt_id=")
+        prompt_id = prompts[0]
+    requests = requests.filter(pl.col("prompt_id") == prompt_id)
+    streams = run.streams()
+    sampler = dict(manifest.get("sampler", {}))
+    n_predict = int(sampler.get("max_tokens", sampler.get("n_predict", 0)) or 0)
+    declared_min, max_run = run.declared_min, int(manifest.get("max_constant_run", _DEFAULTS["max_constant_run"]))
+    refs = requests.filter(pl.col("role") == "reference").sort("slot").to_dicts()
+    reference = _reference(refs, streams, n_predict, declared_min)
+    ref_stream = _stream_of(streams, refs[0]) if refs else None
+    bands = []
+    if reference["stable"]:
+        for c in run.ladder:
+            rows = requests.filter((pl.col("role") == "band") & (pl.col("band_c") == c))
+            chosen = repeat if repeat is not None else (rows["repeat"].drop_nulls().min() if rows["repeat"].drop_nulls().len() else None)
+            if chosen is not None:
+                rows = rows.filter(pl.col("repeat") == chosen)
+            m_formed = _m_formed(manifest, prompt_id, c, chosen)
+            bands.append(_band(c, m_formed, rows.sort("slot").to_dicts(), streams, ref_stream, n_predict, declared_min, max_run))
+    result = derive_run_verdict(reference["stable"], [(b["c"], b["result"]) for b in bands])
+    prompt_text = next((p.get("text") for p in manifest.get("prompts", []) if str(p.get("prompt_id")) == prompt_id), None)
+    identity = manifest.get("identity", {})
+    return {
+        "witness_version": 3,
+        "probe": "bia",
+        "host": identity.get("host"),
+        "commit": identity.get("commit"),
+        "binary_sha256": identity.get("binary_sha256"),
+        "prompt_sha256": hashlib.sha256(prompt_text.encode()).hexdigest() if isinstance(prompt_text, str) else identity.get("prompt_sha256"),
+        "model": {"path": (identity.get("model") or {}).get("path"), "sha256": (identity.get("model") or {}).get("sha256")},
+        "sampler": sampler,
+        "declared_min": declared_min,
+        "env": manifest.get("environment", {}),
+        "reference": reference,
+        "bands": bands,
+        "result": result,
+    }
+
+
+def _reference(refs: list[dict], streams: dict, n_predict: int, declared_min: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"stable": False, "tokens": refs[0]["completion_tokens"] if refs else None, "self_divergence_at": None}
+    if len(refs) < 2:
+        out["reason"] = f"the run holds {len(refs)} m=1 reference(s); two are needed"
+        return out
+    first, second = (_stream_of(streams, r) for r in refs[:2])
+    for label, row, stream in (("ref#1", refs[0], first), ("ref#2", refs[1], second)):
+        why = _refusal(row, stream, n_predict)
+        if why:
+            out["reason"] = f"{label}: {why}"
+            return out
+    agree = parity.agreement(first.identities, second.identities)
+    out["self_divergence_at"] = agree
+    if agree < declared_min:
+        out["reason"] = (f"the two m=1 references diverge at token {agree} < declared_min {declared_min}; "
+                         "a batched difference could not be laid at batching's door")
+    else:
+        out["stable"] = True
+    return out
+
+
+def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> int:
+    """The largest batch width the server formed in a band, as the run recorded it (0 if none)."""
+    for entry in manifest.get("m_formed", []):
+        if entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat):
+            widths = entry.get("widths")
+            return int(max(widths)) if widths else int(entry.get("max", 0))
+    return 0
+
+
+def _band(c, m_formed, rows, streams, ref_stream, n_predict, declared_min, max_run) -> dict[str, Any]:
+    slots, samples = [], []
+    for i, row in enumerate(rows):
+        stream = _stream_of(streams, row)
+        refused = _refusal(row, stream, n_predict)
+        slots.append({"i": i, "completion_tokens": row["completion_tokens"], "finish_reason": row["finish_reason"], "refused": refused,
+                      "decode_tok_s": row["decode_tok_s"]})
+        samples.append(stream)
+    band = {"c": c, "m_formed": m_formed, "result": "UNMEASURABLE", "divergence_at": None, "intra_agree_to": None, "max_constant_run": None,
+            "declared_min": declared_min, "max_constant_run_declared": max_run, "reason": None,
+            "decode_tok_s": parity.band_decode_rate([s["decode_tok_s"] for s in slots]), "slots": slots}
+    refusals = [f"slot {s['i']}: {s['refused']}" for s in slots if s["refused"]]
+    if len(slots) != c:
+        band["reason"] = f"fired c={c} requests, {len(slots)} came back"
+    elif refusals:
+        band["reason"] = "; ".join(refusals)
+    elif c > 1 and m_formed < 2:
+        band["reason"] = (f"no batch with m>1 formed in this band's window (max m={m_formed}); the batched path was never exercised, "
+                          "so nothing about it was witnessed")
+    if band["reason"]:
+        return band
+    first = parity.compare(ref_stream, samples[0])
+    band["divergence_at"] = first.agree_to  # aprender: reference against slot 0; the shorter length when they never part
+    if first.diverged and first.reference_margin is not None:
+        band["top2_margin_at_divergence"] = first.reference_margin
+    band["intra_agree_to"] = min(parity.agreement(samples[0].identities, s.identities) for s in samples)
+    band["max_constant_run"] = max(parity.longest_constant_run(s.identities) for s in samples)
+    reasons = []
+    if max_run > 0 and band["max_constant_run"] >= max_run:
+        reasons.append(f"a slot repeated one token {band['max_constant_run']} times, at or above max_constant_run={max_run} (#2753 signature)")
+    if band["intra_agree_to"] < declared_min:
+        reasons.append(f"slots of one batch disagree at token {band['intra_agree_to']} < declared_min={declared_min}")
+    band["result"] = "FAIL" if reasons else "PASS"
+    band["reason"] = "; ".join(reasons) or None
+    return band
+
+
+def write_witness(run: Run, path: str | os.PathLike[str] | None = None, **options: Any) -> Path:
+    """Write :func:`to_witness` as JSON (``witness.json`` in the run directory by default)."""
+    if path is None:
+        if run.path is None:
+            raise RunError("an assembled run needs an explicit path for its witness")
+        path = run.path / "witness.json"
+    path = Path(path)
+    path.write_text(json.dumps(to_witness(run, **options), indent=2, sort_keys=True), encoding="utf-8")
+    return path
+
+
+__all__ = ["Run", "RunError", "assemble_run", "read_run", "to_witness", "write_witness"]

@@ -1,0 +1,119 @@
+"""Runs: a directory of captures read back, judged per band, and written as an aprender witness."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import write_json
+
+from analysis import V3Policy, read_witness, shape_check
+from analysis.run import RunError, assemble_run, read_run, to_witness, write_witness
+
+REF = [(10, -0.1, [(10, -0.1), (11, -2.0)]), (20, -0.2, [(20, -0.2), (21, -3.0)]), (30, -0.70, [(30, -0.70), (31, -0.72)]), (40, -0.3, [(40, -0.3), (41, -1.3)])]
+FORK = [REF[0], REF[1], (31, -0.69, [(31, -0.69), (30, -0.71)]), (40, -0.3, [(40, -0.3), (41, -1.3)])]
+
+
+def response(tokens, n=None):
+    content = [{"token": f"token_id:{t}", "logprob": lp, "top_logprobs": [{"token": f"token_id:{i}", "logprob": v} for i, v in top]} for t, lp, top in tokens]
+    return {"object": "chat.completion", "choices": [{"index": 0, "message": {"content": ""}, "finish_reason": "length", "logprobs": {"content": content}}],
+            "usage": {"completion_tokens": len(tokens) if n is None else n}}
+
+
+def make_run(tmp_path, band4=FORK, widths4=(4, 4, 3)):
+    folder = tmp_path / "run"
+    (folder / "captures").mkdir(parents=True)
+    manifest = {
+        "run_version": 1,
+        "identity": {"host": "box", "commit": "c" * 40, "binary_sha256": "b" * 64, "model": {"path": "tiny-model.gguf", "sha256": "m" * 64}},
+        "sampler": {"temperature": 0.0, "seed": 0, "ignore_eos": True, "max_tokens": 4, "top_logprobs": 2},
+        "ladder": [1, 4], "declared_min": 3, "max_constant_run": 16,
+        "environment": {"KNOB": None},
+        "prompts": [{"prompt_id": "p0", "text": "Write an essay on compilers."}],
+        "m_formed": [{"prompt_id": "p0", "band_c": 1, "widths": [1, 1]}, {"prompt_id": "p0", "band_c": 4, "widths": list(widths4)}],
+    }
+    write_json(folder / "manifest.json", manifest)
+    lines = [{"response": response(REF), "prompt_id": "p0", "role": "reference", "slot": i} for i in range(2)]
+    lines.append({"response": response(REF), "prompt_id": "p0", "role": "band", "band_c": 1, "slot": 0})
+    lines += [{"response": response(band4), "prompt_id": "p0", "role": "band", "band_c": 4, "slot": i} for i in range(4)]
+    (folder / "captures" / "p0.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return folder
+
+
+def test_witness_from_a_run_by_hand(tmp_path):
+    run = read_run(make_run(tmp_path))
+    w = to_witness(run)
+    assert w["reference"] == {"stable": True, "tokens": 4, "self_divergence_at": 4}
+    c1, c4 = w["bands"]
+    assert (c1["c"], c1["m_formed"], c1["result"], c1["divergence_at"], c1["intra_agree_to"]) == (1, 1, "PASS", 4, 4)
+    assert "top2_margin_at_divergence" not in c1  # they never part: no margin is recorded
+    assert (c4["c"], c4["m_formed"], c4["result"], c4["divergence_at"], c4["intra_agree_to"]) == (4, 4, "PASS", 2, 4)
+    assert c4["top2_margin_at_divergence"] == pytest.approx(0.02)  # ref #1's margin where slot 0 parts
+    assert [s["refused"] for s in c4["slots"]] == [None] * 4
+    assert c4["decode_tok_s"] is None  # non-streamed captures carry no arrival times: no rate is invented
+    assert w["result"] == "PASS"
+    assert w["prompt_sha256"] == "3e31578371f85f23c8fa13b7b287e65bad7e0c09584bc79d3064feab3d1ab7e5"  # the lambda witnesses' prompt
+
+
+def test_witness_round_trip_through_shape_check_and_the_reader(tmp_path):
+    folder = make_run(tmp_path)
+    path = write_witness(read_run(folder))
+    verdict = shape_check(path, policy=V3Policy(model_prefix="tiny-model", bands=(1, 4), declared_min_floor=3))
+    assert verdict.reasons == ("S7 (FALSIFY-CB-004) is unmeasured: no positive per-request decode_tok_s at c=1 and c=4",)
+    run = subprocess.run([sys.executable, "-m", "analysis", "shape-check", str(path), "--model-prefix", "tiny-model", "--bands", "1,4", "--floor", "3"],
+                         capture_output=True, text=True)
+    assert run.returncode == 5 and run.stdout.splitlines()[1:] == [f"  - {verdict.reasons[0]}"]
+    ws = read_witness(path)
+    assert ws.bands["derived_result"].to_list() == ws.bands["result"].to_list() == ["PASS", "PASS"]
+    assert ws.discrepancies.is_empty()
+
+
+def test_negative_control_a_planted_divergence_is_flagged(tmp_path):
+    planted = [REF[0], (99, -0.05, [(99, -0.05), (20, -3.0)]), REF[2], REF[3]]  # parts at token 1 where ref #1 is sure (margin 2.8)
+    path = write_witness(read_run(make_run(tmp_path, band4=planted)))
+    reasons = shape_check(path, policy=V3Policy(model_prefix="tiny-model", bands=(1, 4), declared_min_floor=3)).reasons
+    assert "c=4: diverges from m=1 at 1 < 3; the recorded top-2 margin 2.8 is not a near-tie (needs 0 <= margin < 0.05)" in reasons
+
+
+def test_unserved_shape_and_refusals(tmp_path):
+    w = to_witness(read_run(make_run(tmp_path, widths4=(1, 1))))
+    assert w["bands"][1]["result"] == "UNMEASURABLE" and "no batch with m>1 formed" in w["bands"][1]["reason"]
+    assert w["result"] == "UNMEASURABLE"
+    folder = make_run(tmp_path / "short", band4=FORK[:3])
+    w = to_witness(read_run(folder))
+    assert w["bands"][1]["slots"][0]["refused"] == "completion_tokens=3 != n_predict=4 (PP-28)"
+
+
+def test_unstable_reference_runs_no_band(tmp_path):
+    folder = make_run(tmp_path)
+    lines = (folder / "captures" / "p0.jsonl").read_text().splitlines()
+    second = json.loads(lines[1])
+    second["response"] = response(FORK)
+    lines[1] = json.dumps(second)
+    (folder / "captures" / "p0.jsonl").write_text("\n".join(lines) + "\n")
+    w = to_witness(read_run(folder))
+    assert w["reference"]["stable"] is False and w["reference"]["self_divergence_at"] == 2
+    assert w["reference"]["reason"].startswith("the two m=1 references diverge at token 2 < declared_min 3")
+    assert w["bands"] == [] and w["result"] == "UNMEASURABLE"
+
+
+def test_assemble_from_loose_dumps(tmp_path):
+    mapping = []
+    for name, tokens, role, c, slot in (("r0", REF, "reference", None, 0), ("r1", REF, "reference", None, 1), ("b0", REF, "band", 1, 0)):
+        write_json(tmp_path / f"{name}.json", response(tokens))
+        mapping.append({"source": str(tmp_path / f"{name}.json"), "prompt_id": "p0", "role": role, "band_c": c, "slot": slot})
+    run = assemble_run(mapping, {"ladder": [1], "declared_min": 3, "sampler": {"max_tokens": 4}, "m_formed": [{"band_c": 1, "widths": [1]}]})
+    w = to_witness(run)
+    assert w["reference"]["stable"] and w["bands"][0]["result"] == "PASS"
+    with pytest.raises(RunError, match="role"):
+        assemble_run([{"source": mapping[0]["source"]}])
+
+
+def test_run_errors(tmp_path):
+    with pytest.raises(RunError, match="no manifest.json"):
+        read_run(tmp_path)
+    write_json(tmp_path / "manifest.json", {"run_version": 9})
+    with pytest.raises(RunError, match="run_version 9"):
+        read_run(tmp_path)
