@@ -116,6 +116,10 @@ def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, An
     for k, entry in enumerate(entries):
         if "source" not in entry or entry.get("role") not in ("reference", "band"):
             raise RunError(f"mapping[{k}]: needs a source and a role of 'reference' or 'band', got {entry!r}")
+    sources = [str(e["source"]) for e in entries]
+    if len(set(sources)) != len(sources):
+        twice = next(s for s in sources if sources.count(s) > 1)
+        raise RunError(f"{twice}: mapped more than once; each request is one file")
     dump = read_dumps([e["source"] for e in entries], **options)
     columns = ("prompt_id", "role", "band_c", "slot", "repeat")
     by_source = {str(e["source"]): e for e in entries}
@@ -279,3 +283,61 @@ def write_witness(run: Run, path: str | os.PathLike[str] | None = None, **option
 
 
 __all__ = ["Run", "RunError", "assemble_run", "read_run", "to_witness", "write_witness"]
+
+
+# --- tables for the report ----------------------------------------------------------------------
+
+
+def _references(run: Run, requests: pl.DataFrame, streams: dict) -> dict[str, parity.Stream]:
+    """Ref #1 of every prompt."""
+    refs = requests.filter(pl.col("role") == "reference").sort("slot")
+    out: dict[str, parity.Stream] = {}
+    for row in refs.iter_rows(named=True):
+        out.setdefault(row["prompt_id"], _stream_of(streams, row))
+    return out
+
+
+def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON) -> pl.DataFrame:
+    """One row per batched request: its comparison with ref #1 of its prompt, and its decode rate.
+
+    Examples
+    --------
+    >>> run = assemble_run([
+    ...     {"source": "tests/samples/vllm_chat_nonstream_token_ids__OpenPipe-ART.json", "prompt_id": "p", "role": "reference", "slot": 0},
+    ...     {"source": "tests/samples/renderers_generate_response_fixture__renderers-tests-test_client.json",
+    ...      "prompt_id": "p", "role": "band", "band_c": 1, "slot": 0}])
+    >>> slot_table(run).select("band_c", "agree_to", "diverged", "divergence_at").row(0)
+    (1, 0, True, 0)
+    """
+    requests, streams = run.requests(), run.streams()
+    refs = _references(run, requests, streams)
+    rows = []
+    for row in requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot").iter_rows(named=True):
+        if row["prompt_id"] not in refs:
+            raise RunError(f"{row['source']}: prompt {row['prompt_id']!r} has no m=1 reference in the run")
+        c = parity.compare(refs[row["prompt_id"]], _stream_of(streams, row), epsilon=epsilon)
+        rows.append({"prompt_id": row["prompt_id"], "band_c": row["band_c"], "repeat": row["repeat"], "slot": row["slot"], "source": row["source"],
+                     "record": row["record"], "agree_to": c.agree_to, "diverged": c.diverged, "divergence_at": c.divergence_at,
+                     "bitwise_prefix": c.bitwise_prefix, "max_abs_delta": c.max_abs_delta, "max_ulp": c.max_ulp,
+                     "topk_order_changes": c.topk_order_changes, "reference_margin": c.reference_margin, "own_margin": c.own_margin,
+                     "in_reference_topk": c.in_reference_topk, "near_tie": c.near_tie, "length": c.length, "decode_tok_s": row["decode_tok_s"]})
+    schema = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
+              "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
+              "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
+              "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "length": pl.Int64, "decode_tok_s": pl.Float64}
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON) -> pl.DataFrame:
+    """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate."""
+    requests, streams = run.requests(), run.streams()
+    refs = _references(run, requests, streams)
+    rows = []
+    bands = requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot")
+    for (prompt, c, repeat), group in bands.group_by(["prompt_id", "band_c", "repeat"], maintain_order=True):
+        slots = [_stream_of(streams, r) for r in group.iter_rows(named=True)]
+        summary = parity.band_summary(refs[prompt], slots, epsilon=epsilon)
+        summary.pop("comparisons")
+        rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, **summary,
+                     "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list())})
+    return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})

@@ -117,3 +117,17 @@ def test_run_errors(tmp_path):
     write_json(tmp_path / "manifest.json", {"run_version": 9})
     with pytest.raises(RunError, match="run_version 9"):
         read_run(tmp_path)
+
+
+def test_slot_and_band_tables(tmp_path):
+    from analysis.run import band_table, slot_table
+
+    run = read_run(make_run(tmp_path))
+    slots = slot_table(run)
+    assert slots.select("band_c", "slot", "agree_to", "diverged", "near_tie").rows() == [
+        (1, 0, 4, False, False), (4, 0, 2, True, True), (4, 1, 2, True, True), (4, 2, 2, True, True), (4, 3, 2, True, True)]
+    assert slots["reference_margin"].to_list()[1:] == pytest.approx([0.02] * 4)
+    assert slots["bitwise_prefix"].to_list() == [4, 2, 2, 2, 2]
+    bands = band_table(run)
+    assert bands.select("band_c", "divergence_min", "divergence_max", "intra_agree_to", "unique_completions", "near_tie_slots").rows() == [
+        (1, 4, 4, 4, 1, 0), (4, 2, 2, 4, 1, 4)]
