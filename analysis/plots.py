@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -143,4 +144,130 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
     ax.set_yticks(range(table.height))
     ax.set_yticklabels([witness_label(s, v) for s, v in table.select("source", "witness_version").iter_rows()])
     ax.set_title("Kernel env knobs that differ between witnesses")
+    return ax
+
+
+# --- runs: per-request parity and rates --------------------------------------------------------------
+
+
+def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None):
+    """Where each batched request parts from ref #1, against c: o parted, ^ never parted (plotted at its length)."""
+    ax = _axes(ax)
+    slots = _polars(slots)
+    if slots.is_empty():
+        return _empty(ax, "No batched requests in the run.")
+    for (prompt,), group in slots.group_by(["prompt_id"], maintain_order=True):
+        parted = group.filter(pl.col("diverged"))
+        held = group.filter(~pl.col("diverged"))
+        line = ax.plot(parted["band_c"], parted["agree_to"], "o", alpha=0.7, label=f"{prompt}: parted")[0]
+        ax.plot(held["band_c"], held["agree_to"], "^", color=line.get_color(), alpha=0.7, label=f"{prompt}: never parted")
+    if declared_min is not None:
+        ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
+    _set_c_axis(ax, slots["band_c"].to_list())
+    ax.set_ylabel("tokens agreeing with m=1 (0-based divergence)")
+    ax.set_title("Divergence from the m=1 reference, per request")
+    ax.legend(fontsize="small", loc="best")
+    return ax
+
+
+def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
+    """The reference's top-1/top-2 margin where each request parted, with the near-tie epsilon."""
+    ax = _axes(ax)
+    parted = _polars(slots).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
+    if parted.is_empty():
+        return _empty(ax, "No request parted where the reference had two candidates.")
+    ax.plot(parted["band_c"], parted["reference_margin"], "o", alpha=0.7, label="reference margin at the divergence")
+    ax.axhline(epsilon, color="red", linestyle="--", label=f"epsilon = {epsilon:g}")
+    _set_c_axis(ax, parted["band_c"].to_list())
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_ylabel("top-1 minus top-2 logprob")
+    ax.set_title("Was the call close where the streams parted?")
+    ax.legend(fontsize="small", loc="best")
+    return ax
+
+
+def plot_margin_trace(margins: Sequence[float | None], divergences: Sequence[int] = (), *, epsilon: float = 0.05, ax=None):
+    """The reference's margin at every step, with the steps where batched requests parted marked."""
+    ax = _axes(ax)
+    steps = [i for i, m in enumerate(margins) if m is not None]
+    if not steps:
+        return _empty(ax, "The reference has no step with two candidates.")
+    ax.plot(steps, [margins[i] for i in steps], "-", linewidth=1, label="reference top-1 minus top-2")
+    ax.axhline(epsilon, color="red", linestyle="--", linewidth=1, label=f"epsilon = {epsilon:g}")
+    for k, step in enumerate(sorted(set(divergences))):
+        ax.axvline(step, color="orange", alpha=0.6, label="a request parted here" if k == 0 else None)
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_xlabel("step (0-based)")
+    ax.set_ylabel("margin (logprob)")
+    ax.set_title("Near-ties along the reference")
+    ax.legend(fontsize="small", loc="best")
+    return ax
+
+
+def plot_delta_before_fork(deltas: Any, *, ax=None):
+    """Per-step |delta logprob| of batched requests against the reference, up to their fork.
+
+    ``deltas``: rows of (label, step, abs_delta).
+    """
+    ax = _axes(ax)
+    deltas = _polars(deltas)
+    if deltas.is_empty():
+        return _empty(ax, "No agreeing step to compare.")
+    for (label,), group in deltas.group_by(["label"], maintain_order=True):
+        ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.8, markersize=3, label=str(label))
+    ax.set_yscale("log")
+    ax.set_xlabel("step (0-based)")
+    ax.set_ylabel("|delta logprob| (zeros drawn at 1e-12)")
+    ax.set_title("Logprob drift before the fork")
+    ax.legend(fontsize="x-small", loc="best", ncol=2)
+    return ax
+
+
+def plot_flip_curve(curve: Any, *, ax=None):
+    """Empirical P(flip | reference margin) per margin bin, with the steps behind each point."""
+    ax = _axes(ax)
+    curve = _polars(curve).filter(pl.col("steps") > 0)
+    if curve.is_empty():
+        return _empty(ax, "No step at risk with a reference margin.")
+    labels = [f"[{lo:g}, {hi:g})" for lo, hi in curve.select("margin_low", "margin_high").iter_rows()]
+    ax.bar(range(curve.height), curve["p_flip"], color="tab:purple")
+    for k, (p, n) in enumerate(curve.select("p_flip", "steps").iter_rows()):
+        ax.text(k, p, f"n={n}", ha="center", va="bottom", fontsize="small")
+    ax.set_xticks(range(curve.height))
+    ax.set_xticklabels(labels, rotation=30, ha="right")
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel("reference margin bin")
+    ax.set_ylabel("P(flip)")
+    ax.set_title("How often a step flips, by how close the reference's call was")
+    return ax
+
+
+def plot_unique_completions(bands: Any, *, ax=None):
+    """Unique completions per band against c."""
+    ax = _axes(ax)
+    bands = _polars(bands)
+    if bands.is_empty():
+        return _empty(ax, "No bands in the run.")
+    for (prompt,), group in bands.sort("band_c").group_by(["prompt_id"], maintain_order=True):
+        ax.plot(group["band_c"], group["unique_completions"], "o-", label=str(prompt))
+    _set_c_axis(ax, bands["band_c"].to_list())
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("unique completions in the band")
+    ax.set_title("How many different answers one prompt got")
+    ax.legend(fontsize="small", loc="best")
+    return ax
+
+
+def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
+    """The fork: each token taken at position ``at`` and how many streams took it (as text)."""
+    ax = _axes(ax)
+    if not branches:
+        return _empty(ax, "The streams never part.")
+    total = sum(n for _, n in branches)
+    ax.text(0.02, 0.5, f"step {at}", va="center", fontsize="large")
+    for k, (token, n) in enumerate(branches):
+        y = 1 - (k + 1) / (len(branches) + 1)
+        ax.annotate(f"{token!r}: {n} of {total}", xy=(0.2, 0.5), xytext=(0.35, y), va="center", arrowprops={"arrowstyle": "<-"})
+    ax.set_axis_off()
+    ax.set_title("The fork")
     return ax

@@ -1,0 +1,54 @@
+"""Plot functions: Agg backend, assertions on the artists, figures closed after each test (conftest)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import polars as pl
+from test_run import make_run
+
+from analysis import plots, read_witnesses
+from analysis.parity import flip_curve, step_margins
+from analysis.run import band_table, read_run, slot_table
+from conftest import LAMBDA
+
+
+def test_witness_plots():
+    ws = read_witnesses(LAMBDA)
+    ax = plots.plot_divergence(ws.bands)
+    assert ax.get_ylabel().startswith("divergence_at") and any("declared_min = 64" in t.get_text() for t in ax.get_legend().get_texts())
+    ax = plots.plot_decode_rate(ws.bands)
+    assert "No decode rates recorded" in ax.texts[0].get_text()
+    ax = plots.plot_env_knobs(ws.witnesses)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["BATCHED_PREFILL"]
+
+
+def test_run_plots(tmp_path):
+    run = read_run(make_run(tmp_path))
+    slots, bands = slot_table(run), band_table(run)
+    fig, axes = plt.subplots(2, 4)
+    ax = plots.plot_run_divergence(slots, declared_min=3, ax=axes[0, 0])
+    assert ax is axes[0, 0]
+    marks = {line.get_marker(): list(line.get_ydata()) for line in ax.get_lines() if line.get_marker() in ("o", "^")}
+    assert marks == {"o": [2, 2, 2, 2], "^": [4]}
+    ax = plots.plot_margin_at_divergence(slots, epsilon=0.05, ax=axes[0, 1])
+    assert list(ax.get_lines()[0].get_ydata()) == slots["reference_margin"].drop_nulls().to_list()
+    ref = next(s for k, s in run.streams().items() if k[1] == 1)
+    ax = plots.plot_margin_trace(step_margins(ref), [2], ax=axes[0, 2])
+    assert len(ax.get_lines()) == 3  # the trace, epsilon, one divergence line
+    deltas = pl.DataFrame({"label": ["s0"] * 2, "step": [0, 1], "abs_delta": [0.0, 1e-7]})
+    assert len(plots.plot_delta_before_fork(deltas, ax=axes[0, 3]).get_lines()) == 1
+    others = [s for k, s in run.streams().items() if k[1] > 3]
+    ax = plots.plot_flip_curve(flip_curve([(ref, o) for o in others]), ax=axes[1, 0])
+    assert len(ax.patches) >= 1 and max(p.get_height() for p in ax.patches) == 1.0
+    ax = plots.plot_unique_completions(bands, ax=axes[1, 1])
+    assert list(ax.get_lines()[0].get_ydata()) == [1, 1]
+    ax = plots.plot_fork_tree([("<script>x</script>", 3), (" a", 1)], at=2, ax=axes[1, 2])
+    assert any("'<script>x</script>': 3 of 4" == t.get_text() for t in ax.texts)
+
+
+def test_empty_inputs_say_so():
+    empty = pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64, "diverged": pl.Boolean, "agree_to": pl.Int64,
+                                 "reference_margin": pl.Float64, "unique_completions": pl.Int64})
+    assert "No batched requests" in plots.plot_run_divergence(empty).texts[0].get_text()
+    assert "never part" in plots.plot_fork_tree([], at=0).texts[0].get_text()
+    assert "no step with two candidates" in plots.plot_margin_trace([None, None]).texts[0].get_text()
