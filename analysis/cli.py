@@ -114,8 +114,9 @@ def witness_command(
 
 @app.command("report")
 def report_command(
-    sources: Annotated[Optional[list[str]], typer.Argument(help="Witness sources; the embedded default if none.")] = None,
+    sources: Annotated[Optional[list[str]], typer.Argument(help="Witness sources and run directories; the embedded default if none.")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("parity-report.html"),
+    epsilon: Annotated[float, typer.Option(help="The near-tie epsilon for runs.")] = 0.05,
     title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-parity report",
     notebook: Annotated[Optional[Path], typer.Option(help="Also keep the executed notebook here.")] = None,
     policy_file: PolicyFile = None,
@@ -131,17 +132,23 @@ def report_command(
     from .report import ReportError, default_sources, render_report
 
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
+    runs = [s for s in sources or [] if (Path(s) / "manifest.json").exists()]
+    witness_sources = [s for s in sources or [] if s not in runs]
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
-        read_witnesses(sources or default_sources(), progress=sys.stderr.isatty())
+        from .run import RunError, read_run
+
+        for run in runs:
+            read_run(run)
+        read_witnesses(witness_sources or ([] if runs else default_sources()), progress=sys.stderr.isatty())
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_MISSING) from None
-    except WitnessError as exc:
+    except (WitnessError, RunError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_RED) from None
     overrides = {k: v for k, v in dataclasses.asdict(policy).items() if v != getattr(V3Policy(), k)}
     try:
-        written = render_report(sources, output, title=title, policy=overrides, executed_notebook=notebook)
+        written = render_report(witness_sources, output, runs=runs, epsilon=epsilon, title=title, policy=overrides, executed_notebook=notebook)
     except ReportError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -271,3 +271,23 @@ def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
     ax.set_axis_off()
     ax.set_title("The fork")
     return ax
+
+
+def plot_run_decode_rate(bands: Any, *, ax=None):
+    """Band median decode rate against c per prompt, with the 50%-of-c=1 line; untimed bands are named, not drawn."""
+    ax = _axes(ax)
+    bands = _polars(bands)
+    rated = bands.filter(pl.col("decode_tok_s").is_not_null()) if "decode_tok_s" in bands.columns else bands.clear()
+    if rated.is_empty():
+        return _empty(ax, "No band has a decode rate: the captures carry no live arrival times.")
+    for (prompt,), group in rated.sort("band_c").group_by(["prompt_id"], maintain_order=True):
+        line = ax.plot(group["band_c"], group["decode_tok_s"], "o-", label=str(prompt))[0]
+        base = group.filter(pl.col("band_c") == 1)["decode_tok_s"]
+        if base.len():
+            ax.axhline(0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)")
+    _set_c_axis(ax, rated["band_c"].to_list())
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("median decode rate per request (tok/s)")
+    ax.set_title("Decode rate while batched")
+    ax.legend(fontsize="small", loc="best")
+    return ax

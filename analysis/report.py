@@ -71,8 +71,8 @@ def _short(commit: str | None) -> str:
     return commit[:10] if commit else ""
 
 
-def header_html(title: str, parameters: Mapping[str, Any], ws, policy: V3Policy) -> str:
-    """Title, parameters as given, the policy in force, and the provenance of every file."""
+def header_html(title: str, parameters: Mapping[str, Any], ws, policy: V3Policy, runs: Iterable[Any] = ()) -> str:
+    """Title, parameters as given, the policy in force, and the provenance of every file and run."""
     files = []
     for row in ws.to_backend("polars").witnesses.iter_rows(named=True):
         files.append({"source": row["source"], "kind": "witness", "version": row["witness_version"], "host": row["host"], "commit": _short(row["commit"])})
@@ -80,6 +80,11 @@ def header_html(title: str, parameters: Mapping[str, Any], ws, policy: V3Policy)
         files.append({"source": row["source"], "kind": "release marker", "version": "", "host": row["host"], "commit": _short(row["commit"])})
     for row in files:
         row["sha256"] = hashlib.sha256(ws.texts[row["source"]].encode("utf-8")).hexdigest()[:16]
+    for run in runs:
+        identity = run.manifest.get("identity", {}) or {}
+        manifest = (run.path / "manifest.json").read_bytes() if run.path else b""
+        files.append({"source": str(run.path), "kind": "run", "version": run.manifest.get("run_version", 1), "host": identity.get("host"),
+                      "commit": _short(identity.get("commit")), "sha256": hashlib.sha256(manifest).hexdigest()[:16] + " (manifest)"})
     return render(
         "header.html.j2",
         title=title,
@@ -195,6 +200,111 @@ def show_figure(ax_or_figure, alt: str) -> None:
     display(Image(data=buffer.getvalue(), format="png", metadata={"alt": alt}))
 
 
+# --- runs ---------------------------------------------------------------------------------------------
+
+
+def _token_labels(run) -> dict[Any, str]:
+    """A readable label for each token identity: its text when the dump had one, else ``id N``."""
+    labels: dict[Any, str] = {}
+    for token_id, text, data in run.dump.tokens.select("token_id", "token_text", "token_bytes").iter_rows():
+        if token_id is not None and text is not None:
+            labels.setdefault(token_id, text)
+        elif token_id is not None and data is not None:
+            labels.setdefault(token_id, data.decode("utf-8", errors="replace"))
+    return labels
+
+
+def _label(identity: Any, labels: Mapping[Any, str]) -> str:
+    if isinstance(identity, tuple):
+        text, data = identity
+        return text if text is not None else (data or b"").decode("utf-8", errors="replace")
+    return labels.get(identity, f"id {identity}")
+
+
+def negative_control(run, prompt_id: str) -> dict[str, Any]:
+    """Plant a divergence in a copy of ref #1 (a token it never produced, at its middle step) and check that it is found."""
+    from . import parity
+
+    streams = run.streams()
+    refs = run.requests().filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
+    row = refs.row(0, named=True)
+    reference = streams[(row["source"], row["record"], row["choice_index"])]
+    at = len(reference) // 2
+    planted = list(reference.identities)
+    if planted:
+        planted[at] = ("<planted>", b"\x00planted")
+    found = parity.compare(reference, parity.Stream(("control",), tuple(planted)))
+    return {"prompt_id": prompt_id, "planted_at": at, "found_at": found.divergence_at, "detected": bool(planted) and found.divergence_at == at}
+
+
+def _settings(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    requested, effective = manifest.get("requested", {}) or {}, manifest.get("effective", {}) or {}
+    return [{"name": k, "requested": requested.get(k), "effective": effective.get(k), "differs": requested.get(k) != effective.get(k)}
+            for k in sorted(set(requested) | set(effective))]
+
+
+def run_html(run, policy: V3Policy | None = None) -> str:
+    """A run's provenance, settings, negative control, V3 verdict per prompt, and the forks of its bands."""
+    from ._v3 import shape_check_data
+    from .parity import agreement, fork_table
+    from .run import to_witness
+
+    manifest = run.manifest
+    identity = manifest.get("identity", {}) or {}
+    prompts = sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None})
+    witnesses = []
+    for prompt in prompts:
+        w = to_witness(run, prompt)
+        witnesses.append({"prompt_id": prompt, "result": w["result"], "reference_reason": w["reference"].get("reason"),
+                          "verdict": shape_check_data(w, source=f"{run.path or 'run'} prompt {prompt}", policy=policy)})
+    labels, streams, forks = _token_labels(run), run.streams(), []
+    bands = run.requests().filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot")
+    for (prompt, c, repeat), group in bands.group_by(["prompt_id", "band_c", "repeat"], maintain_order=True):
+        slots = [streams[(r["source"], r["record"], r["choice_index"])] for r in group.iter_rows(named=True)]
+        at = min((len(s) for s in slots), default=0)
+        agree = min((agreement(slots[0].identities, s.identities) for s in slots[1:]), default=at)
+        branches = [(_label(t, labels), n) for t, n in fork_table(slots, at=agree)] if agree < at else []
+        forks.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "at": agree, "branches": branches})
+    return render("run.html.j2", run=run, identity={"host": identity.get("host"), "commit": identity.get("commit"),
+                  "model_path": (identity.get("model") or {}).get("path"), "engine": identity.get("engine")},
+                  ladder=run.ladder, declared_min=run.declared_min, sampler=manifest.get("sampler"), environment=manifest.get("environment"),
+                  settings=_settings(manifest), controls=[negative_control(run, p) for p in prompts], witnesses=witnesses, forks=forks)
+
+
+def run_streams(run) -> tuple[dict[str, Any], list[tuple[Any, Any]], pl.DataFrame]:
+    """Ref #1 per prompt, (reference, batched) stream pairs, and per-step |delta logprob| before each fork."""
+    streams = run.streams()
+    requests = run.requests()
+    refs: dict[str, Any] = {}
+    for row in requests.filter(pl.col("role") == "reference").sort("slot").iter_rows(named=True):
+        refs.setdefault(row["prompt_id"], streams[(row["source"], row["record"], row["choice_index"])])
+    pairs, deltas = [], []
+    for row in requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot").iter_rows(named=True):
+        reference = refs.get(row["prompt_id"])
+        other = streams.get((row["source"], row["record"], row["choice_index"]))
+        if reference is None or other is None:
+            continue
+        pairs.append((reference, other))
+        label = f"{row['prompt_id']} c={row['band_c']} slot {row['slot']}"
+        for step, (a, b) in enumerate(zip(reference.logprobs, other.logprobs)):
+            if reference.identities[step] != other.identities[step]:
+                break
+            if a is not None and b is not None:
+                deltas.append((label, step, abs(a - b)))
+    frame = pl.DataFrame(deltas, schema={"label": pl.String, "step": pl.Int64, "abs_delta": pl.Float64}, orient="row")
+    return refs, pairs, frame
+
+
+def run_tables_html(run, *, epsilon: float) -> str:
+    """The run's band table and per-request table."""
+    from .run import band_table, slot_table
+
+    bands = band_table(run, epsilon=epsilon)
+    slots = slot_table(run, epsilon=epsilon).drop("source", "record")
+    return (table_html(bands, caption="Bands: divergence from ref #1 over slots, agreement inside the batch, completions, decode rate.")
+            + table_html(slots, caption="Requests: each batched request against ref #1 of its prompt (positions 0-based)."))
+
+
 # --- running the notebook ------------------------------------------------------------------
 
 
@@ -202,6 +312,8 @@ def render_report(
     sources: Iterable[str | os.PathLike[str]] | None = None,
     output: str | os.PathLike[str] = "parity-report.html",
     *,
+    runs: Iterable[str | os.PathLike[str]] | None = None,
+    epsilon: float = 0.05,
     title: str = DEFAULT_TITLE,
     policy: Mapping[str, Any] | V3Policy | None = None,
     executed_notebook: str | os.PathLike[str] | None = None,
@@ -213,7 +325,11 @@ def render_report(
     Parameters
     ----------
     sources : iterable of paths or URLs, optional
-        Witness and marker sources; the embedded default data when empty.
+        Witness and marker sources; the embedded default data when both these and ``runs`` are empty.
+    runs : iterable of paths, optional
+        Run directories (see :mod:`analysis.run`).
+    epsilon : float
+        The near-tie epsilon for the runs' margins.
     output : path
         Where the HTML goes.
     title : str
@@ -238,10 +354,15 @@ def render_report(
         policy = dataclasses.asdict(policy)
     parameters = {
         "sources": [os.fspath(s) for s in (sources or [])],
+        "runs": [os.fspath(r) for r in (runs or [])],
+        "epsilon": float(epsilon),
         "title": title,
         "policy": {k: list(v) if isinstance(v, tuple) else v for k, v in dict(policy or {}).items()},
     }
     V3Policy.from_mapping(parameters["policy"])  # refuse a bad policy before starting a kernel
+    for run in parameters["runs"]:
+        if not (Path(run) / "manifest.json").exists():
+            raise ReportError(f"{run}: not a run directory (no manifest.json)")
     output = Path(output)
     show = progress if progress is not None else sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="bia-report-") as tmp:

@@ -14,8 +14,12 @@ CELLS = [
     (
         "parameters",
         '# Witness and marker sources: files, folders, glob patterns or http(s) URLs.\n'
-        '# Empty means the embedded default: real perf041 witnesses from host "lambda".\n'
+        '# With no sources and no runs, the embedded default: real perf041 witnesses from host "lambda".\n'
         "sources: list = []\n"
+        "# Run directories (manifest.json + captures/), as bia's probe and experiment write them.\n"
+        "runs: list = []\n"
+        "# The near-tie epsilon for the runs' margins (a margin explains a divergence iff 0 <= margin < epsilon).\n"
+        "epsilon: float = 0.05\n"
         "# The report's title.\n"
         'title: str = "Batch-parity report"\n'
         '# Overrides of the V3 policy\'s constants, e.g. {"model_prefix": "llama-3.1-8b"}; empty is aprender\'s.\n'
@@ -26,40 +30,69 @@ CELLS = [
         "import matplotlib.pyplot as plt\n"
         "from IPython.display import HTML, display\n\n"
         "import analysis\n"
-        "from analysis import plots, report\n\n"
+        "from analysis import parity, plots, report\n"
+        "from analysis.run import band_table, read_run, slot_table\n\n"
         "v3_policy = analysis.V3Policy.from_mapping(policy)\n"
-        "ws = analysis.read_witnesses(sources or analysis.default_sources(), progress=False)\n"
+        "witness_sources = sources or ([] if runs else analysis.default_sources())\n"
+        "ws = analysis.read_witnesses(witness_sources, progress=False)\n"
         "verdicts = ws.shape_checks(v3_policy)\n"
-        'display(HTML(report.header_html(title, {"sources": sources, "policy": policy}, ws, v3_policy)))',
+        "run_objects = [read_run(path) for path in runs]\n"
+        'display(HTML(report.header_html(title, {"sources": sources, "runs": runs, "epsilon": epsilon, "policy": policy}, ws, v3_policy, run_objects)))',
     ),
-    ("markdown", "## Verdicts\n\nEach witness's run verdict as recorded and as re-derived by the rules of its own `witness_version`, and aprender's V3 serving-shape verdict with its reasons."),
-    ("code", "display(HTML(report.verdicts_html(ws, verdicts)))"),
-    ("markdown", "## Bands\n\nOne row per band: the batch width the server formed (`m_formed`), where the band parted from the m=1 reference (`divergence_at`), the reference's top-2 margin there, the per-request decode rate, and the band result as recorded and as re-derived."),
-    ("code", "display(HTML(report.bands_html(ws)))"),
-    ("markdown", "## Divergence from m=1 against batch size"),
     (
         "code",
-        "fig, ax = plt.subplots(figsize=(8, 4.5))\n"
-        "plots.plot_divergence(ws.bands, ax=ax)\n"
-        'report.show_figure(fig, "divergence_at against batch size c for each witness, with declared_min marked")',
+        "if ws.sources:\n"
+        '    display(HTML("<h2>Witness verdicts</h2><p>Each witness\'s run verdict as recorded and as re-derived by the rules of its own '
+        "<code>witness_version</code>, and aprender\'s V3 serving-shape verdict with its reasons.</p>\"))\n"
+        "    display(HTML(report.verdicts_html(ws, verdicts)))\n"
+        '    display(HTML("<h2>Witness bands</h2><p>One row per band: the batch width the server formed (<code>m_formed</code>), where the band parted '
+        "from the m=1 reference (<code>divergence_at</code>), the reference\'s top-2 margin there, the per-request decode rate, and the band result "
+        'as recorded and as re-derived.</p>"))\n'
+        "    display(HTML(report.bands_html(ws)))",
     ),
-    ("markdown", "## Decode rate against batch size\n\nS7 asks that the per-request rate at c=4 be at least 50% of c=1's; the dotted line is that bar."),
     (
         "code",
-        "fig, ax = plt.subplots(figsize=(8, 4.5))\n"
-        "plots.plot_decode_rate(ws.bands, ax=ax)\n"
-        'report.show_figure(fig, "per-request decode rate against batch size c, with the 50%-of-c=1 line")',
+        "if ws.sources:\n"
+        '    display(HTML("<h2>Divergence from m=1 against batch size</h2>"))\n'
+        "    fig, ax = plt.subplots(figsize=(8, 4.5))\n"
+        "    plots.plot_divergence(ws.bands, ax=ax)\n"
+        '    report.show_figure(fig, "divergence_at against batch size c for each witness, with declared_min marked")\n'
+        '    display(HTML("<h2>Decode rate against batch size</h2><p>S7 asks that the per-request rate at c=4 be at least 50% of c=1\'s; the dotted line is that bar.</p>"))\n'
+        "    fig, ax = plt.subplots(figsize=(8, 4.5))\n"
+        "    plots.plot_decode_rate(ws.bands, ax=ax)\n"
+        '    report.show_figure(fig, "per-request decode rate against batch size c, with the 50%-of-c=1 line")\n'
+        '    display(HTML("<h2>Environment knobs that differ between witnesses</h2>"))\n'
+        "    display(HTML(report.table_html(plots.differing_env_knobs(ws.witnesses), empty='No env knob differs between the witnesses.')))\n"
+        "    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * max(1, ws.witnesses.height)))\n"
+        "    plots.plot_env_knobs(ws.witnesses, ax=ax)\n"
+        '    report.show_figure(fig, "kernel env knobs that differ between witnesses")\n'
+        '    display(HTML("<h2>Release markers</h2>"))\n'
+        "    display(HTML(report.markers_html(ws)))",
     ),
-    ("markdown", "## Environment knobs that differ between witnesses"),
     (
         "code",
-        "display(HTML(report.table_html(plots.differing_env_knobs(ws.witnesses), empty='No env knob differs between the witnesses.')))\n"
-        "fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * max(1, ws.witnesses.height)))\n"
-        "plots.plot_env_knobs(ws.witnesses, ax=ax)\n"
-        'report.show_figure(fig, "kernel env knobs that differ between witnesses")',
+        "for run in run_objects:\n"
+        "    display(HTML(report.run_html(run, v3_policy)))\n"
+        "    display(HTML(report.run_tables_html(run, epsilon=epsilon)))\n"
+        "    slots, bands = slot_table(run, epsilon=epsilon), band_table(run, epsilon=epsilon)\n"
+        "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
+        "    plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=axes[0])\n"
+        "    plots.plot_margin_at_divergence(slots, epsilon=epsilon, ax=axes[1])\n"
+        '    report.show_figure(fig, f"{run.path}: where each batched request parted from ref #1, and the reference margin there")\n'
+        "    streams = run.streams()\n"
+        "    refs, pairs, deltas = report.run_streams(run)\n"
+        "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
+        "    for prompt, reference in refs.items():\n"
+        "        plots.plot_margin_trace(parity.step_margins(reference), slots.filter(prompt_id=prompt)['divergence_at'].drop_nulls().to_list(), epsilon=epsilon, ax=axes[0])\n"
+        "        break\n"
+        "    plots.plot_delta_before_fork(deltas, ax=axes[1])\n"
+        '    report.show_figure(fig, f"{run.path}: the reference margin at every step with the divergences marked, and the logprob drift before the fork")\n'
+        "    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))\n"
+        "    plots.plot_flip_curve(parity.flip_curve(pairs), ax=axes[0])\n"
+        "    plots.plot_run_decode_rate(bands, ax=axes[1])\n"
+        "    plots.plot_unique_completions(bands, ax=axes[2])\n"
+        '    report.show_figure(fig, f"{run.path}: P(flip | margin), decode rate against c, unique completions against c")',
     ),
-    ("markdown", "## Release markers"),
-    ("code", "display(HTML(report.markers_html(ws)))"),
 ]
 
 

@@ -68,7 +68,7 @@ def test_report_shows_every_verdict_and_reason(default_report):
 
 def test_report_shows_parameters_and_provenance_first(default_report):
     text = " ".join(visible_text(default_report[0].read_text()).split())
-    order = [text.index(s) for s in ("Parameters", "Provenance", "Verdicts", "Bands", "Divergence from m=1", "Decode rate", "Release markers")]
+    order = [text.index(s) for s in ("Parameters", "Provenance", "Witness verdicts", "Witness bands", "Divergence from m=1", "Decode rate", "Release markers")]
     assert order == sorted(order)
     assert "(none given: the embedded default)" in text
     assert "Real perf041 batch-parity witnesses" in text  # the provenance README travels with the data
@@ -203,3 +203,61 @@ def test_untrusted_text_runs_nothing_in_chromium(evil_report):
     assert problems == []
     assert EVIL_HOST in state["text"]
     assert EVIL_MODEL in state["text"]
+
+
+# --- runs in the report -----------------------------------------------------------------------------
+
+SCRIPT_TOKEN = "<script>window.__pwned = 3</script>"
+IMG_TOKEN = '<img src=x onerror="window.__pwned = 4">'
+
+
+def _text_response(tokens):
+    content = [{"id": i, "token": text, "logprob": lp, "top_logprobs": [{"id": ci, "token": ct, "logprob": cv} for ci, ct, cv in top]}
+               for i, text, lp, top in tokens]
+    return {"object": "chat.completion", "choices": [{"index": 0, "message": {"content": ""}, "finish_reason": "length", "logprobs": {"content": content}}],
+            "usage": {"completion_tokens": len(tokens)}}
+
+
+@pytest.fixture(scope="module")
+def evil_run_report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("evilrun") / "run"
+    (folder / "captures").mkdir(parents=True)
+    a = (1, "Hello", -0.1, [(1, "Hello", -0.1), (2, "Hi", -2.5)])
+    fork_x = (3, SCRIPT_TOKEN, -0.70, [(3, SCRIPT_TOKEN, -0.70), (4, IMG_TOKEN, -0.71)])
+    fork_y = (4, IMG_TOKEN, -0.69, [(4, IMG_TOKEN, -0.69), (3, SCRIPT_TOKEN, -0.70)])
+    end = (5, " end", -0.2, [(5, " end", -0.2), (6, " stop", -1.9)])
+    write_json(folder / "manifest.json", {"run_version": 1, "identity": {"host": "<b>box</b>", "model": {"path": "tiny.gguf"}},
+                                          "sampler": {"max_tokens": 3}, "ladder": [1, 2], "declared_min": 2,
+                                          "requested": {"batch_invariant": True}, "effective": {"batch_invariant": False},
+                                          "m_formed": [{"prompt_id": "p", "band_c": 1, "widths": [1]}, {"prompt_id": "p", "band_c": 2, "widths": [2]}]})
+    lines = [{"response": _text_response([a, fork_x, end]), "prompt_id": "p", "role": "reference", "slot": i} for i in range(2)]
+    lines.append({"response": _text_response([a, fork_x, end]), "prompt_id": "p", "role": "band", "band_c": 1, "slot": 0})
+    lines.append({"response": _text_response([a, fork_x, end]), "prompt_id": "p", "role": "band", "band_c": 2, "slot": 0})
+    lines.append({"response": _text_response([a, fork_y, end]), "prompt_id": "p", "role": "band", "band_c": 2, "slot": 1})
+    (folder / "captures" / "p.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    out = folder.parent / "run.html"
+    run = subprocess.run([sys.executable, "-m", "analysis", "report", str(folder), "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def test_run_report_shows_the_run(evil_run_report):
+    page = evil_run_report.read_text()
+    text = " ".join(visible_text(page).split())
+    assert "a divergence planted at step 1 of ref #1 was detected at step 1" in text
+    assert "the band parts at step 1" in text
+    assert "batch_invariant True False" in text  # requested and effective settings side by side
+    assert len(re.findall(r"<img\b", page)) == 3  # three figure panels for the run, no witness section without witnesses
+    assert "Witness verdicts" not in text
+    assert "http://" not in page and "https://" not in page
+    assert SCRIPT_TOKEN not in page and IMG_TOKEN not in page
+
+
+@pytest.mark.browser
+def test_run_report_in_chromium_runs_no_token(evil_run_report):
+    state, problems, requests = open_offline(evil_run_report)
+    assert problems == []
+    assert state["pwned"] is None, "a token's text ran as code"
+    assert SCRIPT_TOKEN in state["text"] and IMG_TOKEN in state["text"]
+    assert all(i["ok"] and i["visible"] for i in state["images"]) and len(state["images"]) == 3
+    assert "NOT ADMISSIBLE" in state["text"]
