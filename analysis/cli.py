@@ -117,6 +117,7 @@ def report_command(
     sources: Annotated[Optional[list[str]], typer.Argument(help="Witness sources and run directories; the embedded default if none.")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("parity-report.html"),
     epsilon: Annotated[float, typer.Option(help="The near-tie epsilon for runs.")] = 0.05,
+    reference: Annotated[str, typer.Option(help="Compare batched requests with ref1, ref2, or another run directory's ref #1.")] = "ref1",
     title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-parity report",
     notebook: Annotated[Optional[Path], typer.Option(help="Also keep the executed notebook here.")] = None,
     policy_file: PolicyFile = None,
@@ -148,7 +149,8 @@ def report_command(
         raise typer.Exit(EXIT_RED) from None
     overrides = {k: v for k, v in dataclasses.asdict(policy).items() if v != getattr(V3Policy(), k)}
     try:
-        written = render_report(witness_sources, output, runs=runs, epsilon=epsilon, title=title, policy=overrides, executed_notebook=notebook)
+        written = render_report(witness_sources, output, runs=runs, epsilon=epsilon, reference=reference, title=title, policy=overrides,
+                                executed_notebook=notebook)
     except ReportError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

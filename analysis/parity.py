@@ -474,3 +474,50 @@ def ratio_interval(base: Sequence[float], batched: Sequence[float], *, n_boot: i
     ratios = boot_batched / boot_base
     tail = (1 - level) / 2 * 100
     return float(np.median(batched) / np.median(base)), float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))
+
+
+# --- across configurations (Yuan et al.) --------------------------------------------------------------
+
+
+def div_index(streams_: Sequence[Stream]) -> int:
+    """Yuan et al.'s Div_Index: the first position (0-based) where any two of the streams differ.
+
+    Streams that never part give their shortest length.
+
+    Examples
+    --------
+    >>> div_index([Stream(("a",), (1, 2, 3)), Stream(("b",), (1, 2, 4)), Stream(("c",), (1, 5, 3))])
+    1
+    """
+    if not streams_:
+        raise ValueError("Div_Index needs at least one stream")
+    return min((agreement(streams_[0].identities, s.identities) for s in streams_[1:]), default=len(streams_[0]))
+
+
+def top1_prob(stream: Stream, position: int) -> float | None:
+    """The top-1 probability at a step: the best finite candidate, else the sampled token's (greedy)."""
+    values = [v for _, v in _cands(stream, position) if v is not None and math.isfinite(v)]
+    if values:
+        return math.exp(max(values))
+    own = stream.logprobs[position] if position < len(stream.logprobs) else None
+    return None if own is None else math.exp(own)
+
+
+def avg_std_top1_prob(streams_: Sequence[Stream], upto: int | None = None) -> float | None:
+    """Yuan et al.'s Avg_Std@top1_prob: the standard deviation of the top-1 probability across the
+    streams (configurations), averaged over positions 0..Div_Index (population std, ddof 0).
+
+    Examples
+    --------
+    >>> a = Stream(("a",), (1, 2), (math.log(0.9), math.log(0.5)))
+    >>> b = Stream(("b",), (1, 2), (math.log(0.7), math.log(0.5)))
+    >>> round(avg_std_top1_prob([a, b]), 6)  # std 0.1 at step 0, 0 at step 1
+    0.05
+    """
+    last = div_index(streams_) if upto is None else upto
+    stds = []
+    for position in range(min(last + 1, min(len(s) for s in streams_))):
+        probs = [top1_prob(s, position) for s in streams_]
+        if all(p is not None for p in probs):
+            stds.append(float(np.std(probs)))
+    return sum(stds) / len(stds) if stds else None

@@ -295,14 +295,18 @@ def run_streams(run) -> tuple[dict[str, Any], list[tuple[Any, Any]], pl.DataFram
     return refs, pairs, frame
 
 
-def run_tables_html(run, *, epsilon: float) -> str:
-    """The run's band table and per-request table."""
-    from .run import band_table, slot_table
+def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
+    """The run's prompt, band and per-request tables."""
+    from .run import band_table, prompt_table, slot_table
 
-    bands = band_table(run, epsilon=epsilon)
-    slots = slot_table(run, epsilon=epsilon).drop("source", "record")
-    return (table_html(bands, caption="Bands: divergence from ref #1 over slots, agreement inside the batch, completions, decode rate.")
-            + table_html(slots, caption="Requests: each batched request against ref #1 of its prompt (positions 0-based)."))
+    against = reference if isinstance(reference, str) else f"ref #1 of {reference.path}"
+    prompts = prompt_table(run, reference=reference)
+    bands = band_table(run, epsilon=epsilon, reference=reference)
+    slots = slot_table(run, epsilon=epsilon, reference=reference).drop("source", "record")
+    return (table_html(prompts, caption="Prompts: the reference's tie density, Div_Index and Avg_Std@top1_prob across configurations, "
+                                        "and S7's c=4/c=1 decode-rate ratio with a bootstrap interval.")
+            + table_html(bands, caption=f"Bands: divergence from {against} over slots, agreement inside the batch, completions, decode rate.")
+            + table_html(slots, caption=f"Requests: each batched request against {against} (positions 0-based)."))
 
 
 # --- running the notebook ------------------------------------------------------------------
@@ -314,6 +318,7 @@ def render_report(
     *,
     runs: Iterable[str | os.PathLike[str]] | None = None,
     epsilon: float = 0.05,
+    reference: str | os.PathLike[str] = "ref1",
     title: str = DEFAULT_TITLE,
     policy: Mapping[str, Any] | V3Policy | None = None,
     executed_notebook: str | os.PathLike[str] | None = None,
@@ -330,6 +335,8 @@ def render_report(
         Run directories (see :mod:`analysis.run`).
     epsilon : float
         The near-tie epsilon for the runs' margins.
+    reference : str or path
+        What each batched request is compared with: "ref1", "ref2", or another run directory (its ref #1).
     output : path
         Where the HTML goes.
     title : str
@@ -356,6 +363,7 @@ def render_report(
         "sources": [os.fspath(s) for s in (sources or [])],
         "runs": [os.fspath(r) for r in (runs or [])],
         "epsilon": float(epsilon),
+        "reference": os.fspath(reference),
         "title": title,
         "policy": {k: list(v) if isinstance(v, tuple) else v for k, v in dict(policy or {}).items()},
     }

@@ -282,22 +282,32 @@ def write_witness(run: Run, path: str | os.PathLike[str] | None = None, **option
     return path
 
 
-__all__ = ["Run", "RunError", "assemble_run", "read_run", "to_witness", "write_witness"]
+__all__ = ["Run", "RunError", "assemble_run", "band_table", "prompt_table", "read_run", "references", "slot_table", "to_witness", "write_witness"]
 
 
 # --- tables for the report ----------------------------------------------------------------------
 
 
-def _references(run: Run, requests: pl.DataFrame, streams: dict) -> dict[str, parity.Stream]:
-    """Ref #1 of every prompt."""
-    refs = requests.filter(pl.col("role") == "reference").sort("slot")
-    out: dict[str, parity.Stream] = {}
-    for row in refs.iter_rows(named=True):
-        out.setdefault(row["prompt_id"], _stream_of(streams, row))
-    return out
+def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stream]:
+    """The reference stream of every prompt: ref #1 ("ref1") or ref #2 ("ref2") of this run, or ref #1 of another run.
+
+    Examples
+    --------
+    >>> references(assemble_run([{"source": "tests/samples/vllm_chat_nonstream_token_ids__OpenPipe-ART.json",
+    ...                           "prompt_id": "p", "role": "reference", "slot": 0}]))["p"].identities[:2]
+    (9707, 0)
+    """
+    if isinstance(reference, Run):
+        return references(reference, "ref1")
+    if reference not in ("ref1", "ref2"):
+        raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
+    slot = 0 if reference == "ref1" else 1
+    streams = run.streams()
+    refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
+    return {row["prompt_id"]: _stream_of(streams, row) for row in refs.iter_rows(named=True)}
 
 
-def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON) -> pl.DataFrame:
+def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per batched request: its comparison with ref #1 of its prompt, and its decode rate.
 
     Examples
@@ -310,11 +320,11 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON) -> pl.Data
     (1, 0, True, 0)
     """
     requests, streams = run.requests(), run.streams()
-    refs = _references(run, requests, streams)
+    refs = references(run, reference)
     rows = []
     for row in requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot").iter_rows(named=True):
         if row["prompt_id"] not in refs:
-            raise RunError(f"{row['source']}: prompt {row['prompt_id']!r} has no m=1 reference in the run")
+            raise RunError(f"{row['source']}: prompt {row['prompt_id']!r} has no {reference if isinstance(reference, str) else 'reference run'} reference")
         c = parity.compare(refs[row["prompt_id"]], _stream_of(streams, row), epsilon=epsilon)
         rows.append({"prompt_id": row["prompt_id"], "band_c": row["band_c"], "repeat": row["repeat"], "slot": row["slot"], "source": row["source"],
                      "record": row["record"], "agree_to": c.agree_to, "diverged": c.diverged, "divergence_at": c.divergence_at,
@@ -328,10 +338,10 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON) -> pl.Data
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
-def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON) -> pl.DataFrame:
+def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate."""
     requests, streams = run.requests(), run.streams()
-    refs = _references(run, requests, streams)
+    refs = references(run, reference)
     rows = []
     bands = requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot")
     for (prompt, c, repeat), group in bands.group_by(["prompt_id", "band_c", "repeat"], maintain_order=True):
@@ -341,3 +351,27 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON) -> pl.Data
         rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, **summary,
                      "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list())})
     return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})
+
+
+def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
+    """One row per prompt: the reference's tie density, Yuan et al.'s Div_Index and Avg_Std@top1_prob
+    across the reference and each band's slot 0 (the configurations), and S7's c=4/c=1 decode-rate
+    ratio with a bootstrap interval over the bands' repeats (null where rates are missing)."""
+    refs, requests, streams = references(run, reference), run.requests(), run.streams()
+    rows = []
+    for prompt, ref in refs.items():
+        bands = requests.filter((pl.col("prompt_id") == prompt) & (pl.col("role") == "band"))
+        firsts = [_stream_of(streams, r) for r in bands.filter(pl.col("slot") == 0).sort("band_c", "repeat").iter_rows(named=True)]
+        configurations = [ref, *firsts]
+        density = parity.tie_density(parity.step_margins(ref))
+        row = {"prompt_id": prompt, "tie_density_1e-3": density[1e-3], "tie_density_1e-2": density[1e-2], "tie_density_1e-1": density[1e-1],
+               "div_index": parity.div_index(configurations), "avg_std_top1_prob": parity.avg_std_top1_prob(configurations),
+               "s7_ratio": None, "s7_low": None, "s7_high": None}
+        rates = {c: [parity.band_decode_rate(g["decode_tok_s"].to_list()) for _, g in bands.filter(pl.col("band_c") == c).group_by("repeat")]
+                 for c in (1, 4)}
+        if rates[1] and rates[4] and None not in rates[1] + rates[4]:
+            row["s7_ratio"], row["s7_low"], row["s7_high"] = parity.ratio_interval(rates[1], rates[4])
+        rows.append(row)
+    return pl.DataFrame(rows, schema={"prompt_id": pl.String, "tie_density_1e-3": pl.Float64, "tie_density_1e-2": pl.Float64,
+                                      "tie_density_1e-1": pl.Float64, "div_index": pl.Int64, "avg_std_top1_prob": pl.Float64,
+                                      "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64})

@@ -20,6 +20,8 @@ CELLS = [
         "runs: list = []\n"
         "# The near-tie epsilon for the runs' margins (a margin explains a divergence iff 0 <= margin < epsilon).\n"
         "epsilon: float = 0.05\n"
+        '# What batched requests are compared with: "ref1", "ref2" (the run\'s m=1 references), or another run directory.\n'
+        'reference: str = "ref1"\n'
         "# The report's title.\n"
         'title: str = "Batch-parity report"\n'
         '# Overrides of the V3 policy\'s constants, e.g. {"model_prefix": "llama-3.1-8b"}; empty is aprender\'s.\n'
@@ -37,7 +39,9 @@ CELLS = [
         "ws = analysis.read_witnesses(witness_sources, progress=False)\n"
         "verdicts = ws.shape_checks(v3_policy)\n"
         "run_objects = [read_run(path) for path in runs]\n"
-        'display(HTML(report.header_html(title, {"sources": sources, "runs": runs, "epsilon": epsilon, "policy": policy}, ws, v3_policy, run_objects)))',
+        'against = reference if reference in ("ref1", "ref2") else read_run(reference)\n'
+        'display(HTML(report.header_html(title, {"sources": sources, "runs": runs, "epsilon": epsilon, "reference": reference, "policy": policy}, '
+        'ws, v3_policy, run_objects)))',
     ),
     (
         "code",
@@ -73,8 +77,8 @@ CELLS = [
         "code",
         "for run in run_objects:\n"
         "    display(HTML(report.run_html(run, v3_policy)))\n"
-        "    display(HTML(report.run_tables_html(run, epsilon=epsilon)))\n"
-        "    slots, bands = slot_table(run, epsilon=epsilon), band_table(run, epsilon=epsilon)\n"
+        "    display(HTML(report.run_tables_html(run, epsilon=epsilon, reference=against)))\n"
+        "    slots, bands = slot_table(run, epsilon=epsilon, reference=against), band_table(run, epsilon=epsilon, reference=against)\n"
         "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
         "    plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=axes[0])\n"
         "    plots.plot_margin_at_divergence(slots, epsilon=epsilon, ax=axes[1])\n"

@@ -195,3 +195,17 @@ def test_decode_rate_edges_and_bootstrap():
     assert (ratio, low, high) == (0.5, 0.5, 0.5)  # no spread, no interval
     ratio, low, high = ratio_interval([38.0, 40.0, 42.0, 41.0], [18.0, 22.0, 20.0, 21.0], seed=1)
     assert ratio == pytest.approx(20.5 / 40.5) and low < ratio < high
+
+
+def test_div_index_and_avg_std_top1_prob_by_hand():
+    from analysis.parity import avg_std_top1_prob, div_index, top1_prob
+
+    a = S("a", [1, 2, 3], [math.log(0.8), math.log(0.6), math.log(0.5)])
+    b = S("b", [1, 2, 4], [math.log(0.6), math.log(0.6), math.log(0.4)])
+    assert div_index([a, b]) == 2 and div_index([a]) == 3
+    # top-1 probabilities per step: (0.8, 0.6), (0.6, 0.6), (0.5, 0.4): population stds 0.1, 0, 0.05 over steps 0..2
+    assert avg_std_top1_prob([a, b]) == pytest.approx((0.1 + 0.0 + 0.05) / 3)
+    with_cands = S("c", [1], [math.log(0.3)], [((9, math.log(0.6)), (1, math.log(0.3)))])
+    assert top1_prob(with_cands, 0) == pytest.approx(0.6)  # the best candidate, not the sampled token
+    with pytest.raises(ValueError):
+        div_index([])

@@ -247,6 +247,8 @@ def test_run_report_shows_the_run(evil_run_report):
     assert "a divergence planted at step 1 of ref #1 was detected at step 1" in text
     assert "the band parts at step 1" in text
     assert "batch_invariant True False" in text  # requested and effective settings side by side
+    assert "reference ref1" in text and "Prompts: the reference's tie density" in text
+    assert "Requests: each batched request against ref1" in text
     assert len(re.findall(r"<img\b", page)) == 3  # three figure panels for the run, no witness section without witnesses
     assert "Witness verdicts" not in text
     assert "http://" not in page and "https://" not in page

@@ -131,3 +131,28 @@ def test_slot_and_band_tables(tmp_path):
     bands = band_table(run)
     assert bands.select("band_c", "divergence_min", "divergence_max", "intra_agree_to", "unique_completions", "near_tie_slots").rows() == [
         (1, 4, 4, 4, 1, 0), (4, 2, 2, 4, 1, 4)]
+
+
+def test_reference_choice_and_prompt_table(tmp_path):
+    from analysis.run import prompt_table, references, slot_table
+
+    folder = make_run(tmp_path)
+    lines = (folder / "captures" / "p0.jsonl").read_text().splitlines()
+    second = json.loads(lines[1])
+    second["response"] = response(FORK)  # ref #2 took the fork the batch took
+    lines[1] = json.dumps(second)
+    (folder / "captures" / "p0.jsonl").write_text("\n".join(lines) + "\n")
+    run = read_run(folder)
+    assert references(run, "ref2")["p0"].identities == (10, 20, 31, 40)
+    assert slot_table(run, reference="ref1")["agree_to"].to_list() == [4, 2, 2, 2, 2]
+    assert slot_table(run, reference="ref2")["agree_to"].to_list() == [2, 4, 4, 4, 4]
+    other = read_run(make_run(tmp_path / "other"))
+    assert slot_table(run, reference=other)["agree_to"].to_list() == [4, 2, 2, 2, 2]
+    with pytest.raises(RunError, match="reference must be"):
+        slot_table(run, reference="ref3")
+    table = prompt_table(run)
+    row = table.row(0, named=True)
+    # ref #1 margins per step: 1.9, 2.8, 0.02, 1.0 -> one of four below 0.1, none below 0.01
+    assert (row["tie_density_1e-3"], row["tie_density_1e-2"], row["tie_density_1e-1"]) == (0.0, 0.0, 0.25)
+    assert row["div_index"] == 2  # ref #1 and the c=4 slot 0 part at step 2
+    assert row["s7_ratio"] is None  # non-streamed captures: no rates, no ratio
