@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from . import parity
@@ -330,11 +331,12 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
                      "record": row["record"], "agree_to": c.agree_to, "diverged": c.diverged, "divergence_at": c.divergence_at,
                      "bitwise_prefix": c.bitwise_prefix, "max_abs_delta": c.max_abs_delta, "max_ulp": c.max_ulp,
                      "topk_order_changes": c.topk_order_changes, "reference_margin": c.reference_margin, "own_margin": c.own_margin,
-                     "in_reference_topk": c.in_reference_topk, "near_tie": c.near_tie, "length": c.length, "decode_tok_s": row["decode_tok_s"]})
+                     "in_reference_topk": c.in_reference_topk, "near_tie": c.near_tie, "length": c.length, "ttft_s": row["ttft_s"],
+                     "decode_tok_s": row["decode_tok_s"]})
     schema = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
               "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
               "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
-              "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "length": pl.Int64, "decode_tok_s": pl.Float64}
+              "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64}
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
@@ -354,8 +356,9 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
 
 
 def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
-    """One row per prompt: the reference's tie density, Yuan et al.'s Div_Index and Avg_Std@top1_prob
-    across the reference and each band's slot 0 (the configurations), and S7's c=4/c=1 decode-rate
+    """One row per prompt: the reference's tie density, Yuan et al.'s Div_Index, Avg_Std@top1_prob and
+    the std of output lengths (averaged over prompts, their Avg_Std@Output_Length) across the
+    reference and each band's slot 0 (the configurations), and S7's c=4/c=1 decode-rate
     ratio with a bootstrap interval over the bands' repeats (null where rates are missing)."""
     refs, requests, streams = references(run, reference), run.requests(), run.streams()
     rows = []
@@ -366,6 +369,7 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
         density = parity.tie_density(parity.step_margins(ref))
         row = {"prompt_id": prompt, "tie_density_1e-3": density[1e-3], "tie_density_1e-2": density[1e-2], "tie_density_1e-1": density[1e-1],
                "div_index": parity.div_index(configurations), "avg_std_top1_prob": parity.avg_std_top1_prob(configurations),
+               "std_output_length": float(np.std([len(s) for s in configurations])),
                "s7_ratio": None, "s7_low": None, "s7_high": None}
         rates = {c: [parity.band_decode_rate(g["decode_tok_s"].to_list()) for _, g in bands.filter(pl.col("band_c") == c).group_by("repeat")]
                  for c in (1, 4)}
@@ -374,4 +378,5 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
         rows.append(row)
     return pl.DataFrame(rows, schema={"prompt_id": pl.String, "tie_density_1e-3": pl.Float64, "tie_density_1e-2": pl.Float64,
                                       "tie_density_1e-1": pl.Float64, "div_index": pl.Int64, "avg_std_top1_prob": pl.Float64,
+                                      "std_output_length": pl.Float64,
                                       "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64})

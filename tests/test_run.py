@@ -155,4 +155,5 @@ def test_reference_choice_and_prompt_table(tmp_path):
     # ref #1 margins per step: 1.9, 2.8, 0.02, 1.0 -> one of four below 0.1, none below 0.01
     assert (row["tie_density_1e-3"], row["tie_density_1e-2"], row["tie_density_1e-1"]) == (0.0, 0.0, 0.25)
     assert row["div_index"] == 2  # ref #1 and the c=4 slot 0 part at step 2
+    assert row["std_output_length"] == 0.0  # every configuration generated 4 tokens
     assert row["s7_ratio"] is None  # non-streamed captures: no rates, no ratio
