@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONTROL, V2_WITNESS, write_json
+from conftest import V2_WITNESS, write_json
 
 from analysis import V3Policy, shape_check, shape_check_data, shape_check_text
 from analysis._v3 import PolicyError
