@@ -130,7 +130,7 @@ def report_command(
     from ._fields import WitnessError
     from ._sources import SourceError
     from ._witness import read_witnesses
-    from .report import ReportError, default_sources, render_report
+    from .report import ReportError, default_runs, default_sources, render_report
 
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
     runs = [s for s in sources or [] if (Path(s) / "manifest.json").exists()]
@@ -138,7 +138,7 @@ def report_command(
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
         from .run import RunError, read_run
 
-        for run in runs:
+        for run in runs or ([] if witness_sources else default_runs()):
             read_run(run)
         read_witnesses(witness_sources or ([] if runs else default_sources()), progress=sys.stderr.isatty())
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
@@ -155,6 +155,35 @@ def report_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"wrote {written}")
+
+
+@app.command("experiment")
+def experiment_command(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the runs (one per kernel mode).")] = Path("runs/experiment"),
+    prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
+    ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
+    modes: Annotated[str, typer.Option(help="Kernel modes, comma separated: default, batch-invariant.")] = "default,batch-invariant",
+    layout: Annotated[str, typer.Option(help="copies (c copies of one prompt) or needle (the prompt among others).")] = "copies",
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
+    top_k: Annotated[int, typer.Option(help="Candidates recorded per step.")] = 20,
+    seed: Annotated[int, typer.Option(help="Seed for the needle positions.")] = 0,
+    model: Annotated[Optional[Path], typer.Option(help="Model weights (safetensors + .json); the bundled tiny model by default.")] = None,
+) -> None:
+    """Decode a real transformer at several batch sizes in both kernel modes and write bia runs."""
+    from .experiment import DEFAULT_PROMPTS, run_experiment
+
+    texts = DEFAULT_PROMPTS if prompts is None else [line for line in prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        folders = run_experiment(output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], modes=modes.split(","), layout=layout,
+                                 dtype=dtype, device=device, max_tokens=max_tokens, top_k=top_k, seed=seed, model_path=model,
+                                 progress=sys.stderr.isatty())
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for folder in folders:
+        typer.echo(f"wrote {folder}")
 
 
 def main() -> None:

@@ -60,6 +60,20 @@ def default_sources() -> list[str]:
     return [str(path) if relative.startswith("..") else relative]
 
 
+def default_runs() -> list[str]:
+    """The embedded default runs: the torch experiment on CPU, in both kernel modes (``data/experiment-cpu``)."""
+    folder = _bundled("data/experiment-cpu")
+    runs = sorted(p.parent for p in folder.glob("*/manifest.json"))
+    out = []
+    for run in runs:
+        try:
+            relative = os.path.relpath(run)
+        except ValueError:
+            relative = str(run)
+        out.append(str(run) if relative.startswith("..") else relative)
+    return out
+
+
 # --- HTML fragments the notebook displays --------------------------------------------------
 
 

@@ -14,7 +14,7 @@ CELLS = [
     (
         "parameters",
         '# Witness and marker sources: files, folders, glob patterns or http(s) URLs.\n'
-        '# With no sources and no runs, the embedded default: real perf041 witnesses from host "lambda".\n'
+        '# With no sources and no runs, the embedded default: real perf041 witnesses from host "lambda" and the CPU torch experiment.\n'
         "sources: list = []\n"
         "# Run directories (manifest.json + captures/), as bia's probe and experiment write them.\n"
         "runs: list = []\n"
@@ -36,9 +36,10 @@ CELLS = [
         "from analysis.run import band_table, read_run, slot_table\n\n"
         "v3_policy = analysis.V3Policy.from_mapping(policy)\n"
         "witness_sources = sources or ([] if runs else analysis.default_sources())\n"
+        "run_paths = runs or ([] if sources else report.default_runs())\n"
         "ws = analysis.read_witnesses(witness_sources, progress=False)\n"
         "verdicts = ws.shape_checks(v3_policy)\n"
-        "run_objects = [read_run(path) for path in runs]\n"
+        "run_objects = [read_run(path) for path in run_paths]\n"
         'against = reference if reference in ("ref1", "ref2") else read_run(reference)\n'
         'display(HTML(report.header_html(title, {"sources": sources, "runs": runs, "epsilon": epsilon, "reference": reference, "policy": policy}, '
         'ws, v3_policy, run_objects)))',

@@ -35,13 +35,13 @@ def test_public_surface_is_sorted_and_complete():
     assert analysis.__all__ == sorted(analysis.__all__)
     for name in analysis.__all__:
         assert hasattr(analysis, name), name
-    public = {n for n in dir(analysis) if not n.startswith("_") and n not in {"cli", "dumps", "parity", "plots", "report", "run", "annotations"}}
+    public = {n for n in dir(analysis) if not n.startswith("_") and n not in {"cli", "dumps", "experiment", "parity", "plots", "report", "run", "annotations"}}
     assert public <= set(analysis.__all__), public - set(analysis.__all__)
 
 
 def test_torch_is_pinned_to_the_cpu_build_and_not_imported():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["optional-dependencies"]["torch"] == ["torch==2.13.0"]
+    assert project["optional-dependencies"]["torch"] == ["safetensors>=0.4", "torch==2.13.0"]
     run = subprocess.run([sys.executable, "-c", "import sys, analysis, analysis.cli, analysis.report, analysis.plots; print('torch' in sys.modules)"],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.stdout.strip() == "False"

@@ -71,6 +71,7 @@ def test_report_shows_parameters_and_provenance_first(default_report):
     order = [text.index(s) for s in ("Parameters", "Provenance", "Witness verdicts", "Witness bands", "Divergence from m=1", "Decode rate", "Release markers")]
     assert order == sorted(order)
     assert "(none given: the embedded default)" in text
+    assert "Run data/experiment-cpu/default" in text and "Run data/experiment-cpu/batch-invariant" in text
     assert "Real perf041 batch-parity witnesses" in text  # the provenance README travels with the data
 
 
@@ -79,7 +80,9 @@ def test_report_plots_are_embedded_images(default_report):
     images = re.findall(r"<img\b[^>]*>", page)
     assert all(re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', img) for img in images)
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
-    assert alts == [
+    assert len(alts) == 3 + 3 * 2  # the witness plots, then three panels for each embedded run
+    assert sum("data/experiment-cpu/default:" in a for a in alts) == 3 and sum("data/experiment-cpu/batch-invariant:" in a for a in alts) == 3
+    assert alts[:3] == [
         "divergence_at against batch size c for each witness, with declared_min marked",
         "per-request decode rate against batch size c, with the 50%-of-c=1 line",
         "kernel env knobs that differ between witnesses",
@@ -192,8 +195,9 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    assert len(state["images"]) == 3 and all(i["ok"] and i["visible"] for i in state["images"])
+    assert len(state["images"]) == 9 and all(i["ok"] and i["visible"] for i in state["images"])
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
+    assert "a divergence planted at step 32 of ref #1 was detected at step 32" in state["text"]
 
 
 @pytest.mark.browser

@@ -1,0 +1,77 @@
+"""The torch experiment: batch-invariant bits at every c, default-mode drift detected, reruns identical."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from analysis.experiment import bundled_model, run_experiment  # noqa: E402
+from analysis.run import read_run, slot_table, to_witness  # noqa: E402
+
+SMALL = {"prompts": ["Return a new list"], "ladder": (1, 2, 4), "max_tokens": 8, "top_k": 3}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("experiment")
+    default, invariant = run_experiment(out, **SMALL)
+    return read_run(default), read_run(invariant)
+
+
+def test_batch_invariant_mode_is_bitwise_identical_at_every_c(runs):
+    table = slot_table(runs[1])
+    assert table.height == 1 + 2 + 4
+    assert (table["agree_to"] == 8).all() and (table["bitwise_prefix"] == 8).all()
+    assert table["max_ulp"].to_list() == [0] * 7
+
+
+def test_default_mode_differences_are_detected_in_the_bits(runs):
+    """The check above, with the mode switched off: a batched row's float32 logprobs differ from m=1's."""
+    table = slot_table(runs[0])
+    alone = table.filter(pl.col("band_c") == 1)
+    batched = table.filter(pl.col("band_c") > 1)
+    assert alone["bitwise_prefix"].to_list() == [8]  # c=1 runs the reference's own shapes
+    assert (batched["bitwise_prefix"] < 8).any(), "no bit-level difference: the default mode would not be told apart"
+    assert batched["max_ulp"].max() > 0
+
+
+def test_rerun_gives_identical_bits(runs, tmp_path):
+    again = read_run(run_experiment(tmp_path, modes=("default",), **SMALL)[0])
+    first = runs[0].dump.tokens.select("record", "position", "token_id", "raw_value")
+    assert again.dump.tokens.select("record", "position", "token_id", "raw_value").equals(first)
+    assert runs[0].manifest["determinism"]["identical"] and runs[1].manifest["determinism"]["identical"]
+
+
+def test_manifest_and_witness(runs):
+    manifest = runs[0].manifest
+    assert manifest["requested"]["kernel_mode"] == "default" and manifest["effective"]["dtype"] == "float32"
+    assert manifest["identity"]["model"]["path"] == bundled_model().name
+    assert manifest["environment"]["torch"] == torch.__version__
+    w = to_witness(runs[1], "p0")
+    assert [b["result"] for b in w["bands"]] == ["PASS", "PASS", "PASS"]
+    assert all(b["divergence_at"] == 8 for b in w["bands"])
+    rates = runs[1].requests()["decode_tok_s"].drop_nulls()
+    assert rates.len() == runs[1].requests().height and (rates > 0).all()  # live captures carry arrival times
+
+
+def test_needle_layout_and_bfloat16(tmp_path):
+    (invariant,) = run_experiment(tmp_path, modes=("batch-invariant",), layout="needle", dtype="bfloat16",
+                                  **{**SMALL, "prompts": ["Return a new list", "The default value is", "Raise"]})
+    run = read_run(invariant)
+    table = slot_table(run)
+    assert table.height == 3 * 3  # one recorded target per band
+    assert (table["bitwise_prefix"] == 8).all()
+    assert run.manifest["effective"]["dtype"] == "bfloat16"
+    lines = [json.loads(line) for line in (invariant / "captures" / "requests.jsonl").read_text().splitlines()]
+    assert {line["batch_row"] for line in lines if line.get("band_c") == 4} <= {0, 1, 2, 3}
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="dtype must be"):
+        run_experiment("unused", dtype="float64")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        run_experiment("unused", modes=("fast",))
