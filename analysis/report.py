@@ -309,6 +309,25 @@ def run_streams(run) -> tuple[dict[str, Any], list[tuple[Any, Any]], pl.DataFram
     return refs, pairs, frame
 
 
+def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataFrame:
+    """Runs side by side (for example one experiment's kernel modes): parity against the m=1
+    reference and the decode-rate cost, per run and band, as the Thinking Machines study compares them."""
+    from .run import slot_table
+
+    rows = []
+    for run in runs:
+        slots = slot_table(run, reference=reference)
+        mode = (run.manifest.get("effective") or {}).get("kernel_mode") or str(run.path)
+        for (c,), group in slots.group_by(["band_c"], maintain_order=True):
+            rates = group["decode_tok_s"].drop_nulls()
+            rows.append({"run": str(run.path), "kernel_mode": mode, "band_c": c, "requests": group.height,
+                         "bit_identical_share": float((group["bitwise_prefix"] == group["length"]).mean()),
+                         "token_flips": int(group["diverged"].sum()), "max_ulp": group["max_ulp"].max(),
+                         "median_decode_tok_s": float(rates.median()) if rates.len() else None})
+    frame = pl.DataFrame(rows) if rows else pl.DataFrame(schema={"run": pl.String, "band_c": pl.Int64})
+    return frame.sort("band_c", "run") if rows else frame
+
+
 def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """The run's prompt, band and per-request tables."""
     from .run import band_table, prompt_table, slot_table

@@ -76,6 +76,13 @@ CELLS = [
     ),
     (
         "code",
+        "if len(run_objects) > 1:\n"
+        '    display(HTML("<h2>Runs side by side</h2><p>Per run and batch size: the share of requests whose float32 logprobs are bit-identical to '
+        "the reference, token flips, the largest ULP distance, and the median decode rate: the parity a kernel mode buys and what it costs.</p>\"))\n"
+        "    display(HTML(report.table_html(report.mode_comparison(run_objects, reference=against))))",
+    ),
+    (
+        "code",
         "for run in run_objects:\n"
         "    display(HTML(report.run_html(run, v3_policy)))\n"
         "    display(HTML(report.run_tables_html(run, epsilon=epsilon, reference=against)))\n"

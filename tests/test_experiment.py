@@ -75,3 +75,15 @@ def test_bad_settings():
         run_experiment("unused", dtype="float64")
     with pytest.raises(ValueError, match="mode must be one of"):
         run_experiment("unused", modes=("fast",))
+
+
+def test_modes_side_by_side(runs):
+    from analysis.report import mode_comparison
+
+    table = mode_comparison(runs)
+    by_mode = {(r["kernel_mode"], r["band_c"]): r for r in table.iter_rows(named=True)}
+    assert by_mode[("batch-invariant", 4)]["bit_identical_share"] == 1.0
+    assert by_mode[("default", 4)]["bit_identical_share"] < 1.0
+    assert by_mode[("default", 1)]["bit_identical_share"] == 1.0
+    assert all(r["median_decode_tok_s"] > 0 for r in by_mode.values())
+    assert (runs[0].path / "derived" / "tokens.parquet").exists()  # the derived tables are written with the run

@@ -72,6 +72,7 @@ def test_report_shows_parameters_and_provenance_first(default_report):
     assert order == sorted(order)
     assert "(none given: the embedded default)" in text
     assert "Run data/experiment-cpu/default" in text and "Run data/experiment-cpu/batch-invariant" in text
+    assert text.index("Runs side by side") < text.index("Run data/experiment-cpu/")
     assert "Real perf041 batch-parity witnesses" in text  # the provenance README travels with the data
 
 

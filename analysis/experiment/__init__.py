@@ -146,6 +146,9 @@ def run_experiment(
                             "what": "the m=1 reference decoded a third time gave the same tokens and float32 logprob bits"},
         }
         (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        from ..run import read_run
+
+        read_run(folder).write_derived()  # the Parquet tables, rebuildable from captures/
         written.append(folder)
     return written
 
