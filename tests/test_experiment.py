@@ -75,6 +75,9 @@ def test_bad_settings():
         run_experiment("unused", dtype="float64")
     with pytest.raises(ValueError, match="mode must be one of"):
         run_experiment("unused", modes=("fast",))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no GPU"):
+            run_experiment("unused", device="cuda")
 
 
 def test_modes_side_by_side(runs):

@@ -90,6 +90,8 @@ def run_experiment(
     for mode in modes:
         if mode not in KERNEL_MODES:
             raise ValueError(f"mode must be one of {KERNEL_MODES}, got {mode!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this torch ({torch.__version__}) sees no GPU; install a CUDA build of torch on a GPU machine")
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     model_path = Path(model_path) if model_path else bundled_model()
     torch.manual_seed(seed)
