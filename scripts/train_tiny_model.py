@@ -60,13 +60,13 @@ def main() -> None:
     model = TinyLM(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=args.steps)
-    causal = torch.full((args.seq, args.seq), float("-inf")).triu(1)[None, None]
+    valid = torch.ones(args.batch, args.seq, dtype=torch.bool)
     positions = torch.arange(args.seq)[None].expand(args.batch, -1)
     start, losses = time.time(), []
     for step in range(args.steps):
         offsets = torch.randint(0, data.numel() - args.seq - 1, (args.batch,))
         batch = torch.stack([data[o : o + args.seq + 1] for o in offsets.tolist()])
-        logits, _ = model(batch[:, :-1], positions, causal)
+        logits, _ = model(batch[:, :-1], positions, valid)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), batch[:, 1:].reshape(-1))
         optimizer.zero_grad()
         loss.backward()

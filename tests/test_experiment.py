@@ -90,3 +90,30 @@ def test_modes_side_by_side(runs):
     assert by_mode[("default", 1)]["bit_identical_share"] == 1.0
     assert all(r["median_decode_tok_s"] > 0 for r in by_mode.values())
     assert (runs[0].path / "derived" / "tokens.parquet").exists()  # the derived tables are written with the run
+
+
+def test_a_local_hugging_face_model(tmp_path):
+    """A small GPT-2 built here and saved locally: the experiment loads it offline and the modes behave."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    folder = tmp_path / "hf-tiny"
+    words = ["the", "a", "value", "is", "return", "list", "if", "argument", "new", "of"]
+    vocab = {"[UNK]": 0}
+    for word in words:
+        vocab[word] = len(vocab)
+        vocab["Ġ" + word] = len(vocab)
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]").save_pretrained(folder)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=len(vocab), n_positions=64, n_embd=128, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    default, invariant = run_experiment(tmp_path / "runs", model_path=folder, prompts=["if the argument is"], ladder=(1, 2, 4), max_tokens=6, top_k=3)
+    assert (slot_table(read_run(invariant))["bitwise_prefix"] == 6).all()
+    table = slot_table(read_run(default))
+    assert table.filter(pl.col("band_c") == 1)["bitwise_prefix"].to_list() == [6]
+    tokens = read_run(invariant).dump.tokens
+    assert set(tokens["token_id"].to_list()) <= set(vocab.values())
+    assert read_run(invariant).manifest["identity"]["model"]["path"] == "hf-tiny"

@@ -34,12 +34,12 @@ def bundled_model() -> Path:
     return _bundled("data/tiny-model/tiny_lm.safetensors")
 
 
-def _capture(decoded, request_id: str, model_name: str, top_k: int) -> tuple[str, list[float]]:
+def _capture(decoded, request_id: str, model_name: str, model) -> tuple[str, list[float]]:
     """One request as a live SSE capture (one chunk per token) and its event arrival times."""
 
     def token(i: int) -> dict[str, Any]:
-        text = bytes([i]).decode("utf-8", errors="replace")
-        return {"id": i, "token": text, "bytes": [i]}
+        text, data = model.token(i)
+        return {"id": i, "token": text, "bytes": list(data)}
 
     events, times = [{"id": request_id, "object": "chat.completion.chunk", "model": model_name, "stream_mode": "live",
                       "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]}], [0.0]
@@ -97,8 +97,8 @@ def run_experiment(
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     model = load_model(model_path, torch_dtype, device)
-    weights_sha = hashlib.sha256(model_path.read_bytes()).hexdigest()
-    encoded = [p.encode("utf-8") for p in prompts]
+    weights_sha = _sha256(model_path)
+    encoded = [model.encode(p) for p in prompts]
     written = []
     for mode in modes:
         folder = Path(out) / mode
@@ -110,7 +110,7 @@ def run_experiment(
             again = decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0]
             identical &= again.token_ids == refs[0].token_ids and again.logprobs == refs[0].logprobs  # bits: floats compare exactly
             for slot, ref in enumerate(refs):
-                sse, times = _capture(ref, f"{pid}-ref{slot + 1}", model_path.stem, top_k)
+                sse, times = _capture(ref, f"{pid}-ref{slot + 1}", model_path.stem, model)
                 lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "reference", "slot": slot})
             rng = random.Random(seed + index)
             for c in ladder:
@@ -119,7 +119,7 @@ def run_experiment(
                 m_formed.append({"prompt_id": pid, "band_c": c, "widths": [c], "steps": max_tokens})
                 recorded = range(c) if layout == "copies" else [target]
                 for slot, row in enumerate(recorded):
-                    sse, times = _capture(outs[row], f"{pid}-c{c}-s{slot}", model_path.stem, top_k)
+                    sse, times = _capture(outs[row], f"{pid}-c{c}-s{slot}", model_path.stem, model)
                     lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "band", "band_c": c,
                                   "slot": slot, "repeat": 0, "batch_row": row})
                 if progress:
@@ -155,11 +155,20 @@ def run_experiment(
     return written
 
 
-def _layout(prompt: bytes, prompts: list[bytes], c: int, layout: str, rng: random.Random) -> tuple[list[bytes], int]:
+def _sha256(path: Path) -> str:
+    """sha256 of a weights file, or of a model directory's files in name order."""
+    digest = hashlib.sha256()
+    for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if file.is_file():
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _layout(prompt: list[int], prompts: list[list[int]], c: int, layout: str, rng: random.Random) -> tuple[list[list[int]], int]:
     """The batch for one band and the row of the target request."""
     if layout == "copies":
         return [prompt] * c, 0
-    others = [p for p in prompts if p != prompt] or [prompt[::-1]]
+    others = [p for p in prompts if p != prompt] or [prompt[::-1]]  # needle with one prompt: its reverse as filler
     target = rng.randrange(c)
     batch = [others[k % len(others)] for k in range(c)]
     batch[target] = prompt

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .model import KERNEL_MODES, TinyLM
+from .model import KERNEL_MODES
 
 
 @dataclass
 class Decoded:
     """One request's decode: per step the token, its logprob, the top-k and when it was ready."""
 
-    prompt: bytes
+    prompt: list[int]
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_ids: list[list[int]] = field(default_factory=list)
@@ -30,24 +30,19 @@ def _step_outputs(logits: torch.Tensor, top_k: int):
     return chosen, logprobs.gather(-1, chosen[:, None])[:, 0], ids, values
 
 
-def _decode_together(model: TinyLM, prompts: list[bytes], max_tokens: int, top_k: int, start: float) -> list[Decoded]:
-    """Every row in one batch at every layer (left-padded prompts, a mask over the padding)."""
+def _decode_together(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float) -> list[Decoded]:
+    """Every row in one batch at every layer (left-padded prompts; padding is never attended to)."""
     device = next(model.parameters()).device
     longest = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), longest, dtype=torch.long, device=device)
     valid = torch.zeros(len(prompts), longest, dtype=torch.bool, device=device)
     for row, prompt in enumerate(prompts):
-        ids[row, longest - len(prompt):] = torch.tensor(list(prompt), device=device)
+        ids[row, longest - len(prompt):] = torch.tensor(prompt, device=device)
         valid[row, longest - len(prompt):] = True
     positions = (valid.cumsum(dim=1) - 1).clamp(min=0)
-    dtype = next(model.parameters()).dtype
-    blocked = torch.finfo(dtype).min
-    causal = torch.ones(longest, longest, dtype=torch.bool, device=device).tril()
-    allowed = causal[None] & valid[:, None, :]
-    mask = torch.zeros(len(prompts), 1, longest, longest, dtype=dtype, device=device).masked_fill(~allowed[:, None], blocked)
     outs = [Decoded(p) for p in prompts]
     with torch.no_grad():
-        logits, caches = model(ids, positions, mask)
+        logits, caches = model(ids, positions, valid)
         last = logits[:, -1]
         lengths = valid.sum(dim=1)
         for step in range(max_tokens):
@@ -62,13 +57,12 @@ def _decode_together(model: TinyLM, prompts: list[bytes], max_tokens: int, top_k
             if step == max_tokens - 1:
                 break
             valid = torch.cat([valid, torch.ones(len(prompts), 1, dtype=torch.bool, device=device)], dim=1)
-            step_mask = torch.zeros(len(prompts), 1, 1, valid.shape[1], dtype=dtype, device=device).masked_fill(~valid[:, None, None], blocked)
-            logits, caches = model(chosen[:, None], (lengths + step)[:, None], step_mask, caches)
+            logits, caches = model(chosen[:, None], (lengths + step)[:, None], valid, caches)
             last = logits[:, -1]
     return outs
 
 
-def decode(model: TinyLM, prompts: list[bytes], *, mode: str, max_tokens: int, top_k: int) -> list[Decoded]:
+def decode(model, prompts: list[list[int]], *, mode: str, max_tokens: int, top_k: int) -> list[Decoded]:
     """Greedy-decode ``prompts`` as one batch of ``len(prompts)`` requests.
 
     ``default`` runs the batch together; ``batch-invariant`` runs each request as its own batch of
@@ -83,17 +77,15 @@ def decode(model: TinyLM, prompts: list[bytes], *, mode: str, max_tokens: int, t
     return _decode_row_by_row(model, prompts, max_tokens, top_k, start)
 
 
-def _decode_row_by_row(model: TinyLM, prompts: list[bytes], max_tokens: int, top_k: int, start: float) -> list[Decoded]:
+def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float) -> list[Decoded]:
     device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    blocked = torch.finfo(dtype).min
     outs = [Decoded(p) for p in prompts]
     state = []
     with torch.no_grad():
         for prompt in prompts:
             n = len(prompt)
-            mask = torch.zeros(1, 1, n, n, dtype=dtype, device=device).masked_fill(~torch.ones(n, n, dtype=torch.bool, device=device).tril(), blocked)
-            logits, caches = model(torch.tensor([list(prompt)], device=device), torch.arange(n, device=device)[None], mask)
+            logits, caches = model(torch.tensor([prompt], device=device), torch.arange(n, device=device)[None],
+                                   torch.ones(1, n, dtype=torch.bool, device=device))
             state.append([logits[:, -1], caches])
         for step in range(max_tokens):
             for row, out in enumerate(outs):
@@ -105,8 +97,8 @@ def _decode_row_by_row(model: TinyLM, prompts: list[bytes], max_tokens: int, top
                 out.top_logprobs.append(top_values[0].tolist())
                 out.arrivals.append(time.perf_counter() - start)
                 if step < max_tokens - 1:
-                    position = torch.tensor([[len(out.prompt) + step]], device=device)
-                    step_mask = torch.zeros(1, 1, 1, len(out.prompt) + step + 1, dtype=dtype, device=device)
-                    logits, caches = model(chosen[:, None], position, step_mask, caches)
+                    seen = len(out.prompt) + step
+                    logits, caches = model(chosen[:, None], torch.tensor([[seen]], device=device),
+                                           torch.ones(1, seen + 1, dtype=torch.bool, device=device), caches)
                     state[row] = [logits[:, -1], caches]
     return outs

@@ -75,8 +75,17 @@ class TinyLM(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
 
-    def forward(self, ids, positions, mask, caches=None):
-        """Logits for ``ids [B, T]`` at ``positions [B, T]``; ``mask [B, 1, T, S]`` is additive (0 or -inf)."""
+    def forward(self, ids, positions, valid, caches=None):
+        """Logits for ``ids [B, T]`` at ``positions [B, T]``.
+
+        ``valid [B, S]`` marks the key positions a row may attend to (the cache's and these T, not
+        padding); causality within the new tokens is added here.
+        """
+        t, s = ids.shape[1], valid.shape[1]
+        causal = torch.ones(t, s, dtype=torch.bool, device=ids.device).tril(diagonal=s - t)
+        allowed = causal[None, None] & valid[:, None, None, :]
+        dtype = self.tok.weight.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=ids.device).masked_fill(~allowed, torch.finfo(dtype).min)
         x = self.tok(ids) + self.pos(positions)
         new = []
         for i, block in enumerate(self.blocks):
@@ -85,14 +94,58 @@ class TinyLM(nn.Module):
         return self.head(self.ln_f(x)), new
 
 
-def load_model(path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> TinyLM:
-    """Load weights saved by ``scripts/train_tiny_model.py`` (safetensors plus a JSON config)."""
+    def encode(self, text: str) -> list[int]:
+        """The prompt's token ids: its UTF-8 bytes."""
+        return list(text.encode("utf-8"))
+
+    def token(self, token_id: int) -> tuple[str, bytes]:
+        """A token's text (U+FFFD for a byte that is not UTF-8 alone) and its bytes."""
+        data = bytes([token_id])
+        return data.decode("utf-8", errors="replace"), data
+
+
+class HFModel:
+    """A local Hugging Face causal LM behind the same call as :class:`TinyLM` (transformers, offline only)."""
+
+    def __init__(self, path, dtype: torch.dtype, device: str) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        import inspect
+
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype).to(device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        # transformers 5.x renamed past_key_values to cache; take whichever this version has
+        self._cache = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def __call__(self, ids, positions, valid, caches=None):
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=valid.long(), use_cache=True, **{self._cache: caches})
+        return out.logits, out[self._cache]
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def token(self, token_id: int) -> tuple[str, bytes]:
+        text = self.tokenizer.decode([token_id])
+        return text, text.encode("utf-8")
+
+
+def load_model(path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    """Load a model: weights saved by ``scripts/train_tiny_model.py`` (a ``.safetensors`` file with its
+    ``.json``), or a local Hugging Face model directory (needs transformers; never downloads)."""
     import json
     from pathlib import Path
 
+    path = Path(path)
+    if path.is_dir():
+        try:
+            return HFModel(path, dtype, device)
+        except ImportError:
+            raise ValueError(f"{path}: a Hugging Face model directory needs transformers: pip install 'bia[hf]'") from None
     from safetensors.torch import load_file
 
-    path = Path(path)
     cfg = ModelConfig(**json.loads(path.with_suffix(".json").read_text())["config"])
     model = TinyLM(cfg)
     model.load_state_dict(load_file(str(path)))
