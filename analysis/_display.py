@@ -91,7 +91,9 @@ def print_witness_tables(ws, verdicts: Mapping[str, ShapeVerdict], *, show_reaso
     if frames.discrepancies.height:
         console.print(f"[bold red]{frames.discrepancies.height} recorded value(s) disagree with their version's rules[/]")
         for d in frames.discrepancies.iter_rows(named=True):
-            console.print(soft_wrap=True, *[f"  {escape(d['source'])}: {escape(d['record'])}.{escape(d['field'])}: recorded {escape(d['recorded'])}, derived {escape(d['derived'])} ({escape(d['rule'])})"])
+            line = (f"  {escape(d['source'])}: {escape(d['record'])}.{escape(d['field'])}: "
+                    f"recorded {escape(d['recorded'])}, derived {escape(d['derived'])} ({escape(d['rule'])})")
+            console.print(line, soft_wrap=True)
     if show_reasons:
         for source, verdict in verdicts.items():
             console.print(f"V3 {escape(source)}: {_styled(verdict.status)}", soft_wrap=True)
