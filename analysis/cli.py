@@ -186,6 +186,38 @@ def experiment_command(
         typer.echo(f"wrote {folder}")
 
 
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    mode: Annotated[str, typer.Option(help="Kernel mode: default or batch-invariant.")] = "default",
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
+    model: Annotated[Optional[Path], typer.Option(help="Model weights; the bundled tiny model by default.")] = None,
+    log_file: Annotated[Optional[Path], typer.Option(help="Also append the per-step batch log here.")] = None,
+) -> None:
+    """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching."""
+    import logging
+
+    import torch
+    import uvicorn
+
+    from .experiment import bundled_model
+    from .experiment.model import load_model
+    from .serve import create_app
+
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if log_file is not None:
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
+    if dtype not in ("float32", "bfloat16"):
+        typer.echo(f"error: dtype must be float32 or bfloat16, got {dtype!r}", err=True)
+        raise typer.Exit(2)
+    weights = model or bundled_model()
+    app_ = create_app(load_model(weights, getattr(torch, dtype), device), mode, Path(weights).stem)
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
+
+
 def main() -> None:
     """Entry point of the ``bia`` console script and ``python -m analysis``."""
     app(prog_name="bia")

@@ -1,0 +1,228 @@
+"""``bia serve``: the experiment's torch model behind an OpenAI-compatible ``/v1/chat/completions``,
+with continuous batching, so a probe has a real server to measure on this machine.
+
+Continuous batching: requests that arrive while others decode are prefilled alone and join the
+next decode step. In the ``default`` kernel mode the step runs every active row through each
+layer together (KV caches left-padded to the longest), so a row's bits depend on its batch; in
+``batch-invariant`` mode each row steps as its own batch of one. Each step logs one line in
+aprender's form, ``[PMAT-044] Batch m=N done in X ms (Y tok/s/slot)``, which both bia's probe and
+aprender's read. Streams declare ``"stream_mode": "live"`` and carry logprobs with top_logprobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .experiment.decode import _step_outputs
+from .experiment.model import KERNEL_MODES
+
+LOG = logging.getLogger("bia.serve")
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    max_tokens: int
+    top_k: int
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    generated: int = 0
+    last: Any = None  # logits for the next token
+    cache: Any = None  # per layer (k, v), shape [1, H, S, hd]
+    length: int = 0  # tokens in the cache
+
+
+class Engine:
+    """The decode loop: admits waiting requests between steps and steps every active row."""
+
+    def __init__(self, model, mode: str = "default") -> None:
+        if mode not in KERNEL_MODES:
+            raise ValueError(f"mode must be one of {KERNEL_MODES}, got {mode!r}")
+        self.model, self.mode = model, mode
+        self.waiting: asyncio.Queue[_Request] = asyncio.Queue()
+        self.active: list[_Request] = []
+        self.device = next(model.parameters()).device
+
+    async def submit(self, prompt: list[int], max_tokens: int, top_k: int) -> _Request:
+        request = _Request(prompt, max_tokens, top_k)
+        await self.waiting.put(request)
+        return request
+
+    async def run(self) -> None:
+        while True:
+            if not self.active:
+                self.active.append(await self.waiting.get())
+                await asyncio.to_thread(self._prefill, self.active[-1])
+            while not self.waiting.empty():
+                request = self.waiting.get_nowait()
+                await asyncio.to_thread(self._prefill, request)
+                self.active.append(request)
+            started = time.perf_counter()
+            emitted = await asyncio.to_thread(self._step)
+            elapsed = time.perf_counter() - started
+            for request, event in emitted:
+                request.events.put_nowait(event)
+            m = len(emitted)
+            LOG.info("[PMAT-044] Batch m=%d done in %.2f ms (%.1f tok/s/slot)", m, 1000 * elapsed, 1 / elapsed if elapsed > 0 else 0.0)
+            self.active = [r for r in self.active if r.generated < r.max_tokens]
+            await asyncio.sleep(0)
+
+    def _prefill(self, request: _Request) -> None:
+        n = len(request.prompt)
+        with torch.no_grad():
+            logits, cache = self.model(torch.tensor([request.prompt], device=self.device), torch.arange(n, device=self.device)[None],
+                                       torch.ones(1, n, dtype=torch.bool, device=self.device))
+        request.last, request.cache, request.length = logits[:, -1], cache, n
+
+    def _step(self) -> list[tuple[_Request, dict]]:
+        """Choose every active row's next token, then advance the rows that continue."""
+        emitted, going = [], []
+        for request in self.active:
+            chosen, own, top_ids, top_values = _step_outputs(request.last, MAX_TOP_LOGPROBS)
+            request.generated += 1
+            event = {"token_id": int(chosen[0]), "logprob": float(own[0]), "top_ids": top_ids[0].tolist()[: request.top_k],
+                     "top_logprobs": top_values[0].tolist()[: request.top_k], "done": request.generated >= request.max_tokens}
+            emitted.append((request, event))
+            if not event["done"]:
+                going.append((request, chosen[0]))
+        if going:
+            with torch.no_grad():
+                (self._advance_together if self.mode == "default" else self._advance_alone)(going)
+        return emitted
+
+    def _advance_alone(self, going) -> None:
+        for request, token in going:
+            valid = torch.ones(1, request.length + 1, dtype=torch.bool, device=self.device)
+            logits, request.cache = self.model(token.view(1, 1), torch.tensor([[request.length]], device=self.device), valid, request.cache)
+            request.last, request.length = logits[:, -1], request.length + 1
+
+    def _advance_together(self, going) -> None:
+        longest = max(r.length for r, _ in going)
+        layers = len(going[0][0].cache)
+        caches = []
+        for layer in range(layers):
+            ks, vs = [], []
+            for request, _ in going:
+                k, v = request.cache[layer]
+                pad = longest - request.length
+                ks.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
+                vs.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
+            caches.append((torch.cat(ks), torch.cat(vs)))
+        valid = torch.zeros(len(going), longest + 1, dtype=torch.bool, device=self.device)
+        for row, (request, _) in enumerate(going):
+            valid[row, longest - request.length:] = True
+        tokens = torch.stack([t for _, t in going]).view(-1, 1)
+        positions = torch.tensor([[r.length] for r, _ in going], device=self.device)
+        logits, new = self.model(tokens, positions, valid, caches)
+        for row, (request, _) in enumerate(going):
+            start = longest - request.length
+            request.cache = [(k[row:row + 1, :, start:], v[row:row + 1, :, start:]) for k, v in new]
+            request.last, request.length = logits[row:row + 1, -1], request.length + 1
+
+
+# --- the HTTP side -------------------------------------------------------------------------------------
+
+
+def _error(status: int, message: str):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, status_code=status)
+
+
+def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
+    """The ASGI app: ``POST /v1/chat/completions``, ``GET /health``, ``GET /metrics``."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from starlette.routing import Route
+
+    engine = Engine(model, mode)
+    state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        state["loop"] = asyncio.create_task(engine.run())  # the decode loop lives as long as the server
+        yield
+        state["loop"].cancel()
+
+    async def chat(request):
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return _error(400, "the body is not JSON")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+            return _error(400, "messages must be a non-empty list of {role, content}")
+        if body.get("temperature", 0) not in (0, 0.0):
+            return _error(400, "this server decodes greedily: temperature must be 0")
+        max_tokens = body.get("max_tokens", 64)
+        top_k = body.get("top_logprobs", 0) or 0
+        if not isinstance(max_tokens, int) or not 1 <= max_tokens <= 4096 or not isinstance(top_k, int) or not 0 <= top_k <= MAX_TOP_LOGPROBS:
+            return _error(400, f"max_tokens must be 1..4096 and top_logprobs 0..{MAX_TOP_LOGPROBS}")
+        prompt = model.encode(messages[-1]["content"])
+        if not prompt:
+            return _error(400, "the prompt is empty")
+        want_logprobs = bool(body.get("logprobs"))
+        pending = await engine.submit(prompt, max_tokens, top_k)
+        rid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
+        if body.get("stream"):
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(_stream(pending, rid, want_logprobs, usage, len(prompt)), media_type="text/event-stream")
+        entries, text = [], []
+        while True:
+            event = await pending.events.get()
+            entries.append(_entry(model, event))
+            text.append(entries[-1]["token"])
+            if event["done"]:
+                break
+        return JSONResponse({"id": rid, "object": "chat.completion", "model": model_name,
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)}, "finish_reason": "length",
+                                          "logprobs": {"content": entries} if want_logprobs else None}],
+                             "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(entries), "total_tokens": len(prompt) + len(entries)}})
+
+    async def _stream(pending, rid, want_logprobs, usage, n_prompt):
+        def chunk(payload):
+            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+        yield chunk({"id": rid, "object": "chat.completion.chunk", "model": model_name, "stream_mode": "live",
+                     "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]})
+        n = 0
+        while True:
+            event = await pending.events.get()
+            entry = _entry(model, event)
+            n += 1
+            yield chunk({"id": rid, "object": "chat.completion.chunk", "model": model_name,
+                         "choices": [{"index": 0, "delta": {"content": entry["token"]}, "logprobs": {"content": [entry]} if want_logprobs else None,
+                                      "finish_reason": "length" if event["done"] else None}]})
+            if event["done"]:
+                break
+        if usage:
+            yield chunk({"id": rid, "object": "chat.completion.chunk", "model": model_name, "choices": [],
+                         "usage": {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}})
+        yield "data: [DONE]\n\n"
+
+    async def health(request):
+        return JSONResponse({"status": "ok", "kernel_mode": mode})
+
+    async def metrics(request):
+        return PlainTextResponse(f"bia_running_requests {len(engine.active)}\nbia_waiting_requests {engine.waiting.qsize()}\n")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/health", health), Route("/metrics", metrics)],
+                     lifespan=lifespan)
+
+
+def _entry(model, event: dict) -> dict:
+    def token(i: int) -> dict:
+        text, data = model.token(i)
+        return {"id": i, "token": text, "bytes": list(data)}
+
+    return {**token(event["token_id"]), "logprob": event["logprob"],
+            "top_logprobs": [{**token(i), "logprob": v} for i, v in zip(event["top_ids"], event["top_logprobs"])]}

@@ -1,0 +1,94 @@
+"""bia serve on loopback: continuous batching, the per-step log, and the kernel modes' bits."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+torch = pytest.importorskip("torch")
+uvicorn = pytest.importorskip("uvicorn")
+
+from analysis.dumps._read import parse_source  # noqa: E402
+from analysis.experiment import bundled_model  # noqa: E402
+from analysis.experiment.model import load_model  # noqa: E402
+from analysis.serve import create_app  # noqa: E402
+
+BODY = {"messages": [{"role": "user", "content": "If the argument is"}], "max_tokens": 8, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 3}
+
+
+class Server:
+    def __init__(self, mode: str) -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        app = create_app(load_model(bundled_model()), mode)
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started and time.time() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def batch_log(caplog):
+    caplog.set_level(logging.INFO, logger="bia.serve")
+    return caplog
+
+
+async def _fire(url: str, c: int) -> list[str]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        async def one() -> str:
+            async with client.stream("POST", f"{url}/v1/chat/completions", json=BODY) as response:
+                assert response.status_code == 200
+                return (await response.aread()).decode()
+        return await asyncio.gather(*(one() for _ in range(c)))
+
+
+def _bits(sse: str) -> list[tuple[int, float]]:
+    rows, _ = parse_source(sse.encode(), "capture.sse")
+    tokens, _, requests = rows.frames()
+    assert requests["stream_live"].to_list() == [True] and requests["completion_tokens"].to_list() == [8]
+    return list(zip(tokens["token_id"].to_list(), tokens["raw_value"].to_list()))
+
+
+@pytest.mark.parametrize("mode", ["default", "batch-invariant"])
+def test_batched_streams_against_a_request_alone(mode, batch_log):
+    server = Server(mode)
+    try:
+        alone = _bits(asyncio.run(_fire(server.url, 1))[0])
+        batch_log.clear()
+        together = [_bits(s) for s in asyncio.run(_fire(server.url, 4))]
+        widths = [int(r.getMessage().split("m=")[1].split()[0]) for r in batch_log.records if "Batch m=" in r.getMessage()]
+    finally:
+        server.stop()
+    assert max(widths) >= 2, "continuous batching never put two requests in one step"
+    assert all([t for t, _ in s] == [t for t, _ in alone] for s in together)  # no token flips for this prompt
+    if mode == "batch-invariant":
+        assert all(s == alone for s in together)
+    elif max(widths) == 4:
+        assert any(s != alone for s in together), "the default mode's batched bits were expected to differ"
+
+
+def test_bad_requests_are_refused():
+    server = Server("default")
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            assert client.post("/v1/chat/completions", json={**BODY, "temperature": 0.7}).status_code == 400
+            assert client.post("/v1/chat/completions", content=b"{not json").status_code == 400
+            plain = client.post("/v1/chat/completions", json={**BODY, "stream": False})
+            assert plain.status_code == 200 and len(plain.json()["choices"][0]["logprobs"]["content"]) == 8
+            assert "bia_running_requests" in client.get("/metrics").text
+    finally:
+        server.stop()
