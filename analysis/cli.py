@@ -186,6 +186,31 @@ def experiment_command(
         typer.echo(f"wrote {folder}")
 
 
+@app.command("probe")
+def probe_command(
+    url: Annotated[str, typer.Argument(help="The server's base URL or its /v1/chat/completions endpoint.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/probe"),
+    prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
+    ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
+    repeats: Annotated[int, typer.Option(help="How many times each band is fired.")] = 1,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 64,
+    top_logprobs: Annotated[int, typer.Option(help="Candidates per step.")] = 5,
+    server_log: Annotated[Optional[Path], typer.Option(help="The server's log, for the batch widths it formed.")] = None,
+    log_pattern: Annotated[str, typer.Option(help="Regex whose group 1 is a batch width.")] = r"Batch m=(\d+) done",
+    timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+) -> None:
+    """Fire the same greedy request alone and in batches of c at a live server, and write a run."""
+    import asyncio
+
+    from .experiment import DEFAULT_PROMPTS
+    from .probe import probe
+
+    texts = DEFAULT_PROMPTS if prompts is None else [line for line in prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
+                               top_logprobs=top_logprobs, server_log=server_log, log_pattern=log_pattern, timeout=timeout))
+    typer.echo(f"wrote {folder}")
+
+
 @app.command("serve")
 def serve_command(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",

@@ -569,3 +569,12 @@ def test_every_format_from_a_folder_and_a_url(tmp_path, monkeypatch):
             assert remote.formats == {f"{base}/{name}": [fmt]}
             local = d.tokens.filter(source=str(folder / name)).drop("source")
             assert remote.tokens.drop("source").equals(local), name
+
+
+def test_an_empty_capture_file_is_no_record_but_an_empty_dump_is_an_error(tmp_path):
+    (tmp_path / "captures.jsonl").write_text("")
+    d = read_dumps(tmp_path / "captures.jsonl")
+    assert d.tokens.is_empty() and d.requests.is_empty()
+    (tmp_path / "response.json").write_text("  \n")
+    with pytest.raises(DumpError, match="an empty file"):
+        load(tmp_path / "response.json")

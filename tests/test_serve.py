@@ -92,3 +92,65 @@ def test_bad_requests_are_refused():
             assert "bia_running_requests" in client.get("/metrics").text
     finally:
         server.stop()
+
+
+def test_probe_against_bia_serve_writes_a_run(tmp_path):
+    """The probe on loopback: widths from the server's log, live rates, and a witness shape-check reads."""
+    from analysis.probe import probe
+    from analysis.run import read_run, slot_table, to_witness
+
+    log = tmp_path / "serve.log"
+    handler = logging.FileHandler(log)
+    logger = logging.getLogger("bia.serve")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    server = Server("batch-invariant")
+    try:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 2, 4), max_tokens=8,
+                                   top_logprobs=3, server_log=log, declared_min=4))
+    finally:
+        server.stop()
+        logger.removeHandler(handler)
+    run = read_run(folder)
+    assert run.manifest["complete"] and run.manifest["refused"] == []
+    widths = {entry["band_c"]: entry["widths"] for entry in run.manifest["m_formed"]}
+    assert max(widths[1]) == 1 and max(widths[4]) >= 2 and len(widths[4]) >= 8  # every step's width is kept
+    table = slot_table(run)
+    assert table.height == 1 + 2 + 4 and (table["bitwise_prefix"] == 8).all()
+    assert table["decode_tok_s"].null_count() == 0  # live streams with arrival times give every request a rate
+    witness = to_witness(run, "p0")
+    assert [b["c"] for b in witness["bands"]] == [1, 2, 4] and witness["bands"][0]["result"] == "PASS"
+
+
+def test_probe_lists_refusals_and_the_run_says_unmeasurable(tmp_path):
+    """A real loopback server that answers 501 (no logprobs): every slot is refused with its reason."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from analysis.probe import probe
+    from analysis.run import read_run, to_witness
+
+    class NoLogprobs(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b'{"error": {"message": "logprobs are not supported"}}'
+            self.send_response(501)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), NoLogprobs)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        folder = asyncio.run(probe(f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path / "run", prompts=["x"], ladder=(1, 2), max_tokens=4))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    manifest = read_run(folder).manifest
+    assert len(manifest["refused"]) == 2 + 1 + 2
+    assert {r["reason"] for r in manifest["refused"]} == {"the server cannot give logprobs (501)"}
+    assert manifest["complete"] is True
+    witness = to_witness(read_run(folder), "p0")
+    assert witness["reference"]["stable"] is False and witness["result"] == "UNMEASURABLE"

@@ -116,6 +116,10 @@ def detect_format(raw: bytes, source: str) -> str:
     if raw[:2] == b"PK" or raw[:1] == b"\x80" or str(source).endswith((".pt", ".pth")):
         return "torch"
     text = _text(raw, source)
+    if not text.strip():
+        if str(source).endswith((".jsonl", ".ndjson")):
+            return "jsonl"  # no line, no record: a capture file before its first response
+        raise DumpError(source, "$", None, "an empty file")
     if _looks_sse(text):
         return _stream_format(text, source)
     try:
