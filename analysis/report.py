@@ -282,7 +282,8 @@ def run_html(run, policy: V3Policy | None = None) -> str:
     return render("run.html.j2", run=run, identity={"host": identity.get("host"), "commit": identity.get("commit"),
                   "model_path": (identity.get("model") or {}).get("path"), "engine": identity.get("engine")},
                   ladder=run.ladder, declared_min=run.declared_min, sampler=manifest.get("sampler"), environment=manifest.get("environment"),
-                  settings=_settings(manifest), controls=[negative_control(run, p) for p in prompts], witnesses=witnesses, forks=forks)
+                  settings=_settings(manifest), controls=[negative_control(run, p) for p in prompts], witnesses=witnesses, forks=forks,
+                  missing=run.missing(), refused=manifest.get("refused", []), complete=manifest.get("complete", True))
 
 
 def run_streams(run) -> tuple[dict[str, Any], list[tuple[Any, Any]], pl.DataFrame]:

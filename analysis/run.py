@@ -65,6 +65,28 @@ class Run:
         """The requests with their decode rates."""
         return parity.request_decode_rates(self.dump.requests)
 
+    def missing(self) -> list[dict[str, Any]]:
+        """The requests the manifest's ladder and repeats call for that the captures lack and no refusal explains
+        (what an interrupted probe did not finish).
+
+        Examples
+        --------
+        >>> run = Run({"ladder": [1], "prompts": [{"prompt_id": "p"}]}, read_dumps([]))
+        >>> [m["role"] for m in run.missing()]
+        ['reference', 'reference', 'band']
+        """
+        have = {(r["prompt_id"], r["role"], r["band_c"], r["slot"], r["repeat"] or 0)
+                for r in self.dump.requests.select("prompt_id", "role", "band_c", "slot", "repeat").iter_rows(named=True)}
+        have |= {(r.get("prompt_id"), r.get("role"), r.get("band_c"), r.get("slot"), r.get("repeat") or 0) for r in self.manifest.get("refused", [])}
+        out = []
+        for prompt in self.manifest.get("prompts", []):
+            pid = str(prompt.get("prompt_id"))
+            wanted = [("reference", None, slot, 0) for slot in (0, 1)]
+            wanted += [("band", c, slot, repeat) for repeat in range(int(self.manifest.get("repeats", 1))) for c in self.ladder for slot in range(c)]
+            out += [{"prompt_id": pid, "role": role, "band_c": c, "slot": slot, "repeat": repeat}
+                    for role, c, slot, repeat in wanted if (pid, role, c, slot, repeat) not in have]
+        return out
+
     def write_derived(self) -> Path:
         """Write the Parquet tables under ``derived/`` (needs a run directory)."""
         if self.path is None:
@@ -350,7 +372,10 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
         slots = [_stream_of(streams, r) for r in group.iter_rows(named=True)]
         summary = parity.band_summary(refs[prompt], slots, epsilon=epsilon)
         summary.pop("comparisons")
-        rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, **summary,
+        widths = next((e.get("widths") for e in run.manifest.get("m_formed", [])
+                       if e.get("band_c") == c and str(e.get("prompt_id", prompt)) == prompt and e.get("repeat") in (None, repeat)), None) or []
+        rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "m_formed": max(widths) if widths else None,
+                     "widths_seen": ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True)) or None, **summary,
                      "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list())})
     return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})
 

@@ -157,3 +157,16 @@ def test_reference_choice_and_prompt_table(tmp_path):
     assert row["div_index"] == 2  # ref #1 and the c=4 slot 0 part at step 2
     assert row["std_output_length"] == 0.0  # every configuration generated 4 tokens
     assert row["s7_ratio"] is None  # non-streamed captures: no rates, no ratio
+
+
+def test_widths_in_the_band_table_and_what_an_interrupted_run_misses(tmp_path):
+    from analysis.run import band_table
+
+    folder = make_run(tmp_path, widths4=(4, 4, 3))
+    run = read_run(folder)
+    bands = band_table(run)
+    assert bands.select("band_c", "m_formed", "widths_seen").rows() == [(1, 1, "m=1 x2"), (4, 4, "m=4 x2, m=3 x1")]
+    assert run.missing() == []
+    lines = (folder / "captures" / "p0.jsonl").read_text().splitlines()
+    (folder / "captures" / "p0.jsonl").write_text("\n".join(lines[:-2]) + "\n")  # the probe died before the last two slots came back
+    assert read_run(folder).missing() == [{"prompt_id": "p0", "role": "band", "band_c": 4, "slot": s, "repeat": 0} for s in (2, 3)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import threading
@@ -154,3 +155,19 @@ def test_probe_lists_refusals_and_the_run_says_unmeasurable(tmp_path):
     assert manifest["complete"] is True
     witness = to_witness(read_run(folder), "p0")
     assert witness["reference"]["stable"] is False and witness["result"] == "UNMEASURABLE"
+
+
+def test_the_report_lists_what_a_run_lacks(tmp_path):
+    from analysis.report import run_html
+    from analysis.run import read_run
+
+    folder = tmp_path / "run"
+    (folder / "captures").mkdir(parents=True)
+    (folder / "captures" / "requests.jsonl").write_text("")
+    manifest = {"run_version": 1, "ladder": [1], "prompts": [{"prompt_id": "p0", "text": "x"}], "complete": False,
+                "refused": [{"prompt_id": "p0", "role": "reference", "slot": 0, "reason": "HTTP 500: <b>boom</b>"}]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    html = run_html(read_run(folder))
+    assert "The run did not finish" in html
+    assert "2 request(s) never came back" in html and "1 request(s) refused" in html
+    assert "&lt;b&gt;boom&lt;/b&gt;" in html and "<b>boom</b>" not in html
