@@ -56,7 +56,26 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict) -> dict[str, Any
         return {"error": "timed out", "sse": "".join(chunks)}
     except httpx.HTTPError as exc:
         return {"error": f"{type(exc).__name__}: {exc}", "sse": "".join(chunks)}
-    return {"sse": "".join(chunks), "arrival_times": arrivals, "t_sent": 0.0}
+    text = "".join(chunks)
+    problem = _stream_problem(text)
+    if problem:
+        return {"error": problem, "sse": text}
+    return {"sse": text, "arrival_times": arrivals, "t_sent": 0.0}
+
+
+def _stream_problem(text: str) -> str | None:
+    """Why a finished stream cannot count: cut mid-event, no [DONE], or an error event; None when whole."""
+    from .dumps._sse import parse_sse
+
+    stream = parse_sse(text)
+    if stream.cut_mid_event:
+        return f"the stream was cut mid-event (line {stream.trailing_line})"
+    for event in stream.events:
+        if event.event == "error" or event.data.startswith('{"error"'):
+            return f"the server sent an error event: {event.data[:200]}"
+    if not any(event.data == "[DONE]" for event in stream.events):
+        return "the stream ended without [DONE]"
+    return None
 
 
 def _widths(log: Path | None, offset: int, pattern: re.Pattern) -> list[int]:
@@ -103,9 +122,14 @@ async def probe(
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")  # first, so an interrupted run stays readable
     captures = (folder / "captures" / "requests.jsonl").open("a", encoding="utf-8")
 
+    refused_raw = folder / "refused.jsonl"  # outside captures/: partial bytes are kept, not read as responses
+
     def keep(result: dict, **where: Any) -> None:
         if "error" in result:
             manifest["refused"].append({**where, "reason": result["error"]})
+            if result.get("sse"):
+                with refused_raw.open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps({**where, **result}, ensure_ascii=False) + "\n")
             return
         captures.write(json.dumps({**result, **where}, ensure_ascii=False) + "\n")
         captures.flush()

@@ -171,3 +171,55 @@ def test_the_report_lists_what_a_run_lacks(tmp_path):
     assert "The run did not finish" in html
     assert "2 request(s) never came back" in html and "1 request(s) refused" in html
     assert "&lt;b&gt;boom&lt;/b&gt;" in html and "<b>boom</b>" not in html
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [("cut", "the stream was cut mid-event"), ("no-done", "the stream ended without [DONE]"), ("error-event", "the server sent an error event"),
+     ("stall", "timed out"), ("500", "HTTP 500")],
+)
+def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour, reason):
+    """Real loopback servers that misbehave on purpose: each slot is refused with its reason, the run stays readable."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from analysis.probe import probe
+    from analysis.run import read_run
+
+    chunk = 'data: {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": null}]}\n\n'
+
+    class Broken(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if behaviour == "500":
+                self.send_response(500)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            if behaviour == "stall":
+                time.sleep(3)
+                return
+            body = {"cut": chunk + 'data: {"id": "x", "obj', "no-done": chunk, "error-event": chunk + 'data: {"error": {"message": "CUDA OOM"}}\n\n'}[behaviour]
+            self.wfile.write(body.encode())
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        folder = asyncio.run(probe(f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path / "run", prompts=["x"], ladder=(1,), max_tokens=4,
+                                   timeout=1.0))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    run = read_run(folder)
+    assert len(run.manifest["refused"]) == 3 and all(r["reason"].startswith(reason) for r in run.manifest["refused"])
+    assert run.dump.requests.is_empty()
+    if behaviour in ("cut", "no-done", "error-event"):
+        kept = [json.loads(line) for line in (folder / "refused.jsonl").read_text().splitlines()]
+        assert len(kept) == 3 and all(k["sse"].startswith("data: ") for k in kept)
