@@ -104,6 +104,7 @@ async def probe(
     log_pattern: str = BATCH_LINE,
     timeout: float = 120.0,
     declared_min: int | None = None,
+    progress: bool | None = None,
 ) -> Path:
     """Probe the chat endpoint at ``url`` (``.../v1/chat/completions`` or the server's base URL) and write a run."""
     endpoint = url if url.rstrip("/").endswith("/chat/completions") else url.rstrip("/") + "/v1/chat/completions"
@@ -134,6 +135,13 @@ async def probe(
         captures.write(json.dumps({**result, **where}, ensure_ascii=False) + "\n")
         captures.flush()
 
+    import sys
+
+    from tqdm import tqdm
+
+    show = sys.stderr.isatty() if progress is None else progress
+    total = len(prompts) * (2 + repeats * sum(ladder))
+    bar = tqdm(total=total, desc="probe", unit="request", disable=not show, file=sys.stderr)
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
             for index, prompt in enumerate(prompts):
@@ -141,6 +149,7 @@ async def probe(
                 body = request_body(prompt, max_tokens=max_tokens, top_logprobs=top_logprobs)
                 for slot in range(2):  # the two m=1 references, one after the other
                     keep(await _one(client, endpoint, body), prompt_id=pid, role="reference", slot=slot)
+                    bar.update(1)
                 for repeat in range(repeats):
                     for c in ladder:
                         offset = _size(log)
@@ -148,9 +157,12 @@ async def probe(
                         await asyncio.sleep(0.05)  # let the server's last log line land
                         for slot, result in enumerate(results):
                             keep(result, prompt_id=pid, role="band", band_c=c, slot=slot, repeat=repeat)
+                        bar.update(c)
+                        bar.set_postfix_str(f"{pid} c={c}")
                         manifest["m_formed"].append({"prompt_id": pid, "band_c": c, "repeat": repeat, "widths": _widths(log, offset, pattern)})
         manifest["complete"] = True
     finally:
+        bar.close()
         captures.close()
         (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return folder

@@ -223,3 +223,21 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
     if behaviour in ("cut", "no-done", "error-event"):
         kept = [json.loads(line) for line in (folder / "refused.jsonl").read_text().splitlines()]
         assert len(kept) == 3 and all(k["sse"].startswith("data: ") for k in kept)
+
+
+def test_bia_probe_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    server = Server("default")
+    try:
+        run = subprocess.run([sys.executable, "-m", "analysis", "probe", server.url, "-o", str(tmp_path / "run"), "--ladder", "1,2",
+                              "--max-tokens", "4", "--top-logprobs", "2"], capture_output=True, text=True, timeout=120)
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"wrote {tmp_path / 'run'}"
+    assert "probe" not in run.stderr  # no progress bar when stderr is not a terminal
+    from analysis.run import read_run
+
+    assert read_run(tmp_path / "run").dump.requests.height == 2 * (2 + 1 + 2)  # two default prompts: two references, then c = 1 and 2
