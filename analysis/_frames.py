@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -28,6 +29,23 @@ def to_backend(frame: pl.DataFrame, backend: str) -> Any:
     if check_backend(backend) == "polars":
         return frame
     return frame.to_pandas(use_pyarrow_extension_array=False)
+
+
+def as_polars(frame: Any) -> pl.DataFrame:
+    """A polars frame as it is, a pandas frame converted (for functions that accept either)."""
+    return frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
+
+
+def progress(items: list[str], show: bool | None, desc: str) -> Iterable[str]:
+    """``items`` with a progress bar on stderr: when asked, else only in a terminal and for more than one item.
+
+    Executed notebooks never get one, since their stderr is not a terminal.
+    """
+    if not (show if show is not None else (sys.stderr.isatty() and len(items) > 1)):
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="file", file=sys.stderr)
 
 
 def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:

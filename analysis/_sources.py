@@ -112,19 +112,24 @@ def _stream_into(url: str, out, *, timeout: float, max_bytes: int) -> tuple[int,
         raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
 
 
-def read_source_bytes(source: str | os.PathLike[str], **fetch_options) -> bytes:
-    """The bytes of one source: a file path, or an http(s) URL through the cache.
+def local_path(source: str | os.PathLike[str], **fetch_options) -> Path:
+    """A local file for one source: the path itself, or an http(s) URL's copy in the cache.
 
     Raises ``FileNotFoundError`` or ``IsADirectoryError`` for a path that is missing or a folder.
     """
     if is_url(source):
-        return fetch_url(str(source), **fetch_options).read_bytes()
+        return fetch_url(str(source), **fetch_options)
     path = Path(source)
     if path.is_dir():
-        raise IsADirectoryError(f"{source}: is a directory, not a witness file")
+        raise IsADirectoryError(f"{source}: is a directory, not a file")
     if not path.exists():
         raise FileNotFoundError(f"{source}: no such file")
-    return path.read_bytes()
+    return path
+
+
+def read_source_bytes(source: str | os.PathLike[str], **fetch_options) -> bytes:
+    """The bytes of one source (see :func:`local_path`)."""
+    return local_path(source, **fetch_options).read_bytes()
 
 
 def expand_sources(

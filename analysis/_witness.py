@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,7 +19,8 @@ import polars as pl
 
 from . import _strictjson
 from ._fields import Fields, WitnessError
-from ._frames import build, check_backend, to_backend
+from ._frames import as_polars, build, check_backend, to_backend
+from ._frames import progress as show_progress
 from ._sources import expand_sources, read_source_bytes
 
 ENV_KEYS = (
@@ -518,28 +518,15 @@ class WitnessSet:
 
     def to_backend(self, backend: str) -> WitnessSet:
         """The same set with every frame in ``backend`` ("polars" or "pandas")."""
-        frames = {name: _as_polars(getattr(self, name)) for name in _FRAME_NAMES}
+        frames = {name: as_polars(getattr(self, name)) for name in _FRAME_NAMES}
         return WitnessSet(**{n: to_backend(f, backend) for n, f in frames.items()}, texts=self.texts, backend=backend)
 
 
 _FRAME_NAMES = ("witnesses", "bands", "slots", "markers", "discrepancies")
 
 
-def _as_polars(frame: Any) -> pl.DataFrame:
-    return frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
-
-
 def _column(frame: Any, name: str) -> list[Any]:
     return list(frame[name].to_list() if isinstance(frame, pl.DataFrame) else frame[name].tolist())
-
-
-def _progress(items: list[str], progress: bool | None) -> Iterable[str]:
-    show = progress if progress is not None else (sys.stderr.isatty() and len(items) > 1)
-    if not show:
-        return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc="reading witnesses", unit="file", file=sys.stderr)
 
 
 def read_witnesses(
@@ -586,7 +573,7 @@ def read_witnesses(
     check_backend(backend)
     fetch = {k: v for k, v in {"timeout": timeout, "max_bytes": max_bytes}.items() if v is not None}
     parsed, texts = _Parsed(), {}
-    for source in _progress(expand_sources(sources), progress):
+    for source in show_progress(expand_sources(sources), progress, "reading witnesses"):
         raw = read_source_bytes(source, **fetch) if fetch else read_source_bytes(source)
         parsed.extend(parse_document(raw, source))
         texts[source] = raw.decode("utf-8")

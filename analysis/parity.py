@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ._frames import as_polars
+
 NEAR_TIE_EPSILON = 0.05
 
 
@@ -70,10 +72,10 @@ def streams(tokens: Any, candidates: Any | None = None, *, segment: str = "compl
     >>> len(s), s.identities[:3]
     (10, (9707, 0, 2585))
     """
-    tokens = _polars(tokens).filter(pl.col("segment") == segment).sort("source", "record", "choice_index", "position")
+    tokens = as_polars(tokens).filter(pl.col("segment") == segment).sort("source", "record", "choice_index", "position")
     top = {}
     if candidates is not None:
-        cands = _polars(candidates).filter((pl.col("segment") == segment) & (pl.col("list_kind") == "top_logprobs")).sort(
+        cands = as_polars(candidates).filter((pl.col("segment") == segment) & (pl.col("list_kind") == "top_logprobs")).sort(
             "source", "record", "choice_index", "position", "list_index")
         for row in cands.iter_rows(named=True):
             key = (row["source"], row["record"], row["choice_index"], row["position"])
@@ -87,9 +89,6 @@ def streams(tokens: Any, candidates: Any | None = None, *, segment: str = "compl
         cands.append(tuple(top.get((*key, row["position"]), ())))
     return {key: Stream(key, tuple(ids), tuple(lps), tuple(cands)) for key, (ids, lps, cands) in out.items()}
 
-
-def _polars(frame: Any) -> pl.DataFrame:
-    return frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
 
 
 # --- one step ---------------------------------------------------------------------------------
@@ -433,7 +432,7 @@ def decode_rate(completion_tokens: int | None, first_arrival: float | None, last
 
 def request_decode_rates(requests: Any) -> pl.DataFrame:
     """The dump's ``requests`` with a ``decode_tok_s`` column (null where it cannot be measured)."""
-    requests = _polars(requests)
+    requests = as_polars(requests)
     rates = [decode_rate(r["completion_tokens"], r["ttft_s"], r["t_last_content"], r["n_content_chunks"], r["stream_live"])
              for r in requests.iter_rows(named=True)]
     return requests.with_columns(pl.Series("decode_tok_s", rates, dtype=pl.Float64))

@@ -8,6 +8,8 @@ from typing import Any
 
 import polars as pl
 
+from ._frames import as_polars
+
 _RESULT_MARKERS = {"PASS": "o", "FAIL": "X", "UNMEASURABLE": "s"}
 
 
@@ -19,9 +21,6 @@ def _axes(ax):
     _, ax = plt.subplots(figsize=(7, 4))
     return ax
 
-
-def _polars(frame: Any) -> pl.DataFrame:
-    return frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
 
 
 def witness_label(source: str, version: int | None) -> str:
@@ -67,7 +66,7 @@ def plot_divergence(bands: Any, *, ax=None):
     True
     """
     ax = _axes(ax)
-    bands = _polars(bands)
+    bands = as_polars(bands)
     measured = bands.filter(pl.col("divergence_at").is_not_null())
     if measured.is_empty():
         return _empty(ax, "No band recorded a divergence_at.")
@@ -92,22 +91,33 @@ def plot_decode_rate(bands: Any, *, ax=None):
     Witnesses without rates (versions 1 and 2 never time requests) are named, not drawn.
     """
     ax = _axes(ax)
-    bands = _polars(bands)
+    bands = as_polars(bands)
     rated = bands.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0))
     if rated.is_empty():
         untimed = bands["source"].unique(maintain_order=True).to_list()
         return _empty(ax, "No decode rates recorded" + (f" in {len(untimed)} witness(es)" if untimed else "") + "\n(witness_version 1 and 2 do not time requests).")
-    for (source, version), group in rated.sort("c").group_by(["source", "witness_version"], maintain_order=True):
-        line = ax.plot(group["c"], group["decode_tok_s"], "o-", label=witness_label(source, version))[0]
-        base = group.filter(pl.col("c") == 1)["decode_tok_s"]
-        if base.len() == 1:
-            ax.axhline(0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)")
-    _set_c_axis(ax, rated["c"].to_list())
-    ax.set_ylim(bottom=0)
+    groups = ((witness_label(s, v), g) for (s, v), g in rated.sort("c").group_by(["source", "witness_version"], maintain_order=True))
+    _rate_lines(ax, groups, "c", single_base=True)
     ax.set_ylabel("decode rate per request (tok/s)")
     ax.set_title("Per-request decode rate while batched")
-    ax.legend(fontsize="small", loc="best")
     return ax
+
+
+def _rate_lines(ax, groups, c_column: str, *, single_base: bool) -> None:
+    """One rate line per group against c, each with its 50%-of-c=1 line (S7's bar).
+
+    ``single_base`` draws the bar only where c=1 has exactly one rate (a witness has one band per c).
+    """
+    cs = []
+    for label, group in groups:
+        line = ax.plot(group[c_column], group["decode_tok_s"], "o-", label=label)[0]
+        base = group.filter(pl.col(c_column) == 1)["decode_tok_s"]
+        if base.len() == 1 or (base.len() and not single_base):
+            ax.axhline(0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)")
+        cs += group[c_column].to_list()
+    _set_c_axis(ax, cs)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small", loc="best")
 
 
 def differing_env_knobs(witnesses: Any) -> pl.DataFrame:
@@ -119,7 +129,7 @@ def differing_env_knobs(witnesses: Any) -> pl.DataFrame:
     >>> differing_env_knobs(analysis.read_witnesses("data/aprender-lambda").witnesses).columns
     ['source', 'witness_version', 'env_BATCHED_PREFILL']
     """
-    witnesses = _polars(witnesses)
+    witnesses = as_polars(witnesses)
     knobs = [c for c in witnesses.columns if c.startswith("env_")]
     differing = [c for c in knobs if witnesses[c].fill_null("unset").n_unique() > 1]
     return witnesses.select("source", "witness_version", *differing)
@@ -131,7 +141,7 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
     table = differing_env_knobs(witnesses)
     knobs = [c for c in table.columns if c.startswith("env_")]
     if not knobs:
-        return _empty(ax, f"All {_polars(witnesses).height} witness(es) ran with the same env knobs.")
+        return _empty(ax, f"All {as_polars(witnesses).height} witness(es) ran with the same env knobs.")
     values = sorted({v if v is not None else "unset" for k in knobs for v in table[k].to_list()})
     colour = {v: i for i, v in enumerate(values)}
     grid = [[colour[v if v is not None else "unset"] for v in row] for row in table.select(knobs).iter_rows()]
@@ -153,7 +163,7 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
 def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None):
     """Where each batched request parts from ref #1, against c: o parted, ^ never parted (plotted at its length)."""
     ax = _axes(ax)
-    slots = _polars(slots)
+    slots = as_polars(slots)
     if slots.is_empty():
         return _empty(ax, "No batched requests in the run.")
     for (prompt,), group in slots.group_by(["prompt_id"], maintain_order=True):
@@ -173,7 +183,7 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
 def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     """The reference's top-1/top-2 margin where each request parted, with the near-tie epsilon."""
     ax = _axes(ax)
-    parted = _polars(slots).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
+    parted = as_polars(slots).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
     if parted.is_empty():
         return _empty(ax, "No request parted where the reference had two candidates.")
     ax.plot(parted["band_c"], parted["reference_margin"], "o", alpha=0.7, label="reference margin at the divergence")
@@ -210,7 +220,7 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     ``deltas``: rows of (label, step, abs_delta).
     """
     ax = _axes(ax)
-    deltas = _polars(deltas)
+    deltas = as_polars(deltas)
     if deltas.is_empty():
         return _empty(ax, "No agreeing step to compare.")
     for (label,), group in deltas.group_by(["label"], maintain_order=True):
@@ -226,7 +236,7 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
 def plot_flip_curve(curve: Any, *, ax=None):
     """Empirical P(flip | reference margin) per margin bin, with the steps behind each point."""
     ax = _axes(ax)
-    curve = _polars(curve).filter(pl.col("steps") > 0)
+    curve = as_polars(curve).filter(pl.col("steps") > 0)
     if curve.is_empty():
         return _empty(ax, "No step at risk with a reference margin.")
     labels = [f"[{lo:g}, {hi:g})" for lo, hi in curve.select("margin_low", "margin_high").iter_rows()]
@@ -245,7 +255,7 @@ def plot_flip_curve(curve: Any, *, ax=None):
 def plot_unique_completions(bands: Any, *, ax=None):
     """Unique completions per band against c."""
     ax = _axes(ax)
-    bands = _polars(bands)
+    bands = as_polars(bands)
     if bands.is_empty():
         return _empty(ax, "No bands in the run.")
     for (prompt,), group in bands.sort("band_c").group_by(["prompt_id"], maintain_order=True):
@@ -276,18 +286,12 @@ def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
 def plot_run_decode_rate(bands: Any, *, ax=None):
     """Band median decode rate against c per prompt, with the 50%-of-c=1 line; untimed bands are named, not drawn."""
     ax = _axes(ax)
-    bands = _polars(bands)
+    bands = as_polars(bands)
     rated = bands.filter(pl.col("decode_tok_s").is_not_null()) if "decode_tok_s" in bands.columns else bands.clear()
     if rated.is_empty():
         return _empty(ax, "No band has a decode rate: the captures carry no live arrival times.")
-    for (prompt,), group in rated.sort("band_c").group_by(["prompt_id"], maintain_order=True):
-        line = ax.plot(group["band_c"], group["decode_tok_s"], "o-", label=str(prompt))[0]
-        base = group.filter(pl.col("band_c") == 1)["decode_tok_s"]
-        if base.len():
-            ax.axhline(0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)")
-    _set_c_axis(ax, rated["band_c"].to_list())
-    ax.set_ylim(bottom=0)
+    groups = ((str(p), g) for (p,), g in rated.sort("band_c").group_by(["prompt_id"], maintain_order=True))
+    _rate_lines(ax, groups, "band_c", single_base=False)
     ax.set_ylabel("median decode rate per request (tok/s)")
     ax.set_title("Decode rate while batched")
-    ax.legend(fontsize="small", loc="best")
     return ax

@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from ._frames import as_polars
 from ._html import render
 from ._v3 import ShapeVerdict, V3Policy
 
@@ -52,26 +53,21 @@ def default_sources() -> list[str]:
     >>> default_sources()
     ['data/aprender-lambda']
     """
-    path = _bundled("data/aprender-lambda")
+    return [_shown(_bundled("data/aprender-lambda"))]
+
+
+def _shown(path: Path) -> str:
+    """A bundled path as a reader would type it: relative to the working folder when it lies inside it."""
     try:
         relative = os.path.relpath(path)
     except ValueError:  # another drive on Windows
-        return [str(path)]
-    return [str(path) if relative.startswith("..") else relative]
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 def default_runs() -> list[str]:
     """The embedded default runs: the torch experiment on CPU, in both kernel modes (``data/experiment-cpu``)."""
-    folder = _bundled("data/experiment-cpu")
-    runs = sorted(p.parent for p in folder.glob("*/manifest.json"))
-    out = []
-    for run in runs:
-        try:
-            relative = os.path.relpath(run)
-        except ValueError:
-            relative = str(run)
-        out.append(str(run) if relative.startswith("..") else relative)
-    return out
+    return [_shown(p.parent) for p in sorted(_bundled("data/experiment-cpu").glob("*/manifest.json"))]
 
 
 # --- HTML fragments the notebook displays --------------------------------------------------
@@ -153,7 +149,7 @@ def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict]) -> str:
 
 def table_html(frame: Any, *, caption: str = "", empty: str = "nothing to show") -> str:
     """Any frame as an escaped HTML table (polars or pandas)."""
-    frame = frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
+    frame = as_polars(frame)
     rows = [[_cell(v) for v in row] for row in frame.iter_rows()]
     return render("table.html.j2", columns=frame.columns, rows=rows, caption=caption, empty=empty)
 
@@ -286,13 +282,14 @@ def run_html(run, policy: V3Policy | None = None) -> str:
                   missing=run.missing(), refused=manifest.get("refused", []), complete=manifest.get("complete", True))
 
 
-def run_streams(run) -> tuple[dict[str, Any], list[tuple[Any, Any]], pl.DataFrame]:
-    """Ref #1 per prompt, (reference, batched) stream pairs, and per-step |delta logprob| before each fork."""
+def run_streams(run, reference: Any = "ref1") -> tuple[dict[str, Any], list[tuple[Any, Any]], pl.DataFrame]:
+    """The reference per prompt (see :func:`analysis.run.references`), (reference, batched) stream pairs,
+    and per-step |delta logprob| before each fork."""
+    from .run import references
+
     streams = run.streams()
     requests = run.requests()
-    refs: dict[str, Any] = {}
-    for row in requests.filter(pl.col("role") == "reference").sort("slot").iter_rows(named=True):
-        refs.setdefault(row["prompt_id"], streams[(row["source"], row["record"], row["choice_index"])])
+    refs = references(run, reference)
     pairs, deltas = [], []
     for row in requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot").iter_rows(named=True):
         reference = refs.get(row["prompt_id"])

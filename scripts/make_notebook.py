@@ -91,8 +91,7 @@ CELLS = [
         "    plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=axes[0])\n"
         "    plots.plot_margin_at_divergence(slots, epsilon=epsilon, ax=axes[1])\n"
         '    report.show_figure(fig, f"{run.path}: where each batched request parted from ref #1, and the reference margin there")\n'
-        "    streams = run.streams()\n"
-        "    refs, pairs, deltas = report.run_streams(run)\n"
+                "    refs, pairs, deltas = report.run_streams(run, against)\n"
         "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
         "    for prompt, reference in refs.items():\n"
         "        plots.plot_margin_trace(parity.step_margins(reference), slots.filter(prompt_id=prompt)['divergence_at'].drop_nulls().to_list(), epsilon=epsilon, ax=axes[0])\n"

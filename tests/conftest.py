@@ -60,6 +60,18 @@ def _close_figures():
     plt.close("all")
 
 
+def json_spots(value):
+    """Every (container, key) pair inside a JSON value, for property tests that corrupt one spot."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield value, key
+            yield from json_spots(item)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield value, index
+            yield from json_spots(item)
+
+
 @contextlib.contextmanager
 def serve_folder(folder: Path):
     """A real HTTP server on loopback serving ``folder``; yields its base URL."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
-from conftest import ROOT
+from conftest import ROOT, json_spots
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,17 +23,6 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=6,
 )
-
-
-def _spots(value):
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield value, key
-            yield from _spots(item)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield value, index
-            yield from _spots(item)
 
 
 def _check(raw: bytes, fmt: str = "auto") -> None:
@@ -54,7 +43,7 @@ def _check(raw: bytes, fmt: str = "auto") -> None:
 @given(data=st.data(), replacement=json_values, which=st.sampled_from(["chat", "compact", "sglang"]))
 def test_corrupted_payloads(data, replacement, which):
     payload, fmt = copy.deepcopy({"chat": (CHAT, "openai_chat"), "compact": (COMPACT, "vllm_generate"), "sglang": (SGLANG, "sglang")}[which])
-    spots = list(_spots(payload))
+    spots = list(json_spots(payload))
     container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
     container[key] = replacement
     _check(json.dumps(payload).encode(), fmt)
@@ -67,7 +56,7 @@ CHUNKS = [json.loads(line[6:]) for line in STREAM.decode().split("\n\n") if line
 @given(data=st.data(), replacement=json_values)
 def test_corrupted_stream_chunks(data, replacement):
     chunks = copy.deepcopy(CHUNKS)
-    spots = list(_spots(chunks))
+    spots = list(json_spots(chunks))
     container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
     container[key] = replacement
     text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"

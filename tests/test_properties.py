@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
-from conftest import CONTROL, V2_WITNESS
+from conftest import CONTROL, V2_WITNESS, json_spots
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,23 +20,11 @@ json_values = st.recursive(
 V2 = json.loads(V2_WITNESS.read_text())
 
 
-def _paths(value, prefix=()):
-    """Every (container, key) pair inside a JSON value, to pick a spot to corrupt."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield value, key
-            yield from _paths(item, prefix + (key,))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield value, index
-            yield from _paths(item, prefix + (index,))
-
-
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values)
 def test_v3_never_crashes_on_a_corrupted_control(data, replacement):
     witness = copy.deepcopy(CONTROL)
-    spots = list(_paths(witness))
+    spots = list(json_spots(witness))
     container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
     container[key] = replacement
     verdict = shape_check_data(json.loads(json.dumps(witness)))
@@ -57,7 +45,7 @@ def test_v3_on_arbitrary_text_is_red_or_a_verdict(text):
 @given(data=st.data(), replacement=json_values)
 def test_reader_gives_frames_or_a_named_error(data, replacement):
     witness = copy.deepcopy(V2)
-    spots = list(_paths(witness))
+    spots = list(json_spots(witness))
     container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
     container[key] = replacement
     raw = json.dumps(witness).encode()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,12 +13,13 @@ from typing import Any
 import polars as pl
 
 from .._frames import check_backend, to_backend
-from .._sources import expand_sources, fetch_url, is_url
+from .._frames import progress as show_progress
+from .._sources import expand_sources, local_path
 from . import _json
 from ._native import parse_llamacpp, parse_primerl, parse_sglang, parse_tgi
 from ._offline import looks_like_steps, parse_offline, parse_repr
 from ._openai import Meta, parse_chat, parse_completion
-from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, Rows
+from ._schema import SCHEMAS, Rows
 from ._sse import parse_sse
 from ._stream import parse_chat_stream, parse_llamacpp_stream
 from ._values import DumpError
@@ -303,14 +303,11 @@ class Dump:
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("tokens", "candidates", "requests"):
             frame = getattr(self, name)
-            frame = frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame, schema_overrides=_SCHEMAS[name])
+            frame = frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame, schema_overrides=SCHEMAS[name])
             frame.write_parquet(folder / f"{name}.parquet")
         manifest = {"formats": self.formats, "skipped": [str(e) for e in self.skipped], "schema_version": 1}
         (folder / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         return folder
-
-
-_SCHEMAS = {"tokens": TOKEN_SCHEMA, "candidates": CANDIDATE_SCHEMA, "requests": REQUEST_SCHEMA}
 
 
 @dataclass(frozen=True)
@@ -333,15 +330,6 @@ def scan_dump(folder: str | os.PathLike[str]) -> ScannedDump:
     return ScannedDump(*(pl.scan_parquet(folder / f"{name}.parquet") for name in ("tokens", "candidates", "requests")), formats=formats)
 
 
-def _progress(items: list[str], progress: bool | None) -> Iterable[str]:
-    show = progress if progress is not None else (sys.stderr.isatty() and len(items) > 1)
-    if not show:
-        return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc="reading dumps", unit="file", file=sys.stderr)
-
-
 def _fast_chat_jsonl(path: Path, source: str, fmt: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
     """The columnar path, when the file is JSON lines whose first line is a bare chat completion."""
     if fmt not in ("auto", "jsonl", "openai_chat") or path.suffix in (".pt", ".pth"):
@@ -360,17 +348,6 @@ def _fast_chat_jsonl(path: Path, source: str, fmt: str) -> tuple[pl.DataFrame, p
     from ._fast import read_chat_jsonl
 
     return read_chat_jsonl(path, source)
-
-
-def _local_path(source: str, fetch: dict) -> Path:
-    if is_url(source):
-        return fetch_url(source, **fetch)
-    path = Path(source)
-    if path.is_dir():
-        raise IsADirectoryError(f"{source}: is a directory")
-    if not path.exists():
-        raise FileNotFoundError(f"{source}: no such file")
-    return path
 
 
 def read_dumps(
@@ -421,8 +398,8 @@ def read_dumps(
     formats, skipped = {}, []
     if format not in ("auto", *FORMATS):
         raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
-    for source in _progress(expand_sources(sources, suffix=DUMP_SUFFIXES), progress):
-        path = _local_path(source, fetch)
+    for source in show_progress(expand_sources(sources, suffix=DUMP_SUFFIXES), progress, "reading dumps"):
+        path = local_path(source, **fetch)
         fast = _fast_chat_jsonl(path, source, format)
         if fast is not None:
             formats[source] = ["openai_chat"]
@@ -434,7 +411,7 @@ def read_dumps(
             parts = rows.frames()
         for name, frame in zip(tables, parts):
             tables[name].append(frame)
-    frames = {name: pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=_SCHEMAS[name]) for name, parts in tables.items()}
+    frames = {name: pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=SCHEMAS[name]) for name, parts in tables.items()}
     return Dump(**{n: to_backend(f, backend) for n, f in frames.items()}, formats=formats, skipped=skipped, backend=backend)
 
 

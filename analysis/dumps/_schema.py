@@ -143,11 +143,7 @@ class Rows:
         else:
             logprob, prob, status = self._classify(raw, kind, where, "prob" if kind == "prob" else "logprob")
         row = {
-            "source": self.source,
-            "record": key[0],
-            "choice_index": key[1],
-            "segment": key[2],
-            "position": key[3],
+            **self._key(key),
             "logprob": logprob,
             "prob": prob,
             "raw_value": None if raw is None else float(raw),
@@ -176,11 +172,7 @@ class Rows:
             else:
                 is_sampled = None
             row = {
-                "source": self.source,
-                "record": key[0],
-                "choice_index": key[1],
-                "segment": key[2],
-                "position": key[3],
+                **self._key(key),
                 "list_kind": list_kind,
                 "list_index": index,
                 "cand_token_id": cand_id,
@@ -198,6 +190,10 @@ class Rows:
             _check_types(self.source, f"{where}[{index}]", row, CANDIDATE_SCHEMA, ("cand_token_id", "cand_token_text", "cand_vocab_rank"))
             for name, column in self.candidates.items():
                 column.append(row.get(name))
+
+    def _key(self, key: tuple[int, int, str, int]) -> dict[str, Any]:
+        """The token key columns shared by a token and its candidates."""
+        return {"source": self.source, "record": key[0], "choice_index": key[1], "segment": key[2], "position": key[3]}
 
     def request(self, **columns: Any) -> None:
         """Append one request row; ``extra`` may be a dict (stored as JSON)."""
