@@ -192,22 +192,44 @@ def probe_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/probe"),
     prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
     ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
-    repeats: Annotated[int, typer.Option(help="How many times each band is fired.")] = 1,
+    repeats: Annotated[int, typer.Option(help="How many times each band is fired, interleaved across c.")] = 1,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 64,
     top_logprobs: Annotated[int, typer.Option(help="Candidates per step.")] = 5,
-    server_log: Annotated[Optional[Path], typer.Option(help="The server's log, for the batch widths it formed.")] = None,
+    seed: Annotated[int, typer.Option(help="The request's seed, and the needle positions'.")] = 0,
+    layout: Annotated[str, typer.Option(help="copies (c copies of the prompt) or needle (the prompt among c-1 fillers).")] = "copies",
+    fillers: Annotated[Optional[Path], typer.Option(help="Needle layout: a text file of filler prompts, one per line.")] = None,
+    observer: Annotated[bool, typer.Option(help="Also fire each band without logprobs and compare the texts.")] = False,
+    engine: Annotated[str, typer.Option(help="auto, or one of: vllm, sglang, llamacpp, apr, bia, openai.")] = "auto",
+    model: Annotated[Optional[str], typer.Option(help="The model name to send (the server's first model by default).")] = None,
+    server_log: Annotated[Optional[Path], typer.Option(help="The server's log, for the batch width of every step.")] = None,
     log_pattern: Annotated[str, typer.Option(help="Regex whose group 1 is a batch width.")] = r"Batch m=(\d+) done",
+    metrics: Annotated[bool, typer.Option(help="Sample the engine's running-requests gauge on /metrics during each band.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+    declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
+    resume: Annotated[bool, typer.Option(help="Finish the interrupted run in --output with its own settings.")] = False,
 ) -> None:
     """Fire the same greedy request alone and in batches of c at a live server, and write a run."""
     import asyncio
 
     from .experiment import DEFAULT_PROMPTS
-    from .probe import probe
+    from .probe import ProbeError, probe
 
-    texts = DEFAULT_PROMPTS if prompts is None else [line for line in prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
-    folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
-                               top_logprobs=top_logprobs, server_log=server_log, log_pattern=log_pattern, timeout=timeout))
+    def lines(path: Path) -> list[str]:
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    texts = DEFAULT_PROMPTS if prompts is None else lines(prompts)
+    try:
+        folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
+                                   top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=lines(fillers) if fillers else None, observer=observer,
+                                   engine=engine, model=model, server_log=server_log, log_pattern=log_pattern, metrics=metrics, timeout=timeout,
+                                   declared_min=declared_min, resume=resume))
+    except (ProbeError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: {output} stays readable (bia report lists what it lacks); finish it with bia probe {url} -o {output} --resume",
+                   err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"wrote {folder}")
 
 

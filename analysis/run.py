@@ -37,6 +37,54 @@ RUN_VERSION = 1
 _DEFAULTS = {"ladder": [1, 4, 8, 16], "declared_min": 64, "max_constant_run": 16}
 
 
+@dataclass(frozen=True)
+class Unit:
+    """One step of a run's plan: a reference request, or one band (or its observer twin) of c requests released together.
+
+    ``slots`` are the requests recorded as the unit's own: all c in the copies layout, the target
+    (slot 0) alone in the needle layout, where the others are fillers.
+    """
+
+    prompt_id: str
+    role: str  # "reference" | "band" | "observer"
+    band_c: int | None
+    repeat: int
+    slots: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        """A stable name, as the manifest's ``done`` list and each capture's ``unit`` field hold it."""
+        if self.role == "reference":
+            return f"{self.prompt_id}/reference/s{self.slots[0]}"
+        return f"{self.prompt_id}/{self.role}/c{self.band_c}/r{self.repeat}"
+
+    def capture_name(self, slot: int) -> str:
+        """The file name (without suffix) of one request's partial capture."""
+        return f"{self.key.replace('/', '.')}.s{slot}"
+
+
+def plan(manifest: Mapping[str, Any]) -> list[Unit]:
+    """What a run's manifest calls for, in the order a probe sends it: per prompt the two m=1
+    references, then each repeat of the ladder (each band followed by its observer twin, without
+    logprobs, when ``observer`` is set).
+
+    Examples
+    --------
+    >>> [u.key for u in plan({"ladder": [1, 4], "prompts": [{"prompt_id": "p0"}], "observer": True})]
+    ['p0/reference/s0', 'p0/reference/s1', 'p0/band/c1/r0', 'p0/observer/c1/r0', 'p0/band/c4/r0', 'p0/observer/c4/r0']
+    """
+    ladder = list(manifest.get("ladder", _DEFAULTS["ladder"]))
+    needle = (manifest.get("requested") or {}).get("layout") == "needle"
+    roles = ("band", "observer") if manifest.get("observer") else ("band",)
+    units = []
+    for prompt in manifest.get("prompts", []):
+        pid = str(prompt.get("prompt_id"))
+        units += [Unit(pid, "reference", None, 0, (slot,)) for slot in (0, 1)]
+        for repeat in range(int(manifest.get("repeats", 1))):
+            units += [Unit(pid, role, c, repeat, (0,) if needle else tuple(range(c))) for c in ladder for role in roles]
+    return units
+
+
 class RunError(ValueError):
     """A run directory or mapping that cannot be read; the message names the file and field."""
 
@@ -66,25 +114,27 @@ class Run:
         return parity.request_decode_rates(self.dump.requests)
 
     def missing(self) -> list[dict[str, Any]]:
-        """The requests the manifest's ladder and repeats call for that the captures lack and no refusal explains
-        (what an interrupted probe did not finish).
+        """The requests the run's plan calls for that the captures lack and no refusal explains
+        (what an interrupted probe did not finish). ``state`` says whether the request was in
+        flight when the probe stopped (its partial bytes are under ``partial/``) or never sent.
 
         Examples
         --------
         >>> run = Run({"ladder": [1], "prompts": [{"prompt_id": "p"}]}, read_dumps([]))
-        >>> [m["role"] for m in run.missing()]
-        ['reference', 'reference', 'band']
+        >>> [(m["role"], m["state"]) for m in run.missing()]
+        [('reference', 'not sent'), ('reference', 'not sent'), ('band', 'not sent')]
         """
         have = {(r["prompt_id"], r["role"], r["band_c"], r["slot"], r["repeat"] or 0)
                 for r in self.dump.requests.select("prompt_id", "role", "band_c", "slot", "repeat").iter_rows(named=True)}
         have |= {(r.get("prompt_id"), r.get("role"), r.get("band_c"), r.get("slot"), r.get("repeat") or 0) for r in self.manifest.get("refused", [])}
         out = []
-        for prompt in self.manifest.get("prompts", []):
-            pid = str(prompt.get("prompt_id"))
-            wanted = [("reference", None, slot, 0) for slot in (0, 1)]
-            wanted += [("band", c, slot, repeat) for repeat in range(int(self.manifest.get("repeats", 1))) for c in self.ladder for slot in range(c)]
-            out += [{"prompt_id": pid, "role": role, "band_c": c, "slot": slot, "repeat": repeat}
-                    for role, c, slot, repeat in wanted if (pid, role, c, slot, repeat) not in have]
+        for unit in plan(self.manifest):
+            for slot in unit.slots:
+                if (unit.prompt_id, unit.role, unit.band_c, slot, unit.repeat) in have:
+                    continue
+                partial = self.path is not None and (self.path / "partial" / f"{unit.capture_name(slot)}.sse").exists()
+                out.append({"prompt_id": unit.prompt_id, "role": unit.role, "band_c": unit.band_c, "slot": slot, "repeat": unit.repeat,
+                            "state": "in flight when the probe stopped" if partial else "not sent"})
         return out
 
     def write_derived(self) -> Path:
@@ -206,7 +256,8 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
             if chosen is not None:
                 rows = rows.filter(pl.col("repeat") == chosen)
             m_formed = _m_formed(manifest, prompt_id, c, chosen)
-            bands.append(_band(c, m_formed, rows.sort("slot").to_dicts(), streams, ref_stream, n_predict, declared_min, max_run))
+            expected = 1 if (manifest.get("requested") or {}).get("layout") == "needle" else c  # needle: only the target is recorded
+            bands.append(_band(c, m_formed, rows.sort("slot").to_dicts(), streams, ref_stream, n_predict, declared_min, max_run, expected))
     result = derive_run_verdict(reference["stable"], [(b["c"], b["result"]) for b in bands])
     prompt_text = next((p.get("text") for p in manifest.get("prompts", []) if str(p.get("prompt_id")) == prompt_id), None)
     identity = manifest.get("identity", {})
@@ -248,16 +299,38 @@ def _reference(refs: list[dict], streams: dict, n_predict: int, declared_min: in
     return out
 
 
+def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> tuple[list[int], str | None]:
+    """Every batch width a run recorded for one band, and where they came from.
+
+    The server log's per-step widths when there are any (``"log"``), else the running-requests
+    gauge sampled during the band (``"metrics"``), else ``([], None)``.
+
+    Examples
+    --------
+    >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [], "running": [4, 4, 2]}]}
+    >>> band_widths(manifest, "p0", 4, 0)
+    ([4, 4, 2], 'metrics')
+    """
+    for entry in manifest.get("m_formed", []):
+        if (entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
+                and entry.get("role", "band") == role):
+            if entry.get("widths"):
+                return [int(w) for w in entry["widths"]], "log"
+            if entry.get("running"):
+                return [int(w) for w in entry["running"]], "metrics"
+            if entry.get("max"):
+                return [int(entry["max"])], "log"
+            return [], None
+    return [], None
+
+
 def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> int:
     """The largest batch width the server formed in a band, as the run recorded it (0 if none)."""
-    for entry in manifest.get("m_formed", []):
-        if entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat):
-            widths = entry.get("widths")
-            return int(max(widths)) if widths else int(entry.get("max", 0))
-    return 0
+    widths, _ = band_widths(manifest, prompt_id, c, repeat)
+    return max(widths, default=0)
 
 
-def _band(c, m_formed, rows, streams, ref_stream, n_predict, declared_min, max_run) -> dict[str, Any]:
+def _band(c, m_formed, rows, streams, ref_stream, n_predict, declared_min, max_run, expected) -> dict[str, Any]:
     slots, samples = [], []
     for i, row in enumerate(rows):
         stream = _stream_of(streams, row)
@@ -269,8 +342,8 @@ def _band(c, m_formed, rows, streams, ref_stream, n_predict, declared_min, max_r
             "declared_min": declared_min, "max_constant_run_declared": max_run, "reason": None,
             "decode_tok_s": parity.band_decode_rate([s["decode_tok_s"] for s in slots]), "slots": slots}
     refusals = [f"slot {s['i']}: {s['refused']}" for s in slots if s["refused"]]
-    if len(slots) != c:
-        band["reason"] = f"fired c={c} requests, {len(slots)} came back"
+    if len(slots) != expected:
+        band["reason"] = f"fired c={c} requests, {len(slots)} of the {expected} recorded came back"
     elif refusals:
         band["reason"] = "; ".join(refusals)
     elif c > 1 and m_formed < 2:
@@ -305,7 +378,8 @@ def write_witness(run: Run, path: str | os.PathLike[str] | None = None, **option
     return path
 
 
-__all__ = ["Run", "RunError", "assemble_run", "band_table", "prompt_table", "read_run", "references", "slot_table", "to_witness", "write_witness"]
+__all__ = ["Run", "RunError", "Unit", "assemble_run", "band_table", "observer_table", "plan", "prompt_table", "read_run", "references", "slot_table",
+           "to_witness", "write_witness"]
 
 
 # --- tables for the report ----------------------------------------------------------------------
@@ -372,10 +446,10 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
         slots = [_stream_of(streams, r) for r in group.iter_rows(named=True)]
         summary = parity.band_summary(refs[prompt], slots, epsilon=epsilon)
         summary.pop("comparisons")
-        widths = next((e.get("widths") for e in run.manifest.get("m_formed", [])
-                       if e.get("band_c") == c and str(e.get("prompt_id", prompt)) == prompt and e.get("repeat") in (None, repeat)), None) or []
+        widths, origin = band_widths(run.manifest, prompt, c, repeat)
+        seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
         rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "m_formed": max(widths) if widths else None,
-                     "widths_seen": ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True)) or None, **summary,
+                     "widths_seen": (seen + (" (running-requests gauge samples)" if origin == "metrics" else "")) or None, **summary,
                      "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list())})
     return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})
 
@@ -405,3 +479,36 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
                                       "tie_density_1e-1": pl.Float64, "div_index": pl.Int64, "avg_std_top1_prob": pl.Float64,
                                       "std_output_length": pl.Float64,
                                       "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64})
+
+
+def observer_table(run: Run) -> pl.DataFrame:
+    """The observer-effect check: each band's text with logprobs against its twin fired without them.
+
+    One row per observer request: whether its completion text equals the same slot's text in the
+    band that asked for logprobs, and the first character where they part (null when equal).
+    Empty when the run was probed without ``observer``.
+
+    Examples
+    --------
+    >>> observer_table(Run({"ladder": [1]}, read_dumps([]))).height
+    0
+    """
+    requests = run.dump.requests
+    key = ["prompt_id", "band_c", "repeat", "slot"]
+    scored = requests.filter(pl.col("role") == "band").select(*key, pl.col("completion_text").alias("text_with_logprobs"))
+    bare = requests.filter(pl.col("role") == "observer").select(*key, pl.col("completion_text").alias("text_without_logprobs"))
+    joined = bare.join(scored, on=key, how="left", nulls_equal=True).sort(key)
+    parts = [_first_difference(a, b) for a, b in zip(joined["text_with_logprobs"].to_list(), joined["text_without_logprobs"].to_list())]
+    return joined.with_columns(
+        pl.Series("texts_equal", [None if p == -2 else p == -1 for p in parts], dtype=pl.Boolean),
+        pl.Series("first_difference", [None if p < 0 else p for p in parts], dtype=pl.Int64),
+    )
+
+
+def _first_difference(a: str | None, b: str | None) -> int:
+    """-2 when a text is missing, -1 when equal, else the first index where they part."""
+    if a is None or b is None:
+        return -2
+    if a == b:
+        return -1
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))

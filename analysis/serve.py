@@ -51,6 +51,7 @@ class Engine:
         self.waiting: asyncio.Queue[_Request] = asyncio.Queue()
         self.active: list[_Request] = []
         self.device = next(model.parameters()).device
+        self.on_step = lambda m: None  # called with the width of every decode step
 
     async def submit(self, prompt: list[int], max_tokens: int, top_k: int) -> _Request:
         request = _Request(prompt, max_tokens, top_k)
@@ -72,6 +73,7 @@ class Engine:
             for request, event in emitted:
                 request.events.put_nowait(event)
             m = len(emitted)
+            self.on_step(m)
             LOG.info("[PMAT-044] Batch m=%d done in %.2f ms (%.1f tok/s/slot)", m, 1000 * elapsed, 1 / elapsed if elapsed > 0 else 0.0)
             self.active = [r for r in self.active if r.generated < r.max_tokens]
             await asyncio.sleep(0)
@@ -139,9 +141,11 @@ def _error(status: int, message: str):
 
 
 def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
-    """The ASGI app: ``POST /v1/chat/completions``, ``GET /health``, ``GET /metrics``."""
+    """The ASGI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, and ``GET /metrics`` in
+    Prometheus' text format (``bia:num_requests_running``, ``bia:num_requests_waiting``, ``bia:decode_steps_total``)."""
     from starlette.applications import Starlette
-    from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     engine = Engine(model, mode)
@@ -210,13 +214,22 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
         yield "data: [DONE]\n\n"
 
     async def health(request):
-        return JSONResponse({"status": "ok", "kernel_mode": mode})
+        return JSONResponse({"status": "ok", "server": "bia serve", "kernel_mode": mode})
+
+    async def models(request):
+        return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "bia"}]})
+
+    registry = CollectorRegistry()
+    Gauge("bia:num_requests_running", "Requests in the decode batch.", registry=registry).set_function(lambda: len(engine.active))
+    Gauge("bia:num_requests_waiting", "Requests waiting to join the batch.", registry=registry).set_function(lambda: engine.waiting.qsize())
+    steps = Counter("bia:decode_steps", "Decode steps run.", registry=registry)
+    engine.on_step = lambda m: steps.inc()
 
     async def metrics(request):
-        return PlainTextResponse(f"bia_running_requests {len(engine.active)}\nbia_waiting_requests {engine.waiting.qsize()}\n")
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/health", health), Route("/metrics", metrics)],
-                     lifespan=lifespan)
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models), Route("/health", health),
+                             Route("/metrics", metrics)], lifespan=lifespan)
 
 
 def _entry(model, event: dict) -> dict:

@@ -90,7 +90,7 @@ def test_bad_requests_are_refused():
             assert client.post("/v1/chat/completions", content=b"{not json").status_code == 400
             plain = client.post("/v1/chat/completions", json={**BODY, "stream": False})
             assert plain.status_code == 200 and len(plain.json()["choices"][0]["logprobs"]["content"]) == 8
-            assert "bia_running_requests" in client.get("/metrics").text
+            assert "bia:num_requests_running 0.0" in client.get("/metrics").text
     finally:
         server.stop()
 

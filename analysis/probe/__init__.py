@@ -1,0 +1,333 @@
+"""``bia probe``: fire the same greedy request alone and in batches of c at a live server and write a run.
+
+Per prompt: two m=1 references one after the other, then for each c of the ladder c requests
+released together (``repeats`` times, interleaved across c): c copies of the prompt, or in the
+``needle`` layout the prompt at a seeded position among c - 1 fillers. With ``observer`` each band
+is fired a second time without logprobs, so :func:`analysis.run.observer_table` can compare texts.
+
+Nothing is lost. The manifest is written first and rewritten (atomically) after every band. Each
+request's raw bytes and the arrival time of every SSE event (a monotonic clock, seconds since the
+request was sent) go to ``partial/`` as they arrive; when the request ends they move into
+``captures/requests.jsonl`` in bia's capture envelope. A request that cannot count (an HTTP error,
+a 501 meaning no logprobs, a reset, a time-out, a cut or malformed stream, an error event) is
+listed under ``refused`` with its reason, its bytes kept in ``refused.jsonl``; its band is then
+unmeasurable and the run goes on. A run stopped midway (Ctrl-C, a crash, a kill) is read by
+:func:`analysis.run.read_run`, whose ``missing()`` lists what it lacks, and :func:`probe` with
+``resume=True`` finishes it: bands left unfinished are fired again whole, and what they had
+written moves to ``superseded/``.
+
+Which batch the server formed: the lines its log gained during the band (aprender's
+``Batch m=N done`` by default), and the engine's running-requests gauge sampled on ``/metrics``
+while the band is in flight. Every width seen is kept, not only the largest.
+
+The engine (vLLM, SGLang, llama.cpp, apr serve, bia serve, or a plain OpenAI-compatible server) is
+detected from read-only endpoints, or given; it decides the body's extras (``ignore_eos``, vLLM's
+token ids as ``token_id:N``) and the gauge. What was chosen and why is in the manifest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..run import Unit, plan
+from ._capture import EventClock, fetch_stream, stream_problem
+from ._engines import PROFILES, Detection, EngineProfile, detect_engine
+from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, running_requests
+
+# Fillers for the needle layout when none are given and the prompt set holds a single prompt.
+DEFAULT_FILLERS = (
+    "Write one sentence about the sea.",
+    "List three prime numbers.",
+    "What does a compiler do?",
+    "Describe a quiet morning.",
+)
+
+
+class ProbeError(ValueError):
+    """A probe that cannot start or resume; the message names the run directory and the setting."""
+
+
+def request_body(prompt: str, *, max_tokens: int, top_logprobs: int, seed: int = 0, profile: EngineProfile | None = None,
+                 model: str | None = None, logprobs: bool = True) -> dict[str, Any]:
+    """The greedy request aprender's probe sends, with the engine's extras.
+
+    Temperature 0, a seed, ``max_tokens``, streamed with usage, logprobs with ``top_logprobs``
+    candidates (left out when ``logprobs`` is false: the observer-effect twin), plus what the
+    engine profile adds (``ignore_eos``; vLLM's ``return_tokens_as_token_ids``).
+
+    Examples
+    --------
+    >>> body = request_body("Hi", max_tokens=8, top_logprobs=5, profile=PROFILES["vllm"], model="m")
+    >>> body["return_tokens_as_token_ids"], body["ignore_eos"], body["top_logprobs"], body["model"]
+    (True, True, 5, 'm')
+    >>> sorted(request_body("Hi", max_tokens=8, top_logprobs=5, logprobs=False))  # doctest: +NORMALIZE_WHITESPACE
+    ['ignore_eos', 'max_tokens', 'messages', 'seed', 'stream', 'stream_options', 'temperature']
+    """
+    profile = profile or PROFILES["apr"]
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}], "temperature": 0, "seed": seed, "max_tokens": max_tokens,
+                            "stream": True, "stream_options": {"include_usage": True}}
+    if model is not None:
+        body["model"] = model
+    if logprobs:
+        body.update({"logprobs": True, "top_logprobs": top_logprobs})
+    body.update({k: v for k, v in profile.body.items() if logprobs or k != "return_tokens_as_token_ids"})
+    return body
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class _RunWriter:
+    """The run directory as the probe fills it: manifest, captures, partial streams, refusals."""
+
+    def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
+        self.folder, self.manifest = folder, manifest
+        for sub in ("captures", "partial"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        self.save()
+        self.captures = (folder / "captures" / "requests.jsonl").open("a", encoding="utf-8")
+
+    def save(self) -> None:
+        """Rewrite the manifest atomically: a kill mid-write leaves the old one whole."""
+        temporary = self.folder / "manifest.json.tmp"
+        temporary.write_text(json.dumps(self.manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(temporary, self.folder / "manifest.json")
+
+    def partial(self, unit: Unit, slot: int, role: str) -> Path:
+        name = unit.capture_name(slot) if role != "filler" else f"{unit.key.replace('/', '.')}.filler{slot}"
+        return self.folder / "partial" / f"{name}.sse"
+
+    def keep(self, result: dict[str, Any], partial: Path, **where: Any) -> None:
+        """One finished request: into captures, or listed as refused with its bytes kept."""
+        if "error" in result:
+            self.manifest["refused"].append({**where, "reason": result["error"]})
+            if result.get("sse"):
+                with (self.folder / "refused.jsonl").open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps({**where, **result}, ensure_ascii=False) + "\n")
+        else:
+            self.captures.write(json.dumps({**result, **where}, ensure_ascii=False) + "\n")
+            self.captures.flush()
+        partial.unlink(missing_ok=True)
+        partial.with_suffix(".times").unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.captures.close()
+
+
+def _supersede(folder: Path, manifest: dict[str, Any]) -> int:
+    """Before a resume: move what unfinished units wrote out of the way (nothing is deleted); how many requests moved."""
+    done = set(manifest.get("done", []))
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    aside = folder / "superseded" / stamp
+    moved = 0
+    captures = folder / "captures" / "requests.jsonl"
+    if captures.exists():
+        keep, drop = [], []
+        for line in captures.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            unit = json.loads(line).get("unit")
+            (keep if unit in done else drop).append(line)
+        if drop:
+            aside.mkdir(parents=True, exist_ok=True)
+            (aside / "requests.jsonl").write_text("\n".join(drop) + "\n", encoding="utf-8")
+            temporary = captures.with_suffix(".tmp")
+            temporary.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+            os.replace(temporary, captures)
+            moved += len(drop)
+    partial = folder / "partial"
+    leftovers = sorted(partial.iterdir()) if partial.is_dir() else []
+    if leftovers:
+        (aside / "partial").mkdir(parents=True, exist_ok=True)
+        for path in leftovers:
+            shutil.move(str(path), aside / "partial" / path.name)
+        moved += sum(path.suffix == ".sse" for path in leftovers)
+    stale = [r for r in manifest.get("refused", []) if r.get("unit") not in done]
+    manifest["refused"] = [r for r in manifest.get("refused", []) if r.get("unit") in done]
+    manifest["m_formed"] = [m for m in manifest.get("m_formed", []) if m.get("unit") in done]
+    manifest.setdefault("superseded", []).extend({**r, "superseded_at": stamp} for r in stale)
+    return moved
+
+
+def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str], **settings: Any) -> dict[str, Any]:
+    return {
+        "run_version": 1, "producer": "bia probe", "url": endpoint, "started": _now(),
+        "identity": {"host": platform.node(), "engine": detection.profile.label, "model": {"path": detection.model}},
+        "engine": {"profile": detection.profile.name, "evidence": list(detection.evidence), "said": detection.describe(),
+                   "running_metric": detection.profile.running_metric if detection.metrics else None},
+        "sampler": {"temperature": 0.0, "seed": settings["seed"], "ignore_eos": "ignore_eos" in detection.profile.body,
+                    "max_tokens": settings["max_tokens"], "top_logprobs": settings["top_logprobs"]},
+        "ladder": list(settings["ladder"]), "repeats": settings["repeats"], "observer": settings["observer"],
+        "declared_min": settings["declared_min"] if settings["declared_min"] is not None else min(64, settings["max_tokens"]),
+        "max_constant_run": 16, "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
+        "fillers": list(settings["fillers"]),
+        "requested": {"layout": settings["layout"], "stream": True, "engine": settings["engine"], "log_pattern": settings["log_pattern"],
+                      "server_log": str(settings["server_log"]) if settings["server_log"] else None},
+        "environment": {"python": platform.python_version(), "httpx": httpx.__version__, "machine": platform.machine()},
+        "done": [], "m_formed": [], "refused": [], "complete": False,
+    }
+
+
+async def probe(
+    url: str,
+    out: str | os.PathLike[str],
+    *,
+    prompts: Sequence[str] = (),
+    ladder: Sequence[int] = (1, 4, 8, 16),
+    repeats: int = 1,
+    max_tokens: int = 64,
+    top_logprobs: int = 5,
+    seed: int = 0,
+    layout: str = "copies",
+    fillers: Sequence[str] | None = None,
+    observer: bool = False,
+    engine: str = "auto",
+    model: str | None = None,
+    server_log: str | os.PathLike[str] | None = None,
+    log_pattern: str = BATCH_LINE,
+    metrics: bool = True,
+    metrics_interval: float = 0.05,
+    timeout: float = 120.0,
+    declared_min: int | None = None,
+    resume: bool = False,
+    progress: bool | None = None,
+    say=None,
+) -> Path:
+    """Probe the chat endpoint at ``url`` (``.../v1/chat/completions`` or the server's base URL) and write a run.
+
+    With ``resume=True`` the run at ``out`` is finished instead: its manifest's settings are used,
+    the finished units kept, and the rest fired again. ``say`` receives one line naming the engine
+    chosen and why (``print`` to stderr by default). Returns the run directory.
+    """
+    folder = Path(out)
+    say = say or (lambda line: print(line, file=sys.stderr))
+    base = url.rstrip("/").removesuffix("/v1/chat/completions").removesuffix("/chat/completions")
+    endpoint = url if url.rstrip("/").endswith("/chat/completions") else base + "/v1/chat/completions"
+    async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)) as client:
+        if resume:
+            manifest = _load_for_resume(folder)
+            engine, model = manifest["engine"]["profile"], (manifest["identity"].get("model") or {}).get("path")
+        elif (folder / "manifest.json").exists():
+            raise ProbeError(f"{folder}: already holds a run; resume it (bia probe --resume) or choose another folder")
+        detection = await detect_engine(client, base, engine, model)
+        say(detection.describe())
+        if resume:
+            moved = _supersede(folder, manifest)
+            manifest.setdefault("resumed", []).append({"at": _now(), "url": endpoint, "moved_aside": moved, "said": detection.describe()})
+        else:
+            if layout not in ("copies", "needle"):
+                raise ProbeError(f"layout must be 'copies' or 'needle', got {layout!r}")
+            if not prompts:
+                raise ProbeError("no prompts: give at least one")
+            if min(ladder, default=0) < 1:
+                raise ProbeError(f"every c of the ladder must be at least 1, got {list(ladder)}")
+            manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
+                                     top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=list(fillers or []),
+                                     observer=observer, engine=engine, log_pattern=log_pattern, server_log=server_log, declared_min=declared_min)
+        writer = _RunWriter(folder, manifest)
+        try:
+            await _fire_plan(client, endpoint, base, writer, detection, metrics, metrics_interval, progress)
+            manifest["complete"] = True
+            manifest.pop("stopped", None)
+        except BaseException as exc:  # Ctrl-C, a cancelled task, a crash: say so in the manifest, then let it go on
+            manifest["stopped"] = {"at": _now(), "why": f"{type(exc).__name__}: {exc}".rstrip(": ")}
+            raise
+        finally:
+            manifest["finished"] = _now()
+            writer.close()
+            writer.save()
+    return folder
+
+
+def _load_for_resume(folder: Path) -> dict[str, Any]:
+    path = folder / "manifest.json"
+    if not path.exists():
+        raise ProbeError(f"{folder}: no manifest.json to resume")
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("producer") != "bia probe" or "done" not in manifest:
+        raise ProbeError(f"{path}: not a run bia probe wrote (producer {manifest.get('producer')!r}); it cannot be resumed")
+    return manifest
+
+
+async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Detection, metrics: bool, interval: float, progress) -> None:
+    from tqdm import tqdm
+
+    manifest = writer.manifest
+    requested = manifest["requested"]
+    sampler = manifest["sampler"]
+    texts = {p["prompt_id"]: p["text"] for p in manifest["prompts"]}
+    watcher = LogWatcher(requested.get("server_log"), requested.get("log_pattern") or BATCH_LINE)
+    gauge = detection.profile.running_metric if metrics and detection.metrics else None
+    units = [u for u in plan(manifest) if u.key not in set(manifest["done"])]
+    show = sys.stderr.isatty() if progress is None else progress
+    bands = tqdm(total=len(units), desc="bands", unit="band", disable=not show, file=sys.stderr, position=0)
+    sent = tqdm(total=sum(u.band_c or 1 for u in units), desc="requests", unit="request", disable=not show, file=sys.stderr, position=1)
+    try:
+        for unit in units:
+            bands.set_postfix_str(unit.key)
+            body = request_body(texts[unit.prompt_id], max_tokens=sampler["max_tokens"], top_logprobs=sampler["top_logprobs"], seed=sampler["seed"],
+                                profile=detection.profile, model=detection.model, logprobs=unit.role != "observer")
+            if unit.role == "reference":
+                slot = unit.slots[0]
+                partial = writer.partial(unit, slot, "reference")
+                writer.keep(await fetch_stream(client, endpoint, body, partial), partial, unit=unit.key, prompt_id=unit.prompt_id,
+                            role="reference", slot=slot)
+            else:
+                await _fire_band(client, endpoint, base, writer, unit, body, watcher, gauge, interval)
+            manifest["done"].append(unit.key)
+            writer.save()
+            bands.update(1)
+            sent.update(unit.band_c or 1)
+    finally:
+        sent.close()
+        bands.close()
+
+
+async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, body, watcher: LogWatcher, gauge, interval) -> None:
+    """c requests released together; only the band's own slots are recorded as it, fillers as fillers."""
+    manifest = writer.manifest
+    c = unit.band_c
+    if manifest["requested"]["layout"] == "needle":
+        rng = random.Random(f"{manifest['sampler']['seed']}/{unit.key}")  # the same position when a resume fires the band again
+        target = rng.randrange(c)
+        others = [p["text"] for p in manifest["prompts"] if p["prompt_id"] != unit.prompt_id]
+        fillers = manifest["fillers"] or others or list(DEFAULT_FILLERS)  # given, else the set's other prompts
+        bodies = [body if row == target else {**body, "messages": [{"role": "user", "content": fillers[(row - (row > target)) % len(fillers)]}]}
+                  for row in range(c)]
+        roles = [(unit.role, 0) if row == target else ("filler", row) for row in range(c)]
+    else:
+        bodies, roles = [body] * c, [(unit.role, row) for row in range(c)]
+    partials = [writer.partial(unit, slot, role) for role, slot in roles]
+    watcher.mark()
+    poller = MetricsPoller(client, f"{base}/metrics", gauge, interval) if gauge else None
+    if poller:
+        async with poller:
+            results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p) for b, p in zip(bodies, partials)))
+    else:
+        results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p) for b, p in zip(bodies, partials)))
+    await asyncio.sleep(0.05)  # let the server's last log line land
+    for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials)):
+        writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat, batch_row=row)
+    entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "band_c": c, "repeat": unit.repeat, "widths": watcher.widths()}
+    if poller:
+        entry.update({"running": poller.samples, "running_metric": gauge, "poll_interval_s": interval})
+        if poller.errors:
+            entry["poll_errors"] = poller.errors[:5] + ([f"... {len(poller.errors) - 5} more"] if len(poller.errors) > 5 else [])
+    manifest["m_formed"].append(entry)
+
+
+__all__ = ["BATCH_LINE", "DEFAULT_FILLERS", "PROFILES", "Detection", "EngineProfile", "EventClock", "LogWatcher", "MetricsPoller", "ProbeError",
+           "detect_engine", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]

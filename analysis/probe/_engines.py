@@ -1,0 +1,169 @@
+"""Engine profiles: what each server family takes in the request body and where it counts running requests.
+
+Detection only reads (GET): ``/v1/models`` (``owned_by`` names vLLM, SGLang and llama.cpp), then
+each engine's own endpoint (``/version`` for vLLM, ``/get_server_info`` or ``/server_info`` for
+SGLang, ``/props`` for llama.cpp, ``/health`` for bia serve) and the metric names on
+``/metrics``. What it found is kept as evidence and shown, so a wrong guess can be seen and
+overridden with ``engine=``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """How to ask one engine family for a greedy, scored stream, and where its batch widths show.
+
+    Attributes
+    ----------
+    name : str
+        Short name, as ``bia probe --engine`` takes it.
+    label : str
+        How the engine is named to people.
+    body : dict
+        Fields added to aprender's greedy body (``ignore_eos`` where the engine takes it, vLLM's
+        ``return_tokens_as_token_ids``).
+    running_metric : str or None
+        The Prometheus gauge of requests running in the batch, sampled during each band.
+    """
+
+    name: str
+    label: str
+    body: dict[str, Any] = field(default_factory=dict)
+    running_metric: str | None = None
+
+
+PROFILES: dict[str, EngineProfile] = {
+    profile.name: profile
+    for profile in (
+        EngineProfile("vllm", "vLLM", {"ignore_eos": True, "return_tokens_as_token_ids": True}, "vllm:num_requests_running"),
+        EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs"),
+        EngineProfile("llamacpp", "llama.cpp server", {"ignore_eos": True}, "llamacpp:requests_processing"),
+        EngineProfile("apr", "apr serve (aprender)", {"ignore_eos": True}, None),
+        EngineProfile("bia", "bia serve", {"ignore_eos": True}, "bia:num_requests_running"),
+        EngineProfile("openai", "a plain OpenAI-compatible server", {}, None),
+    )
+}
+
+_OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "llama.cpp": "llamacpp", "apr": "apr", "aprender": "apr", "bia": "bia"}
+_METRIC_PREFIXES = {"vllm:": "vllm", "sglang:": "sglang", "llamacpp:": "llamacpp", "bia:": "bia"}
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The profile chosen for a server, the model it serves, and what showed it."""
+
+    profile: EngineProfile
+    model: str | None
+    evidence: tuple[str, ...]
+    metrics: bool  # the server answers /metrics
+
+    def describe(self) -> str:
+        """One line for people: the engine, why, and what the probe will do with it.
+
+        Examples
+        --------
+        >>> Detection(PROFILES["vllm"], "m", ("GET /v1/models: owned_by 'vllm'",), True).describe()
+        "engine: vLLM (GET /v1/models: owned_by 'vllm'); model 'm'; body adds ignore_eos, return_tokens_as_token_ids; widths also from /metrics vllm:num_requests_running"
+        """
+        why = "; ".join(self.evidence) or "nothing identified the engine"
+        adds = ", ".join(self.profile.body) or "nothing"
+        line = f"engine: {self.profile.label} ({why}); model {self.model!r}; body adds {adds}"
+        if self.metrics and self.profile.running_metric:
+            line += f"; widths also from /metrics {self.profile.running_metric}"
+        return line
+
+
+async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
+    try:
+        response = await client.get(url)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = "auto", model: str | None = None) -> Detection:
+    """Choose the engine profile of the server at ``base_url`` (or take ``engine`` as given) and find its model.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> def answer(request):
+    ...     if request.url.path == "/v1/models":
+    ...         return httpx.Response(200, json={"data": [{"id": "qwen", "owned_by": "sglang"}]})
+    ...     return httpx.Response(404)
+    >>> async def main():
+    ...     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+    ...         return await detect_engine(client, "http://gpu-box:30000")
+    >>> found = asyncio.run(main())
+    >>> found.profile.name, found.model, found.evidence
+    ('sglang', 'qwen', ("GET /v1/models: owned_by 'sglang'",))
+    """
+    if engine != "auto" and engine not in PROFILES:
+        raise ValueError(f"engine must be 'auto' or one of {sorted(PROFILES)}, got {engine!r}")
+    base = base_url.rstrip("/")
+    evidence: list[str] = []
+    votes: list[str] = []
+    models = await _get_json(client, f"{base}/v1/models")
+    entries = models.get("data") if isinstance(models, dict) else None
+    if isinstance(entries, list) and entries and isinstance(entries[0], dict):
+        model = model or (entries[0].get("id") if isinstance(entries[0].get("id"), str) else None)
+        owner = str(entries[0].get("owned_by", "")).lower()
+        if owner in _OWNERS:
+            votes.append(_OWNERS[owner])
+            evidence.append(f"GET /v1/models: owned_by {owner!r}")
+    metrics_text = await _metrics_text(client, base)
+    if engine == "auto" and not votes:
+        votes += await _own_endpoints(client, base, evidence)
+    if engine == "auto" and not votes and metrics_text:
+        for prefix, name in _METRIC_PREFIXES.items():
+            if f"\n{prefix}" in f"\n{metrics_text}":
+                votes.append(name)
+                evidence.append(f"GET /metrics: metric names start with {prefix!r}")
+                break
+    if engine != "auto":
+        chosen = PROFILES[engine]
+        evidence = [f"chosen by the caller (engine={engine!r})"]
+    else:
+        chosen = PROFILES[votes[0]] if votes else PROFILES["openai"]
+    return Detection(chosen, model, tuple(evidence), metrics_text is not None)
+
+
+async def _own_endpoints(client: httpx.AsyncClient, base: str, evidence: list[str]) -> list[str]:
+    """Each engine's own informational endpoint, tried when /v1/models named no owner."""
+    version = await _get_json(client, f"{base}/version")
+    if isinstance(version, dict) and set(version) == {"version"}:
+        evidence.append("GET /version answers {'version': ...} as vLLM does")
+        return ["vllm"]
+    for path in ("/get_server_info", "/server_info"):
+        info = await _get_json(client, f"{base}{path}")
+        if isinstance(info, dict) and ("tp_size" in info or "model_path" in info):
+            evidence.append(f"GET {path} answers as SGLang does")
+            return ["sglang"]
+    props = await _get_json(client, f"{base}/props")
+    if isinstance(props, dict) and "default_generation_settings" in props:
+        evidence.append("GET /props answers as llama.cpp's server does")
+        return ["llamacpp"]
+    health = await _get_json(client, f"{base}/health")
+    if isinstance(health, dict) and health.get("server") == "bia serve":
+        evidence.append("GET /health names bia serve")
+        return ["bia"]
+    return []
+
+
+async def _metrics_text(client: httpx.AsyncClient, base: str) -> str | None:
+    try:
+        response = await client.get(f"{base}/metrics")
+    except httpx.HTTPError:
+        return None
+    return response.text if response.status_code == 200 else None
