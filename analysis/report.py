@@ -276,7 +276,8 @@ def run_html(run, policy: V3Policy | None = None) -> str:
         branches = [(_label(t, labels), n) for t, n in fork_table(slots, at=agree)] if agree < at else []
         forks.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "at": agree, "branches": branches})
     return render("run.html.j2", run=run, identity={"host": identity.get("host"), "commit": identity.get("commit"),
-                  "model_path": (identity.get("model") or {}).get("path"), "engine": identity.get("engine")},
+                  "model_path": (identity.get("model") or {}).get("path"), "engine": identity.get("engine"),
+                  "engine_said": (manifest.get("engine") or {}).get("said")},
                   ladder=run.ladder, declared_min=run.declared_min, sampler=manifest.get("sampler"), environment=manifest.get("environment"),
                   settings=_settings(manifest), controls=[negative_control(run, p) for p in prompts], witnesses=witnesses, forks=forks,
                   missing=run.missing(), refused=manifest.get("refused", []), complete=manifest.get("complete", True))
@@ -328,7 +329,7 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
 
 def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """The run's prompt, band and per-request tables."""
-    from .run import band_table, prompt_table, slot_table
+    from .run import band_table, observer_table, prompt_table, slot_table
 
     against = reference if isinstance(reference, str) else f"ref #1 of {reference.path}"
     prompts = prompt_table(run, reference=reference)
@@ -337,7 +338,18 @@ def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     return (table_html(prompts, caption="Prompts: the reference's tie density, Div_Index and Avg_Std@top1_prob across configurations, "
                                         "and S7's c=4/c=1 decode-rate ratio with a bootstrap interval.")
             + table_html(bands, caption=f"Bands: divergence from {against} over slots, agreement inside the batch, completions, decode rate.")
-            + table_html(slots, caption=f"Requests: each batched request against {against} (positions 0-based)."))
+            + table_html(slots, caption=f"Requests: each batched request against {against} (positions 0-based).")
+            + _observer_html(observer_table(run)))
+
+
+def _observer_html(observed: pl.DataFrame) -> str:
+    """The observer-effect check, when the run fired each band a second time without logprobs."""
+    if observed.is_empty():
+        return ""
+    changed = observed.filter(pl.col("texts_equal").not_())
+    summary = (f"{changed.height} of {observed.height} request(s) fired without logprobs gave a different text: asking for logprobs changed the output."
+               if changed.height else f"All {observed.height} request(s) fired without logprobs gave the same text as with them.")
+    return table_html(observed, caption=f"Observer effect: each band fired again without logprobs, texts compared slot by slot. {summary}")
 
 
 # --- running the notebook ------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import threading
 import time
 
@@ -15,31 +14,12 @@ import pytest
 torch = pytest.importorskip("torch")
 uvicorn = pytest.importorskip("uvicorn")
 
-from analysis.dumps._read import parse_source  # noqa: E402
-from analysis.experiment import bundled_model  # noqa: E402
-from analysis.experiment.model import load_model  # noqa: E402
-from analysis.serve import create_app  # noqa: E402
+from loopback import BiaServer as Server
+
+from analysis.dumps._read import parse_source
 
 BODY = {"messages": [{"role": "user", "content": "If the argument is"}], "max_tokens": 8, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 3}
-
-
-class Server:
-    def __init__(self, mode: str) -> None:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        app = create_app(load_model(bundled_model()), mode)
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 20
-        while not self.server.started and time.time() < deadline:
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture

@@ -87,7 +87,7 @@ def request_body(prompt: str, *, max_tokens: int, top_logprobs: int, seed: int =
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 class _RunWriter:
@@ -130,7 +130,7 @@ class _RunWriter:
 def _supersede(folder: Path, manifest: dict[str, Any]) -> int:
     """Before a resume: move what unfinished units wrote out of the way (nothing is deleted); how many requests moved."""
     done = set(manifest.get("done", []))
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
     aside = folder / "superseded" / stamp
     moved = 0
     captures = folder / "captures" / "requests.jsonl"
@@ -243,7 +243,8 @@ async def probe(
             manifest["complete"] = True
             manifest.pop("stopped", None)
         except BaseException as exc:  # Ctrl-C, a cancelled task, a crash: say so in the manifest, then let it go on
-            manifest["stopped"] = {"at": _now(), "why": f"{type(exc).__name__}: {exc}".rstrip(": ")}
+            why = "cancelled (Ctrl-C, or the caller stopped it)" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else f"{type(exc).__name__}: {exc}"
+            manifest["stopped"] = {"at": _now(), "why": why}
             raise
         finally:
             manifest["finished"] = _now()

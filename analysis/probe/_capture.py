@@ -24,24 +24,39 @@ class EventClock:
     (1, 1)
     >>> clock.arrivals
     [0.5, 0.75]
+    >>> clock.feed(b"data: x\\r\\r", 1.0), clock.finish(1.5)  # a CR at the end may yet be a CRLF: the event ends with the stream
+    (0, 1)
     """
 
     def __init__(self) -> None:
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lines = SSELineDecoder()
         self._pending = False
+        self._begun = False
         self.arrivals: list[float] = []
 
     def feed(self, data: bytes, now: float) -> int:
         """Take the next bytes read at ``now``; how many events they completed."""
         before = len(self.arrivals)
-        for line in self._lines.decode(self._text.decode(data)):
+        text = self._text.decode(data)
+        if not self._begun and text:
+            text, self._begun = text.removeprefix("\ufeff"), True  # a leading BOM is not part of the first field name
+        self._take(self._lines.decode(text), now)
+        return len(self.arrivals) - before
+
+    def finish(self, now: float) -> int:
+        """The stream ended at ``now``: a last line held back (a CR that a LF might have followed) ends here."""
+        before = len(self.arrivals)
+        self._take(self._lines.decode(self._text.decode(b"", final=True)) + self._lines.flush(), now)
+        return len(self.arrivals) - before
+
+    def _take(self, lines: list[str], now: float) -> None:
+        for line in lines:
             if line:
                 self._pending = self._pending or line.partition(":")[0] == "data"  # the field name, as the reader counts
             elif self._pending:
                 self.arrivals.append(now)
                 self._pending = False
-        return len(self.arrivals) - before
 
 
 async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial: Path | None = None) -> dict[str, Any]:
@@ -69,6 +84,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
                     raw.write(data)
                     if completed:
                         times.write(f"{now!r}\n" * completed)
+            clock.finish(time.monotonic() - sent)
     except httpx.TimeoutException:
         return {"error": "timed out", "sse": _text(chunks)}
     except httpx.HTTPError as exc:

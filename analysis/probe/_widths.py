@@ -6,6 +6,7 @@ import asyncio
 import re
 import time
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -64,7 +65,7 @@ def running_requests(text: str, metric: str) -> int | None:
         for sample in family.samples:
             if sample.name == metric:
                 total, seen = total + sample.value, True
-    return int(round(total)) if seen else None
+    return round(total) if seen else None
 
 
 class MetricsPoller:
@@ -76,7 +77,7 @@ class MetricsPoller:
         self.errors: list[str] = []
         self._task: asyncio.Task | None = None
 
-    async def __aenter__(self) -> MetricsPoller:
+    async def __aenter__(self) -> Self:
         self.samples, self.errors = [], []
         self._task = asyncio.create_task(self._poll())
         return self

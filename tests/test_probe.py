@@ -1,0 +1,318 @@
+"""bia probe against real loopback servers: engine detection and profiles, gauge sampling, layouts,
+the observer check, and runs that are stopped and resumed."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from loopback import HttpServer, Quiet, routes
+
+from analysis.dumps._sse import parse_sse
+from analysis.probe import PROFILES, EventClock, ProbeError, detect_engine, probe, request_body
+from analysis.run import band_table, observer_table, read_run, slot_table, to_witness
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _json(body) -> callable:
+    return lambda handler: handler.answer(200, json.dumps(body).encode())
+
+
+async def _detect(url: str, engine: str = "auto"):
+    import httpx
+
+    async with httpx.AsyncClient(timeout=5) as client:
+        return await detect_engine(client, url, engine)
+
+
+@pytest.mark.parametrize(
+    ("table", "expected", "evidence"),
+    [
+        ({"GET /v1/models": _json({"data": [{"id": "qwen3", "owned_by": "vllm"}]})}, "vllm", "owned_by 'vllm'"),
+        ({"GET /v1/models": _json({"data": [{"id": "qwen3", "owned_by": "sglang"}]})}, "sglang", "owned_by 'sglang'"),
+        ({"GET /v1/models": _json({"data": [{"id": "m.gguf", "owned_by": "llamacpp"}]})}, "llamacpp", "owned_by 'llamacpp'"),
+        ({"GET /version": _json({"version": "0.11.0"})}, "vllm", "GET /version"),
+        ({"GET /get_server_info": _json({"model_path": "Qwen/Qwen3", "tp_size": 1})}, "sglang", "GET /get_server_info"),
+        ({"GET /props": _json({"default_generation_settings": {}, "total_slots": 4})}, "llamacpp", "GET /props"),
+        ({"GET /metrics": lambda h: h.answer(200, b"sglang:num_running_reqs 0\n", "text/plain")}, "sglang", "metric names start with 'sglang:'"),
+        ({"GET /v1/models": _json({"data": [{"id": "gpt-x", "owned_by": "someone"}]})}, "openai", None),
+        ({}, "openai", None),
+    ],
+)
+def test_engine_detection_reads_only_what_servers_expose(table, expected, evidence):
+    with HttpServer(routes(table)) as server:
+        found = asyncio.run(_detect(server.url))
+    assert found.profile.name == expected
+    if evidence is None:
+        assert found.evidence == () and "nothing identified the engine" in found.describe()
+    else:
+        assert any(evidence in e for e in found.evidence)
+
+
+def test_an_engine_given_overrides_detection_and_a_wrong_name_is_refused():
+    table = {"GET /v1/models": _json({"data": [{"id": "qwen3", "owned_by": "vllm"}]})}
+    with HttpServer(routes(table)) as server:
+        found = asyncio.run(_detect(server.url, "llamacpp"))
+        assert found.profile.name == "llamacpp" and found.model == "qwen3"
+        with pytest.raises(ValueError, match="engine must be 'auto' or one of"):
+            asyncio.run(_detect(server.url, "tgi"))
+
+
+def test_request_bodies_by_profile():
+    vllm = request_body("p", max_tokens=4, top_logprobs=5, profile=PROFILES["vllm"])
+    plain = request_body("p", max_tokens=4, top_logprobs=5, profile=PROFILES["openai"])
+    assert vllm["return_tokens_as_token_ids"] is True and vllm["ignore_eos"] is True
+    assert "ignore_eos" not in plain and "return_tokens_as_token_ids" not in plain
+    assert plain | {"ignore_eos": True, "return_tokens_as_token_ids": True} == vllm
+    bare = request_body("p", max_tokens=4, top_logprobs=5, profile=PROFILES["vllm"], logprobs=False)
+    assert not {"logprobs", "top_logprobs", "return_tokens_as_token_ids"} & set(bare)
+
+
+class FakeVllm:
+    """A loopback server that answers like vLLM: token ids as ``token_id:N`` only when asked, and a
+    running-requests gauge that counts the requests it is streaming at that moment."""
+
+    def __init__(self, tokens: int = 6, hold: float = 0.3) -> None:
+        self.running, self.bodies, self.lock = 0, [], threading.Lock()
+        fake = self
+
+        class Handler(Quiet):
+            protocol_version = "HTTP/1.0"
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self.answer(200, json.dumps({"object": "list", "data": [{"id": "Qwen/Qwen3-0.6B", "owned_by": "vllm"}]}).encode())
+                elif self.path == "/metrics":
+                    text = f'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name="Qwen/Qwen3-0.6B"}} {fake.running}.0\n'
+                    self.answer(200, text.encode(), "text/plain; version=0.0.4")
+                else:
+                    self.answer(404, b"{}")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.bodies.append(body)
+                    fake.running += 1
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    time.sleep(hold)  # the batch is "running": the gauge shows it
+                    as_ids = body.get("return_tokens_as_token_ids")
+                    for step in range(tokens):
+                        token = f"token_id:{100 + step}" if as_ids else f"t{step}"
+                        entry = {"token": token, "logprob": -0.5, "bytes": list(token.encode()),
+                                 "top_logprobs": [{"token": token, "logprob": -0.5, "bytes": list(token.encode())}]}
+                        chunk = {"id": "x", "object": "chat.completion.chunk", "model": "Qwen/Qwen3-0.6B",
+                                 "choices": [{"index": 0, "delta": {"content": f"t{step}"}, "logprobs": {"content": [entry]},
+                                              "finish_reason": "length" if step == tokens - 1 else None}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    usage = {"id": "x", "object": "chat.completion.chunk", "choices": [],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": 3 + tokens}}
+                    self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                finally:
+                    with fake.lock:
+                        fake.running -= 1
+
+        self.handler = Handler
+
+
+def test_probe_of_a_vllm_like_server_asks_for_token_ids_and_samples_its_gauge(tmp_path):
+    fake = FakeVllm()
+    said = []
+    with HttpServer(fake.handler) as server:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["Hello"], ladder=(1, 4), max_tokens=6, declared_min=4,
+                                   metrics_interval=0.02, say=said.append))
+    run = read_run(folder)
+    assert said == [run.manifest["engine"]["said"]] and said[0].startswith("engine: vLLM (GET /v1/models: owned_by 'vllm')")
+    assert {b["model"] for b in fake.bodies} == {"Qwen/Qwen3-0.6B"} and all(b["return_tokens_as_token_ids"] for b in fake.bodies)
+    assert run.dump.tokens["token_id"].unique().sort().to_list() == list(range(100, 106))  # the placeholders became ids
+    entries = {e["band_c"]: e for e in run.manifest["m_formed"]}
+    assert entries[1]["widths"] == [] and entries[1]["running_metric"] == "vllm:num_requests_running"
+    assert max(entries[4]["running"]) == 4 and max(entries[1]["running"]) == 1  # the whole distribution of samples is kept
+    bands = band_table(run)
+    assert bands.filter(bands["band_c"] == 4)["m_formed"].to_list() == [4]
+    assert "gauge samples" in bands.filter(bands["band_c"] == 4)["widths_seen"][0]
+    assert to_witness(run, "p0")["bands"][1]["m_formed"] == 4
+
+
+@st.composite
+def _sse_and_cuts(draw):
+    line_end = draw(st.sampled_from(["\n", "\r", "\r\n"]))
+    events = draw(st.lists(st.sampled_from(["data: {}", "data: é€😀", ": comment", "event: x\ndata: a\ndata: b", "data", "dataX: 1", "id: 7"]),
+                           max_size=8))
+    text = draw(st.sampled_from(["", "\ufeff"])) + "".join(e.replace("\n", line_end) + line_end * 2 for e in events)
+    raw = text.encode()
+    cuts = sorted(draw(st.sets(st.integers(0, len(raw)), max_size=6)))
+    return text, raw, cuts
+
+
+@settings(max_examples=200, deadline=None)
+@given(_sse_and_cuts())
+def test_event_clock_counts_what_the_reader_reads(case):
+    """However the bytes are split (inside a line ending, inside a UTF-8 character), the clock stamps
+    exactly the events the dump reader parses, each at the read that completed it."""
+    text, raw, cuts = case
+    clock = EventClock()
+    bounds = [0, *cuts, len(raw)]
+    for k, (a, b) in enumerate(itertools.pairwise(bounds)):
+        clock.feed(raw[a:b], float(k))
+    clock.finish(float(len(bounds)))
+    assert len(clock.arrivals) == len(parse_sse(text).events)
+    assert clock.arrivals == sorted(clock.arrivals)
+
+
+def test_needle_layout_records_the_target_and_keeps_the_fillers(tmp_path):
+    pytest.importorskip("torch")
+    from loopback import BiaServer
+
+    with BiaServer("batch-invariant") as server:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 3), max_tokens=6, top_logprobs=2,
+                                   declared_min=4, layout="needle", fillers=["This function returns", "Return the"]))
+    run = read_run(folder)
+    roles = run.dump.requests.group_by("role").len().sort("role").rows()
+    assert roles == [("band", 2), ("filler", 2), ("reference", 2)] and run.missing() == []
+    texts = {r["completion_text"] for r in run.dump.requests.filter(run.dump.requests["role"] == "filler").iter_rows(named=True)}
+    assert len(texts) >= 1
+    extra = [json.loads(e) for e in run.dump.requests.filter(run.dump.requests["role"] == "band")["extra"]]
+    assert sorted(e["batch_row"] for e in extra)[1] in (0, 1, 2)
+    witness = to_witness(run, "p0")
+    assert [b["result"] for b in witness["bands"]] == ["PASS", "PASS"]  # batch-invariant: the target matches m=1 among fillers
+    assert (slot_table(run)["bitwise_prefix"] == 6).all()
+
+
+class ObserverAffected:
+    """A loopback server whose answer changes when logprobs are asked for: the effect the observer check exists to catch."""
+
+    def __init__(self) -> None:
+        class Handler(Quiet):
+            protocol_version = "HTTP/1.0"
+
+            def do_GET(self):
+                self.answer(404, b"{}")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                words = ["ab", "cd", "ef"] if body.get("logprobs") else ["ab", "cX", "ef"]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for word in words:
+                    entry = {"token": word, "logprob": -0.1, "top_logprobs": [{"token": word, "logprob": -0.1}]} if body.get("logprobs") else None
+                    chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [entry]} if entry else None}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}\n\ndata: [DONE]\n\n')
+
+        self.handler = Handler
+
+
+def test_observer_check_finds_a_server_whose_text_changes_without_logprobs(tmp_path):
+    with HttpServer(ObserverAffected().handler) as server:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["x"], ladder=(1, 2), max_tokens=3, declared_min=2, observer=True))
+    run = read_run(folder)
+    assert run.manifest["engine"]["profile"] == "openai" and run.missing() == []
+    table = observer_table(run)
+    assert table.select("band_c", "slot", "texts_equal", "first_difference").rows() == [(1, 0, False, 3), (2, 0, False, 3), (2, 1, False, 3)]
+    assert table["text_with_logprobs"].to_list() == ["abcdef"] * 3 and table["text_without_logprobs"].to_list() == ["abcXef"] * 3
+
+
+def test_observer_check_against_bia_serve_finds_no_effect(tmp_path):
+    pytest.importorskip("torch")
+    from loopback import BiaServer
+
+    from analysis.report import run_tables_html
+
+    with BiaServer("default") as server:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 2), max_tokens=6, top_logprobs=2,
+                                   declared_min=4, observer=True))
+    run = read_run(folder)
+    table = observer_table(run)
+    assert table.height == 3 and table["texts_equal"].all()
+    html = run_tables_html(run, epsilon=0.05)
+    assert "All 3 request(s) fired without logprobs gave the same text as with them." in html
+
+
+def test_a_run_directory_is_not_overwritten_and_only_a_probe_run_resumes(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"run_version": 1, "producer": "bia experiment"}))
+    with pytest.raises(ProbeError, match="already holds a run"):
+        asyncio.run(probe("http://127.0.0.1:9", folder, prompts=["x"]))
+    with pytest.raises(ProbeError, match="not a run bia probe wrote"):
+        asyncio.run(probe("http://127.0.0.1:9", folder, resume=True))
+    with pytest.raises(ProbeError, match="no manifest.json to resume"):
+        asyncio.run(probe("http://127.0.0.1:9", tmp_path / "empty", resume=True))
+
+
+def _bia(*args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "analysis", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT, **kw)
+
+
+def _wait_for(condition, seconds: float = 90.0) -> None:
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def _in_flight(folder: Path, band: str) -> bool:
+    partial = folder / "partial"
+    return partial.is_dir() and any(band in p.name and p.stat().st_size > 0 for p in partial.glob("*.sse"))
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, how):
+    pytest.importorskip("torch")
+    from loopback import BiaServer
+
+    from analysis.report import run_html
+
+    folder = tmp_path / "run"
+    args = ["--ladder", "1,4,8", "--max-tokens", "40", "--top-logprobs", "2", "--prompts", str(tmp_path / "prompts.txt"), "--declared-min", "8"]
+    (tmp_path / "prompts.txt").write_text("If the argument is\n")
+    with BiaServer("batch-invariant", log=tmp_path / "serve.log") as server:
+        child = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), *args)
+        try:
+            _wait_for(lambda: _in_flight(folder, "band.c8"))
+        finally:
+            child.send_signal(how)
+            _, stderr = child.communicate(timeout=60)
+        if how == signal.SIGINT:
+            assert child.returncode == 130 and "--resume" in stderr
+        stopped = read_run(folder)
+        assert stopped.manifest["complete"] is False
+        assert stopped.manifest["done"] == ["p0/reference/s0", "p0/reference/s1", "p0/band/c1/r0", "p0/band/c4/r0"]
+        missing = stopped.missing()
+        assert {(m["band_c"], m["slot"]) for m in missing} >= {(8, s) for s in range(8)} - {
+            (r["band_c"], r["slot"]) for r in stopped.dump.requests.iter_rows(named=True)}
+        assert all(m["band_c"] == 8 for m in missing) and len(missing) <= 8
+        assert any(m["state"] == "in flight when the probe stopped" for m in missing)  # their bytes so far are under partial/
+        if how == signal.SIGINT:
+            assert stopped.manifest["stopped"]["why"].startswith("cancelled (Ctrl-C")
+        assert "request(s) never came back" in run_html(stopped)
+
+        resumed = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), "--resume")
+        _, err = resumed.communicate(timeout=120)
+        assert resumed.returncode == 0, err
+    run = read_run(folder)
+    assert run.manifest["complete"] is True and run.missing() == [] and len(run.manifest["resumed"]) == 1
+    assert run.dump.requests.group_by("band_c").len().sort("band_c").rows() == [(None, 2), (1, 1), (4, 4), (8, 8)]
+    assert [e["band_c"] for e in run.manifest["m_formed"]] == [1, 4, 8] and max(run.manifest["m_formed"][2]["widths"]) >= 2
+    assert not list((folder / "partial").iterdir())
+    moved = list((folder / "superseded").rglob("*"))
+    assert moved, "what the stopped band had written is kept aside, not deleted"
+    assert [b["result"] for b in to_witness(run, "p0")["bands"]] == ["PASS", "PASS", "PASS"]
