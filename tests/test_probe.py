@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from loopback import HttpServer, Quiet, routes
 
 from analysis.dumps._sse import parse_sse
-from analysis.probe import PROFILES, EventClock, ProbeError, detect_engine, probe, request_body
+from analysis.probe import PROFILES, EventClock, ProbeError, detect_engine, probe, request_body, stream_problem
 from analysis.run import band_table, observer_table, read_run, slot_table, to_witness
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,19 +151,22 @@ def test_probe_of_a_vllm_like_server_asks_for_token_ids_and_samples_its_gauge(tm
 @st.composite
 def _sse_and_cuts(draw):
     line_end = draw(st.sampled_from(["\n", "\r", "\r\n"]))
-    events = draw(st.lists(st.sampled_from(["data: {}", "data: é€😀", ": comment", "event: x\ndata: a\ndata: b", "data", "dataX: 1", "id: 7"]),
-                           max_size=8))
-    text = draw(st.sampled_from(["", "\ufeff"])) + "".join(e.replace("\n", line_end) + line_end * 2 for e in events)
+    kinds = ["data: {}", "data: é€😀", ": comment", "event: x\ndata: a\ndata: b", "data", "dataX: 1", "id: 7", "data: [DONE]", "data:[DONE]",
+             "data: [DONE]\ndata:", 'data: {"error": {"message": "OOM"}}', "event: error\ndata: x", "event: error", "data:\ndata: {\"error\": 1}"]
+    events = draw(st.lists(st.tuples(st.sampled_from(kinds), st.sampled_from(["\n", "\n", "\r", "\r\n"])), max_size=8))  # mostly LF, as servers send
+    text = draw(st.sampled_from(["", "\ufeff"])) + "".join(e.replace("\n", end) + end * 2 for e, end in events)
+    text += draw(st.sampled_from(["", "data: {\"cut", ": trailing comment", "data: x" + line_end]))
     raw = text.encode()
     cuts = sorted(draw(st.sets(st.integers(0, len(raw)), max_size=6)))
     return text, raw, cuts
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_sse_and_cuts())
 def test_event_clock_counts_what_the_reader_reads(case):
     """However the bytes are split (inside a line ending, inside a UTF-8 character), the clock stamps
-    exactly the events the dump reader parses, each at the read that completed it."""
+    exactly the events the dump reader parses, each at the read that completed it, and judges the
+    stream as a second full parse would."""
     text, raw, cuts = case
     clock = EventClock()
     bounds = [0, *cuts, len(raw)]
@@ -171,6 +174,7 @@ def test_event_clock_counts_what_the_reader_reads(case):
         clock.feed(raw[a:b], float(k))
     clock.finish(float(len(bounds)))
     assert len(clock.arrivals) == len(parse_sse(text).events)
+    assert clock.problem() == stream_problem(text)
     assert clock.arrivals == sorted(clock.arrivals)
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 from ..run import Unit, plan
 from ._capture import EventClock, fetch_stream, stream_problem
@@ -98,7 +99,7 @@ class _RunWriter:
         for sub in ("captures", "partial"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         self.save()
-        self.captures = (folder / "captures" / "requests.jsonl").open("a", encoding="utf-8")
+        self.captures = (folder / "captures" / "requests.jsonl").open("ab")
 
     def save(self) -> None:
         """Rewrite the manifest atomically: a kill mid-write leaves the old one whole."""
@@ -118,7 +119,7 @@ class _RunWriter:
                 with (self.folder / "refused.jsonl").open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps({**where, **result}, ensure_ascii=False) + "\n")
         else:
-            self.captures.write(json.dumps({**result, **where}, ensure_ascii=False) + "\n")
+            self.captures.write(orjson.dumps({**result, **where}) + b"\n")  # orjson: a 1 MB stream's envelope in a millisecond
             self.captures.flush()
         partial.unlink(missing_ok=True)
         partial.with_suffix(".times").unlink(missing_ok=True)

@@ -12,18 +12,20 @@ from httpx_sse._decoders import SSELineDecoder
 
 
 class EventClock:
-    """Stamps SSE events as their bytes arrive, by the WHATWG rules (a blank line ends an event).
+    """Stamps SSE events as their bytes arrive, by the WHATWG rules, and judges the stream on the way.
 
     Only events that carry data count, as the dump reader counts them. Text is decoded
-    incrementally, so a UTF-8 character split across two reads is still one character.
+    incrementally, so a UTF-8 character split across two reads is still one character. One pass
+    also notes what :func:`stream_problem` would find (a cut event, an error event, no [DONE]),
+    so a finished stream is not parsed a second time.
 
     Examples
     --------
     >>> clock = EventClock()
     >>> clock.feed(b"data: {}\\n\\ndata: [DO", 0.5), clock.feed(b"NE]\\r\\n\\r\\n: ping\\n\\n", 0.75)
     (1, 1)
-    >>> clock.arrivals
-    [0.5, 0.75]
+    >>> clock.arrivals, clock.problem()
+    ([0.5, 0.75], None)
     >>> clock.feed(b"data: x\\r\\r", 1.0), clock.finish(1.5)  # a CR at the end may yet be a CRLF: the event ends with the stream
     (0, 1)
     """
@@ -31,32 +33,107 @@ class EventClock:
     def __init__(self) -> None:
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lines = SSELineDecoder()
-        self._pending = False
         self._begun = False
+        self._cr = False  # a CR was seen: lines go through httpx-sse's line decoder
+        self._tail = ""  # the fast path's text after the last blank line
+        self._line_no = 0
+        self._event_start: int | None = None  # line where the open event began
+        self._event_type = ""
+        self._data: list[str] = []  # the open event's data lines
+        self._done = False
+        self._error: str | None = None
         self.arrivals: list[float] = []
 
     def feed(self, data: bytes, now: float) -> int:
         """Take the next bytes read at ``now``; how many events they completed."""
         before = len(self.arrivals)
-        text = self._text.decode(data)
-        if not self._begun and text:
-            text, self._begun = text.removeprefix("\ufeff"), True  # a leading BOM is not part of the first field name
-        self._take(self._lines.decode(text), now)
+        self._route(self._text.decode(data), now)
         return len(self.arrivals) - before
 
     def finish(self, now: float) -> int:
         """The stream ended at ``now``: a last line held back (a CR that a LF might have followed) ends here."""
         before = len(self.arrivals)
-        self._take(self._lines.decode(self._text.decode(b"", final=True)) + self._lines.flush(), now)
+        self._route(self._text.decode(b"", final=True), now)
+        if self._cr:
+            self._take(self._lines.flush(), now)
+        else:
+            lines = self._tail.split("\n")
+            self._take(lines if lines[-1] else lines[:-1], now)  # an unterminated last line is still a line, as at flush
+            self._tail = ""
         return len(self.arrivals) - before
+
+    def _route(self, text: str, now: float) -> None:
+        if not self._begun and text:
+            text, self._begun = text.removeprefix("\ufeff"), True  # a leading BOM is not part of the first field name
+        if not self._cr and "\r" in text:  # CR line ends from here on: the line decoder takes over where the fast path stopped
+            self._cr, text, self._tail = True, self._tail + text, ""
+        if self._cr:
+            self._take(self._lines.decode(text), now)
+            return
+        # LF-only fast path: an event is whatever precedes a blank line.
+        text = self._tail + text
+        end = text.rfind("\n\n") + 2  # 1 when no blank line yet
+        if end < 2:
+            self._tail = text
+            return
+        done, self._tail = text[:end], text[end:]
+        n = done.count("\n\ndata:") + 1
+        if done.startswith("data:") and done.count("\n") == 2 * n and "[DONE]" not in done and '{"error"' not in done:
+            # No newline but the n separators, each block one data line, none [DONE] or an error: n events, counted in C.
+            self._line_no += 2 * n
+            self.arrivals.extend([now] * n)
+            return
+        blocks = done.split("\n\n")
+        blocks.pop()  # the empty text after the last separator
+        for block in blocks:
+            if self._event_start is None and block.startswith("data:") and "\n" not in block:
+                self._line_no += 2
+                self.arrivals.append(now)
+                value = block[6:] if block.startswith("data: ") else block[5:]
+                if value[:1] in ("{", "["):
+                    self._judge("", value, value)
+            else:
+                lines = block.split("\n")
+                lines.append("")
+                self._take(lines, now)
+
+    def problem(self) -> str | None:
+        """After :meth:`finish`: why the stream cannot count, worded as :func:`stream_problem` words it; None when whole."""
+        if self._event_start is not None:
+            return f"the stream was cut mid-event (line {self._event_start})"
+        if self._error is not None:
+            return f"the server sent an error event: {self._error[:200]}"
+        return None if self._done else "the stream ended without [DONE]"
 
     def _take(self, lines: list[str], now: float) -> None:
         for line in lines:
-            if line:
-                self._pending = self._pending or line.partition(":")[0] == "data"  # the field name, as the reader counts
-            elif self._pending:
-                self.arrivals.append(now)
-                self._pending = False
+            self._line_no += 1
+            if not line:
+                if self._data:
+                    self.arrivals.append(now)
+                    self._dispatch()
+                self._event_start, self._event_type, self._data = None, "", []
+                continue
+            if line.startswith(":"):
+                continue
+            if self._event_start is None:
+                self._event_start = self._line_no
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "data":
+                self._data.append(value)
+            elif field == "event":
+                self._event_type = value
+
+    def _dispatch(self) -> None:
+        self._judge(self._event_type, self._data[0], "\n".join(self._data))
+
+    def _judge(self, event_type: str, first: str, data: str) -> None:
+        """Note an error event (the first one) or [DONE] among the dispatched events."""
+        if self._error is None and (event_type == "error" or first.startswith('{"error"')):
+            self._error = data
+        elif data == "[DONE]":
+            self._done = True
 
 
 async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial: Path | None = None) -> dict[str, Any]:
@@ -94,7 +171,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
             raw.close()
             times.close()
     text = _text(chunks)
-    problem = stream_problem(text)
+    problem = clock.problem()
     if problem:
         return {"error": problem, "sse": text}
     return {"sse": text, "arrival_times": clock.arrivals, "t_sent": 0.0}
