@@ -8,7 +8,11 @@ Layout of a run directory (``run_version`` 1)::
                          envelope: {"sse": "<raw SSE>" | "response": {...}, "arrival_times": [...],
                          "t_sent": ..., "prompt_id": ..., "role": "reference" | "band",
                          "band_c": c, "slot": i, "repeat": r}
-                         (role "reference": slot 0 is ref #1, slot 1 ref #2)
+                         (role "reference": slot 0 is ref #1, slot 1 ref #2; "observer": a band's
+                         twin fired without logprobs; "filler": the needle layout's other requests)
+    partial/             the probe's requests in flight (raw bytes and event times); a stopped run
+                         keeps them, and ``Run.missing`` names them
+    refused.jsonl        the bytes of streams the probe refused; superseded/: what a resume set aside
     derived/             Parquet tables, rebuildable from captures/ (``Run.write_derived``)
     witness.json         an aprender witness_version 3, rebuildable (``to_witness``)
 

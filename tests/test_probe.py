@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -320,3 +321,96 @@ def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, h
     moved = list((folder / "superseded").rglob("*"))
     assert moved, "what the stopped band had written is kept aside, not deleted"
     assert [b["result"] for b in to_witness(run, "p0")["bands"]] == ["PASS", "PASS", "PASS"]
+
+
+class _Tables(HTMLParser):
+    """Every <table> of a page as (the paragraph just before it, which table_html writes as its caption, header, rows)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[tuple[str, list[str], list[list[str]]]] = []
+        self._paragraph: list[str] | None = None
+        self._last_paragraph = ""
+        self._cell: list[str] | None = None
+        self._row: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append((self._last_paragraph, [], []))
+        elif tag == "p":
+            self._paragraph = []
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "tr":
+            self._row = []
+
+    def handle_endtag(self, tag):
+        if tag == "p" and self._paragraph is not None:
+            self._last_paragraph, self._paragraph = "".join(self._paragraph).strip(), None
+        elif tag in ("td", "th") and self._cell is not None:
+            self._row.append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "tr" and self.tables:
+            _, header, rows = self.tables[-1]
+            if header:
+                rows.append(self._row)
+            else:
+                header.extend(self._row)
+
+    def handle_data(self, data):
+        for sink in (self._cell, self._paragraph):
+            if sink is not None:
+                sink.append(data)
+
+
+def _table(html: str, caption_start: str) -> list[dict[str, str]]:
+    parser = _Tables()
+    parser.feed(html)
+    caption, header, rows = next(t for t in parser.tables if t[0].startswith(caption_start))
+    return [dict(zip(header, row)) for row in rows]
+
+
+def test_one_command_against_bia_serve_gives_a_run_whose_report_shows_every_band(tmp_path):
+    """Issue 6's "done when": bia serve and bia probe as a user runs them, then bia report of the run."""
+    pytest.importorskip("torch")
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "serve.log"
+    server = _bia("serve", "--port", str(port), "--log-file", str(log))
+    try:
+        _wait_for(lambda: _healthy(httpx, port), 120)
+        (tmp_path / "prompts.txt").write_text("If the argument is\n")
+        probe_run = subprocess.run([sys.executable, "-m", "analysis", "probe", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "run"),
+                                    "--prompts", str(tmp_path / "prompts.txt"), "--max-tokens", "12", "--server-log", str(log)],
+                                   capture_output=True, text=True, cwd=ROOT, timeout=300)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+    assert probe_run.returncode == 0, probe_run.stderr
+    assert "engine: bia serve (GET /v1/models: owned_by 'bia')" in probe_run.stderr
+    report = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path / "run"), "-o", str(tmp_path / "report.html")],
+                            capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert report.returncode == 0, report.stderr
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    bands = _table(html, "Bands:")
+    assert [b["band_c"] for b in bands] == ["1", "4", "8", "16"]
+    assert bands[0]["widths_seen"].startswith("m=1 x")
+    assert all(b["widths_seen"].startswith("m=") and b["divergence_min"] and b["decode_tok_s"] not in ("", "None") for b in bands)
+    assert max(int(b["m_formed"]) for b in bands) >= 4  # the server really batched
+    requests = _table(html, "Requests:")
+    assert len(requests) == 1 + 4 + 8 + 16
+    assert all(r["decode_tok_s"] not in ("", "None") and r["agree_to"] for r in requests)
+    assert {"divergence_at", "reference_margin", "own_margin", "bitwise_prefix", "max_ulp"} <= set(requests[0])
+    assert "engine chosen" in html and "engine: bia serve" in html
+
+
+def _healthy(httpx, port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
