@@ -156,7 +156,7 @@ def test_the_report_lists_what_a_run_lacks(tmp_path):
 @pytest.mark.parametrize(
     ("behaviour", "reason"),
     [("cut", "the stream was cut mid-event"), ("no-done", "the stream ended without [DONE]"), ("error-event", "the server sent an error event"),
-     ("stall", "timed out"), ("500", "HTTP 500")],
+     ("stall", "timed out"), ("500", "HTTP 500"), ("malformed", "the stream does not parse")],
 )
 def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour, reason):
     """Real loopback servers that misbehave on purpose: each slot is refused with its reason, the run stays readable."""
@@ -185,7 +185,8 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
             if behaviour == "stall":
                 time.sleep(3)
                 return
-            body = {"cut": chunk + 'data: {"id": "x", "obj', "no-done": chunk, "error-event": chunk + 'data: {"error": {"message": "CUDA OOM"}}\n\n'}[behaviour]
+            body = {"cut": chunk + 'data: {"id": "x", "obj', "no-done": chunk, "error-event": chunk + 'data: {"error": {"message": "CUDA OOM"}}\n\n',
+                    "malformed": chunk + "data: {not json}\n\n" + chunk + "data: [DONE]\n\n"}[behaviour]
             self.wfile.write(body.encode())
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Broken)
@@ -200,7 +201,7 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
     run = read_run(folder)
     assert len(run.manifest["refused"]) == 3 and all(r["reason"].startswith(reason) for r in run.manifest["refused"])
     assert run.dump.requests.is_empty()
-    if behaviour in ("cut", "no-done", "error-event"):
+    if behaviour in ("cut", "no-done", "error-event", "malformed"):
         kept = [json.loads(line) for line in (folder / "refused.jsonl").read_text().splitlines()]
         assert len(kept) == 3 and all(k["sse"].startswith("data: ") for k in kept)
 

@@ -112,20 +112,43 @@ class _RunWriter:
         return self.folder / "partial" / f"{name}.sse"
 
     def keep(self, result: dict[str, Any], partial: Path, **where: Any) -> None:
-        """One finished request: into captures, or listed as refused with its bytes kept."""
+        """One finished request: into captures, or listed as refused with its bytes kept.
+
+        A whole stream is parsed once by the dump reader before it is kept (after the band, so the
+        arrival times are not slowed): a malformed event refuses the request instead of making the
+        run unreadable.
+        """
+        line = b""
+        if "error" not in result:
+            line = orjson.dumps({**result, **where})  # orjson: a 1 MB stream's envelope in a millisecond
+            problem = _parse_problem(line, self.folder / "captures" / "requests.jsonl")
+            if problem:
+                result = {"error": problem, "sse": result["sse"]}
         if "error" in result:
             self.manifest["refused"].append({**where, "reason": result["error"]})
             if result.get("sse"):
                 with (self.folder / "refused.jsonl").open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps({**where, **result}, ensure_ascii=False) + "\n")
         else:
-            self.captures.write(orjson.dumps({**result, **where}) + b"\n")  # orjson: a 1 MB stream's envelope in a millisecond
+            self.captures.write(line + b"\n")
             self.captures.flush()
         partial.unlink(missing_ok=True)
         partial.with_suffix(".times").unlink(missing_ok=True)
 
     def close(self) -> None:
         self.captures.close()
+
+
+def _parse_problem(line: bytes, source: Path) -> str | None:
+    """Why the dump reader cannot read a capture envelope (its error names the record and field), or None."""
+    from ..dumps import DumpError
+    from ..dumps._read import parse_source
+
+    try:
+        parse_source(line, str(source))
+    except DumpError as exc:
+        return f"the stream does not parse: {exc}"
+    return None
 
 
 def _supersede(folder: Path, manifest: dict[str, Any]) -> int:
