@@ -207,6 +207,7 @@ def probe_command(
     timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the interrupted run in --output with its own settings.")] = False,
+    retry_refused: Annotated[bool, typer.Option(help="With --resume, also fire again the bands that had a request refused.")] = False,
 ) -> None:
     """Fire the same greedy request alone and in batches of c at a live server, and write a run."""
     import asyncio
@@ -222,7 +223,7 @@ def probe_command(
         folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
                                    top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=lines(fillers) if fillers else None, observer=observer,
                                    engine=engine, model=model, server_log=server_log, log_pattern=log_pattern, metrics=metrics, timeout=timeout,
-                                   declared_min=declared_min, resume=resume))
+                                   declared_min=declared_min, resume=resume, retry_refused=retry_refused))
     except (ProbeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -414,3 +414,51 @@ def _healthy(httpx, port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_restart(tmp_path):
+    """Server death: the band in flight is refused (reset), the next finds nothing listening and the probe
+    stops; once the server is back, --resume --retry-refused fires the unfinished and refused bands again."""
+    pytest.importorskip("torch")
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url, folder = f"http://127.0.0.1:{port}", tmp_path / "run"
+    (tmp_path / "prompts.txt").write_text("If the argument is\n")
+
+    def start_server() -> subprocess.Popen:
+        server = _bia("serve", "--port", str(port), "--mode", "batch-invariant")
+        _wait_for(lambda: _healthy(httpx, port), 120)
+        return server
+
+    server = start_server()
+    child = _bia("probe", url, "-o", str(folder), "--prompts", str(tmp_path / "prompts.txt"), "--max-tokens", "40", "--top-logprobs", "2",
+                 "--declared-min", "8", "--no-metrics")
+    try:
+        _wait_for(lambda: (folder / "manifest.json").exists() and "p0/band/c1/r0" in json.loads((folder / "manifest.json").read_text())["done"])
+    finally:
+        server.kill()
+        server.communicate(timeout=30)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == 2 and "the server stopped answering (ConnectError" in stderr and "--resume" in stderr
+    stopped = read_run(folder)
+    assert stopped.manifest["complete"] is False and "stopped answering" in stopped.manifest["stopped"]["why"]
+    assert stopped.manifest["refused"], "the band cut by the server's death is refused, with its reason"
+    assert stopped.missing(), "what was never fired is listed"
+
+    server = start_server()
+    try:
+        resumed = _bia("probe", url, "-o", str(folder), "--resume", "--retry-refused")
+        _, err = resumed.communicate(timeout=180)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+    assert resumed.returncode == 0, err
+    run = read_run(folder)
+    assert run.manifest["complete"] is True and run.missing() == [] and run.manifest["refused"] == []
+    assert run.manifest["superseded"] and all("superseded_at" in r for r in run.manifest["superseded"])
+    assert [b["result"] for b in to_witness(run, "p0")["bands"]] == ["PASS"] * 4

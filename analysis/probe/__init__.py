@@ -60,6 +60,10 @@ class ProbeError(ValueError):
     """A probe that cannot start or resume; the message names the run directory and the setting."""
 
 
+class ServerGone(ProbeError):
+    """Every request of a unit found nothing listening: the probe stops, and ``resume`` goes on later."""
+
+
 def request_body(prompt: str, *, max_tokens: int, top_logprobs: int, seed: int = 0, profile: EngineProfile | None = None,
                  model: str | None = None, logprobs: bool = True) -> dict[str, Any]:
     """The greedy request aprender's probe sends, with the engine's extras.
@@ -151,8 +155,14 @@ def _parse_problem(line: bytes, source: Path) -> str | None:
     return None
 
 
-def _supersede(folder: Path, manifest: dict[str, Any]) -> int:
-    """Before a resume: move what unfinished units wrote out of the way (nothing is deleted); how many requests moved."""
+def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = False) -> int:
+    """Before a resume: move what unfinished units wrote out of the way (nothing is deleted); how many requests moved.
+
+    With ``retry_refused``, units that finished with a refused request count as unfinished too.
+    """
+    if retry_refused:
+        refused_units = {r.get("unit") for r in manifest.get("refused", [])}
+        manifest["done"] = [key for key in manifest.get("done", []) if key not in refused_units]
     done = set(manifest.get("done", []))
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
     aside = folder / "superseded" / stamp
@@ -227,13 +237,16 @@ async def probe(
     timeout: float = 120.0,
     declared_min: int | None = None,
     resume: bool = False,
+    retry_refused: bool = False,
     progress: bool | None = None,
     say=None,
 ) -> Path:
     """Probe the chat endpoint at ``url`` (``.../v1/chat/completions`` or the server's base URL) and write a run.
 
     With ``resume=True`` the run at ``out`` is finished instead: its manifest's settings are used,
-    the finished units kept, and the rest fired again. ``say`` receives one line naming the engine
+    the finished units kept, and the rest fired again (with ``retry_refused``, also the units that
+    had a request refused, say while the server was down). When nothing answers any request of a
+    unit the probe stops with :class:`ServerGone`, leaving that unit for a resume. ``say`` receives one line naming the engine
     chosen and why (``print`` to stderr by default). Returns the run directory.
     """
     folder = Path(out)
@@ -249,7 +262,7 @@ async def probe(
         detection = await detect_engine(client, base, engine, model)
         say(detection.describe())
         if resume:
-            moved = _supersede(folder, manifest)
+            moved = _supersede(folder, manifest, retry_refused)
             manifest.setdefault("resumed", []).append({"at": _now(), "url": endpoint, "moved_aside": moved, "said": detection.describe()})
         else:
             if layout not in ("copies", "needle"):
@@ -308,8 +321,9 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
             if unit.role == "reference":
                 slot = unit.slots[0]
                 partial = writer.partial(unit, slot, "reference")
-                writer.keep(await fetch_stream(client, endpoint, body, partial), partial, unit=unit.key, prompt_id=unit.prompt_id,
-                            role="reference", slot=slot)
+                result = await fetch_stream(client, endpoint, body, partial)
+                _stop_if_gone(endpoint, [result], [partial])
+                writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot)
             else:
                 await _fire_band(client, endpoint, base, writer, unit, body, watcher, gauge, interval)
             manifest["done"].append(unit.key)
@@ -319,6 +333,16 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
     finally:
         sent.close()
         bands.close()
+
+
+def _stop_if_gone(endpoint: str, results: list[dict], partials: list[Path]) -> None:
+    """Stop the probe when nothing answered any request of a unit: the unit stays unfinished for a resume."""
+    if results and all(r.get("unreachable") for r in results):
+        for partial in partials:
+            partial.unlink(missing_ok=True)
+            partial.with_suffix(".times").unlink(missing_ok=True)
+        raise ServerGone(f"{endpoint}: the server stopped answering ({results[0]['error']}); the run stays readable, "
+                         "and bia probe --resume finishes it once the server is back")
 
 
 async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, body, watcher: LogWatcher, gauge, interval) -> None:
@@ -343,6 +367,7 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
             results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p) for b, p in zip(bodies, partials)))
     else:
         results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p) for b, p in zip(bodies, partials)))
+    _stop_if_gone(endpoint, results, partials)
     await asyncio.sleep(0.05)  # let the server's last log line land
     for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials)):
         writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat, batch_row=row)
@@ -355,4 +380,4 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
 
 
 __all__ = ["BATCH_LINE", "DEFAULT_FILLERS", "PROFILES", "Detection", "EngineProfile", "EventClock", "LogWatcher", "MetricsPoller", "ProbeError",
-           "detect_engine", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]
+           "ServerGone", "detect_engine", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]

@@ -162,6 +162,8 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
                     if completed:
                         times.write(f"{now!r}\n" * completed)
             clock.finish(time.monotonic() - sent)
+    except httpx.ConnectError as exc:  # nothing answers at the address: the server is down, not this request refused
+        return {"error": f"ConnectError: {exc}", "unreachable": True}
     except httpx.TimeoutException:
         return {"error": "timed out", "sse": _text(chunks)}
     except httpx.HTTPError as exc:
