@@ -75,29 +75,30 @@ def test_bad_requests_are_refused():
         server.stop()
 
 
-def test_probe_against_bia_serve_writes_a_run(tmp_path):
-    """The probe on loopback: widths from the server's log, live rates, and a witness shape-check reads."""
+@pytest.mark.parametrize("mode", ["default", "batch-invariant"])
+def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
+    """The probe on loopback: widths from the server's log, live rates, the kernel mode's bits, and a witness shape-check reads."""
+    import polars as pl
+
     from analysis.probe import probe
     from analysis.run import read_run, slot_table, to_witness
 
     log = tmp_path / "serve.log"
-    handler = logging.FileHandler(log)
-    logger = logging.getLogger("bia.serve")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    server = Server("batch-invariant")
-    try:
-        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 2, 4), max_tokens=8,
+    with Server(mode, log=log) as server:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 2, 4), max_tokens=12,
                                    top_logprobs=3, server_log=log, declared_min=4))
-    finally:
-        server.stop()
-        logger.removeHandler(handler)
     run = read_run(folder)
     assert run.manifest["complete"] and run.manifest["refused"] == []
     widths = {entry["band_c"]: entry["widths"] for entry in run.manifest["m_formed"]}
-    assert max(widths[1]) == 1 and max(widths[4]) >= 2 and len(widths[4]) >= 8  # every step's width is kept
+    assert max(widths[1]) == 1 and max(widths[4]) >= 2 and len(widths[4]) >= 12  # every step's width is kept
     table = slot_table(run)
-    assert table.height == 1 + 2 + 4 and (table["bitwise_prefix"] == 8).all()
+    assert table.height == 1 + 2 + 4 and (table["agree_to"] == 12).all()  # no token flips for this prompt in either mode
+    batched = table.filter(pl.col("band_c") == 4)["bitwise_prefix"]
+    if mode == "batch-invariant":
+        assert (table["bitwise_prefix"] == 12).all()
+    else:  # the server formed m >= 2 (asserted above): batched rows' float32 logprobs part from m=1's
+        assert (batched < 12).any(), f"bitwise prefixes at c=4: {batched.to_list()}"
+        assert (table.filter(pl.col("band_c") == 1)["bitwise_prefix"] == 12).all()
     assert table["decode_tok_s"].null_count() == 0  # live streams with arrival times give every request a rate
     witness = to_witness(run, "p0")
     assert [b["c"] for b in witness["bands"]] == [1, 2, 4] and witness["bands"][0]["result"] == "PASS"
