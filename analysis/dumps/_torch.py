@@ -33,7 +33,7 @@ def _load(raw: bytes, source: str) -> dict:
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - an untrusted file: any failure of the loader means "not a dump"
-        raise DumpError(source, "$", None, f"not loadable with torch.load(weights_only=True): {str(exc).splitlines()[0]}") from None
+        raise DumpError(source, "$", None, f"not loadable with torch.load(weights_only=True): {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
     if not isinstance(obj, dict):
         raise DumpError(source, "$", None, f"expected a dict of tensors, got {type(obj).__name__}")
     return obj
