@@ -462,3 +462,15 @@ def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_
     assert run.manifest["complete"] is True and run.missing() == [] and run.manifest["refused"] == []
     assert run.manifest["superseded"] and all("superseded_at" in r for r in run.manifest["superseded"])
     assert [b["result"] for b in to_witness(run, "p0")["bands"]] == ["PASS"] * 4
+
+
+@pytest.mark.parametrize(
+    ("settings_", "message"),
+    [({"prompts": []}, "prompts must be one or more"), ({"ladder": (1, 0)}, "the ladder needs"), ({"layout": "zigzag"}, "layout must be"),
+     ({"max_tokens": 0}, "max_tokens must be at least 1")],
+)
+def test_settings_no_run_can_be_made_of_are_refused_before_anything_is_written(tmp_path, settings_, message):
+    with HttpServer(routes({})) as server:
+        with pytest.raises(ProbeError, match=message):
+            asyncio.run(probe(server.url, tmp_path / "run", **{"prompts": ["x"], **settings_}, say=lambda line: None))
+    assert not (tmp_path / "run").exists()

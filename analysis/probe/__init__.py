@@ -243,11 +243,25 @@ async def probe(
 ) -> Path:
     """Probe the chat endpoint at ``url`` (``.../v1/chat/completions`` or the server's base URL) and write a run.
 
-    With ``resume=True`` the run at ``out`` is finished instead: its manifest's settings are used,
-    the finished units kept, and the rest fired again (with ``retry_refused``, also the units that
-    had a request refused, say while the server was down). When nothing answers any request of a
-    unit the probe stops with :class:`ServerGone`, leaving that unit for a resume. ``say`` receives one line naming the engine
-    chosen and why (``print`` to stderr by default). Returns the run directory.
+    With ``resume=True`` the run at ``out`` is finished instead: its manifest's settings are used
+    (only the URL may change), the finished units kept, and the rest fired again (with
+    ``retry_refused``, also the units that had a request refused, say while the server was down).
+    When nothing answers any request of a unit the probe stops with :class:`ServerGone`, leaving
+    that unit for a resume. ``say`` receives one line naming the engine chosen and why (``print``
+    to stderr by default).
+
+    Returns
+    -------
+    Path
+        The run directory, which :func:`analysis.run.read_run` reads.
+
+    Examples
+    --------
+    Against ``bia serve --port 8000 --log-file serve.log`` (``tests/test_probe.py`` runs this for real):
+
+    >>> run_dir = asyncio.run(probe("http://127.0.0.1:8000", "runs/probe", prompts=["If the argument is"],
+    ...                             server_log="serve.log", max_tokens=32))  # doctest: +SKIP
+    engine: bia serve (GET /v1/models: owned_by 'bia'); model 'tiny_lm'; body adds ignore_eos; widths also from /metrics bia:num_requests_running
     """
     folder = Path(out)
     say = say or (lambda line: print(line, file=sys.stderr))
@@ -265,12 +279,7 @@ async def probe(
             moved = _supersede(folder, manifest, retry_refused)
             manifest.setdefault("resumed", []).append({"at": _now(), "url": endpoint, "moved_aside": moved, "said": detection.describe()})
         else:
-            if layout not in ("copies", "needle"):
-                raise ProbeError(f"layout must be 'copies' or 'needle', got {layout!r}")
-            if not prompts:
-                raise ProbeError("no prompts: give at least one")
-            if min(ladder, default=0) < 1:
-                raise ProbeError(f"every c of the ladder must be at least 1, got {list(ladder)}")
+            _check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
             manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
                                      top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=list(fillers or []),
                                      observer=observer, engine=engine, log_pattern=log_pattern, server_log=server_log, declared_min=declared_min)
@@ -288,6 +297,18 @@ async def probe(
             writer.close()
             writer.save()
     return folder
+
+
+def _check_settings(prompts: Sequence[str], ladder: Sequence[int], repeats: int, max_tokens: int, top_logprobs: int, layout: str) -> None:
+    """Refuse settings no run can be made of, before anything is written."""
+    if layout not in ("copies", "needle"):
+        raise ProbeError(f"layout must be 'copies' or 'needle', got {layout!r}")
+    if not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise ProbeError("prompts must be one or more non-empty texts")
+    if not ladder or min(ladder) < 1:
+        raise ProbeError(f"the ladder needs one or more c of at least 1, got {list(ladder)}")
+    if repeats < 1 or max_tokens < 1 or top_logprobs < 0:
+        raise ProbeError(f"repeats and max_tokens must be at least 1 and top_logprobs at least 0, got {repeats}, {max_tokens}, {top_logprobs}")
 
 
 def _load_for_resume(folder: Path) -> dict[str, Any]:
