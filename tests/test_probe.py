@@ -474,3 +474,15 @@ def test_settings_no_run_can_be_made_of_are_refused_before_anything_is_written(t
         with pytest.raises(ProbeError, match=message):
             asyncio.run(probe(server.url, tmp_path / "run", **{"prompts": ["x"], **settings_}, say=lambda line: None))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_band_is_released_together(tmp_path):
+    """Every capture says when it was sent on the run's clock; a band's requests leave within a few milliseconds."""
+    with HttpServer(FakeVllm(tokens=3, hold=0.3).handler) as server:  # each answer takes 0.3 s: sent one after another, 8 would span 2 s
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["x"], ladder=(8,), max_tokens=3, declared_min=2, metrics=False,
+                                   say=lambda line: None))
+    rows = [json.loads(line) for line in (folder / "captures" / "requests.jsonl").read_text().splitlines()]
+    sent = {(r["role"], r["slot"]): r["sent_at_s"] for r in rows}
+    assert sent[("reference", 0)] < sent[("reference", 1)] < min(v for (role, _), v in sent.items() if role == "band")
+    band = [v for (role, _), v in sent.items() if role == "band"]
+    assert len(band) == 8 and max(band) - min(band) < 0.2  # released together, not one after another

@@ -35,6 +35,7 @@ import platform
 import random
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,7 @@ class _RunWriter:
 
     def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
         self.folder, self.manifest = folder, manifest
+        self.origin = time.monotonic()  # captures' sent_at_s count from here (this session, when a run is resumed)
         for sub in ("captures", "partial"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         self.save()
@@ -342,7 +344,7 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
             if unit.role == "reference":
                 slot = unit.slots[0]
                 partial = writer.partial(unit, slot, "reference")
-                result = await fetch_stream(client, endpoint, body, partial)
+                result = await fetch_stream(client, endpoint, body, partial, writer.origin)
                 _stop_if_gone(endpoint, [result], [partial])
                 writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot)
             else:
@@ -385,9 +387,9 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     poller = MetricsPoller(client, f"{base}/metrics", gauge, interval) if gauge else None
     if poller:
         async with poller:
-            results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p) for b, p in zip(bodies, partials)))
+            results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin) for b, p in zip(bodies, partials)))
     else:
-        results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p) for b, p in zip(bodies, partials)))
+        results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin) for b, p in zip(bodies, partials)))
     _stop_if_gone(endpoint, results, partials)
     await asyncio.sleep(0.05)  # let the server's last log line land
     for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials)):

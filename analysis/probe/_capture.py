@@ -136,11 +136,13 @@ class EventClock:
             self._done = True
 
 
-async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial: Path | None = None) -> dict[str, Any]:
+async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial: Path | None = None, origin: float | None = None) -> dict[str, Any]:
     """POST ``body`` and read its SSE answer.
 
     Returns ``{"sse", "arrival_times", "t_sent"}`` for a whole stream, or ``{"error", "sse"}`` with
-    the reason it cannot count. With ``partial``, the raw bytes go to ``partial`` (``.sse``) and the
+    the reason it cannot count. Arrival times are seconds after the request was sent; with
+    ``origin`` (a ``time.monotonic()`` reading), ``sent_at_s`` says when it was sent on that clock,
+    so the release skew of a band's requests can be read. With ``partial``, the raw bytes go to ``partial`` (``.sse``) and the
     arrival times to its ``.times`` sibling as they arrive, so a probe killed mid-stream leaves them.
     """
     sent = time.monotonic()
@@ -176,7 +178,10 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     problem = clock.problem()
     if problem:
         return {"error": problem, "sse": text}
-    return {"sse": text, "arrival_times": clock.arrivals, "t_sent": 0.0}
+    result = {"sse": text, "arrival_times": clock.arrivals, "t_sent": 0.0}
+    if origin is not None:
+        result["sent_at_s"] = sent - origin
+    return result
 
 
 def _text(chunks: list[bytes]) -> str:
