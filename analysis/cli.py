@@ -188,6 +188,7 @@ def experiment_command(
 
 @app.command("probe")
 def probe_command(
+    ctx: typer.Context,
     url: Annotated[str, typer.Argument(help="The server's base URL or its /v1/chat/completions endpoint.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/probe"),
     prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
@@ -218,6 +219,14 @@ def probe_command(
     def lines(path: Path) -> list[str]:
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
+    if resume:  # a resumed run keeps its own settings: say so rather than ignore what was given
+        kept = ("url", "output", "resume", "retry_refused", "timeout", "server_log", "metrics")  # what may differ after a restart
+        # by name: typer may carry its own copy of click's ParameterSource
+        given = [name for name in ctx.params if name not in kept and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
+        if given:
+            options = ", ".join("--" + name.replace("_", "-") for name in given)
+            typer.echo(f"error: {options} cannot change when a run is resumed; it keeps the settings in {output / 'manifest.json'}", err=True)
+            raise typer.Exit(2)
     texts = DEFAULT_PROMPTS if prompts is None else lines(prompts)
     try:
         folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,

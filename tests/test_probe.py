@@ -310,6 +310,8 @@ def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, h
             assert stopped.manifest["stopped"]["why"].startswith("cancelled (Ctrl-C")
         assert "request(s) never came back" in run_html(stopped)
 
+        refused = _bia("probe", server.url, "-o", str(folder), "--resume", "--ladder", "1,2")
+        assert refused.wait(timeout=60) == 2 and "--ladder cannot change when a run is resumed" in refused.communicate()[1]
         resumed = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), "--resume")
         _, err = resumed.communicate(timeout=120)
         assert resumed.returncode == 0, err

@@ -246,7 +246,7 @@ async def probe(
     """Probe the chat endpoint at ``url`` (``.../v1/chat/completions`` or the server's base URL) and write a run.
 
     With ``resume=True`` the run at ``out`` is finished instead: its manifest's settings are used
-    (only the URL may change), the finished units kept, and the rest fired again (with
+    (only the URL, the server log, ``metrics`` and ``timeout`` may change), the finished units kept, and the rest fired again (with
     ``retry_refused``, also the units that had a request refused, say while the server was down).
     When nothing answers any request of a unit the probe stops with :class:`ServerGone`, leaving
     that unit for a resume. ``say`` receives one line naming the engine chosen and why (``print``
@@ -279,6 +279,8 @@ async def probe(
         say(detection.describe())
         if resume:
             moved = _supersede(folder, manifest, retry_refused)
+            if server_log is not None:  # a restarted server may log elsewhere
+                manifest["requested"]["server_log"] = str(server_log)
             manifest.setdefault("resumed", []).append({"at": _now(), "url": endpoint, "moved_aside": moved, "said": detection.describe()})
         else:
             _check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
