@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -196,20 +196,58 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     return ax
 
 
-def plot_margin_trace(margins: Sequence[float | None], divergences: Sequence[int] = (), *, epsilon: float = 0.05, ax=None):
-    """The reference's margin at every step, with the steps where batched requests parted marked."""
+def plot_margin_trace(margins: Sequence[float | None] | Mapping[str, Sequence[float | None]], divergences: Sequence[int] | Mapping[str, Sequence[int]] = (),
+                      *, epsilon: float = 0.05, ax=None):
+    """The reference's margin at every step, with the steps where batched requests parted marked.
+
+    ``margins`` is one reference's per-step margins, or a mapping of prompt to margins (one line
+    each); ``divergences`` then maps each prompt to its parting steps.
+    """
     ax = _axes(ax)
-    steps = [i for i, m in enumerate(margins) if m is not None]
-    if not steps:
+    traces = dict(margins) if isinstance(margins, Mapping) else {"": margins}
+    parted = dict(divergences) if isinstance(divergences, Mapping) else {"": divergences}
+    drawn = marked = False
+    for prompt, trace in traces.items():
+        steps = [i for i, m in enumerate(trace) if m is not None]
+        if not steps:
+            continue
+        label = f"{prompt}: reference top-1 minus top-2" if prompt else "reference top-1 minus top-2"
+        line = ax.plot(steps, [trace[i] for i in steps], "-", linewidth=1, label=label)[0]
+        for step in sorted(set(parted.get(prompt, ()))):
+            ax.axvline(step, color=line.get_color() if prompt else "orange", alpha=0.6, linestyle=":" if prompt else "-",
+                       label=None if marked else "a request parted here")
+            marked = True
+        drawn = True
+    if not drawn:
         return _empty(ax, "The reference has no step with two candidates.")
-    ax.plot(steps, [margins[i] for i in steps], "-", linewidth=1, label="reference top-1 minus top-2")
     ax.axhline(epsilon, color="red", linestyle="--", linewidth=1, label=f"epsilon = {epsilon:g}")
-    for k, step in enumerate(sorted(set(divergences))):
-        ax.axvline(step, color="orange", alpha=0.6, label="a request parted here" if k == 0 else None)
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_xlabel("step (0-based)")
     ax.set_ylabel("margin (logprob)")
     ax.set_title("Near-ties along the reference")
+    ax.legend(fontsize="small", loc="best")
+    return ax
+
+
+def plot_band_widths(widths: Any, *, ax=None):
+    """Which batch widths the server formed in each band: one dot per (c, width), its area the share of
+    the band's steps (or gauge samples) at that width, with the m = c line the band asked for.
+
+    ``widths``: rows of :func:`analysis.run.width_table` (band_c, width, share).
+    """
+    ax = _axes(ax)
+    widths = as_polars(widths)
+    if widths.is_empty():
+        return _empty(ax, "The run recorded no batch widths (no server log, no gauge).")
+    cs = sorted(set(widths["band_c"].to_list()))
+    for (origin,), group in widths.group_by(["origin"], maintain_order=True):
+        label = "server log (per step)" if origin == "log" else "running-requests gauge (samples)"
+        ax.scatter(group["band_c"], group["width"], s=[20 + 400 * share for share in group["share"]], alpha=0.5,
+                   marker="o" if origin == "log" else "s", label=label)
+    ax.plot(cs, cs, color="black", linestyle="--", linewidth=1, label="m = c (the shape asked for)")
+    _set_c_axis(ax, cs)
+    ax.set_ylabel("batch width m formed")
+    ax.set_title("Was the batch shape really served?")
     ax.legend(fontsize="small", loc="best")
     return ax
 

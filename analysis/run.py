@@ -382,8 +382,8 @@ def write_witness(run: Run, path: str | os.PathLike[str] | None = None, **option
     return path
 
 
-__all__ = ["Run", "RunError", "Unit", "assemble_run", "band_table", "observer_table", "plan", "prompt_table", "read_run", "references", "slot_table",
-           "to_witness", "write_witness"]
+__all__ = ["Run", "RunError", "Unit", "assemble_run", "band_table", "band_widths", "observer_table", "plan", "prompt_table", "read_run", "references",
+           "slot_table", "to_witness", "width_table", "write_witness"]
 
 
 # --- tables for the report ----------------------------------------------------------------------
@@ -516,3 +516,28 @@ def _first_difference(a: str | None, b: str | None) -> int:
     if a == b:
         return -1
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def width_table(run: Run) -> pl.DataFrame:
+    """The batch widths the server formed, per band: one row per (prompt, band, repeat, width) with how
+    often it was seen and its share of the band, from the server log's per-step lines (``origin``
+    "log") or, without them, the running-requests gauge's samples ("metrics").
+
+    Examples
+    --------
+    >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [4, 4, 4, 3]}]}
+    >>> width_table(Run(manifest, read_dumps([]))).select("band_c", "width", "steps", "share").rows()
+    [(4, 4, 3, 0.75), (4, 3, 1, 0.25)]
+    """
+    rows = []
+    for entry in run.manifest.get("m_formed", []):
+        if entry.get("role", "band") != "band":
+            continue
+        prompt, c, repeat = str(entry.get("prompt_id")), entry.get("band_c"), entry.get("repeat")
+        widths, origin = band_widths(run.manifest, prompt, c, repeat)
+        for width in sorted(set(widths), reverse=True):
+            rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "width": width, "steps": widths.count(width),
+                         "share": widths.count(width) / len(widths), "origin": origin})
+    schema = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "width": pl.Int64, "steps": pl.Int64, "share": pl.Float64,
+              "origin": pl.String}
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)

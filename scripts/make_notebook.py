@@ -33,7 +33,7 @@ CELLS = [
         "from IPython.display import HTML, display\n\n"
         "import analysis\n"
         "from analysis import parity, plots, report\n"
-        "from analysis.run import band_table, read_run, slot_table\n\n"
+        "from analysis.run import band_table, read_run, slot_table, width_table\n\n"
         "v3_policy = analysis.V3Policy.from_mapping(policy)\n"
         "witness_sources = sources or ([] if runs else analysis.default_sources())\n"
         "run_paths = runs or ([] if sources else report.default_runs())\n"
@@ -93,16 +93,19 @@ CELLS = [
         '    report.show_figure(fig, f"{run.path}: where each batched request parted from ref #1, and the reference margin there")\n'
                 "    refs, pairs, deltas = report.run_streams(run, against)\n"
         "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
-        "    for prompt, reference in refs.items():\n"
-        "        plots.plot_margin_trace(parity.step_margins(reference), slots.filter(prompt_id=prompt)['divergence_at'].drop_nulls().to_list(), epsilon=epsilon, ax=axes[0])\n"
-        "        break\n"
+        "    margins = {prompt: parity.step_margins(reference) for prompt, reference in refs.items()}\n"
+        "    parted = {prompt: slots.filter(prompt_id=prompt)['divergence_at'].drop_nulls().to_list() for prompt in refs}\n"
+        "    plots.plot_margin_trace(margins, parted, epsilon=epsilon, ax=axes[0])\n"
         "    plots.plot_delta_before_fork(deltas, ax=axes[1])\n"
         '    report.show_figure(fig, f"{run.path}: the reference margin at every step with the divergences marked, and the logprob drift before the fork")\n'
-        "    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))\n"
+        "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
         "    plots.plot_flip_curve(parity.flip_curve(pairs), ax=axes[0])\n"
-        "    plots.plot_run_decode_rate(bands, ax=axes[1])\n"
-        "    plots.plot_unique_completions(bands, ax=axes[2])\n"
-        '    report.show_figure(fig, f"{run.path}: P(flip | margin), decode rate against c, unique completions against c")',
+        "    plots.plot_band_widths(width_table(run), ax=axes[1])\n"
+        '    report.show_figure(fig, f"{run.path}: P(flip | margin), and the batch widths the server formed in each band")\n'
+        "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
+        "    plots.plot_run_decode_rate(bands, ax=axes[0])\n"
+        "    plots.plot_unique_completions(bands, ax=axes[1])\n"
+        '    report.show_figure(fig, f"{run.path}: decode rate against c, unique completions against c")',
     ),
 ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import polars as pl
+import pytest
 from test_run import make_run
 
 from analysis import plots, read_witnesses
@@ -52,3 +53,23 @@ def test_empty_inputs_say_so():
     assert "No batched requests" in plots.plot_run_divergence(empty).texts[0].get_text()
     assert "never part" in plots.plot_fork_tree([], at=0).texts[0].get_text()
     assert "no step with two candidates" in plots.plot_margin_trace([None, None]).texts[0].get_text()
+
+
+def test_band_widths_and_margin_traces_per_prompt(tmp_path):
+    from analysis.run import width_table
+
+    run = read_run(make_run(tmp_path, widths4=(4, 4, 3)))
+    widths = width_table(run)
+    assert widths.select("band_c", "width", "steps").rows() == [(1, 1, 2), (4, 4, 2), (4, 3, 1)]
+    ax = plots.plot_band_widths(widths)
+    (dots,) = ax.collections
+    assert [list(p) for p in dots.get_offsets()] == [[1, 1], [4, 4], [4, 3]]
+    assert list(dots.get_sizes()) == pytest.approx([20 + 400 * 1.0, 20 + 400 * 2 / 3, 20 + 400 * 1 / 3])  # area follows the share of steps
+    assert list(ax.get_lines()[0].get_ydata()) == [1, 4]  # the m = c line
+    assert "no batch widths" in plots.plot_band_widths(widths.clear()).texts[0].get_text()
+    ax = plots.plot_margin_trace({"p0": [0.5, 0.01, None, 0.2], "p1": [0.3, 0.3]}, {"p0": [1], "p1": []})
+    traces = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
+    assert [t.get_label() for t in traces] == ["p0: reference top-1 minus top-2", "p1: reference top-1 minus top-2"]
+    assert list(traces[0].get_xdata()) == [0, 1, 3]  # a step without two candidates is left out
+    parted = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert len(parted) == 1 and parted[0].get_color() == traces[0].get_color()

@@ -81,8 +81,9 @@ def test_report_plots_are_embedded_images(default_report):
     images = re.findall(r"<img\b[^>]*>", page)
     assert all(re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', img) for img in images)
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
-    assert len(alts) == 3 + 3 * 2  # the witness plots, then three panels for each embedded run
-    assert sum("data/experiment-cpu/default:" in a for a in alts) == 3 and sum("data/experiment-cpu/batch-invariant:" in a for a in alts) == 3
+    assert len(alts) == 3 + 4 * 2  # the witness plots, then four figures for each embedded run
+    assert sum("data/experiment-cpu/default:" in a for a in alts) == 4 and sum("data/experiment-cpu/batch-invariant:" in a for a in alts) == 4
+    assert sum("the batch widths the server formed" in a for a in alts) == 2
     assert alts[:3] == [
         "divergence_at against batch size c for each witness, with declared_min marked",
         "per-request decode rate against batch size c, with the 50%-of-c=1 line",
@@ -196,7 +197,7 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    assert len(state["images"]) == 9 and all(i["ok"] and i["visible"] for i in state["images"])
+    assert len(state["images"]) == 3 + 4 * 2 and all(i["ok"] and i["visible"] for i in state["images"])
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
     assert "a divergence planted at step 32 of ref #1 was detected at step 32" in state["text"]
 
@@ -254,7 +255,7 @@ def test_run_report_shows_the_run(evil_run_report):
     assert "batch_invariant True False" in text  # requested and effective settings side by side
     assert "reference ref1" in text and "Prompts: the reference's tie density" in text
     assert "Requests: each batched request against ref1" in text
-    assert len(re.findall(r"<img\b", page)) == 3  # three figure panels for the run, no witness section without witnesses
+    assert len(re.findall(r"<img\b", page)) == 4  # four figures for the run, no witness section without witnesses
     assert "Witness verdicts" not in text
     assert "http://" not in page and "https://" not in page
     assert SCRIPT_TOKEN not in page and IMG_TOKEN not in page
@@ -266,5 +267,5 @@ def test_run_report_in_chromium_runs_no_token(evil_run_report):
     assert problems == []
     assert state["pwned"] is None, "a token's text ran as code"
     assert SCRIPT_TOKEN in state["text"] and IMG_TOKEN in state["text"]
-    assert all(i["ok"] and i["visible"] for i in state["images"]) and len(state["images"]) == 3
+    assert all(i["ok"] and i["visible"] for i in state["images"]) and len(state["images"]) == 4
     assert "NOT ADMISSIBLE" in state["text"]
