@@ -194,6 +194,10 @@ class Comparison:
     near_tie: bool
     length: int = 0
     reference_length: int = 0
+    k3_mean: float | None = None
+    k3_max: float | None = None
+    kl_topk_mean: float | None = None
+    kl_topk_max: float | None = None
     epsilon: float = field(default=NEAR_TIE_EPSILON, repr=False)
 
 
@@ -220,6 +224,8 @@ def compare(reference: Stream, other: Stream, *, epsilon: float = NEAR_TIE_EPSIL
         if ref_top and own_top:
             order += ref_top != own_top
             sets += set(ref_top) != set(own_top)
+    k3s = [k for a, b in zip(reference.logprobs[:agree], other.logprobs[:agree]) if (k := k3(a, b)) is not None]
+    kls = [k for j in range(agree) if (k := topk_kl(_cands(reference, j), _cands(other, j))) is not None]
     ref_margin = own_margin = in_top = None
     if diverged:
         ref_cands, own_cands = _cands(reference, agree), _cands(other, agree)
@@ -240,8 +246,71 @@ def compare(reference: Stream, other: Stream, *, epsilon: float = NEAR_TIE_EPSIL
         near_tie=is_near_tie(ref_margin, epsilon),
         length=len(other),
         reference_length=len(reference),
+        k3_mean=sum(k3s) / len(k3s) if k3s else None,
+        k3_max=max(k3s, default=None),
+        kl_topk_mean=sum(kls) / len(kls) if kls else None,
+        kl_topk_max=max(kls, default=None),
         epsilon=epsilon,
     )
+
+
+def k3(reference_logprob: float | None, other_logprob: float | None) -> float | None:
+    """prime-rl's per-token mismatch ``exp(d) - 1 - d`` with ``d = other - reference`` (the same token's
+    logprob in two runs): 0 when they agree, positive otherwise, second order in ``d`` when small.
+
+    Examples
+    --------
+    >>> k3(-0.5, -0.5)
+    0.0
+    >>> round(k3(math.log(0.5), math.log(0.4)), 6)  # d = ln 0.8: 0.8 - 1 - ln 0.8
+    0.023144
+    >>> k3(None, -0.5) is None
+    True
+    """
+    if reference_logprob is None or other_logprob is None:
+        return None
+    d = other_logprob - reference_logprob
+    return math.expm1(d) - d
+
+
+def topk_kl(reference: Sequence[tuple[Any, float | None]], other: Sequence[tuple[Any, float | None]]) -> float | None:
+    """KL(reference || other) over the reference's top-k tokens plus one bucket for the rest of the vocabulary.
+
+    Merging tokens into buckets never raises a KL, so this is a lower bound on the full KL. It needs
+    every token of the reference's top-k in the other's list (their probability is unknown otherwise):
+    None when one is missing or a list is empty. The first entry of a token counts (vLLM repeats the
+    sampled token). The rest buckets are floored at 1e-12, since they come from a subtraction.
+
+    Examples
+    --------
+    >>> ref = [("A", math.log(0.5)), ("B", math.log(0.3))]  # the rest: 0.2
+    >>> other = [("B", math.log(0.4)), ("A", math.log(0.4))]  # the rest: 0.2
+    >>> round(topk_kl(ref, other), 5)  # 0.5 ln(0.5/0.4) + 0.3 ln(0.3/0.4) + 0.2 ln(0.2/0.2)
+    0.02527
+    >>> topk_kl(ref, [("A", math.log(0.5))]) is None  # B is not in the other's list
+    True
+    """
+    def probabilities(cands):
+        out: dict[Any, float] = {}
+        for token, value in cands:
+            if token not in out and value is not None and math.isfinite(value):
+                out[token] = math.exp(value)
+        return out
+
+    p, q = probabilities(reference), probabilities(other)
+    if not p or any(token not in q for token in p):
+        return None
+    # The rest buckets come from a subtraction, so rounding can leave them at zero or a hair below: floor them.
+    p_rest = max(1.0 - sum(p.values()), _REST_FLOOR)
+    q_rest = max(1.0 - sum(q[token] for token in p), _REST_FLOOR)
+    pairs = [(p[token], q[token]) for token in p] + [(p_rest, q_rest)]
+    total = sum(a * math.log(a / b) for a, b in pairs if a > _REST_FLOOR and b > 0.0)
+    if any(a > _REST_FLOOR and b <= 0.0 for a, b in pairs):  # a probability that underflowed to 0.0
+        return math.inf
+    return max(total, 0.0)
+
+
+_REST_FLOOR = 1e-12
 
 
 def _cands(stream: Stream, position: int) -> tuple:

@@ -411,6 +411,10 @@ def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stre
 def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per batched request: its comparison with ref #1 of its prompt, and its decode rate.
 
+    Over the steps where the request agrees with the reference, ``k3_*`` is prime-rl's
+    ``exp(d) - 1 - d`` of the sampled token's logprobs and ``kl_topk_*`` the KL of the reference's
+    top-k (plus the rest) against the request's (see :func:`analysis.parity.topk_kl`).
+
     Examples
     --------
     >>> run = assemble_run([
@@ -431,17 +435,21 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
                      "record": row["record"], "agree_to": c.agree_to, "diverged": c.diverged, "divergence_at": c.divergence_at,
                      "bitwise_prefix": c.bitwise_prefix, "max_abs_delta": c.max_abs_delta, "max_ulp": c.max_ulp,
                      "topk_order_changes": c.topk_order_changes, "reference_margin": c.reference_margin, "own_margin": c.own_margin,
-                     "in_reference_topk": c.in_reference_topk, "near_tie": c.near_tie, "length": c.length, "ttft_s": row["ttft_s"],
+                     "in_reference_topk": c.in_reference_topk, "near_tie": c.near_tie, "k3_mean": c.k3_mean, "k3_max": c.k3_max,
+                     "kl_topk_mean": c.kl_topk_mean, "kl_topk_max": c.kl_topk_max, "length": c.length, "ttft_s": row["ttft_s"],
                      "decode_tok_s": row["decode_tok_s"]})
     schema = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
               "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
               "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
-              "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64}
+              "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
+              "kl_topk_max": pl.Float64, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64}
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
 def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
-    """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate."""
+    """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate, and
+    seconds per 1000 sequences (the band's wall time from its first send to its last token, per
+    request; probe runs only, which record when each request was sent)."""
     requests, streams = run.requests(), run.streams()
     refs = references(run, reference)
     rows = []
@@ -454,8 +462,22 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
         seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
         rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "m_formed": max(widths) if widths else None,
                      "widths_seen": (seen + (" (running-requests gauge samples)" if origin == "metrics" else "")) or None, **summary,
-                     "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list())})
+                     "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list()), "s_per_1000_seq": _seconds_per_1000(group)})
     return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})
+
+
+def _seconds_per_1000(group: pl.DataFrame) -> float | None:
+    """Thinking Machines' seconds per 1000 sequences for one band: from the first request sent to the
+    last content chunk received, per request, times 1000. None without the probe's send times."""
+    spans = []
+    for extra, last in zip(group["extra"].to_list(), group["t_last_content"].to_list()):
+        sent = json.loads(extra).get("sent_at_s") if extra else None
+        if sent is None or last is None:
+            return None
+        spans.append((sent, sent + last))
+    if not spans:
+        return None
+    return (max(end for _, end in spans) - min(start for start, _ in spans)) / len(spans) * 1000
 
 
 def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:

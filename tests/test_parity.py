@@ -209,3 +209,28 @@ def test_div_index_and_avg_std_top1_prob_by_hand():
     assert top1_prob(with_cands, 0) == pytest.approx(0.6)  # the best candidate, not the sampled token
     with pytest.raises(ValueError):
         div_index([])
+
+
+def test_k3_and_topk_kl_over_the_agreeing_prefix_by_hand():
+    """Two steps agree, the third parts; k3 and the top-k KL are taken over the first two only.
+
+    Step 0: the same logprob and the same candidates: k3 = 0, KL = 0.
+    Step 1: sampled 0.5 against 0.4: k3 = 0.8 - 1 - ln 0.8 = 0.0231436; the reference's top-2
+    {A: 0.5, B: 0.3, rest 0.2} against {A: 0.4, B: 0.4, rest 0.2}:
+    KL = 0.5 ln(5/4) + 0.3 ln(3/4) = 0.1115718 - 0.0863046 = 0.0252672.
+    """
+    ln = math.log
+    top0 = (("A", ln(0.6)), ("B", ln(0.1)))
+    ref = S("r", ["A", "A", "A"], [ln(0.6), ln(0.5), ln(0.9)], [top0, (("A", ln(0.5)), ("B", ln(0.3))), (("A", ln(0.9)),)])
+    other = S("b", ["A", "A", "C"], [ln(0.6), ln(0.4), ln(0.2)], [top0, (("B", ln(0.4)), ("A", ln(0.4))), (("C", ln(0.2)),)])
+    c = compare(ref, other)
+    assert c.agree_to == 2
+    assert c.k3_max == pytest.approx(0.8 - 1 - ln(0.8)) and c.k3_mean == pytest.approx((0.8 - 1 - ln(0.8)) / 2)
+    assert c.kl_topk_max == pytest.approx(0.5 * ln(5 / 4) + 0.3 * ln(3 / 4)) and c.kl_topk_mean == pytest.approx(c.kl_topk_max / 2)
+    assert round(c.kl_topk_max, 7) == 0.0252672
+    # a candidate of the reference that the other did not list leaves the KL unknown at that step
+    partial = compare(ref, S("p", ["A", "A", "A"], [ln(0.6), ln(0.5), ln(0.9)], [top0, (("A", ln(0.5)),), ()]))
+    assert partial.kl_topk_max == 0.0 and partial.k3_max == 0.0
+    # identical streams: both measures are exactly zero, not merely small
+    same = compare(ref, ref)
+    assert (same.k3_max, same.kl_topk_max) == (0.0, 0.0)

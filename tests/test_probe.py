@@ -147,6 +147,8 @@ def test_probe_of_a_vllm_like_server_asks_for_token_ids_and_samples_its_gauge(tm
     assert bands.filter(bands["band_c"] == 4)["m_formed"].to_list() == [4]
     assert "gauge samples" in bands.filter(bands["band_c"] == 4)["widths_seen"][0]
     assert to_witness(run, "p0")["bands"][1]["m_formed"] == 4
+    per_1000 = dict(bands.select("band_c", "s_per_1000_seq").rows())
+    assert per_1000[1] >= 300 and per_1000[4] < per_1000[1]  # each answer takes 0.3 s; four at once share the wait
 
 
 @st.composite

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import polars as pl
 import pytest
 from conftest import write_json
 
@@ -171,3 +172,11 @@ def test_widths_in_the_band_table_and_what_an_interrupted_run_misses(tmp_path):
     (folder / "captures" / "p0.jsonl").write_text("\n".join(lines[:-2]) + "\n")  # the probe died before the last two slots came back
     assert read_run(folder).missing() == [{"prompt_id": "p0", "role": "band", "band_c": 4, "slot": s, "repeat": 0, "state": "not sent"}
                                            for s in (2, 3)]
+
+
+def test_seconds_per_1000_sequences_by_hand():
+    from analysis.run import _seconds_per_1000
+
+    band = pl.DataFrame({"extra": ['{"sent_at_s": 0.0}', '{"sent_at_s": 0.1}'], "t_last_content": [1.0, 0.5]})
+    assert _seconds_per_1000(band) == pytest.approx(500.0)  # first send 0.0, last token 1.0: 1 s for 2 requests
+    assert _seconds_per_1000(band.with_columns(pl.lit(None, pl.String).alias("extra"))) is None  # no send times: not a probe run
