@@ -207,11 +207,14 @@ def probe_command(
     metrics: Annotated[bool, typer.Option(help="Sample the engine's running-requests gauge on /metrics during each band.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
+    expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=batch-invariant); "
+                                                              "checked and shown as requested against effective. Repeatable.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the interrupted run in --output with its own settings.")] = False,
     retry_refused: Annotated[bool, typer.Option(help="With --resume, also fire again the bands that had a request refused.")] = False,
 ) -> None:
     """Fire the same greedy request alone and in batches of c at a live server, and write a run."""
     import asyncio
+    import json
 
     from .experiment import DEFAULT_PROMPTS
     from .probe import ProbeError, probe
@@ -228,11 +231,21 @@ def probe_command(
             typer.echo(f"error: {options} cannot change when a run is resumed; it keeps the settings in {output / 'manifest.json'}", err=True)
             raise typer.Exit(2)
     texts = DEFAULT_PROMPTS if prompts is None else lines(prompts)
+    expected = {}
+    for item in expect or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            typer.echo(f"error: --expect takes KEY=VALUE, got {item!r}", err=True)
+            raise typer.Exit(2)
+        try:
+            expected[key] = json.loads(value)  # true, 1, "x" as JSON; anything else as text
+        except ValueError:
+            expected[key] = value
     try:
         folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
                                    top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=lines(fillers) if fillers else None, observer=observer,
                                    engine=engine, model=model, server_log=server_log, log_pattern=log_pattern, metrics=metrics, timeout=timeout,
-                                   declared_min=declared_min, resume=resume, retry_refused=retry_refused))
+                                   declared_min=declared_min, expect=expected, resume=resume, retry_refused=retry_refused))
     except (ProbeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -249,7 +249,9 @@ def negative_control(run, prompt_id: str) -> dict[str, Any]:
 
 def _settings(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     requested, effective = manifest.get("requested", {}) or {}, manifest.get("effective", {}) or {}
-    return [{"name": k, "requested": requested.get(k), "effective": effective.get(k), "differs": requested.get(k) != effective.get(k)}
+    # a setting differs only when both sides name it: the probe's own choices (layout, ...) have no server-side twin
+    return [{"name": k, "requested": requested.get(k), "effective": effective.get(k),
+             "differs": k in requested and k in effective and requested[k] != effective[k]}
             for k in sorted(set(requested) | set(effective))]
 
 

@@ -214,7 +214,9 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
         yield "data: [DONE]\n\n"
 
     async def health(request):
-        return JSONResponse({"status": "ok", "server": "bia serve", "kernel_mode": mode})
+        parameter = next(model.parameters())
+        return JSONResponse({"status": "ok", "server": "bia serve", "kernel_mode": mode, "dtype": str(parameter.dtype).removeprefix("torch."),
+                             "device": str(parameter.device)})
 
     async def models(request):
         return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "bia"}]})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import json
 import os
 import signal
@@ -211,18 +212,25 @@ class ObserverAffected:
                 self.answer(404, b"{}")
 
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                words = ["ab", "cd", "ef"] if body.get("logprobs") else ["ab", "cX", "ef"]
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for word in words:
-                    entry = {"token": word, "logprob": -0.1, "top_logprobs": [{"token": word, "logprob": -0.1}]} if body.get("logprobs") else None
-                    chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [entry]} if entry else None}]}
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}\n\ndata: [DONE]\n\n')
+                ObserverAffected.answer_stream(self)
 
         self.handler = Handler
+
+    @staticmethod
+    def answer_stream(handler) -> None:
+        """Three tokens as an SSE stream: "ab cd ef" with logprobs, "ab cX ef" without."""
+        body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+        words = ["ab", "cd", "ef"] if body.get("logprobs") else ["ab", "cX", "ef"]
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        for word in words:
+            entry = {"token": word, "logprob": -0.1, "top_logprobs": [{"token": word, "logprob": -0.1}]} if body.get("logprobs") else None
+            chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [entry]} if entry else None}]}
+            handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        handler.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}\n\ndata: [DONE]\n\n')
+        handler.close_connection = True
 
 
 def test_observer_check_finds_a_server_whose_text_changes_without_logprobs(tmp_path):
@@ -390,13 +398,15 @@ def test_one_command_against_bia_serve_gives_a_run_whose_report_shows_every_band
         _wait_for(lambda: _healthy(httpx, port), 120)
         (tmp_path / "prompts.txt").write_text("If the argument is\n")
         probe_run = subprocess.run([sys.executable, "-m", "analysis", "probe", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "run"),
-                                    "--prompts", str(tmp_path / "prompts.txt"), "--max-tokens", "12", "--server-log", str(log)],
+                                    "--prompts", str(tmp_path / "prompts.txt"), "--max-tokens", "12", "--server-log", str(log),
+                                    "--expect", "kernel_mode=batch-invariant"],  # the server runs the default mode: a flag that never reached it
                                    capture_output=True, text=True, cwd=ROOT, timeout=300)
     finally:
         server.terminate()
         server.communicate(timeout=30)
     assert probe_run.returncode == 0, probe_run.stderr
     assert "engine: bia serve (GET /v1/models: owned_by 'bia')" in probe_run.stderr
+    assert "warning: the server reports kernel_mode='default', not the expected 'batch-invariant'" in probe_run.stderr
     report = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path / "run"), "-o", str(tmp_path / "report.html")],
                             capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert report.returncode == 0, report.stderr
@@ -411,6 +421,8 @@ def test_one_command_against_bia_serve_gives_a_run_whose_report_shows_every_band
     assert all(r["decode_tok_s"] not in ("", "None") and r["agree_to"] for r in requests)
     assert {"divergence_at", "reference_margin", "own_margin", "bitwise_prefix", "max_ulp"} <= set(requests[0])
     assert "engine chosen" in html and "engine: bia serve" in html
+    assert re.search(r"<td>kernel_mode</td><td><code>batch-invariant</code></td><td class=\"bia-fail\"><code>default</code></td>", html)
+    assert re.search(r"<td>layout</td><td><code>copies</code></td><td><code>None</code></td>", html)  # the probe's own choice: not flagged
 
 
 def _healthy(httpx, port: int) -> bool:
@@ -490,3 +502,18 @@ def test_a_band_is_released_together(tmp_path):
     assert sent[("reference", 0)] < sent[("reference", 1)] < min(v for (role, _), v in sent.items() if role == "band")
     band = [v for (role, _), v in sent.items() if role == "band"]
     assert len(band) == 8 and max(band) - min(band) < 0.2  # released together, not one after another
+
+
+def test_what_the_server_says_of_itself_becomes_the_runs_effective_settings(tmp_path):
+    """An SGLang-like server whose deterministic mode is off while the user expected it on: said, and kept as effective."""
+    info = {"model_path": "Qwen/Qwen3-8B", "tp_size": 1, "enable_deterministic_inference": False, "disable_radix_cache": False}
+    said = []
+    table = {"GET /get_server_info": _json(info), "POST /v1/chat/completions": lambda h: ObserverAffected.answer_stream(h)}
+    with HttpServer(routes(table)) as server:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["x"], ladder=(1,), max_tokens=3, declared_min=2, say=said.append,
+                                   expect={"deterministic_inference": True, "batch_invariant": True}))
+    manifest = read_run(folder).manifest
+    assert manifest["engine"]["profile"] == "sglang" and manifest["server"] == {"info_path": "/get_server_info", "info": info}
+    assert manifest["effective"] == {"deterministic_inference": False, "radix_cache_disabled": False, "tp_size": 1}
+    assert said[1:] == ["note: the server does not report batch_invariant; the expected True cannot be checked",
+                        "warning: the server reports deterministic_inference=False, not the expected True"]

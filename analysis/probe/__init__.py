@@ -211,8 +211,11 @@ def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str], *
         "max_constant_run": 16, "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
         "fillers": list(settings["fillers"]),
         "requested": {"layout": settings["layout"], "stream": True, "engine": settings["engine"], "log_pattern": settings["log_pattern"],
-                      "server_log": str(settings["server_log"]) if settings["server_log"] else None},
+                      "server_log": str(settings["server_log"]) if settings["server_log"] else None, **settings["expect"]},
+        "expected": sorted(settings["expect"]),
         "environment": {"python": platform.python_version(), "httpx": httpx.__version__, "machine": platform.machine()},
+        "server": {"info_path": detection.info_path, "info": detection.info},
+        "effective": detection.profile.effective(detection.info),
         "done": [], "m_formed": [], "refused": [], "complete": False,
     }
 
@@ -238,6 +241,7 @@ async def probe(
     metrics_interval: float = 0.05,
     timeout: float = 120.0,
     declared_min: int | None = None,
+    expect: dict[str, Any] | None = None,
     resume: bool = False,
     retry_refused: bool = False,
     progress: bool | None = None,
@@ -249,7 +253,9 @@ async def probe(
     (only the URL, the server log, ``metrics`` and ``timeout`` may change), the finished units kept, and the rest fired again (with
     ``retry_refused``, also the units that had a request refused, say while the server was down).
     When nothing answers any request of a unit the probe stops with :class:`ServerGone`, leaving
-    that unit for a resume. ``say`` receives one line naming the engine chosen and why (``print``
+    that unit for a resume. ``expect`` holds settings the server should have (``{"kernel_mode":
+    "batch-invariant"}``): they are recorded as requested, checked against what the server reports
+    about itself (its ``effective`` settings), and a mismatch is said and shown in the report. ``say`` receives one line naming the engine chosen and why (``print``
     to stderr by default).
 
     Returns
@@ -279,14 +285,21 @@ async def probe(
         say(detection.describe())
         if resume:
             moved = _supersede(folder, manifest, retry_refused)
+            effective = detection.profile.effective(detection.info)
+            if effective != manifest.get("effective", {}):
+                say(f"warning: the server now reports {effective}, where the run began with {manifest.get('effective', {})}")
             if server_log is not None:  # a restarted server may log elsewhere
                 manifest["requested"]["server_log"] = str(server_log)
-            manifest.setdefault("resumed", []).append({"at": _now(), "url": endpoint, "moved_aside": moved, "said": detection.describe()})
+            manifest.setdefault("resumed", []).append({"at": _now(), "url": endpoint, "moved_aside": moved, "said": detection.describe(),
+                                                       "effective": effective})
         else:
             _check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
             manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
                                      top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=list(fillers or []),
-                                     observer=observer, engine=engine, log_pattern=log_pattern, server_log=server_log, declared_min=declared_min)
+                                     observer=observer, engine=engine, log_pattern=log_pattern, server_log=server_log, declared_min=declared_min,
+                                     expect=dict(expect or {}))
+        for line in expectation_notes(manifest):
+            say(line)
         writer = _RunWriter(folder, manifest)
         try:
             await _fire_plan(client, endpoint, base, writer, detection, metrics, metrics_interval, progress)
@@ -301,6 +314,24 @@ async def probe(
             writer.close()
             writer.save()
     return folder
+
+
+def expectation_notes(manifest: dict[str, Any]) -> list[str]:
+    """A line for each expected setting the server contradicts or does not report.
+
+    Examples
+    --------
+    >>> expectation_notes({"expected": ["kernel_mode"], "requested": {"kernel_mode": "batch-invariant"}, "effective": {"kernel_mode": "default"}})
+    ["warning: the server reports kernel_mode='default', not the expected 'batch-invariant'"]
+    """
+    effective, requested = manifest.get("effective") or {}, manifest.get("requested") or {}
+    notes = []
+    for key in manifest.get("expected", []):
+        if key not in effective:
+            notes.append(f"note: the server does not report {key}; the expected {requested.get(key)!r} cannot be checked")
+        elif effective[key] != requested.get(key):
+            notes.append(f"warning: the server reports {key}={effective[key]!r}, not the expected {requested.get(key)!r}")
+    return notes
 
 
 def _check_settings(prompts: Sequence[str], ladder: Sequence[int], repeats: int, max_tokens: int, top_logprobs: int, layout: str) -> None:
@@ -405,4 +436,4 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
 
 
 __all__ = ["BATCH_LINE", "DEFAULT_FILLERS", "PROFILES", "Detection", "EngineProfile", "EventClock", "LogWatcher", "MetricsPoller", "ProbeError",
-           "ServerGone", "detect_engine", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]
+           "ServerGone", "detect_engine", "expectation_notes", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]

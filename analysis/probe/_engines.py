@@ -30,22 +30,51 @@ class EngineProfile:
         ``return_tokens_as_token_ids``).
     running_metric : str or None
         The Prometheus gauge of requests running in the batch, sampled during each band.
+    info_paths : tuple of str
+        Endpoints that describe the server's configuration (the first that answers is kept).
+    settings : dict
+        Effective settings read from that description: name -> path of keys into its JSON.
     """
 
     name: str
     label: str
     body: dict[str, Any] = field(default_factory=dict)
     running_metric: str | None = None
+    info_paths: tuple[str, ...] = ()
+    settings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def effective(self, info: Any) -> dict[str, Any]:
+        """The settings this server reports about itself, from its description (missing ones left out).
+
+        Examples
+        --------
+        >>> PROFILES["sglang"].effective({"enable_deterministic_inference": True, "tp_size": 1})
+        {'deterministic_inference': True, 'tp_size': 1}
+        """
+        out = {}
+        for name, path in self.settings.items():
+            value = info
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None:
+                out[name] = value
+        return out
 
 
 PROFILES: dict[str, EngineProfile] = {
     profile.name: profile
     for profile in (
-        EngineProfile("vllm", "vLLM", {"ignore_eos": True, "return_tokens_as_token_ids": True}, "vllm:num_requests_running"),
-        EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs"),
-        EngineProfile("llamacpp", "llama.cpp server", {"ignore_eos": True}, "llamacpp:requests_processing"),
+        EngineProfile("vllm", "vLLM", {"ignore_eos": True, "return_tokens_as_token_ids": True}, "vllm:num_requests_running", ("/version",),
+                      {"version": ("version",)}),
+        EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs", ("/get_server_info", "/server_info"),
+                      {"deterministic_inference": ("enable_deterministic_inference",), "radix_cache_disabled": ("disable_radix_cache",),
+                       "attention_backend": ("attention_backend",), "max_running_requests": ("max_running_requests",), "tp_size": ("tp_size",),
+                       "dtype": ("dtype",)}),
+        EngineProfile("llamacpp", "llama.cpp server", {"ignore_eos": True}, "llamacpp:requests_processing", ("/props",),
+                      {"total_slots": ("total_slots",), "build_info": ("build_info",)}),
         EngineProfile("apr", "apr serve (aprender)", {"ignore_eos": True}, None),
-        EngineProfile("bia", "bia serve", {"ignore_eos": True}, "bia:num_requests_running"),
+        EngineProfile("bia", "bia serve", {"ignore_eos": True}, "bia:num_requests_running", ("/health",),
+                      {"kernel_mode": ("kernel_mode",), "dtype": ("dtype",), "device": ("device",)}),
         EngineProfile("openai", "a plain OpenAI-compatible server", {}, None),
     )
 }
@@ -62,6 +91,8 @@ class Detection:
     model: str | None
     evidence: tuple[str, ...]
     metrics: bool  # the server answers /metrics
+    info_path: str | None = None  # where the server described its configuration
+    info: Any = None  # that description, as JSON
 
     def describe(self) -> str:
         """One line for people: the engine, why, and what the probe will do with it.
@@ -136,7 +167,13 @@ async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = 
         evidence = [f"chosen by the caller (engine={engine!r})"]
     else:
         chosen = PROFILES[votes[0]] if votes else PROFILES["openai"]
-    return Detection(chosen, model, tuple(evidence), metrics_text is not None)
+    info_path, info = None, None
+    for path in chosen.info_paths:
+        info = await _get_json(client, f"{base}{path}")
+        if info is not None:
+            info_path = path
+            break
+    return Detection(chosen, model, tuple(evidence), metrics_text is not None, info_path, info)
 
 
 async def _own_endpoints(client: httpx.AsyncClient, base: str, evidence: list[str]) -> list[str]:
