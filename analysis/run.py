@@ -462,8 +462,33 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
         seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
         rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "m_formed": max(widths) if widths else None,
                      "widths_seen": (seen + (" (running-requests gauge samples)" if origin == "metrics" else "")) or None, **summary,
-                     "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list()), "s_per_1000_seq": _seconds_per_1000(group)})
+                     "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list()), "s_per_1000_seq": _seconds_per_1000(group),
+                     "prefix_cache": _cache_summary(run.manifest, prompt, c, repeat)})
     return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})
+
+
+def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> str | None:
+    """The prefix-cache metrics around a band, as text: a counter's growth during it, a gauge's value after it.
+
+    Examples
+    --------
+    >>> entry = {"prompt_id": "p0", "band_c": 4, "repeat": 0, "cache": {"vllm:prefix_cache_hits_total": {"before": 6.0, "after": 18.0},
+    ...                                                              "sglang:cache_hit_rate": {"before": 0.1, "after": 0.5}}}
+    >>> _cache_summary({"m_formed": [entry]}, "p0", 4, 0)
+    'vllm:prefix_cache_hits_total +12; sglang:cache_hit_rate 0.5'
+    """
+    for entry in manifest.get("m_formed", []):
+        if (entry.get("band_c") == c and str(entry.get("prompt_id")) == prompt_id and entry.get("repeat") in (None, repeat)
+                and entry.get("role", "band") == "band" and entry.get("cache")):
+            parts = []
+            for name, values in entry["cache"].items():
+                before, after = values.get("before"), values.get("after")
+                if name.endswith("_total") and before is not None and after is not None:
+                    parts.append(f"{name} +{after - before:g}")
+                elif after is not None:
+                    parts.append(f"{name} {after:g}")
+            return "; ".join(parts) or None
+    return None
 
 
 def _seconds_per_1000(group: pl.DataFrame) -> float | None:

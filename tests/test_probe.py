@@ -88,6 +88,7 @@ class FakeVllm:
 
     def __init__(self, tokens: int = 6, hold: float = 0.3) -> None:
         self.running, self.bodies, self.lock = 0, [], threading.Lock()
+        self.hits = self.queries = 0  # a prefix cache: 3 prompt tokens per request, a hit when the prompt was seen before
         fake = self
 
         class Handler(Quiet):
@@ -97,7 +98,9 @@ class FakeVllm:
                 if self.path == "/v1/models":
                     self.answer(200, json.dumps({"object": "list", "data": [{"id": "Qwen/Qwen3-0.6B", "owned_by": "vllm"}]}).encode())
                 elif self.path == "/metrics":
-                    text = f'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name="Qwen/Qwen3-0.6B"}} {fake.running}.0\n'
+                    text = (f'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name="Qwen/Qwen3-0.6B"}} {fake.running}.0\n'
+                            f'# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{{model_name="Qwen/Qwen3-0.6B"}} {fake.hits}.0\n'
+                            f'# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{{model_name="Qwen/Qwen3-0.6B"}} {fake.queries}.0\n')
                     self.answer(200, text.encode(), "text/plain; version=0.0.4")
                 else:
                     self.answer(404, b"{}")
@@ -105,8 +108,11 @@ class FakeVllm:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
+                    seen = any(b["messages"] == body["messages"] for b in fake.bodies)
                     fake.bodies.append(body)
                     fake.running += 1
+                    fake.queries += 3
+                    fake.hits += 3 if seen else 0
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -148,6 +154,10 @@ def test_probe_of_a_vllm_like_server_asks_for_token_ids_and_samples_its_gauge(tm
     assert bands.filter(bands["band_c"] == 4)["m_formed"].to_list() == [4]
     assert "gauge samples" in bands.filter(bands["band_c"] == 4)["widths_seen"][0]
     assert to_witness(run, "p0")["bands"][1]["m_formed"] == 4
+    # the prefix cache, read before and after each band: every batched request hit it (the references had seen the prompt)
+    assert entries[4]["cache"]["vllm:prefix_cache_hits_total"]["after"] - entries[4]["cache"]["vllm:prefix_cache_hits_total"]["before"] == 12
+    assert entries[1]["cache"]["vllm:prefix_cache_queries_total"] == {"before": 6.0, "after": 9.0}
+    assert bands.filter(bands["band_c"] == 4)["prefix_cache"][0] == "vllm:prefix_cache_hits_total +12; vllm:prefix_cache_queries_total +12"
     per_1000 = dict(bands.select("band_c", "s_per_1000_seq").rows())
     assert per_1000[1] >= 300 and per_1000[4] < per_1000[1]  # each answer takes 0.3 s; four at once share the wait
 

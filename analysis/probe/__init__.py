@@ -46,7 +46,7 @@ import orjson
 from ..run import Unit, plan
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._engines import PROFILES, Detection, EngineProfile, detect_engine
-from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, running_requests
+from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, metrics_snapshot, running_requests
 
 # Fillers for the needle layout when none are given and the prompt set holds a single prompt.
 DEFAULT_FILLERS = (
@@ -102,6 +102,7 @@ class _RunWriter:
     def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
         self.folder, self.manifest = folder, manifest
         self.origin = time.monotonic()  # captures' sent_at_s count from here (this session, when a run is resumed)
+        self.cache_metrics: tuple[str, ...] = ()  # set by the probe from the engine profile when /metrics answers
         for sub in ("captures", "partial"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         self.save()
@@ -301,6 +302,7 @@ async def probe(
         for line in expectation_notes(manifest):
             say(line)
         writer = _RunWriter(folder, manifest)
+        writer.cache_metrics = detection.profile.cache_metrics if metrics and detection.metrics else ()
         try:
             await _fire_plan(client, endpoint, base, writer, detection, metrics, metrics_interval, progress)
             manifest["complete"] = True
@@ -417,6 +419,8 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
         bodies, roles = [body] * c, [(unit.role, row) for row in range(c)]
     partials = [writer.partial(unit, slot, role) for role, slot in roles]
     watcher.mark()
+    cache_names = writer.cache_metrics
+    cache_before = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
     poller = MetricsPoller(client, f"{base}/metrics", gauge, interval) if gauge else None
     if poller:
         async with poller:
@@ -425,6 +429,7 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
         results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin) for b, p in zip(bodies, partials)))
     _stop_if_gone(endpoint, results, partials)
     await asyncio.sleep(0.05)  # let the server's last log line land
+    cache_after = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
     for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials)):
         writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat, batch_row=row)
     entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "band_c": c, "repeat": unit.repeat, "widths": watcher.widths()}
@@ -432,6 +437,9 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
         entry.update({"running": poller.samples, "running_metric": gauge, "poll_interval_s": interval})
         if poller.errors:
             entry["poll_errors"] = poller.errors[:5] + ([f"... {len(poller.errors) - 5} more"] if len(poller.errors) > 5 else [])
+    if cache_before is not None and cache_after is not None:
+        entry["cache"] = {name: {"before": cache_before.get(name), "after": cache_after.get(name)}
+                          for name in cache_names if name in cache_before or name in cache_after}
     manifest["m_formed"].append(entry)
 
 

@@ -34,6 +34,9 @@ class EngineProfile:
         Endpoints that describe the server's configuration (the first that answers is kept).
     settings : dict
         Effective settings read from that description: name -> path of keys into its JSON.
+    cache_metrics : tuple of str
+        Prefix-cache counters and gauges read before and after each band: a cache hit is a
+        confound, so a band that hit the cache says so.
     """
 
     name: str
@@ -42,6 +45,7 @@ class EngineProfile:
     running_metric: str | None = None
     info_paths: tuple[str, ...] = ()
     settings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    cache_metrics: tuple[str, ...] = ()
 
     def effective(self, info: Any) -> dict[str, Any]:
         """The settings this server reports about itself, from its description (missing ones left out).
@@ -65,11 +69,11 @@ PROFILES: dict[str, EngineProfile] = {
     profile.name: profile
     for profile in (
         EngineProfile("vllm", "vLLM", {"ignore_eos": True, "return_tokens_as_token_ids": True}, "vllm:num_requests_running", ("/version",),
-                      {"version": ("version",)}),
+                      {"version": ("version",)}, ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_hit_rate")),
         EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs", ("/get_server_info", "/server_info"),
                       {"deterministic_inference": ("enable_deterministic_inference",), "radix_cache_disabled": ("disable_radix_cache",),
                        "attention_backend": ("attention_backend",), "max_running_requests": ("max_running_requests",), "tp_size": ("tp_size",),
-                       "dtype": ("dtype",)}),
+                       "dtype": ("dtype",)}, ("sglang:cache_hit_rate",)),
         EngineProfile("llamacpp", "llama.cpp server", {"ignore_eos": True}, "llamacpp:requests_processing", ("/props",),
                       {"total_slots": ("total_slots",), "build_info": ("build_info",)}),
         EngineProfile("apr", "apr serve (aprender)", {"ignore_eos": True}, None),

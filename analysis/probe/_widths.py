@@ -50,6 +50,34 @@ class LogWatcher:
         return [int(match) for match in self.pattern.findall(text)]
 
 
+def metric_values(text: str, names: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """Each named Prometheus sample summed over its label sets; names absent from the text are left out.
+
+    Examples
+    --------
+    >>> text = 'vllm:prefix_cache_hits_total{model_name="a"} 12.0\\nvllm:x 1\\n'
+    >>> metric_values(text, ["vllm:prefix_cache_hits_total", "vllm:y"])
+    {'vllm:prefix_cache_hits_total': 12.0}
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted, out = set(names), {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+async def metrics_snapshot(client: httpx.AsyncClient, url: str, names: tuple[str, ...]) -> dict[str, float] | None:
+    """The named metrics now, or None when /metrics does not answer."""
+    try:
+        response = await client.get(url)
+        return metric_values(response.text, names) if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 def running_requests(text: str, metric: str) -> int | None:
     """The sum of a Prometheus gauge over its label sets (one per model served), None when absent.
 
