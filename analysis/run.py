@@ -315,17 +315,23 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     >>> band_widths(manifest, "p0", 4, 0)
     ([4, 4, 2], 'metrics')
     """
+    entry = _band_entry(manifest, prompt_id, c, repeat, role) or {}
+    if entry.get("widths"):
+        return [int(w) for w in entry["widths"]], "log"
+    if entry.get("running"):
+        return [int(w) for w in entry["running"]], "metrics"
+    if entry.get("max"):
+        return [int(entry["max"])], "log"
+    return [], None
+
+
+def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> dict[str, Any] | None:
+    """The manifest's record of one band (its ``m_formed`` entry: widths, gauge samples, cache metrics)."""
     for entry in manifest.get("m_formed", []):
         if (entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
                 and entry.get("role", "band") == role):
-            if entry.get("widths"):
-                return [int(w) for w in entry["widths"]], "log"
-            if entry.get("running"):
-                return [int(w) for w in entry["running"]], "metrics"
-            if entry.get("max"):
-                return [int(entry["max"])], "log"
-            return [], None
-    return [], None
+            return entry
+    return None
 
 
 def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> int:
@@ -477,18 +483,14 @@ def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     >>> _cache_summary({"m_formed": [entry]}, "p0", 4, 0)
     'vllm:prefix_cache_hits_total +12; sglang:cache_hit_rate 0.5'
     """
-    for entry in manifest.get("m_formed", []):
-        if (entry.get("band_c") == c and str(entry.get("prompt_id")) == prompt_id and entry.get("repeat") in (None, repeat)
-                and entry.get("role", "band") == "band" and entry.get("cache")):
-            parts = []
-            for name, values in entry["cache"].items():
-                before, after = values.get("before"), values.get("after")
-                if name.endswith("_total") and before is not None and after is not None:
-                    parts.append(f"{name} +{after - before:g}")
-                elif after is not None:
-                    parts.append(f"{name} {after:g}")
-            return "; ".join(parts) or None
-    return None
+    parts = []
+    for name, values in ((_band_entry(manifest, prompt_id, c, repeat) or {}).get("cache") or {}).items():
+        before, after = values.get("before"), values.get("after")
+        if name.endswith("_total") and before is not None and after is not None:
+            parts.append(f"{name} +{after - before:g}")
+        elif after is not None:
+            parts.append(f"{name} {after:g}")
+    return "; ".join(parts) or None
 
 
 def _seconds_per_1000(group: pl.DataFrame) -> float | None:
