@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -241,3 +241,63 @@ def _entry(model, event: dict) -> dict:
 
     return {**token(event["token_id"]), "logprob": event["logprob"],
             "top_logprobs": [{**token(i), "logprob": v} for i, v in zip(event["top_ids"], event["top_logprobs"])]}
+
+
+class BackgroundServer:
+    """``bia serve`` in a thread of this process, on a free loopback port: for notebooks and tests.
+
+    With ``log_file``, the per-step ``Batch m=N done`` lines also go to that file, for the probe's
+    ``server_log``. Use it as a context manager, or call :meth:`stop`.
+
+    Examples
+    --------
+    >>> with BackgroundServer("batch-invariant") as server:  # doctest: +SKIP
+    ...     run_dir = asyncio.run(probe(server.url, "runs/demo", prompts=["If the argument is"], server_log=server.log_file))
+    """
+
+    def __init__(self, mode: str = "default", *, model_path=None, log_file=None, dtype: str = "float32", device: str = "cpu") -> None:
+        import socket
+        import threading
+        from pathlib import Path
+
+        import uvicorn
+
+        from .experiment import bundled_model
+        from .experiment.model import load_model
+
+        weights = Path(model_path) if model_path else bundled_model()
+        self.log_file = Path(log_file) if log_file else None
+        self._handler = None
+        if self.log_file is not None:
+            self._handler = logging.FileHandler(self.log_file)
+            self._handler.setFormatter(logging.Formatter("%(message)s"))
+            LOG.addHandler(self._handler)
+            LOG.setLevel(logging.INFO)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        app = create_app(load_model(weights, getattr(torch, dtype), device), mode, weights.stem)
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self._thread.start()
+        deadline = time.time() + 30
+        while not self._server.started:
+            if time.time() > deadline or not self._thread.is_alive():
+                self.stop()
+                raise RuntimeError(f"bia serve did not start on {self.url}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop the server and its log file."""
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        if self._handler is not None:
+            LOG.removeHandler(self._handler)
+            self._handler.close()
+            self._handler = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,56 +1,11 @@
-"""Real servers on loopback for the probe's tests: bia serve in a thread, and small HTTP servers that act on purpose."""
+"""Small real HTTP servers on loopback that act on purpose, for the probe's tests (bia serve itself runs as analysis.serve.BackgroundServer)."""
 
 from __future__ import annotations
 
-import logging
-import socket
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Self
-
-
-class BiaServer:
-    """``bia serve``'s app under uvicorn in a thread; with ``log``, its per-step batch lines also go to that file."""
-
-    def __init__(self, mode: str, log: Path | None = None) -> None:
-        import uvicorn
-
-        from analysis.experiment import bundled_model
-        from analysis.experiment.model import load_model
-        from analysis.serve import create_app
-
-        self.handler = None
-        if log is not None:
-            self.handler = logging.FileHandler(log)
-            logger = logging.getLogger("bia.serve")
-            logger.addHandler(self.handler)
-            logger.setLevel(logging.INFO)
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        app = create_app(load_model(bundled_model()), mode)
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 20
-        while not self.server.started and time.time() < deadline:
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        if self.handler is not None:
-            logging.getLogger("bia.serve").removeHandler(self.handler)
-            self.handler.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 class HttpServer:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -194,9 +194,9 @@ def test_event_clock_counts_what_the_reader_reads(case):
 
 def test_needle_layout_records_the_target_and_keeps_the_fillers(tmp_path):
     pytest.importorskip("torch")
-    from loopback import BiaServer
+    from analysis.serve import BackgroundServer
 
-    with BiaServer("batch-invariant") as server:
+    with BackgroundServer("batch-invariant") as server:
         folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 3), max_tokens=6, top_logprobs=2,
                                    declared_min=4, layout="needle", fillers=["This function returns", "Return the"]))
     run = read_run(folder)
@@ -255,11 +255,10 @@ def test_observer_check_finds_a_server_whose_text_changes_without_logprobs(tmp_p
 
 def test_observer_check_against_bia_serve_finds_no_effect(tmp_path):
     pytest.importorskip("torch")
-    from loopback import BiaServer
-
     from analysis.report import run_tables_html
+    from analysis.serve import BackgroundServer
 
-    with BiaServer("default") as server:
+    with BackgroundServer("default") as server:
         folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 2), max_tokens=6, top_logprobs=2,
                                    declared_min=4, observer=True))
     run = read_run(folder)
@@ -302,14 +301,13 @@ def _in_flight(folder: Path, band: str) -> bool:
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
 def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, how):
     pytest.importorskip("torch")
-    from loopback import BiaServer
-
     from analysis.report import run_html
+    from analysis.serve import BackgroundServer
 
     folder = tmp_path / "run"
     args = ["--ladder", "1,4,8", "--max-tokens", "40", "--top-logprobs", "2", "--prompts", str(tmp_path / "prompts.txt"), "--declared-min", "8"]
     (tmp_path / "prompts.txt").write_text("If the argument is\n")
-    with BiaServer("batch-invariant", log=tmp_path / "serve.log") as server:
+    with BackgroundServer("batch-invariant", log_file=tmp_path / "serve.log") as server:
         child = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), *args)
         try:
             _wait_for(lambda: _in_flight(folder, "band.c8"))
@@ -388,7 +386,7 @@ class _Tables(HTMLParser):
 def _table(html: str, caption_start: str) -> list[dict[str, str]]:
     parser = _Tables()
     parser.feed(html)
-    caption, header, rows = next(t for t in parser.tables if t[0].startswith(caption_start))
+    _, header, rows = next(t for t in parser.tables if t[0].startswith(caption_start))
     return [dict(zip(header, row)) for row in rows]
 
 
@@ -496,9 +494,8 @@ def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_
      ({"max_tokens": 0}, "max_tokens must be at least 1")],
 )
 def test_settings_no_run_can_be_made_of_are_refused_before_anything_is_written(tmp_path, settings_, message):
-    with HttpServer(routes({})) as server:
-        with pytest.raises(ProbeError, match=message):
-            asyncio.run(probe(server.url, tmp_path / "run", **{"prompts": ["x"], **settings_}, say=lambda line: None))
+    with HttpServer(routes({})) as server, pytest.raises(ProbeError, match=message):
+        asyncio.run(probe(server.url, tmp_path / "run", **{"prompts": ["x"], **settings_}, say=lambda line: None))
     assert not (tmp_path / "run").exists()
 
 

@@ -14,9 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 uvicorn = pytest.importorskip("uvicorn")
 
-from loopback import BiaServer as Server
-
 from analysis.dumps._read import parse_source
+from analysis.serve import BackgroundServer as Server
 
 BODY = {"messages": [{"role": "user", "content": "If the argument is"}], "max_tokens": 8, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 3}
@@ -84,7 +83,7 @@ def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
     from analysis.run import read_run, slot_table, to_witness
 
     log = tmp_path / "serve.log"
-    with Server(mode, log=log) as server:
+    with Server(mode, log_file=log) as server:
         folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 2, 4), max_tokens=12,
                                    top_logprobs=3, server_log=log, declared_min=4))
     run = read_run(folder)

@@ -119,7 +119,7 @@ class EventClock:
             if self._event_start is None:
                 self._event_start = self._line_no
             field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
+            value = value.removeprefix(" ")
             if field == "data":
                 self._data.append(value)
             elif field == "event":
