@@ -1,4 +1,4 @@
-"""Write notebooks/parity_report.ipynb from the cell sources below (run after editing them).
+"""Write the notebooks (notebooks/parity_report.ipynb, notebooks/probe_walkthrough.ipynb) from the cell sources below (run after editing them).
 
 Keeping the notebook's source here makes its diffs readable; the .ipynb is committed
 unexecuted, with no outputs.
@@ -110,9 +110,84 @@ CELLS = [
 ]
 
 
-def build() -> nbformat.NotebookNode:
+WALKTHROUGH = [
+    ("markdown", "*Probe a server across batch sizes.* The same greedy request alone and in batches of c, every token with its logprobs, "
+                 "candidates and arrival time, the batch widths the server really formed, and what parted from the m=1 reference. "
+                 "With no `url`, this notebook starts `bia serve` (the repository's tiny model on CPU) inside its own kernel."),
+    (
+        "parameters",
+        "# An OpenAI-compatible server (vLLM, SGLang, llama.cpp, apr serve, ...); empty starts bia serve in this kernel.\n"
+        'url: str = ""\n'
+        '# bia serve\'s kernel mode when url is empty: "default" or "batch-invariant".\n'
+        'mode: str = "default"\n'
+        "# The server's log, for the batch width of every decode step (bia serve started here writes one next to the run).\n"
+        'server_log: str = ""\n'
+        "# The prompts, the batch sizes, and the tokens per request.\n"
+        'prompts: list = ["If the argument is"]\n'
+        "ladder: list = [1, 4, 8]\n"
+        "max_tokens: int = 24\n"
+        "# Fire each band again without logprobs and compare the texts (the observer effect).\n"
+        "observer: bool = False\n"
+        "# The run directory to write; empty picks a new one under runs/.\n"
+        'output: str = ""',
+    ),
+    (
+        "code",
+        "import time\n"
+        "from pathlib import Path\n\n"
+        "import matplotlib.pyplot as plt\n"
+        "from IPython.display import display\n\n"
+        "from analysis import plots\n"
+        "from analysis.probe import probe\n"
+        "from analysis.run import band_table, observer_table, read_run, slot_table, width_table\n\n"
+        'output = output or f"runs/walkthrough-{time.strftime(\'%Y%m%d-%H%M%S\')}"\n'
+        "server = None\n"
+        "if not url:  # bia serve in this kernel, logging each decode step's batch width\n"
+        "    from analysis.serve import BackgroundServer\n\n"
+        "    Path(output).parent.mkdir(parents=True, exist_ok=True)\n"
+        '    server_log = server_log or f"{output}.serve.log"\n'
+        "    server = BackgroundServer(mode, log_file=server_log)\n"
+        "    url = server.url\n"
+        "try:\n"
+        "    run_dir = await probe(url, output, prompts=prompts, ladder=ladder, max_tokens=max_tokens, server_log=server_log or None,\n"
+        "                          observer=observer, progress=False, say=print)\n"
+        "finally:\n"
+        "    if server is not None:\n"
+        "        server.stop()\n"
+        "run = read_run(run_dir)\n"
+        'print(f"wrote {run_dir}: {run.dump.requests.height} requests; missing: {len(run.missing())}")',
+    ),
+    ("markdown", "Per band: the widths the server formed, how far the slots agree with the m=1 reference, and the median decode rate."),
+    ("code", "bands = band_table(run)\n"
+             'bands.select("prompt_id", "band_c", "repeat", "widths_seen", "divergence_min", "divergence_max", "diverged_slots", "decode_tok_s",\n'
+             '             "s_per_1000_seq")'),
+    ("markdown", "Per request: the first divergence, the bitwise-equal float32 prefix and the largest ULP distance before it, the "
+                 "reference's margin where the streams parted, and the request's own decode rate."),
+    ("code", "slots = slot_table(run)\n"
+             'slots.select("prompt_id", "band_c", "slot", "agree_to", "divergence_at", "bitwise_prefix", "max_ulp", "reference_margin",\n'
+             '             "k3_max", "decode_tok_s")'),
+    (
+        "code",
+        "fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))\n"
+        "plots.plot_band_widths(width_table(run), ax=axes[0])\n"
+        "plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=axes[1])\n"
+        "plots.plot_run_decode_rate(bands, ax=axes[2])\n"
+        "fig.tight_layout()\n"
+        "plt.show()",
+    ),
+    ("code", "if observer:\n    display(observer_table(run))"),
+    ("markdown", "The whole parity report of this run, as one offline HTML file: `bia report RUN_DIR -o report.html`."),
+]
+
+NOTEBOOKS = {
+    "parity_report.ipynb": ("Batch-parity report", CELLS),
+    "probe_walkthrough.ipynb": ("Probe a server across batch sizes", WALKTHROUGH),
+}
+
+
+def build(cells_source=CELLS, title: str = "Batch-parity report") -> nbformat.NotebookNode:
     cells = []
-    for kind, source in CELLS:
+    for index, (kind, source) in enumerate(cells_source):
         if kind == "markdown":
             cells.append(new_markdown_cell(source))
         else:
@@ -120,14 +195,16 @@ def build() -> nbformat.NotebookNode:
             if kind == "parameters":
                 cell.metadata["tags"] = ["parameters"]
             cells.append(cell)
+        cells[-1].id = f"cell-{index}"  # stable ids: regenerating gives the same file
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
-    nb.metadata["title"] = "Batch-parity report"
+    nb.metadata["title"] = title
     return nb
 
 
 if __name__ == "__main__":
-    target = Path(__file__).resolve().parent.parent / "notebooks" / "parity_report.ipynb"
-    nbformat.write(build(), target)
-    print(f"wrote {target}")
+    for name, (title, cells_source) in NOTEBOOKS.items():
+        target = Path(__file__).resolve().parent.parent / "notebooks" / name
+        nbformat.write(build(cells_source, title), target)
+        print(f"wrote {target}")

@@ -524,3 +524,21 @@ def test_what_the_server_says_of_itself_becomes_the_runs_effective_settings(tmp_
     assert manifest["effective"] == {"deterministic_inference": False, "radix_cache_disabled": False, "tp_size": 1}
     assert said[1:] == ["note: the server does not report batch_invariant; the expected True cannot be checked",
                         "warning: the server reports deterministic_inference=False, not the expected True"]
+
+
+def test_the_walkthrough_notebook_probes_bia_serve_in_its_own_kernel(tmp_path):
+    """notebooks/probe_walkthrough.ipynb executed by papermill, as a user runs it: it starts bia serve, probes it and shows the tables."""
+    pytest.importorskip("torch")
+    import papermill
+
+    out = tmp_path / "walkthrough.ipynb"
+    papermill.execute_notebook(str(ROOT / "notebooks" / "probe_walkthrough.ipynb"), str(out), kernel_name="python3", progress_bar=False,
+                               parameters={"ladder": [1, 4], "max_tokens": 8, "observer": True, "output": str(tmp_path / "run")}, cwd=str(ROOT))
+    import nbformat
+
+    cells = nbformat.read(out, as_version=4).cells
+    text = "\n".join(o.get("text", "") + json.dumps(o.get("data", {})) for c in cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "engine: bia serve" in text and f"wrote {tmp_path / 'run'}: 12 requests; missing: 0" in text  # 2 refs, c=1 and c=4 with logprobs, then their 5 observer twins
+    assert "image/png" in text and "widths_seen" in text
+    run = read_run(tmp_path / "run")
+    assert run.manifest["complete"] and observer_table(run).height == 5 and max(band_table(run)["m_formed"]) >= 2
