@@ -209,6 +209,9 @@ def probe_command(
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
     expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=batch-invariant); "
                                                               "checked and shown as requested against effective. Repeatable.")] = None,
+    api_key: Annotated[Optional[str], typer.Option(envvar="BIA_API_KEY", show_envvar=True,
+                                                   help="Bearer token for servers that need one (vllm --api-key, hosted APIs); never written "
+                                                        "into the run.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the interrupted run in --output with its own settings.")] = False,
     retry_refused: Annotated[bool, typer.Option(help="With --resume, also fire again the bands that had a request refused.")] = False,
 ) -> None:
@@ -223,7 +226,7 @@ def probe_command(
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
     if resume:  # a resumed run keeps its own settings: say so rather than ignore what was given
-        kept = ("url", "output", "resume", "retry_refused", "timeout", "server_log", "metrics")  # what may differ after a restart
+        kept = ("url", "output", "resume", "retry_refused", "timeout", "server_log", "metrics", "api_key")  # what may differ after a restart
         # by name: typer may carry its own copy of click's ParameterSource
         given = [name for name in ctx.params if name not in kept and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
         if given:
@@ -245,7 +248,8 @@ def probe_command(
         folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
                                    top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=lines(fillers) if fillers else None, observer=observer,
                                    engine=engine, model=model, server_log=server_log, log_pattern=log_pattern, metrics=metrics, timeout=timeout,
-                                   declared_min=declared_min, expect=expected, resume=resume, retry_refused=retry_refused))
+                                   declared_min=declared_min, expect=expected, api_key=api_key, resume=resume,
+                                   retry_refused=retry_refused))
     except (ProbeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -542,3 +542,44 @@ def test_the_walkthrough_notebook_probes_bia_serve_in_its_own_kernel(tmp_path):
     assert "image/png" in text and "widths_seen" in text
     run = read_run(tmp_path / "run")
     assert run.manifest["complete"] and observer_table(run).height == 5 and max(band_table(run)["m_formed"]) >= 2
+
+
+class NeedsKey(Quiet):
+    """A server behind a bearer token, as vLLM with --api-key: 401 without it, on every path."""
+
+    protocol_version = "HTTP/1.0"
+
+    def _allowed(self) -> bool:
+        if self.headers.get("Authorization") == "Bearer s3cret-key":
+            return True
+        self.answer(401, b'{"error": "Unauthorized"}')
+        return False
+
+    def do_GET(self):
+        if self._allowed():
+            if self.path == "/v1/models":
+                self.answer(200, json.dumps({"data": [{"id": "m", "owned_by": "vllm"}]}).encode())
+            else:
+                self.answer(404, b"{}")
+
+    def do_POST(self):
+        if self._allowed():
+            ObserverAffected.answer_stream(self)
+
+
+def test_a_server_behind_a_key_stops_the_probe_until_it_is_given_and_the_key_is_never_written(tmp_path):
+    folder = tmp_path / "run"
+    with HttpServer(NeedsKey) as server:
+        said = []
+        with pytest.raises(ProbeError, match=r"refused the credentials \(give --api-key\): HTTP 401"):
+            asyncio.run(probe(server.url, folder, prompts=["x"], ladder=(1, 2), max_tokens=3, declared_min=2, say=said.append))
+        assert "GET /v1/models: HTTP 401, the server wants credentials (give --api-key)" in said[0]
+        stopped = read_run(folder)
+        assert stopped.manifest["done"] == [] and stopped.manifest["refused"] == [] and len(stopped.missing()) == 5
+        resumed = subprocess.run([sys.executable, "-m", "analysis", "probe", server.url, "-o", str(folder), "--resume"], capture_output=True,
+                                 text=True, cwd=ROOT, env={**os.environ, "BIA_API_KEY": "s3cret-key"}, timeout=120, check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "engine: vLLM" in resumed.stderr  # nothing had been fired: detected again, with the key this time
+    run = read_run(folder)
+    assert run.manifest["complete"] and run.missing() == [] and run.dump.requests.height == 5
+    assert not [p for p in folder.rglob("*") if p.is_file() and b"s3cret" in p.read_bytes()]

@@ -199,14 +199,20 @@ def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = Fal
     return moved
 
 
+def _apply_detection(manifest: dict[str, Any], detection: Detection) -> None:
+    """What the engine decides in a run's manifest: its name, the model, ignore_eos, what the server says of itself."""
+    manifest["identity"] = {"host": platform.node(), "engine": detection.profile.label, "model": {"path": detection.model}}
+    manifest["engine"] = {"profile": detection.profile.name, "evidence": list(detection.evidence), "said": detection.describe(),
+                          "running_metric": detection.profile.running_metric if detection.metrics else None}
+    manifest["sampler"]["ignore_eos"] = "ignore_eos" in detection.profile.body
+    manifest["server"] = {"info_path": detection.info_path, "info": detection.info}
+    manifest["effective"] = detection.profile.effective(detection.info)
+
+
 def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str], **settings: Any) -> dict[str, Any]:
-    return {
+    manifest = {
         "run_version": 1, "producer": "bia probe", "url": endpoint, "started": _now(),
-        "identity": {"host": platform.node(), "engine": detection.profile.label, "model": {"path": detection.model}},
-        "engine": {"profile": detection.profile.name, "evidence": list(detection.evidence), "said": detection.describe(),
-                   "running_metric": detection.profile.running_metric if detection.metrics else None},
-        "sampler": {"temperature": 0.0, "seed": settings["seed"], "ignore_eos": "ignore_eos" in detection.profile.body,
-                    "max_tokens": settings["max_tokens"], "top_logprobs": settings["top_logprobs"]},
+        "sampler": {"temperature": 0.0, "seed": settings["seed"], "max_tokens": settings["max_tokens"], "top_logprobs": settings["top_logprobs"]},
         "ladder": list(settings["ladder"]), "repeats": settings["repeats"], "observer": settings["observer"],
         "declared_min": settings["declared_min"] if settings["declared_min"] is not None else min(64, settings["max_tokens"]),
         "max_constant_run": 16, "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
@@ -215,10 +221,10 @@ def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str], *
                       "server_log": str(settings["server_log"]) if settings["server_log"] else None, **settings["expect"]},
         "expected": sorted(settings["expect"]),
         "environment": {"python": platform.python_version(), "httpx": httpx.__version__, "machine": platform.machine()},
-        "server": {"info_path": detection.info_path, "info": detection.info},
-        "effective": detection.profile.effective(detection.info),
         "done": [], "m_formed": [], "refused": [], "complete": False,
     }
+    _apply_detection(manifest, detection)
+    return manifest
 
 
 async def probe(
@@ -243,6 +249,7 @@ async def probe(
     timeout: float = 120.0,
     declared_min: int | None = None,
     expect: dict[str, Any] | None = None,
+    api_key: str | None = None,
     resume: bool = False,
     retry_refused: bool = False,
     progress: bool | None = None,
@@ -256,7 +263,8 @@ async def probe(
     When nothing answers any request of a unit the probe stops with :class:`ServerGone`, leaving
     that unit for a resume. ``expect`` holds settings the server should have (``{"kernel_mode":
     "batch-invariant"}``): they are recorded as requested, checked against what the server reports
-    about itself (its ``effective`` settings), and a mismatch is said and shown in the report. ``say`` receives one line naming the engine chosen and why (``print``
+    about itself (its ``effective`` settings), and a mismatch is said and shown in the report.
+    ``api_key`` is sent as a bearer token on every request and never written into the run. ``say`` receives one line naming the engine chosen and why (``print``
     to stderr by default).
 
     Returns
@@ -276,16 +284,21 @@ async def probe(
     say = say or (lambda line: print(line, file=sys.stderr))
     base = url.rstrip("/").removesuffix("/v1/chat/completions").removesuffix("/chat/completions")
     endpoint = url if url.rstrip("/").endswith("/chat/completions") else base + "/v1/chat/completions"
-    async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)) as client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # sent, never written into the run
+    async with httpx.AsyncClient(timeout=timeout, headers=headers, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)) as client:
         if resume:
             manifest = _load_for_resume(folder)
-            engine, model = manifest["engine"]["profile"], (manifest["identity"].get("model") or {}).get("path")
+            redetect = manifest["requested"].get("engine") == "auto" and not manifest["done"]  # nothing fired yet: the profile may still change
+            if not redetect:  # the bands already fired keep their request body
+                engine, model = manifest["engine"]["profile"], (manifest["identity"].get("model") or {}).get("path")
         elif (folder / "manifest.json").exists():
             raise ProbeError(f"{folder}: already holds a run; resume it (bia probe --resume) or choose another folder")
         detection = await detect_engine(client, base, engine, model)
         say(detection.describe())
         if resume:
             moved = _supersede(folder, manifest, retry_refused)
+            if redetect:
+                _apply_detection(manifest, detection)
             effective = detection.profile.effective(detection.info)
             if effective != manifest.get("effective", {}):
                 say(f"warning: the server now reports {effective}, where the run began with {manifest.get('effective', {})}")
@@ -394,13 +407,14 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
 
 
 def _stop_if_gone(endpoint: str, results: list[dict], partials: list[Path]) -> None:
-    """Stop the probe when nothing answered any request of a unit: the unit stays unfinished for a resume."""
-    if results and all(r.get("unreachable") for r in results):
-        for partial in partials:
-            partial.unlink(missing_ok=True)
-            partial.with_suffix(".times").unlink(missing_ok=True)
-        raise ServerGone(f"{endpoint}: the server stopped answering ({results[0]['error']}); the run stays readable, "
-                         "and bia probe --resume finishes it once the server is back")
+    """Stop the probe when nothing answered any request of a unit, or every one was refused for its credentials:
+    the unit stays unfinished for a resume, rather than every band after it being refused the same way."""
+    for flag, why in (("unreachable", "the server stopped answering"), ("unauthorized", "the server refused the credentials (give --api-key)")):
+        if results and all(r.get(flag) for r in results):
+            for partial in partials:
+                partial.unlink(missing_ok=True)
+                partial.with_suffix(".times").unlink(missing_ok=True)
+            raise ServerGone(f"{endpoint}: {why}: {results[0]['error']}; the run stays readable, and bia probe --resume finishes it")
 
 
 async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, body, watcher: LogWatcher, gauge, interval) -> None:

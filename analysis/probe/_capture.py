@@ -154,7 +154,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
             if response.status_code >= 400:
                 detail = (await response.aread()).decode("utf-8", errors="replace")[:200]
                 why = "the server cannot give logprobs (501)" if response.status_code == 501 else f"HTTP {response.status_code}: {detail}"
-                return {"error": why}
+                return {"error": why, "unauthorized": True} if response.status_code in (401, 403) else {"error": why}
             async for data in response.aiter_bytes():
                 now = time.monotonic() - sent
                 chunks.append(data)

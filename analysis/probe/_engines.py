@@ -114,17 +114,22 @@ class Detection:
         return line
 
 
-async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
+async def _get(client: httpx.AsyncClient, url: str) -> tuple[int | None, Any]:
+    """A GET's status (None when nothing answered) and its JSON body (None unless a 200 with JSON)."""
     try:
         response = await client.get(url)
     except httpx.HTTPError:
-        return None
+        return None, None
     if response.status_code != 200:
-        return None
+        return response.status_code, None
     try:
-        return response.json()
+        return 200, response.json()
     except ValueError:
-        return None
+        return 200, None
+
+
+async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
+    return (await _get(client, url))[1]
 
 
 async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = "auto", model: str | None = None) -> Detection:
@@ -149,7 +154,9 @@ async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = 
     base = base_url.rstrip("/")
     evidence: list[str] = []
     votes: list[str] = []
-    models = await _get_json(client, f"{base}/v1/models")
+    status, models = await _get(client, f"{base}/v1/models")
+    if status in (401, 403):
+        evidence.append(f"GET /v1/models: HTTP {status}, the server wants credentials (give --api-key)")
     entries = models.get("data") if isinstance(models, dict) else None
     if isinstance(entries, list) and entries and isinstance(entries[0], dict):
         model = model or (entries[0].get("id") if isinstance(entries[0].get("id"), str) else None)
