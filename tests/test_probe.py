@@ -468,7 +468,7 @@ def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_
         server.kill()
         server.communicate(timeout=30)
     _, stderr = child.communicate(timeout=120)
-    assert child.returncode == 2 and "the server stopped answering (ConnectError" in stderr and "--resume" in stderr
+    assert child.returncode == 2 and "the server stopped answering: ConnectError" in stderr and "--resume" in stderr
     stopped = read_run(folder)
     assert stopped.manifest["complete"] is False and "stopped answering" in stopped.manifest["stopped"]["why"]
     assert stopped.manifest["refused"], "the band cut by the server's death is refused, with its reason"
@@ -583,3 +583,25 @@ def test_a_server_behind_a_key_stops_the_probe_until_it_is_given_and_the_key_is_
     run = read_run(folder)
     assert run.manifest["complete"] and run.missing() == [] and run.dump.requests.height == 5
     assert not [p for p in folder.rglob("*") if p.is_file() and b"s3cret" in p.read_bytes()]
+
+
+def test_a_capture_cut_short_by_a_kill_leaves_the_run_readable_and_resume_sets_it_aside(tmp_path):
+    """A kill in the middle of appending a capture leaves a last line without its newline: read_run leaves
+    that request out and says so, missing() lists it, and --resume fires its band again."""
+    folder = tmp_path / "run"
+    with HttpServer(ObserverAffected().handler) as server:
+        asyncio.run(probe(server.url, folder, prompts=["x"], ladder=(1, 2), max_tokens=3, declared_min=2, say=lambda line: None))
+        captures = folder / "captures" / "requests.jsonl"
+        lines = captures.read_bytes().splitlines(keepends=True)
+        captures.write_bytes(b"".join(lines[:-1]) + lines[-1][:40])  # the last slot of band c=2, cut mid-write
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest.update(complete=False, done=manifest["done"][:-1], m_formed=manifest["m_formed"][:-1])
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        stopped = read_run(folder)
+        assert [str(e) for e in stopped.dump.skipped] and "cut short" in str(stopped.dump.skipped[0]) and "line 5" in str(stopped.dump.skipped[0])
+        assert [(m["band_c"], m["slot"]) for m in stopped.missing()] == [(2, 1)]
+        asyncio.run(probe(server.url, folder, resume=True, say=lambda line: None))
+    run = read_run(folder)
+    assert run.manifest["complete"] and run.missing() == [] and run.dump.skipped == [] and run.dump.requests.height == 5
+    aside = next((folder / "superseded").rglob("requests.jsonl")).read_bytes()
+    assert aside.count(b"\n") == 2 and aside.rstrip(b"\n").endswith(lines[-1][:40])  # slot 0 of the band, and the cut line, kept

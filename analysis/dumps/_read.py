@@ -360,6 +360,7 @@ def read_dumps(
     timeout: float | None = None,
     max_bytes: int | None = None,
     torch_options: dict | None = None,
+    torn_tail: bool = False,
 ) -> Dump:
     """Read logprob dumps from files, folders, glob patterns or http(s) URLs into one schema.
 
@@ -379,6 +380,10 @@ def read_dumps(
         Limits for URL downloads.
     torch_options : dict, optional
         For ``.pt`` files: ``top_k``, ``prompt_length``, ``eos_token_id``.
+    torn_tail : bool
+        A JSON-lines file being appended to when its writer was killed can end in a cut line: no
+        newline, not JSON. With ``torn_tail`` that line is left out and listed in ``Dump.skipped``
+        (``read_run`` uses it); otherwise it is an error like any other.
 
     Returns
     -------
@@ -400,12 +405,15 @@ def read_dumps(
         raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
     for source in show_progress(expand_sources(sources, suffix=DUMP_SUFFIXES), progress, "reading dumps"):
         path = local_path(source, **fetch)
-        fast = _fast_chat_jsonl(path, source, format)
+        raw, torn = _without_torn_tail(path, source) if torn_tail else (None, None)
+        fast = _fast_chat_jsonl(path, source, format) if torn is None else None
         if fast is not None:
             formats[source] = ["openai_chat"]
             parts = fast
         else:
-            rows, found = parse_source(path.read_bytes(), source, format, lenient=lenient, torch_options=torch_options)
+            rows, found = parse_source(path.read_bytes() if raw is None else raw, source, format, lenient=lenient, torch_options=torch_options)
+            if torn is not None:
+                rows.skipped.append(torn)
             formats[source] = sorted(found)
             skipped.extend(rows.skipped)
             parts = rows.frames()
@@ -413,6 +421,23 @@ def read_dumps(
             tables[name].append(frame)
     frames = {name: pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=SCHEMAS[name]) for name, parts in tables.items()}
     return Dump(**{n: to_backend(f, backend) for n, f in frames.items()}, formats=formats, skipped=skipped, backend=backend)
+
+
+def _without_torn_tail(path: Path, source: str) -> tuple[bytes | None, DumpError | None]:
+    """A JSON-lines file's bytes without a cut last line, and the error that lists the cut; (None, None) when whole."""
+    if path.suffix not in (".jsonl", ".ndjson"):
+        return None, None
+    raw = path.read_bytes()
+    if not raw or raw.endswith(b"\n"):
+        return None, None
+    cut = raw.rfind(b"\n") + 1
+    try:
+        _json.loads(raw[cut:])
+        return None, None  # a whole last line that merely lacks its newline
+    except ValueError:
+        line = raw[:cut].count(b"\n") + 1
+        return raw[:cut], DumpError(source, f"line {line}", None, f"cut short ({len(raw) - cut} bytes, no newline, not JSON): an append the writer "
+                                                                  "did not finish; left out")
 
 
 def read_dump(source: str | os.PathLike[str], **options: Any) -> Dump:

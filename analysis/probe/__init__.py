@@ -173,10 +173,13 @@ def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = Fal
     captures = folder / "captures" / "requests.jsonl"
     if captures.exists():
         keep, drop = [], []
-        for line in captures.read_text(encoding="utf-8").splitlines():
+        for line in captures.read_text(encoding="utf-8", errors="replace").splitlines():
             if not line.strip():
                 continue
-            unit = json.loads(line).get("unit")
+            try:
+                unit = json.loads(line).get("unit")
+            except ValueError:  # the last append, cut short by a kill: set aside with the rest
+                unit = None
             (keep if unit in done else drop).append(line)
         if drop:
             aside.mkdir(parents=True, exist_ok=True)
