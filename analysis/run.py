@@ -455,9 +455,10 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
 
 
 def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
-    """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate, and
+    """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate,
     seconds per 1000 sequences (the band's wall time from its first send to its last token, per
-    request; probe runs only, which record when each request was sent)."""
+    request) and the release skew (first to last send); the last two for probe runs only, which
+    record when each request was sent."""
     requests, streams = run.requests(), run.streams()
     refs = references(run, reference)
     rows = []
@@ -471,6 +472,7 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
         rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "m_formed": max(widths) if widths else None,
                      "widths_seen": (seen + (" (running-requests gauge samples)" if origin == "metrics" else "")) or None, **summary,
                      "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list()), "s_per_1000_seq": _seconds_per_1000(group),
+                     "release_skew_s": _release_skew(group),
                      "prefix_cache": _cache_summary(run.manifest, prompt, c, repeat)})
     return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})
 
@@ -495,18 +497,31 @@ def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     return "; ".join(parts) or None
 
 
-def _seconds_per_1000(group: pl.DataFrame) -> float | None:
-    """Thinking Machines' seconds per 1000 sequences for one band: from the first request sent to the
-    last content chunk received, per request, times 1000. None without the probe's send times."""
+def _send_spans(group: pl.DataFrame) -> list[tuple[float, float]] | None:
+    """Each request's (sent, last content chunk) on the run's clock; None without the probe's send times."""
     spans = []
     for extra, last in zip(group["extra"].to_list(), group["t_last_content"].to_list()):
         sent = json.loads(extra).get("sent_at_s") if extra else None
         if sent is None or last is None:
             return None
         spans.append((sent, sent + last))
-    if not spans:
+    return spans or None
+
+
+def _seconds_per_1000(group: pl.DataFrame) -> float | None:
+    """Thinking Machines' seconds per 1000 sequences for one band: from the first request sent to the
+    last content chunk received, per request, times 1000. None without the probe's send times."""
+    spans = _send_spans(group)
+    if spans is None:
         return None
     return (max(end for _, end in spans) - min(start for start, _ in spans)) / len(spans) * 1000
+
+
+def _release_skew(group: pl.DataFrame) -> float | None:
+    """Seconds between the first and the last request of a band leaving the client: a batch can only form
+    from requests that arrive together."""
+    spans = _send_spans(group)
+    return None if spans is None else max(start for start, _ in spans) - min(start for start, _ in spans)
 
 
 def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:

@@ -509,6 +509,7 @@ def test_a_band_is_released_together(tmp_path):
     assert sent[("reference", 0)] < sent[("reference", 1)] < min(v for (role, _), v in sent.items() if role == "band")
     band = [v for (role, _), v in sent.items() if role == "band"]
     assert len(band) == 8 and max(band) - min(band) < 0.2  # released together, not one after another
+    assert band_table(read_run(folder))["release_skew_s"][0] == pytest.approx(max(band) - min(band))
 
 
 def test_what_the_server_says_of_itself_becomes_the_runs_effective_settings(tmp_path):
