@@ -191,7 +191,8 @@ def probe_command(
     ctx: typer.Context,
     url: Annotated[str, typer.Argument(help="The server's base URL or its /v1/chat/completions endpoint.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/probe"),
-    prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
+    prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line; or a .jsonl file of "
+                                                             '{"text": ..., "answer": ...} lines, for accuracy and Std@Acc.')] = None,
     ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
     repeats: Annotated[int, typer.Option(help="How many times each band is fired, interleaved across c.")] = 1,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 64,
@@ -233,7 +234,7 @@ def probe_command(
             options = ", ".join("--" + name.replace("_", "-") for name in given)
             typer.echo(f"error: {options} cannot change when a run is resumed; it keeps the settings in {output / 'manifest.json'}", err=True)
             raise typer.Exit(2)
-    texts = DEFAULT_PROMPTS if prompts is None else lines(prompts)
+    texts = DEFAULT_PROMPTS if prompts is None else _prompt_records(prompts) if prompts.suffix == ".jsonl" else lines(prompts)
     expected = {}
     for item in expect or []:
         key, sep, value = item.partition("=")
@@ -258,6 +259,26 @@ def probe_command(
                    err=True)
         raise typer.Exit(130) from None
     typer.echo(f"wrote {folder}")
+
+
+def _prompt_records(path: Path) -> list[dict]:
+    """A JSON-lines prompt set: each line an object with a non-empty "text" and an optional "answer"."""
+    import json
+
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            typer.echo(f"error: {path}: line {number}: not JSON ({exc})", err=True)
+            raise typer.Exit(2) from None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"]:
+            typer.echo(f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True)
+            raise typer.Exit(2)
+        records.append(record)
+    return records
 
 
 @app.command("serve")

@@ -589,3 +589,16 @@ def avg_std_top1_prob(streams_: Sequence[Stream], upto: int | None = None) -> fl
         if all(p is not None for p in probs):
             stds.append(float(np.std(probs)))
     return sum(stds) / len(stds) if stds else None
+
+
+def std_at_acc(accuracies: Sequence[float]) -> float | None:
+    """Yuan et al.'s Std@Acc: the standard deviation of accuracy across configurations (population std, ddof 0).
+
+    Examples
+    --------
+    >>> round(std_at_acc([0.5, 0.75, 1.0]), 6)  # mean 0.75; deviations -0.25, 0, 0.25
+    0.204124
+    >>> std_at_acc([]) is None
+    True
+    """
+    return float(np.std(accuracies)) if accuracies else None

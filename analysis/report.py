@@ -331,7 +331,7 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
 
 def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """The run's prompt, band and per-request tables."""
-    from .run import band_table, observer_table, prompt_table, slot_table
+    from .run import accuracy_table, band_table, observer_table, prompt_table, slot_table
 
     against = reference if isinstance(reference, str) else f"ref #1 of {reference.path}"
     prompts = prompt_table(run, reference=reference)
@@ -341,7 +341,16 @@ def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
                                         "and S7's c=4/c=1 decode-rate ratio with a bootstrap interval.")
             + table_html(bands, caption=f"Bands: divergence from {against} over slots, agreement inside the batch, completions, decode rate.")
             + table_html(slots, caption=f"Requests: each batched request against {against} (positions 0-based).")
-            + _observer_html(observer_table(run)))
+            + _observer_html(observer_table(run))
+            + _accuracy_html(*accuracy_table(run)))
+
+
+def _accuracy_html(table: pl.DataFrame, std: float | None) -> str:
+    """Accuracy per configuration and Std@Acc, when the run's prompts carry answers."""
+    if table.is_empty():
+        return ""
+    return table_html(table, caption=f"Accuracy against the prompts' answers per configuration (ref #1, and slot 0 of each band); "
+                                     f"Std@Acc across them = {std:.4g}.")
 
 
 def _observer_html(observed: pl.DataFrame) -> str:

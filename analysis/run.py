@@ -390,7 +390,7 @@ def write_witness(run: Run, path: str | os.PathLike[str] | None = None, **option
     return path
 
 
-__all__ = ["Run", "RunError", "Unit", "assemble_run", "band_table", "band_widths", "observer_table", "plan", "prompt_table", "read_run", "references",
+__all__ = ["Run", "RunError", "Unit", "accuracy_table", "assemble_run", "band_table", "band_widths", "observer_table", "plan", "prompt_table", "read_run", "references",
            "slot_table", "to_witness", "width_table", "write_witness"]
 
 
@@ -607,3 +607,33 @@ def width_table(run: Run) -> pl.DataFrame:
     schema = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "width": pl.Int64, "steps": pl.Int64, "share": pl.Float64,
               "origin": pl.String}
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def accuracy_table(run: Run, *, match: str = "contains") -> tuple[pl.DataFrame, float | None]:
+    """Accuracy per configuration against the prompts' answers, and Yuan et al.'s Std@Acc across them.
+
+    A configuration is the m=1 reference (ref #1) or one band's slot 0 at each (c, repeat). A
+    prompt counts when the manifest gives it an ``answer`` (``bia probe --prompts FILE.jsonl`` with
+    ``{"text": ..., "answer": ...}`` lines); a completion is correct when it contains the answer
+    (``match="contains"``) or equals it after trimming (``"exact"``).
+
+    Examples
+    --------
+    >>> table, std = accuracy_table(Run({"prompts": [{"prompt_id": "p0", "text": "1+1="}]}, read_dumps([])))
+    >>> table.height, std
+    (0, None)
+    """
+    if match not in ("contains", "exact"):
+        raise RunError(f"match must be 'contains' or 'exact', got {match!r}")
+    answers = {str(p.get("prompt_id")): str(p["answer"]) for p in run.manifest.get("prompts", []) if p.get("answer") is not None}
+    requests = run.dump.requests.filter(pl.col("prompt_id").is_in(list(answers)) & (pl.col("slot") == 0)
+                                        & pl.col("role").is_in(["reference", "band"]))
+    correct: dict[str, list[bool]] = {}
+    for row in requests.sort("band_c", "repeat", "prompt_id", nulls_last=False).iter_rows(named=True):
+        config = "m=1 reference" if row["role"] == "reference" else f"c={row['band_c']} repeat {row['repeat']}"
+        text, answer = row["completion_text"] or "", answers[row["prompt_id"]]
+        correct.setdefault(config, []).append(answer in text if match == "contains" else text.strip() == answer.strip())
+    rows = [{"configuration": config, "prompts": len(hits), "correct": sum(hits), "accuracy": sum(hits) / len(hits)} for config, hits in correct.items()]
+    schema = {"configuration": pl.String, "prompts": pl.Int64, "correct": pl.Int64, "accuracy": pl.Float64}
+    table = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    return table, parity.std_at_acc(table["accuracy"].to_list())

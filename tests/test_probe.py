@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import json
 import os
 import re
@@ -606,3 +607,60 @@ def test_a_capture_cut_short_by_a_kill_leaves_the_run_readable_and_resume_sets_i
     assert run.manifest["complete"] and run.missing() == [] and run.dump.skipped == [] and run.dump.requests.height == 5
     aside = next((folder / "superseded").rglob("requests.jsonl")).read_bytes()
     assert aside.count(b"\n") == 2 and aside.rstrip(b"\n").endswith(lines[-1][:40])  # slot 0 of the band, and the cut line, kept
+
+
+class BatchSensitive(Quiet):
+    """Answers "abcdef" to a request alone and "abcXef" to one whose time overlapped another's: a batch effect on the answer."""
+
+    protocol_version = "HTTP/1.0"
+    active: list = []
+    lock = threading.Lock()
+
+    def do_GET(self):
+        self.answer(404, b"{}")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        me = {"batched": False}
+        with BatchSensitive.lock:
+            BatchSensitive.active.append(me)
+            if len(BatchSensitive.active) > 1:  # everyone running now shares a batch
+                for request in BatchSensitive.active:
+                    request["batched"] = True
+        time.sleep(0.2)
+        with BatchSensitive.lock:
+            BatchSensitive.active.remove(me)
+        words = ["ab", "cX" if me["batched"] else "cd", "ef"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in words:
+            chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [{"token": word, "logprob": -0.1,
+                                                                                                     "top_logprobs": []}]}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}\n\ndata: [DONE]\n\n')
+
+
+def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answers(tmp_path):
+    """Two prompts, one answerable: alone the server says "abcdef" (contains "cde"), batched "abcXef".
+    Accuracy: m=1 1/2, c=1 1/2, c=2 0/2; Std@Acc = std(0.5, 0.5, 0) = sqrt(1/18) = 0.2357."""
+    from analysis.run import accuracy_table
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"text": "x", "answer": "cde"}\n{"text": "y", "answer": "zzz"}\n')
+    with HttpServer(BatchSensitive) as server:
+        run_ = subprocess.run([sys.executable, "-m", "analysis", "probe", server.url, "-o", str(tmp_path / "run"), "--prompts", str(prompts),
+                               "--ladder", "1,2", "--max-tokens", "3", "--declared-min", "2"], capture_output=True, text=True, cwd=ROOT,
+                              timeout=120, check=False)
+    assert run_.returncode == 0, run_.stderr
+    table, std = accuracy_table(read_run(tmp_path / "run"))
+    assert table.rows() == [("m=1 reference", 2, 1, 0.5), ("c=1 repeat 0", 2, 1, 0.5), ("c=2 repeat 0", 2, 0, 0.0)]
+    assert std == pytest.approx(math.sqrt(1 / 18)) and round(std, 4) == 0.2357
+    from analysis.report import run_tables_html
+
+    assert "Std@Acc across them = 0.2357" in run_tables_html(read_run(tmp_path / "run"), epsilon=0.05)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "x"}\n{"answer": "no text"}\n')
+    refused = subprocess.run([sys.executable, "-m", "analysis", "probe", "http://127.0.0.1:9", "-o", str(tmp_path / "never"), "--prompts", str(bad)],
+                             capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert refused.returncode == 2 and f'{bad}: line 2: field "text"' in refused.stderr and not (tmp_path / "never").exists()

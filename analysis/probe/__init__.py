@@ -36,7 +36,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,13 +212,13 @@ def _apply_detection(manifest: dict[str, Any], detection: Detection) -> None:
     manifest["effective"] = detection.profile.effective(detection.info)
 
 
-def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str], **settings: Any) -> dict[str, Any]:
+def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str | Mapping[str, Any]], **settings: Any) -> dict[str, Any]:
     manifest = {
         "run_version": 1, "producer": "bia probe", "url": endpoint, "started": _now(),
         "sampler": {"temperature": 0.0, "seed": settings["seed"], "max_tokens": settings["max_tokens"], "top_logprobs": settings["top_logprobs"]},
         "ladder": list(settings["ladder"]), "repeats": settings["repeats"], "observer": settings["observer"],
         "declared_min": settings["declared_min"] if settings["declared_min"] is not None else min(64, settings["max_tokens"]),
-        "max_constant_run": 16, "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
+        "max_constant_run": 16, "prompts": [_prompt_entry(i, p) for i, p in enumerate(prompts)],
         "fillers": list(settings["fillers"]),
         "requested": {"layout": settings["layout"], "stream": True, "engine": settings["engine"], "log_pattern": settings["log_pattern"],
                       "server_log": str(settings["server_log"]) if settings["server_log"] else None, **settings["expect"]},
@@ -234,7 +234,7 @@ async def probe(
     url: str,
     out: str | os.PathLike[str],
     *,
-    prompts: Sequence[str] = (),
+    prompts: Sequence[str | Mapping[str, Any]] = (),
     ladder: Sequence[int] = (1, 4, 8, 16),
     repeats: int = 1,
     max_tokens: int = 64,
@@ -269,6 +269,9 @@ async def probe(
     about itself (its ``effective`` settings), and a mismatch is said and shown in the report.
     ``api_key`` is sent as a bearer token on every request and never written into the run. ``say`` receives one line naming the engine chosen and why (``print``
     to stderr by default).
+
+    ``prompts`` are texts, or ``{"text": ..., "answer": ...}`` mappings whose answers
+    :func:`analysis.run.accuracy_table` scores (Yuan et al.'s Std@Acc).
 
     Returns
     -------
@@ -352,12 +355,24 @@ def expectation_notes(manifest: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _check_settings(prompts: Sequence[str], ladder: Sequence[int], repeats: int, max_tokens: int, top_logprobs: int, layout: str) -> None:
+def _prompt_entry(index: int, prompt: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A prompt as the manifest keeps it: its id, its text, and its answer when one is given (for accuracy)."""
+    if isinstance(prompt, str):
+        return {"prompt_id": f"p{index}", "text": prompt}
+    entry = {"prompt_id": f"p{index}", "text": prompt["text"]}
+    if prompt.get("answer") is not None:
+        entry["answer"] = str(prompt["answer"])
+    return entry
+
+
+def _check_settings(prompts: Sequence[str | Mapping[str, Any]], ladder: Sequence[int], repeats: int, max_tokens: int, top_logprobs: int,
+                    layout: str) -> None:
     """Refuse settings no run can be made of, before anything is written."""
     if layout not in ("copies", "needle"):
         raise ProbeError(f"layout must be 'copies' or 'needle', got {layout!r}")
-    if not prompts or not all(isinstance(p, str) and p for p in prompts):
-        raise ProbeError("prompts must be one or more non-empty texts")
+    texts = [p if isinstance(p, str) else p.get("text") if isinstance(p, Mapping) else None for p in prompts]
+    if not prompts or not all(isinstance(t, str) and t for t in texts):
+        raise ProbeError("prompts must be one or more non-empty texts (or {'text': ..., 'answer': ...} mappings)")
     if not ladder or min(ladder) < 1:
         raise ProbeError(f"the ladder needs one or more c of at least 1, got {list(ladder)}")
     if repeats < 1 or max_tokens < 1 or top_logprobs < 0:
