@@ -210,6 +210,8 @@ def probe_command(
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
     expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=batch-invariant); "
                                                               "checked and shown as requested against effective. Repeatable.")] = None,
+    bands_anyway: Annotated[bool, typer.Option(help="Run the bands even for a prompt whose two m=1 references part before "
+                                                    "--declared-min (aprender's probe runs none).")] = False,
     api_key: Annotated[Optional[str], typer.Option(envvar="BIA_API_KEY", show_envvar=True,
                                                    help="Bearer token for servers that need one (vllm --api-key, hosted APIs); never written "
                                                         "into the run.")] = None,
@@ -249,7 +251,7 @@ def probe_command(
         folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
                                    top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=lines(fillers) if fillers else None, observer=observer,
                                    engine=engine, model=model, server_log=server_log, log_pattern=log_pattern, metrics=metrics, timeout=timeout,
-                                   declared_min=declared_min, expect=expected, api_key=api_key, resume=resume,
+                                   declared_min=declared_min, expect=expected, bands_anyway=bands_anyway, api_key=api_key, resume=resume,
                                    retry_refused=retry_refused))
     except (ProbeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -132,7 +132,10 @@ class Run:
                 for r in self.dump.requests.select("prompt_id", "role", "band_c", "slot", "repeat").iter_rows(named=True)}
         have |= {(r.get("prompt_id"), r.get("role"), r.get("band_c"), r.get("slot"), r.get("repeat") or 0) for r in self.manifest.get("refused", [])}
         out = []
+        skipped = {entry.get("prompt_id") for entry in self.manifest.get("skipped", [])}  # references that disagree: no band by design
         for unit in plan(self.manifest):
+            if unit.role != "reference" and unit.prompt_id in skipped:
+                continue
             for slot in unit.slots:
                 if (unit.prompt_id, unit.role, unit.band_c, slot, unit.repeat) in have:
                     continue

@@ -664,3 +664,48 @@ def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answer
     refused = subprocess.run([sys.executable, "-m", "analysis", "probe", "http://127.0.0.1:9", "-o", str(tmp_path / "never"), "--prompts", str(bad)],
                              capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
     assert refused.returncode == 2 and f'{bad}: line 2: field "text"' in refused.stderr and not (tmp_path / "never").exists()
+
+
+class Alternating(Quiet):
+    """Answers "ab cd ef" and "ab cX ef" in turn: two m=1 references that part at token 1."""
+
+    protocol_version = "HTTP/1.0"
+    calls = 0
+    lock = threading.Lock()
+
+    def do_GET(self):
+        self.answer(404, b"{}")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with Alternating.lock:
+            Alternating.calls += 1
+            odd = Alternating.calls % 2 == 0
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in ["ab", "cX" if odd else "cd", "ef"]:
+            chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [{"token": word, "logprob": -0.1,
+                                                                                                     "top_logprobs": []}]}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}\n\ndata: [DONE]\n\n')
+
+
+@pytest.mark.parametrize("anyway", [False, True])
+def test_references_that_part_before_declared_min_run_no_band_unless_asked(tmp_path, anyway):
+    said = []
+    Alternating.calls = 0
+    with HttpServer(Alternating) as server:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["x"], ladder=(1, 2), max_tokens=3, declared_min=2, say=said.append,
+                                   bands_anyway=anyway))
+    run = read_run(folder)
+    assert run.manifest["complete"] and run.missing() == []
+    witness = to_witness(run, "p0")
+    assert witness["reference"]["self_divergence_at"] == 1 and witness["result"] == "UNMEASURABLE"
+    if anyway:
+        assert run.dump.requests.height == 2 + 1 + 2 and "skipped" not in run.manifest
+    else:
+        assert run.dump.requests.height == 2  # the two references only
+        assert run.manifest["skipped"] == [{"prompt_id": "p0", "reason": "the two m=1 references diverge at token 1 < declared_min 2; no band is "
+                                                                     "run for this prompt (aprender's rule; --bands-anyway runs them)"}]
+        assert said[-1].startswith("p0: the two m=1 references diverge at token 1")

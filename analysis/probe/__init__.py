@@ -217,6 +217,7 @@ def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str | M
         "run_version": 1, "producer": "bia probe", "url": endpoint, "started": _now(),
         "sampler": {"temperature": 0.0, "seed": settings["seed"], "max_tokens": settings["max_tokens"], "top_logprobs": settings["top_logprobs"]},
         "ladder": list(settings["ladder"]), "repeats": settings["repeats"], "observer": settings["observer"],
+        "bands_anyway": settings["bands_anyway"],
         "declared_min": settings["declared_min"] if settings["declared_min"] is not None else min(64, settings["max_tokens"]),
         "max_constant_run": 16, "prompts": [_prompt_entry(i, p) for i, p in enumerate(prompts)],
         "fillers": list(settings["fillers"]),
@@ -252,6 +253,7 @@ async def probe(
     timeout: float = 120.0,
     declared_min: int | None = None,
     expect: dict[str, Any] | None = None,
+    bands_anyway: bool = False,
     api_key: str | None = None,
     resume: bool = False,
     retry_refused: bool = False,
@@ -267,7 +269,9 @@ async def probe(
     that unit for a resume. ``expect`` holds settings the server should have (``{"kernel_mode":
     "batch-invariant"}``): they are recorded as requested, checked against what the server reports
     about itself (its ``effective`` settings), and a mismatch is said and shown in the report.
-    ``api_key`` is sent as a bearer token on every request and never written into the run. ``say`` receives one line naming the engine chosen and why (``print``
+    ``api_key`` is sent as a bearer token on every request and never written into the run.
+    As aprender's probe, no band is run for a prompt whose two references part before
+    ``declared_min`` (the manifest's ``skipped`` says why), unless ``bands_anyway``. ``say`` receives one line naming the engine chosen and why (``print``
     to stderr by default).
 
     ``prompts`` are texts, or ``{"text": ..., "answer": ...}`` mappings whose answers
@@ -314,16 +318,18 @@ async def probe(
                                                        "effective": effective})
         else:
             _check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
+            if declared_min is not None and not 0 <= declared_min <= max_tokens:
+                raise ProbeError(f"declared_min must be between 0 and max_tokens={max_tokens}, got {declared_min}: no reference could reach it")
             manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
                                      top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=list(fillers or []),
                                      observer=observer, engine=engine, log_pattern=log_pattern, server_log=server_log, declared_min=declared_min,
-                                     expect=dict(expect or {}))
+                                     expect=dict(expect or {}), bands_anyway=bands_anyway)
         for line in expectation_notes(manifest):
             say(line)
         writer = _RunWriter(folder, manifest)
         writer.cache_metrics = detection.profile.cache_metrics if metrics and detection.metrics else ()
         try:
-            await _fire_plan(client, endpoint, base, writer, detection, metrics, metrics_interval, progress)
+            await _fire_plan(client, endpoint, base, writer, detection, metrics, metrics_interval, progress, say)
             manifest["complete"] = True
             manifest.pop("stopped", None)
         except BaseException as exc:  # Ctrl-C, a cancelled task, a crash: say so in the manifest, then let it go on
@@ -389,7 +395,7 @@ def _load_for_resume(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Detection, metrics: bool, interval: float, progress) -> None:
+async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Detection, metrics: bool, interval: float, progress, say) -> None:
     from tqdm import tqdm
 
     manifest = writer.manifest
@@ -405,6 +411,11 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
     try:
         for unit in units:
             bands.set_postfix_str(unit.key)
+            if unit.role != "reference" and unit.prompt_id in {entry["prompt_id"] for entry in manifest.get("skipped", [])}:
+                manifest["done"].append(unit.key)  # the references disagree: aprender's rule runs no band for this prompt
+                bands.update(1)
+                sent.update(unit.band_c or 1)
+                continue
             body = request_body(texts[unit.prompt_id], max_tokens=sampler["max_tokens"], top_logprobs=sampler["top_logprobs"], seed=sampler["seed"],
                                 profile=detection.profile, model=detection.model, logprobs=unit.role != "observer")
             if unit.role == "reference":
@@ -413,6 +424,8 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
                 result = await fetch_stream(client, endpoint, body, partial, writer.origin)
                 _stop_if_gone(endpoint, [result], [partial])
                 writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot)
+                if slot == 1 and not manifest.get("bands_anyway"):
+                    _judge_references(writer, unit.prompt_id, say)
             else:
                 await _fire_band(client, endpoint, base, writer, unit, body, watcher, gauge, interval)
             manifest["done"].append(unit.key)
@@ -422,6 +435,39 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
     finally:
         sent.close()
         bands.close()
+
+
+def _judge_references(writer: _RunWriter, prompt_id: str, say) -> None:
+    """aprender's rule: when a prompt's two m=1 references part before declared_min, no band is run for it."""
+    agree = _reference_agreement(writer.folder / "captures" / "requests.jsonl", prompt_id)
+    declared_min = writer.manifest["declared_min"]
+    if agree is not None and agree < declared_min:
+        reason = (f"the two m=1 references diverge at token {agree} < declared_min {declared_min}; no band is run for this prompt "
+                  "(aprender's rule; --bands-anyway runs them)")
+        writer.manifest.setdefault("skipped", []).append({"prompt_id": prompt_id, "reason": reason})
+        say(f"{prompt_id}: {reason}")
+
+
+def _reference_agreement(captures: Path, prompt_id: str) -> int | None:
+    """How many leading tokens a prompt's two kept m=1 references share; None unless both were kept."""
+    from .. import parity
+    from ..dumps._read import parse_source
+
+    wanted = {f'"unit":"{prompt_id}/reference/s{slot}"'.encode(): slot for slot in (0, 1)}  # as orjson writes the envelope
+    found = {}
+    with captures.open("rb") as handle:
+        for line in handle:
+            for marker, slot in wanted.items():
+                if marker in line:
+                    found[slot] = line
+    if len(found) < 2:
+        return None
+    identities = []
+    for slot in (0, 1):
+        rows, _ = parse_source(found[slot], str(captures))
+        tokens, candidates, _ = rows.frames()
+        identities.append(next(iter(parity.streams(tokens).values()), parity.Stream(("none",), ())).identities)
+    return parity.agreement(identities[0], identities[1])
 
 
 def _stop_if_gone(endpoint: str, results: list[dict], partials: list[Path]) -> None:
