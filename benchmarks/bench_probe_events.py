@@ -43,7 +43,8 @@ def _payload(events: int) -> bytes:
         chunk = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": "bench", "stream_mode": "live",
                  "choices": [{"index": 0, "delta": {"content": token}, "logprobs": {"content": [entry]}, "finish_reason": None}]}
         chunks.append(f"data: {json.dumps(chunk)}\n\n")
-    chunks.append('data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": %d, "total_tokens": %d}}\n\n' % (events, events + 4))
+    usage = {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": events, "total_tokens": events + 4}}
+    chunks.append(f"data: {json.dumps(usage)}\n\n")
     chunks.append("data: [DONE]\n\n")
     return "".join(chunks).encode()
 
@@ -81,7 +82,8 @@ async def _bare(client: httpx.AsyncClient, url: str, body: dict) -> int:
 
 
 async def _probed(client: httpx.AsyncClient, url: str, body: dict, folder: Path, slot: int, captures, check: bool) -> int:
-    from analysis.probe import _parse_problem, fetch_stream
+    from analysis.probe import fetch_stream
+    from analysis.probe._rundir import _parse_problem
 
     partial = folder / "partial" / f"s{slot}.sse"
     result = await fetch_stream(client, url, body, partial)

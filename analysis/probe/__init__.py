@@ -28,24 +28,20 @@ token ids as ``token_id:N``) and the gauge. What was chosen and why is in the ma
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
-import json
 import os
 import platform
 import random
-import shutil
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 
 from ..run import Unit, plan
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._engines import PROFILES, Detection, EngineProfile, detect_engine
+from ._rundir import ProbeError, _load_for_resume, _now, _reference_agreement, _RunWriter, _supersede
 from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, metrics_snapshot, running_requests
 
 # Fillers for the needle layout when none are given and the prompt set holds a single prompt.
@@ -55,10 +51,6 @@ DEFAULT_FILLERS = (
     "What does a compiler do?",
     "Describe a quiet morning.",
 )
-
-
-class ProbeError(ValueError):
-    """A probe that cannot start or resume; the message names the run directory and the setting."""
 
 
 class ServerGone(ProbeError):
@@ -90,116 +82,6 @@ def request_body(prompt: str, *, max_tokens: int, top_logprobs: int, seed: int =
         body.update({"logprobs": True, "top_logprobs": top_logprobs})
     body.update({k: v for k, v in profile.body.items() if logprobs or k != "return_tokens_as_token_ids"})
     return body
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-class _RunWriter:
-    """The run directory as the probe fills it: manifest, captures, partial streams, refusals."""
-
-    def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
-        self.folder, self.manifest = folder, manifest
-        self.origin = time.monotonic()  # captures' sent_at_s count from here (this session, when a run is resumed)
-        self.cache_metrics: tuple[str, ...] = ()  # set by the probe from the engine profile when /metrics answers
-        for sub in ("captures", "partial"):
-            (folder / sub).mkdir(parents=True, exist_ok=True)
-        self.save()
-        self.captures = (folder / "captures" / "requests.jsonl").open("ab")
-
-    def save(self) -> None:
-        """Rewrite the manifest atomically: a kill mid-write leaves the old one whole."""
-        temporary = self.folder / "manifest.json.tmp"
-        temporary.write_text(json.dumps(self.manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(temporary, self.folder / "manifest.json")
-
-    def partial(self, unit: Unit, slot: int, role: str) -> Path:
-        name = unit.capture_name(slot) if role != "filler" else f"{unit.key.replace('/', '.')}.filler{slot}"
-        return self.folder / "partial" / f"{name}.sse"
-
-    def keep(self, result: dict[str, Any], partial: Path, **where: Any) -> None:
-        """One finished request: into captures, or listed as refused with its bytes kept.
-
-        A whole stream is parsed once by the dump reader before it is kept (after the band, so the
-        arrival times are not slowed): a malformed event refuses the request instead of making the
-        run unreadable.
-        """
-        line = b""
-        if "error" not in result:
-            line = orjson.dumps({**result, **where})  # orjson: a 1 MB stream's envelope in a millisecond
-            problem = _parse_problem(line, self.folder / "captures" / "requests.jsonl")
-            if problem:
-                result = {"error": problem, "sse": result["sse"]}
-        if "error" in result:
-            self.manifest["refused"].append({**where, "reason": result["error"]})
-            if result.get("sse"):
-                with (self.folder / "refused.jsonl").open("a", encoding="utf-8") as handle:
-                    handle.write(json.dumps({**where, **result}, ensure_ascii=False) + "\n")
-        else:
-            self.captures.write(line + b"\n")
-            self.captures.flush()
-        partial.unlink(missing_ok=True)
-        partial.with_suffix(".times").unlink(missing_ok=True)
-
-    def close(self) -> None:
-        self.captures.close()
-
-
-def _parse_problem(line: bytes, source: Path) -> str | None:
-    """Why the dump reader cannot read a capture envelope (its error names the record and field), or None."""
-    from ..dumps import DumpError
-    from ..dumps._read import parse_source
-
-    try:
-        parse_source(line, str(source))
-    except DumpError as exc:
-        return f"the stream does not parse: {exc}"
-    return None
-
-
-def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = False) -> int:
-    """Before a resume: move what unfinished units wrote out of the way (nothing is deleted); how many requests moved.
-
-    With ``retry_refused``, units that finished with a refused request count as unfinished too.
-    """
-    if retry_refused:
-        refused_units = {r.get("unit") for r in manifest.get("refused", [])}
-        manifest["done"] = [key for key in manifest.get("done", []) if key not in refused_units]
-    done = set(manifest.get("done", []))
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
-    aside = folder / "superseded" / stamp
-    moved = 0
-    captures = folder / "captures" / "requests.jsonl"
-    if captures.exists():
-        keep, drop = [], []
-        for line in captures.read_text(encoding="utf-8", errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                unit = json.loads(line).get("unit")
-            except ValueError:  # the last append, cut short by a kill: set aside with the rest
-                unit = None
-            (keep if unit in done else drop).append(line)
-        if drop:
-            aside.mkdir(parents=True, exist_ok=True)
-            (aside / "requests.jsonl").write_text("\n".join(drop) + "\n", encoding="utf-8")
-            temporary = captures.with_suffix(".tmp")
-            temporary.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
-            os.replace(temporary, captures)
-            moved += len(drop)
-    partial = folder / "partial"
-    leftovers = sorted(partial.iterdir()) if partial.is_dir() else []
-    if leftovers:
-        (aside / "partial").mkdir(parents=True, exist_ok=True)
-        for path in leftovers:
-            shutil.move(str(path), aside / "partial" / path.name)
-        moved += sum(path.suffix == ".sse" for path in leftovers)
-    stale = [r for r in manifest.get("refused", []) if r.get("unit") not in done]
-    manifest["refused"] = [r for r in manifest.get("refused", []) if r.get("unit") in done]
-    manifest["m_formed"] = [m for m in manifest.get("m_formed", []) if m.get("unit") in done]
-    manifest.setdefault("superseded", []).extend({**r, "superseded_at": stamp} for r in stale)
-    return moved
 
 
 def _apply_detection(manifest: dict[str, Any], detection: Detection) -> None:
@@ -385,16 +267,6 @@ def _check_settings(prompts: Sequence[str | Mapping[str, Any]], ladder: Sequence
         raise ProbeError(f"repeats and max_tokens must be at least 1 and top_logprobs at least 0, got {repeats}, {max_tokens}, {top_logprobs}")
 
 
-def _load_for_resume(folder: Path) -> dict[str, Any]:
-    path = folder / "manifest.json"
-    if not path.exists():
-        raise ProbeError(f"{folder}: no manifest.json to resume")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    if manifest.get("producer") != "bia probe" or "done" not in manifest:
-        raise ProbeError(f"{path}: not a run bia probe wrote (producer {manifest.get('producer')!r}); it cannot be resumed")
-    return manifest
-
-
 async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Detection, metrics: bool, interval: float, progress, say) -> None:
     from tqdm import tqdm
 
@@ -446,28 +318,6 @@ def _judge_references(writer: _RunWriter, prompt_id: str, say) -> None:
                   "(aprender's rule; --bands-anyway runs them)")
         writer.manifest.setdefault("skipped", []).append({"prompt_id": prompt_id, "reason": reason})
         say(f"{prompt_id}: {reason}")
-
-
-def _reference_agreement(captures: Path, prompt_id: str) -> int | None:
-    """How many leading tokens a prompt's two kept m=1 references share; None unless both were kept."""
-    from .. import parity
-    from ..dumps._read import parse_source
-
-    wanted = {f'"unit":"{prompt_id}/reference/s{slot}"'.encode(): slot for slot in (0, 1)}  # as orjson writes the envelope
-    found = {}
-    with captures.open("rb") as handle:
-        for line in handle:
-            for marker, slot in wanted.items():
-                if marker in line:
-                    found[slot] = line
-    if len(found) < 2:
-        return None
-    identities = []
-    for slot in (0, 1):
-        rows, _ = parse_source(found[slot], str(captures))
-        tokens, candidates, _ = rows.frames()
-        identities.append(next(iter(parity.streams(tokens).values()), parity.Stream(("none",), ())).identities)
-    return parity.agreement(identities[0], identities[1])
 
 
 def _stop_if_gone(endpoint: str, results: list[dict], partials: list[Path]) -> None:
