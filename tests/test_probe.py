@@ -464,7 +464,7 @@ def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_
     child = _bia("probe", url, "-o", str(folder), "--prompts", str(tmp_path / "prompts.txt"), "--max-tokens", "40", "--top-logprobs", "2",
                  "--declared-min", "8", "--no-metrics")
     try:
-        _wait_for(lambda: (folder / "manifest.json").exists() and "p0/band/c1/r0" in json.loads((folder / "manifest.json").read_text())["done"])
+        _wait_for(lambda: _in_flight(folder, "band.c4"))  # band c=4 is streaming: the kill cuts it
     finally:
         server.kill()
         server.communicate(timeout=30)
