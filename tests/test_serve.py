@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import struct
 import threading
 import time
 
@@ -156,7 +158,7 @@ def test_the_report_lists_what_a_run_lacks(tmp_path):
 @pytest.mark.parametrize(
     ("behaviour", "reason"),
     [("cut", "the stream was cut mid-event"), ("no-done", "the stream ended without [DONE]"), ("error-event", "the server sent an error event"),
-     ("stall", "timed out"), ("500", "HTTP 500"), ("malformed", "the stream does not parse")],
+     ("stall", "timed out"), ("500", "HTTP 500"), ("malformed", "the stream does not parse"), ("reset", "ReadError")],
 )
 def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour, reason):
     """Real loopback servers that misbehave on purpose: each slot is refused with its reason, the run stays readable."""
@@ -185,6 +187,13 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
             if behaviour == "stall":
                 time.sleep(3)
                 return
+            if behaviour == "reset":  # a TCP reset mid-stream: linger 0 makes close() send RST instead of FIN
+                self.wfile.write(chunk.encode())
+                self.wfile.flush()
+                time.sleep(0.05)
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+                return
             body = {"cut": chunk + 'data: {"id": "x", "obj', "no-done": chunk, "error-event": chunk + 'data: {"error": {"message": "CUDA OOM"}}\n\n',
                     "malformed": chunk + "data: {not json}\n\n" + chunk + "data: [DONE]\n\n"}[behaviour]
             self.wfile.write(body.encode())
@@ -201,7 +210,7 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
     run = read_run(folder)
     assert len(run.manifest["refused"]) == 3 and all(r["reason"].startswith(reason) for r in run.manifest["refused"])
     assert run.dump.requests.is_empty()
-    if behaviour in ("cut", "no-done", "error-event", "malformed"):
+    if behaviour in ("cut", "no-done", "error-event", "malformed", "reset"):
         kept = [json.loads(line) for line in (folder / "refused.jsonl").read_text().splitlines()]
         assert len(kept) == 3 and all(k["sse"].startswith("data: ") for k in kept)
 
