@@ -278,14 +278,14 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
     gauge = detection.profile.running_metric if metrics and detection.metrics else None
     units = [u for u in plan(manifest) if u.key not in set(manifest["done"])]
     show = sys.stderr.isatty() if progress is None else progress
-    bands = tqdm(total=len(units), desc="bands", unit="band", disable=not show, file=sys.stderr, position=0)
+    bands = tqdm(total=sum(u.role != "reference" for u in units), desc="bands", unit="band", disable=not show, file=sys.stderr, position=0)
     sent = tqdm(total=sum(u.band_c or 1 for u in units), desc="requests", unit="request", disable=not show, file=sys.stderr, position=1)
     try:
         for unit in units:
             bands.set_postfix_str(unit.key)
             if unit.role != "reference" and unit.prompt_id in {entry["prompt_id"] for entry in manifest.get("skipped", [])}:
                 manifest["done"].append(unit.key)  # the references disagree: aprender's rule runs no band for this prompt
-                bands.update(1)
+                bands.update(1)  # a skipped band is done too
                 sent.update(unit.band_c or 1)
                 continue
             body = request_body(texts[unit.prompt_id], max_tokens=sampler["max_tokens"], top_logprobs=sampler["top_logprobs"], seed=sampler["seed"],
@@ -302,7 +302,7 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
                 await _fire_band(client, endpoint, base, writer, unit, body, watcher, gauge, interval)
             manifest["done"].append(unit.key)
             writer.save()
-            bands.update(1)
+            bands.update(unit.role != "reference")
             sent.update(unit.band_c or 1)
     finally:
         sent.close()
