@@ -215,6 +215,7 @@ def probe_command(
     api_key: Annotated[Optional[str], typer.Option(envvar="BIA_API_KEY", show_envvar=True,
                                                    help="Bearer token for servers that need one (vllm --api-key, hosted APIs); never written "
                                                         "into the run.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Say the engine, the first request's body and the plan; fire nothing, write nothing.")] = False,
     resume: Annotated[bool, typer.Option(help="Finish the interrupted run in --output with its own settings.")] = False,
     retry_refused: Annotated[bool, typer.Option(help="With --resume, also fire again the bands that had a request refused.")] = False,
 ) -> None:
@@ -247,6 +248,22 @@ def probe_command(
             expected[key] = json.loads(value)  # true, 1, "x" as JSON; anything else as text
         except ValueError:
             expected[key] = value
+    if dry_run:
+        from .probe import dry_run as describe
+
+        try:
+            planned = asyncio.run(describe(url, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
+                                           top_logprobs=top_logprobs, seed=seed, layout=layout, observer=observer, engine=engine, model=model,
+                                           api_key=api_key, timeout=timeout))
+        except (ProbeError, ValueError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(planned["said"])
+        typer.echo(f"effective settings the server reports: {json.dumps(planned['effective'])}")
+        typer.echo(f"first request body: {json.dumps(planned['body'])}")
+        typer.echo(f"plan: {len(planned['units'])} steps, {planned['requests']} completions: {', '.join(planned['units'])}")
+        typer.echo("dry run: nothing fired, nothing written")
+        return
     try:
         folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
                                    top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=lines(fillers) if fillers else None, observer=observer,

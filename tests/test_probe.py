@@ -709,3 +709,23 @@ def test_references_that_part_before_declared_min_run_no_band_unless_asked(tmp_p
         assert run.manifest["skipped"] == [{"prompt_id": "p0", "reason": "the two m=1 references diverge at token 1 < declared_min 2; no band is "
                                                                      "run for this prompt (aprender's rule; --bands-anyway runs them)"}]
         assert said[-1].startswith("p0: the two m=1 references diverge at token 1")
+
+
+def test_a_dry_run_says_what_would_be_sent_and_fires_nothing(tmp_path):
+    fake = FakeVllm()
+    with HttpServer(fake.handler) as server:
+        shown = subprocess.run([sys.executable, "-m", "analysis", "probe", server.url, "-o", str(tmp_path / "run"), "--dry-run", "--ladder", "1,4",
+                                "--prompts", str(_write(tmp_path / "p.txt", "Hello\n"))], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                               check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert fake.bodies == [] and not (tmp_path / "run").exists()  # no completion requested, nothing written
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("engine: vLLM (GET /v1/models: owned_by 'vllm')")
+    body = json.loads(lines[2].removeprefix("first request body: "))
+    assert body["return_tokens_as_token_ids"] is True and body["messages"][0]["content"] == "Hello" and body["model"] == "Qwen/Qwen3-0.6B"
+    assert lines[3].startswith("plan: 4 steps, 7 completions: p0/reference/s0, p0/reference/s1, p0/band/c1/r0, p0/band/c4/r0")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

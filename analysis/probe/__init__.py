@@ -225,6 +225,50 @@ async def probe(
     return folder
 
 
+async def dry_run(
+    url: str,
+    *,
+    prompts: Sequence[str | Mapping[str, Any]],
+    ladder: Sequence[int] = (1, 4, 8, 16),
+    repeats: int = 1,
+    max_tokens: int = 64,
+    top_logprobs: int = 5,
+    seed: int = 0,
+    layout: str = "copies",
+    observer: bool = False,
+    engine: str = "auto",
+    model: str | None = None,
+    api_key: str | None = None,
+    timeout: float = 30.0,
+) -> dict[str, Any]:
+    """What :func:`probe` would do, without firing a completion or writing anything.
+
+    Detection runs (GET requests only); the answer holds the engine line, the first prompt's
+    request body, the plan's units, and how many completions the run would request.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> from analysis.serve import BackgroundServer
+    >>> with BackgroundServer() as server:  # doctest: +SKIP
+    ...     asyncio.run(dry_run(server.url, prompts=["Hi"], ladder=(1, 4)))["requests"]
+    7
+    """
+    _check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
+    base = url.rstrip("/").removesuffix("/v1/chat/completions").removesuffix("/chat/completions")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+        detection = await detect_engine(client, base, engine, model)
+    manifest = _new_manifest(base + "/v1/chat/completions", detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
+                             top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=[], observer=observer, engine=engine,
+                             log_pattern=BATCH_LINE, server_log=None, declared_min=None, expect={}, bands_anyway=False)
+    units = plan(manifest)
+    first = manifest["prompts"][0]["text"]
+    return {"said": detection.describe(), "effective": manifest["effective"],
+            "body": request_body(first, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed, profile=detection.profile, model=detection.model),
+            "units": [u.key for u in units], "requests": sum(u.band_c or 1 for u in units)}
+
+
 def expectation_notes(manifest: dict[str, Any]) -> list[str]:
     """A line for each expected setting the server contradicts or does not report.
 
@@ -372,4 +416,4 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
 
 
 __all__ = ["BATCH_LINE", "DEFAULT_FILLERS", "PROFILES", "Detection", "EngineProfile", "EventClock", "LogWatcher", "MetricsPoller", "ProbeError",
-           "ServerGone", "detect_engine", "expectation_notes", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]
+           "ServerGone", "detect_engine", "dry_run", "expectation_notes", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]
