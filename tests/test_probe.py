@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import json
+import math
 import os
 import re
 import signal
