@@ -72,6 +72,17 @@ def json_spots(value):
             yield from json_spots(item)
 
 
+def corrupted(data, document, replacement):
+    """A deep copy of a JSON value with one spot, drawn with hypothesis' ``data``, set to ``replacement``."""
+    from hypothesis import strategies as st
+
+    copied = copy.deepcopy(document)
+    spots = list(json_spots(copied))
+    container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
+    container[key] = replacement
+    return copied
+
+
 @contextlib.contextmanager
 def serve_folder(folder: Path):
     """A real HTTP server on loopback serving ``folder``; yields its base URL."""

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
-from conftest import ROOT, json_spots
+from conftest import ROOT, corrupted
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -42,10 +41,8 @@ def _check(raw: bytes, fmt: str = "auto") -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values, which=st.sampled_from(["chat", "compact", "sglang"]))
 def test_corrupted_payloads(data, replacement, which):
-    payload, fmt = copy.deepcopy({"chat": (CHAT, "openai_chat"), "compact": (COMPACT, "vllm_generate"), "sglang": (SGLANG, "sglang")}[which])
-    spots = list(json_spots(payload))
-    container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
-    container[key] = replacement
+    original, fmt = {"chat": (CHAT, "openai_chat"), "compact": (COMPACT, "vllm_generate"), "sglang": (SGLANG, "sglang")}[which]
+    payload = corrupted(data, original, replacement)
     _check(json.dumps(payload).encode(), fmt)
 
 
@@ -55,10 +52,7 @@ CHUNKS = [json.loads(line[6:]) for line in STREAM.decode().split("\n\n") if line
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values)
 def test_corrupted_stream_chunks(data, replacement):
-    chunks = copy.deepcopy(CHUNKS)
-    spots = list(json_spots(chunks))
-    container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
-    container[key] = replacement
+    chunks = corrupted(data, CHUNKS, replacement)
     text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
     _check(text.encode(), "openai_chat_sse")
 

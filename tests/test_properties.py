@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
-from conftest import CONTROL, V2_WITNESS, json_spots
+from conftest import CONTROL, V2_WITNESS, corrupted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,10 +22,7 @@ V2 = json.loads(V2_WITNESS.read_text())
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values)
 def test_v3_never_crashes_on_a_corrupted_control(data, replacement):
-    witness = copy.deepcopy(CONTROL)
-    spots = list(json_spots(witness))
-    container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
-    container[key] = replacement
+    witness = corrupted(data, CONTROL, replacement)
     verdict = shape_check_data(json.loads(json.dumps(witness)))
     assert verdict.status in ("ADMISSIBLE", "NOT ADMISSIBLE", "RED")
     assert (verdict.status == "ADMISSIBLE") == (verdict.reasons == ())
@@ -44,10 +40,7 @@ def test_v3_on_arbitrary_text_is_red_or_a_verdict(text):
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values)
 def test_reader_gives_frames_or_a_named_error(data, replacement):
-    witness = copy.deepcopy(V2)
-    spots = list(json_spots(witness))
-    container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
-    container[key] = replacement
+    witness = corrupted(data, V2, replacement)
     raw = json.dumps(witness).encode()
     try:
         parsed = parse_document(raw, "corrupt.json")
