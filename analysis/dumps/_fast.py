@@ -220,6 +220,12 @@ def _usage_json(usage: dict) -> str | None:
     return json.dumps({"usage": kept}, sort_keys=True) if kept else None
 
 
+def _token_key(source: str) -> dict[str, pl.Expr]:
+    """The token key columns (see ``_schema.KEY``) that the tokens and candidates tables both lead with."""
+    return {"source": pl.lit(source), "record": pl.col("record"), "choice_index": pl.col("choice_index"), "segment": pl.lit("completion"),
+            "position": pl.col("position")}
+
+
 def _tokens(entries, entry_choice, position, requests: pl.DataFrame, source: str) -> pl.DataFrame:
     token = pl.from_arrow(_field(entries, "token"))
     own_id = pl.from_arrow(_field(entries, "id"))
@@ -244,11 +250,7 @@ def _tokens(entries, entry_choice, position, requests: pl.DataFrame, source: str
         raise _Unsupported("a positive logprob")
     own_placeholder_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
     out = frame.select(
-        source=pl.lit(source),
-        record=pl.col("record"),
-        choice_index=pl.col("choice_index"),
-        segment=pl.lit("completion"),
-        position=pl.col("position"),
+        **_token_key(source),
         request_id=pl.col("request_id"),
         token_id=pl.coalesce("placeholder", "own_id"),
         token_text=pl.when(pl.col("placeholder").is_null()).then(pl.col("token")),
@@ -310,11 +312,7 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         .when(pl.col("sampled_text").is_not_null() & pl.col("cand_id").is_null()).then(pl.col("cand_text") == pl.col("sampled_text"))
     )
     out = frame.select(
-        source=pl.lit(source),
-        record=pl.col("record"),
-        choice_index=pl.col("choice_index"),
-        segment=pl.lit("completion"),
-        position=pl.col("position"),
+        **_token_key(source),
         list_kind=pl.lit("top_logprobs"),
         list_index=pl.col("list_index"),
         cand_token_id=pl.col("cand_id"),
