@@ -83,7 +83,7 @@ async def _bare(client: httpx.AsyncClient, url: str, body: dict) -> int:
 
 async def _probed(client: httpx.AsyncClient, url: str, body: dict, folder: Path, slot: int, captures, check: bool) -> int:
     from analysis.probe import fetch_stream
-    from analysis.probe._rundir import _parse_problem
+    from analysis.probe._rundir import _parse_capture
 
     partial = folder / "partial" / f"s{slot}.sse"
     result = await fetch_stream(client, url, body, partial)
@@ -91,7 +91,7 @@ async def _probed(client: httpx.AsyncClient, url: str, body: dict, folder: Path,
         raise RuntimeError(result["error"])
     line = orjson.dumps({**result, "slot": slot})  # as the probe writes its envelope
     if check:  # the probe's parse of the whole stream, which it runs after the band
-        assert _parse_problem(line, folder / "requests.jsonl") is None
+        assert _parse_capture(line, folder / "requests.jsonl")[1] is None
     captures.write(line + b"\n")
     partial.unlink()
     partial.with_suffix(".times").unlink()

@@ -729,3 +729,20 @@ def test_a_dry_run_says_what_would_be_sent_and_fires_nothing(tmp_path):
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_the_reference_rule_reads_a_reference_kept_before_a_resume(tmp_path):
+    """Stopped between the two references: on resume, ref #1 comes from the captures on disk and ref #2 from this session."""
+    Alternating.calls = 0
+    folder = tmp_path / "run"
+    with HttpServer(Alternating) as server:
+        asyncio.run(probe(server.url, folder, prompts=["x"], ladder=(1, 2), max_tokens=3, declared_min=2, say=lambda line: None))
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest.update(done=["p0/reference/s0"], complete=False)
+        del manifest["skipped"]
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        Alternating.calls = 1  # the next answer is the second of the pair: "ab cX ef" against ref #1's "ab cd ef"
+        asyncio.run(probe(server.url, folder, resume=True, say=lambda line: None))
+    run = read_run(folder)
+    assert run.manifest["complete"] and run.dump.requests.height == 2
+    assert run.manifest["skipped"][0]["reason"].startswith("the two m=1 references diverge at token 1 < declared_min 2")

@@ -28,6 +28,7 @@ token ids as ``token_id:N``) and the gauge. What was chosen and why is in the ma
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import random
@@ -41,7 +42,7 @@ import httpx
 from ..run import Unit, plan
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._engines import PROFILES, Detection, EngineProfile, detect_engine
-from ._rundir import ProbeError, _load_for_resume, _now, _reference_agreement, _RunWriter, _supersede
+from ._rundir import ProbeError, _drop_partial, _load_for_resume, _now, _RunWriter, _supersede
 from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, metrics_snapshot, running_requests
 
 # Fillers for the needle layout when none are given and the prompt set holds a single prompt.
@@ -113,6 +114,25 @@ def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str | M
     return manifest
 
 
+def _addresses(url: str) -> tuple[str, str]:
+    """The server's base URL and its chat endpoint, from either of them.
+
+    Examples
+    --------
+    >>> _addresses("http://h:8000/"), _addresses("http://h:8000/v1/chat/completions")
+    (('http://h:8000', 'http://h:8000/v1/chat/completions'), ('http://h:8000', 'http://h:8000/v1/chat/completions'))
+    """
+    base = url.rstrip("/").removesuffix("/v1/chat/completions").removesuffix("/chat/completions")
+    endpoint = url if url.rstrip("/").endswith("/chat/completions") else base + "/v1/chat/completions"
+    return base, endpoint
+
+
+def _client(timeout: float, api_key: str | None) -> httpx.AsyncClient:
+    """The probe's HTTP client: no cap on concurrent connections (a band of c is c at once), the key as a bearer token."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # sent, never written into the run
+    return httpx.AsyncClient(timeout=timeout, headers=headers, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+
+
 async def probe(
     url: str,
     out: str | os.PathLike[str],
@@ -153,8 +173,8 @@ async def probe(
     about itself (its ``effective`` settings), and a mismatch is said and shown in the report.
     ``api_key`` is sent as a bearer token on every request and never written into the run.
     As aprender's probe, no band is run for a prompt whose two references part before
-    ``declared_min`` (the manifest's ``skipped`` says why), unless ``bands_anyway``. ``say`` receives one line naming the engine chosen and why (``print``
-    to stderr by default).
+    ``declared_min`` (the manifest's ``skipped`` says why), unless ``bands_anyway``. ``say``
+    receives one line naming the engine chosen and why (``print`` to stderr by default).
 
     ``prompts`` are texts, or ``{"text": ..., "answer": ...}`` mappings whose answers
     :func:`analysis.run.accuracy_table` scores (Yuan et al.'s Std@Acc).
@@ -174,10 +194,8 @@ async def probe(
     """
     folder = Path(out)
     say = say or (lambda line: print(line, file=sys.stderr))
-    base = url.rstrip("/").removesuffix("/v1/chat/completions").removesuffix("/chat/completions")
-    endpoint = url if url.rstrip("/").endswith("/chat/completions") else base + "/v1/chat/completions"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # sent, never written into the run
-    async with httpx.AsyncClient(timeout=timeout, headers=headers, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)) as client:
+    base, endpoint = _addresses(url)
+    async with _client(timeout, api_key) as client:
         if resume:
             manifest = _load_for_resume(folder)
             redetect = manifest["requested"].get("engine") == "auto" and not manifest["done"]  # nothing fired yet: the profile may still change
@@ -255,11 +273,10 @@ async def dry_run(
     7
     """
     _check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
-    base = url.rstrip("/").removesuffix("/v1/chat/completions").removesuffix("/chat/completions")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+    base, endpoint = _addresses(url)
+    async with _client(timeout, api_key) as client:
         detection = await detect_engine(client, base, engine, model)
-    manifest = _new_manifest(base + "/v1/chat/completions", detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
+    manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
                              top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=[], observer=observer, engine=engine,
                              log_pattern=BATCH_LINE, server_log=None, declared_min=None, expect={}, bands_anyway=False)
     units = plan(manifest)
@@ -355,7 +372,7 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
 
 def _judge_references(writer: _RunWriter, prompt_id: str, say) -> None:
     """aprender's rule: when a prompt's two m=1 references part before declared_min, no band is run for it."""
-    agree = _reference_agreement(writer.folder / "captures" / "requests.jsonl", prompt_id)
+    agree = writer.reference_agreement(prompt_id)
     declared_min = writer.manifest["declared_min"]
     if agree is not None and agree < declared_min:
         reason = (f"the two m=1 references diverge at token {agree} < declared_min {declared_min}; no band is run for this prompt "
@@ -370,8 +387,7 @@ def _stop_if_gone(endpoint: str, results: list[dict], partials: list[Path]) -> N
     for flag, why in (("unreachable", "the server stopped answering"), ("unauthorized", "the server refused the credentials (give --api-key)")):
         if results and all(r.get(flag) for r in results):
             for partial in partials:
-                partial.unlink(missing_ok=True)
-                partial.with_suffix(".times").unlink(missing_ok=True)
+                _drop_partial(partial)
             raise ServerGone(f"{endpoint}: {why}: {results[0]['error']}; the run stays readable, and bia probe --resume finishes it")
 
 
@@ -394,10 +410,7 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     cache_names = writer.cache_metrics
     cache_before = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
     poller = MetricsPoller(client, f"{base}/metrics", gauge, interval) if gauge else None
-    if poller:
-        async with poller:
-            results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin) for b, p in zip(bodies, partials)))
-    else:
+    async with poller or contextlib.nullcontext():
         results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin) for b, p in zip(bodies, partials)))
     _stop_if_gone(endpoint, results, partials)
     await asyncio.sleep(0.05)  # let the server's last log line land

@@ -31,10 +31,12 @@ class _RunWriter:
         self.folder, self.manifest = folder, manifest
         self.origin = time.monotonic()  # captures' sent_at_s count from here (this session, when a run is resumed)
         self.cache_metrics: tuple[str, ...] = ()  # set by the probe from the engine profile when /metrics answers
+        self.reference_tokens: dict[str, tuple] = {}  # unit key -> token identities of the references kept this session
         for sub in ("captures", "partial"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         self.save()
-        self.captures = (folder / "captures" / "requests.jsonl").open("ab")
+        self.captures_path = folder / "captures" / "requests.jsonl"
+        self.captures = self.captures_path.open("ab")
 
     def save(self) -> None:
         """Rewrite the manifest atomically: a kill mid-write leaves the old one whole."""
@@ -56,9 +58,11 @@ class _RunWriter:
         line = b""
         if "error" not in result:
             line = orjson.dumps({**result, **where})  # orjson: a 1 MB stream's envelope in a millisecond
-            problem = _parse_problem(line, self.folder / "captures" / "requests.jsonl")
+            rows, problem = _parse_capture(line, self.captures_path)
             if problem:
                 result = {"error": problem, "sse": result["sse"]}
+            elif where.get("role") == "reference":  # kept for aprender's reference rule, so it is not parsed again
+                self.reference_tokens[where["unit"]] = _identities(rows)
         if "error" in result:
             self.manifest["refused"].append({**where, "reason": result["error"]})
             if result.get("sse"):
@@ -67,23 +71,56 @@ class _RunWriter:
         else:
             self.captures.write(line + b"\n")
             self.captures.flush()
-        partial.unlink(missing_ok=True)
-        partial.with_suffix(".times").unlink(missing_ok=True)
+        _drop_partial(partial)
+
+    def reference_agreement(self, prompt_id: str) -> int | None:
+        """How many leading tokens a prompt's two kept m=1 references share; None unless both were kept.
+
+        A reference kept before a resume is read back from the captures, the others were noted by :meth:`keep`.
+        """
+        from .. import parity
+
+        keys = [f"{prompt_id}/reference/s{slot}" for slot in (0, 1)]
+        wanted = {f'"unit":"{key}"'.encode(): key for key in keys if key not in self.reference_tokens}  # as orjson writes the envelope
+        if wanted:
+            self.captures.flush()
+            with self.captures_path.open("rb") as handle:
+                for line in handle:
+                    for marker, key in wanted.items():
+                        if marker in line:
+                            self.reference_tokens[key] = _identities(_parse_capture(line, self.captures_path)[0])
+        if not all(key in self.reference_tokens for key in keys):
+            return None
+        return parity.agreement(self.reference_tokens[keys[0]], self.reference_tokens[keys[1]])
 
     def close(self) -> None:
         self.captures.close()
 
 
-def _parse_problem(line: bytes, source: Path) -> str | None:
-    """Why the dump reader cannot read a capture envelope (its error names the record and field), or None."""
+def _drop_partial(partial: Path) -> None:
+    """Remove a request's partial capture (raw bytes and event times) once it is kept, refused or never answered."""
+    partial.unlink(missing_ok=True)
+    partial.with_suffix(".times").unlink(missing_ok=True)
+
+
+def _parse_capture(line: bytes, source: Path):
+    """A capture envelope parsed by the dump reader: (its rows, None), or (None, why it cannot be read; the
+    reader's error names the record and field)."""
     from ..dumps import DumpError
     from ..dumps._read import parse_source
 
     try:
-        parse_source(line, str(source))
+        return parse_source(line, str(source))[0], None
     except DumpError as exc:
-        return f"the stream does not parse: {exc}"
-    return None
+        return None, f"the stream does not parse: {exc}"
+
+
+def _identities(rows) -> tuple:
+    """The token identities of the one completion a parsed capture holds (empty when it has none)."""
+    from .. import parity
+
+    tokens, _, _ = rows.frames()
+    return next(iter(parity.streams(tokens).values()), parity.Stream(("none",), ())).identities
 
 
 def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = False) -> int:
@@ -138,25 +175,3 @@ def _load_for_resume(folder: Path) -> dict[str, Any]:
     if manifest.get("producer") != "bia probe" or "done" not in manifest:
         raise ProbeError(f"{path}: not a run bia probe wrote (producer {manifest.get('producer')!r}); it cannot be resumed")
     return manifest
-
-
-def _reference_agreement(captures: Path, prompt_id: str) -> int | None:
-    """How many leading tokens a prompt's two kept m=1 references share; None unless both were kept."""
-    from .. import parity
-    from ..dumps._read import parse_source
-
-    wanted = {f'"unit":"{prompt_id}/reference/s{slot}"'.encode(): slot for slot in (0, 1)}  # as orjson writes the envelope
-    found = {}
-    with captures.open("rb") as handle:
-        for line in handle:
-            for marker, slot in wanted.items():
-                if marker in line:
-                    found[slot] = line
-    if len(found) < 2:
-        return None
-    identities = []
-    for slot in (0, 1):
-        rows, _ = parse_source(found[slot], str(captures))
-        tokens, _, _ = rows.frames()
-        identities.append(next(iter(parity.streams(tokens).values()), parity.Stream(("none",), ())).identities)
-    return parity.agreement(identities[0], identities[1])

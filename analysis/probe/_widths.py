@@ -86,14 +86,8 @@ def running_requests(text: str, metric: str) -> int | None:
     >>> running_requests('vllm:num_requests_running{model_name="a"} 3.0\\n', "vllm:num_requests_running")
     3
     """
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total, seen = 0.0, False
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == metric:
-                total, seen = total + sample.value, True
-    return round(total) if seen else None
+    value = metric_values(text, [metric]).get(metric)
+    return None if value is None else round(value)
 
 
 class MetricsPoller:
