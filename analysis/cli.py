@@ -248,27 +248,23 @@ def probe_command(
             expected[key] = json.loads(value)  # true, 1, "x" as JSON; anything else as text
         except ValueError:
             expected[key] = value
-    if dry_run:
-        from .probe import dry_run as describe
-
-        try:
-            planned = asyncio.run(describe(url, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
-                                           top_logprobs=top_logprobs, seed=seed, layout=layout, observer=observer, engine=engine, model=model,
-                                           api_key=api_key, timeout=timeout))
-        except (ProbeError, ValueError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-        typer.echo(planned["said"])
-        typer.echo(f"effective settings the server reports: {json.dumps(planned['effective'])}")
-        typer.echo(f"first request body: {json.dumps(planned['body'])}")
-        typer.echo(f"plan: {len(planned['units'])} steps, {planned['requests']} completions: {', '.join(planned['units'])}")
-        typer.echo("dry run: nothing fired, nothing written")
-        return
+    # what a dry run and a probe are both given
+    shared = {"prompts": texts, "ladder": [int(c) for c in ladder.split(",")], "repeats": repeats, "max_tokens": max_tokens,
+              "top_logprobs": top_logprobs, "seed": seed, "layout": layout, "observer": observer, "engine": engine, "model": model,
+              "api_key": api_key, "timeout": timeout}
     try:
-        folder = asyncio.run(probe(url, output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], repeats=repeats, max_tokens=max_tokens,
-                                   top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=lines(fillers) if fillers else None, observer=observer,
-                                   engine=engine, model=model, server_log=server_log, log_pattern=log_pattern, metrics=metrics, timeout=timeout,
-                                   declared_min=declared_min, expect=expected, bands_anyway=bands_anyway, api_key=api_key, resume=resume,
+        if dry_run:
+            from .probe import dry_run as describe
+
+            planned = asyncio.run(describe(url, **shared))
+            typer.echo(planned["said"])
+            typer.echo(f"effective settings the server reports: {json.dumps(planned['effective'])}")
+            typer.echo(f"first request body: {json.dumps(planned['body'])}")
+            typer.echo(f"plan: {len(planned['units'])} steps, {planned['requests']} completions: {', '.join(planned['units'])}")
+            typer.echo("dry run: nothing fired, nothing written")
+            return
+        folder = asyncio.run(probe(url, output, **shared, fillers=lines(fillers) if fillers else None, server_log=server_log, log_pattern=log_pattern,
+                                   metrics=metrics, declared_min=declared_min, expect=expected, bands_anyway=bands_anyway, resume=resume,
                                    retry_refused=retry_refused))
     except (ProbeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
