@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,3 +51,19 @@ def routes(table: dict[str, Callable[[Quiet], None]]) -> type[Quiet]:
             table.get(f"POST {self.path}", lambda h: h.answer(404, b"{}"))(self)
 
     return Routed
+
+
+def stream_words(handler: BaseHTTPRequestHandler, words: list[str], *, logprobs: bool = True) -> None:
+    """Answer with a chat completion stream of ``words`` (one token each, logprob -0.1 and itself as its one
+    candidate, unless ``logprobs`` is false), a usage chunk and [DONE]; then close the connection."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    for word in words:
+        entry = {"token": word, "logprob": -0.1, "top_logprobs": [{"token": word, "logprob": -0.1}]}
+        chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [entry]} if logprobs else None}]}
+        handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": len(words), "total_tokens": 1 + len(words)}}
+    handler.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+    handler.close_connection = True

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loopback import HttpServer, Quiet, routes
+from loopback import HttpServer, Quiet, routes, stream_words
 
 from analysis.dumps._sse import parse_sse
 from analysis.probe import PROFILES, EventClock, ProbeError, detect_engine, probe, request_body, stream_problem
@@ -232,16 +232,7 @@ class ObserverAffected:
         """Three tokens as an SSE stream: "ab cd ef" with logprobs, "ab cX ef" without."""
         body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
         words = ["ab", "cd", "ef"] if body.get("logprobs") else ["ab", "cX", "ef"]
-        handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.send_header("Connection", "close")
-        handler.end_headers()
-        for word in words:
-            entry = {"token": word, "logprob": -0.1, "top_logprobs": [{"token": word, "logprob": -0.1}]} if body.get("logprobs") else None
-            chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [entry]} if entry else None}]}
-            handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        handler.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}\n\ndata: [DONE]\n\n')
-        handler.close_connection = True
+        stream_words(handler, words, logprobs=bool(body.get("logprobs")))
 
 
 def test_observer_check_finds_a_server_whose_text_changes_without_logprobs(tmp_path):
@@ -630,15 +621,7 @@ class BatchSensitive(Quiet):
         time.sleep(0.2)
         with BatchSensitive.lock:
             BatchSensitive.active.remove(me)
-        words = ["ab", "cX" if me["batched"] else "cd", "ef"]
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for word in words:
-            chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [{"token": word, "logprob": -0.1,
-                                                                                                     "top_logprobs": []}]}}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}\n\ndata: [DONE]\n\n')
+        stream_words(self, ["ab", "cX" if me["batched"] else "cd", "ef"])
 
 
 def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answers(tmp_path):
@@ -681,14 +664,7 @@ class Alternating(Quiet):
         with Alternating.lock:
             Alternating.calls += 1
             odd = Alternating.calls % 2 == 0
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for word in ["ab", "cX" if odd else "cd", "ef"]:
-            chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [{"token": word, "logprob": -0.1,
-                                                                                                     "top_logprobs": []}]}}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}\n\ndata: [DONE]\n\n')
+        stream_words(self, ["ab", "cX" if odd else "cd", "ef"])
 
 
 @pytest.mark.parametrize("anyway", [False, True])
