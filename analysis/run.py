@@ -471,11 +471,12 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
         summary = parity.band_summary(refs[prompt], slots, epsilon=epsilon)
         summary.pop("comparisons")
         widths, origin = band_widths(run.manifest, prompt, c, repeat)
+        spans = _send_spans(group)
         seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
         rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "m_formed": max(widths) if widths else None,
                      "widths_seen": (seen + (" (running-requests gauge samples)" if origin == "metrics" else "")) or None, **summary,
-                     "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list()), "s_per_1000_seq": _seconds_per_1000(group),
-                     "release_skew_s": _release_skew(group),
+                     "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list()), "s_per_1000_seq": _seconds_per_1000(spans),
+                     "release_skew_s": _release_skew(spans),
                      "prefix_cache": _cache_summary(run.manifest, prompt, c, repeat)})
     return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})
 
@@ -511,19 +512,17 @@ def _send_spans(group: pl.DataFrame) -> list[tuple[float, float]] | None:
     return spans or None
 
 
-def _seconds_per_1000(group: pl.DataFrame) -> float | None:
-    """Thinking Machines' seconds per 1000 sequences for one band: from the first request sent to the
-    last content chunk received, per request, times 1000. None without the probe's send times."""
-    spans = _send_spans(group)
+def _seconds_per_1000(spans: list[tuple[float, float]] | None) -> float | None:
+    """Thinking Machines' seconds per 1000 sequences for one band (its ``_send_spans``): from the first request
+    sent to the last content chunk received, per request, times 1000. None without the probe's send times."""
     if spans is None:
         return None
     return (max(end for _, end in spans) - min(start for start, _ in spans)) / len(spans) * 1000
 
 
-def _release_skew(group: pl.DataFrame) -> float | None:
+def _release_skew(spans: list[tuple[float, float]] | None) -> float | None:
     """Seconds between the first and the last request of a band leaving the client: a batch can only form
     from requests that arrive together."""
-    spans = _send_spans(group)
     return None if spans is None else max(start for start, _ in spans) - min(start for start, _ in spans)
 
 

@@ -175,9 +175,11 @@ def test_widths_in_the_band_table_and_what_an_interrupted_run_misses(tmp_path):
 
 
 def test_seconds_per_1000_sequences_by_hand():
-    from analysis.run import _release_skew, _seconds_per_1000
+    from analysis.run import _release_skew, _seconds_per_1000, _send_spans
 
     band = pl.DataFrame({"extra": ['{"sent_at_s": 0.0}', '{"sent_at_s": 0.1}'], "t_last_content": [1.0, 0.5]})
-    assert _seconds_per_1000(band) == pytest.approx(500.0)  # first send 0.0, last token 1.0: 1 s for 2 requests
-    assert _seconds_per_1000(band.with_columns(pl.lit(None, pl.String).alias("extra"))) is None  # no send times: not a probe run
-    assert _release_skew(band) == pytest.approx(0.1)
+    assert _send_spans(band) == [(0.0, 1.0), (0.1, pytest.approx(0.6))]
+    assert _seconds_per_1000(_send_spans(band)) == pytest.approx(500.0)  # first send 0.0, last token 1.0: 1 s for 2 requests
+    unsent = _send_spans(band.with_columns(pl.lit(None, pl.String).alias("extra")))  # no send times: not a probe run
+    assert unsent is None and _seconds_per_1000(unsent) is None and _release_skew(unsent) is None
+    assert _release_skew(_send_spans(band)) == pytest.approx(0.1)
