@@ -197,9 +197,11 @@ def test_needle_layout_records_the_target_and_keeps_the_fillers(tmp_path):
     pytest.importorskip("torch")
     from analysis.serve import BackgroundServer
 
-    with BackgroundServer("batch-invariant") as server:
+    # the server log gives every step's width; a 50 ms gauge sample can miss a band this short and leave it unmeasurable
+    with BackgroundServer("batch-invariant", log_file=tmp_path / "serve.log") as server:
         folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 3), max_tokens=6, top_logprobs=2,
-                                   declared_min=4, layout="needle", fillers=["This function returns", "Return the"]))
+                                   declared_min=4, layout="needle", fillers=["This function returns", "Return the"],
+                                   server_log=tmp_path / "serve.log"))
     run = read_run(folder)
     roles = run.dump.requests.group_by("role").len().sort("role").rows()
     assert roles == [("band", 2), ("filler", 2), ("reference", 2)] and run.missing() == []
