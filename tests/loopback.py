@@ -9,11 +9,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
 
+class _Backlogged(ThreadingHTTPServer):
+    request_queue_size = 128  # the default 5 makes a band's 6th connection wait a SYN retry (about 1 s) to be accepted
+
+
 class HttpServer:
-    """A ThreadingHTTPServer on loopback whose handler class is built by ``make(server)``."""
+    """A threading HTTP server on loopback answering with ``handler``."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _Backlogged(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
