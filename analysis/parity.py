@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from . import _columnar
 from ._frames import as_polars
 
 NEAR_TIE_EPSILON = 0.05
@@ -266,11 +267,16 @@ def k3(reference_logprob: float | None, other_logprob: float | None) -> float | 
     0.023144
     >>> k3(None, -0.5) is None
     True
+    >>> k3(-800.0, -0.1)
+    inf
     """
     if reference_logprob is None or other_logprob is None:
         return None
     d = other_logprob - reference_logprob
-    return math.expm1(d) - d
+    try:
+        return math.expm1(d) - d
+    except OverflowError:  # d above ~709 (a token near -800 in the reference, likely in the other): exp(d) is beyond any float
+        return math.inf
 
 
 def topk_kl(reference: Sequence[tuple[Any, float | None]], other: Sequence[tuple[Any, float | None]]) -> float | None:
@@ -445,12 +451,16 @@ def band_summary(reference: Stream, slots: Sequence[Stream], *, epsilon: float =
 # --- P(flip | margin) ------------------------------------------------------------------------------
 
 
-def flip_curve(pairs: Iterable[tuple[Stream, Stream]], edges: Sequence[float] = (0.0, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, math.inf)) -> pl.DataFrame:
+FLIP_EDGES = (0.0, 1e-3, 1e-2, 0.05, 0.1, 0.5, 1.0, math.inf)
+
+
+def flip_curve(pairs: Iterable[tuple[Stream, Stream]], edges: Sequence[float] = FLIP_EDGES) -> pl.DataFrame:
     """Empirical P(flip | reference margin) over every step at risk.
 
     A step is at risk while the two streams still agree before it: steps 0 .. divergence_at of
     each (reference, other) pair, the last one a flip. Steps without a reference margin are left
-    out. Bins are ``[edges[i], edges[i + 1])``.
+    out. Bins are ``[edges[i], edges[i + 1])``. :func:`analysis.run.flip_table` gives the same
+    for a whole run without building streams.
 
     Examples
     --------
@@ -467,12 +477,7 @@ def flip_curve(pairs: Iterable[tuple[Stream, Stream]], edges: Sequence[float] = 
             if margin is not None:
                 margins.append(margin)
                 flips.append(c.diverged and step == c.divergence_at)
-    rows = []
-    for low, high in zip(edges, edges[1:]):
-        inside = [f for m, f in zip(margins, flips) if low <= m < high]
-        rows.append((float(low), float(high), len(inside), sum(inside), sum(inside) / len(inside) if inside else None))
-    return pl.DataFrame(rows, schema={"margin_low": pl.Float64, "margin_high": pl.Float64, "steps": pl.Int64, "flips": pl.Int64, "p_flip": pl.Float64},
-                        orient="row")
+    return _columnar.flip_bins(pl.DataFrame({"margin": margins, "flip": flips}, schema={"margin": pl.Float64, "flip": pl.Boolean}), edges)
 
 
 # --- decode rates -----------------------------------------------------------------------------------
@@ -500,11 +505,10 @@ def decode_rate(completion_tokens: int | None, first_arrival: float | None, last
 
 
 def request_decode_rates(requests: Any) -> pl.DataFrame:
-    """The dump's ``requests`` with a ``decode_tok_s`` column (null where it cannot be measured)."""
+    """The dump's ``requests`` with a ``decode_tok_s`` column (null where it cannot be measured): :func:`decode_rate` per row."""
     requests = as_polars(requests)
-    rates = [decode_rate(r["completion_tokens"], r["ttft_s"], r["t_last_content"], r["n_content_chunks"], r["stream_live"])
-             for r in requests.iter_rows(named=True)]
-    return requests.with_columns(pl.Series("decode_tok_s", rates, dtype=pl.Float64))
+    return requests.with_columns(decode_tok_s=_columnar.decode_rate(pl.col("completion_tokens"), pl.col("ttft_s"), pl.col("t_last_content"),
+                                                                    pl.col("n_content_chunks"), pl.col("stream_live")))
 
 
 def band_decode_rate(rates: Sequence[float | None]) -> float | None:

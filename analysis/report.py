@@ -235,10 +235,10 @@ def negative_control(run, prompt_id: str) -> dict[str, Any]:
     """Plant a divergence in a copy of ref #1 (a token it never produced, at its middle step) and check that it is found."""
     from . import parity
 
-    streams = run.streams()
-    refs = run.requests().filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
+    refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
     row = refs.row(0, named=True)
-    reference = streams[(row["source"], row["record"], row["choice_index"])]
+    one = pl.col("source").eq_missing(row["source"]) & pl.col("record").eq_missing(row["record"]) & pl.col("choice_index").eq_missing(row["choice_index"])
+    reference = next(iter(parity.streams(run.dump.tokens.filter(one)).values()), parity.Stream(("none",), ()))
     at = len(reference) // 2
     planted = list(reference.identities)
     if planted:
@@ -258,8 +258,7 @@ def _settings(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
 def run_html(run, policy: V3Policy | None = None) -> str:
     """A run's provenance, settings, negative control, V3 verdict per prompt, and the forks of its bands."""
     from ._v3 import shape_check_data
-    from .parity import agreement, fork_table
-    from .run import to_witness
+    from .run import band_forks, to_witness
 
     manifest = run.manifest
     identity = manifest.get("identity", {}) or {}
@@ -269,14 +268,11 @@ def run_html(run, policy: V3Policy | None = None) -> str:
         w = to_witness(run, prompt)
         witnesses.append({"prompt_id": prompt, "result": w["result"], "reference_reason": w["reference"].get("reason"),
                           "verdict": shape_check_data(w, source=f"{run.path or 'run'} prompt {prompt}", policy=policy)})
-    labels, streams, forks = _token_labels(run), run.streams(), []
-    bands = run.requests().filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot")
-    for (prompt, c, repeat), group in bands.group_by(["prompt_id", "band_c", "repeat"], maintain_order=True):
-        slots = [streams[(r["source"], r["record"], r["choice_index"])] for r in group.iter_rows(named=True)]
-        at = min((len(s) for s in slots), default=0)
-        agree = min((agreement(slots[0].identities, s.identities) for s in slots[1:]), default=at)
-        branches = [(_label(t, labels), n) for t, n in fork_table(slots, at=agree)] if agree < at else []
-        forks.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "at": agree, "branches": branches})
+    labels, forks = _token_labels(run), []
+    for (prompt, c, repeat, at), group in band_forks(run).group_by(["prompt_id", "band_c", "repeat", "at"], maintain_order=True):
+        branches = [(_label(token_id if token_id is not None else (text, data), labels), n)
+                    for token_id, text, data, n in group.select("token_id", "token_text", "token_bytes", "slots").rows() if n is not None]
+        forks.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "at": at, "branches": branches})
     return render("run.html.j2", run=run, identity={"host": identity.get("host"), "commit": identity.get("commit"),
                   "model_path": (identity.get("model") or {}).get("path"), "engine": identity.get("engine"),
                   "engine_said": (manifest.get("engine") or {}).get("said")},
@@ -285,29 +281,12 @@ def run_html(run, policy: V3Policy | None = None) -> str:
                   missing=run.missing(), refused=manifest.get("refused", []), complete=manifest.get("complete", True))
 
 
-def run_streams(run, reference: Any = "ref1") -> tuple[dict[str, Any], list[tuple[Any, Any]], pl.DataFrame]:
-    """The reference per prompt (see :func:`analysis.run.references`), (reference, batched) stream pairs,
-    and per-step |delta logprob| before each fork."""
-    from .run import references
+def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | None]], pl.DataFrame, pl.DataFrame]:
+    """For the report's plots: each prompt's reference margin per step, P(flip | margin) over the run's
+    batched requests, and per-step |delta logprob| before each fork (see :mod:`analysis.run`)."""
+    from .run import drift_table, flip_table, reference_margins
 
-    streams = run.streams()
-    requests = run.requests()
-    refs = references(run, reference)
-    pairs, deltas = [], []
-    for row in requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot").iter_rows(named=True):
-        reference = refs.get(row["prompt_id"])
-        other = streams.get((row["source"], row["record"], row["choice_index"]))
-        if reference is None or other is None:
-            continue
-        pairs.append((reference, other))
-        label = f"{row['prompt_id']} c={row['band_c']} slot {row['slot']}"
-        for step, (a, b) in enumerate(zip(reference.logprobs, other.logprobs)):
-            if reference.identities[step] != other.identities[step]:
-                break
-            if a is not None and b is not None:
-                deltas.append((label, step, abs(a - b)))
-    frame = pl.DataFrame(deltas, schema={"label": pl.String, "step": pl.Int64, "abs_delta": pl.Float64}, orient="row")
-    return refs, pairs, frame
+    return reference_margins(run, reference=reference), flip_table(run, reference=reference), drift_table(run, reference=reference)
 
 
 def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataFrame:

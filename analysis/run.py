@@ -25,15 +25,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from . import parity
+from . import _columnar, parity
 from ._witness import derive_run_verdict
 from .dumps import Dump, read_dumps
 
@@ -100,6 +100,8 @@ class Run:
     manifest: dict[str, Any]
     dump: Dump
     path: Path | None = None
+    # What the tables derive once per run (numbered steps, streams): a run's frames never change.
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def ladder(self) -> list[int]:
@@ -110,8 +112,10 @@ class Run:
         return int(self.manifest.get("declared_min", _DEFAULTS["declared_min"]))
 
     def streams(self) -> dict[tuple, parity.Stream]:
-        """Every request's completion stream, keyed by (source, record, choice_index)."""
-        return parity.streams(self.dump.tokens, self.dump.candidates)
+        """Every request's completion stream, keyed by (source, record, choice_index) (built once per run)."""
+        if "streams" not in self._cache:
+            self._cache["streams"] = parity.streams(self.dump.tokens, self.dump.candidates)
+        return self._cache["streams"]
 
     def requests(self) -> pl.DataFrame:
         """The requests with their decode rates."""
@@ -223,16 +227,13 @@ def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, An
 # --- from a run to aprender's witness -------------------------------------------------------------
 
 
-def _stream_of(streams: dict, row: Mapping[str, Any]) -> parity.Stream:
-    return streams.get((row["source"], row["record"], row["choice_index"]), parity.Stream((row["source"],), ()))
-
-
-def _refusal(row: Mapping[str, Any], stream: parity.Stream, n_predict: int) -> str | None:
+def _refusal(row: Mapping[str, Any], n_predict: int) -> str | None:
+    """Why a request cannot stand in a witness (``row`` a numbered request, with its stream's ``length``), else None."""
     if row["completion_tokens"] != n_predict:
         got = "none" if row["completion_tokens"] is None else row["completion_tokens"]
         return f"completion_tokens={got} != n_predict={n_predict} (PP-28)"
-    if len(stream) != n_predict:
-        return f"{len(stream)} logprob entries != n_predict={n_predict}; the request must ask for logprobs"
+    if row["length"] != n_predict:
+        return f"{row['length']} logprob entries != n_predict={n_predict}; the request must ask for logprobs"
     return None
 
 
@@ -243,30 +244,33 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     With repeated bands, ``repeat`` chooses which (the first by default).
     """
     manifest = run.manifest
-    requests = run.requests()
+    steps, requests, _ = _numbered(run)
     prompts = sorted({p for p in requests["prompt_id"].to_list() if p is not None})
     if prompt_id is None:
         if len(prompts) != 1:
             raise RunError(f"the run holds prompts {prompts}; choose one with prompt_id=")
         prompt_id = prompts[0]
     requests = requests.filter(pl.col("prompt_id") == prompt_id)
-    streams = run.streams()
     sampler = dict(manifest.get("sampler", {}))
     n_predict = int(sampler.get("max_tokens", sampler.get("n_predict", 0)) or 0)
     declared_min, max_run = run.declared_min, int(manifest.get("max_constant_run", _DEFAULTS["max_constant_run"]))
     refs = requests.filter(pl.col("role") == "reference").sort("slot").to_dicts()
-    reference = _reference(refs, streams, n_predict, declared_min)
-    ref_stream = _stream_of(streams, refs[0]) if refs else None
+    band_rows = {}
+    for c in run.ladder:
+        rows = requests.filter((pl.col("role") == "band") & (pl.col("band_c") == c))
+        chosen = repeat if repeat is not None else (rows["repeat"].drop_nulls().min() if rows["repeat"].drop_nulls().len() else None)
+        if chosen is not None:
+            rows = rows.filter(pl.col("repeat") == chosen)
+        band_rows[c] = (chosen, rows.sort("slot").to_dicts())
+    facts = _pair_facts(steps, _witness_pairs(refs, [rows for _, rows in band_rows.values()]))
+    reference = _reference(refs, facts, n_predict, declared_min)
     bands = []
     if reference["stable"]:
-        for c in run.ladder:
-            rows = requests.filter((pl.col("role") == "band") & (pl.col("band_c") == c))
-            chosen = repeat if repeat is not None else (rows["repeat"].drop_nulls().min() if rows["repeat"].drop_nulls().len() else None)
-            if chosen is not None:
-                rows = rows.filter(pl.col("repeat") == chosen)
+        runs = _constant_runs(run)
+        for c, (chosen, rows) in band_rows.items():
             m_formed = _m_formed(manifest, prompt_id, c, chosen)
             expected = 1 if (manifest.get("requested") or {}).get("layout") == "needle" else c  # needle: only the target is recorded
-            bands.append(_band(c, m_formed, rows.sort("slot").to_dicts(), streams, ref_stream, n_predict, declared_min, max_run, expected))
+            bands.append(_band(c, m_formed, rows, facts, runs, refs[0], n_predict, declared_min, max_run, expected))
     result = derive_run_verdict(reference["stable"], [(b["c"], b["result"]) for b in bands])
     prompt_text = next((p.get("text") for p in manifest.get("prompts", []) if str(p.get("prompt_id")) == prompt_id), None)
     identity = manifest.get("identity", {})
@@ -287,18 +291,45 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     }
 
 
-def _reference(refs: list[dict], streams: dict, n_predict: int, declared_min: int) -> dict[str, Any]:
+def _witness_pairs(refs: list[dict], bands: list[list[dict]]) -> list[tuple[int, int]]:
+    """The comparisons a witness needs: ref #1 against ref #2, and per band ref #1 against slot 0 and slot 0 against every slot."""
+    if len(refs) < 2:
+        return []
+    pairs = [(refs[0]["req"], refs[1]["req"])]
+    for rows in bands:
+        if rows:
+            pairs += [(refs[0]["req"], rows[0]["req"])] + [(rows[0]["req"], row["req"]) for row in rows]
+    return pairs
+
+
+def _pair_facts(steps: _columnar.Steps, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict[str, Any]]:
+    """:func:`analysis.parity.compare` of each (reference, other) request pair, computed in one query."""
+    frame = pl.DataFrame(pairs, schema={"ref": pl.Int64, "other": pl.Int64}, orient="row").unique(maintain_order=True)
+    frame = frame.with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64))
+    compared = frame.join(_columnar.compare_pairs(steps, frame, epsilon=parity.NEAR_TIE_EPSILON), on="pair")
+    return {(row["ref"], row["other"]): row for row in compared.iter_rows(named=True)}
+
+
+def _constant_runs(run: Run) -> dict[int, int]:
+    """The longest run of one repeated token of every request, by request number (built once per run)."""
+    if "constant_runs" not in run._cache:
+        steps, _, _ = _numbered(run)
+        runs = _columnar.constant_runs(steps)
+        run._cache["constant_runs"] = dict(zip(runs["req"].to_list(), runs["max_constant_run"].to_list()))
+    return run._cache["constant_runs"]
+
+
+def _reference(refs: list[dict], facts: dict, n_predict: int, declared_min: int) -> dict[str, Any]:
     out: dict[str, Any] = {"stable": False, "tokens": refs[0]["completion_tokens"] if refs else None, "self_divergence_at": None}
     if len(refs) < 2:
         out["reason"] = f"the run holds {len(refs)} m=1 reference(s); two are needed"
         return out
-    first, second = (_stream_of(streams, r) for r in refs[:2])
-    for label, row, stream in (("ref#1", refs[0], first), ("ref#2", refs[1], second)):
-        why = _refusal(row, stream, n_predict)
+    for label, row in (("ref#1", refs[0]), ("ref#2", refs[1])):
+        why = _refusal(row, n_predict)
         if why:
             out["reason"] = f"{label}: {why}"
             return out
-    agree = parity.agreement(first.identities, second.identities)
+    agree = facts[(refs[0]["req"], refs[1]["req"])]["agree_to"]
     out["self_divergence_at"] = agree
     if agree < declared_min:
         out["reason"] = (f"the two m=1 references diverge at token {agree} < declared_min {declared_min}; "
@@ -345,14 +376,11 @@ def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int |
     return max(widths, default=0)
 
 
-def _band(c, m_formed, rows, streams, ref_stream, n_predict, declared_min, max_run, expected) -> dict[str, Any]:
-    slots, samples = [], []
+def _band(c, m_formed, rows, facts, runs, ref_row, n_predict, declared_min, max_run, expected) -> dict[str, Any]:
+    slots = []
     for i, row in enumerate(rows):
-        stream = _stream_of(streams, row)
-        refused = _refusal(row, stream, n_predict)
-        slots.append({"i": i, "completion_tokens": row["completion_tokens"], "finish_reason": row["finish_reason"], "refused": refused,
+        slots.append({"i": i, "completion_tokens": row["completion_tokens"], "finish_reason": row["finish_reason"], "refused": _refusal(row, n_predict),
                       "decode_tok_s": row["decode_tok_s"]})
-        samples.append(stream)
     band = {"c": c, "m_formed": m_formed, "result": "UNMEASURABLE", "divergence_at": None, "intra_agree_to": None, "max_constant_run": None,
             "declared_min": declared_min, "max_constant_run_declared": max_run, "reason": None,
             "decode_tok_s": parity.band_decode_rate([s["decode_tok_s"] for s in slots]), "slots": slots}
@@ -366,12 +394,12 @@ def _band(c, m_formed, rows, streams, ref_stream, n_predict, declared_min, max_r
                           "so nothing about it was witnessed")
     if band["reason"]:
         return band
-    first = parity.compare(ref_stream, samples[0])
-    band["divergence_at"] = first.agree_to  # aprender: reference against slot 0; the shorter length when they never part
-    if first.diverged and first.reference_margin is not None:
-        band["top2_margin_at_divergence"] = first.reference_margin
-    band["intra_agree_to"] = min(parity.agreement(samples[0].identities, s.identities) for s in samples)
-    band["max_constant_run"] = max(parity.longest_constant_run(s.identities) for s in samples)
+    first = facts[(ref_row["req"], rows[0]["req"])]
+    band["divergence_at"] = first["agree_to"]  # aprender: reference against slot 0; the shorter length when they never part
+    if first["diverged"] and first["reference_margin"] is not None:
+        band["top2_margin_at_divergence"] = first["reference_margin"]
+    band["intra_agree_to"] = min(facts[(rows[0]["req"], row["req"])]["agree_to"] for row in rows)
+    band["max_constant_run"] = max(runs[row["req"]] for row in rows)
     reasons = []
     if max_run > 0 and band["max_constant_run"] >= max_run:
         reasons.append(f"a slot repeated one token {band['max_constant_run']} times, at or above max_constant_run={max_run} (#2753 signature)")
@@ -393,11 +421,16 @@ def write_witness(run: Run, path: str | os.PathLike[str] | None = None, **option
     return path
 
 
-__all__ = ["Run", "RunError", "Unit", "accuracy_table", "assemble_run", "band_table", "band_widths", "observer_table", "plan", "prompt_table", "read_run", "references",
-           "slot_table", "to_witness", "width_table", "write_witness"]
+__all__ = ["Run", "RunError", "Unit", "accuracy_table", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table", "flip_table",
+           "observer_table", "plan", "prompt_table", "read_run", "reference_margins", "references", "slot_table", "to_witness", "width_table",
+           "write_witness"]
 
 
 # --- tables for the report ----------------------------------------------------------------------
+
+
+def _stream_of(streams: dict, row: Mapping[str, Any]) -> parity.Stream:
+    return streams.get((row["source"], row["record"], row["choice_index"]), parity.Stream((row["source"],), ()))
 
 
 def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stream]:
@@ -419,12 +452,68 @@ def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stre
     return {row["prompt_id"]: _stream_of(streams, row) for row in refs.iter_rows(named=True)}
 
 
+def _numbered(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.Steps, pl.DataFrame, pl.DataFrame]:
+    """The steps of the run's streams (and of a reference run's), its requests numbered (``req``, ``length``,
+    ``decode_tok_s``), and each prompt's reference request (``prompt_id``, ``ref``)."""
+    other = reference if isinstance(reference, Run) else None
+    if other is None and reference not in ("ref1", "ref2"):
+        raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
+    key = ("numbered", None if other is None else id(other))
+    if key not in run._cache:
+        dumps = [run.dump] if other is None else [run.dump, other.dump]
+        steps = _columnar.build_steps([(d.tokens, d.candidates, d.requests) for d in dumps])
+        numbered = [_numbered_requests(d.requests, steps, part) for part, d in enumerate(dumps)]
+        run._cache[key] = (steps, numbered, other)  # holding ``other`` keeps its id from being reused
+    steps, numbered, _ = run._cache[key]
+    slot = 1 if reference == "ref2" else 0
+    refs = (numbered[-1].filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
+            .unique("prompt_id", keep="last", maintain_order=True).select("prompt_id", ref="req"))
+    return steps, numbered[0], refs
+
+
+def _numbered_requests(requests: Any, steps: _columnar.Steps, part: int) -> pl.DataFrame:
+    numbers = steps.requests.filter(pl.col("part") == part).drop("part")
+    return parity.request_decode_rates(requests).join(numbers, on=["source", "record", "choice_index"], how="left", nulls_equal=True)
+
+
+_BAND_ORDER = ["prompt_id", "band_c", "repeat", "slot"]
+
+
+def _band_pairs(run: Run, reference: str | Run) -> tuple[_columnar.Steps, pl.DataFrame]:
+    """Every batched request with its reference (``pair``, ``ref``, ``other``), in the tables' order."""
+    steps, requests, refs = _numbered(run, reference)
+    bands = requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).join(refs, on="prompt_id", how="left", maintain_order="left")
+    orphan = bands.filter(pl.col("ref").is_null())
+    if orphan.height:
+        row = orphan.row(0, named=True)
+        raise RunError(f"{row['source']}: prompt {row['prompt_id']!r} has no {reference if isinstance(reference, str) else 'reference run'} reference")
+    return steps, bands.with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64), other=pl.col("req"))
+
+
+_SLOT_SCHEMA = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
+                "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
+                "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
+                "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
+                "kl_topk_max": pl.Float64, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64}
+
+
+def _slot_comparisons(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
+    """Every batched request joined with its comparison against its reference (all of ``Comparison``'s columns)."""
+    key = ("slots", epsilon, reference if isinstance(reference, str) else id(reference))
+    if key not in run._cache:
+        steps, pairs = _band_pairs(run, reference)
+        compared = _columnar.compare_pairs(steps, pairs.select("pair", "ref", "other"), epsilon=epsilon)
+        run._cache[key] = pairs.drop("length").join(compared, on="pair", how="left", maintain_order="left")
+    return run._cache[key]
+
+
 def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per batched request: its comparison with ref #1 of its prompt, and its decode rate.
 
     Over the steps where the request agrees with the reference, ``k3_*`` is prime-rl's
     ``exp(d) - 1 - d`` of the sampled token's logprobs and ``kl_topk_*`` the KL of the reference's
-    top-k (plus the rest) against the request's (see :func:`analysis.parity.topk_kl`).
+    top-k (plus the rest) against the request's (see :func:`analysis.parity.topk_kl`). Every
+    column is what :func:`analysis.parity.compare` gives, computed for all requests at once.
 
     Examples
     --------
@@ -435,50 +524,179 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     >>> slot_table(run).select("band_c", "agree_to", "diverged", "divergence_at").row(0)
     (1, 0, True, 0)
     """
-    requests, streams = run.requests(), run.streams()
-    refs = references(run, reference)
-    rows = []
-    for row in requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot").iter_rows(named=True):
-        if row["prompt_id"] not in refs:
-            raise RunError(f"{row['source']}: prompt {row['prompt_id']!r} has no {reference if isinstance(reference, str) else 'reference run'} reference")
-        c = parity.compare(refs[row["prompt_id"]], _stream_of(streams, row), epsilon=epsilon)
-        rows.append({"prompt_id": row["prompt_id"], "band_c": row["band_c"], "repeat": row["repeat"], "slot": row["slot"], "source": row["source"],
-                     "record": row["record"], "agree_to": c.agree_to, "diverged": c.diverged, "divergence_at": c.divergence_at,
-                     "bitwise_prefix": c.bitwise_prefix, "max_abs_delta": c.max_abs_delta, "max_ulp": c.max_ulp,
-                     "topk_order_changes": c.topk_order_changes, "reference_margin": c.reference_margin, "own_margin": c.own_margin,
-                     "in_reference_topk": c.in_reference_topk, "near_tie": c.near_tie, "k3_mean": c.k3_mean, "k3_max": c.k3_max,
-                     "kl_topk_mean": c.kl_topk_mean, "kl_topk_max": c.kl_topk_max, "length": c.length, "ttft_s": row["ttft_s"],
-                     "decode_tok_s": row["decode_tok_s"]})
-    schema = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
-              "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
-              "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
-              "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
-              "kl_topk_max": pl.Float64, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64}
-    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    return _slot_comparisons(run, epsilon, reference).select([pl.col(n).cast(t) for n, t in _SLOT_SCHEMA.items()])
+
+
+_BAND = ["prompt_id", "band_c", "repeat"]
+_BAND_SCHEMA = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "m_formed": pl.Int64, "widths_seen": pl.String,
+                "n_slots": pl.Int64, "divergence_min": pl.Int64, "divergence_median": pl.Float64, "divergence_max": pl.Int64,
+                "diverged_slots": pl.Int64, "near_tie_slots": pl.Int64, "intra_agree_to": pl.Int64, "max_constant_run": pl.Int64,
+                "unique_completions": pl.Int64, "modal_share": pl.Float64, "modal_share_low": pl.Float64, "modal_share_high": pl.Float64,
+                "decode_tok_s": pl.Float64, "s_per_1000_seq": pl.Float64, "release_skew_s": pl.Float64, "prefix_cache": pl.String}
 
 
 def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate,
     seconds per 1000 sequences (the band's wall time from its first send to its last token, per
     request) and the release skew (first to last send); the last two for probe runs only, which
-    record when each request was sent."""
-    requests, streams = run.requests(), run.streams()
-    refs = references(run, reference)
-    rows = []
-    bands = requests.filter(pl.col("role") == "band").sort("prompt_id", "band_c", "repeat", "slot")
-    for (prompt, c, repeat), group in bands.group_by(["prompt_id", "band_c", "repeat"], maintain_order=True):
-        slots = [_stream_of(streams, r) for r in group.iter_rows(named=True)]
-        summary = parity.band_summary(refs[prompt], slots, epsilon=epsilon)
-        summary.pop("comparisons")
+    record when each request was sent. Each column is :func:`analysis.parity.band_summary`'s, as group-bys."""
+    slots = _slot_comparisons(run, epsilon, reference)
+    if slots.height == 0:
+        return pl.DataFrame(schema=_BAND_SCHEMA)
+    steps, _ = _band_pairs(run, reference)
+    slots = slots.with_columns(first=pl.col("other").first().over(_BAND))
+    intra = _columnar.agreements(steps, slots.select("pair", ref="first", other="other")).rename({"agree_to": "intra"})
+    slots = (slots.join(intra, on="pair", how="left").join(_columnar.constant_runs(steps).rename({"req": "other"}), on="other", how="left")
+             .join(_columnar.sequences(steps).rename({"req": "other"}), on="other", how="left"))
+    sent = pl.col("extra").str.json_path_match("$.sent_at_s").cast(pl.Float64)
+    slots = slots.with_columns(sent=sent, end=sent + pl.col("t_last_content"))
+    timed = (pl.col("sent").null_count() == 0) & (pl.col("end").null_count() == 0)
+    bands = slots.group_by(_BAND, maintain_order=True).agg(
+        n_slots=pl.len().cast(pl.Int64),
+        divergence_min=pl.col("agree_to").min(),
+        divergence_median=pl.col("agree_to").median(),
+        divergence_max=pl.col("agree_to").max(),
+        diverged_slots=pl.col("diverged").sum().cast(pl.Int64),
+        near_tie_slots=pl.col("near_tie").sum().cast(pl.Int64),
+        intra_agree_to=pl.col("intra").min(),
+        max_constant_run=pl.col("max_constant_run").max(),
+        decode_tok_s=_columnar.band_rate(pl.col("decode_tok_s")),
+        s_per_1000_seq=pl.when(timed).then((pl.col("end").max() - pl.col("sent").min()) / pl.len() * 1000),
+        release_skew_s=pl.when(timed).then(pl.col("sent").max() - pl.col("sent").min()),
+    )
+    completions = (slots.group_by([*_BAND, "sequence"]).agg(count=pl.len())
+                   .group_by(_BAND).agg(unique_completions=pl.len().cast(pl.Int64), modal_count=pl.col("count").max()))
+    bands = bands.join(completions, on=_BAND, how="left", nulls_equal=True, maintain_order="left")
+    low, high = _columnar.wilson(pl.col("modal_count"), pl.col("n_slots"))
+    bands = bands.with_columns(modal_share=pl.col("modal_count") / pl.col("n_slots"), modal_share_low=low, modal_share_high=high)
+    widths = _band_widths_text(run, bands)
+    return bands.with_columns(pl.Series("m_formed", [w["m_formed"] for w in widths], dtype=pl.Int64),
+                              pl.Series("widths_seen", [w["widths_seen"] for w in widths], dtype=pl.String),
+                              pl.Series("prefix_cache", [_cache_summary(run.manifest, p, c, r) for p, c, r in bands.select(_BAND).rows()],
+                                        dtype=pl.String)).select([pl.col(n).cast(t) for n, t in _BAND_SCHEMA.items()])
+
+
+def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
+    """Each band's largest width formed and its widths as text, from the manifest (one entry per band, not per request)."""
+    out = []
+    for prompt, c, repeat in bands.select(_BAND).rows():
         widths, origin = band_widths(run.manifest, prompt, c, repeat)
-        spans = _send_spans(group)
         seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
-        rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "m_formed": max(widths) if widths else None,
-                     "widths_seen": (seen + (" (running-requests gauge samples)" if origin == "metrics" else "")) or None, **summary,
-                     "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list()), "s_per_1000_seq": _seconds_per_1000(spans),
-                     "release_skew_s": _release_skew(spans),
-                     "prefix_cache": _cache_summary(run.manifest, prompt, c, repeat)})
-    return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64})
+        out.append({"m_formed": max(widths) if widths else None,
+                    "widths_seen": (seen + (" (running-requests gauge samples)" if origin == "metrics" else "")) or None})
+    return out
+
+
+_PROMPT_SCHEMA = {"prompt_id": pl.String, "tie_density_1e-3": pl.Float64, "tie_density_1e-2": pl.Float64, "tie_density_1e-1": pl.Float64,
+                  "div_index": pl.Int64, "avg_std_top1_prob": pl.Float64, "std_output_length": pl.Float64,
+                  "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64}
+
+
+def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
+    """One row per prompt: the reference's tie density, Yuan et al.'s Div_Index, Avg_Std@top1_prob and
+    the std of output lengths (averaged over prompts, their Avg_Std@Output_Length) across the
+    reference and each band's slot 0 (the configurations), and S7's c=4/c=1 decode-rate
+    ratio with a bootstrap interval over the bands' repeats (null where rates are missing)."""
+    steps, requests, refs = _numbered(run, reference)
+    bands = requests.filter(pl.col("role") == "band")
+    firsts = (bands.filter(pl.col("slot") == 0).sort("band_c", "repeat").join(refs, on="prompt_id", maintain_order="left")
+              .select("prompt_id", "ref", other="req").with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
+    lengths = steps.requests.select("req", "length")
+    configurations = pl.concat([refs.select("prompt_id", req="ref"), firsts.select("prompt_id", req="other")]).join(lengths, on="req", how="left")
+    thresholds = {"1e-3": 1e-3, "1e-2": 1e-2, "1e-1": 1e-1}
+    margins = steps.steps.join(refs, left_on="req", right_on="ref").group_by("prompt_id").agg(
+        (pl.col("margin") < t).sum().truediv(pl.col("margin").count()).alias(f"tie_density_{name}") for name, t in thresholds.items())
+    parted = (_columnar.agreements(steps, firsts).join(firsts.select("pair", "prompt_id"), on="pair")
+              .group_by("prompt_id").agg(first_part=pl.col("agree_to").min()))
+    per_prompt = (configurations.group_by("prompt_id").agg(n=pl.len(), shortest=pl.col("length").min(),
+                                                           std_output_length=pl.col("length").cast(pl.Float64).std(ddof=0))
+                  .join(refs.join(lengths.rename({"req": "ref", "length": "ref_length"}), on="ref"), on="prompt_id")
+                  .join(parted, on="prompt_id", how="left").with_columns(div_index=pl.coalesce("first_part", "ref_length")))
+    top1 = (configurations.join(steps.steps.select("req", "idx", p=pl.coalesce("top1", "logprob").exp()), on="req")
+            .join(per_prompt.select("prompt_id", "n", limit=pl.min_horizontal(pl.col("div_index") + 1, "shortest")), on="prompt_id")
+            .filter(pl.col("idx") < pl.col("limit"))
+            .group_by("prompt_id", "idx").agg(pl.col("n").first(), known=pl.col("p").count(), std=pl.col("p").std(ddof=0))
+            .filter(pl.col("known") == pl.col("n")).group_by("prompt_id").agg(avg_std_top1_prob=pl.col("std").mean()))
+    table = (refs.select("prompt_id").join(margins, on="prompt_id", how="left", maintain_order="left")
+             .join(per_prompt, on="prompt_id", how="left", maintain_order="left").join(top1, on="prompt_id", how="left", maintain_order="left")
+             .join(_s7(bands), on="prompt_id", how="left", maintain_order="left"))
+    # a reference without margins has no tie density: NaN, as parity.tie_density gives
+    table = table.with_columns(pl.col(f"tie_density_{name}").fill_null(float("nan")) for name in thresholds)
+    return table.select([pl.col(n).cast(t) for n, t in _PROMPT_SCHEMA.items()])
+
+
+def _s7(bands: pl.DataFrame) -> pl.DataFrame:
+    """S7's c=4 / c=1 decode-rate ratio per prompt, with its bootstrap interval over each band's repeats."""
+    rates = (bands.filter(pl.col("band_c").is_in([1, 4])).group_by("prompt_id", "band_c", "repeat")
+             .agg(rate=_columnar.band_rate(pl.col("decode_tok_s"))).sort("prompt_id", "band_c", "repeat"))
+    rows = []
+    for (prompt,), group in rates.group_by(["prompt_id"], maintain_order=True):  # one bootstrap per prompt
+        base, batched = (group.filter(pl.col("band_c") == c)["rate"] for c in (1, 4))
+        if base.len() and batched.len() and base.null_count() == 0 and batched.null_count() == 0:
+            ratio, low, high = parity.ratio_interval(base.to_list(), batched.to_list())
+            rows.append({"prompt_id": prompt, "s7_ratio": ratio, "s7_low": low, "s7_high": high})
+    return pl.DataFrame(rows, schema={"prompt_id": pl.String, "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64}, orient="row")
+
+
+def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float] = parity.FLIP_EDGES) -> pl.DataFrame:
+    """:func:`analysis.parity.flip_curve` over every batched request of the run against its reference.
+
+    Examples
+    --------
+    >>> flip_table(Run({"ladder": [1]}, read_dumps([]))).select("steps").to_series().sum()
+    0
+    """
+    slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
+    steps, _ = _band_pairs(run, reference)
+    at_risk = (slots.select("pair", "ref", "diverged", "divergence_at",
+                            last=pl.when(pl.col("diverged")).then("divergence_at").otherwise(pl.min_horizontal("length", "reference_length") - 1))
+               .join(steps.steps.select(ref="req", idx="idx", margin="margin"), on="ref")
+               .filter((pl.col("idx") <= pl.col("last")) & pl.col("margin").is_not_null())
+               .select("margin", flip=pl.col("diverged") & (pl.col("idx") == pl.col("divergence_at"))))
+    return _columnar.flip_bins(at_risk, edges)
+
+
+def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
+    """Per batched request and step before its fork, |delta logprob| against the reference (``label``, ``step``, ``abs_delta``)."""
+    slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
+    steps, _ = _band_pairs(run, reference)
+    side = steps.steps.select("req", "idx", "logprob")
+    joined = (slots.select("pair", "ref", "other", "agree_to", label=pl.format("{} c={} slot {}", "prompt_id", "band_c", "slot"))
+              .join(side.rename({"req": "ref", "logprob": "lp_r"}), on="ref")
+              .join(side.rename({"req": "other", "logprob": "lp_o"}), on=["other", "idx"])
+              .filter((pl.col("idx") < pl.col("agree_to")) & pl.col("lp_r").is_not_null() & pl.col("lp_o").is_not_null()))
+    return joined.sort("pair", "idx").select("label", step="idx", abs_delta=(pl.col("lp_r") - pl.col("lp_o")).abs())
+
+
+def reference_margins(run: Run, *, reference: str | Run = "ref1") -> dict[str, list[float | None]]:
+    """Each prompt's reference margin (top-1 minus top-2) at every step, for :func:`analysis.plots.plot_margin_trace`."""
+    steps, _, refs = _numbered(run, reference)
+    lists = steps.steps.join(refs, left_on="req", right_on="ref").group_by("prompt_id", maintain_order=True).agg(pl.col("margin").sort_by("idx"))
+    margins = dict(zip(lists["prompt_id"].to_list(), lists["margin"].to_list()))
+    return {prompt: margins.get(prompt, []) for prompt in refs["prompt_id"].to_list()}
+
+
+def band_forks(run: Run) -> pl.DataFrame:
+    """Where the slots of each band first disagree among themselves (``at``) and which tokens they took there.
+
+    One row per (band, token taken): ``token_id``, ``token_text``, ``token_bytes`` and how many slots
+    took it (most first); a band whose slots never part has one row with ``at`` and null tokens.
+    """
+    steps, requests, _ = _numbered(run)
+    bands = (requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).with_row_index("pair")
+             .with_columns(pl.col("pair").cast(pl.Int64), first=pl.col("req").first().over(_BAND)))
+    intra = _columnar.agreements(steps, bands.select("pair", ref="first", other="req"))
+    bands = bands.join(intra, on="pair", maintain_order="left").with_columns(
+        at=pl.col("agree_to").filter(pl.col("req") != pl.col("first")).min().over(_BAND),
+        shortest=pl.col("length").min().over(_BAND))
+    bands = bands.with_columns(at=pl.coalesce("at", "shortest"))
+    taken = (bands.filter(pl.col("at") < pl.col("shortest")).select(*_BAND, "pair", "at", "req")
+             .join(steps.steps.select("req", "idx", "ident", "token_id", "token_text", "token_bytes"), left_on=["req", "at"], right_on=["req", "idx"])
+             .group_by([*_BAND, "at", "ident"], maintain_order=True)
+             .agg(pl.col("token_id", "token_text", "token_bytes").first(), slots=pl.len().cast(pl.Int64), first_slot=pl.col("pair").min())
+             .sort([*_BAND, "slots", "first_slot"], descending=[False, False, False, True, False], nulls_last=False, maintain_order=True))
+    keys = bands.group_by(_BAND, maintain_order=True).agg(pl.col("at").first())
+    return keys.join(taken.drop("ident", "first_slot"), on=[*_BAND, "at"], how="left", nulls_equal=True, maintain_order="left")
 
 
 def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> str | None:
@@ -524,33 +742,6 @@ def _release_skew(spans: list[tuple[float, float]] | None) -> float | None:
     """Seconds between the first and the last request of a band leaving the client: a batch can only form
     from requests that arrive together."""
     return None if spans is None else max(start for start, _ in spans) - min(start for start, _ in spans)
-
-
-def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
-    """One row per prompt: the reference's tie density, Yuan et al.'s Div_Index, Avg_Std@top1_prob and
-    the std of output lengths (averaged over prompts, their Avg_Std@Output_Length) across the
-    reference and each band's slot 0 (the configurations), and S7's c=4/c=1 decode-rate
-    ratio with a bootstrap interval over the bands' repeats (null where rates are missing)."""
-    refs, requests, streams = references(run, reference), run.requests(), run.streams()
-    rows = []
-    for prompt, ref in refs.items():
-        bands = requests.filter((pl.col("prompt_id") == prompt) & (pl.col("role") == "band"))
-        firsts = [_stream_of(streams, r) for r in bands.filter(pl.col("slot") == 0).sort("band_c", "repeat").iter_rows(named=True)]
-        configurations = [ref, *firsts]
-        density = parity.tie_density(parity.step_margins(ref))
-        row = {"prompt_id": prompt, "tie_density_1e-3": density[1e-3], "tie_density_1e-2": density[1e-2], "tie_density_1e-1": density[1e-1],
-               "div_index": parity.div_index(configurations), "avg_std_top1_prob": parity.avg_std_top1_prob(configurations),
-               "std_output_length": float(np.std([len(s) for s in configurations])),
-               "s7_ratio": None, "s7_low": None, "s7_high": None}
-        rates = {c: [parity.band_decode_rate(g["decode_tok_s"].to_list()) for _, g in bands.filter(pl.col("band_c") == c).group_by("repeat")]
-                 for c in (1, 4)}
-        if rates[1] and rates[4] and None not in rates[1] + rates[4]:
-            row["s7_ratio"], row["s7_low"], row["s7_high"] = parity.ratio_interval(rates[1], rates[4])
-        rows.append(row)
-    return pl.DataFrame(rows, schema={"prompt_id": pl.String, "tie_density_1e-3": pl.Float64, "tie_density_1e-2": pl.Float64,
-                                      "tie_density_1e-1": pl.Float64, "div_index": pl.Int64, "avg_std_top1_prob": pl.Float64,
-                                      "std_output_length": pl.Float64,
-                                      "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64})
 
 
 def observer_table(run: Run) -> pl.DataFrame:

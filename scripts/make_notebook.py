@@ -32,7 +32,7 @@ CELLS = [
         "import matplotlib.pyplot as plt\n"
         "from IPython.display import HTML, display\n\n"
         "import analysis\n"
-        "from analysis import parity, plots, report\n"
+        "from analysis import plots, report\n"
         "from analysis.run import band_table, read_run, slot_table, width_table\n\n"
         "v3_policy = analysis.V3Policy.from_mapping(policy)\n"
         "witness_sources = sources or ([] if runs else analysis.default_sources())\n"
@@ -91,15 +91,14 @@ CELLS = [
         "    plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=axes[0])\n"
         "    plots.plot_margin_at_divergence(slots, epsilon=epsilon, ax=axes[1])\n"
         '    report.show_figure(fig, f"{run.path}: where each batched request parted from ref #1, and the reference margin there")\n'
-                "    refs, pairs, deltas = report.run_streams(run, against)\n"
+        "    margins, flips, deltas = report.run_curves(run, against)\n"
         "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
-        "    margins = {prompt: parity.step_margins(reference) for prompt, reference in refs.items()}\n"
-        "    parted = {prompt: slots.filter(prompt_id=prompt)['divergence_at'].drop_nulls().to_list() for prompt in refs}\n"
+        "    parted = {prompt: slots.filter(prompt_id=prompt)['divergence_at'].drop_nulls().to_list() for prompt in margins}\n"
         "    plots.plot_margin_trace(margins, parted, epsilon=epsilon, ax=axes[0])\n"
         "    plots.plot_delta_before_fork(deltas, ax=axes[1])\n"
         '    report.show_figure(fig, f"{run.path}: the reference margin at every step with the divergences marked, and the logprob drift before the fork")\n'
         "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
-        "    plots.plot_flip_curve(parity.flip_curve(pairs), ax=axes[0])\n"
+        "    plots.plot_flip_curve(flips, ax=axes[0])\n"
         "    plots.plot_band_widths(width_table(run), ax=axes[1])\n"
         '    report.show_figure(fig, f"{run.path}: P(flip | margin), and the batch widths the server formed in each band")\n'
         "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"

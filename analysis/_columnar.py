@@ -1,0 +1,285 @@
+"""Parity metrics as polars queries: every stream is a set of rows, every comparison a join.
+
+The per-stream functions in :mod:`analysis.parity` (``compare``, ``topk_kl``, ...) define each
+measure on two Python streams; this module computes the same measures for every request of a run
+at once, as joins of each request to its reference on the step index, group-bys and window
+functions, with no Python per token or per candidate. ``tests/test_columnar.py`` checks the two
+agree on random streams.
+
+The frames here:
+
+``steps``
+    One row per completion token of a request: ``req`` (the request's number), ``idx`` (its
+    0-based step: the rank of its ``position``, as a :class:`~analysis.parity.Stream` counts),
+    ``ident`` (the token's identity: its id, else its text and bytes), ``logprob``, ``bits`` (its
+    float32 bits) and ``ordered`` (the same moved onto a line where float order is integer order),
+    and from its top-k list:
+    ``n_cands``, ``cand_list`` (identities in delivered order), ``cand_set`` (sorted, unique),
+    ``top1`` (the best finite logprob) and ``margin`` (top-1 minus top-2).
+``cands``
+    One row per delivered ``top_logprobs`` candidate: ``req``, ``idx``, ``ident``, ``logprob``,
+    ``first`` (the first finite entry of its identity in its list: the one a KL counts).
+``pairs``
+    What to compare: ``pair``, ``ref`` and ``other`` (request numbers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .dumps._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
+
+REQUEST_KEY = ["part", "source", "record", "choice_index"]
+REST_FLOOR = 1e-12  # parity.topk_kl floors its rest-of-vocabulary buckets here
+
+COMPARISON_SCHEMA = {
+    "pair": pl.Int64, "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64,
+    "max_abs_delta": pl.Float64, "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "topk_set_changes": pl.Int64,
+    "reference_margin": pl.Float64, "own_margin": pl.Float64, "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean,
+    "length": pl.Int64, "reference_length": pl.Int64, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
+    "kl_topk_max": pl.Float64,
+}
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The ``steps`` and ``cands`` frames of some requests, and each request's number and length.
+
+    ``requests`` maps each request key (``part``, ``source``, ``record``, ``choice_index``) to its
+    ``req`` and ``length`` (0 for a request without completion tokens).
+    """
+
+    steps: pl.DataFrame
+    cands: pl.DataFrame
+    requests: pl.DataFrame
+
+
+def _lazy(frame: Any, schema: dict) -> pl.LazyFrame:
+    if isinstance(frame, pl.LazyFrame):
+        return frame
+    if isinstance(frame, pl.DataFrame):
+        return frame.lazy()
+    return pl.from_pandas(frame, schema_overrides=schema).lazy()
+
+
+def _identity(token_id: str, text: str, data: str, as_int: bool) -> pl.Expr:
+    """A token's identity as one comparable value: its id, else its text and bytes (``parity._identity``).
+
+    When every token of the frames has an id, the id itself; else a string that no two different
+    identities share (``#id`` or ``$hex(text):hex(bytes)``, ``-`` for a missing part).
+    """
+    if as_int:
+        return pl.col(token_id)
+    hex_text = pl.col(text).cast(pl.Binary).bin.encode("hex").fill_null("-")
+    hex_bytes = pl.col(data).bin.encode("hex").fill_null("-")
+    return (pl.when(pl.col(token_id).is_not_null()).then(pl.lit("#") + pl.col(token_id).cast(pl.String))
+            .otherwise(pl.lit("$") + hex_text + pl.lit(":") + hex_bytes))
+
+
+def float32_bits(value: pl.Expr) -> pl.Expr:
+    """A value's float32 bits as an integer (``parity.same_float32`` compares these: -0.0 is not 0.0)."""
+    return value.cast(pl.Float32).reinterpret(dtype=pl.Int32).cast(pl.Int64)
+
+
+def ordered_bits(bits: pl.Expr) -> pl.Expr:
+    """Float32 bits moved onto a line where float order is integer order (``parity.ulp_distance``: -0.0 and 0.0 meet)."""
+    return pl.when(bits < 0).then(-(bits.and_(0x7FFFFFFF))).otherwise(bits)
+
+
+def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") -> Steps:
+    """The ``steps`` and ``cands`` frames of the completion tokens of one or more dumps.
+
+    ``parts`` holds (tokens, candidates, requests) frames, polars or pandas, eager or lazy; a
+    request is known by its part and its key (source, record, choice_index). Only requests the
+    ``requests`` frames list are numbered.
+    """
+    tokens = pl.concat([_lazy(t, TOKEN_SCHEMA).filter(pl.col("segment") == "completion").with_columns(part=pl.lit(i, pl.Int64))
+                        .select(*REQUEST_KEY, "position", "token_id", "token_text", "token_bytes", "logprob")
+                        for i, (t, _, _) in enumerate(parts)])
+    cands = pl.concat([_lazy(c, CANDIDATE_SCHEMA).filter((pl.col("segment") == "completion") & (pl.col("list_kind") == "top_logprobs"))
+                       .with_columns(part=pl.lit(i, pl.Int64))
+                       .select(*REQUEST_KEY, "position", "list_index", "cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob")
+                       for i, (_, c, _) in enumerate(parts)])
+    keys = pl.concat([_lazy(r, REQUEST_SCHEMA).with_columns(part=pl.lit(i, pl.Int64)).select(REQUEST_KEY)
+                      for i, (_, _, r) in enumerate(parts)]).unique(maintain_order=True).with_row_index("req").with_columns(pl.col("req").cast(pl.Int64))
+    keys = keys.collect()
+    tokens = tokens.join(keys.lazy(), on=REQUEST_KEY, how="inner").sort("req", "position")
+    tokens = tokens.with_columns(idx=pl.int_range(pl.len(), dtype=pl.Int64).over("req")).collect(engine=engine)
+    cands = cands.join(tokens.lazy().select(*REQUEST_KEY, "position", "req", "idx"), on=[*REQUEST_KEY, "position"], how="inner")
+    cands = cands.sort("req", "idx", "list_index").collect(engine=engine)
+    as_int = tokens["token_id"].null_count() == 0 and cands["cand_token_id"].null_count() == 0
+    cands = cands.select(
+        "req", "idx",
+        ident=_identity("cand_token_id", "cand_token_text", "cand_token_bytes", as_int),
+        logprob=pl.col("cand_logprob"),
+    ).with_columns(finite=pl.col("logprob").is_finite().fill_null(False))
+    cands = cands.with_columns(first=pl.col("finite") & pl.struct("req", "idx", "ident", "finite").is_first_distinct())
+    finite = pl.col("logprob").filter(pl.col("finite"))
+    per_step = cands.group_by("req", "idx").agg(
+        n_cands=pl.len().cast(pl.Int64),
+        cand_list=pl.col("ident"),
+        cand_set=pl.col("ident").unique().sort(),
+        top1=finite.max(),
+        top2=finite.top_k(2),
+    ).with_columns(  # top_k gives the two largest in no particular order
+        margin=pl.when(pl.col("top2").list.len() >= 2).then(pl.col("top2").list.max() - pl.col("top2").list.min())).drop("top2")
+    steps = tokens.select(
+        "req", "idx", "position", "token_id", "token_text", "token_bytes",
+        ident=_identity("token_id", "token_text", "token_bytes", as_int),
+        logprob=pl.col("logprob"),
+        bits=float32_bits(pl.col("logprob")),
+    ).with_columns(ordered=ordered_bits(pl.col("bits"))).join(per_step, on=["req", "idx"], how="left").with_columns(pl.col("n_cands").fill_null(0)).sort("req", "idx")
+    lengths = steps.group_by("req").agg(length=pl.len().cast(pl.Int64))
+    requests = keys.join(lengths, on="req", how="left").with_columns(pl.col("length").fill_null(0))
+    return Steps(steps, cands.drop("finite"), requests)
+
+
+# --- two streams ----------------------------------------------------------------------------------
+
+
+def _aligned(steps: Steps, pairs: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """Each pair's steps side by side on ``idx`` (the steps both streams have), ``_r`` the reference's and ``_o`` the other's."""
+    ref = steps.steps.select(pl.col("req").alias("ref"), "idx", *[pl.col(c).alias(f"{c}_r") for c in columns])
+    other = steps.steps.select(pl.col("req").alias("other"), "idx", *[pl.col(c).alias(f"{c}_o") for c in columns])
+    return pairs.select("pair", "ref", "other").join(ref, on="ref").join(other, on=["other", "idx"])
+
+
+def _with_lengths(steps: Steps, pairs: pl.DataFrame) -> pl.DataFrame:
+    lengths = steps.requests.select("req", "length")
+    return (pairs.join(lengths.rename({"req": "ref", "length": "reference_length"}), on="ref", how="left")
+            .join(lengths.rename({"req": "other"}), on="other", how="left")
+            .with_columns(pl.col("reference_length", "length").fill_null(0)))
+
+
+def agreements(steps: Steps, pairs: pl.DataFrame) -> pl.DataFrame:
+    """``parity.agreement`` for every pair: ``pair``, ``agree_to`` (leading steps with one identity)."""
+    parted = _aligned(steps, pairs, ["ident"]).filter(pl.col("ident_r") != pl.col("ident_o")).group_by("pair").agg(first_difference=pl.col("idx").min())
+    return (_with_lengths(steps, pairs).join(parted, on="pair", how="left")
+            .select("pair", agree_to=pl.coalesce("first_difference", pl.min_horizontal("reference_length", "length"))))
+
+
+def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.DataFrame:
+    """``parity.compare`` for every pair, one row each (the columns of :class:`~analysis.parity.Comparison`)."""
+    if pairs.height == 0:
+        return pl.DataFrame(schema=COMPARISON_SCHEMA)
+    base = _with_lengths(steps, pairs).join(agreements(steps, pairs), on="pair")
+    base = base.with_columns(diverged=pl.col("agree_to") < pl.min_horizontal("reference_length", "length"))
+    prefix = (_aligned(steps, pairs, ["logprob", "bits", "ordered", "n_cands", "cand_list", "cand_set"])
+              .join(base.select("pair", "agree_to"), on="pair").filter(pl.col("idx") < pl.col("agree_to")))
+    both = pl.col("logprob_r").is_not_null() & pl.col("logprob_o").is_not_null()
+    d = pl.col("logprob_o") - pl.col("logprob_r")
+    listed = (pl.col("n_cands_r") > 0) & (pl.col("n_cands_o") > 0)
+    prefix = prefix.with_columns(k3=_expm1(d) - d)  # elementwise here: a Python function inside agg would run once per pair
+    prefix_stats = prefix.group_by("pair").agg(
+        bits_differ=pl.col("idx").filter(~pl.col("bits_r").eq_missing(pl.col("bits_o"))).min(),
+        max_abs_delta=d.abs().filter(both).max(),
+        max_ulp=(pl.col("ordered_r") - pl.col("ordered_o")).abs().filter(both).max(),
+        topk_order_changes=(listed & (pl.col("cand_list_r") != pl.col("cand_list_o"))).sum().cast(pl.Int64),
+        topk_set_changes=(listed & (pl.col("cand_set_r") != pl.col("cand_set_o"))).sum().cast(pl.Int64),
+        k3_mean=pl.col("k3").filter(both).mean(),
+        k3_max=pl.col("k3").filter(both).max(),
+    )
+    kl = _topk_kl(steps, prefix.select("pair", "ref", "other", "idx")).group_by("pair").agg(
+        kl_topk_mean=pl.col("kl").mean(), kl_topk_max=pl.col("kl").max())
+    at_fork = _at_divergence(steps, base.filter(pl.col("diverged")))
+    out = (base.join(prefix_stats, on="pair", how="left").join(kl, on="pair", how="left").join(at_fork, on="pair", how="left")
+           .with_columns(
+               divergence_at=pl.when(pl.col("diverged")).then(pl.col("agree_to")),
+               bitwise_prefix=pl.coalesce("bits_differ", "agree_to"),
+               topk_order_changes=pl.col("topk_order_changes").fill_null(0),
+               topk_set_changes=pl.col("topk_set_changes").fill_null(0),
+               near_tie=((pl.col("reference_margin") >= 0.0) & (pl.col("reference_margin") < epsilon)).fill_null(False),
+           ))
+    return out.select([pl.col(name).cast(dtype) for name, dtype in COMPARISON_SCHEMA.items()]).sort("pair")
+
+
+def _expm1(d: pl.Expr) -> pl.Expr:
+    """``exp(d) - 1`` without the cancellation of ``exp(d) - 1`` for small d (k3 is second order in d); inf past float range."""
+    return d.map_batches(_quiet_expm1, return_dtype=pl.Float64)
+
+
+def _quiet_expm1(values: pl.Series) -> pl.Series:
+    with np.errstate(over="ignore"):  # parity.k3 gives inf there too
+        return pl.Series(values.name, np.expm1(values.cast(pl.Float64).to_numpy()))
+
+
+def _topk_kl(steps: Steps, at: pl.DataFrame) -> pl.DataFrame:
+    """``parity.topk_kl`` of the reference's list against the other's at each (pair, idx) of ``at``: ``pair``, ``idx``, ``kl``."""
+    firsts = steps.cands.filter(pl.col("first")).select("req", "idx", "ident", prob=pl.col("logprob").exp())
+    joined = (at.join(firsts.rename({"req": "ref", "prob": "p"}), on=["ref", "idx"])
+              .join(firsts.rename({"req": "other", "prob": "q"}), on=["other", "idx", "ident"], how="left"))
+    counted = (pl.col("p") > REST_FLOOR) & (pl.col("q") > 0.0)
+    per_step = joined.group_by("pair", "idx").agg(
+        missing=pl.col("q").null_count(),
+        p_sum=pl.col("p").sum(),
+        q_sum=pl.col("q").sum(),
+        listed=(pl.col("p") * (pl.col("p") / pl.col("q")).log()).filter(counted).sum(),
+        underflow=((pl.col("p") > REST_FLOOR) & (pl.col("q") <= 0.0)).any(),
+    )
+    p_rest = pl.max_horizontal(1.0 - pl.col("p_sum"), pl.lit(REST_FLOOR))
+    q_rest = pl.max_horizontal(1.0 - pl.col("q_sum"), pl.lit(REST_FLOOR))
+    rest = pl.when(p_rest > REST_FLOOR).then(p_rest * (p_rest / q_rest).log()).otherwise(0.0)
+    return per_step.filter(pl.col("missing") == 0).select(
+        "pair", "idx", kl=pl.when(pl.col("underflow")).then(float("inf")).otherwise(pl.max_horizontal(pl.col("listed") + rest, pl.lit(0.0))))
+
+
+def _at_divergence(steps: Steps, diverged: pl.DataFrame) -> pl.DataFrame:
+    """Both margins and whether the other's token is in the reference's list, at each diverged pair's fork."""
+    fork = diverged.select("pair", "ref", "other", idx=pl.col("agree_to"))
+    ref = steps.steps.select(ref="req", idx="idx", reference_margin="margin", ref_n="n_cands", ref_set="cand_set")
+    other = steps.steps.select(other="req", idx="idx", own_margin="margin", own_ident="ident")
+    joined = fork.join(ref, on=["ref", "idx"], how="left").join(other, on=["other", "idx"], how="left")
+    return joined.select("pair", "reference_margin", "own_margin",
+                         in_reference_topk=pl.when(pl.col("ref_n") > 0).then(pl.col("ref_set").list.contains(pl.col("own_ident"))))
+
+
+# --- one stream and a band of streams -------------------------------------------------------------
+
+
+def constant_runs(steps: Steps) -> pl.DataFrame:
+    """``parity.longest_constant_run`` of every request: ``req``, ``max_constant_run`` (0 without tokens)."""
+    runs = (steps.steps.select("req", run=pl.col("ident").rle_id().over("req"))
+            .group_by("req", "run").len().group_by("req").agg(max_constant_run=pl.col("len").max().cast(pl.Int64)))
+    return steps.requests.select("req").join(runs, on="req", how="left").with_columns(pl.col("max_constant_run").fill_null(0))
+
+
+def sequences(steps: Steps) -> pl.DataFrame:
+    """Every request's whole completion as one list of identities: ``req``, ``sequence``."""
+    lists = steps.steps.group_by("req").agg(sequence=pl.col("ident").sort_by("idx"))
+    out = steps.requests.select("req").join(lists, on="req", how="left")
+    return out.with_columns(pl.col("sequence").fill_null(pl.lit([], dtype=out.schema["sequence"])))
+
+
+def wilson(successes: pl.Expr, trials: pl.Expr, z: float = 1.959963984540054) -> tuple[pl.Expr, pl.Expr]:
+    """``parity.wilson_interval`` as expressions: (low, high)."""
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * (p * (1 - p) / trials + z * z / (4 * trials * trials)).sqrt() / (1 + z * z / trials)
+    return pl.max_horizontal(pl.lit(0.0), centre - half), pl.min_horizontal(pl.lit(1.0), centre + half)
+
+
+def decode_rate(completion_tokens: pl.Expr, first: pl.Expr, last: pl.Expr, chunks: pl.Expr, live: pl.Expr) -> pl.Expr:
+    """``parity.decode_rate`` as an expression: null where a rate cannot be measured."""
+    measurable = (live.fill_null(False) & (completion_tokens >= 2) & (chunks >= 2) & (last > first)).fill_null(False)
+    return pl.when(measurable).then((completion_tokens - 1) / (last - first)).cast(pl.Float64)
+
+
+def band_rate(rates: pl.Expr) -> pl.Expr:
+    """``parity.band_decode_rate`` as an aggregation: the median, null if any slot is untimed."""
+    return pl.when((rates.null_count() == 0) & (rates.len() > 0)).then(rates.median())
+
+
+def flip_bins(at_risk: pl.DataFrame, edges: Sequence[float]) -> pl.DataFrame:
+    """P(flip | margin) per bin ``[edges[i], edges[i + 1])`` from steps at risk (``margin``, ``flip``)."""
+    bins = pl.DataFrame({"margin_low": [float(e) for e in edges[:-1]], "margin_high": [float(e) for e in edges[1:]]}).with_row_index("bin")
+    found = np.searchsorted(np.asarray(edges, dtype=float), at_risk["margin"].to_numpy(), side="right") - 1
+    counted = (at_risk.with_columns(bin=pl.Series(found, dtype=pl.Int64)).filter((pl.col("bin") >= 0) & (pl.col("bin") < len(edges) - 1))
+               .group_by("bin").agg(steps=pl.len().cast(pl.Int64), flips=pl.col("flip").sum().cast(pl.Int64)))
+    out = bins.with_columns(pl.col("bin").cast(pl.Int64)).join(counted, on="bin", how="left", maintain_order="left").with_columns(
+        pl.col("steps", "flips").fill_null(0))
+    return out.select("margin_low", "margin_high", "steps", "flips", p_flip=pl.when(pl.col("steps") > 0).then(pl.col("flips") / pl.col("steps")))
