@@ -35,7 +35,8 @@ import polars as pl
 
 from . import _columnar, parity
 from ._witness import derive_run_verdict
-from .dumps import Dump, read_dumps
+from .dumps import Dump, DumpError, read_dumps
+from .dumps._read import DUMP_SUFFIXES
 
 RUN_VERSION = 1
 _DEFAULTS = {"ladder": [1, 4, 8, 16], "declared_min": 64, "max_constant_run": 16}
@@ -149,10 +150,12 @@ class Run:
         return out
 
     def write_derived(self) -> Path:
-        """Write the Parquet tables under ``derived/`` (needs a run directory)."""
+        """Write the Parquet tables under ``derived/`` with the size and sha256 of every capture file
+        they were parsed from, so that :func:`read_run` opens them instead of parsing the captures
+        again for as long as the captures are unchanged (needs a run directory)."""
         if self.path is None:
             raise RunError("an assembled run has no directory to write into")
-        return self.dump.write_parquet(self.path / "derived")
+        return _write_derived(self, _capture_stamps(self.path / "captures"))
 
 
 def _load_manifest(path: Path) -> dict[str, Any]:
@@ -170,19 +173,82 @@ def _load_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def read_run(path: str | os.PathLike[str], **options: Any) -> Run:
+def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any) -> Run:
     """Read a run directory (see the module docstring for its layout).
 
-    ``options`` go to :func:`analysis.read_dumps` (for example ``lenient=True``).
+    The captures are parsed once: the first read writes the tables to ``derived/`` (unless the
+    directory is read-only), and later reads open them as long as every capture file has the size
+    and sha256 recorded with them; a capture added, changed or removed makes them stale, and the
+    captures are parsed again. ``cache=False`` always parses and writes nothing. ``options`` go to
+    :func:`analysis.read_dumps` (for example ``lenient=True``); a read with options never uses the cache.
+
+    Examples
+    --------
+    >>> run = read_run("data/experiment-cpu/default")
+    >>> run.dump.requests.height, run.ladder
+    (62, [1, 4, 8, 16])
     """
     path = Path(path)
     manifest = _load_manifest(path)
     captures = path / "captures"
     if not captures.is_dir():
         raise RunError(f"{path}: no captures/ folder")
+    cached = cache and not options
+    stamps = _capture_stamps(captures) if cached else None  # taken before parsing: a capture appended meanwhile makes the cache stale
+    if cached and (dump := _read_derived(path / "derived", captures, stamps)) is not None:
+        return Run(manifest, dump, path)
     # A probe killed while appending a capture leaves its last line cut short: that request is left out
     # (Dump.skipped says so) and Run.missing lists it, so the run still opens.
-    return Run(manifest, read_dumps(captures, torn_tail=True, **options), path)
+    run = Run(manifest, read_dumps(captures, torn_tail=True, **options), path)
+    if cached and os.access(path, os.W_OK):
+        try:
+            _write_derived(run, stamps)
+        except OSError:  # a full disk or a folder we may not write into: the run is read all the same
+            pass
+    return run
+
+
+_DERIVED_VERSION = 2  # 1: tables without capture stamps, always stale
+
+
+def _capture_stamps(captures: Path) -> dict[str, dict[str, Any]]:
+    """The size and sha256 of every capture file, by name."""
+    stamps = {}
+    for file in sorted(captures.iterdir()):
+        if file.is_file() and file.suffix in DUMP_SUFFIXES:
+            with file.open("rb") as handle:
+                stamps[file.name] = {"size": os.fstat(handle.fileno()).st_size, "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
+    return stamps
+
+
+def _write_derived(run: Run, stamps: dict[str, dict[str, Any]]) -> Path:
+    folder = run.path / "derived"
+    (folder / "manifest.json").unlink(missing_ok=True)  # the tables below are not the recorded ones until the new manifest lands
+    run.dump.write_parquet(folder)
+    record = {"derived_version": _DERIVED_VERSION, "captures_dir": str(run.path / "captures"), "captures": stamps, "formats": run.dump.formats,
+              "skipped": [{"source": e.source, "record": e.record, "field": e.field, "problem": e.problem} for e in run.dump.skipped]}
+    partial = folder / "manifest.json.part"
+    partial.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    partial.replace(folder / "manifest.json")
+    return folder
+
+
+def _read_derived(folder: Path, captures: Path, stamps: dict[str, dict[str, Any]]) -> Dump | None:
+    """The tables under ``derived/`` when they were written from exactly the captures there now, else None."""
+    try:
+        record = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        if record.get("derived_version") != _DERIVED_VERSION or record.get("captures") != stamps:
+            return None
+        tables = [pl.read_parquet(folder / f"{name}.parquet") for name in ("tokens", "candidates", "requests")]
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None  # missing, unreadable or half-written: parse the captures instead
+    old, new = record["captures_dir"], str(captures)
+    moved = (lambda source: new + source[len(old):] if source.startswith(old) else source) if old != new else (lambda source: source)
+    if old != new:  # the run was moved or copied: sources name the captures where they are now
+        tables = [t.with_columns(pl.when(pl.col("source").str.starts_with(old)).then(pl.lit(new) + pl.col("source").str.slice(len(old)))
+                                 .otherwise(pl.col("source")).alias("source")) for t in tables]
+    skipped = [DumpError(moved(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])]
+    return Dump(*tables, formats={moved(k): v for k, v in record.get("formats", {}).items()}, skipped=skipped)
 
 
 def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any] | None = None, **options: Any) -> Run:
