@@ -12,6 +12,6 @@ stamp=.venv/.bia-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet --editable '.[test,torch,hf]'
+    .venv/bin/python -m pip install --quiet --editable '.[test,torch,hf,ray]'
     echo "$want" > "$stamp"
 fi

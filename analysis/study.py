@@ -1,0 +1,218 @@
+"""Studies larger than memory: many runs as one Parquet dataset, analysed one (run, prompt) at a time.
+
+Every metric of :mod:`analysis.run` compares a request with the references of its own prompt, so a
+study splits into independent (run, prompt) partitions. :func:`write_dataset` lays runs out as a
+hive-partitioned Parquet dataset::
+
+    DATASET/
+      runs.parquet                      one row per run: run, manifest (JSON text), path
+      tokens/run=NAME/prompt_id=ID/*.parquet
+      candidates/run=NAME/prompt_id=ID/*.parquet
+      requests/run=NAME/prompt_id=ID/*.parquet
+
+(the tables of :func:`analysis.read_dumps`; ``run`` and ``prompt_id`` are the partition keys, and a
+request without a prompt lands in ``prompt_id=__HIVE_DEFAULT_PARTITION__``). :func:`scan_study`
+opens it as lazy frames. :func:`study_tables` computes the slot, band and prompt tables partition
+by partition, each read with a partition filter and collected by polars' streaming engine, so
+memory holds one prompt's streams at a time; ``engine="ray"`` runs the partitions as Ray tasks,
+on this machine or on a cluster (``ray.init(address=...)`` before the call). The dataset may live
+on any path polars reads (a folder, ``s3://...``, ``gs://...``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from . import parity
+from .dumps import Dump
+from .dumps._schema import REQUEST_SCHEMA
+from .run import Run, RunError, band_table, prompt_table, read_run, slot_table
+
+PARTITION = ["run", "prompt_id"]
+_HIVE = {"run": pl.String, "prompt_id": pl.String}
+TABLES = ("tokens", "candidates", "requests")
+
+
+def _run_dirs(runs: Iterable[Any] | str | os.PathLike[str]) -> list[Run | Path]:
+    """Runs given as Run objects, run directories, or folders holding run directories (every ``manifest.json`` below)."""
+    items = [runs] if isinstance(runs, (str, os.PathLike)) else list(runs)
+    out: list[Run | Path] = []
+    for item in items:
+        if isinstance(item, Run):
+            out.append(item)
+            continue
+        folder = Path(item)
+        if (folder / "manifest.json").exists():
+            out.append(folder)
+        else:
+            found = sorted(m.parent for m in folder.rglob("manifest.json") if (m.parent / "captures").is_dir())
+            if not found:
+                raise RunError(f"{folder}: neither a run directory nor a folder holding any")
+            out.extend(found)
+    return out
+
+
+def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os.PathLike[str]) -> Path:
+    """Write runs as one hive-partitioned Parquet dataset (see the module docstring for its layout).
+
+    Runs are read one at a time, so writing takes the memory of the largest run. A run is named by
+    its directory; writing a run of the same name again replaces its partitions.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = write_dataset("data/experiment-cpu", tempfile.mkdtemp())
+    >>> sorted(scan_study(folder).runs["run"].to_list())
+    ['batch-invariant', 'default']
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    index = folder / "runs.parquet"
+    known = pl.read_parquet(index) if index.exists() else pl.DataFrame(schema={"run": pl.String, "manifest": pl.String, "path": pl.String})
+    written = []
+    for item in _run_dirs(runs):
+        run = item if isinstance(item, Run) else read_run(item)
+        name = run.path.name if run.path is not None else f"run{len(written)}"
+        if name in written:
+            raise RunError(f"{run.path}: two runs named {name!r}; a dataset names each run by its directory")
+        written.append(name)
+        _write_run(run, name, folder)
+        row = pl.DataFrame({"run": [name], "manifest": [json.dumps(run.manifest, sort_keys=True)], "path": [str(run.path)]})
+        known = pl.concat([known.filter(pl.col("run") != name), row])
+    known.sort("run").write_parquet(index)
+    return folder
+
+
+def _write_run(run: Run, name: str, folder: Path) -> None:
+    requests = run.dump.requests.with_columns(run=pl.lit(name))
+    prompts = requests.select("source", "record", "choice_index", "prompt_id")
+    for table in TABLES:
+        shutil.rmtree(folder / table / f"run={name}", ignore_errors=True)
+        frame = requests if table == "requests" else getattr(run.dump, table).join(
+            prompts, on=["source", "record", "choice_index"], how="left", nulls_equal=True, maintain_order="left").with_columns(run=pl.lit(name))
+        if frame.height:
+            frame.write_parquet(folder / table, partition_by=PARTITION)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A dataset written by :func:`write_dataset`, as lazy frames: nothing is read until collected."""
+
+    tokens: pl.LazyFrame
+    candidates: pl.LazyFrame
+    requests: pl.LazyFrame
+    runs: pl.DataFrame
+    path: str
+
+    def partitions(self) -> list[tuple[str, str | None]]:
+        """Every (run, prompt_id) the dataset holds, sorted."""
+        keys = self.requests.select(PARTITION).unique().collect()
+        return sorted(keys.rows(), key=lambda k: (k[0], k[1] is not None, k[1] or ""))
+
+    def run(self, name: str, prompt_id: str | None = None) -> Run:
+        """One run of the study read into memory: all of it, or only the requests of ``prompt_id``."""
+        where = pl.col("run") == name
+        return self._read(name, where if prompt_id is None else where & (pl.col("prompt_id") == prompt_id))
+
+    def _read(self, name: str, where: pl.Expr) -> Run:
+        manifests = self.runs.filter(pl.col("run") == name)
+        if manifests.height == 0:
+            raise RunError(f"{self.path}: no run {name!r}; it holds {sorted(self.runs['run'].to_list())}")
+        tokens, candidates = (getattr(self, t).filter(where).drop(PARTITION).collect(engine="streaming") for t in ("tokens", "candidates"))
+        requests = self.requests.filter(where).select(list(REQUEST_SCHEMA)).collect(engine="streaming")  # prompt_id: the partition key
+        return Run(json.loads(manifests["manifest"][0]), Dump(tokens, candidates, requests))
+
+
+def _folder(path: str | os.PathLike[str], table: str) -> str:
+    text = os.fspath(path)
+    return f"{text.rstrip('/')}/{table}/**/*.parquet"
+
+
+def scan_study(path: str | os.PathLike[str]) -> Study:
+    """Open a dataset written by :func:`write_dataset` lazily (a folder, or any URL polars reads).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> study = scan_study(write_dataset("data/experiment-cpu/default", tempfile.mkdtemp()))
+    >>> study.partitions()[:2]
+    [('default', 'p0'), ('default', 'p1')]
+    >>> study.candidates.select(pl.len()).collect().item() > 0
+    True
+    """
+    text = os.fspath(path)
+    try:
+        runs = pl.read_parquet(f"{text.rstrip('/')}/runs.parquet")
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise RunError(f"{text}: not a study dataset (no readable runs.parquet; write one with write_dataset): {exc}") from None
+    frames = [pl.scan_parquet(_folder(text, table), hive_partitioning=True, hive_schema=_HIVE) for table in TABLES]
+    return Study(*frames, runs=runs, path=text)
+
+
+def partition_tables(path: str, run: str, prompt_id: str | None, *, epsilon: float = parity.NEAR_TIE_EPSILON,
+                     reference: str = "ref1") -> dict[str, pl.DataFrame]:
+    """The slot, band and prompt tables of one (run, prompt) partition, each with a leading ``run`` column."""
+    study = scan_study(path)
+    prompt = pl.col("prompt_id").is_null() if prompt_id is None else pl.col("prompt_id") == prompt_id
+    one = study._read(run, (pl.col("run") == run) & prompt)
+    tables = {"slots": slot_table(one, epsilon=epsilon, reference=reference), "bands": band_table(one, epsilon=epsilon, reference=reference),
+              "prompts": prompt_table(one, reference=reference)}
+    return {name: table.select(pl.lit(run).alias("run"), pl.all()) for name, table in tables.items()}
+
+
+def study_tables(path: str | os.PathLike[str], *, engine: str = "polars", epsilon: float = parity.NEAR_TIE_EPSILON,
+                 reference: str = "ref1") -> dict[str, pl.DataFrame]:
+    """The ``slots``, ``bands`` and ``prompts`` tables of every run in a dataset, partition by partition.
+
+    Parameters
+    ----------
+    path : folder or URL of a dataset written by :func:`write_dataset`
+    engine : {"polars", "ray"}
+        "polars" runs the partitions one after another in this process; "ray" runs them as Ray
+        tasks on the cluster ``ray.init`` connected to (a local one is started when none is).
+    epsilon, reference
+        As for :func:`analysis.run.slot_table` (``reference`` "ref1" or "ref2").
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> tables = study_tables(write_dataset("data/experiment-cpu", tempfile.mkdtemp()))
+    >>> tables["slots"].group_by("run").len().sort("run").rows()
+    [('batch-invariant', 58), ('default', 58)]
+    """
+    path = os.fspath(path)
+    if engine not in ("polars", "ray"):
+        raise ValueError(f"engine must be 'polars' or 'ray', got {engine!r}")
+    partitions = scan_study(path).partitions()
+    if engine == "ray":
+        parts = _on_ray(path, partitions, epsilon, reference)
+    else:
+        parts = [partition_tables(path, run, prompt, epsilon=epsilon, reference=reference) for run, prompt in partitions]
+    return {name: _concat([p[name] for p in parts]) for name in ("slots", "bands", "prompts")}
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    kept = [f for f in frames if f.height] or frames[:1]
+    return pl.concat(kept, how="vertical_relaxed") if kept else pl.DataFrame()
+
+
+def _on_ray(path: str, partitions: list[tuple[str, str | None]], epsilon: float, reference: str) -> list[dict[str, pl.DataFrame]]:
+    try:
+        import ray
+    except ImportError:
+        raise RunError("engine='ray' needs Ray: pip install 'bia[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    task = ray.remote(partition_tables)
+    return ray.get([task.remote(path, run, prompt, epsilon=epsilon, reference=reference) for run, prompt in partitions])
+
+
+__all__ = ["Study", "partition_tables", "scan_study", "study_tables", "write_dataset"]
