@@ -36,6 +36,7 @@ from .dumps._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
 
 REQUEST_KEY = ["part", "source", "record", "choice_index"]
 REST_FLOOR = 1e-12  # parity.topk_kl floors its rest-of-vocabulary buckets here
+_PACK = 1 << 31  # (step, token id) packed as step * _PACK + id when both are below it
 
 COMPARISON_SCHEMA = {
     "pair": pl.Int64, "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64,
@@ -57,6 +58,7 @@ class Steps:
     steps: pl.DataFrame
     cands: pl.DataFrame
     requests: pl.DataFrame
+    firsts: pl.DataFrame  # the candidates a KL counts (``first``), with their probability ``prob``
 
 
 def _lazy(frame: Any, schema: dict) -> pl.LazyFrame:
@@ -109,16 +111,21 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
                       for i, (_, _, r) in enumerate(parts)]).unique(maintain_order=True).with_row_index("req").with_columns(pl.col("req").cast(pl.Int64))
     keys = keys.collect()
     tokens = tokens.join(keys.lazy(), on=REQUEST_KEY, how="inner").sort("req", "position")
-    tokens = tokens.with_columns(idx=pl.int_range(pl.len(), dtype=pl.Int64).over("req")).collect(engine=engine)
-    cands = cands.join(tokens.lazy().select(*REQUEST_KEY, "position", "req", "idx"), on=[*REQUEST_KEY, "position"], how="inner")
+    tokens = tokens.with_columns(idx=pl.int_range(pl.len(), dtype=pl.Int64).over("req")).with_row_index("step").collect(engine=engine)
+    tokens = tokens.with_columns(pl.col("step").cast(pl.Int64))
+    cands = cands.join(tokens.lazy().select(*REQUEST_KEY, "position", "req", "idx", "step"), on=[*REQUEST_KEY, "position"], how="inner")
     cands = cands.sort("req", "idx", "list_index").collect(engine=engine)
     as_int = tokens["token_id"].null_count() == 0 and cands["cand_token_id"].null_count() == 0
     cands = cands.select(
-        "req", "idx",
+        "req", "idx", "step",
         ident=_identity("cand_token_id", "cand_token_text", "cand_token_bytes", as_int),
         logprob=pl.col("cand_logprob"),
     ).with_columns(finite=pl.col("logprob").is_finite().fill_null(False))
-    cands = cands.with_columns(first=pl.col("finite") & pl.struct("req", "idx", "ident", "finite").is_first_distinct())
+    # One integer per (step, candidate id) when ids and steps fit 31 bits each: joins and distinct counts on it are far faster.
+    packed = as_int and (cands.height == 0 or (cands["ident"].min() >= 0 and cands["ident"].max() < _PACK and tokens.height < _PACK))
+    cands = cands.with_columns(key=(pl.col("step") * _PACK + pl.col("ident")) if packed else pl.lit(None, pl.Int64))
+    distinct = pl.col("key") if packed else pl.struct("req", "idx", "ident")
+    cands = cands.with_columns(first=pl.col("finite") & pl.when(pl.col("finite")).then(distinct).is_first_distinct())
     finite = pl.col("logprob").filter(pl.col("finite"))
     per_step = cands.group_by("req", "idx").agg(
         n_cands=pl.len().cast(pl.Int64),
@@ -129,14 +136,15 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     ).with_columns(  # top_k gives the two largest in no particular order
         margin=pl.when(pl.col("top2").list.len() >= 2).then(pl.col("top2").list.max() - pl.col("top2").list.min())).drop("top2")
     steps = tokens.select(
-        "req", "idx", "position", "token_id", "token_text", "token_bytes",
+        "req", "idx", "step", "position", "token_id", "token_text", "token_bytes",
         ident=_identity("token_id", "token_text", "token_bytes", as_int),
         logprob=pl.col("logprob"),
         bits=float32_bits(pl.col("logprob")),
     ).with_columns(ordered=ordered_bits(pl.col("bits"))).join(per_step, on=["req", "idx"], how="left").with_columns(pl.col("n_cands").fill_null(0)).sort("req", "idx")
     lengths = steps.group_by("req").agg(length=pl.len().cast(pl.Int64))
     requests = keys.join(lengths, on="req", how="left").with_columns(pl.col("length").fill_null(0))
-    return Steps(steps, cands.drop("finite"), requests)
+    firsts = cands.filter(pl.col("first")).select("req", "idx", "step", "ident", "key", prob=pl.col("logprob").exp())
+    return Steps(steps, cands.drop("finite"), requests, firsts)
 
 
 # --- two streams ----------------------------------------------------------------------------------
@@ -210,9 +218,16 @@ def _quiet_expm1(values: pl.Series) -> pl.Series:
 
 def _topk_kl(steps: Steps, at: pl.DataFrame) -> pl.DataFrame:
     """``parity.topk_kl`` of the reference's list against the other's at each (pair, idx) of ``at``: ``pair``, ``idx``, ``kl``."""
-    firsts = steps.cands.filter(pl.col("first")).select("req", "idx", "ident", prob=pl.col("logprob").exp())
-    joined = (at.join(firsts.rename({"req": "ref", "prob": "p"}), on=["ref", "idx"])
-              .join(firsts.rename({"req": "other", "prob": "q"}), on=["other", "idx", "ident"], how="left"))
+    firsts = steps.firsts
+    if firsts["key"].null_count() == 0:  # packed keys: each candidate of the other's list found by one integer
+        at = (at.join(steps.steps.select(ref="req", idx="idx", ref_step="step"), on=["ref", "idx"])
+              .join(steps.steps.select(other="req", idx="idx", other_step="step"), on=["other", "idx"]))
+        joined = (at.join(firsts.select(ref_step="step", ident="ident", p="prob"), on="ref_step")
+                  .with_columns(key=pl.col("other_step") * _PACK + pl.col("ident"))
+                  .join(firsts.select("key", q="prob"), on="key", how="left"))
+    else:
+        joined = (at.join(firsts.select(ref="req", idx="idx", ident="ident", p="prob"), on=["ref", "idx"])
+                  .join(firsts.select(other="req", idx="idx", ident="ident", q="prob"), on=["other", "idx", "ident"], how="left"))
     counted = (pl.col("p") > REST_FLOOR) & (pl.col("q") > 0.0)
     per_step = joined.group_by("pair", "idx").agg(
         missing=pl.col("q").null_count(),
