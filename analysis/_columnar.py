@@ -59,6 +59,7 @@ class Steps:
     cands: pl.DataFrame
     requests: pl.DataFrame
     firsts: pl.DataFrame  # the candidates a KL counts (``first``), with their probability ``prob``
+    packed: bool = False  # ``key`` packs (step, token id) into one integer
 
 
 def _lazy(frame: Any, schema: dict) -> pl.LazyFrame:
@@ -122,7 +123,7 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
         logprob=pl.col("cand_logprob"),
     ).with_columns(finite=pl.col("logprob").is_finite().fill_null(False))
     # One integer per (step, candidate id) when ids and steps fit 31 bits each: joins and distinct counts on it are far faster.
-    packed = as_int and (cands.height == 0 or (cands["ident"].min() >= 0 and cands["ident"].max() < _PACK and tokens.height < _PACK))
+    packed = as_int and cands.height > 0 and cands["ident"].min() >= 0 and cands["ident"].max() < _PACK and tokens.height < _PACK
     cands = cands.with_columns(key=(pl.col("step") * _PACK + pl.col("ident")) if packed else pl.lit(None, pl.Int64))
     distinct = pl.col("key") if packed else pl.struct("req", "idx", "ident")
     cands = cands.with_columns(first=pl.col("finite") & pl.when(pl.col("finite")).then(distinct).is_first_distinct())
@@ -144,7 +145,7 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     lengths = steps.group_by("req").agg(length=pl.len().cast(pl.Int64))
     requests = keys.join(lengths, on="req", how="left").with_columns(pl.col("length").fill_null(0))
     firsts = cands.filter(pl.col("first")).select("req", "idx", "step", "ident", "key", prob=pl.col("logprob").exp())
-    return Steps(steps, cands.drop("finite"), requests, firsts)
+    return Steps(steps, cands.drop("finite"), requests, firsts, packed)
 
 
 # --- two streams ----------------------------------------------------------------------------------
@@ -219,7 +220,7 @@ def _quiet_expm1(values: pl.Series) -> pl.Series:
 def _topk_kl(steps: Steps, at: pl.DataFrame) -> pl.DataFrame:
     """``parity.topk_kl`` of the reference's list against the other's at each (pair, idx) of ``at``: ``pair``, ``idx``, ``kl``."""
     firsts = steps.firsts
-    if firsts["key"].null_count() == 0:  # packed keys: each candidate of the other's list found by one integer
+    if steps.packed:  # packed keys: each candidate of the other's list found by one integer
         at = (at.join(steps.steps.select(ref="req", idx="idx", ref_step="step"), on=["ref", "idx"])
               .join(steps.steps.select(other="req", idx="idx", other_step="step"), on=["other", "idx"]))
         joined = (at.join(firsts.select(ref_step="step", ident="ident", p="prob"), on="ref_step")
