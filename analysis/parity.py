@@ -65,6 +65,9 @@ def _identity(token_id: Any, text: Any, data: Any) -> Any:
 def streams(tokens: Any, candidates: Any | None = None, *, segment: str = "completion") -> dict[tuple, Stream]:
     """Every request's completion stream in a dump's ``tokens`` (and ``candidates``) frames.
 
+    Rows may come in any order: a stream is its request's tokens by ``position``, and each step's
+    candidates are its ``top_logprobs`` list in delivered order.
+
     Examples
     --------
     >>> import analysis
@@ -73,23 +76,24 @@ def streams(tokens: Any, candidates: Any | None = None, *, segment: str = "compl
     >>> len(s), s.identities[:3]
     (10, (9707, 0, 2585))
     """
-    tokens = as_polars(tokens).filter(pl.col("segment") == segment).sort("source", "record", "choice_index", "position")
-    top = {}
+    key = ["source", "record", "choice_index"]
+    tokens = as_polars(tokens).filter(pl.col("segment") == segment).sort(*key, "position").with_row_index("_row")
+    steps = [()] * tokens.height
     if candidates is not None:
-        cands = as_polars(candidates).filter((pl.col("segment") == segment) & (pl.col("list_kind") == "top_logprobs")).sort(
-            "source", "record", "choice_index", "position", "list_index")
-        for row in cands.iter_rows(named=True):
-            key = (row["source"], row["record"], row["choice_index"], row["position"])
-            top.setdefault(key, []).append((_identity(row["cand_token_id"], row["cand_token_text"], row["cand_token_bytes"]), row["cand_logprob"]))
-    out: dict[tuple, list] = {}
-    for row in tokens.iter_rows(named=True):
-        key = (row["source"], row["record"], row["choice_index"])
-        ids, lps, cands = out.setdefault(key, ([], [], []))
-        ids.append(_identity(row["token_id"], row["token_text"], row["token_bytes"]))
-        lps.append(row["logprob"])
-        cands.append(tuple(top.get((*key, row["position"]), ())))
-    return {key: Stream(key, tuple(ids), tuple(lps), tuple(cands)) for key, (ids, lps, cands) in out.items()}
-
+        cands = (as_polars(candidates).filter((pl.col("segment") == segment) & (pl.col("list_kind") == "top_logprobs"))
+                 .join(tokens.select(*key, "position", "_row"), on=[*key, "position"], how="inner", nulls_equal=True)
+                 .sort("_row", "list_index"))
+        lists = cands.group_by("_row", maintain_order=True).agg("cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob")
+        for row, ids, texts, data, values in lists.iter_rows():  # one Python step per token, not per candidate row
+            steps[row] = tuple(zip(map(_identity, ids, texts, data), values))
+    columns = [tokens[name].to_list() for name in (*key, "token_id", "token_text", "token_bytes", "logprob")]
+    out: dict[tuple, tuple[list, list, list]] = {}
+    for row, (source, record, choice, token_id, text, data, logprob) in enumerate(zip(*columns)):
+        ids, lps, cands_ = out.setdefault((source, record, choice), ([], [], []))
+        ids.append(_identity(token_id, text, data))
+        lps.append(logprob)
+        cands_.append(steps[row])
+    return {k: Stream(k, tuple(ids), tuple(lps), tuple(c)) for k, (ids, lps, c) in out.items()}
 
 
 # --- one step ---------------------------------------------------------------------------------
