@@ -35,6 +35,7 @@ import polars as pl
 from .dumps._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
 
 REQUEST_KEY = ["part", "source", "record", "choice_index"]
+_CODED_KEY = ["part", "source_code", "record", "choice_index"]
 REST_FLOOR = 1e-12  # parity.topk_kl floors its rest-of-vocabulary buckets here
 _PACK = 1 << 31  # (step, token id) packed as step * _PACK + id when both are below it
 
@@ -101,21 +102,23 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     request is known by its part and its key (source, record, choice_index). Only requests the
     ``requests`` frames list are numbered.
     """
-    tokens = pl.concat([_lazy(t, TOKEN_SCHEMA).filter(pl.col("segment") == "completion").with_columns(part=pl.lit(i, pl.Int64))
-                        .select(*REQUEST_KEY, "position", "token_id", "token_text", "token_bytes", "logprob")
+    coded = pl.col("source").cast(pl.Categorical).to_physical().alias("source_code")  # joins on integers, not on strings
+    tokens = pl.concat([_lazy(t, TOKEN_SCHEMA).filter(pl.col("segment") == "completion").with_columns(coded, part=pl.lit(i, pl.Int64))
+                        .select(*_CODED_KEY, "position", "token_id", "token_text", "token_bytes", "logprob")
                         for i, (t, _, _) in enumerate(parts)])
     cands = pl.concat([_lazy(c, CANDIDATE_SCHEMA).filter((pl.col("segment") == "completion") & (pl.col("list_kind") == "top_logprobs"))
-                       .with_columns(part=pl.lit(i, pl.Int64))
-                       .select(*REQUEST_KEY, "position", "list_index", "cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob")
+                       .with_columns(coded, part=pl.lit(i, pl.Int64))
+                       .select(*_CODED_KEY, "position", "list_index", "cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob")
                        for i, (_, c, _) in enumerate(parts)])
-    keys = pl.concat([_lazy(r, REQUEST_SCHEMA).with_columns(part=pl.lit(i, pl.Int64)).select(REQUEST_KEY)
+    keys = pl.concat([_lazy(r, REQUEST_SCHEMA).with_columns(coded, part=pl.lit(i, pl.Int64)).select(*REQUEST_KEY, "source_code")
                       for i, (_, _, r) in enumerate(parts)]).unique(maintain_order=True).with_row_index("req").with_columns(pl.col("req").cast(pl.Int64))
     keys = keys.collect()
-    tokens = tokens.join(keys.lazy(), on=REQUEST_KEY, how="inner").sort("req", "position")
+    tokens = tokens.join(keys.lazy().select(*_CODED_KEY, "req"), on=_CODED_KEY, how="inner").sort("req", "position")
     tokens = tokens.with_columns(idx=pl.int_range(pl.len(), dtype=pl.Int64).over("req")).with_row_index("step").collect(engine=engine)
     tokens = tokens.with_columns(pl.col("step").cast(pl.Int64))
-    cands = cands.join(tokens.lazy().select(*REQUEST_KEY, "position", "req", "idx", "step"), on=[*REQUEST_KEY, "position"], how="inner")
+    cands = cands.join(tokens.lazy().select(*_CODED_KEY, "position", "req", "idx", "step"), on=[*_CODED_KEY, "position"], how="inner")
     cands = cands.sort("req", "idx", "list_index").collect(engine=engine)
+    keys = keys.drop("source_code")
     as_int = tokens["token_id"].null_count() == 0 and cands["cand_token_id"].null_count() == 0
     cands = cands.select(
         "req", "idx", "step",
