@@ -330,24 +330,12 @@ def scan_dump(folder: str | os.PathLike[str]) -> ScannedDump:
     return ScannedDump(*(pl.scan_parquet(folder / f"{name}.parquet") for name in ("tokens", "candidates", "requests")), formats=formats)
 
 
-def _fast_chat_jsonl(path: Path, source: str, fmt: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
-    """The columnar path, when the file is JSON lines whose first line is a bare chat completion."""
-    if fmt not in ("auto", "jsonl", "openai_chat") or path.suffix in (".pt", ".pth"):
-        return None
-    with path.open("rb") as handle:
-        first = handle.readline()
-        more = handle.read(4096).strip()
-    if not more:  # one document: the general path reads it as a single response
-        return None
-    try:
-        payload = _json.loads(first)
-    except ValueError:
-        return None
-    if payload_formats(payload) != ["openai_chat"]:
-        return None
-    from ._fast import read_chat_jsonl
+def _fast_jsonl(path: Path, source: str, fmt: str, limit: int | None = None) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], set[str]] | None:
+    """The columnar path (frames and formats found), when the file is JSON lines of chat completions, bare or in
+    capture envelopes; ``limit`` reads only the file's first bytes (a torn tail left out). None: take the general path."""
+    from ._fast import read_jsonl
 
-    return read_chat_jsonl(path, source)
+    return read_jsonl(path, source, fmt, limit)
 
 
 def read_dumps(
@@ -405,13 +393,16 @@ def read_dumps(
         raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
     for source in show_progress(expand_sources(sources, suffix=DUMP_SUFFIXES), progress, "reading dumps"):
         path = local_path(source, **fetch)
-        raw, torn = _without_torn_tail(path, source) if torn_tail else (None, None)
-        fast = _fast_chat_jsonl(path, source, format) if torn is None else None
+        keep, torn = _torn_tail(path, source) if torn_tail else (None, None)
+        fast = _fast_jsonl(path, source, format, keep)
         if fast is not None:
-            formats[source] = ["openai_chat"]
-            parts = fast
+            parts, found = fast
+            formats[source] = sorted(found)
+            if torn is not None:
+                skipped.append(torn)
         else:
-            rows, found = parse_source(path.read_bytes() if raw is None else raw, source, format, lenient=lenient, torch_options=torch_options)
+            raw = path.read_bytes()
+            rows, found = parse_source(raw if keep is None else raw[:keep], source, format, lenient=lenient, torch_options=torch_options)
             if torn is not None:
                 rows.skipped.append(torn)
             formats[source] = sorted(found)
@@ -423,21 +414,44 @@ def read_dumps(
     return Dump(**{n: to_backend(f, backend) for n, f in frames.items()}, formats=formats, skipped=skipped, backend=backend)
 
 
-def _without_torn_tail(path: Path, source: str) -> tuple[bytes | None, DumpError | None]:
-    """A JSON-lines file's bytes without a cut last line, and the error that lists the cut; (None, None) when whole."""
+def _torn_tail(path: Path, source: str) -> tuple[int | None, DumpError | None]:
+    """How many leading bytes of a JSON-lines file to keep when its last line was cut, and the error that lists
+    the cut; (None, None) when whole. Only the file's tail is read (and, for a cut, its newlines counted)."""
     if path.suffix not in (".jsonl", ".ndjson"):
         return None, None
-    raw = path.read_bytes()
-    if not raw or raw.endswith(b"\n"):
+    size = path.stat().st_size
+    if not size:
         return None, None
-    cut = raw.rfind(b"\n") + 1
-    try:
-        _json.loads(raw[cut:])
-        return None, None  # a whole last line that merely lacks its newline
-    except ValueError:
-        line = raw[:cut].count(b"\n") + 1
-        return raw[:cut], DumpError(source, f"line {line}", None, f"cut short ({len(raw) - cut} bytes, no newline, not JSON): an append the writer "
-                                                                  "did not finish; left out")
+    with path.open("rb") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return None, None
+        pieces, at, cut = [], size, 0
+        while at > 0:
+            step = min(1 << 20, at)
+            at -= step
+            handle.seek(at)
+            piece = handle.read(step)
+            newline = piece.rfind(b"\n")
+            if newline != -1:
+                pieces.append(piece[newline + 1 :])
+                cut = at + newline + 1
+                break
+            pieces.append(piece)
+        tail = b"".join(reversed(pieces))
+        try:
+            _json.loads(tail)
+            return None, None  # a whole last line that merely lacks its newline
+        except ValueError:
+            pass
+        handle.seek(0)
+        lines, left = 1, cut
+        while left > 0:
+            block = handle.read(min(1 << 24, left))
+            lines += block.count(b"\n")
+            left -= len(block)
+    return cut, DumpError(source, f"line {lines}", None, f"cut short ({size - cut} bytes, no newline, not JSON): an append the writer "
+                                                         "did not finish; left out")
 
 
 def read_dump(source: str | os.PathLike[str], **options: Any) -> Dump:
