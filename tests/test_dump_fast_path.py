@@ -92,3 +92,475 @@ def test_read_dumps_uses_it(tmp_path):
     assert d.tokens.height == 6 and d.requests.height == 4
     assert d.requests["record"].to_list() == [1, 2, 2, 4]
     assert d.tokens.filter(pl.col("record") == 2)["token_id"].to_list() == [88, None]
+
+
+# --- capture envelopes ---------------------------------------------------------------------------
+#
+# A run's captures/*.jsonl: one request a line, {"response": {...}, ...} or {"sse": "<raw SSE>", "arrival_times": [...], ...}.
+
+import random  # noqa: E402
+
+import orjson  # noqa: E402
+from conftest import ROOT  # noqa: E402
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from polars.testing import assert_frame_equal  # noqa: E402
+
+from analysis import DumpError  # noqa: E402
+from analysis.dumps._fast import read_capture_jsonl, read_jsonl  # noqa: E402
+from analysis.run import read_run  # noqa: E402
+
+EXPERIMENT = sorted((ROOT / "data" / "experiment-cpu").glob("*/captures/requests.jsonl"))
+TEXTS = ["Hel", "lo", " é", "{", '"', "\\", "token_id:42", "\n", "日本", "}", "text", ""]
+
+
+def _general(path, raw=None):
+    rows, formats = parse_source(path.read_bytes() if raw is None else raw, str(path))
+    return rows.frames(), formats
+
+
+def _assert_same(got, expected):
+    for name, a, b in zip(("tokens", "candidates", "requests"), got, expected):
+        assert a.schema == b.schema, name
+        assert_frame_equal(a, b, check_exact=True)
+
+
+def _fast_equals_general(path):
+    fast = read_capture_jsonl(path, str(path))
+    assert fast is not None, "the columnar path must take this file"
+    frames, formats = fast
+    expected, found = _general(path)
+    assert formats == found
+    _assert_same(frames, expected)
+    assert read_jsonl(path, str(path)) is not None  # read_dumps's entry takes it too
+    return frames
+
+
+def _cand(token, logprob, **extra):
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode()), **extra}
+
+
+def _entries(texts, seed=0, top=3):
+    """Entries as vLLM and llama.cpp give them: placeholders with their own bytes, ids, duplicates, sentinels."""
+    rng = random.Random(seed)
+    out = []
+    for k, text in enumerate(texts):
+        value = rng.choice([-0.25, -1.5, -9999.0, -3.4028234663852886e38, 0.0, -1e-7, -0.1 * (k + 1)])
+        cands = [_cand(text, value)] + [_cand(rng.choice(TEXTS + ["token_id:7", "token_id:99"]), -2.0 - j) for j in range(rng.randrange(top))]
+        if rng.random() < 0.3:
+            cands.append(dict(cands[0]))  # a repeated candidate: flagged as a duplicate
+        entry = _cand(text, value, top_logprobs=cands)
+        if rng.random() < 0.3 and not text.startswith("token_id:"):
+            entry["id"] = 1000 + k
+            for c in cands:
+                c.pop("bytes")
+        out.append(entry)
+    return out
+
+
+def _chat(rid, texts, *, n_choices=1, usage=True, seed=0, logprobs=True):
+    choices = [{"index": c, "finish_reason": "length", "message": {"role": "assistant", "content": "".join(texts)},
+                "logprobs": {"content": _entries(texts, seed + c)} if logprobs else None} for c in range(n_choices)]
+    out = {"id": rid, "object": "chat.completion", "model": "m", "choices": choices}
+    if usage:
+        out["usage"] = {"prompt_tokens": 5, "completion_tokens": len(texts), "total_tokens": 5 + len(texts), "prompt_tokens_details": None}
+    return out
+
+
+def _response_envelopes():
+    """Several prompts, roles and bands; keys before and after the response; missing optional keys; extra keys."""
+    lines = []
+    for p, prompt in enumerate(["p0", "p1", 7]):  # an integer prompt_id is read as its text
+        lines.append({"response": _chat(f"r{p}", TEXTS[: 3 + p], seed=p), "prompt_id": prompt, "role": "reference", "slot": 0, "t_sent": 0})
+        lines.append({"unit": f"{prompt}/band/c4/r0", "prompt_id": prompt, "role": "band", "band_c": 4, "slot": 1, "repeat": 0,
+                      "response": _chat(f"b{p}", TEXTS[p:], seed=10 + p), "gpu": "H200", "t_sent": 0.5, "batch_row": [1, 2]})
+    lines.append({"sample_key": "k1", "meta": {"nested": ["x", None, 1.5], "é": True}, "usage": "the response's usage wins",
+                  "response": _chat("multi", TEXTS[:4], n_choices=2, usage=False)})
+    lines.append({"response": {"id": "", "object": "chat.completion", "model": "m", "choices": []}, "role": "band"})  # no choice: no row
+    lines.append({"format": "openai_chat", "response": _chat("", TEXTS[:2], logprobs=False), "band_c": 16, "slot": 15})
+    lines.append({"response": _chat("u", TEXTS[5:8], usage=False), "arrival_times": [0.25]})  # arrival times mean nothing without a stream
+    lines.append({"role": "band", "response": _chat("o", TEXTS[:3], seed=5), "sampler": {"top_k": {"n": 20}, "s": "}, \"x\": {"}, "after": {}, "slot": 2})
+    return lines
+
+
+WRITERS = {
+    "json": lambda line: json.dumps(line).encode(),
+    "json-utf8": lambda line: json.dumps(line, ensure_ascii=False).encode(),
+    "orjson": orjson.dumps,
+}
+
+
+def _write_lines(path, lines, writer="json-utf8"):
+    path.write_bytes(b"".join(WRITERS[writer](line) + b"\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_response_envelopes_equal_the_general_path(tmp_path, writer):
+    frames = _fast_equals_general(_write_lines(tmp_path / "captures.jsonl", _response_envelopes(), writer))
+    tokens, _, requests = frames
+    assert requests["record"].to_list() == [1, 2, 3, 4, 5, 6, 7, 7, 9, 10, 11]
+    assert json.loads(requests["extra"][10])["sampler"] == {"top_k": {"n": 20}, "s": '}, "x": {'}  # objects after the response
+    assert requests["prompt_id"].to_list()[:6] == ["p0", "p0", "p1", "p1", "7", "7"]
+    assert json.loads(requests["extra"][1]) == {"batch_row": [1, 2], "gpu": "H200", "unit": "p0/band/c4/r0",
+                                                "usage": {"completion_tokens": 12, "prompt_tokens": 5, "total_tokens": 17}}
+    assert json.loads(requests["extra"][6])["usage"] == "the response's usage wins"  # no usage in that response: the envelope's stays
+    assert requests["request_id"][8] is None  # "" is no id
+    assert tokens.filter(pl.col("record") == 7)["sample_key"].unique().to_list() == ["k1"]
+
+
+def _sse(chunks, end="\n\n"):
+    return "".join(f"data: {json.dumps(c, ensure_ascii=False)}{end}" for c in chunks) + f"data: [DONE]{end}"
+
+
+def _chunk(rid, choices, **extra):
+    return {"id": rid, "object": "chat.completion.chunk", "model": "m", **extra, "choices": choices}
+
+
+def _delta(index, content=None, entries=None, finish=None):
+    return {"index": index, "delta": {} if content is None else {"content": content}, "logprobs": None if entries is None else {"content": entries},
+            "finish_reason": finish}
+
+
+def _stream_envelope(rid, texts, *, n=1, live=True, usage=True, arrivals=True, together=False, seed=0, **meta):
+    """A streamed chat completion in its envelope: a role chunk, one chunk per token (choices interleaved or together), usage."""
+    entries = [_entries(texts, seed + i) for i in range(n)]
+    chunks = [_chunk(rid, [{"index": i, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None} for i in range(n)],
+                     **({"stream_mode": "live"} if live else {}))]
+    for k, text in enumerate(texts):
+        finish = "length" if k == len(texts) - 1 else None
+        deltas = [_delta(i, text, [entries[i][k]], finish) for i in range(n)]
+        chunks += [_chunk(rid, deltas)] if together else [_chunk(rid, [d]) for d in deltas]
+    if usage:
+        chunks.append(_chunk(rid, [], usage={"prompt_tokens": 4, "completion_tokens": len(texts), "total_tokens": 4 + len(texts)}))
+    envelope = {"sse": _sse(chunks), **meta}
+    if arrivals:
+        envelope["arrival_times"] = [0.125 * j if j % 3 else j // 3 for j in range(len(chunks) + 1)]  # integers too
+    return envelope
+
+
+def _stream_envelopes():
+    lines = []
+    for p, prompt in enumerate(["p0", "p1"]):
+        lines.append(_stream_envelope(f"{prompt}-ref", TEXTS[: 4 + p], seed=p, prompt_id=prompt, role="reference", slot=0, t_sent=0.0,
+                                      unit=f"{prompt}/reference/s0", sent_at_s=1.5))
+        for slot in range(2):
+            lines.append(_stream_envelope(f"{prompt}-c2-s{slot}", TEXTS[p : p + 5], seed=20 + slot, prompt_id=prompt, role="band", band_c=2,
+                                          slot=slot, repeat=0, batch_row=slot))
+    lines.append(_stream_envelope("two", TEXTS[:3], n=2, prompt_id="p2", role="band", band_c=2, slot=0, sample_key="s"))
+    lines.append(_stream_envelope("two-together", TEXTS[:3], n=2, together=True, live=False, usage=False, format="openai_chat_sse"))
+    lines.append(_stream_envelope("no-times", TEXTS[6:], arrivals=False, role="observer"))
+    odd = [_chunk("odd", [_delta(0, "", None)], stream_mode="buffered"), {"id": "odd2", "usage": {"completion_tokens": 2}},  # no choices key
+           _chunk("odd2", [_delta(1, "A", _entries(["A"])), _delta(0, "B", None, "stop")]), _chunk("odd2", [_delta(1, None, _entries(["C"]), "length")]),
+           _chunk("odd2", [{"delta": {"content": "D"}, "logprobs": {"content": []}}])]  # index omitted: its position, 0
+    lines.append({"sse": _sse(odd), "arrival_times": [0.5, None, 0.75, 1.0, 1.25, 1.5], "prompt_id": "p3"})
+    return lines
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
+    tokens, _, requests = _fast_equals_general(_write_lines(tmp_path / "captures.jsonl", _stream_envelopes(), writer))
+    first = requests.row(0, named=True)
+    assert (first["ttft_s"], first["t_last_content"], first["n_content_chunks"], first["stream_live"]) == (0.125, 0.5, 4, True)
+    assert requests.filter(pl.col("record") == 8)["stream_live"].to_list() == [None, None]  # no stream_mode: not declared
+    assert requests.filter(pl.col("record") == 10)["choice_index"].to_list() == [0, 1]
+    assert tokens.filter(pl.col("record") == 10)["request_id"].to_list() == ["odd2", "odd2"]
+    assert tokens["t_arrival"].null_count() > 0 and tokens["stream_chunk"].null_count() == 0
+
+
+@pytest.mark.parametrize("path", EXPERIMENT, ids=lambda p: p.parent.parent.name)
+def test_committed_experiment_captures_equal_the_general_path(path):
+    tokens, candidates, requests = _fast_equals_general(path)
+    assert requests.height == 62 and requests["stream_live"].all() and requests["ttft_s"].null_count() == 0
+
+
+def test_envelope_keys_spelled_with_escapes(tmp_path):
+    path = tmp_path / "captures.jsonl"
+    lines = _response_envelopes()[:2] + _stream_envelopes()[:2]
+    for line in lines:
+        line["note"] = "é"
+    data = b"".join(WRITERS["json"](line) + b"\n" for line in lines).replace(b'"note"', b'"n\\u006fte"').replace(b', "role"', b', "r\\u006fle"')  # the envelope's, not the message's
+    path.write_bytes(data)
+    _, _, requests = _fast_equals_general(path)
+    assert requests["role"].to_list() == ["reference", "band", "reference", "band"]
+
+
+def test_mixed_kinds_in_one_file(tmp_path):
+    responses, streams = _response_envelopes(), _stream_envelopes()
+    lines = [streams[0], responses[0], responses[1], streams[1], streams[2], responses[2]]
+    frames = _fast_equals_general(_write_lines(tmp_path / "captures.jsonl", lines))
+    assert frames[2]["source_format"].to_list() == ["openai_chat_sse", "openai_chat", "openai_chat", "openai_chat_sse", "openai_chat_sse", "openai_chat"]
+
+
+def test_read_dumps_and_read_run_take_it(tmp_path, monkeypatch):
+    import analysis.dumps._read as reader
+
+    run = tmp_path / "run"
+    (run / "captures").mkdir(parents=True)
+    (run / "manifest.json").write_text((EXPERIMENT[0].parent.parent / "manifest.json").read_text())
+    (run / "captures" / "requests.jsonl").write_bytes(EXPERIMENT[0].read_bytes())
+    _write_lines(run / "captures" / "responses.jsonl", _response_envelopes())
+    expected = {name: _general(run / "captures" / name)[0] for name in ("requests.jsonl", "responses.jsonl")}
+
+    def general_only(*args, **kwargs):
+        raise AssertionError("the general path was taken")
+
+    monkeypatch.setattr(reader, "parse_source", general_only)
+    dump = read_run(run).dump
+    assert dump.formats == {str(run / "captures" / "requests.jsonl"): ["openai_chat_sse"], str(run / "captures" / "responses.jsonl"): ["openai_chat"]}
+    for i, frame in enumerate((dump.tokens, dump.candidates, dump.requests)):
+        assert_frame_equal(frame, pl.concat([expected["requests.jsonl"][i], expected["responses.jsonl"][i]]), check_exact=True)
+
+
+@pytest.mark.parametrize("kind", ["response", "sse"])
+def test_a_torn_tail_is_left_out_and_the_rest_read_columnar(tmp_path, kind):
+    lines = _response_envelopes()[:4] if kind == "response" else _stream_envelopes()[:4]
+    path = _write_lines(tmp_path / "captures.jsonl", lines)
+    whole = path.read_bytes()
+    path.write_bytes(whole + WRITERS["json-utf8"](lines[0])[:-40])  # a killed writer's half line
+    fast = read_jsonl(path, str(path), limit=len(whole))
+    assert fast is not None
+    d = read_dumps(path, torn_tail=True)
+    assert [str(e) for e in d.skipped] == [f"{path}: line 5: cut short ({len(path.read_bytes()) - len(whole)} bytes, no newline, not JSON): "
+                                           "an append the writer did not finish; left out"]
+    _assert_same((d.tokens, d.candidates, d.requests), _general(path, whole)[0])
+    _assert_same(fast[0], _general(path, whole)[0])
+    path.write_bytes(whole[:-1])  # a whole last line that merely lacks its newline: read, nothing skipped
+    d = read_dumps(path, torn_tail=True)
+    assert not d.skipped and d.requests.height == _general(path)[0][2].height
+
+
+# --- what the columnar path leaves to the general path ------------------------------------------------
+
+
+def _replace_sse(index, old, new, count=1):
+    def change(lines):
+        lines[index]["sse"] = lines[index]["sse"].replace(old, new, count)
+    return change
+
+
+def _set(index, **values):
+    return lambda lines: lines[index].update(values)
+
+
+def _set_response(index, path, value):
+    def change(lines):
+        target = lines[index]["response"]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return change
+
+
+STREAM_FALLBACKS = {
+    "CRLF line ends": (_replace_sse(0, "\n", "\r\n", -1), None),
+    "a comment": (_replace_sse(0, "data: ", ": keep-alive\n\ndata: "), None),
+    "an event field": (_replace_sse(0, "data: ", "event: message\ndata: "), None),
+    "an id field": (_replace_sse(0, "data: ", "id: 7\ndata: "), None),
+    "a multi-line data event": (_replace_sse(0, '", "object"', '",\ndata: "object"'), None),
+    "data: without a space": (_replace_sse(0, "data: {", "data:{", -1), None),
+    "no [DONE]": (_replace_sse(0, "data: [DONE]\n\n", ""), "the stream ended without \\[DONE\\]"),
+    "data after [DONE]": (lambda lines: lines[0].update(sse=lines[0]["sse"] + 'data: {"choices": []}\n\n'), "data after \\[DONE\\]"),
+    "an error event": (_replace_sse(0, "data: ", 'data: {"error": {"message": "CUDA out of memory"}}\n\ndata: '),
+                       "the server sent an error event: .*CUDA out of memory"),
+    "event data that is not JSON": (_replace_sse(0, "data: ", "data: {not json\n\ndata: "), "event data is not JSON"),
+    "arrival times that do not match": (_set(0, arrival_times=[0.1]), "holds 1 times for 7 events"),
+    "a null model": (_replace_sse(0, '"model": "m"', '"model": null', -1), None),
+    "a null stream_mode": (_replace_sse(0, '"stream_mode": "live"', '"stream_mode": null'), None),
+    "choices: null": (_replace_sse(0, '"choices": []', '"choices": null'), "choices: expected a list"),
+    "a legacy text choice": (_replace_sse(0, '"delta": {"role": "assistant"}', '"text": null, "delta": {"role": "assistant"}'), None),
+    "usage that disagrees": (_replace_sse(0, '"completion_tokens": 4', '"completion_tokens": 9'), "says 9 tokens but the stream carried 4"),
+    "another stream format": (_set(0, format="openai_completion_sse"), None),
+    "a line separator in the text": (_replace_sse(0, '"content": "Hel"', '"content": "H\u2028l"', -1), "neither JSON, JSON lines, SSE nor a torch file"),
+    "a positive logprob": (_replace_sse(0, '"top_logprobs": [{"token": "Hel", "logprob": ', '"top_logprobs": [{"token": "Hel", "logprob": 0.5, "x": '),
+                           "expected a logprob <= 0, got 0.5"),
+    "band_c as text": (_set(1, band_c="2"), "band_c: expected Int64"),
+    "a bool arrival time": (_set(0, arrival_times=[True] * 7), "t_arrival: expected Float64"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STREAM_FALLBACKS))
+def test_streams_the_columnar_path_leaves_to_the_general_path(tmp_path, case):
+    change, error = STREAM_FALLBACKS[case]
+    lines = _stream_envelopes()[:3]
+    lines[0] = _stream_envelope("p0-ref", ["Hel", "lo", "A", "B"], seed=1, prompt_id="p0")  # 4 tokens, 6 events
+    change(lines)
+    _expect_general(_write_lines(tmp_path / "captures.jsonl", lines), error)
+
+
+def _expect_general(path, error):
+    assert read_capture_jsonl(path, str(path)) is None and read_jsonl(path, str(path)) is None
+    if error is not None:
+        with pytest.raises(DumpError, match=error):
+            read_dumps(path)
+        return
+    d = read_dumps(path)
+    expected, found = _general(path)
+    assert d.formats == {str(path): sorted(found)}
+    _assert_same((d.tokens, d.candidates, d.requests), expected)
+
+
+RESPONSE_FALLBACKS = {
+    "another format": (_set(0, format="vllm_generate"), None),
+    "a bare response among envelopes": (lambda lines: lines.insert(1, _chat("bare", TEXTS[:2])), None),
+    "a null response": (_set(1, response=None), "matches no known dump format"),
+    "band_c as text": (_set(0, band_c="4"), "band_c: expected Int64"),
+    "a role that is not text": (_set(0, role=3), "role: expected String"),
+    "token_ids: null in a choice": (_set_response(0, ["choices", 0, "token_ids"], None), None),
+    "a legacy object": (_set_response(0, ["object"], "text_completion"), None),
+    "usage that disagrees": (_set_response(0, ["usage", "completion_tokens"], 9), "says 9 tokens but logprobs hold 3 entries"),
+    "a later duplicate response key": (lambda lines: lines.__setitem__(0, {**lines[0], "tail": 1}), None),
+    "a line separator in an extra key": (_set(0, note="a\u2028b"), "neither JSON, JSON lines, SSE nor a torch file"),
+    "both sse and response": (lambda lines: lines[0].update(sse=_stream_envelopes()[0]["sse"]), None),
+    "a printed Logprob repr early in the file": (_set(0, note="Logprob("), None),
+    "a key spelled with escapes in the response": (lambda lines: None, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESPONSE_FALLBACKS))
+def test_responses_the_columnar_path_leaves_to_the_general_path(tmp_path, case):
+    change, error = RESPONSE_FALLBACKS[case]
+    lines = _response_envelopes()[:3]
+    change(lines)
+    data = b"".join(WRITERS["json-utf8"](line) + b"\n" for line in lines)
+    if case == "a later duplicate response key":
+        data = data.replace(b', "tail": 1}', b', "response": ' + json.dumps(_chat("later", TEXTS[:1])).encode() + b"}", 1)
+    if case == "a key spelled with escapes in the response":
+        data = data.replace(b'"finish_reason"', b'"finish_re\\u0061son"', 1)
+    path = tmp_path / "captures.jsonl"
+    path.write_bytes(data)
+    _expect_general(path, error if case != "a printed Logprob repr early in the file" else "not a complete Python repr of logprobs")
+
+
+def test_blank_lines_and_a_single_line_take_the_general_path(tmp_path):
+    lines = _response_envelopes()[:3]
+    path = tmp_path / "captures.jsonl"
+    path.write_bytes(b"\n\n".join(WRITERS["json"](line) for line in lines) + b"\n")
+    _expect_general(path, None)
+    _write_lines(path, lines[:1])
+    assert read_jsonl(path, str(path)) is None  # one document: the general path hashes it its own way
+
+
+# --- the property: any envelope file, the columnar path agrees or steps aside --------------------------
+#
+# Each drawn file is clean (what servers and the probe write, in any key order and with any extra keys) or odd
+# (wrong types, positive logprobs, usage that disagrees, SSE the columnar path leaves alone, null keys...).
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False, allow_infinity=False, width=32) | st.text(max_size=4)
+    | st.sampled_from(['}, "a": {', '"response": {', "\\u0041", "data: [DONE]"]),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(["a", "usage", "é", "response", '}, "x": {', '"', "\\"]), inner, max_size=2),
+    max_leaves=4,
+)
+_tokens = st.sampled_from(TEXTS + ["token_id:7", "token_id:-1", "a b"])
+_CLEAN_VALUES = [-0.5, -1.25, -9999.0, -3.4028234663852886e38, 0.0, -1e-7, -20.0]
+
+
+def _pick(draw, odd, clean, weird):
+    """A clean value, or (in an odd file, now and then) a weird one."""
+    return draw(st.sampled_from(weird)) if odd and draw(st.integers(0, 4)) == 0 else draw(st.sampled_from(clean))
+
+
+@st.composite
+def _entry_st(draw, odd):
+    token = draw(_tokens)
+    entry = {"token": token, "logprob": _pick(draw, odd, _CLEAN_VALUES, [0.5, None])}
+    if draw(st.booleans()):
+        entry["bytes"] = list(token.encode())
+    if draw(st.integers(0, 4)) == 0 and not token.startswith("token_id:"):
+        entry["id"] = draw(st.integers(0, 50))
+    entry["top_logprobs"] = [_cand(t, v) for t, v in draw(st.lists(st.tuples(_tokens, st.sampled_from(_CLEAN_VALUES)), max_size=3))]
+    return entry
+
+
+@st.composite
+def _choices_st(draw, stream, odd):
+    out = []
+    for c in range(draw(st.integers(0 if odd or stream else 1, 2))):
+        choice = {"index": c} if draw(st.integers(0, 5)) else {}
+        choice["delta" if stream else "message"] = {"content": draw(st.sampled_from(["", "x", "yz", None]))}
+        choice["finish_reason"] = draw(st.sampled_from([None, "length", "stop", ""]))
+        choice["logprobs"] = draw(st.sampled_from([None, {"content": None}, {"content": draw(st.lists(_entry_st(odd), max_size=3))}]))
+        if odd and draw(st.integers(0, 6)) == 0:
+            choice[draw(st.sampled_from(["token_ids", "text"]))] = None
+        out.append(choice)
+    return out
+
+
+def _scored(choices):
+    return sum(len((c.get("logprobs") or {}).get("content") or []) for c in choices)
+
+
+@st.composite
+def _envelope_st(draw, odd):
+    meta = {}
+    for key, clean, weird in (("prompt_id", ["p0", "p1", 3], []), ("role", ["reference", "band"], [5]), ("band_c", [1, 4], ["4", True]),
+                              ("slot", [0, 3], [1.5]), ("repeat", [0, 2], []), ("t_sent", [0, 0.5, None], ["0"]),
+                              ("sample_key", ["k", None], [7]), ("unit", ["p0/band/c4/r0"], [])):
+        if draw(st.booleans()):
+            meta[key] = _pick(draw, odd, clean, weird or clean)
+    for key in draw(st.lists(st.sampled_from(["gpu", "sent_at_s", "note", "é"]), max_size=2, unique=True)):
+        meta[key] = draw(_json_values)
+    if draw(st.booleans()):  # a non-streamed response
+        choices = draw(_choices_st(False, odd))
+        response = {"id": draw(st.sampled_from(["r", "", None])), "object": _pick(draw, odd, ["chat.completion"], [None, "text_completion"]),
+                    "model": "m", "choices": choices}
+        if draw(st.booleans()):
+            response["usage"] = {"prompt_tokens": 3, "completion_tokens": _pick(draw, odd, [_scored(choices)], [_scored(choices) + 1])}
+        body = {"response": response}
+    else:
+        chunks = []
+        for _ in range(draw(st.integers(1, 4))):
+            chunk = {"id": draw(st.sampled_from(["c", "d"])), "object": "chat.completion.chunk", "model": "m"}
+            if draw(st.integers(0, 3)) == 0:
+                chunk["stream_mode"] = _pick(draw, odd, ["live", "buffered"], [None])
+            if draw(st.integers(0, 5)):
+                chunk["choices"] = draw(_choices_st(True, odd))
+            if odd and draw(st.integers(0, 10)) == 0:
+                chunk["model"] = None
+            chunks.append(chunk)
+        scored = sum(_scored(c.get("choices") or []) for c in chunks)
+        if draw(st.booleans()):
+            chunks.append({"id": "c", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": _pick(draw, odd, [scored], [scored + 1])}})
+        sse = _sse(chunks)
+        oddity = _pick(draw, odd, [None], ["crlf", "comment", "no-done", "error"])
+        if oddity == "crlf":
+            sse = sse.replace("\n", "\r\n")
+        elif oddity == "comment":
+            sse = ": hi\n\n" + sse
+        elif oddity == "no-done":
+            sse = sse.removesuffix("data: [DONE]\n\n")
+        elif oddity == "error":
+            sse = 'data: {"error": "boom"}\n\n' + sse
+        body = {"sse": sse}
+        times = _pick(draw, odd, ["match", "none"], ["short"])
+        if times != "none":
+            body["arrival_times"] = [0.25 * j for j in range(len(chunks) + (1 if times == "match" else 0))]
+    order = draw(st.permutations(list(body) + list(meta)))
+    merged = {**body, **meta}
+    return {key: merged[key] for key in order}
+
+
+@st.composite
+def _file_st(draw):
+    odd = draw(st.integers(0, 2)) == 0
+    return odd, draw(st.lists(_envelope_st(odd), min_size=2, max_size=4))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_file_st(), st.sampled_from(sorted(WRITERS)))
+def test_property_the_columnar_path_agrees_or_steps_aside(tmp_path_factory, drawn, writer):
+    odd, lines = drawn
+    path = _write_lines(tmp_path_factory.mktemp("prop") / "captures.jsonl", lines, writer)
+    fast = read_jsonl(path, str(path))
+    try:
+        expected, found = _general(path)
+    except Exception as error:  # noqa: BLE001 - whatever the general path refuses, the columnar one must not read
+        assert fast is None, f"the columnar path read what the general path refuses: {error}"
+        event("the general path refuses")
+        return
+    event(f"{'odd' if odd else 'clean'} file: {'columnar' if fast is not None else 'general'} path")
+    if fast is not None:
+        frames, formats = fast
+        assert formats == found
+        _assert_same(frames, expected)

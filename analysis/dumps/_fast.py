@@ -462,18 +462,15 @@ def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: st
     if data[end - 1] != ord("}"):
         raise _Unsupported("a line that does not end its object")
     close = data.rfind(b"}", start, end - 1)
-    for _ in range(16):
+    for _ in range(64):
         if close <= start:
             break
-        tail = data[close + 1 : end - 1].strip(_WS)
-        if not tail:
-            break
-        if tail[:1] == b",":
-            try:
-                if isinstance(orjson.loads(b"{" + tail[1:] + b"}"), dict):
-                    break
-            except orjson.JSONDecodeError:
-                pass
+        if _pairs_follow(data[close + 1 : end - 1]):
+            pair = _object_pair_ending(data, start, close)
+            if pair is None:
+                break
+            close = data.rfind(b"}", start, pair)  # that brace closed a later key's object: the response ends before its pair
+            continue
         close = data.rfind(b"}", start, close)
     else:
         close = -1
@@ -501,6 +498,66 @@ def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: st
         raise _Unsupported(f"format {fmt!r}")
     _envelope_columns(env)
     return _Line(record, sha, env, "response", span=(start, close + 1), explicit=bool(fmt))
+
+
+def _pairs_follow(tail: bytes) -> bool:
+    """Whether ``tail`` (what follows a candidate end of the response, up to the envelope's closing brace) is
+    nothing, or a comma and whole pairs."""
+    tail = tail.strip(_WS)
+    if not tail:
+        return True
+    if tail[:1] != b",":
+        return False
+    try:
+        return isinstance(orjson.loads(b"{" + tail[1:] + b"}"), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+_PAIR_WINDOW = 1 << 14  # an envelope key's object value after the response is looked for this far back
+
+
+def _object_pair_ending(data: bytes, floor: int, close: int) -> int | None:
+    """If the brace at ``close`` ends the object value of a pair ``, "key": {...}`` that starts after ``floor``,
+    where that pair's comma is; else None (then ``close`` is taken to end the response, which the JSON reader
+    confirms or refuses)."""
+    low = max(floor + 1, close - _PAIR_WINDOW)
+    tight, spaced = data.rfind(b":{", low, close), data.rfind(b": {", low, close)  # as json.dumps and orjson write a pair
+    while True:
+        colon = max(tight, spaced)
+        if colon == -1:
+            return None
+        at = colon + 1 if colon == tight else colon + 2
+        if colon == tight:
+            tight = data.rfind(b":{", low, colon)
+        else:
+            spaced = data.rfind(b": {", low, colon)
+        try:
+            if not isinstance(orjson.loads(data[at : close + 1]), dict):
+                continue
+        except orjson.JSONDecodeError:
+            continue
+        key_end = colon - 1
+        while key_end > floor and data[key_end] in _WS:
+            key_end -= 1
+        if data[key_end] != ord('"'):
+            continue
+        key_start = data.rfind(b'"', floor, key_end)
+        while key_start > floor and _escaped(data, key_start):
+            key_start = data.rfind(b'"', floor, key_start)
+        comma = key_start - 1
+        while comma > floor and data[comma] in _WS:
+            comma -= 1
+        if key_start > floor and data[comma] == ord(","):
+            return comma
+
+
+def _escaped(data: bytes, at: int) -> bool:
+    """Whether the character at ``at`` follows an odd run of backslashes."""
+    run = 0
+    while data[at - 1 - run] == ord("\\"):
+        run += 1
+    return run % 2 == 1
 
 
 _DONE = "data: [DONE]\n\n"
