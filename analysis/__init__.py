@@ -19,6 +19,7 @@ from ._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_d
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
 from ._witness import WitnessSet, derive_band_result, derive_run_verdict, read_witness, read_witnesses
 from .report import default_sources, render_report
+from ._study import Study, scan_study, study_tables, write_dataset
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "PolicyError",
     "ShapeVerdict",
     "SourceError",
+    "Study",
     "V3Policy",
     "WitnessError",
     "WitnessSet",
@@ -43,7 +45,10 @@ __all__ = [
     "read_witnesses",
     "render_report",
     "scan_dump",
+    "scan_study",
     "shape_check",
     "shape_check_data",
     "shape_check_text",
+    "study_tables",
+    "write_dataset",
 ]

@@ -9,8 +9,8 @@ child process (so its peak RSS is its own) and prints seconds, peak RSS and the 
   load     analysis.run.read_run(run_dir), derived/ deleted first: the first open
   reopen   read_run again, after the first open (which may have written derived/)
   metrics  slot_table, band_table, prompt_table on the loaded run; ratio to load (target <= 0.5x)
-  study    analysis.study.write_dataset + study_tables(engine="polars") on a 10x study folder
-           (several run directories); peak RSS target <= 8 GB. Skipped while analysis.study is absent
+  study    analysis.write_dataset + analysis.study_tables(engine="polars") on a 10x study folder
+           (several run directories); peak RSS target <= 8 GB. Skipped while analysis._study is absent
   ray      the same with engine="ray" (ray.init(num_cpus=2)): its overhead against polars, and
            whether the tables are equal
 
@@ -392,7 +392,7 @@ def _slot_summary(slots) -> str:
 
 
 def step_study(study_dir: str, dataset_dir: str, tables_dir: str) -> Iterator[dict]:
-    from analysis import study
+    import analysis as study
 
     runs = sorted(str(p.parent) for p in Path(study_dir).glob("*/manifest.json"))
     start = time.perf_counter()
@@ -411,7 +411,7 @@ def step_study(study_dir: str, dataset_dir: str, tables_dir: str) -> Iterator[di
 def step_ray(dataset_dir: str, tables_dir: str) -> Iterator[dict]:
     import ray
 
-    from analysis import study
+    import analysis as study
 
     start = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -465,7 +465,7 @@ def _compare(tables: dict, tables_dir: str) -> str:
 
 
 STEPS = {"bare": (step_bare, "orjson"), "load": (step_load, "analysis.run"), "reopen": (step_load, "analysis.run"),
-         "metrics": (step_metrics, "analysis.run"), "study": (step_study, "analysis.study"), "ray": (step_ray, "analysis.study")}
+         "metrics": (step_metrics, "analysis.run"), "study": (step_study, "analysis._study"), "ray": (step_ray, "analysis._study")}
 
 
 def _tree_rss(stop: threading.Event, peak: list[int]) -> None:
@@ -630,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run_dir = _prepare_run(folder, args)
     print(f"run: {args.prompts} prompts x (2 + {' + '.join(map(str, args.ladder))}) requests x {args.tokens} tokens x top-{args.top} "
           f"({args.kind}): {_describe_data(run_dir)}")
-    study_wanted = not args.skip_study and (args.generate_only or importlib.util.find_spec("analysis.study") is not None)
+    study_wanted = not args.skip_study and (args.generate_only or importlib.util.find_spec("analysis._study") is not None)
     if study_wanted:
         study_dir = _prepare_study(folder, args)
         print(f"study: {args.study_prompts} prompts over {args.study_runs} runs: {_describe_data(study_dir)}")
@@ -667,8 +667,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.skip_study:
         print("  study    skipped: --skip-study")
         return
-    if importlib.util.find_spec("analysis.study") is None:
-        print("  study    skipped: analysis.study not available")
+    if importlib.util.find_spec("analysis._study") is None:
+        print("  study    skipped: analysis._study not available")
         return
     dataset_dir, tables_dir = folder / "study-dataset", folder / "study-tables"
     shutil.rmtree(dataset_dir, ignore_errors=True)

@@ -8,7 +8,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analysis.run import RunError, band_table, prompt_table, read_run, slot_table
-from analysis.study import scan_study, study_tables, write_dataset
+from analysis import scan_study, study_tables, write_dataset
 
 RUNS = ["data/experiment-cpu/default", "data/experiment-cpu/batch-invariant"]
 KEYS = {"slots": ["run", "prompt_id", "band_c", "repeat", "slot"], "bands": ["run", "prompt_id", "band_c", "repeat"], "prompts": ["run", "prompt_id"]}
