@@ -6,8 +6,10 @@ references, then per c of the ladder a band of c requests), then measures each s
 child process (so its peak RSS is its own) and prints seconds, peak RSS and the ratios:
 
   bare     orjson.loads of every line of the captures files (the floor for any JSON reader)
-  load     analysis.run.read_run(run_dir), derived/ deleted first: the first open
-  reopen   read_run again, after the first open (which may have written derived/)
+  parse    analysis.read_dumps(captures, torn_tail=True): the parse read_run does (target <= 2.0x bare)
+  load     analysis.run.read_run(run_dir), derived/ deleted first: the first open, which also hashes
+           the captures and writes derived/
+  reopen   read_run again, opening derived/ (target <= 0.1x load)
   metrics  slot_table, band_table, prompt_table on the loaded run; ratio to load (target <= 0.5x)
   study    analysis.write_dataset + analysis.study_tables(engine="polars") on a 10x study folder
            (several run directories); peak RSS target <= 8 GB. Skipped while analysis._study is absent
@@ -355,6 +357,17 @@ def step_bare(run_dir: str) -> Iterator[dict]:
     yield {"seconds": time.perf_counter() - start, "rows": f"{lines} lines" + (f", {events:,} events" if events else "")}
 
 
+def step_parse(run_dir: str) -> Iterator[dict]:
+    from analysis.dumps import read_dumps
+
+    start = time.perf_counter()
+    dump = read_dumps(Path(run_dir) / "captures", torn_tail=True)  # what read_run parses, without hashing or writing derived/
+    seconds = time.perf_counter() - start
+    frames = (dump.tokens, dump.candidates, dump.requests)
+    yield {"seconds": seconds, "rows": f"{len(frames[0]):,} tokens, {len(frames[1]):,} candidates, {len(frames[2])} requests",
+           "frame_bytes": sum(f.estimated_size() for f in frames)}
+
+
 def step_load(run_dir: str) -> Iterator[dict]:
     from analysis.run import read_run
 
@@ -464,7 +477,7 @@ def _compare(tables: dict, tables_dir: str) -> str:
     return "; ".join(words)
 
 
-STEPS = {"bare": (step_bare, "orjson"), "load": (step_load, "analysis.run"), "reopen": (step_load, "analysis.run"),
+STEPS = {"bare": (step_bare, "orjson"), "parse": (step_parse, "analysis.dumps"), "load": (step_load, "analysis.run"), "reopen": (step_load, "analysis.run"),
          "metrics": (step_metrics, "analysis.run"), "study": (step_study, "analysis._study"), "ray": (step_ray, "analysis._study")}
 
 
@@ -639,7 +652,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     results: dict[str, dict[str, Any]] = {}
     print(f"{'step':10s} {'seconds':>11s}  {'peak RSS':>22s}  {'ratio':>22s}")
-    guarded = [("bare", (str(run_dir),), None), ("load", (str(run_dir),), None), ("reopen", (str(run_dir),), None),
+    guarded = [("bare", (str(run_dir),), None), ("parse", (str(run_dir),), None), ("load", (str(run_dir),), None), ("reopen", (str(run_dir),), None),
                ("metrics", (str(run_dir),), args.metrics_timeout)]
     for name, step_args, timeout in guarded:
         if name == "load":
@@ -651,8 +664,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         bare, load = results.get("bare", {}).get("seconds"), results.get("load", {}).get("seconds")
         if name == "bare":
             print(_line(name, r, "1.00x", str(r.get("rows", ""))))
+        elif name == "parse":
+            ratio = f"{r['seconds'] / bare:.2f}x bare (<= 2.0)" if bare and r.get("seconds") else ""
+            print(_line(name, r, ratio, f"read_dumps(captures): {r.get('rows', '')}; frames {_mb(r.get('frame_bytes'))}" if "seconds" in r else ""))
         elif name in ("load", "reopen"):
-            ratio = f"{r['seconds'] / bare:.2f}x bare" if bare and r.get("seconds") else ""
+            if name == "load":
+                ratio = f"{r['seconds'] / bare:.2f}x bare" if bare and r.get("seconds") else ""
+            else:
+                ratio = f"{r['seconds'] / load:.2f}x load (<= 0.1)" if load and r.get("seconds") else ""
             note = f"{r.get('rows', '')}; frames {_mb(r.get('frame_bytes'))}; derived/ {'written' if r.get('derived_after') else 'not written'}"
             print(_line(name, r, ratio, note if "seconds" in r else ""))
         else:
