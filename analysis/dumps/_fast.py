@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import re
+import threading
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -103,28 +105,36 @@ def _chunks(path: Path, limit: int | None = None):
     """Whole lines of the file's first ``limit`` bytes (all of it by default), about ``_CHUNK_BYTES`` at a time:
     (buffer, size, [(start, end) of each line]); the lines lie in ``buffer[:size]``.
 
-    Read with plain reads, not a memory map, so pages already parsed do not stay in this process.
-    A CR or a blank line sends the file to the general path (it numbers and hashes lines its own way).
+    One buffer is read into again and again (a fresh 64 MB each time costs as much as reading it): what the
+    caller keeps of a chunk must be copied out before it asks for the next. Plain reads, not a memory map, so
+    pages already parsed do not stay in this process. A CR or a blank line sends the file to the general path
+    (it numbers and hashes lines its own way).
     """
-    carry = b""
+    buffer = bytearray(_CHUNK_BYTES if limit is None else max(1, min(_CHUNK_BYTES, limit)))
+    held = 0  # the start of a line the last chunk did not end, kept at the front
     left = limit
     with path.open("rb") as handle:
         while True:
-            want = _CHUNK_BYTES if left is None else min(_CHUNK_BYTES, left)
-            block = handle.read(want) if want > 0 else b""
+            if held == len(buffer):  # a line longer than the buffer: grow it
+                grown = bytearray(2 * len(buffer))
+                grown[:held] = buffer
+                buffer = grown
+            want = len(buffer) - held if left is None else min(len(buffer) - held, left)
+            read = handle.readinto(memoryview(buffer)[held : held + want]) if want > 0 else 0
             if left is not None:
-                left -= len(block)
-            data = carry + block
-            if not block:
-                if data:
-                    yield data, len(data), _spans(data, len(data))
+                left -= read
+            size = held + read
+            if not read:
+                if size:
+                    yield buffer, size, _spans(buffer, size)
                 return
-            cut = data.rfind(b"\n")
-            if cut == -1:  # a line longer than a chunk: keep reading
-                carry = data
+            cut = buffer.rfind(b"\n", 0, size)
+            if cut == -1:
+                held = size
                 continue
-            carry = data[cut + 1 :]
-            yield data, cut + 1, _spans(data, cut + 1)
+            yield buffer, cut + 1, _spans(buffer, cut + 1)
+            held = size - cut - 1
+            buffer[:held] = buffer[cut + 1 : size]
 
 
 def _spans(data: bytes, size: int) -> list[tuple[int, int]]:
@@ -157,7 +167,8 @@ def _check_text(data, ends: list[int] | np.ndarray, pattern: str) -> None:
 
 
 def _table(data, n_rows: int, longest: int, schema: pa.Schema) -> pa.Table:
-    options = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 2))
+    # About four blocks a chunk: enough to keep the reader's threads busy, few enough that the per-batch polars work stays small.
+    options = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 2, len(data) // 4 + 1))
     try:
         table = pj.read_json(pa.BufferReader(pa.py_buffer(data)), read_options=options,
                              parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
@@ -204,8 +215,13 @@ def _column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
 
 
 def _placeholder_ids(token: pl.Series) -> pl.Series:
-    """The id of each ``token_id:N`` placeholder, null for any other token."""
-    return token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
+    """The id of each ``token_id:N`` placeholder, null for any other token (``_values.placeholder_id``)."""
+    marked = token.str.starts_with("token_id:").fill_null(False)
+    digits = token.str.strip_prefix("token_id:")
+    plain = digits.str.contains(r"^-?[0-9]+$").fill_null(False)
+    if (marked & ~plain).any():  # another digit (the general path's \d is any Unicode digit), or no number: the full rule
+        return token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
+    return digits.zip_with(marked, pl.Series([None], dtype=pl.String)).cast(pl.Int64)  # strict: an id beyond int64 raises
 
 
 # --- entry points -----------------------------------------------------------------------------
@@ -264,7 +280,11 @@ def _concat(parts: list[Frames]) -> Frames:
 
 
 def _read_bare(path: Path, source: str, limit: int | None = None) -> Frames:
-    parts: list[Frames] = []
+    return _concat([_payload_frames(table, meta, source) for table, meta in _ahead(_parsed_bare(path, limit))])
+
+
+def _parsed_bare(path: Path, limit: int | None):
+    """Each chunk of bare responses checked and parsed: (table, line meta)."""
     line = 0
     for data, size, spans in _chunks(path, limit):
         view = memoryview(data)[:size]  # a view: no copy of the chunk
@@ -272,10 +292,52 @@ def _read_bare(path: Path, source: str, limit: int | None = None) -> Frames:
             raise _Unsupported("the general path would take this file for printed vLLM Logprob reprs")
         _check_text(view, [b + 1 for _, b in spans], _BARE_GUARD)
         table = _table(view, len(spans), max(b - a for a, b in spans), _SCHEMA)
-        meta = _LineMeta.bare([line + i + 1 for i in range(len(spans))], [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans])
-        parts.append(_payload_frames(table, meta, source, lambda i, s=spans, d=data: d[s[i][0] : s[i][1]]))
+        _check_shapes(table, lambda i, s=spans, d=data: d[s[i][0] : s[i][1]])
+        yield table, _LineMeta.bare([line + i + 1 for i in range(len(spans))], [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans])
         line += len(spans)
-    return _concat(parts)
+
+
+def _ahead(items):
+    """Iterate the generator ``items`` from a thread, one item ahead: while the caller builds frames from one chunk
+    (polars, mostly on one core), the next is read, hashed and parsed (pyarrow on the other; both release the GIL).
+    What ``items`` raises is raised here. Each item must not refer to the reused chunk buffer."""
+    handoff: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    break
+            else:
+                put((False, None))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, which raises it
+            put((False, error))
+        finally:
+            items.close()
+
+    thread = threading.Thread(target=produce, name="bia-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, value = handoff.get()
+            if not more:
+                if value is not None:
+                    raise value
+                return
+            yield value
+    finally:
+        stop.set()
+        thread.join()
 
 
 # --- capture envelopes ------------------------------------------------------------------------
@@ -295,7 +357,8 @@ class _Line:
     env: dict[str, Any]  # the envelope's other keys, parsed
     kind: str  # "response" | "sse"
     span: tuple[int, int] | None = None  # the response's bytes in the chunk
-    parts: list[str] | None = None  # the stream's JSON events, in order
+    events: list[str] | None = None  # the data of the stream's events
+    n_events: int = 0  # JSON events (the [DONE] that ends the stream not counted)
     arrivals: list | None = None
     explicit: bool = False  # the envelope names its format
 
@@ -369,6 +432,19 @@ def _envelope_columns(env: dict) -> dict[str, Any]:
 def _read_envelopes(path: Path, source: str, limit: int | None = None) -> tuple[Frames, set[str]]:
     parts: list[Frames] = []
     formats: set[str] = set()
+    for kind, parsed in _ahead(_parsed_runs(path, limit)):
+        if kind == "response":
+            parts.append(_payload_frames(*parsed, source))
+            formats.add("openai_chat")
+        else:
+            parts.append(_sse_frames(*parsed, source))
+            formats.add("openai_chat_sse")
+    return _concat(parts), formats
+
+
+def _parsed_runs(path: Path, limit: int | None):
+    """Each run of consecutive envelopes of one kind, checked and parsed: ("response", (table, meta)) or
+    ("sse", (table, run))."""
     line = 0
     for data, size, spans in _chunks(path, limit):
         if line == 0 and b"Logprob(" in data[:262144]:
@@ -381,14 +457,11 @@ def _read_envelopes(path: Path, source: str, limit: int | None = None) -> tuple[
                 stop += 1
             run = lines[start:stop]
             if run[0].kind == "response":
-                parts.append(_response_run(data, run, source))
-                formats.add("openai_chat")
+                yield "response", _parsed_responses(data, run)
             else:
-                parts.append(_sse_run(run, source))
-                formats.add("openai_chat_sse")
+                yield "sse", (_parsed_events(run), run)
             start = stop
         line += len(spans)
-    return _concat(parts), formats
 
 
 def _envelope_line(data: bytes, a: int, b: int, record: int) -> _Line:
@@ -560,20 +633,20 @@ def _escaped(data: bytes, at: int) -> bool:
     return run % 2 == 1
 
 
-_DONE = "data: [DONE]\n\n"
+_LAST = "\n\ndata: [DONE]\n\n"
 
 
-def _sse_parts(sse: str) -> list[str]:
-    """The data of each event of an SSE text made only of ``data: {...}`` blocks that ends with [DONE]."""
-    if not sse.endswith(_DONE) or "\r" in sse:
+def _sse_events(sse: str) -> list[str]:
+    """The data of each event of an SSE text made only of ``data: {...}`` blocks that ends with [DONE]
+    (that the data hold no newline is checked once they are joined)."""
+    if not sse.startswith("data: ") or not sse.endswith(_LAST) or "\r" in sse:
         raise _Unsupported("an SSE text that is not plain data blocks ending with [DONE]")
-    body = sse[: -len(_DONE)]
-    if not body.startswith("data: ") or not body.endswith("\n\n"):
-        raise _Unsupported("an SSE text that is not plain data blocks")
-    parts = body[6:-2].split("\n\ndata: ")
-    if body.count("\n") != 2 * len(parts):  # another field, a comment, a multi-line event, an extra blank line
-        raise _Unsupported("an SSE text that is not one data line per event")
-    return parts
+    if "\x85" in sse or "\u2028" in sse or "\u2029" in sse:  # str.splitlines ends lines there
+        raise _Unsupported("a line separator for str.splitlines")
+    events = sse.split("\n\ndata: ")
+    events.pop()  # "[DONE]\n\n"
+    events[0] = events[0][6:]
+    return events
 
 
 def _sse_line(env: Any, record: int, sha: str) -> _Line:
@@ -582,53 +655,63 @@ def _sse_line(env: Any, record: int, sha: str) -> _Line:
     fmt = env.get("format")
     if fmt and fmt != "openai_chat_sse":
         raise _Unsupported(f"format {fmt!r}")
-    sse = env["sse"]
-    parts = _sse_parts(sse)
-    if "\x85" in sse or "\u2028" in sse or "\u2029" in sse or _RAW_SEPARATOR.search(orjson.dumps({k: v for k, v in env.items() if k != "sse"})):
+    events = _sse_events(env["sse"])
+    n = len(events)
+    if _RAW_SEPARATOR.search(orjson.dumps({k: v for k, v in env.items() if k != "sse"})):
         raise _Unsupported("a line separator for str.splitlines")
     arrivals = env.get("arrival_times")
     if arrivals is not None:
-        if not isinstance(arrivals, list) or len(arrivals) != len(parts) + 1:
+        if not isinstance(arrivals, list) or len(arrivals) != n + 1:
             raise _Unsupported("arrival_times do not match the events")
-        if not all(t is None or _is_int(t) or isinstance(t, float) for t in arrivals[: len(parts)]):
+        if not all(t is None or _is_int(t) or isinstance(t, float) for t in arrivals[:n]):
             raise _Unsupported("an arrival time that is not a number")
     _envelope_columns(env)
-    return _Line(record, sha, env, "sse", parts=parts, arrivals=arrivals, explicit=bool(fmt))
+    return _Line(record, sha, env, "sse", events=events, n_events=n, arrivals=arrivals, explicit=bool(fmt))
 
 
-def _response_run(data: bytes, run: list[_Line], source: str) -> Frames:
+def _parsed_responses(data: bytes, run: list[_Line]) -> tuple[pa.Table, _LineMeta]:
     view = memoryview(data)
     buffer = b"\n".join(view[line.span[0] : line.span[1]] for line in run)
     _check_text(buffer, np.cumsum([line.span[1] - line.span[0] + 1 for line in run]), _RESPONSE_GUARD)
     table = _table(buffer, len(run), max(line.span[1] - line.span[0] for line in run), _SCHEMA)
-    return _payload_frames(table, _LineMeta.of(run), source, lambda i: data[run[i].span[0] : run[i].span[1]])
+    _check_shapes(table, lambda i: data[run[i].span[0] : run[i].span[1]])
+    return table, _LineMeta.of(run)
 
 
 # --- non-streamed responses -------------------------------------------------------------------
 
 
-def _payload_frames(table: pa.Table, meta: _LineMeta, source: str, raw) -> Frames:
-    """Frames of chat completions parsed one a row; ``raw(i)`` gives row i's bytes."""
+def _check_shapes(table: pa.Table, raw) -> None:
+    """Refuse what the general path would take for another format: a legacy object, or a response without
+    choices that is not a plain chat completion (the general path detects its format from the object alone).
+    ``raw(i)`` gives row i's bytes."""
+    choices = table.column("choices")
+    if choices.null_count:
+        raise _Unsupported("a line without choices")
+    objects = table.column("object")
+    if pc.any(pc.equal(objects, "text_completion").fill_null(False)).as_py():
+        raise _Unsupported("a legacy completion")
+    n_choices = pc.list_value_length(choices).to_numpy()
+    is_chat = pc.equal(objects, "chat.completion").fill_null(False).to_numpy()
+    for i in np.flatnonzero(n_choices == 0):
+        if not is_chat[i] or b'"prompt_logprobs"' in raw(int(i)):
+            raise _Unsupported("a response without choices that is not a plain chat completion")
+
+
+def _payload_frames(table: pa.Table, meta: _LineMeta, source: str) -> Frames:
+    """Frames of chat completions parsed one a row (checked by ``_check_shapes``)."""
     parts, row = [], 0
     for batch in table.to_batches():
         n = batch.num_rows
-        parts.append(_batch(batch, meta.slice(row, row + n), source, lambda i, r=row: raw(r + i)))
+        parts.append(_batch(batch, meta.slice(row, row + n), source))
         row += n
     return _concat(parts)
 
 
-def _batch(batch: pa.RecordBatch, meta: _LineMeta, source: str, raw) -> Frames:
+def _batch(batch: pa.RecordBatch, meta: _LineMeta, source: str) -> Frames:
     choices_column = batch.column("choices")
-    if choices_column.null_count:
-        raise _Unsupported("a line without choices")
     objects = batch.column("object")
-    if pc.any(pc.equal(objects, "text_completion").fill_null(False)).as_py():
-        raise _Unsupported("a legacy completion")
-    n_choices = pc.list_value_length(choices_column).to_numpy(zero_copy_only=False)
     is_chat = pc.equal(objects, "chat.completion").fill_null(False).to_numpy(zero_copy_only=False)
-    for i in np.flatnonzero(n_choices == 0):  # no choice: the general path detects the format from the object alone
-        if not is_chat[i] or b'"prompt_logprobs"' in raw(int(i)):
-            raise _Unsupported("a response without choices that is not a plain chat completion")
     choices, choice_line, choice_pos = _flatten(choices_column)
     has_message = pc.is_valid(_field(choices, "message")).to_numpy(zero_copy_only=False)
     if not np.all(has_message | is_chat[choice_line]):
@@ -808,23 +891,44 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
 # --- streamed responses -----------------------------------------------------------------------
 
 
-def _sse_run(run: list[_Line], source: str) -> Frames:
-    """Frames of consecutive SSE envelopes: every event of every stream read as one JSON-lines buffer, then
-    accumulated per choice the way ``_stream.parse_chat_stream`` does, event by event."""
-    counts = np.array([len(line.parts) for line in run], dtype=np.int64)
+def _parsed_events(run: list[_Line]) -> pa.Table:
+    """Every event of every stream of consecutive SSE envelopes, read as one JSON-lines buffer."""
     try:
-        pieces = ["\n".join(line.parts).encode() for line in run]
+        buffer = "\n".join(chain.from_iterable(line.events for line in run)).encode()
     except UnicodeEncodeError:
         raise _Unsupported("a lone surrogate") from None
-    buffer = b"\n".join(pieces)
-    _check_text(buffer, np.cumsum([len(piece) + 1 for piece in pieces]), _CHUNK_GUARD)
-    longest = 4 * max(len(part) for line in run for part in line.parts)
-    table = _table(buffer, int(counts.sum()), longest, _CHUNK_SCHEMA)
+    longest = max(len(event) for line in run for event in line.events)
+    for line in run:
+        line.events = None  # parsed now: not kept while the next chunk is read
+    n_events = sum(line.n_events for line in run)
+    if buffer.count(b"\n") != n_events - 1:  # another field, a comment, a multi-line event, an extra blank line
+        raise _Unsupported("an SSE text that is not one data line per event")
+    _check_text(buffer, _newline_ends(buffer), _CHUNK_GUARD)
+    table = _table(buffer, n_events, 4 * longest, _CHUNK_SCHEMA)
+    return table.combine_chunks()  # the streams' events are accumulated across the reader's blocks: one chunk (a copy made ahead)
+
+
+def _newline_ends(data: bytes, pieces: int = 8) -> list[int]:
+    """Where to cut ``data`` into about ``pieces`` parts, each after a newline (for ``_check_text``)."""
+    ends, at = [], 0
+    for k in range(1, pieces):
+        cut = data.find(b"\n", max(at, k * len(data) // pieces))
+        if cut == -1:
+            break
+        ends.append(cut + 1)
+        at = cut + 1
+    return [*ends, len(data)]
+
+
+def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
+    """Frames of consecutive SSE envelopes, accumulated per choice the way ``_stream.parse_chat_stream`` does,
+    event by event."""
+    counts = np.array([line.n_events for line in run], dtype=np.int64)
     choices_column = _column(table, "choices")
     usage = _column(table, "usage")
     line_of = np.repeat(np.arange(len(run), dtype=np.int64), counts)
     event = np.arange(len(line_of), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    times = chain.from_iterable(line.arrivals[: len(line.parts)] if line.arrivals is not None else [None] * len(line.parts) for line in run)
+    times = chain.from_iterable(line.arrivals[:-1] if line.arrivals is not None else [None] * line.n_events for line in run)
     chunks = pl.DataFrame({
         "line": line_of,
         "event": event,
