@@ -292,6 +292,37 @@ def test_mixed_kinds_in_one_file(tmp_path):
     assert frames[2]["source_format"].to_list() == ["openai_chat_sse", "openai_chat", "openai_chat", "openai_chat_sse", "openai_chat_sse", "openai_chat"]
 
 
+@pytest.mark.parametrize("chunk_bytes", [4096, 50_000])
+def test_small_chunks_lines_longer_than_a_chunk_and_reading_ahead(tmp_path, monkeypatch, chunk_bytes):
+    import analysis.dumps._fast as fast
+
+    monkeypatch.setattr(fast, "_CHUNK_BYTES", chunk_bytes)  # many chunks, a reused buffer that must grow for long lines
+    responses, streams = _response_envelopes(), _stream_envelopes()
+    lines = [line for pair in zip(responses, streams) for line in pair] * 3
+    lines.append({"response": _chat("long", TEXTS * 40, seed=3), "prompt_id": "p9"})  # longer than a chunk
+    _fast_equals_general(_write_lines(tmp_path / "captures.jsonl", lines))
+    bare = _write(tmp_path, [_chat(f"b{i}", TEXTS[i % 5 :], seed=i) for i in range(40)] + [_chat("long", TEXTS * 40)])
+    expected, _ = _general(bare)
+    _assert_same(read_chat_jsonl(bare, str(bare)), expected)
+
+
+@pytest.mark.parametrize("where", ["reading", "building frames"])
+def test_no_reading_thread_outlives_a_refusal(tmp_path, monkeypatch, where):
+    import threading
+
+    import analysis.dumps._fast as fast
+
+    monkeypatch.setattr(fast, "_CHUNK_BYTES", 50_000)
+    lines = _stream_envelopes() * 4
+    if where == "reading":  # the thread that reads ahead refuses
+        lines[-1] = {**lines[-1], "band_c": "2"}
+    else:  # the caller refuses while the thread has read ahead
+        lines[3] = {**lines[3], "sse": lines[3]["sse"].replace('"logprob": ', '"logprob": 0.5, "x": ', 1)}
+    path = _write_lines(tmp_path / "captures.jsonl", lines)
+    assert read_capture_jsonl(path, str(path)) is None
+    assert not [t for t in threading.enumerate() if t.name == "bia-read-ahead"]
+
+
 def test_read_dumps_and_read_run_take_it(tmp_path, monkeypatch):
     import analysis.dumps._read as reader
 

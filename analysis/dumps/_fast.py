@@ -110,7 +110,8 @@ def _chunks(path: Path, limit: int | None = None):
     pages already parsed do not stay in this process. A CR or a blank line sends the file to the general path
     (it numbers and hashes lines its own way).
     """
-    buffer = bytearray(_CHUNK_BYTES if limit is None else max(1, min(_CHUNK_BYTES, limit)))
+    size = path.stat().st_size + 1 if limit is None else limit  # a small file gets a small buffer (it grows if the file does)
+    buffer = bytearray(max(1, min(_CHUNK_BYTES, size)))
     held = 0  # the start of a line the last chunk did not end, kept at the front
     left = limit
     with path.open("rb") as handle:
@@ -288,7 +289,7 @@ def _parsed_bare(path: Path, limit: int | None):
     line = 0
     for data, size, spans in _chunks(path, limit):
         view = memoryview(data)[:size]  # a view: no copy of the chunk
-        if line == 0 and b"Logprob(" in view[:262144]:
+        if line == 0 and data.find(b"Logprob(", 0, min(size, 262144)) != -1:
             raise _Unsupported("the general path would take this file for printed vLLM Logprob reprs")
         _check_text(view, [b + 1 for _, b in spans], _BARE_GUARD)
         table = _table(view, len(spans), max(b - a for a, b in spans), _SCHEMA)
@@ -447,7 +448,7 @@ def _parsed_runs(path: Path, limit: int | None):
     ("sse", (table, run))."""
     line = 0
     for data, size, spans in _chunks(path, limit):
-        if line == 0 and b"Logprob(" in data[:262144]:
+        if line == 0 and data.find(b"Logprob(", 0, min(size, 262144)) != -1:
             raise _Unsupported("the general path would take this file for printed vLLM Logprob reprs")
         lines = [_envelope_line(data, a, b, line + i + 1) for i, (a, b) in enumerate(spans)]
         start = 0
