@@ -116,8 +116,7 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     tokens = tokens.join(keys.lazy().select(*_CODED_KEY, "req"), on=_CODED_KEY, how="inner").sort("req", "position")
     tokens = tokens.with_columns(idx=pl.int_range(pl.len(), dtype=pl.Int64).over("req")).with_row_index("step").collect(engine=engine)
     tokens = tokens.with_columns(pl.col("step").cast(pl.Int64))
-    cands = cands.join(tokens.lazy().select(*_CODED_KEY, "position", "req", "idx", "step"), on=[*_CODED_KEY, "position"], how="inner")
-    cands = cands.sort("req", "idx", "list_index").collect(engine=engine)
+    cands = _numbered_candidates(cands.collect(engine=engine), tokens)
     keys = keys.drop("source_code")
     as_int = tokens["token_id"].null_count() == 0 and cands["cand_token_id"].null_count() == 0
     cands = cands.select(
@@ -149,6 +148,25 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     requests = keys.join(lengths, on="req", how="left").with_columns(pl.col("length").fill_null(0))
     firsts = cands.filter(pl.col("first")).select("req", "idx", "step", "ident", "key", prob=pl.col("logprob").exp())
     return Steps(steps, cands.drop("finite"), requests, firsts, packed)
+
+
+def _numbered_candidates(cands: pl.DataFrame, tokens: pl.DataFrame) -> pl.DataFrame:
+    """Each candidate with its token's ``req``, ``idx`` and ``step``, in step and list order.
+
+    A list's candidates come in one run of rows in every reader's output, so the runs, not the
+    rows, are joined to the tokens (a join of one row per token), and each row takes its run's
+    numbers by position. Rows in any other order still work: each stretch is a run of its own.
+    """
+    key = [*_CODED_KEY, "position"]
+    starts = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(1)) for k in key]).fill_null(True)
+    cands = cands.with_columns(run=starts.cast(pl.Int64).cum_sum() - 1)
+    heads = cands.filter(starts).select("run", *key).join(tokens.select(*key, "step"), on=key, how="inner")
+    step_of_run = pl.Series("step", [None] * (cands["run"].max() + 1 if cands.height else 0), dtype=pl.Int64).scatter(heads["run"], heads["step"])
+    cands = cands.with_columns(step=step_of_run.gather(cands["run"])).filter(pl.col("step").is_not_null())
+    cands = cands.with_columns(req=tokens["req"].gather(cands["step"]), idx=tokens["idx"].gather(cands["step"])).drop("run", *_CODED_KEY, "position")
+    step, index = pl.col("step").diff(), pl.col("list_index").diff()
+    in_order = cands.select(((step > 0) | ((step == 0) & (index >= 0))).fill_null(True).all()).item()
+    return cands if in_order else cands.sort("step", "list_index")
 
 
 # --- two streams ----------------------------------------------------------------------------------
