@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,7 +156,7 @@ class Run:
         again for as long as the captures are unchanged (needs a run directory)."""
         if self.path is None:
             raise RunError("an assembled run has no directory to write into")
-        return _write_derived(self, _capture_stamps(self.path / "captures"))
+        return _write_derived(self, _capture_stamps(self.path / "captures", _derived_record(self.path / "derived")))
 
 
 def _load_manifest(path: Path) -> dict[str, Any]:
@@ -194,8 +195,9 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
     if not captures.is_dir():
         raise RunError(f"{path}: no captures/ folder")
     cached = cache and not options
-    stamps = _capture_stamps(captures) if cached else None  # taken before parsing: a capture appended meanwhile makes the cache stale
-    if cached and (dump := _read_derived(path / "derived", captures, stamps)) is not None:
+    record = _derived_record(path / "derived") if cached else None
+    stamps = _capture_stamps(captures, record) if cached else None  # taken before parsing: a capture appended meanwhile makes the cache stale
+    if record is not None and (dump := _read_derived(path / "derived", captures, record, stamps)) is not None:
         return Run(manifest, dump, path)
     # A probe killed while appending a capture leaves its last line cut short: that request is left out
     # (Dump.skipped says so) and Run.missing lists it, so the run still opens.
@@ -208,17 +210,43 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
     return run
 
 
-_DERIVED_VERSION = 2  # 1: tables without capture stamps, always stale
+_DERIVED_VERSION = 3  # 1: tables without capture stamps; 2: stamps without the files' modification times
+_RACY_NS = 2_000_000_000  # a file modified this close to its stamping may change again within the clock's granularity
 
 
-def _capture_stamps(captures: Path) -> dict[str, dict[str, Any]]:
-    """The size and sha256 of every capture file, by name."""
-    stamps = {}
+def _capture_stamps(captures: Path, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The size and sha256 of every capture file by name (``files``), with each file's modification time
+    (``mtime_ns``) and when they were taken (``at_ns``).
+
+    As git's index does, a file whose size and modification time are those ``record`` holds, and
+    were already old when it was written, keeps its recorded hash without being read again; any other
+    file is hashed.
+    """
+    at_ns = time.time_ns()
+    known = (record or {}).get("captures") or {}
+    files, mtimes = {}, {}
     for file in sorted(captures.iterdir()):
-        if file.is_file() and file.suffix in DUMP_SUFFIXES:
-            with file.open("rb") as handle:
-                stamps[file.name] = {"size": os.fstat(handle.fileno()).st_size, "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
-    return stamps
+        if not (file.is_file() and file.suffix in DUMP_SUFFIXES):
+            continue
+        stat = file.stat()
+        mtimes[file.name] = stat.st_mtime_ns
+        old = known.get("files", {}).get(file.name)
+        if (old and old["size"] == stat.st_size and known.get("mtime_ns", {}).get(file.name) == stat.st_mtime_ns
+                and stat.st_mtime_ns < known.get("at_ns", 0) - _RACY_NS):
+            files[file.name] = old
+            continue
+        with file.open("rb") as handle:
+            files[file.name] = {"size": os.fstat(handle.fileno()).st_size, "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
+    return {"files": files, "mtime_ns": mtimes, "at_ns": at_ns}
+
+
+def _derived_record(folder: Path) -> dict[str, Any] | None:
+    """What ``derived/manifest.json`` says, when it is of this version; None otherwise."""
+    try:
+        record = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("derived_version") == _DERIVED_VERSION else None
 
 
 def _write_derived(run: Run, stamps: dict[str, dict[str, Any]]) -> Path:
@@ -233,14 +261,13 @@ def _write_derived(run: Run, stamps: dict[str, dict[str, Any]]) -> Path:
     return folder
 
 
-def _read_derived(folder: Path, captures: Path, stamps: dict[str, dict[str, Any]]) -> Dump | None:
+def _read_derived(folder: Path, captures: Path, record: dict[str, Any], stamps: dict[str, Any]) -> Dump | None:
     """The tables under ``derived/`` when they were written from exactly the captures there now, else None."""
+    if record["captures"]["files"] != stamps["files"]:
+        return None
     try:
-        record = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        if record.get("derived_version") != _DERIVED_VERSION or record.get("captures") != stamps:
-            return None
         tables = [pl.read_parquet(folder / f"{name}.parquet") for name in ("tokens", "candidates", "requests")]
-    except (OSError, ValueError, pl.exceptions.PolarsError):
+    except (OSError, pl.exceptions.PolarsError):
         return None  # missing, unreadable or half-written: parse the captures instead
     old, new = record["captures_dir"], str(captures)
     moved = (lambda source: new + source[len(old):] if source.startswith(old) else source) if old != new else (lambda source: source)

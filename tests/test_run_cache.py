@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import time
 
 import polars as pl
 from polars.testing import assert_frame_equal
@@ -33,7 +35,7 @@ def test_the_first_read_writes_derived_and_the_second_opens_it(tmp_path, monkeyp
     first = read_run(folder)
     record = json.loads((folder / "derived" / "manifest.json").read_text())
     capture = folder / "captures" / "requests.jsonl"
-    assert record["captures"] == {"requests.jsonl": {"size": capture.stat().st_size, "sha256": hashlib.sha256(capture.read_bytes()).hexdigest()}}
+    assert record["captures"]["files"] == {"requests.jsonl": {"size": capture.stat().st_size, "sha256": hashlib.sha256(capture.read_bytes()).hexdigest()}}
     import analysis.run as run_module
 
     def no_parsing(*args, **kwargs):
@@ -89,3 +91,22 @@ def test_options_and_cache_false_always_parse(tmp_path):
     read_run(folder)
     (folder / "derived" / "tokens.parquet").write_bytes(b"torn")  # a half-written table: parse again
     assert read_run(folder).dump.tokens.height == pl.read_parquet(folder / "derived" / "tokens.parquet").height
+
+
+def test_an_old_capture_with_its_recorded_size_and_time_is_not_hashed_again(tmp_path, monkeypatch):
+    """As git's index: an unchanged stat of a file that was already old when stamped keeps its hash; a new time means a new hash."""
+    import analysis.run as run_module
+
+    folder = copy_run(tmp_path)
+    capture = folder / "captures" / "requests.jsonl"
+    os.utime(capture, ns=(time.time_ns() - 3_600_000_000_000,) * 2)  # an hour ago: not racy
+    read_run(folder)
+    hashed = []
+    real = hashlib.file_digest
+    monkeypatch.setattr(run_module.hashlib, "file_digest", lambda handle, name: hashed.append(handle.name) or real(handle, name))
+    read_run(folder)
+    assert hashed == []
+    text = capture.read_text()
+    capture.write_text(text.replace('"p0"', '"q0"', 1))  # same size, new bytes, new time
+    assert "q0" in read_run(folder).dump.requests["prompt_id"].to_list()
+    assert hashed == [str(capture)]
