@@ -98,7 +98,7 @@ class _Unsupported(Exception):
 _REFUSALS = (_Unsupported, pl.exceptions.PolarsError, pa.ArrowException, OverflowError)
 
 
-_CHUNK_BYTES = 64 << 20  # lines are parsed this many bytes at a time, so memory stays bounded
+_CHUNK_BYTES = 32 << 20  # lines are parsed this many bytes at a time, so memory stays bounded and reading overlaps building
 
 
 def _chunks(path: Path, limit: int | None = None):
