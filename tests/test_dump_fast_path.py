@@ -179,7 +179,8 @@ def _response_envelopes():
     lines.append({"response": {"id": "", "object": "chat.completion", "model": "m", "choices": []}, "role": "band"})  # no choice: no row
     lines.append({"format": "openai_chat", "response": _chat("", TEXTS[:2], logprobs=False), "band_c": 16, "slot": 15})
     lines.append({"response": _chat("u", TEXTS[5:8], usage=False), "arrival_times": [0.25]})  # arrival times mean nothing without a stream
-    lines.append({"role": "band", "response": _chat("o", TEXTS[:3], seed=5), "sampler": {"top_k": {"n": 20}, "s": "}, \"x\": {"}, "after": {}, "slot": 2})
+    lines.append({"role": "band", "response": _chat("o", TEXTS[:3], seed=5), "sampler": {"top_k": {"n": 20}, "s": "}, \"x\": {"}, "after": {},
+                  "slot": 2})  # objects after the response
     return lines
 
 
@@ -279,7 +280,8 @@ def test_envelope_keys_spelled_with_escapes(tmp_path):
     lines = _response_envelopes()[:2] + _stream_envelopes()[:2]
     for line in lines:
         line["note"] = "é"
-    data = b"".join(WRITERS["json"](line) + b"\n" for line in lines).replace(b'"note"', b'"n\\u006fte"').replace(b', "role"', b', "r\\u006fle"')  # the envelope's, not the message's
+    data = b"".join(WRITERS["json"](line) + b"\n" for line in lines)
+    data = data.replace(b'"note"', b'"n\\u006fte"').replace(b', "role"', b', "r\\u006fle"')  # the envelope's role, not the message's
     path.write_bytes(data)
     _, _, requests = _fast_equals_general(path)
     assert requests["role"].to_list() == ["reference", "band", "reference", "band"]
@@ -289,7 +291,8 @@ def test_mixed_kinds_in_one_file(tmp_path):
     responses, streams = _response_envelopes(), _stream_envelopes()
     lines = [streams[0], responses[0], responses[1], streams[1], streams[2], responses[2]]
     frames = _fast_equals_general(_write_lines(tmp_path / "captures.jsonl", lines))
-    assert frames[2]["source_format"].to_list() == ["openai_chat_sse", "openai_chat", "openai_chat", "openai_chat_sse", "openai_chat_sse", "openai_chat"]
+    sse, chat = "openai_chat_sse", "openai_chat"
+    assert frames[2]["source_format"].to_list() == [sse, chat, chat, sse, sse, chat]
 
 
 @pytest.mark.parametrize("chunk_bytes", [4096, 50_000])

@@ -85,8 +85,8 @@ def _keys(*names: str) -> str:
 _PAYLOAD_KEYS = ("token_ids", "compact_logprobs", "text", "tokens", "completion_probabilities", "tokens_predicted", "schema_version")
 _RESPONSE_GUARD = "|".join([_keys(*_PAYLOAD_KEYS), _ESCAPED_LETTER, _SEPARATOR])
 _BARE_GUARD = "|".join([_keys(*_PAYLOAD_KEYS, "response", "sse"), _ESCAPED_LETTER, _SEPARATOR])
-_CHUNK_GUARD = "|".join([_keys("error", "stop", "completion_probabilities", "text", "tokens"), _keys("id", "model", "stream_mode", "choices") + "[ \t]*null",
-                         _ESCAPED_LETTER])
+_CHUNK_GUARD = "|".join([_keys("error", "stop", "completion_probabilities", "text", "tokens"),
+                         _keys("id", "model", "stream_mode", "choices") + "[ \t]*null", _ESCAPED_LETTER])
 _RAW_SEPARATOR = re.compile(b"\xe2\x80[\xa8\xa9]|\xc2\x85")
 
 
@@ -751,8 +751,8 @@ def _requests(batch, choices, choice_line, choice_pos, entry_choice, meta: _Line
         "has_logprobs": pc.is_valid(_field(choices, "logprobs")).to_numpy(zero_copy_only=False),
     }), lines[choice_line]], how="horizontal")
     single = pl.col("n_choices") == 1
-    bad = frame.filter(single & pl.col("has_logprobs") & pl.col("completion_tokens").is_not_null() & (pl.col("completion_tokens") != pl.col("n_completion_scored")))
-    if bad.height:
+    disagree = pl.col("completion_tokens") != pl.col("n_completion_scored")
+    if frame.filter(single & pl.col("has_logprobs") & pl.col("completion_tokens").is_not_null() & disagree).height:
         raise _Unsupported("usage disagrees with the logprob entries")
     out = frame.select(
         source=pl.lit(source),
@@ -794,7 +794,8 @@ def _tokens(entries, keys: pl.DataFrame, source: str, source_format: str) -> pl.
     own_id = pl.from_arrow(_field(entries, "id"))
     placeholder = _placeholder_ids(token)
     raw = pl.from_arrow(_field(entries, "logprob"))
-    if raw.null_count() or (own_id.is_not_null() & placeholder.is_not_null() & (own_id != placeholder)).any() or (token.is_null() & own_id.is_null()).any():
+    conflict = (own_id.is_not_null() & placeholder.is_not_null() & (own_id != placeholder)).any()
+    if raw.null_count() or conflict or (token.is_null() & own_id.is_null()).any():
         raise _Unsupported("placeholder conflicts, null values or entries without a token")
     frame = keys.with_columns(
         token=token,

@@ -330,7 +330,7 @@ def scan_dump(folder: str | os.PathLike[str]) -> ScannedDump:
     return ScannedDump(*(pl.scan_parquet(folder / f"{name}.parquet") for name in ("tokens", "candidates", "requests")), formats=formats)
 
 
-def _fast_jsonl(path: Path, source: str, fmt: str, limit: int | None = None) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], set[str]] | None:
+def _fast_jsonl(path: Path, source: str, fmt: str, limit: int | None = None) -> tuple[tuple[pl.DataFrame, ...], set[str]] | None:
     """The columnar path (frames and formats found), when the file is JSON lines of chat completions, bare or in
     capture envelopes; ``limit`` reads only the file's first bytes (a torn tail left out). None: take the general path."""
     from ._fast import read_jsonl
