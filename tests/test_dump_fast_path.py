@@ -1,14 +1,22 @@
-"""The columnar path for chat JSON lines gives exactly the frames of the general path."""
+"""The columnar path for chat JSON lines, bare or in capture envelopes, gives exactly the frames of the general path, or leaves the file to it."""
 
 from __future__ import annotations
 
 import json
+import random
 
+import orjson
 import polars as pl
 import pytest
+from conftest import ROOT
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
-from analysis.dumps._fast import read_chat_jsonl
+from analysis import DumpError
+from analysis.dumps._fast import read_capture_jsonl, read_chat_jsonl, read_jsonl
 from analysis.dumps._read import parse_source, read_dumps
+from analysis.run import read_run
 
 
 def _entry(token, logprob, top=None, with_bytes=True, **extra):
@@ -79,10 +87,16 @@ def test_refusals_in_the_general_path_are_named(tmp_path):
     lines[1]["choices"][0]["logprobs"]["content"][0]["logprob"] = 0.5
     path = _write(tmp_path, lines)
     assert read_chat_jsonl(path, str(path)) is None
-    from analysis import DumpError
-
     with pytest.raises(DumpError, match="line 2.choices\\[0\\].logprobs.content\\[0\\].logprob: expected a logprob <= 0, got 0.5"):
         read_dumps(path)
+
+
+def test_a_named_format_is_left_to_the_general_path(tmp_path):
+    path = _write(tmp_path, LINES)
+    assert read_jsonl(path, str(path), "openai_chat") is None
+    with pytest.raises(DumpError, match="not valid JSON"):  # the general path reads a named payload format as one document
+        read_dumps(path, format="openai_chat")
+    assert read_dumps(path, format="jsonl").requests.height == 4
 
 
 def test_read_dumps_uses_it(tmp_path):
@@ -97,18 +111,6 @@ def test_read_dumps_uses_it(tmp_path):
 # --- capture envelopes ---------------------------------------------------------------------------
 #
 # A run's captures/*.jsonl: one request a line, {"response": {...}, ...} or {"sse": "<raw SSE>", "arrival_times": [...], ...}.
-
-import random  # noqa: E402
-
-import orjson  # noqa: E402
-from conftest import ROOT  # noqa: E402
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from polars.testing import assert_frame_equal  # noqa: E402
-
-from analysis import DumpError  # noqa: E402
-from analysis.dumps._fast import read_capture_jsonl, read_jsonl  # noqa: E402
-from analysis.run import read_run  # noqa: E402
 
 EXPERIMENT = sorted((ROOT / "data" / "experiment-cpu").glob("*/captures/requests.jsonl"))
 TEXTS = ["Hel", "lo", " é", "{", '"', "\\", "token_id:42", "\n", "日本", "}", "text", ""]

@@ -231,7 +231,7 @@ def _placeholder_ids(token: pl.Series) -> pl.Series:
 def read_jsonl(path: Path, source: str, fmt: str = "auto", limit: int | None = None) -> tuple[Frames, set[str]] | None:
     """The three frames of a JSON-lines file (its first ``limit`` bytes) and the formats found, or None when the
     general path is needed. The first line decides: a bare chat completion, or a capture envelope."""
-    if fmt not in ("auto", "jsonl", "openai_chat") or path.suffix in (".pt", ".pth"):
+    if fmt not in ("auto", "jsonl") or path.suffix in (".pt", ".pth"):  # a named payload format reads the file as one document
         return None
     with path.open("rb") as handle:
         first = handle.readline() if limit is None else handle.readline(limit)
@@ -251,9 +251,7 @@ def read_jsonl(path: Path, source: str, fmt: str = "auto", limit: int | None = N
         if not envelope and payload_formats(payload) != ["openai_chat"]:
             return None
     try:
-        if envelope:
-            return _read_envelopes(path, source, limit) if fmt in ("auto", "jsonl") else None
-        return _read_bare(path, source, limit), {"openai_chat"}
+        return _read_envelopes(path, source, limit) if envelope else (_read_bare(path, source, limit), {"openai_chat"})
     except _REFUSALS:
         return None
 
