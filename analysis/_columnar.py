@@ -14,7 +14,7 @@ The frames here:
     ``ident`` (the token's identity: its id, else its text and bytes), ``logprob``, ``bits`` (its
     float32 bits) and ``ordered`` (the same moved onto a line where float order is integer order),
     and from its top-k list:
-    ``n_cands``, ``cand_list`` (identities in delivered order), ``cand_set`` (sorted, unique),
+    ``n_cands``, ``cand_list`` (identities in delivered order),
     ``top1`` (the best finite logprob) and ``margin`` (top-1 minus top-2).
 ``cands``
     One row per delivered ``top_logprobs`` candidate: ``req``, ``idx``, ``ident``, ``logprob``,
@@ -133,7 +133,6 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     per_step = cands.group_by("req", "idx").agg(
         n_cands=pl.len().cast(pl.Int64),
         cand_list=pl.col("ident"),
-        cand_set=pl.col("ident").unique().sort(),
         top1=finite.max(),
         top2=finite.top_k(2),
     ).with_columns(  # top_k gives the two largest in no particular order
@@ -199,7 +198,7 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
         return pl.DataFrame(schema=COMPARISON_SCHEMA)
     base = _with_lengths(steps, pairs).join(agreements(steps, pairs), on="pair")
     base = base.with_columns(diverged=pl.col("agree_to") < pl.min_horizontal("reference_length", "length"))
-    prefix = (_aligned(steps, pairs, ["logprob", "bits", "ordered", "n_cands", "cand_list", "cand_set"])
+    prefix = (_aligned(steps, pairs, ["logprob", "bits", "ordered", "n_cands", "cand_list"])
               .join(base.select("pair", "agree_to"), on="pair").filter(pl.col("idx") < pl.col("agree_to")))
     both = pl.col("logprob_r").is_not_null() & pl.col("logprob_o").is_not_null()
     d = pl.col("logprob_o") - pl.col("logprob_r")
@@ -210,14 +209,17 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
         max_abs_delta=d.abs().filter(both).max(),
         max_ulp=(pl.col("ordered_r") - pl.col("ordered_o")).abs().filter(both).max(),
         topk_order_changes=(listed & (pl.col("cand_list_r") != pl.col("cand_list_o"))).sum().cast(pl.Int64),
-        topk_set_changes=(listed & (pl.col("cand_set_r") != pl.col("cand_set_o"))).sum().cast(pl.Int64),
         k3_mean=pl.col("k3").filter(both).mean(),
         k3_max=pl.col("k3").filter(both).max(),
     )
+    # Lists in the same order hold the same set: only the steps whose order changed can change their set.
+    reordered = prefix.filter(listed & (pl.col("cand_list_r") != pl.col("cand_list_o")))
+    as_set = {side: pl.col(f"cand_list_{side}").list.unique().list.sort() for side in ("r", "o")}
+    set_changes = reordered.group_by("pair").agg(topk_set_changes=(as_set["r"] != as_set["o"]).sum().cast(pl.Int64))
     kl = _topk_kl(steps, prefix.select("pair", "ref", "other", "idx")).group_by("pair").agg(
         kl_topk_mean=pl.col("kl").mean(), kl_topk_max=pl.col("kl").max())
     at_fork = _at_divergence(steps, base.filter(pl.col("diverged")))
-    out = (base.join(prefix_stats, on="pair", how="left").join(kl, on="pair", how="left").join(at_fork, on="pair", how="left")
+    out = (base.join(prefix_stats, on="pair", how="left").join(set_changes, on="pair", how="left").join(kl, on="pair", how="left").join(at_fork, on="pair", how="left")
            .with_columns(
                divergence_at=pl.when(pl.col("diverged")).then(pl.col("agree_to")),
                bitwise_prefix=pl.coalesce("bits_differ", "agree_to"),
@@ -268,11 +270,11 @@ def _topk_kl(steps: Steps, at: pl.DataFrame) -> pl.DataFrame:
 def _at_divergence(steps: Steps, diverged: pl.DataFrame) -> pl.DataFrame:
     """Both margins and whether the other's token is in the reference's list, at each diverged pair's fork."""
     fork = diverged.select("pair", "ref", "other", idx=pl.col("agree_to"))
-    ref = steps.steps.select(ref="req", idx="idx", reference_margin="margin", ref_n="n_cands", ref_set="cand_set")
+    ref = steps.steps.select(ref="req", idx="idx", reference_margin="margin", ref_n="n_cands", ref_list="cand_list")
     other = steps.steps.select(other="req", idx="idx", own_margin="margin", own_ident="ident")
     joined = fork.join(ref, on=["ref", "idx"], how="left").join(other, on=["other", "idx"], how="left")
     return joined.select("pair", "reference_margin", "own_margin",
-                         in_reference_topk=pl.when(pl.col("ref_n") > 0).then(pl.col("ref_set").list.contains(pl.col("own_ident"))))
+                         in_reference_topk=pl.when(pl.col("ref_n") > 0).then(pl.col("ref_list").list.contains(pl.col("own_ident"))))
 
 
 # --- one stream and a band of streams -------------------------------------------------------------
