@@ -289,6 +289,17 @@ def test_envelope_keys_spelled_with_escapes(tmp_path):
     assert requests["role"].to_list() == ["reference", "band", "reference", "band"]
 
 
+def test_numbers_as_python_writes_nan_and_infinity(tmp_path):
+    data = b"".join(WRITERS["json"](line) + b"\n" for line in _response_envelopes()[:3])
+    for old, new in [(b'"logprob": -0.25', b'"logprob": NaN'), (b'"logprob": -1.5', b'"logprob": -Infinity'), (b'"logprob": -2.0', b'"logprob": Infinity')]:
+        assert old in data
+        data = data.replace(old, new, 1)
+    path = tmp_path / "captures.jsonl"
+    path.write_bytes(data)
+    tokens, candidates, _ = _fast_equals_general(path)  # orjson refuses them, the general path reads them with json
+    assert {"nonfinite", "neg_inf"} <= set(tokens["value_status"].to_list()) | set(candidates["cand_status"].to_list())
+
+
 def test_mixed_kinds_in_one_file(tmp_path):
     responses, streams = _response_envelopes(), _stream_envelopes()
     lines = [streams[0], responses[0], responses[1], streams[1], streams[2], responses[2]]

@@ -10,8 +10,9 @@ path gives:
 pyarrow's multithreaded JSON reader parses the payloads straight into Arrow with an explicit
 schema (an envelope's response is cut out of its line first; a stream's events are split out of
 its text and read as JSON lines of their own), and the tokens, candidates and requests are
-derived with vectorized polars expressions. Whatever the file holds that this path does not cover
-(another shape on some line, a null or non-JSON number, a value the checks refuse, a key whose
+derived with vectorized polars expressions; a thread reads, hashes and parses the next 32 MB while
+the frames of the last are built. Whatever the file holds that this path does not cover
+(another shape on some line, a null value, a value the checks refuse, a key whose
 mere presence changes what the general path does, an SSE text that is not plain ``data:`` blocks,
 blank lines) makes it return ``None``: the caller then takes the general path, which reads every
 case and names every error. The general path is the authority; this one only ever agrees with it.
