@@ -108,7 +108,8 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
                         for i, (t, _, _) in enumerate(parts)])
     cands = pl.concat([_lazy(c, CANDIDATE_SCHEMA).filter((pl.col("segment") == "completion") & (pl.col("list_kind") == "top_logprobs"))
                        .with_columns(coded, part=pl.lit(i, pl.Int64))
-                       .select(*_CODED_KEY, "position", "list_index", "cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob")
+                       .select(*_CODED_KEY, "position", "list_index", "cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob",
+                               "is_duplicate")
                        for i, (_, c, _) in enumerate(parts)])
     keys = pl.concat([_lazy(r, REQUEST_SCHEMA).with_columns(coded, part=pl.lit(i, pl.Int64)).select(*REQUEST_KEY, "source_code")
                       for i, (_, _, r) in enumerate(parts)]).unique(maintain_order=True).with_row_index("req").with_columns(pl.col("req").cast(pl.Int64))
@@ -120,33 +121,36 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     keys = keys.drop("source_code")
     as_int = tokens["token_id"].null_count() == 0 and cands["cand_token_id"].null_count() == 0
     cands = cands.select(
-        "req", "idx", "step",
+        "req", "idx", "step", "is_duplicate",
         ident=_identity("cand_token_id", "cand_token_text", "cand_token_bytes", as_int),
         logprob=pl.col("cand_logprob"),
     ).with_columns(finite=pl.col("logprob").is_finite().fill_null(False))
     # One integer per (step, candidate id) when ids and steps fit 31 bits each: joins and distinct counts on it are far faster.
     packed = as_int and cands.height > 0 and cands["ident"].min() >= 0 and cands["ident"].max() < _PACK and tokens.height < _PACK
     cands = cands.with_columns(key=(pl.col("step") * _PACK + pl.col("ident")) if packed else pl.lit(None, pl.Int64))
-    distinct = pl.col("key") if packed else pl.struct("req", "idx", "ident")
-    cands = cands.with_columns(first=pl.col("finite") & pl.when(pl.col("finite")).then(distinct).is_first_distinct())
-    finite = pl.col("logprob").filter(pl.col("finite"))
-    per_step = cands.group_by("req", "idx").agg(
+    if cands["is_duplicate"].null_count() == 0 and not cands["is_duplicate"].any():
+        cands = cands.with_columns(first=pl.col("finite"))  # the reader saw no token twice in any list: every finite entry is its token's first
+    else:
+        distinct = pl.col("key") if packed else pl.struct("req", "idx", "ident")
+        cands = cands.with_columns(first=pl.col("finite") & pl.when(pl.col("finite")).then(distinct).is_first_distinct())
+    # cands are in step order (_numbered_candidates): a group-by over sorted steps takes slices, not hashes
+    per_step = cands.with_columns(pl.col("step").set_sorted()).group_by("step", maintain_order=True).agg(
         n_cands=pl.len().cast(pl.Int64),
         cand_list=pl.col("ident"),
-        top1=finite.max(),
-        top2=finite.top_k(2),
-    ).with_columns(  # top_k gives the two largest in no particular order
-        margin=pl.when(pl.col("top2").list.len() >= 2).then(pl.col("top2").list.max() - pl.col("top2").list.min())).drop("top2")
+        values=pl.when(pl.col("finite")).then(pl.col("logprob")),
+    )
+    second = pl.col("values").list.sort(descending=True, nulls_last=True).list.get(1, null_on_oob=True)
+    per_step = per_step.with_columns(top1=pl.col("values").list.max(), margin=pl.col("values").list.max() - second).drop("values")
     steps = tokens.select(
         "req", "idx", "step", "position", "token_id", "token_text", "token_bytes",
         ident=_identity("token_id", "token_text", "token_bytes", as_int),
         logprob=pl.col("logprob"),
         bits=float32_bits(pl.col("logprob")),
-    ).with_columns(ordered=ordered_bits(pl.col("bits"))).join(per_step, on=["req", "idx"], how="left").with_columns(pl.col("n_cands").fill_null(0)).sort("req", "idx")
+    ).with_columns(ordered=ordered_bits(pl.col("bits"))).join(per_step, on="step", how="left", maintain_order="left").with_columns(pl.col("n_cands").fill_null(0))
     lengths = steps.group_by("req").agg(length=pl.len().cast(pl.Int64))
     requests = keys.join(lengths, on="req", how="left").with_columns(pl.col("length").fill_null(0))
     firsts = cands.filter(pl.col("first")).select("req", "idx", "step", "ident", "key", prob=pl.col("logprob").exp())
-    return Steps(steps, cands.drop("finite"), requests, firsts, packed)
+    return Steps(steps, cands.drop("finite", "is_duplicate"), requests, firsts, packed)
 
 
 def _numbered_candidates(cands: pl.DataFrame, tokens: pl.DataFrame) -> pl.DataFrame:

@@ -55,6 +55,8 @@ def variant(draw, base, text_tokens: bool):
 @st.composite
 def runs(draw):
     text_tokens = draw(st.booleans())
+    flagged = draw(st.booleans())  # frames from a reader carry is_duplicate; frames built by hand may not
+    unique_lists = draw(st.booleans())
     tokens, candidates, requests = [], [], []
     record = 0
     for p in range(draw(st.integers(1, 2))):
@@ -67,8 +69,13 @@ def runs(draw):
             for (token, logprob, cands), position in zip(stream, positions):
                 key = {"source": "s", "record": record, "choice_index": 0, "segment": "completion", "position": position}
                 tokens.append({**key, "token_id": token[0], "token_text": token[1], "token_bytes": token[2], "logprob": logprob})
+                identities = [t[0] if t[0] is not None else t[1:] for t, _ in cands]  # as the reader flags a token seen before in its list
+                if unique_lists:  # no token twice in any list: the columnar path then trusts the reader's flags
+                    cands = [c for i, c in enumerate(cands) if identities[i] not in identities[:i]]
+                    identities = list(dict.fromkeys(identities))
                 candidates += [{**key, "list_kind": "top_logprobs", "list_index": i, "cand_token_id": t[0], "cand_token_text": t[1],
-                                "cand_token_bytes": t[2], "cand_logprob": v} for i, (t, v) in enumerate(cands)]
+                                "cand_token_bytes": t[2], "cand_logprob": v, "is_duplicate": identities[i] in identities[:i] if flagged else None}
+                               for i, (t, v) in enumerate(cands)]
             timing = draw(st.sampled_from([(None, None, None, None), (3, 0.5, 1.5, 3), (1, 0.5, 1.5, 3), (4, 0.2, 0.2, 4), (4, 0.1, 2.0, 1)]))
             sent = draw(st.sampled_from([None, 0.0, 0.25]))
             requests.append({"source": "s", "record": record, "choice_index": 0, "prompt_id": f"p{p}", "role": role, "band_c": c, "slot": slot,
@@ -183,3 +190,23 @@ def test_a_witness_from_the_columnar_path_matches_its_hand_worked_values():
     band = witness["bands"][0]
     assert (band["divergence_at"], band["intra_agree_to"], band["max_constant_run"]) == (1, 3, 2)
     assert band["top2_margin_at_divergence"] == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("flagged", [True, False])
+def test_a_candidate_without_a_value_is_left_out_of_the_kl_by_either_path(flagged):
+    """The reference lists token 9 with no value and the other does not list it: the KL is over tokens 1 and 2 alone,
+    whether the columnar path trusts the reader's duplicate flags (no token twice here) or finds first entries itself."""
+    ref_list = [(1, math.log(0.5)), (2, math.log(0.3)), (9, None)]
+    other_list = [(2, math.log(0.4)), (1, math.log(0.4))]
+    rows = []
+    for record, cands in ((0, ref_list), (1, other_list)):
+        key = {"source": "s", "record": record, "choice_index": 0, "segment": "completion", "position": 0}
+        rows += [{**key, "list_kind": "top_logprobs", "list_index": i, "cand_token_id": t, "cand_logprob": v,
+                  "is_duplicate": False if flagged else None} for i, (t, v) in enumerate(cands)]
+    tokens = conform(pl.DataFrame([{"source": "s", "record": r, "choice_index": 0, "segment": "completion", "position": 0, "token_id": 1,
+                                    "logprob": math.log(0.5)} for r in (0, 1)]), TOKEN_SCHEMA)
+    requests = conform(pl.DataFrame({"source": ["s", "s"], "record": [0, 1], "choice_index": [0, 0]}), REQUEST_SCHEMA)
+    steps = build_steps([(tokens, conform(pl.DataFrame(rows), CANDIDATE_SCHEMA), requests)])
+    got = compare_pairs(steps, pl.DataFrame({"pair": [0], "ref": [0], "other": [1]}), epsilon=0.05).row(0, named=True)
+    want = parity.topk_kl(ref_list, other_list)  # 0.5 ln(0.5/0.4) + 0.3 ln(0.3/0.4) + 0.2 ln(0.2/0.2)
+    assert got["kl_topk_max"] == pytest.approx(want) and want == pytest.approx(0.02527, abs=1e-5)
