@@ -556,6 +556,14 @@ def measure(name: str, *args: Any, timeout: float | None = None) -> dict[str, An
 # --- the harness --------------------------------------------------------------------------------
 
 
+def _guarded(name: str, *args: Any, timeout: float | None = None) -> dict[str, Any]:
+    """``measure``, with a failure reported as the step's result: one step failing must not stop the others."""
+    try:
+        return measure(name, *args, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def _mb(n: float | None) -> str:
     return "-" if n is None else f"{n / 1e6:,.0f} MB"
 
@@ -657,10 +665,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, step_args, timeout in guarded:
         if name == "load":
             shutil.rmtree(run_dir / "derived", ignore_errors=True)
-        try:
-            results[name] = r = measure(name, *step_args, timeout=timeout)
-        except Exception as exc:  # noqa: BLE001 - one step failing must not stop the others
-            results[name] = r = {"error": f"{type(exc).__name__}: {exc}"}
+        results[name] = r = _guarded(name, *step_args, timeout=timeout)
         bare, load = results.get("bare", {}).get("seconds"), results.get("load", {}).get("seconds")
         if name == "bare":
             print(_line(name, r, "1.00x", str(r.get("rows", ""))))
@@ -692,10 +697,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     dataset_dir, tables_dir = folder / "study-dataset", folder / "study-tables"
     shutil.rmtree(dataset_dir, ignore_errors=True)
     shutil.rmtree(tables_dir, ignore_errors=True)
-    try:
-        r = results["study"] = measure("study", str(study_dir), str(dataset_dir), str(tables_dir))
-    except Exception as exc:  # noqa: BLE001
-        r = results["study"] = {"error": f"{type(exc).__name__}: {exc}"}
+    r = results["study"] = _guarded("study", str(study_dir), str(dataset_dir), str(tables_dir))
     peak = r.get("tree_peak") or r.get("peak_rss")
     verdict = f"peak {peak / 1e9:.2f} GB {'<=' if peak <= 8e9 else '>'} 8 GB" if peak else ""
     parts = [f"{t} {r[t]:.2f} s" for t in ("write_dataset", "study_tables") if t in r]
@@ -706,10 +708,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if importlib.util.find_spec("ray") is None:
         print("  ray      skipped: ray is not installed")
         return
-    try:
-        r = results["ray"] = measure("ray", str(dataset_dir), str(tables_dir))
-    except Exception as exc:  # noqa: BLE001
-        r = results["ray"] = {"error": f"{type(exc).__name__}: {exc}"}
+    r = results["ray"] = _guarded("ray", str(dataset_dir), str(tables_dir))
     polars_s = results["study"].get("study_tables")
     ratio = f"{r['study_tables'] / polars_s:.2f}x polars" if polars_s and r.get("study_tables") else ""
     note = f"ray.init {r['ray_init']:.1f} s; tables {r.get('equal', '?')}" if "ray_init" in r else ""

@@ -753,26 +753,34 @@ def _requests(batch, choices, choice_line, choice_pos, entry_choice, meta: _Line
     disagree = pl.col("completion_tokens") != pl.col("n_completion_scored")
     if frame.filter(single & pl.col("has_logprobs") & pl.col("completion_tokens").is_not_null() & disagree).height:
         raise _Unsupported("usage disagrees with the logprob entries")
-    out = frame.select(
-        source=pl.lit(source),
-        record=pl.col("record"),
+    return _envelope_requests(
+        frame, source, "openai_chat", stream=False,
+        completion_text=pl.col("completion_text"),
         choice_index=pl.col("choice_index"),
         request_id=pl.when(pl.col("id") != "").then(pl.col("id")),  # payload.get("id") or payload.get("request_id")
-        sample_key=pl.col("sample_key"),
-        source_format=pl.lit("openai_chat"),
-        model=pl.col("model"),
-        endpoint=pl.lit("chat"),
-        stream=pl.lit(False),
         finish_reason=pl.col("finish_reason"),
         prompt_tokens=pl.col("prompt_tokens"),
         completion_tokens=pl.when(single).then(pl.col("completion_tokens")),
-        n_prompt_scored=pl.lit(0, pl.Int64),
         n_completion_scored=pl.col("n_completion_scored"),
-        completion_text=pl.col("completion_text"),
+    )
+
+
+def _envelope_requests(frame: pl.DataFrame, source: str, source_format: str, *, stream: bool, **columns: pl.Expr) -> pl.DataFrame:
+    """The requests table of a chunk of capture envelopes: what both kinds take from the envelope, and ``columns`` from the payload."""
+    out = frame.select(
+        source=pl.lit(source),
+        record=pl.col("record"),
+        sample_key=pl.col("sample_key"),
+        source_format=pl.lit(source_format),
+        model=pl.col("model"),
+        endpoint=pl.lit("chat"),
+        stream=pl.lit(stream),
+        n_prompt_scored=pl.lit(0, pl.Int64),
         band_c=pl.col("band_c"), slot=pl.col("slot"), prompt_id=pl.col("prompt_id"), role=pl.col("role"), repeat=pl.col("repeat"),
         t_sent=pl.col("t_sent"),
         raw_sha256=pl.col("raw_sha256"),
         extra=pl.col("extra"),
+        **columns,
     )
     return conform(out, REQUEST_SCHEMA)
 
@@ -1000,29 +1008,17 @@ def _stream_requests(per_choice: pl.DataFrame, chunks: pl.DataFrame, line_meta: 
     single = pl.col("n_indices") == 1
     if frame.filter(single & pl.col("u_completion").is_not_null() & (pl.col("n") > 0) & (pl.col("n") != pl.col("u_completion"))).height:
         raise _Unsupported("usage disagrees with the logprob entries")
-    out = frame.select(
-        source=pl.lit(source),
-        record=pl.col("record"),
+    return _envelope_requests(
+        frame, source, "openai_chat_sse", stream=True,
+        completion_text=pl.col("text"),
         choice_index=pl.col("index"),
         request_id=pl.col("request_id"),
-        sample_key=pl.col("sample_key"),
-        source_format=pl.lit("openai_chat_sse"),
-        model=pl.col("model"),
-        endpoint=pl.lit("chat"),
-        stream=pl.lit(True),
         finish_reason=pl.col("finish"),
         prompt_tokens=pl.col("u_prompt"),
         completion_tokens=pl.when(single).then(pl.col("u_completion")),
-        n_prompt_scored=pl.lit(0, pl.Int64),
         n_completion_scored=pl.col("n"),
-        completion_text=pl.col("text"),
-        band_c=pl.col("band_c"), slot=pl.col("slot"), prompt_id=pl.col("prompt_id"), role=pl.col("role"), repeat=pl.col("repeat"),
-        t_sent=pl.col("t_sent"),
         ttft_s=pl.col("first_t"),
         t_last_content=pl.col("last_t"),
         n_content_chunks=pl.col("n_content"),
         stream_live=pl.col("live"),
-        raw_sha256=pl.col("raw_sha256"),
-        extra=pl.col("extra"),
     )
-    return conform(out, REQUEST_SCHEMA)
