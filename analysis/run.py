@@ -750,7 +750,14 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
 
 
 def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
-    """Per batched request and step before its fork, |delta logprob| against the reference (``label``, ``step``, ``abs_delta``)."""
+    """Per batched request and step before its fork, |delta logprob| against the reference (``label``, ``step``, ``abs_delta``).
+
+    Examples
+    --------
+    >>> drift = drift_table(read_run("data/experiment-cpu/default"))
+    >>> drift.row(0), drift["abs_delta"].max() > 0  # c=1 matches ref #1 bit for bit; some batched request drifts
+    (('p0 c=1 slot 0', 0, 0.0), True)
+    """
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
     steps, _ = _band_pairs(run, reference)
     side = steps.steps.select("req", "idx", "logprob")
@@ -762,7 +769,14 @@ def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
 
 
 def reference_margins(run: Run, *, reference: str | Run = "ref1") -> dict[str, list[float | None]]:
-    """Each prompt's reference margin (top-1 minus top-2) at every step, for :func:`analysis.plots.plot_margin_trace`."""
+    """Each prompt's reference margin (top-1 minus top-2) at every step, for :func:`analysis.plots.plot_margin_trace`.
+
+    Examples
+    --------
+    >>> margins = reference_margins(read_run("data/experiment-cpu/default"))
+    >>> {prompt: [round(m, 4) for m in steps[:2]] for prompt, steps in margins.items()}
+    {'p0': [2.5141, 0.3024], 'p1': [1.9879, 1.3107]}
+    """
     steps, _, refs = _numbered(run, reference)
     lists = steps.steps.join(refs, left_on="req", right_on="ref").group_by("prompt_id", maintain_order=True).agg(pl.col("margin").sort_by("idx"))
     margins = dict(zip(lists["prompt_id"].to_list(), lists["margin"].to_list()))
@@ -774,6 +788,11 @@ def band_forks(run: Run) -> pl.DataFrame:
 
     One row per (band, token taken): ``token_id``, ``token_text``, ``token_bytes`` and how many slots
     took it (most first); a band whose slots never part has one row with ``at`` and null tokens.
+
+    Examples
+    --------
+    >>> band_forks(read_run("data/experiment-cpu/default")).select("prompt_id", "band_c", "at", "slots").row(0)  # 64 tokens, no fork
+    ('p0', 1, 64, None)
     """
     steps, requests, _ = _numbered(run)
     bands = (requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).with_row_index("pair")

@@ -210,3 +210,29 @@ def test_a_candidate_without_a_value_is_left_out_of_the_kl_by_either_path(flagge
     got = compare_pairs(steps, pl.DataFrame({"pair": [0], "ref": [0], "other": [1]}), epsilon=0.05).row(0, named=True)
     want = parity.topk_kl(ref_list, other_list)  # 0.5 ln(0.5/0.4) + 0.3 ln(0.3/0.4) + 0.2 ln(0.2/0.2)
     assert got["kl_topk_max"] == pytest.approx(want) and want == pytest.approx(0.02527, abs=1e-5)
+
+
+def hand_run(streams: list[tuple[str, int | None, int, list[int], list[float]]]) -> Run:
+    """A run from (role, band_c, slot, token ids, logprobs) per request, one prompt, no candidates."""
+    tokens, requests = [], []
+    for record, (role, c, slot, ids, values) in enumerate(streams):
+        requests.append({"source": "s", "record": record, "choice_index": 0, "prompt_id": "p", "role": role, "band_c": c, "slot": slot,
+                         "repeat": None if role == "reference" else 0})
+        tokens += [{"source": "s", "record": record, "choice_index": 0, "segment": "completion", "position": i, "token_id": t, "logprob": v}
+                   for i, (t, v) in enumerate(zip(ids, values))]
+    frames = [conform(pl.DataFrame(tokens), TOKEN_SCHEMA), pl.DataFrame(schema=CANDIDATE_SCHEMA), conform(pl.DataFrame(requests), REQUEST_SCHEMA)]
+    return Run({"ladder": [3]}, Dump(*frames))
+
+
+def test_band_forks_and_drift_by_hand():
+    """Slots 1 and 2 take token 4 where slot 0 takes 3, at step 2; before it slot 1 drifts by 0.25 at step 1."""
+    from analysis.run import band_forks, drift_table
+
+    run = hand_run([("reference", None, 0, [1, 2, 3], [-0.5, -0.5, -0.5]),
+                    ("band", 3, 0, [1, 2, 3], [-0.5, -0.5, -0.5]),
+                    ("band", 3, 1, [1, 2, 4], [-0.5, -0.75, -0.5]),
+                    ("band", 3, 2, [1, 2, 4, 5], [-0.5, -0.5, -0.5, -1.0])])
+    assert band_forks(run).select("at", "token_id", "slots").rows() == [(2, 4, 2), (2, 3, 1)]
+    assert drift_table(run).rows() == [("p c=3 slot 0", 0, 0.0), ("p c=3 slot 0", 1, 0.0), ("p c=3 slot 0", 2, 0.0),
+                                       ("p c=3 slot 1", 0, 0.0), ("p c=3 slot 1", 1, 0.25),
+                                       ("p c=3 slot 2", 0, 0.0), ("p c=3 slot 2", 1, 0.0)]
