@@ -76,3 +76,8 @@ def test_ray_on_a_local_two_cpu_instance_gives_the_same_tables(dataset):
         assert_tables_equal(study_tables(dataset, engine="ray"), whole_run_tables())
     finally:
         ray.shutdown()
+
+
+def test_a_dataset_named_by_url_is_read_as_object_storage_would_be(dataset):
+    """polars reads the dataset through its object-store layer for a URL (file:// here; s3:// or gs:// the same way)."""
+    assert_tables_equal(study_tables(f"file://{dataset}"), whole_run_tables())
