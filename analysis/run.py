@@ -38,6 +38,7 @@ from . import _columnar, parity
 from ._witness import derive_run_verdict
 from .dumps import Dump, DumpError, read_dumps
 from .dumps._read import DUMP_SUFFIXES
+from .dumps._schema import REQUEST_SCHEMA
 
 RUN_VERSION = 1
 _DEFAULTS = {"ladder": [1, 4, 8, 16], "declared_min": 64, "max_constant_run": 16}
@@ -566,7 +567,10 @@ def _numbered(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.Steps,
 
 def _numbered_requests(requests: Any, steps: _columnar.Steps, part: int) -> pl.DataFrame:
     numbers = steps.requests.filter(pl.col("part") == part).drop("part")
-    return parity.request_decode_rates(requests).join(numbers, on=["source", "record", "choice_index"], how="left", nulls_equal=True)
+    requests = parity.request_decode_rates(requests)
+    # a pandas dump holds integer columns with gaps as floats: back to the schema's types
+    requests = requests.with_columns(pl.col(name).cast(dtype) for name, dtype in REQUEST_SCHEMA.items() if name in requests.columns)
+    return requests.join(numbers, on=["source", "record", "choice_index"], how="left", nulls_equal=True)
 
 
 _BAND_ORDER = ["prompt_id", "band_c", "repeat", "slot"]

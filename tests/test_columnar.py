@@ -236,3 +236,15 @@ def test_band_forks_and_drift_by_hand():
     assert drift_table(run).rows() == [("p c=3 slot 0", 0, 0.0), ("p c=3 slot 0", 1, 0.0), ("p c=3 slot 0", 2, 0.0),
                                        ("p c=3 slot 1", 0, 0.0), ("p c=3 slot 1", 1, 0.25),
                                        ("p c=3 slot 2", 0, 0.0), ("p c=3 slot 2", 1, 0.0)]
+
+
+def test_a_pandas_backed_run_gives_the_tables_of_a_polars_one():
+    """pandas holds integer columns with gaps as floats; the tables read them back as the schema's integers."""
+    from polars.testing import assert_frame_equal
+
+    from analysis.run import read_run
+
+    pandas_run, polars_run = read_run("data/experiment-cpu/default", backend="pandas"), read_run("data/experiment-cpu/default")
+    for table in (slot_table, band_table, prompt_table, flip_table):
+        assert_frame_equal(table(pandas_run), table(polars_run))
+    assert to_witness(pandas_run, "p1") == to_witness(polars_run, "p1")
