@@ -31,7 +31,9 @@ def parse_sse(text: str) -> Stream:
     """Split an SSE capture into events.
 
     CR, LF and CRLF end lines; a blank line dispatches; ``:`` lines are comments; several
-    ``data:`` lines join with a newline; a leading BOM is dropped.
+    ``data:`` lines join with a newline; a leading BOM is dropped. An event left open at the end
+    is a cut one, except a final ``data: [DONE]``: captures saved with trailing whitespace
+    stripped lose the blank line after it.
 
     Examples
     --------
@@ -40,6 +42,8 @@ def parse_sse(text: str) -> Stream:
     ([('a\\nb', 1), ('[DONE]', 5)], False)
     >>> parse_sse("data: {\\"x\\": 1}\\n\\ndata: {\\"y\\"").cut_mid_event
     True
+    >>> parse_sse("data: {}\\n\\ndata: [DONE]").cut_mid_event  # a final [DONE] whose blank line was stripped ends the stream
+    False
     """
     text = text.removeprefix("\ufeff")
     decoder = SSELineDecoder()
@@ -58,5 +62,9 @@ def parse_sse(text: str) -> Stream:
                 stream.events.append(Event(dispatched.data, dispatched.event, start or number, len(stream.events)))
             start, has_data = None, False
     if start is not None:
-        stream.cut_mid_event, stream.trailing_line = True, start
+        last = events.decode("") if has_data else None
+        if last is not None and last.data == "[DONE]":  # saved with trailing whitespace stripped: a complete stream, not a cut one
+            stream.events.append(Event(last.data, last.event, start, len(stream.events)))
+        else:
+            stream.cut_mid_event, stream.trailing_line = True, start
     return stream

@@ -1,0 +1,51 @@
+"""Captures saved with trailing whitespace stripped end in ``data: [DONE]`` without its blank line:
+a complete stream, for the dump reader and for the probe's event clock alike."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from analysis import read_dump
+from analysis.dumps._sse import parse_sse
+from analysis.probe._capture import EventClock, stream_problem
+
+SAMPLE = "tests/samples/openai_chat_stream_include_usage__langchain.reframed.sse"
+
+
+def test_a_capture_without_the_blank_line_after_done_reads_as_the_whole_stream(tmp_path):
+    whole = open(SAMPLE, encoding="utf-8").read()
+    assert whole.endswith("data: [DONE]\n\n")
+    stripped = tmp_path / "stripped.sse"
+    stripped.write_text(whole.rstrip(), encoding="utf-8")
+    for lenient in (False, True):
+        got, want = read_dump(stripped, lenient=lenient), read_dump(SAMPLE, lenient=lenient)
+        assert got.skipped == [] and got.formats[str(stripped)] == want.formats[SAMPLE]
+        for name in ("tokens", "candidates"):
+            assert_frame_equal(getattr(got, name).drop("source"), getattr(want, name).drop("source"))
+        assert_frame_equal(got.requests.drop("source", "raw_sha256"), want.requests.drop("source", "raw_sha256"))
+    assert stream_problem(whole.rstrip()) is None
+
+
+def test_an_open_event_other_than_done_is_still_cut():
+    assert parse_sse('data: {}\n\ndata: {"x": 1}').cut_mid_event
+    assert stream_problem("data: {}\n\ndata: [DONE]\ndata: more") == "the stream was cut mid-event (line 3)"
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=st.lists(st.sampled_from(["data: {}", "data: é€", ": note", "event: x\ndata: a"]), max_size=5),
+       done=st.sampled_from(["data: [DONE]", "data:[DONE]", "data: [DONE]\n", "data: [DONE]\r", "data: [DONE]\r\n", "event: end\ndata: [DONE]"]),
+       cuts=st.sets(st.integers(0, 200), max_size=5))
+def test_the_event_clock_agrees_with_the_reader_on_a_done_without_its_blank_line(events, done, cuts):
+    text = "".join(e + "\n\n" for e in events) + done
+    raw = text.encode()
+    clock = EventClock()
+    bounds = [0, *sorted(c for c in cuts if c < len(raw)), len(raw)]
+    for k, (a, b) in enumerate(itertools.pairwise(bounds)):
+        clock.feed(raw[a:b], float(k))
+    clock.finish(float(len(bounds)))
+    assert len(clock.arrivals) == len(parse_sse(text).events) == len([e for e in events if "data" in e]) + 1
+    assert clock.problem() is None and stream_problem(text) is None
