@@ -38,10 +38,11 @@ def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None
         tops = info.get(f"{prefix}_top_logprobs")
         if tops is not None and len(_list(tops, rows, mwhere, f"{prefix}_top_logprobs")) != len(tokens):
             raise DumpError(rows.source, mwhere, f"{prefix}_top_logprobs", f"holds {len(tops)} positions for {len(tokens)} tokens")
+        first = _first_scored_position(info, len(tokens), rows, mwhere) if segment == "prompt" else 0
         for p, triple in enumerate(tokens):
             twhere = f"{mwhere}.{prefix}_token_logprobs[{p}]"
             logprob, token_id, text = _triple(triple, rows, twhere)
-            key = (meta.record, 0, segment, p)
+            key = (meta.record, 0, segment, first + p)
             top = None if tops is None or tops[p] is None else _list(tops[p], rows, mwhere, f"{prefix}_top_logprobs[{p}]")
             rows.token(key, twhere, raw=logprob, request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
                        n_candidates=None if top is None else len(top))
@@ -62,6 +63,25 @@ def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None
                  finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
                  completion_tokens=completion_tokens, n_prompt_scored=counts["prompt"], n_completion_scored=counts["completion"],
                  completion_text=payload.get("text"), extra={**meta.extra, **({"meta_info": extra} if extra else {})})
+
+
+def _first_scored_position(info: dict, scored: int, rows: Rows, where: str) -> int:
+    """The prompt position of ``input_token_logprobs[0]``: with ``logprob_start_len`` = k the list
+    covers the prompt's last ``prompt_tokens - k`` tokens, so it starts at ``prompt_tokens - len``.
+
+    Examples
+    --------
+    >>> _first_scored_position({"prompt_tokens": 6}, 2, None, "$")  # logprob_start_len=4: positions 4 and 5
+    4
+    >>> _first_scored_position({}, 3, None, "$")  # no prompt length: from the start
+    0
+    """
+    total = info.get("prompt_tokens")
+    if not isinstance(total, int) or isinstance(total, bool):
+        return 0
+    if scored > total:
+        raise DumpError(rows.source, where, "input_token_logprobs", f"holds {scored} positions for prompt_tokens {total}")
+    return total - scored
 
 
 # --- llama.cpp native -----------------------------------------------------------------------------

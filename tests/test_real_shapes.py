@@ -1,15 +1,19 @@
-"""Captures saved with trailing whitespace stripped end in ``data: [DONE]`` without its blank line:
-a complete stream, for the dump reader and for the probe's event clock alike."""
+"""Shapes found in real captures (issue 11): a final ``data: [DONE]`` whose blank line was stripped
+is a complete stream, for the dump reader and for the probe's event clock alike; SGLang prompt
+rows scored from ``logprob_start_len`` sit at their real prompt positions."""
 
 from __future__ import annotations
 
 import itertools
+import json
+
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from analysis import read_dump
+from analysis import DumpError, read_dump
 from analysis.dumps._sse import parse_sse
 from analysis.probe._capture import EventClock, stream_problem
 
@@ -49,3 +53,18 @@ def test_the_event_clock_agrees_with_the_reader_on_a_done_without_its_blank_line
     clock.finish(float(len(bounds)))
     assert len(clock.arrivals) == len(parse_sse(text).events) == len([e for e in events if "data" in e]) + 1
     assert clock.problem() is None and stream_problem(text) is None
+
+
+def test_sglang_prompt_rows_sit_at_their_prompt_positions(tmp_path):
+    """logprob_start_len=4 on a 6-token prompt: input_token_logprobs holds positions 4 and 5."""
+    payload = {"text": "ok", "meta_info": {"id": "r", "prompt_tokens": 6, "completion_tokens": 1,
+                                           "input_token_logprobs": [[-1.5, 40, None], [-0.25, 41, None]],
+                                           "output_token_logprobs": [[-0.5, 7, None]], "finish_reason": {"type": "length"}}}
+    path = tmp_path / "sglang.json"
+    path.write_text(json.dumps(payload))
+    prompt = read_dump(path).tokens.filter(segment="prompt")
+    assert prompt.select("position", "token_id", "logprob").rows() == [(4, 40, -1.5), (5, 41, -0.25)]
+    payload["meta_info"]["prompt_tokens"] = 1  # fewer prompt tokens than scored ones: named, not guessed
+    path.write_text(json.dumps(payload))
+    with pytest.raises(DumpError, match=r"meta_info\.input_token_logprobs: holds 2 positions for prompt_tokens 1"):
+        read_dump(path)
