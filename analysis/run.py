@@ -464,10 +464,17 @@ def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     return None
 
 
-def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> int:
-    """The largest batch width the server formed in a band, as the run recorded it (0 if none)."""
+def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> int | None:
+    """The largest batch width the server formed in a band, as the run recorded it; None when no width
+    was observed (no log line, no gauge sample in its window): unknown, which is not 0.
+
+    Examples
+    --------
+    >>> _m_formed({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": []}]}, "p0", 1, 0) is None
+    True
+    """
     widths, _ = band_widths(manifest, prompt_id, c, repeat)
-    return max(widths, default=0)
+    return max(widths, default=None)
 
 
 def _band(c, m_formed, rows, facts, runs, ref_row, n_predict, declared_min, max_run, expected) -> dict[str, Any]:
@@ -483,6 +490,9 @@ def _band(c, m_formed, rows, facts, runs, ref_row, n_predict, declared_min, max_
         band["reason"] = f"fired c={c} requests, {len(slots)} of the {expected} recorded came back"
     elif refusals:
         band["reason"] = "; ".join(refusals)
+    elif c > 1 and m_formed is None:
+        band["reason"] = ("no batch width was observed in this band's window (no server log line, no running-requests gauge sample), "
+                          "so whether the batched path ran is unknown")
     elif c > 1 and m_formed < 2:
         band["reason"] = (f"no batch with m>1 formed in this band's window (max m={m_formed}); the batched path was never exercised, "
                           "so nothing about it was witnessed")

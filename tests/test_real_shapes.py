@@ -68,3 +68,22 @@ def test_sglang_prompt_rows_sit_at_their_prompt_positions(tmp_path):
     path.write_text(json.dumps(payload))
     with pytest.raises(DumpError, match=r"meta_info\.input_token_logprobs: holds 2 positions for prompt_tokens 1"):
         read_dump(path)
+
+
+def test_a_band_whose_width_was_never_observed_has_an_unknown_width(tmp_path):
+    """The gauge missed a short c=1 band and the c=4 band: m_formed is null (V3 says "not recorded"), never 0."""
+    from test_run import make_run
+
+    from analysis import shape_check_data
+    from analysis.run import read_run, to_witness
+
+    folder = make_run(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["m_formed"] = [{"prompt_id": "p0", "band_c": c, "widths": [], "running": []} for c in (1, 4)]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    witness = to_witness(read_run(folder))
+    c1, c4 = witness["bands"]
+    assert (c1["m_formed"], c1["result"], c1["divergence_at"]) == (None, "PASS", 4)  # c=1 needs no batch: still measured
+    assert (c4["m_formed"], c4["result"]) == (None, "UNMEASURABLE") and c4["reason"].startswith("no batch width was observed")
+    reasons = shape_check_data(witness).reasons
+    assert "c=1: m_formed not recorded (shape not shown)" in reasons and not any("m_formed 0" in r for r in reasons)
