@@ -74,8 +74,11 @@ PROFILES: dict[str, EngineProfile] = {
                       {"deterministic_inference": ("enable_deterministic_inference",), "radix_cache_disabled": ("disable_radix_cache",),
                        "attention_backend": ("attention_backend",), "max_running_requests": ("max_running_requests",), "tp_size": ("tp_size",),
                        "dtype": ("dtype",)}, ("sglang:cache_hit_rate",)),
+        # llama.cpp's names: tools/server/server-task.cpp (the llama.cpp vendored by llama-cpp-python 0.3.36) prefixes
+        # "llamacpp:" to its counters prompt_tokens_total and prompt_tokens_cached_total and its gauge requests_processing.
         EngineProfile("llamacpp", "llama.cpp server", {"ignore_eos": True}, "llamacpp:requests_processing", ("/props",),
-                      {"total_slots": ("total_slots",), "build_info": ("build_info",)}),
+                      {"total_slots": ("total_slots",), "build_info": ("build_info",)},
+                      ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")),
         EngineProfile("apr", "apr serve (aprender)", {"ignore_eos": True}, None),
         EngineProfile("bia", "bia serve", {"ignore_eos": True}, "bia:num_requests_running", ("/health",),
                       {"kernel_mode": ("kernel_mode",), "dtype": ("dtype",), "device": ("device",)}),
