@@ -87,3 +87,20 @@ def test_a_band_whose_width_was_never_observed_has_an_unknown_width(tmp_path):
     assert (c4["m_formed"], c4["result"]) == (None, "UNMEASURABLE") and c4["reason"].startswith("no batch width was observed")
     reasons = shape_check_data(witness).reasons
     assert "c=1: m_formed not recorded (shape not shown)" in reasons and not any("m_formed 0" in r for r in reasons)
+
+
+def test_tgi_with_return_full_text_keeps_the_prompt_out_of_the_completion(tmp_path):
+    payload = {"generated_text": "The capital of France is Paris.",
+               "details": {"finish_reason": "length", "generated_tokens": 2, "seed": None,
+                           "prefill": [{"id": 1, "text": "<s>", "logprob": None}, {"id": 415, "text": "The", "logprob": -9.1}],
+                           "tokens": [{"id": 5465, "text": " Paris", "logprob": -0.4, "special": False},
+                                      {"id": 28723, "text": ".", "logprob": -0.9, "special": False}]}}
+    path = tmp_path / "tgi.json"
+    path.write_text(json.dumps(payload))
+    request = read_dump(path).requests.row(0, named=True)
+    assert request["completion_text"] == " Paris."
+    assert json.loads(request["extra"])["full_text"] == "The capital of France is Paris."
+    payload["generated_text"] = " Paris."  # return_full_text off: the text as it came, no full_text
+    path.write_text(json.dumps(payload))
+    request = read_dump(path).requests.row(0, named=True)
+    assert request["completion_text"] == " Paris." and "full_text" not in json.loads(request["extra"] or "{}")

@@ -165,9 +165,32 @@ def parse_tgi(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
     generated = details.get("generated_tokens")
     if generated is not None and generated != counts["completion"]:
         raise DumpError(rows.source, dwhere, "generated_tokens", f"says {generated} but tokens hold {counts['completion']}")
+    text, full = _tgi_completion_text(payload.get("generated_text"), details.get("tokens") or [])
+    extra = {**meta.extra, **({"seed": details["seed"]} if "seed" in details else {}), **({"full_text": full} if full is not None else {})}
     rows.request(**meta.request_columns(), choice_index=0, endpoint="generate", stream=False, finish_reason=details.get("finish_reason"),
                  completion_tokens=generated, n_prompt_scored=counts["prompt"], n_completion_scored=counts["completion"],
-                 completion_text=payload.get("generated_text"), extra={**meta.extra, **({"seed": details["seed"]} if "seed" in details else {})})
+                 completion_text=text, extra=extra)
+
+
+def _tgi_completion_text(generated_text: Any, tokens: list) -> tuple[Any, str | None]:
+    """The completion's text, and the whole text when TGI returned the prompt too (``return_full_text``).
+
+    That text ends with the completion tokens' texts (special tokens aside) and is longer: the
+    completion is that tail; any other text is kept as it came.
+
+    Examples
+    --------
+    >>> _tgi_completion_text("The capital is Paris.", [{"text": " Paris"}, {"text": "."}, {"text": "</s>", "special": True}])
+    (' Paris.', 'The capital is Paris.')
+    >>> _tgi_completion_text(" Paris.", [{"text": " Paris"}, {"text": "."}])
+    (' Paris.', None)
+    """
+    if not isinstance(generated_text, str) or not all(isinstance(t, dict) and isinstance(t.get("text"), str) for t in tokens):
+        return generated_text, None
+    tail = "".join(t["text"] for t in tokens if not t.get("special"))
+    if tail and len(generated_text) > len(tail) and generated_text.endswith(tail):
+        return tail, generated_text
+    return generated_text, None
 
 
 # --- prime-rl token export ----------------------------------------------------------------------
