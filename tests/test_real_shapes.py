@@ -104,3 +104,42 @@ def test_tgi_with_return_full_text_keeps_the_prompt_out_of_the_completion(tmp_pa
     path.write_text(json.dumps(payload))
     request = read_dump(path).requests.row(0, named=True)
     assert request["completion_text"] == " Paris." and "full_text" not in json.loads(request["extra"] or "{}")
+
+
+def sglang_events(resend: bool) -> list[dict]:
+    """Three tokens in two events, then a final event with the finish reason: SGLang resends, lmdeploy sends the new part."""
+    triples = [[-0.5, 11, " Par"], [-0.25, 12, "is"], [-1.0, 13, "."]]
+    tops = [[[-0.5, 11, " Par"], [-1.5, 99, " Lyon"]], [[-0.25, 12, "is"]], [[-1.0, 13, "."], [-1.25, 14, "!"]]]
+    cuts, texts = [(0, 2), (2, 3), (3, 3)], [" Paris", ".", ""]
+    events = []
+    for k, (a, b) in enumerate(cuts):
+        start = 0 if resend else a
+        info = {"id": "req-1", "prompt_tokens": 7, "completion_tokens": b, "output_token_logprobs": triples[start:b],
+                "output_top_logprobs": tops[start:b], "finish_reason": {"type": "length", "length": 3} if k == 2 else None}
+        events.append({"text": "".join(texts[: k + 1]) if resend else texts[k], "output_ids": [11, 12, 13][start:b], "meta_info": info})
+    return events
+
+
+@pytest.mark.parametrize("resend", [True, False])
+def test_sglang_and_lmdeploy_generate_streams(tmp_path, resend):
+    sse = "".join(f"data: {json.dumps(e)}\n\n" for e in sglang_events(resend)) + "data: [DONE]\n\n"
+    path = tmp_path / "capture.jsonl"
+    path.write_text(json.dumps({"sse": sse, "arrival_times": [0.25, 0.5, 0.75, 0.8], "prompt_id": "p0", "role": "reference", "slot": 0}) + "\n")
+    d = read_dump(path)
+    assert d.formats[str(path)] == ["sglang_sse"]
+    assert d.tokens.select("position", "token_id", "logprob", "stream_chunk", "t_arrival").rows() == [
+        (0, 11, -0.5, 0, 0.25), (1, 12, -0.25, 0, 0.25), (2, 13, -1.0, 1, 0.5)]  # each token once, at the event that first carried it
+    assert d.candidates.filter(position=0).select("cand_token_id", "cand_logprob").rows() == [(11, -0.5), (99, -1.5)]
+    request = d.requests.row(0, named=True)
+    assert (request["completion_text"], request["finish_reason"], request["completion_tokens"], request["prompt_tokens"]) == (" Paris.", "length", 3, 7)
+    assert (request["ttft_s"], request["t_last_content"], request["n_content_chunks"], request["request_id"]) == (0.25, 0.5, 2, "req-1")
+    assert json.loads(request["extra"])["resent"] is resend
+
+
+def test_an_sglang_stream_whose_count_disagrees_is_named(tmp_path):
+    events = sglang_events(True)
+    events[-1]["meta_info"]["completion_tokens"] = 5
+    path = tmp_path / "s.sse"
+    path.write_text("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n")
+    with pytest.raises(DumpError, match=r"meta_info\.completion_tokens: says 5 tokens but the stream carried 3"):
+        read_dump(path)

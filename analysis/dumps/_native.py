@@ -40,18 +40,8 @@ def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None
             raise DumpError(rows.source, mwhere, f"{prefix}_top_logprobs", f"holds {len(tops)} positions for {len(tokens)} tokens")
         first = _first_scored_position(info, len(tokens), rows, mwhere) if segment == "prompt" else 0
         for p, triple in enumerate(tokens):
-            twhere = f"{mwhere}.{prefix}_token_logprobs[{p}]"
-            logprob, token_id, text = _triple(triple, rows, twhere)
-            key = (meta.record, 0, segment, first + p)
-            top = None if tops is None or tops[p] is None else _list(tops[p], rows, mwhere, f"{prefix}_top_logprobs[{p}]")
-            rows.token(key, twhere, raw=logprob, request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
-                       n_candidates=None if top is None else len(top))
-            if top is not None:
-                entries = []
-                for k, cand in enumerate(top):
-                    lp, cid, ctext = _triple(cand, rows, f"{mwhere}.{prefix}_top_logprobs[{p}][{k}]")
-                    entries.append({"token_id": cid, "token_text": ctext, "raw": lp})
-                rows.candidates_for(key, f"{mwhere}.{prefix}_top_logprobs[{p}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=None)
+            add_sglang_token(rows, meta, (meta.record, 0, segment, first + p), f"{mwhere}.{prefix}_token_logprobs[{p}]", triple,
+                             None if tops is None else tops[p], f"{mwhere}.{prefix}_top_logprobs[{p}]", request_id)
         counts[segment] = len(tokens)
     finish = info.get("finish_reason")
     completion_tokens = info.get("completion_tokens")
@@ -63,6 +53,21 @@ def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None
                  finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
                  completion_tokens=completion_tokens, n_prompt_scored=counts["prompt"], n_completion_scored=counts["completion"],
                  completion_text=payload.get("text"), extra={**meta.extra, **({"meta_info": extra} if extra else {})})
+
+
+def add_sglang_token(rows: Rows, meta: Meta, key: tuple, where: str, triple: Any, top: Any, top_where: str, request_id: Any, *,
+                     stream_chunk: int | None = None, t_arrival: float | None = None) -> None:
+    """One ``[logprob, token_id, text]`` triple and its top list (null or a list of triples)."""
+    logprob, token_id, text = _triple(triple, rows, where)
+    top = None if top is None else _list(top, rows, top_where, None)
+    rows.token(key, where, raw=logprob, request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
+               n_candidates=None if top is None else len(top), stream_chunk=stream_chunk, t_arrival=t_arrival)
+    if top is not None:
+        entries = []
+        for k, cand in enumerate(top):
+            lp, cid, ctext = _triple(cand, rows, f"{top_where}[{k}]")
+            entries.append({"token_id": cid, "token_text": ctext, "raw": lp})
+        rows.candidates_for(key, top_where, entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=None)
 
 
 def _first_scored_position(info: dict, scored: int, rows: Rows, where: str) -> int:

@@ -1,5 +1,6 @@
-"""Streamed captures: OpenAI chat and legacy completion chunks over SSE, and llama.cpp's native
-``/completion`` stream (no [DONE]; the last event says ``stop: true``)."""
+"""Streamed captures: OpenAI chat and legacy completion chunks over SSE, llama.cpp's native
+``/completion`` stream (no [DONE]; the last event says ``stop: true``), and SGLang's streamed
+``/generate`` (also lmdeploy's SGLang-style endpoint)."""
 
 from __future__ import annotations
 
@@ -149,3 +150,58 @@ def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = 
                  finish_reason=last.get("stop_type"), prompt_tokens=last.get("tokens_evaluated"), completion_tokens=last.get("tokens_predicted"),
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
                  extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
+
+
+def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
+    """SGLang's streamed ``/generate``: events ``{"text", "output_ids", "meta_info": {...}}``, then [DONE].
+
+    SGLang resends the whole ``output_token_logprobs`` (and ``text``) in every event by default;
+    lmdeploy's SGLang-style endpoint sends only the new tokens. A stream is read as resent when
+    every event's list starts with the one before and some event adds to it; each token then
+    counts once, at the event that first carried it.
+    """
+    from ._native import add_sglang_token
+
+    events = stream_events(text, rows, meta, needs_done=True, lenient=lenient)
+    n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
+    steps = []  # (event, info, where) of each event
+    for event, chunk in events:
+        ewhere = f"record {meta.record} event {event.index} (line {event.line})"
+        chunk = _obj(chunk, rows, ewhere)
+        steps.append((event, chunk, _obj(chunk.get("meta_info"), rows, ewhere, "meta_info"), ewhere))
+    lists = [_list(info.get("output_token_logprobs") or [], rows, ewhere, "meta_info.output_token_logprobs") for _, _, info, ewhere in steps]
+    resent = all(len(b) >= len(a) and b[: len(a)] == a for a, b in zip(lists, lists[1:])) and any(
+        a and len(b) > len(a) for a, b in zip(lists, lists[1:]))
+    n = content_chunks = 0
+    first_t = last_t = None
+    texts, request_id, info = [], None, {}
+    for (event, chunk, info, ewhere), triples in zip(steps, lists):
+        t = _arrival(meta, event, rows, n_events)
+        request_id = info.get("id", request_id)
+        new = triples[n:] if resent else triples
+        tops = info.get("output_top_logprobs")
+        if tops is not None and len(_list(tops, rows, ewhere, "meta_info.output_top_logprobs")) != len(triples):
+            raise DumpError(rows.source, ewhere, "meta_info.output_top_logprobs", f"holds {len(tops)} positions for {len(triples)} tokens")
+        new_tops = (tops[n:] if resent else tops) if tops is not None else [None] * len(new)
+        for k, (triple, top) in enumerate(zip(new, new_tops)):
+            at = (n if resent else 0) + k
+            add_sglang_token(rows, meta, (meta.record, 0, "completion", n + k), f"{ewhere}.meta_info.output_token_logprobs[{at}]", triple, top,
+                             f"{ewhere}.meta_info.output_top_logprobs[{at}]", request_id, stream_chunk=event.index, t_arrival=t)
+        piece = _str_or_none(chunk.get("text"), rows, ewhere, "text")
+        if piece is not None:
+            texts = [piece] if resent else [*texts, piece]
+        if new:
+            n += len(new)
+            content_chunks += 1
+            first_t = first_t if first_t is not None else t
+            last_t = t
+    completion_tokens = info.get("completion_tokens")
+    if completion_tokens is not None and n and completion_tokens != n:
+        _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "meta_info.completion_tokens",
+                                          f"says {completion_tokens} tokens but the stream carried {n} logprob entries"))
+    finish = info.get("finish_reason")
+    rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, endpoint="generate", stream=True,
+                 finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
+                 completion_tokens=completion_tokens, n_prompt_scored=0, n_completion_scored=n, completion_text="".join(texts),
+                 ttft_s=first_t, t_last_content=last_t, n_content_chunks=content_chunks, stream_live=None,
+                 extra={**meta.extra, "resent": resent})
