@@ -33,7 +33,7 @@ import polars as pl
 
 from . import parity
 from .dumps import Dump
-from .dumps._schema import REQUEST_SCHEMA
+from .dumps._schema import REQUEST_SCHEMA, conform
 from .run import Run, RunError, band_table, prompt_table, read_run, slot_table
 
 PARTITION = ["run", "prompt_id"]
@@ -127,7 +127,8 @@ class Study:
         if manifests.height == 0:
             raise RunError(f"{self.path}: no run {name!r}; it holds {sorted(self.runs['run'].to_list())}")
         tokens, candidates = (getattr(self, t).filter(where).drop(PARTITION).collect(engine="streaming") for t in ("tokens", "candidates"))
-        requests = self.requests.filter(where).select(list(REQUEST_SCHEMA)).collect(engine="streaming")  # prompt_id: the partition key
+        # prompt_id comes back as the partition key; a dataset written before a schema column existed lacks it: null
+        requests = conform(self.requests.filter(where).drop("run").collect(engine="streaming"), REQUEST_SCHEMA)
         return Run(json.loads(manifests["manifest"][0]), Dump(tokens, candidates, requests))
 
 

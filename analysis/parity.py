@@ -491,14 +491,15 @@ def decode_rate(completion_tokens: int | None, first_arrival: float | None, last
                 content_chunks: int | None, live: bool | None) -> float | None:
     """A request's decode rate, ``(completion_tokens - 1) / (last - first arrival)`` of content chunks.
 
-    Only for a stream the server declared live; None with fewer than two content chunks or two
+    Only for a live stream (``stream_live``: declared live by the server, or observed live from its
+    arrival times, see :func:`analysis.dumps._stream.liveness`); None with fewer than two content chunks or two
     tokens, or a zero span: a rate is measured, never invented.
 
     Examples
     --------
     >>> decode_rate(128, 0.25, 3.425, 120, True)
     40.0
-    >>> decode_rate(128, 0.25, 3.425, 120, None) is None  # not declared live
+    >>> decode_rate(128, 0.25, 3.425, 120, None) is None  # liveness unknown
     True
     """
     if not live or completion_tokens is None or completion_tokens < 2 or content_chunks is None or content_chunks < 2:

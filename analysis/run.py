@@ -211,7 +211,7 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
     return run
 
 
-_DERIVED_VERSION = 3  # 1: tables without capture stamps; 2: stamps without the files' modification times
+_DERIVED_VERSION = 4  # 1: no capture stamps; 2: stamps without modification times; 3: requests without liveness
 _RACY_NS = 2_000_000_000  # a file modified this close to its stamping may change again within the clock's granularity
 
 

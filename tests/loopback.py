@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
@@ -57,17 +58,33 @@ def routes(table: dict[str, Callable[[Quiet], None]]) -> type[Quiet]:
     return Routed
 
 
-def stream_words(handler: BaseHTTPRequestHandler, words: list[str], *, logprobs: bool = True) -> None:
+def stream_words(handler: BaseHTTPRequestHandler, words: list[str], *, logprobs: bool = True, pause: float = 0.0, together: float | None = None,
+                 stream_mode: str | None = None) -> None:
     """Answer with a chat completion stream of ``words`` (one token each, logprob -0.1 and itself as its one
-    candidate, unless ``logprobs`` is false), a usage chunk and [DONE]; then close the connection."""
+    candidate, unless ``logprobs`` is false), a usage chunk and [DONE]; then close the connection.
+
+    ``pause`` seconds pass before each word (a server decoding live); ``together`` holds every chunk
+    back that many seconds and sends them in one write (a server that buffers, then bursts);
+    ``stream_mode`` is declared on every chunk."""
     handler.send_response(200)
     handler.send_header("Content-Type", "text/event-stream")
     handler.send_header("Connection", "close")
     handler.end_headers()
+    held = []
     for word in words:
         entry = {"token": word, "logprob": -0.1, "top_logprobs": [{"token": word, "logprob": -0.1}]}
         chunk = {"choices": [{"index": 0, "delta": {"content": word}, "logprobs": {"content": [entry]} if logprobs else None}]}
-        handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        if stream_mode is not None:
+            chunk["stream_mode"] = stream_mode
+        data = f"data: {json.dumps(chunk)}\n\n".encode()
+        if together is not None:
+            held.append(data)
+            continue
+        time.sleep(pause)
+        handler.wfile.write(data)
+    if held:
+        time.sleep(together)
+        handler.wfile.write(b"".join(held))
     usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": len(words), "total_tokens": 1 + len(words)}}
     handler.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
     handler.close_connection = True

@@ -265,7 +265,9 @@ def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
     tokens, _, requests = _fast_equals_general(_write_lines(tmp_path / "captures.jsonl", _stream_envelopes(), writer))
     first = requests.row(0, named=True)
     assert (first["ttft_s"], first["t_last_content"], first["n_content_chunks"], first["stream_live"]) == (0.125, 0.5, 4, True)
-    assert requests.filter(pl.col("record") == 8)["stream_live"].to_list() == [None, None]  # no stream_mode: not declared
+    no_mode = requests.filter(pl.col("record") == 8)  # no stream_mode: judged from its arrival times, 0.125 s apart or more
+    assert no_mode["liveness"].to_list() == ["observed live"] * 2 and no_mode["stream_live"].to_list() == [True, True]
+    assert requests.filter(pl.col("record") == 10)["liveness"].to_list() == ["declared replay"] * 2  # stream_mode "buffered"
     assert requests.filter(pl.col("record") == 10)["choice_index"].to_list() == [0, 1]
     assert tokens.filter(pl.col("record") == 10)["request_id"].to_list() == ["odd2", "odd2"]
     assert tokens["t_arrival"].null_count() > 0 and tokens["stream_chunk"].null_count() == 0

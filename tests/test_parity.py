@@ -175,14 +175,18 @@ def test_decode_rates_from_a_live_capture(tmp_path):
 
     events = [chunk(stream_mode="live"), chunk("a"), chunk("b"), chunk("c"), json.dumps({"choices": [], "usage": {"completion_tokens": 3}}), "[DONE]"]
     sse = "".join(f"data: {e}\n\n" for e in events)
+    undeclared = sse.replace('"stream_mode": "live", ', "")
     lines = [{"sse": sse, "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "band_c": 4, "slot": 0},
-             {"sse": sse.replace('"stream_mode": "live", ', ""), "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "band_c": 4, "slot": 1}]
+             {"sse": undeclared, "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "band_c": 4, "slot": 1},
+             {"sse": undeclared, "arrival_times": [0.1, 0.5, 0.5, 0.5, 0.51, 0.52], "band_c": 4, "slot": 2}]
     path = tmp_path / "capture.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines))
     rates = request_decode_rates(read_dumps(path).requests)
     assert rates["decode_tok_s"][0] == pytest.approx(2 / 0.3)  # (3 - 1) tokens over 0.5 - 0.2 s
-    assert rates["decode_tok_s"][1] is None  # not declared live: no rate
-    assert rates["n_content_chunks"].to_list() == [3, 3]
+    assert rates["decode_tok_s"][1] == pytest.approx(2 / 0.3)  # not declared, but its chunks came 0.15 s apart: observed live
+    assert rates["decode_tok_s"][2] is None  # all three at 0.5 s: one burst, no rate
+    assert rates["liveness"].to_list() == ["declared live", "observed live", "observed burst"]
+    assert rates["n_content_chunks"].to_list() == [3, 3, 3]
     assert band_decode_rate(rates["decode_tok_s"].to_list()) is None
 
 

@@ -40,6 +40,7 @@ import pyarrow.json as pj
 from . import _json
 from ._openai import USAGE_FIELDS
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, classified, conform
+from ._stream import LIVE_SHARE, LIVE_SPAN
 from ._values import MAX_LOGPROB
 
 Frames = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
@@ -982,6 +983,17 @@ def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
     return tokens, candidates, _stream_requests(per_choice, chunks, line_meta, meta, source)
 
 
+def _liveness() -> pl.Expr:
+    """``_stream.liveness`` as an expression over a choice's aggregated content-chunk times."""
+    span = pl.col("last_known_t") - pl.col("first_t")
+    observed_live = (span > 0) & ((pl.col("distinct_t") > LIVE_SHARE * pl.col("n_timed")) | (span >= LIVE_SPAN * pl.col("last_known_t")))
+    return (pl.when(pl.col("declared").is_not_null()).then(pl.when(pl.col("declared") == "live").then(pl.lit("declared live"))
+                                                           .otherwise(pl.lit("declared replay")))
+            .when(pl.col("n_timed") < 2).then(pl.lit("untimed"))
+            .when(observed_live).then(pl.lit("observed live"))
+            .otherwise(pl.lit("observed burst")))
+
+
 def _stream_requests(per_choice: pl.DataFrame, chunks: pl.DataFrame, line_meta: pl.DataFrame, meta: _LineMeta, source: str) -> pl.DataFrame:
     is_content = pl.col("piece").fill_null("") != ""  # a chunk whose delta carries text
     acc = per_choice.with_columns(content=is_content).group_by("line", "index").agg(
@@ -990,13 +1002,16 @@ def _stream_requests(per_choice: pl.DataFrame, chunks: pl.DataFrame, line_meta: 
         n_content=pl.col("content").sum().cast(pl.Int64),
         first_t=pl.col("t").filter(pl.col("content")).drop_nulls().first(),
         last_t=pl.col("t").filter(pl.col("content")).last(),
+        n_timed=pl.col("t").filter(pl.col("content")).count(),
+        distinct_t=pl.col("t").filter(pl.col("content")).drop_nulls().n_unique(),
+        last_known_t=pl.col("t").filter(pl.col("content")).drop_nulls().last(),
         finish=pl.col("finish").filter(pl.col("finish").fill_null("") != "").last(),
     ).sort("line", "index")
     has_usage = pl.any_horizontal(pl.col("u_prompt", "u_completion", "u_total").is_not_null())
     per_line = chunks.group_by("line").agg(
         request_id=pl.col("id").drop_nulls().last(),
         model=pl.col("model").drop_nulls().last(),
-        live=pl.col("stream_mode").drop_nulls().first() == "live",
+        declared=pl.col("stream_mode").drop_nulls().first(),
         u_prompt=pl.col("u_prompt").filter(has_usage).last(),
         u_completion=pl.col("u_completion").filter(has_usage).last(),
         u_total=pl.col("u_total").filter(has_usage).last(),
@@ -1020,5 +1035,6 @@ def _stream_requests(per_choice: pl.DataFrame, chunks: pl.DataFrame, line_meta: 
         ttft_s=pl.col("first_t"),
         t_last_content=pl.col("last_t"),
         n_content_chunks=pl.col("n_content"),
-        stream_live=pl.col("live"),
+        liveness=_liveness(),
+        stream_live=pl.when(_liveness().is_in(["declared live", "observed live"])).then(True).when(_liveness() != "untimed").then(False),
     )

@@ -13,6 +13,40 @@ from ._sse import Event, parse_sse
 from ._values import DumpError
 
 
+LIVE_SHARE = 0.5  # observed live: more than half the content chunks arrived at a time of their own (read as produced) ...
+LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the time from the send to the last of them
+
+
+def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None]:
+    """How a stream's liveness is known, and whether it is live (``stream_live``).
+
+    A ``stream_mode`` the server sent decides: "live" is ``declared live``, any other value
+    ``declared replay`` (never live). Otherwise the content chunks' arrival times (seconds since
+    the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live``
+    when they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their
+    own or a span of at least ``LIVE_SPAN`` of the time to the last one); else ``observed burst``,
+    the whole answer released at once after the last token (never live).
+
+    Examples
+    --------
+    >>> liveness(None, [0.1, 0.2, 0.3, 0.4])  # a token every 0.1 s
+    ('observed live', True)
+    >>> liveness(None, [2.0, 2.0, 2.0, 2.0001])  # buffered, then sent in one write
+    ('observed burst', False)
+    >>> liveness("replay", [0.1, 0.2]), liveness(None, [None, None])
+    (('declared replay', False), ('untimed', None))
+    """
+    if declared is not None:
+        return ("declared live", True) if declared == "live" else ("declared replay", False)
+    known = [t for t in times if t is not None]
+    if len(known) < 2:
+        return "untimed", None
+    span = known[-1] - known[0]
+    if span > 0 and (len(set(known)) > LIVE_SHARE * len(known) or span >= LIVE_SPAN * known[-1]):
+        return "observed live", True
+    return "observed burst", False
+
+
 def _arrival(meta: Meta, event: Event, rows: Rows, n_events: int) -> float | None:
     if meta.arrivals is None:
         return None
@@ -68,6 +102,7 @@ class _Choice:
         self.first_content_t: float | None = None
         self.last_content_t: float | None = None
         self.content_chunks = 0
+        self.content_times: list[float | None] = []
 
 
 def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False, legacy: bool = False) -> None:
@@ -76,15 +111,15 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
     n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
     choices: dict[int, _Choice] = {}
     model = request_id = usage = None
-    live = None
+    declared = live_seen = None
     for event, chunk in events:
         ewhere = f"record {meta.record} event {event.index} (line {event.line})"
         chunk = _obj(chunk, rows, ewhere)
         t = _arrival(meta, event, rows, n_events)
         model = _str_or_none(chunk.get("model", model), rows, ewhere, "model")
         request_id = _str_or_none(chunk.get("id", request_id), rows, ewhere, "id")
-        if live is None and "stream_mode" in chunk:
-            live = chunk["stream_mode"] == "live"
+        if not live_seen and "stream_mode" in chunk:
+            declared, live_seen = chunk["stream_mode"], True
         if usage_counts(chunk.get("usage")) is not None:
             usage = usage_counts(chunk["usage"])
         for c, choice in enumerate(_list(chunk.get("choices", []), rows, ewhere, "choices")):
@@ -99,6 +134,7 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
                 acc.content_chunks += 1
                 acc.first_content_t = acc.first_content_t if acc.first_content_t is not None else t
                 acc.last_content_t = t
+                acc.content_times.append(t)
             acc.finish_reason = choice.get("finish_reason") or acc.finish_reason
             logprobs = choice.get("logprobs")
             if logprobs is None:
@@ -124,7 +160,13 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
                      prompt_tokens=usage.get("prompt_tokens") if usage else None,
                      completion_tokens=completion_tokens if len(choices) == 1 else None,
                      n_prompt_scored=0, n_completion_scored=acc.n, completion_text="".join(acc.text),
-                     ttft_s=acc.first_content_t, t_last_content=acc.last_content_t, n_content_chunks=acc.content_chunks, stream_live=live, extra={**meta.extra, **({"usage": usage} if usage else {})})
+                     ttft_s=acc.first_content_t, t_last_content=acc.last_content_t, n_content_chunks=acc.content_chunks,
+                     **_liveness_columns(declared, acc.content_times), extra={**meta.extra, **({"usage": usage} if usage else {})})
+
+
+def _liveness_columns(declared: Any, times: list[float | None]) -> dict[str, Any]:
+    how, live = liveness(declared, times)
+    return {"liveness": how, "stream_live": live}
 
 
 def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -133,12 +175,14 @@ def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = 
 
     events = stream_events(text, rows, meta, needs_done=False, lenient=lenient)
     n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
-    n, pieces, last = 0, [], None
+    n, pieces, last, times = 0, [], None, []
     for event, chunk in events:
         ewhere = f"record {meta.record} event {event.index} (line {event.line})"
         chunk = _obj(chunk, rows, ewhere)
         t = _arrival(meta, event, rows, n_events)
         pieces.append(_str_or_none(chunk.get("content"), rows, ewhere, "content") or "")
+        if pieces[-1]:
+            times.append(t)
         probs = chunk.get("completion_probabilities")
         if probs:
             n = add_llamacpp_probabilities(probs, rows, meta, f"{ewhere}.completion_probabilities", start=n, stream_chunk=event.index, t_arrival=t)
@@ -149,7 +193,8 @@ def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = 
     rows.request(**meta.request_columns(), choice_index=0, model=last.get("model"), endpoint="completion", stream=True,
                  finish_reason=last.get("stop_type"), prompt_tokens=last.get("tokens_evaluated"), completion_tokens=last.get("tokens_predicted"),
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
+                 ttft_s=times[0] if times else None, t_last_content=times[-1] if times else None, n_content_chunks=len(times),
+                 **_liveness_columns(None, times), extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
 
 
 def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -172,8 +217,8 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
     lists = [_list(info.get("output_token_logprobs") or [], rows, ewhere, "meta_info.output_token_logprobs") for _, _, info, ewhere in steps]
     resent = all(len(b) >= len(a) and b[: len(a)] == a for a, b in zip(lists, lists[1:])) and any(
         a and len(b) > len(a) for a, b in zip(lists, lists[1:]))
-    n = content_chunks = 0
-    first_t = last_t = None
+    n = 0
+    times: list[float | None] = []
     texts, request_id, info = [], None, {}
     for (event, chunk, info, ewhere), triples in zip(steps, lists):
         t = _arrival(meta, event, rows, n_events)
@@ -192,9 +237,7 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
             texts = [piece] if resent else [*texts, piece]
         if new:
             n += len(new)
-            content_chunks += 1
-            first_t = first_t if first_t is not None else t
-            last_t = t
+            times.append(t)
     completion_tokens = info.get("completion_tokens")
     if completion_tokens is not None and n and completion_tokens != n:
         _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "meta_info.completion_tokens",
@@ -203,5 +246,5 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
     rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, endpoint="generate", stream=True,
                  finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
                  completion_tokens=completion_tokens, n_prompt_scored=0, n_completion_scored=n, completion_text="".join(texts),
-                 ttft_s=first_t, t_last_content=last_t, n_content_chunks=content_chunks, stream_live=None,
-                 extra={**meta.extra, "resent": resent})
+                 ttft_s=times[0] if times else None, t_last_content=times[-1] if times else None, n_content_chunks=len(times),
+                 **_liveness_columns(None, times), extra={**meta.extra, "resent": resent})
