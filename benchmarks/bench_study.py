@@ -556,6 +556,14 @@ def measure(name: str, *args: Any, timeout: float | None = None) -> dict[str, An
 # --- the harness --------------------------------------------------------------------------------
 
 
+def _skipped(step: str, asked: bool, module: str) -> bool:
+    """Whether a step is skipped (asked to, or its module is missing), saying why."""
+    reason = f"--skip-{step}" if asked else (f"{module} not available" if importlib.util.find_spec(module) is None else None)
+    if reason:
+        print(f"  {step:8s} skipped: {reason}")
+    return reason is not None
+
+
 def _guarded(name: str, *args: Any, timeout: float | None = None) -> dict[str, Any]:
     """``measure``, with a failure reported as the step's result: one step failing must not stop the others."""
     try:
@@ -688,11 +696,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if r.get("slot_summary"):
                 print(f"           data: {r['slot_summary']}")
 
-    if args.skip_study:
-        print("  study    skipped: --skip-study")
-        return
-    if importlib.util.find_spec("analysis._study") is None:
-        print("  study    skipped: analysis._study not available")
+    if _skipped("study", args.skip_study, "analysis._study"):
         return
     dataset_dir, tables_dir = folder / "study-dataset", folder / "study-tables"
     shutil.rmtree(dataset_dir, ignore_errors=True)
@@ -702,11 +706,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     verdict = f"peak {peak / 1e9:.2f} GB {'<=' if peak <= 8e9 else '>'} 8 GB" if peak else ""
     parts = [f"{t} {r[t]:.2f} s" for t in ("write_dataset", "study_tables") if t in r]
     print(_line("study", r, verdict, ", ".join(parts) + (f"; {r['rows']}" if r.get("rows") else "")))
-    if args.skip_ray:
-        print("  ray      skipped: --skip-ray")
-        return
-    if importlib.util.find_spec("ray") is None:
-        print("  ray      skipped: ray is not installed")
+    if _skipped("ray", args.skip_ray, "ray"):
         return
     r = results["ray"] = _guarded("ray", str(dataset_dir), str(tables_dir))
     polars_s = results["study"].get("study_tables")
