@@ -143,3 +143,36 @@ def test_an_sglang_stream_whose_count_disagrees_is_named(tmp_path):
     path.write_text("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n")
     with pytest.raises(DumpError, match=r"meta_info\.completion_tokens: says 5 tokens but the stream carried 3"):
         read_dump(path)
+
+
+def responses_stream(*, done_logprob: float = -0.1234, complete: bool = True) -> str:
+    """Two deltas ("Hi", " there") with logprobs, the done event repeating them rounded, then response.completed."""
+    first = {"token": "Hi", "bytes": [72, 105], "logprob": -0.123412, "top_logprobs": [{"token": "Hi", "bytes": [72, 105], "logprob": -0.123412},
+                                                                                    {"token": "Hello", "bytes": [72, 101, 108, 108, 111], "logprob": -2.5}]}
+    second = {"token": " there", "bytes": [32, 116, 104, 101, 114, 101], "logprob": -0.5, "top_logprobs": []}
+    response = {"id": "resp_1", "model": "m", "status": "in_progress"}
+    events = [("response.created", {"response": response}),
+              ("response.output_text.delta", {"delta": "Hi", "logprobs": [first]}),
+              ("response.output_text.delta", {"delta": " there", "logprobs": [second]}),
+              ("response.output_text.done", {"text": "Hi there", "logprobs": [{**first, "logprob": done_logprob}, {**second, "logprob": -0.5}]})]
+    if complete:
+        events.append(("response.completed", {"response": {**response, "status": "completed", "usage": {"input_tokens": 9, "output_tokens": 2}}}))
+    return "".join(f"event: {kind}\ndata: {json.dumps({'type': kind, **body})}\n\n" for kind, body in events)
+
+
+def test_the_responses_api_stream_reads_its_deltas_and_checks_the_rounded_copies(tmp_path):
+    path = tmp_path / "responses.sse"
+    path.write_text(responses_stream())
+    d = read_dump(path)
+    assert d.formats[str(path)] == ["openai_responses_sse"]
+    assert d.tokens.select("position", "token_text", "logprob").rows() == [(0, "Hi", -0.123412), (1, " there", -0.5)]  # the deltas' values
+    assert d.candidates.select("cand_token_text", "cand_logprob").rows() == [("Hi", -0.123412), ("Hello", -2.5)]
+    request = d.requests.row(0, named=True)
+    assert (request["completion_text"], request["finish_reason"], request["prompt_tokens"], request["completion_tokens"], request["request_id"]) == (
+        "Hi there", "completed", 9, 2, "resp_1")
+    path.write_text(responses_stream(done_logprob=-0.2))  # a copy that is not the same value rounded
+    with pytest.raises(DumpError, match=r"logprobs: the done event's 2 logprobs disagree with the 2 the deltas carried"):
+        read_dump(path)
+    path.write_text(responses_stream(complete=False))
+    with pytest.raises(DumpError, match="the stream ended without response.completed"):
+        read_dump(path)

@@ -21,7 +21,7 @@ from ._offline import looks_like_steps, parse_offline, parse_repr
 from ._openai import Meta, parse_chat, parse_completion
 from ._schema import SCHEMAS, Rows
 from ._sse import parse_sse
-from ._stream import parse_chat_stream, parse_llamacpp_stream, parse_sglang_stream
+from ._stream import parse_chat_stream, parse_llamacpp_stream, parse_responses_stream, parse_sglang_stream
 from ._values import DumpError
 
 DUMP_SUFFIXES = (".json", ".jsonl", ".ndjson", ".sse", ".pt", ".pth")
@@ -37,7 +37,7 @@ PAYLOAD_PARSERS: dict[str, Callable] = {
     "primerl": parse_primerl,
     "vllm_offline": parse_offline,
 }
-STREAM_FORMATS = ("openai_chat_sse", "openai_completion_sse", "llamacpp_sse", "sglang_sse")
+STREAM_FORMATS = ("openai_chat_sse", "openai_completion_sse", "llamacpp_sse", "sglang_sse", "openai_responses_sse")
 FORMATS = (*PAYLOAD_PARSERS, *STREAM_FORMATS, "vllm_offline_repr", "jsonl", "torch")
 
 
@@ -101,6 +101,8 @@ def _stream_format(text: str, source: str) -> str:
                 return "llamacpp_sse"
             if isinstance(chunk.get("meta_info"), dict):
                 return "sglang_sse"
+            if isinstance(chunk.get("type"), str) and chunk["type"].startswith("response."):
+                return "openai_responses_sse"
             if chunk.get("object") == "text_completion" or any(isinstance(c, dict) and "text" in c for c in chunk.get("choices") or []):
                 return "openai_completion_sse"
             if "choices" in chunk:
@@ -173,6 +175,8 @@ def _parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bo
             parse_llamacpp_stream(text, rows, meta, lenient=lenient)
         elif fmt == "sglang_sse":
             parse_sglang_stream(text, rows, meta, lenient=lenient)
+        elif fmt == "openai_responses_sse":
+            parse_responses_stream(text, rows, meta, lenient=lenient)
         else:
             parse_chat_stream(text, rows, meta, lenient=lenient, legacy=fmt == "openai_completion_sse")
         return

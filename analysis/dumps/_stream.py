@@ -1,6 +1,6 @@
 """Streamed captures: OpenAI chat and legacy completion chunks over SSE, llama.cpp's native
-``/completion`` stream (no [DONE]; the last event says ``stop: true``), and SGLang's streamed
-``/generate`` (also lmdeploy's SGLang-style endpoint)."""
+``/completion`` stream (no [DONE]; the last event says ``stop: true``), SGLang's streamed
+``/generate`` (also lmdeploy's SGLang-style endpoint), and OpenAI's Responses API stream."""
 
 from __future__ import annotations
 
@@ -248,3 +248,68 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
                  completion_tokens=completion_tokens, n_prompt_scored=0, n_completion_scored=n, completion_text="".join(texts),
                  ttft_s=times[0] if times else None, t_last_content=times[-1] if times else None, n_content_chunks=len(times),
                  **_liveness_columns(None, times), extra={**meta.extra, "resent": resent})
+
+
+RESPONSES_ROUNDING = 1e-3  # the done and completed events repeat the deltas' logprobs, rounded
+
+
+def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
+    """OpenAI's Responses API stream (OpenAI, vLLM ``/v1/responses``): typed events, no [DONE].
+
+    The ``response.output_text.delta`` events carry each new token with its logprobs; they are read.
+    ``response.output_text.done`` repeats them (rounded): checked for agreement, not read again.
+    ``response.completed`` ends the stream and carries the usage.
+    """
+    events = stream_events(text, rows, meta, needs_done=False, lenient=lenient)
+    n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
+    n, pieces, times, entries = 0, [], [], []
+    response: dict = {}
+    completed = False
+    for event, chunk in events:
+        ewhere = f"record {meta.record} event {event.index} (line {event.line})"
+        chunk = _obj(chunk, rows, ewhere)
+        kind = chunk.get("type")
+        t = _arrival(meta, event, rows, n_events)
+        if isinstance(chunk.get("response"), dict):
+            response = chunk["response"]
+        if kind in ("response.failed", "error"):
+            detail = response.get("error") if kind == "response.failed" else chunk.get("message", chunk)
+            raise DumpError(rows.source, ewhere, "type", f"the server reported {kind}: {detail!r:.200}")
+        completed = completed or kind == "response.completed"
+        if kind == "response.output_text.delta":
+            piece = _str_or_none(chunk.get("delta"), rows, ewhere, "delta")
+            for k, entry in enumerate(_list(chunk.get("logprobs") or [], rows, ewhere, "logprobs")):
+                add_entry(rows, entry, (meta.record, 0, "completion", n), f"{ewhere}.logprobs[{k}]",
+                          request_id=response.get("id"), meta=meta, stream_chunk=event.index, t_arrival=t)
+                entries.append(entry)
+                n += 1
+            if piece:
+                pieces.append(piece)
+                times.append(t)
+        elif kind == "response.output_text.done" and chunk.get("logprobs") is not None:
+            _check_copy(_list(chunk["logprobs"], rows, ewhere, "logprobs"), entries, rows, ewhere, lenient)
+    if not completed:
+        _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", None, "the stream ended without response.completed"))
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    completion_tokens = usage.get("output_tokens")
+    if completion_tokens is not None and n and completion_tokens != n:
+        _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "usage.output_tokens",
+                                          f"says {completion_tokens} tokens but the stream carried {n} logprob entries"))
+    incomplete = response.get("incomplete_details")
+    finish = incomplete.get("reason") if isinstance(incomplete, dict) else response.get("status")
+    rows.request(**meta.request_columns(), choice_index=0, request_id=response.get("id"), model=response.get("model"), endpoint="responses",
+                 stream=True, finish_reason=finish, prompt_tokens=usage.get("input_tokens"), completion_tokens=completion_tokens,
+                 n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
+                 ttft_s=times[0] if times else None, t_last_content=times[-1] if times else None, n_content_chunks=len(times),
+                 **_liveness_columns(None, times), extra={**meta.extra, **({"usage": usage} if usage else {})})
+
+
+def _check_copy(copy: list, entries: list, rows: Rows, where: str, lenient: bool) -> None:
+    """The done event's logprobs repeat the deltas': the same tokens, values equal up to rounding."""
+    same = len(copy) == len(entries) and all(
+        isinstance(a, dict) and a.get("token") == b.get("token") and isinstance(a.get("logprob"), (int, float))
+        and isinstance(b.get("logprob"), (int, float)) and abs(a["logprob"] - b["logprob"]) <= RESPONSES_ROUNDING
+        for a, b in zip(copy, entries))
+    if not same:
+        _problem(rows, lenient, DumpError(rows.source, where, "logprobs",
+                                          f"the done event's {len(copy)} logprobs disagree with the {len(entries)} the deltas carried"))
