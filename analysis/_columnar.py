@@ -207,19 +207,19 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
     both = pl.col("logprob_r").is_not_null() & pl.col("logprob_o").is_not_null()
     d = pl.col("logprob_o") - pl.col("logprob_r")
     listed = (pl.col("n_cands_r") > 0) & (pl.col("n_cands_o") > 0)
-    prefix = prefix.with_columns(k3=_expm1(d) - d)  # elementwise here: a Python function inside agg would run once per pair
+    prefix = prefix.with_columns(k3=_expm1(d) - d,  # elementwise here: a Python function inside agg would run once per pair
+                                 reordered=listed & (pl.col("cand_list_r") != pl.col("cand_list_o")))
     prefix_stats = prefix.group_by("pair").agg(
         bits_differ=pl.col("idx").filter(~pl.col("bits_r").eq_missing(pl.col("bits_o"))).min(),
         max_abs_delta=d.abs().filter(both).max(),
         max_ulp=(pl.col("ordered_r") - pl.col("ordered_o")).abs().filter(both).max(),
-        topk_order_changes=(listed & (pl.col("cand_list_r") != pl.col("cand_list_o"))).sum().cast(pl.Int64),
+        topk_order_changes=pl.col("reordered").sum().cast(pl.Int64),
         k3_mean=pl.col("k3").filter(both).mean(),
         k3_max=pl.col("k3").filter(both).max(),
     )
     # Lists in the same order hold the same set: only the steps whose order changed can change their set.
-    reordered = prefix.filter(listed & (pl.col("cand_list_r") != pl.col("cand_list_o")))
     as_set = {side: pl.col(f"cand_list_{side}").list.unique().list.sort() for side in ("r", "o")}
-    set_changes = reordered.group_by("pair").agg(topk_set_changes=(as_set["r"] != as_set["o"]).sum().cast(pl.Int64))
+    set_changes = prefix.filter("reordered").group_by("pair").agg(topk_set_changes=(as_set["r"] != as_set["o"]).sum().cast(pl.Int64))
     kl = _topk_kl(steps, prefix.select("pair", "ref", "other", "idx")).group_by("pair").agg(
         kl_topk_mean=pl.col("kl").mean(), kl_topk_max=pl.col("kl").max())
     at_fork = _at_divergence(steps, base.filter(pl.col("diverged")))

@@ -158,10 +158,11 @@ def scan_study(path: str | os.PathLike[str]) -> Study:
     return Study(*frames, runs=runs, path=text)
 
 
-def partition_tables(path: str, run: str, prompt_id: str | None, *, epsilon: float = parity.NEAR_TIE_EPSILON,
+def partition_tables(path: str | Study, run: str, prompt_id: str | None, *, epsilon: float = parity.NEAR_TIE_EPSILON,
                      reference: str = "ref1") -> dict[str, pl.DataFrame]:
-    """The slot, band and prompt tables of one (run, prompt) partition, each with a leading ``run`` column."""
-    study = scan_study(path)
+    """The slot, band and prompt tables of one (run, prompt) partition, each with a leading ``run`` column
+    (``path`` a dataset's path, as a Ray task gets it, or the :class:`Study` already open)."""
+    study = path if isinstance(path, Study) else scan_study(path)
     prompt = pl.col("prompt_id").is_null() if prompt_id is None else pl.col("prompt_id") == prompt_id
     one = study._read(run, (pl.col("run") == run) & prompt)
     tables = {"slots": slot_table(one, epsilon=epsilon, reference=reference), "bands": band_table(one, epsilon=epsilon, reference=reference),
@@ -192,11 +193,12 @@ def study_tables(path: str | os.PathLike[str], *, engine: str = "polars", epsilo
     path = os.fspath(path)
     if engine not in ("polars", "ray"):
         raise ValueError(f"engine must be 'polars' or 'ray', got {engine!r}")
-    partitions = scan_study(path).partitions()
+    study = scan_study(path)
+    partitions = study.partitions()
     if engine == "ray":
         parts = _on_ray(path, partitions, epsilon, reference)
     else:
-        parts = [partition_tables(path, run, prompt, epsilon=epsilon, reference=reference) for run, prompt in partitions]
+        parts = [partition_tables(study, run, prompt, epsilon=epsilon, reference=reference) for run, prompt in partitions]
     return {name: _concat([p[name] for p in parts]) for name in ("slots", "bands", "prompts")}
 
 

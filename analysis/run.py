@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from . import _columnar, parity
@@ -271,7 +270,9 @@ def _read_derived(folder: Path, captures: Path, record: dict[str, Any], stamps: 
     except (OSError, pl.exceptions.PolarsError):
         return None  # missing, unreadable or half-written: parse the captures instead
     old, new = record["captures_dir"], str(captures)
-    moved = (lambda source: new + source[len(old):] if source.startswith(old) else source) if old != new else (lambda source: source)
+    def moved(source: str) -> str:
+        return new + source[len(old):] if source.startswith(old) else source
+
     if old != new:  # the run was moved or copied: sources name the captures where they are now
         tables = [t.with_columns(pl.when(pl.col("source").str.starts_with(old)).then(pl.lit(new) + pl.col("source").str.slice(len(old)))
                                  .otherwise(pl.col("source")).alias("source")) for t in tables]
@@ -650,10 +651,9 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     slots = _slot_comparisons(run, epsilon, reference)
     if slots.height == 0:
         return pl.DataFrame(schema=_BAND_SCHEMA)
-    steps, _ = _band_pairs(run, reference)
-    slots = slots.with_columns(first=pl.col("other").first().over(_BAND))
-    intra = _columnar.agreements(steps, slots.select("pair", ref="first", other="other")).rename({"agree_to": "intra"})
-    slots = (slots.join(intra, on="pair", how="left").join(_columnar.constant_runs(steps).rename({"req": "other"}), on="other", how="left")
+    steps = _numbered(run, reference)[0]
+    slots = _with_agreement_to_slot_0(steps, slots, "intra")
+    slots = (slots.join(_columnar.constant_runs(steps).rename({"req": "other"}), on="other", how="left")
              .join(_columnar.sequences(steps).rename({"req": "other"}), on="other", how="left"))
     sent = pl.col("extra").str.json_path_match("$.sent_at_s").cast(pl.Float64)
     slots = slots.with_columns(sent=sent, end=sent + pl.col("t_last_content"))
@@ -681,6 +681,14 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
                               pl.Series("widths_seen", [w["widths_seen"] for w in widths], dtype=pl.String),
                               pl.Series("prefix_cache", [_cache_summary(run.manifest, p, c, r) for p, c, r in bands.select(_BAND).rows()],
                                         dtype=pl.String)).select([pl.col(n).cast(t) for n, t in _BAND_SCHEMA.items()])
+
+
+def _with_agreement_to_slot_0(steps: _columnar.Steps, bands: pl.DataFrame, name: str) -> pl.DataFrame:
+    """Band requests (``pair``, ``req``, in slot order) with their band's first request (``first``) and how many
+    leading tokens each shares with it (``name``)."""
+    bands = bands.with_columns(first=pl.col("req").first().over(_BAND))
+    agreed = _columnar.agreements(steps, bands.select("pair", ref="first", other="req")).rename({"agree_to": name})
+    return bands.join(agreed, on="pair", how="left", maintain_order="left")
 
 
 def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
@@ -754,7 +762,7 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
     0
     """
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
-    steps, _ = _band_pairs(run, reference)
+    steps = _numbered(run, reference)[0]
     at_risk = (slots.select("pair", "ref", "diverged", "divergence_at",
                             last=pl.when(pl.col("diverged")).then("divergence_at").otherwise(pl.min_horizontal("length", "reference_length") - 1))
                .join(steps.steps.select(ref="req", idx="idx", margin="margin"), on="ref")
@@ -773,7 +781,7 @@ def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     (('p0 c=1 slot 0', 0, 0.0), True)
     """
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
-    steps, _ = _band_pairs(run, reference)
+    steps = _numbered(run, reference)[0]
     side = steps.steps.select("req", "idx", "logprob")
     joined = (slots.select("pair", "ref", "other", "agree_to", label=pl.format("{} c={} slot {}", "prompt_id", "band_c", "slot"))
               .join(side.rename({"req": "ref", "logprob": "lp_r"}), on="ref")
@@ -809,10 +817,8 @@ def band_forks(run: Run) -> pl.DataFrame:
     ('p0', 1, 64, None)
     """
     steps, requests, _ = _numbered(run)
-    bands = (requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).with_row_index("pair")
-             .with_columns(pl.col("pair").cast(pl.Int64), first=pl.col("req").first().over(_BAND)))
-    intra = _columnar.agreements(steps, bands.select("pair", ref="first", other="req"))
-    bands = bands.join(intra, on="pair", maintain_order="left").with_columns(
+    bands = requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64))
+    bands = _with_agreement_to_slot_0(steps, bands, "agree_to").with_columns(
         at=pl.col("agree_to").filter(pl.col("req") != pl.col("first")).min().over(_BAND),
         shortest=pl.col("length").min().over(_BAND))
     bands = bands.with_columns(at=pl.coalesce("at", "shortest"))

@@ -99,10 +99,7 @@ class _Choice:
         self.text: list[str] = []
         self.n = 0
         self.finish_reason: str | None = None
-        self.first_content_t: float | None = None
-        self.last_content_t: float | None = None
-        self.content_chunks = 0
-        self.content_times: list[float | None] = []
+        self.content_times: list[float | None] = []  # arrival of each chunk that carried text
 
 
 def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False, legacy: bool = False) -> None:
@@ -131,9 +128,6 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
             piece = _str_or_none(choice.get("text") if legacy else delta.get("content"), rows, cwhere, "text" if legacy else "delta.content")
             if piece:
                 acc.text.append(piece)
-                acc.content_chunks += 1
-                acc.first_content_t = acc.first_content_t if acc.first_content_t is not None else t
-                acc.last_content_t = t
                 acc.content_times.append(t)
             acc.finish_reason = choice.get("finish_reason") or acc.finish_reason
             logprobs = choice.get("logprobs")
@@ -160,13 +154,15 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
                      prompt_tokens=usage.get("prompt_tokens") if usage else None,
                      completion_tokens=completion_tokens if len(choices) == 1 else None,
                      n_prompt_scored=0, n_completion_scored=acc.n, completion_text="".join(acc.text),
-                     ttft_s=acc.first_content_t, t_last_content=acc.last_content_t, n_content_chunks=acc.content_chunks,
-                     **_liveness_columns(declared, acc.content_times), extra={**meta.extra, **({"usage": usage} if usage else {})})
+                     **_timing_columns(declared, acc.content_times), extra={**meta.extra, **({"usage": usage} if usage else {})})
 
 
-def _liveness_columns(declared: Any, times: list[float | None]) -> dict[str, Any]:
+def _timing_columns(declared: Any, times: list[float | None]) -> dict[str, Any]:
+    """A stream's timing columns from the arrival times of its content chunks: the first known one, the
+    last one, how many there were, and its liveness."""
     how, live = liveness(declared, times)
-    return {"liveness": how, "stream_live": live}
+    return {"ttft_s": next((t for t in times if t is not None), None), "t_last_content": times[-1] if times else None,
+            "n_content_chunks": len(times), "liveness": how, "stream_live": live}
 
 
 def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -193,8 +189,7 @@ def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = 
     rows.request(**meta.request_columns(), choice_index=0, model=last.get("model"), endpoint="completion", stream=True,
                  finish_reason=last.get("stop_type"), prompt_tokens=last.get("tokens_evaluated"), completion_tokens=last.get("tokens_predicted"),
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 ttft_s=times[0] if times else None, t_last_content=times[-1] if times else None, n_content_chunks=len(times),
-                 **_liveness_columns(None, times), extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
+                 **_timing_columns(None, times), extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
 
 
 def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -246,8 +241,7 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
     rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, endpoint="generate", stream=True,
                  finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
                  completion_tokens=completion_tokens, n_prompt_scored=0, n_completion_scored=n, completion_text="".join(texts),
-                 ttft_s=times[0] if times else None, t_last_content=times[-1] if times else None, n_content_chunks=len(times),
-                 **_liveness_columns(None, times), extra={**meta.extra, "resent": resent})
+                 **_timing_columns(None, times), extra={**meta.extra, "resent": resent})
 
 
 RESPONSES_ROUNDING = 1e-3  # the done and completed events repeat the deltas' logprobs, rounded
@@ -300,8 +294,7 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
     rows.request(**meta.request_columns(), choice_index=0, request_id=response.get("id"), model=response.get("model"), endpoint="responses",
                  stream=True, finish_reason=finish, prompt_tokens=usage.get("input_tokens"), completion_tokens=completion_tokens,
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 ttft_s=times[0] if times else None, t_last_content=times[-1] if times else None, n_content_chunks=len(times),
-                 **_liveness_columns(None, times), extra={**meta.extra, **({"usage": usage} if usage else {})})
+                 **_timing_columns(None, times), extra={**meta.extra, **({"usage": usage} if usage else {})})
 
 
 def _check_copy(copy: list, entries: list, rows: Rows, where: str, lenient: bool) -> None:

@@ -61,9 +61,7 @@ class EventClock:
             self._take(lines if lines[-1] else lines[:-1], now)  # an unterminated last line is still a line, as at flush
             self._tail = ""
         if self._event_start is not None and self._data == ["[DONE]"]:  # a final [DONE] without its blank line ends the stream (parse_sse)
-            self.arrivals.append(now)
-            self._dispatch()
-            self._event_start, self._event_type, self._data = None, "", []
+            self._take([""], now)
         return len(self.arrivals) - before
 
     def _route(self, text: str, now: float) -> None:
