@@ -66,8 +66,17 @@ def _shown(path: Path) -> str:
 
 
 def default_runs() -> list[str]:
-    """The embedded default runs: the torch experiment on CPU, in both kernel modes (``data/experiment-cpu``)."""
-    return [_shown(p.parent) for p in sorted(_bundled("data/experiment-cpu").glob("*/manifest.json"))]
+    """The embedded default runs: the torch experiment on CPU in both kernel modes (``data/experiment-cpu``),
+    then a real llama.cpp server on CPU with and without its prompt cache (``data/llamacpp-cpu``).
+
+    Examples
+    --------
+    >>> [run.rsplit("/", 2)[-2:] for run in default_runs()]  # doctest: +NORMALIZE_WHITESPACE
+    [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'],
+     ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt']]
+    """
+    return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu")
+            for p in sorted(_bundled(folder).glob("*/manifest.json"))]
 
 
 # --- HTML fragments the notebook displays --------------------------------------------------
@@ -297,7 +306,7 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
     rows = []
     for run in runs:
         slots = slot_table(run, reference=reference)
-        mode = (run.manifest.get("effective") or {}).get("kernel_mode") or str(run.path)
+        mode = (run.manifest.get("effective") or {}).get("kernel_mode") or _engine_label(run)
         for (c,), group in slots.group_by(["band_c"], maintain_order=True):
             rates = group["decode_tok_s"].drop_nulls()
             rows.append({"run": str(run.path), "kernel_mode": mode, "band_c": c, "requests": group.height,
@@ -306,6 +315,13 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
                          "median_decode_tok_s": float(rates.median()) if rates.len() else None})
     frame = pl.DataFrame(rows) if rows else pl.DataFrame(schema={"run": pl.String, "band_c": pl.Int64})
     return frame.sort("band_c", "run") if rows else frame
+
+
+def _engine_label(run) -> str:
+    """What served a run that names no kernel mode: the engine the probe detected, else the run's folder."""
+    engine = (run.manifest.get("identity") or {}).get("engine")
+    folder = Path(run.path).name if run.path else "run"
+    return f"{engine} ({folder})" if engine else folder
 
 
 def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:

@@ -438,19 +438,24 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     """Every batch width a run recorded for one band, and where they came from.
 
     The server log's per-step widths when there are any (``"log"``), else the running-requests
-    gauge sampled during the band (``"metrics"``), else ``([], None)``.
+    gauge sampled during the band (``"metrics"``), else ``([], None)``. A gauge sample of 0 caught
+    the server idle (before the band's requests arrived, or after they finished): it is no batch
+    width, so a band whose samples are all 0 has no width observed, which is unknown, not 0.
 
     Examples
     --------
-    >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [], "running": [4, 4, 2]}]}
+    >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [], "running": [0, 4, 4, 2, 0]}]}
     >>> band_widths(manifest, "p0", 4, 0)
     ([4, 4, 2], 'metrics')
+    >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": [0]}]}, "p0", 1, 0)
+    ([], None)
     """
     entry = _band_entry(manifest, prompt_id, c, repeat, role) or {}
     if entry.get("widths"):
         return [int(w) for w in entry["widths"]], "log"
-    if entry.get("running"):
-        return [int(w) for w in entry["running"]], "metrics"
+    busy = [int(w) for w in entry.get("running") or [] if w]
+    if busy:
+        return busy, "metrics"
     if entry.get("max"):
         return [int(entry["max"])], "log"
     return [], None

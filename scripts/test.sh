@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the test suite: sets up .venv (scripts/setup.sh), installs Debian's chromium for the
-# browser tests when it is missing and we are root, then runs pytest with any extra arguments.
+# browser tests when it is missing and we are root, builds llama-server for the llama.cpp tests,
+# then runs pytest with any extra arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,6 +12,16 @@ if ! command -v chromium >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
     else
         echo "warning: chromium is missing and cannot be installed here; browser tests will skip" >&2
+    fi
+fi
+# A real llama.cpp server for tests/test_llamacpp.py: built once per machine into ~/.cache/bia
+# (about 7 minutes on 2 cores), then found there at once. BIA_SKIP_LLAMA_BUILD=1 skips the build
+# (those tests then skip, except under CI, where they fail).
+if [ -z "${BIA_SKIP_LLAMA_BUILD:-}" ] && command -v cmake >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1; then
+    build_log="${TMPDIR:-/tmp}/bia-llama-build.log"
+    if ! PYTHON=.venv/bin/python bash scripts/build_llama_server.sh >/dev/null 2>"$build_log"; then
+        tail -n 30 "$build_log" >&2
+        echo "warning: building llama-server failed (log: $build_log); tests/test_llamacpp.py will skip, or fail under CI" >&2
     fi
 fi
 exec .venv/bin/python -m pytest "$@"

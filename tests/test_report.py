@@ -72,6 +72,7 @@ def test_report_shows_parameters_and_provenance_first(default_report):
     assert order == sorted(order)
     assert "(none given: the embedded default)" in text
     assert "Run data/experiment-cpu/default" in text and "Run data/experiment-cpu/batch-invariant" in text
+    assert "Run data/llamacpp-cpu/cache-prompt" in text and "Run data/llamacpp-cpu/no-cache-prompt" in text
     assert text.index("Runs side by side") < text.index("Run data/experiment-cpu/")
     assert "Real perf041 batch-parity witnesses" in text  # the provenance README travels with the data
 
@@ -81,9 +82,10 @@ def test_report_plots_are_embedded_images(default_report):
     images = re.findall(r"<img\b[^>]*>", page)
     assert all(re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', img) for img in images)
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
-    assert len(alts) == 3 + 4 * 2  # the witness plots, then four figures for each embedded run
-    assert sum("data/experiment-cpu/default:" in a for a in alts) == 4 and sum("data/experiment-cpu/batch-invariant:" in a for a in alts) == 4
-    assert sum("the batch widths the server formed" in a for a in alts) == 2
+    runs = ("experiment-cpu/default", "experiment-cpu/batch-invariant", "llamacpp-cpu/cache-prompt", "llamacpp-cpu/no-cache-prompt")
+    assert len(alts) == 3 + 4 * len(runs)  # the witness plots, then four figures for each embedded run
+    assert [sum(f"data/{run}:" in a for a in alts) for run in runs] == [4] * len(runs)
+    assert sum("the batch widths the server formed" in a for a in alts) == len(runs)
     assert alts[:3] == [
         "divergence_at against batch size c for each witness, with declared_min marked",
         "per-request decode rate against batch size c, with the 50%-of-c=1 line",
@@ -197,7 +199,7 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    assert len(state["images"]) == 3 + 4 * 2 and all(i["ok"] and i["visible"] for i in state["images"])
+    assert len(state["images"]) == 3 + 4 * 4 and all(i["ok"] and i["visible"] for i in state["images"])
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
     assert "a divergence planted at step 32 of ref #1 was detected at step 32" in state["text"]
 

@@ -1,7 +1,7 @@
 """Engine profiles: what each server family takes in the request body and where it counts running requests.
 
 Detection only reads (GET): ``/v1/models`` (``owned_by`` names vLLM, SGLang and llama.cpp), then
-each engine's own endpoint (``/version`` for vLLM, ``/get_server_info`` or ``/server_info`` for
+each engine's own endpoint (``/version`` for vLLM, ``/server_info`` or the older ``/get_server_info`` for
 SGLang, ``/props`` for llama.cpp, ``/health`` for bia serve) and the metric names on
 ``/metrics``. What it found is kept as evidence and shown, so a wrong guess can be seen and
 overridden with ``engine=``.
@@ -65,17 +65,30 @@ class EngineProfile:
         return out
 
 
+# Where each engine's names come from (checked 2026-11-30 against each engine's source; a name a
+# server does not export is simply absent from its snapshot, so names of older releases may stay):
+# - vLLM (V1 engine): vllm/v1/metrics/loggers.py, PrometheusStatLogger: the gauge vllm:num_requests_running
+#   and the counters vllm:prefix_cache_hits / vllm:prefix_cache_queries (tokens; exported with _total,
+#   since v0.9). vllm:gpu_prefix_cache_hit_rate is the V0 engine's gauge (deprecated in 0.8, gone with V0),
+#   kept for old servers. GET /version answers {"version": ...} (vllm/entrypoints/.../basic.py); /v1/models
+#   says owned_by "vllm" (ModelCard).
+# - SGLang: python/sglang/srt/observability/metrics_collector.py: the gauges sglang:num_running_reqs and
+#   sglang:cache_hit_rate, the counters sglang:cached_tokens_total and sglang:prompt_tokens_total (labelled by
+#   cache_source in newer releases; the labels are summed). Server info: /server_info (current) and
+#   /get_server_info (deprecated, still served), the server's arguments at top level (http_server.py).
+# - llama.cpp: tools/server/server-task.cpp (the llama.cpp llama-cpp-python 0.3.36 vendors, upstream
+#   0c1e570): "llamacpp:" before the gauge requests_processing and the counters prompt_tokens_total (now
+#   "excluding cached tokens") and prompt_tokens_cached_total (newer than tools/server/README.md's table,
+#   absent from older builds); /props has total_slots and build_info; /v1/models says owned_by "llamacpp".
 PROFILES: dict[str, EngineProfile] = {
     profile.name: profile
     for profile in (
         EngineProfile("vllm", "vLLM", {"ignore_eos": True, "return_tokens_as_token_ids": True}, "vllm:num_requests_running", ("/version",),
                       {"version": ("version",)}, ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_hit_rate")),
-        EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs", ("/get_server_info", "/server_info"),
+        EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs", ("/server_info", "/get_server_info"),
                       {"deterministic_inference": ("enable_deterministic_inference",), "radix_cache_disabled": ("disable_radix_cache",),
                        "attention_backend": ("attention_backend",), "max_running_requests": ("max_running_requests",), "tp_size": ("tp_size",),
-                       "dtype": ("dtype",)}, ("sglang:cache_hit_rate",)),
-        # llama.cpp's names: tools/server/server-task.cpp (the llama.cpp vendored by llama-cpp-python 0.3.36) prefixes
-        # "llamacpp:" to its counters prompt_tokens_total and prompt_tokens_cached_total and its gauge requests_processing.
+                       "dtype": ("dtype",)}, ("sglang:cache_hit_rate", "sglang:cached_tokens_total", "sglang:prompt_tokens_total")),
         EngineProfile("llamacpp", "llama.cpp server", {"ignore_eos": True}, "llamacpp:requests_processing", ("/props",),
                       {"total_slots": ("total_slots",), "build_info": ("build_info",)},
                       ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")),
@@ -196,7 +209,7 @@ async def _own_endpoints(client: httpx.AsyncClient, base: str, evidence: list[st
     if isinstance(version, dict) and set(version) == {"version"}:
         evidence.append("GET /version answers {'version': ...} as vLLM does")
         return ["vllm"]
-    for path in ("/get_server_info", "/server_info"):
+    for path in ("/server_info", "/get_server_info"):
         info = await _get_json(client, f"{base}{path}")
         if isinstance(info, dict) and ("tp_size" in info or "model_path" in info):
             evidence.append(f"GET {path} answers as SGLang does")
