@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -168,4 +169,34 @@ def expand_sources(
             out.extend(matches)
         else:
             raise FileNotFoundError(f"{text}: no such file or directory")
+    out, repeated = same_sources(out)
+    for first, again in repeated:  # a file and its folder, or one file twice: read once, and said
+        warnings.warn(f"{again} is {first} given again; it is read once", SourceRepeated, stacklevel=2)
     return out
+
+
+class SourceRepeated(UserWarning):
+    """The same file or URL was given more than once (say, a file and its folder); it is read once."""
+
+
+def same_sources(sources: Iterable[str | os.PathLike[str]]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The sources with repeats left out (local paths compared where they really lead, URLs as written),
+    and each repeat as (the source kept, the one left out).
+
+    Examples
+    --------
+    >>> same_sources(["data/aprender-lambda", "./data/aprender-lambda/", "https://h/w.json", "https://h/w.json"])
+    (['data/aprender-lambda', 'https://h/w.json'], [('data/aprender-lambda', './data/aprender-lambda/'), ('https://h/w.json', 'https://h/w.json')])
+    """
+    kept: list[str] = []
+    repeated: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    for source in sources:
+        text = os.fspath(source)
+        key = text if is_url(text) else os.path.realpath(text)
+        if key in seen:
+            repeated.append((seen[key], text))
+            continue
+        seen[key] = text
+        kept.append(text)
+    return kept, repeated

@@ -32,6 +32,7 @@ from typing import Any
 import polars as pl
 
 from . import parity
+from ._output import OutputExists
 from .dumps import Dump
 from .dumps._schema import REQUEST_SCHEMA, conform
 from .run import Run, RunError, band_table, prompt_table, read_run, slot_table
@@ -60,11 +61,13 @@ def _run_dirs(runs: Iterable[Any] | str | os.PathLike[str]) -> list[Run | Path]:
     return out
 
 
-def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os.PathLike[str]) -> Path:
+def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Write runs as one hive-partitioned Parquet dataset (see the module docstring for its layout).
 
     Runs are read one at a time, so writing takes the memory of the largest run. A run is named by
-    its directory; writing a run of the same name again replaces its partitions.
+    its directory; a study grows by writing more runs into it, and a run whose name the study
+    already holds is refused (:class:`~analysis._output.OutputExists`) unless ``force``, which
+    replaces its partitions.
 
     Examples
     --------
@@ -77,18 +80,26 @@ def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os
     folder.mkdir(parents=True, exist_ok=True)
     index = folder / "runs.parquet"
     known = pl.read_parquet(index) if index.exists() else pl.DataFrame(schema={"run": pl.String, "manifest": pl.String, "path": pl.String})
-    written = []
-    for item in _run_dirs(runs):
+    items = _run_dirs(runs)
+    names = [_run_name(item, i) for i, item in enumerate(items)]
+    for i, name in enumerate(names):  # checked before anything is written
+        if name in names[:i]:
+            raise RunError(f"{items[i]}: two runs named {name!r}; a dataset names each run by its directory")
+        if not force and name in known["run"].to_list():
+            raise OutputExists(f"{folder}: the study already holds a run named {name!r}; give force=True to replace it")
+    for item, name in zip(items, names):
         run = item if isinstance(item, Run) else read_run(item)
-        name = run.path.name if run.path is not None else f"run{len(written)}"
-        if name in written:
-            raise RunError(f"{run.path}: two runs named {name!r}; a dataset names each run by its directory")
-        written.append(name)
         _write_run(run, name, folder)
         row = pl.DataFrame({"run": [name], "manifest": [json.dumps(run.manifest, sort_keys=True)], "path": [str(run.path)]})
         known = pl.concat([known.filter(pl.col("run") != name), row])
     known.sort("run").write_parquet(index)
     return folder
+
+
+def _run_name(item: Run | Path, index: int) -> str:
+    """A run's name in a study: its directory's name (``run<index>`` for a run assembled in memory)."""
+    path = item.path if isinstance(item, Run) else item
+    return path.name if path is not None else f"run{index}"
 
 
 def _write_run(run: Run, name: str, folder: Path) -> None:

@@ -82,20 +82,25 @@ class V3Policy:
     s7_batched_c: int = 4
 
     def __post_init__(self) -> None:
+        for name in ("model_prefix", "model_label"):
+            if not isinstance(getattr(self, name), str):
+                raise PolicyError(f"{name} must be a string, got {getattr(self, name)!r}")
+        if not isinstance(self.bands, (list, tuple)):
+            raise PolicyError(f"bands must be a list of batch sizes, got {self.bands!r}")
         if not self.model_label:
             label = "Qwen3.5-4B" if self.model_prefix == "qwen3.5-4b" else self.model_prefix
             object.__setattr__(self, "model_label", label)
         object.__setattr__(self, "bands", tuple(self.bands))
+        for c in self.bands:
+            _require_int("bands", c)
         if not self.bands or len(set(self.bands)) != len(self.bands):
             raise PolicyError(f"bands must be distinct batch sizes, got {self.bands!r}")
         for name in ("near_tie_cap", "declared_min_floor", "s7_base_c", "s7_batched_c"):
             _require_int(name, getattr(self, name))
-        for c in self.bands:
-            _require_int("bands", c)
         for name in ("near_tie_epsilon", "s7_ratio"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise PolicyError(f"{name} must be a finite number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise PolicyError(f"{name} must be a finite number >= 0, got {value!r}")
             object.__setattr__(self, name, float(value))
 
     @property
@@ -116,11 +121,16 @@ class V3Policy:
         (1, 2, 4)
         """
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise PolicyError(f"{path}: not a valid policy file: not UTF-8 text (byte {exc.start})") from None
         try:
             data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             raise PolicyError(f"{path}: not a valid policy file: {exc}") from None
+        except RecursionError:
+            raise PolicyError(f"{path}: not a valid policy file: nested too deep") from None
         if not isinstance(data, dict):
             raise PolicyError(f"{path}: a policy file holds one table of fields")
         data.update({k: v for k, v in overrides.items() if v is not None})
@@ -133,7 +143,10 @@ class V3Policy:
         unknown = sorted(set(data) - known)
         if unknown:
             raise PolicyError(f"{source}: unknown policy fields {unknown}; known: {sorted(known)}")
-        return cls(**dict(data))
+        try:
+            return cls(**dict(data))
+        except PolicyError as exc:
+            raise PolicyError(f"{source}: {exc}") from None
 
 
 def _require_int(name: str, value: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain "Error: ..." line for a mistyped option, not a box that wraps in logs
 )
 
 PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="A TOML or JSON file of V3 policy fields.")]
@@ -42,8 +45,7 @@ def _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, 
             return V3Policy.from_file(policy_file, **overrides)
         return V3Policy.from_mapping({k: v for k, v in overrides.items() if v is not None}, source="options")
     except (PolicyError, OSError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(exc)) from None
 
 
 def _parse_bands(text: str) -> tuple[int, ...]:
@@ -52,6 +54,50 @@ def _parse_bands(text: str) -> tuple[int, ...]:
     except ValueError:
         typer.echo(f"error: --bands takes comma-separated integers, got {text!r}", err=True)
         raise typer.Exit(2) from None
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    """Say ``error: message`` on stderr; the caller raises what this returns (exit 2: a bad option or input)."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _parse_ladder(text: str, option: str = "--ladder") -> list[int]:
+    """Distinct batch sizes >= 1, comma separated."""
+    try:
+        ladder = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise _fail(f"{option} takes comma-separated integers, got {text!r}") from None
+    if not ladder or min(ladder) < 1 or len(set(ladder)) != len(ladder):
+        raise _fail(f"{option} takes distinct batch sizes >= 1, got {text!r}")
+    return ladder
+
+
+def _read_lines(path: Path, option: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file given as ``option``; at least one."""
+    lines = [line for line in _read_text(path, option).splitlines() if line.strip()]
+    if not lines:
+        raise _fail(f"{option} {path}: holds no line that is not blank")
+    return lines
+
+
+def _read_text(path: Path, option: str) -> str:
+    """A UTF-8 text file given as ``option``, or a one-line error naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(f"{option} {path}: no such file") from None
+    except IsADirectoryError:
+        raise _fail(f"{option} {path}: is a folder, not a text file") from None
+    except UnicodeDecodeError as exc:
+        raise _fail(f"{option} {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise _fail(f"{option} {path}: cannot read it: {exc.strerror or exc}") from None
+
+
+def _check_epsilon(value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise _fail(f"--epsilon takes a finite number >= 0, got {value!r}")
 
 
 @app.command("shape-check")
@@ -123,18 +169,30 @@ def report_command(
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
     bands: Bands = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output (and --notebook) when they exist.")] = False,
 ) -> None:
     """Execute the parity report notebook (papermill) and export one offline HTML file."""
     import dataclasses
 
     from ._fields import WitnessError
-    from ._sources import SourceError
+    from ._output import OutputExists, claim_output
+    from ._sources import SourceError, same_sources
     from ._witness import read_witnesses
     from .report import ReportError, default_runs, default_sources, render_report
 
+    _check_epsilon(epsilon)
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
-    runs = [s for s in sources or [] if (Path(s) / "manifest.json").exists()]
-    witness_sources = [s for s in sources or [] if s not in runs]
+    try:  # before the notebook runs for a minute: a report never lands on something it was not asked to replace
+        claim_output(output, force=force, what="-o")
+        if notebook is not None:
+            claim_output(notebook, force=force, what="--notebook")
+    except OutputExists as exc:
+        raise _fail(str(exc)) from None
+    given, repeated = same_sources(sources or [])
+    for first, again in repeated:
+        typer.echo(f"note: {again} is {first} given again; it is read once", err=True)
+    runs = [s for s in given if (Path(s) / "manifest.json").exists()]
+    witness_sources = [s for s in given if s not in runs]
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
         from .run import RunError, read_run
 
@@ -150,7 +208,7 @@ def report_command(
     overrides = {k: v for k, v in dataclasses.asdict(policy).items() if v != getattr(V3Policy(), k)}
     try:
         written = render_report(witness_sources, output, runs=runs, epsilon=epsilon, reference=reference, title=title, policy=overrides,
-                                executed_notebook=notebook)
+                                executed_notebook=notebook, force=True)  # claimed above
     except ReportError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -170,18 +228,19 @@ def experiment_command(
     top_k: Annotated[int, typer.Option(help="Candidates recorded per step.")] = 20,
     seed: Annotated[int, typer.Option(help="Seed for the needle positions.")] = 0,
     model: Annotated[Optional[Path], typer.Option(help="Model weights (safetensors + .json); the bundled tiny model by default.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in both kernel modes and write bia runs."""
-    from .experiment import DEFAULT_PROMPTS, run_experiment
+    from ._output import OutputExists
+    from .experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
 
-    texts = DEFAULT_PROMPTS if prompts is None else [line for line in prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
     try:
-        folders = run_experiment(output, prompts=texts, ladder=[int(c) for c in ladder.split(",")], modes=modes.split(","), layout=layout,
+        folders = run_experiment(output, prompts=texts, ladder=_parse_ladder(ladder), modes=modes.split(","), layout=layout,
                                  dtype=dtype, device=device, max_tokens=max_tokens, top_k=top_k, seed=seed, model_path=model,
-                                 progress=sys.stderr.isatty())
-    except (ValueError, KeyError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+                                 progress=sys.stderr.isatty(), force=force)
+    except (ExperimentError, OutputExists) as exc:
+        raise _fail(str(exc)) from None
     for folder in folders:
         typer.echo(f"wrote {folder}")
 
@@ -226,9 +285,6 @@ def probe_command(
     from .experiment import DEFAULT_PROMPTS
     from .probe import ProbeError, probe
 
-    def lines(path: Path) -> list[str]:
-        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
     if resume:  # a resumed run keeps its own settings: say so rather than ignore what was given
         kept = ("url", "output", "resume", "retry_refused", "timeout", "server_log", "metrics", "api_key")  # what may differ after a restart
         # by name: typer may carry its own copy of click's ParameterSource
@@ -237,7 +293,14 @@ def probe_command(
             options = ", ".join("--" + name.replace("_", "-") for name in given)
             typer.echo(f"error: {options} cannot change when a run is resumed; it keeps the settings in {output / 'manifest.json'}", err=True)
             raise typer.Exit(2)
-    texts = DEFAULT_PROMPTS if prompts is None else _prompt_records(prompts) if prompts.suffix == ".jsonl" else lines(prompts)
+    texts = DEFAULT_PROMPTS if prompts is None else _prompt_records(prompts) if prompts.suffix == ".jsonl" else _read_lines(prompts, "--prompts")
+    filler_texts = _read_lines(fillers, "--fillers") if fillers else None
+    try:
+        re.compile(log_pattern)
+    except re.error as exc:
+        raise _fail(f"--log-pattern {log_pattern!r}: not a regular expression ({exc})") from None
+    if server_log is not None and not server_log.is_file():
+        raise _fail(f"--server-log {server_log}: no such file (start the server with its log there first)")
     expected = {}
     for item in expect or []:
         key, sep, value = item.partition("=")
@@ -249,7 +312,7 @@ def probe_command(
         except ValueError:
             expected[key] = value
     # what a dry run and a probe are both given
-    shared = {"prompts": texts, "ladder": [int(c) for c in ladder.split(",")], "repeats": repeats, "max_tokens": max_tokens,
+    shared = {"prompts": texts, "ladder": _parse_ladder(ladder), "repeats": repeats, "max_tokens": max_tokens,
               "top_logprobs": top_logprobs, "seed": seed, "layout": layout, "observer": observer, "engine": engine, "model": model,
               "api_key": api_key, "timeout": timeout}
     try:
@@ -263,7 +326,7 @@ def probe_command(
             typer.echo(f"plan: {len(planned['units'])} steps, {planned['requests']} completions: {', '.join(planned['units'])}")
             typer.echo("dry run: nothing fired, nothing written")
             return
-        folder = asyncio.run(probe(url, output, **shared, fillers=lines(fillers) if fillers else None, server_log=server_log, log_pattern=log_pattern,
+        folder = asyncio.run(probe(url, output, **shared, fillers=filler_texts, server_log=server_log, log_pattern=log_pattern,
                                    metrics=metrics, declared_min=declared_min, expect=expected, bands_anyway=bands_anyway, resume=resume,
                                    retry_refused=retry_refused))
     except (ProbeError, ValueError) as exc:
@@ -281,25 +344,27 @@ def _prompt_records(path: Path) -> list[dict]:
     import json
 
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_read_text(path, "--prompts").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             typer.echo(f"error: {path}: line {number}: not JSON ({exc})", err=True)
             raise typer.Exit(2) from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"]:
             typer.echo(f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True)
             raise typer.Exit(2)
         records.append(record)
+    if not records:
+        raise _fail(f"--prompts {path}: holds no prompt")
     return records
 
 
 @app.command("serve")
 def serve_command(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
     mode: Annotated[str, typer.Option(help="Kernel mode: default or batch-invariant.")] = "default",
     dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
@@ -309,23 +374,39 @@ def serve_command(
     """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching."""
     import logging
 
+    from .experiment import ExperimentError, bundled_model
+    from .experiment.model import KERNEL_MODES
+
+    if mode not in KERNEL_MODES:
+        raise _fail(f"--mode takes one of {', '.join(KERNEL_MODES)}, got {mode!r}")
+    if dtype not in ("float32", "bfloat16"):
+        raise _fail(f"--dtype takes float32 or bfloat16, got {dtype!r}")
+    weights = model or bundled_model()
+    if not weights.exists():
+        raise _fail(f"--model {weights}: no such file or folder")
+    if log_file is not None and not log_file.parent.is_dir():
+        raise _fail(f"--log-file {log_file}: its folder {log_file.parent} does not exist")
+    if log_file is not None and log_file.is_dir():
+        raise _fail(f"--log-file {log_file}: is a folder, not a file")
     import torch
     import uvicorn
 
-    from .experiment import bundled_model
+    from .experiment import check_device
     from .experiment.model import load_model
     from .serve import create_app
 
+    try:
+        check_device(device)
+        loaded = load_model(weights, getattr(torch, dtype), device)
+    except ExperimentError as exc:
+        raise _fail(str(exc)) from None
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise _fail(f"--model {weights}: cannot load it: {exc}") from None
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file))
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
-    if dtype not in ("float32", "bfloat16"):
-        typer.echo(f"error: dtype must be float32 or bfloat16, got {dtype!r}", err=True)
-        raise typer.Exit(2)
-    weights = model or bundled_model()
-    app_ = create_app(load_model(weights, getattr(torch, dtype), device), mode, Path(weights).stem)
-    uvicorn.run(app_, host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(loaded, mode, Path(weights).stem), host=host, port=port, log_level="warning")
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import hashlib
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import polars as pl
 
 from ._frames import as_polars
 from ._html import render
+from ._output import claim_output
 from ._v3 import ShapeVerdict, V3Policy
 
 _HERE = Path(__file__).resolve().parent
@@ -287,7 +289,8 @@ def run_html(run, policy: V3Policy | None = None) -> str:
                   "engine_said": (manifest.get("engine") or {}).get("said")},
                   ladder=run.ladder, declared_min=run.declared_min, sampler=manifest.get("sampler"), environment=manifest.get("environment"),
                   settings=_settings(manifest), controls=[negative_control(run, p) for p in prompts], witnesses=witnesses, forks=forks,
-                  missing=run.missing(), refused=manifest.get("refused", []), complete=manifest.get("complete", True))
+                  missing=run.missing(), refused=manifest.get("refused", []), complete=manifest.get("complete", True),
+                  skipped=run.dump.skipped)
 
 
 def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | None]], pl.DataFrame, pl.DataFrame]:
@@ -373,6 +376,7 @@ def render_report(
     executed_notebook: str | os.PathLike[str] | None = None,
     progress: bool | None = None,
     timeout_s: int = 600,
+    force: bool = False,
 ) -> Path:
     """Execute the parity report notebook with papermill and export it as one HTML file.
 
@@ -398,6 +402,9 @@ def render_report(
         Show papermill's cell progress bar; by default only in a terminal.
     timeout_s : int
         Per-cell time limit.
+    force : bool
+        Overwrite ``output`` and ``executed_notebook`` when they exist (refused otherwise, before
+        the notebook runs).
 
     Returns
     -------
@@ -408,9 +415,10 @@ def render_report(
 
     if isinstance(policy, V3Policy):
         policy = dataclasses.asdict(policy)
+    sources, runs = _once(sources or [], "source"), _once(runs or [], "run")
     parameters = {
-        "sources": [os.fspath(s) for s in (sources or [])],
-        "runs": [os.fspath(r) for r in (runs or [])],
+        "sources": sources,
+        "runs": runs,
         "epsilon": float(epsilon),
         "reference": os.fspath(reference),
         "title": title,
@@ -420,7 +428,9 @@ def render_report(
     for run in parameters["runs"]:
         if not (Path(run) / "manifest.json").exists():
             raise ReportError(f"{run}: not a run directory (no manifest.json)")
-    output = Path(output)
+    output = claim_output(output, force=force, what="the report")
+    if executed_notebook:
+        claim_output(executed_notebook, force=force, what="the executed notebook")
     show = progress if progress is not None else sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="bia-report-") as tmp:
         executed = Path(executed_notebook) if executed_notebook else Path(tmp) / "parity_report.ipynb"
@@ -441,6 +451,16 @@ def render_report(
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(html, encoding="utf-8")
     return output
+
+
+def _once(given: Iterable[Any], what: str) -> list[str]:
+    """The sources or runs given, each once (a repeat is said, as a warning, and left out)."""
+    from ._sources import SourceRepeated, same_sources
+
+    kept, repeated = same_sources(given)
+    for first, again in repeated:
+        warnings.warn(f"{what} {again} is {first} given again; it is read once", SourceRepeated, stacklevel=3)
+    return kept
 
 
 def export_html(notebook: str | os.PathLike[str]) -> str:

@@ -34,6 +34,8 @@ from typing import Any
 import polars as pl
 
 from . import _columnar, parity
+from ._manifest import manifest_problem
+from ._output import claim_output
 from ._witness import derive_run_verdict
 from .dumps import Dump, DumpError, read_dumps
 from .dumps._read import DUMP_SUFFIXES
@@ -167,10 +169,22 @@ def _load_manifest(path: Path) -> dict[str, Any]:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RunError(f"{manifest_path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise RunError(f"{manifest_path}: not valid JSON (nested too deep)") from None
+    except UnicodeDecodeError as exc:
+        raise RunError(f"{manifest_path}: not UTF-8 text (byte {exc.start})") from None
+    return _checked_manifest(manifest, manifest_path)
+
+
+def _checked_manifest(manifest: Any, where: Any) -> dict[str, Any]:
+    """The manifest when it is an object of this run version whose fields have their types; else a RunError naming the field."""
     if not isinstance(manifest, dict):
-        raise RunError(f"{manifest_path}: expected a JSON object")
+        raise RunError(f"{where}: expected a JSON object")
     if manifest.get("run_version", RUN_VERSION) != RUN_VERSION:
-        raise RunError(f"{manifest_path}: run_version {manifest.get('run_version')!r} is not {RUN_VERSION}")
+        raise RunError(f"{where}: run_version {manifest.get('run_version')!r} is not {RUN_VERSION}")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise RunError(f"{where}: {problem}")
     return manifest
 
 
@@ -201,13 +215,46 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
         return Run(manifest, dump, path)
     # A probe killed while appending a capture leaves its last line cut short: that request is left out
     # (Dump.skipped says so) and Run.missing lists it, so the run still opens.
-    run = Run(manifest, read_dumps(captures, torn_tail=True, **options), path)
+    run = Run(manifest, _without_repeated_lines(read_dumps(captures, torn_tail=True, **options)), path)
     if cached and os.access(path, os.W_OK):
         try:
             _write_derived(run, stamps)
         except OSError:  # a full disk or a folder we may not write into: the run is read all the same
             pass
     return run
+
+
+_UNIT = ("prompt_id", "role", "band_c", "repeat", "slot")  # what names one request of a run's plan
+
+
+def _without_repeated_lines(dump: Dump) -> Dump:
+    """The dump with each capture line that repeats an earlier one byte for byte (a copy appended twice) left
+    out, and said in ``Dump.skipped``; two different lines for one request of the plan are a RunError naming both."""
+    requests = dump.requests if isinstance(dump.requests, pl.DataFrame) else pl.from_pandas(dump.requests[["source", "record", "raw_sha256", *_UNIT]])
+    keyed = requests.filter(pl.col("role").is_in(["reference", "band", "observer"])).with_columns(pl.col("repeat").fill_null(0))
+    repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
+    if repeated.is_empty():
+        return dump
+    dropped, notes = [], list(dump.skipped)
+    for _, group in repeated.group_by(_UNIT, maintain_order=True):
+        first, *others = group.select("source", "record", "raw_sha256", "role", "slot").rows()
+        for source, record, digest, role, slot in others:
+            if digest != first[2]:
+                raise RunError(f"{source}: line {record}: {role} slot {slot} was already recorded at {first[0]} line {first[1]}, "
+                               "with different content; one request of the plan has one capture line")
+            dropped.append((source, record))
+            notes.append(DumpError(source, f"line {record}", None, f"the same capture line as line {first[1]}: read once"))
+    tokens, candidates, requests = (_drop_records(frame, dropped) for frame in (dump.tokens, dump.candidates, dump.requests))
+    return Dump(tokens, candidates, requests, dump.formats, notes)
+
+
+def _drop_records(frame, records: list[tuple[str, int]]):
+    """A polars or pandas frame without the rows of these (source, record) pairs."""
+    if isinstance(frame, pl.DataFrame):
+        return frame.join(pl.DataFrame(records, schema={"source": pl.String, "record": pl.Int64}, orient="row"), on=["source", "record"], how="anti")
+    gone = set(records)
+    keep = [pair not in gone for pair in zip(frame["source"], frame["record"])]
+    return frame[keep].reset_index(drop=True)
 
 
 _DERIVED_VERSION = 4  # 1: no capture stamps; 2: stamps without modification times; 3: requests without liveness
@@ -315,7 +362,7 @@ def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, An
         pl.Series("role", updates["role"], dtype=pl.String),
         *(pl.Series(c, updates[c], dtype=pl.Int64) for c in ("band_c", "slot", "repeat")),
     )
-    full = {**_DEFAULTS, **(manifest or {})}
+    full = _checked_manifest({**_DEFAULTS, **(manifest or {})}, "manifest")
     return Run(full, Dump(dump.tokens, dump.candidates, requests, dump.formats, dump.skipped), None)
 
 
@@ -520,13 +567,14 @@ def _band(c, m_formed, rows, facts, runs, ref_row, n_predict, declared_min, max_
     return band
 
 
-def write_witness(run: Run, path: str | os.PathLike[str] | None = None, **options: Any) -> Path:
-    """Write :func:`to_witness` as JSON (``witness.json`` in the run directory by default)."""
+def write_witness(run: Run, path: str | os.PathLike[str] | None = None, *, force: bool = False, **options: Any) -> Path:
+    """Write :func:`to_witness` as JSON (``witness.json`` in the run directory by default); an existing
+    file is refused unless ``force``."""
     if path is None:
         if run.path is None:
             raise RunError("an assembled run needs an explicit path for its witness")
         path = run.path / "witness.json"
-    path = Path(path)
+    path = claim_output(path, force=force, what="the witness")
     path.write_text(json.dumps(to_witness(run, **options), indent=2, sort_keys=True), encoding="utf-8")
     return path
 

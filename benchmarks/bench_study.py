@@ -409,7 +409,7 @@ def step_study(study_dir: str, dataset_dir: str, tables_dir: str) -> Iterator[di
 
     runs = sorted(str(p.parent) for p in Path(study_dir).glob("*/manifest.json"))
     start = time.perf_counter()
-    study.write_dataset(runs, dataset_dir)
+    study.write_dataset(runs, dataset_dir, force=True)  # a measurement run again replaces the last one
     written = time.perf_counter() - start
     yield {"write_dataset": written}
     start = time.perf_counter()

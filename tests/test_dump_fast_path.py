@@ -348,7 +348,9 @@ def test_read_dumps_and_read_run_take_it(tmp_path, monkeypatch):
     (run / "captures").mkdir(parents=True)
     (run / "manifest.json").write_text((EXPERIMENT[0].parent.parent / "manifest.json").read_text())
     (run / "captures" / "requests.jsonl").write_bytes(EXPERIMENT[0].read_bytes())
-    _write_lines(run / "captures" / "responses.jsonl", _response_envelopes())
+    # other prompts than the experiment's: one request of a run's plan has one capture line
+    others = [{**line, "prompt_id": f"other-{line['prompt_id']}"} if "prompt_id" in line else line for line in _response_envelopes()]
+    _write_lines(run / "captures" / "responses.jsonl", others)
     expected = {name: _general(run / "captures" / name)[0] for name in ("requests.jsonl", "responses.jsonl")}
 
     def general_only(*args, **kwargs):

@@ -9,7 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from analysis.experiment import bundled_model, run_experiment  # noqa: E402
+from analysis._output import OutputExists  # noqa: E402
+from analysis.experiment import ExperimentError, bundled_model, run_experiment  # noqa: E402
 from analysis.run import read_run, slot_table, to_witness  # noqa: E402
 
 SMALL = {"prompts": ["Return a new list"], "ladder": (1, 2, 4), "max_tokens": 8, "top_k": 3}
@@ -70,14 +71,43 @@ def test_needle_layout_and_bfloat16(tmp_path):
     assert {line["batch_row"] for line in lines if line.get("band_c") == 4} <= {0, 1, 2, 3}
 
 
-def test_bad_settings():
-    with pytest.raises(ValueError, match="dtype must be"):
-        run_experiment("unused", dtype="float64")
-    with pytest.raises(ValueError, match="mode must be one of"):
-        run_experiment("unused", modes=("fast",))
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="sees no GPU"):
-            run_experiment("unused", device="cuda")
+@pytest.mark.parametrize("settings, words", [
+    ({"dtype": "float64"}, "--dtype: expected 'float32' or 'bfloat16', got 'float64'"),
+    ({"modes": ("fast",)}, "--modes: expected distinct kernel modes"),
+    ({"device": "tpu"}, "--device: expected cpu, cuda or cuda:N, got 'tpu'"),
+    ({"max_tokens": 0}, "--max-tokens: expected an integer >= 1, got 0"),
+    ({"max_tokens": -1}, "--max-tokens: expected an integer >= 1, got -1"),
+    ({"top_k": 0}, "--top-k: expected an integer >= 1, got 0"),
+    ({"top_k": 100000}, "--top-k 100000: the model has only 256 tokens"),
+    ({"max_tokens": 1000}, "the longest prompt (21 tokens) and the completion exceed the model's context of 256"),
+    ({"prompts": []}, "--prompts: expected at least one non-empty prompt"),
+    ({"ladder": [1, 0]}, "--ladder: expected distinct batch sizes >= 1"),
+    ({"ladder": [4, 4]}, "--ladder: expected distinct batch sizes >= 1"),
+    ({"model_path": "/nonexistent/m.safetensors"}, "--model /nonexistent/m.safetensors: no such file or folder"),
+])
+def test_bad_settings_are_refused_before_anything_is_written(tmp_path, settings, words):
+    with pytest.raises(ExperimentError) as caught:
+        run_experiment(tmp_path / "out", **settings)
+    assert words in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_gpu_is_said():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ExperimentError, match="sees no GPU"):
+        run_experiment("unused", device="cuda")
+
+
+def test_an_existing_run_is_not_overwritten_unless_forced(tmp_path):
+    kept = tmp_path / "out" / "default" / "manifest.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("yesterday's run")
+    with pytest.raises(OutputExists, match="the default run already exists; give --force"):
+        run_experiment(tmp_path / "out", modes=("default",), ladder=(1,), max_tokens=2, top_k=2)
+    assert kept.read_text() == "yesterday's run"
+    (folder,) = run_experiment(tmp_path / "out", modes=("default",), ladder=(1,), max_tokens=2, top_k=2, force=True)
+    assert json.loads(kept.read_text())["producer"] == "bia experiment" and folder == kept.parent
 
 
 def test_modes_side_by_side(runs):

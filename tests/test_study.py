@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+
+from analysis._output import OutputExists
 from polars.testing import assert_frame_equal
 
 from analysis.run import RunError, band_table, prompt_table, read_run, slot_table
@@ -52,9 +54,12 @@ def test_partitioned_tables_equal_the_tables_of_whole_runs(dataset):
     assert_tables_equal(study_tables(dataset), whole_run_tables())
 
 
-def test_writing_a_run_again_replaces_its_partitions(dataset, tmp_path):
+def test_writing_a_run_again_is_refused_unless_forced_then_replaces_its_partitions(dataset, tmp_path):
     folder = write_dataset(RUNS[0], tmp_path / "again")
-    write_dataset(RUNS[0], folder)
+    with pytest.raises(OutputExists, match="already holds a run named 'default'; give force=True"):
+        write_dataset(RUNS, folder)  # refused before batch-invariant, the new one, is written
+    assert scan_study(folder).runs["run"].to_list() == ["default"]
+    write_dataset(RUNS[0], folder, force=True)
     study = scan_study(folder)
     assert study.runs["run"].to_list() == ["default"]
     assert study.requests.select(pl.len()).collect().item() == read_run(RUNS[0]).dump.requests.height

@@ -15,9 +15,12 @@ import hashlib
 import json
 import platform
 import random
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from .._output import claim_output
 
 # Chosen because the bundled byte-level model answers them in prose, with a few near-ties, rather
 # than drifting into a long run of indentation (which the frozen-slot rule would rightly flag).
@@ -73,35 +76,40 @@ def run_experiment(
     model_path: str | Path | None = None,
     declared_min: int | None = None,
     progress: bool = False,
+    force: bool = False,
 ) -> list[Path]:
     """Decode every prompt at every c of the ladder in each kernel mode; write one run directory per mode.
+
+    Every setting is checked before anything is decoded (:class:`ExperimentError` names it), and a
+    mode's run directory that already holds something is refused unless ``force`` (then replaced).
 
     Returns the run directories, which :func:`analysis.run.read_run` reads.
     """
     import torch
 
     from .decode import decode
-    from .model import KERNEL_MODES, load_model
+    from .model import load_model
 
-    if dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
-    if layout not in ("copies", "needle"):
-        raise ValueError(f"layout must be 'copies' or 'needle', got {layout!r}")
-    for mode in modes:
-        if mode not in KERNEL_MODES:
-            raise ValueError(f"mode must be one of {KERNEL_MODES}, got {mode!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: this torch ({torch.__version__}) sees no GPU; install a CUDA build of torch on a GPU machine")
+    _check_settings(prompts, ladder, modes, layout, dtype, device, max_tokens, top_k, declared_min)
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     model_path = Path(model_path) if model_path else bundled_model()
+    if not model_path.exists():
+        raise ExperimentError(f"--model {model_path}: no such file or folder")
+    if not force:  # refused before the model is loaded; with force, cleared only once it has loaded
+        for mode in modes:
+            claim_output(Path(out) / mode, what=f"the {mode} run", folder=True)
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
-    model = load_model(model_path, torch_dtype, device)
+    try:
+        model = load_model(model_path, torch_dtype, device)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ExperimentError(f"--model {model_path}: cannot load it: {exc}") from None
+    _check_fits(model, prompts, max_tokens, top_k)
+    folders = [claim_output(Path(out) / mode, force=force, what=f"the {mode} run", folder=True) for mode in modes]
     weights_sha = _sha256(model_path)
     encoded = [model.encode(p) for p in prompts]
     written = []
-    for mode in modes:
-        folder = Path(out) / mode
+    for mode, folder in zip(modes, folders):
         (folder / "captures").mkdir(parents=True, exist_ok=True)
         lines, m_formed, identical = [], [], True
         for index, prompt in enumerate(encoded):
@@ -153,6 +161,66 @@ def run_experiment(
         read_run(folder).write_derived()  # the Parquet tables, rebuildable from captures/
         written.append(folder)
     return written
+
+
+class ExperimentError(ValueError):
+    """A setting of :func:`run_experiment` that cannot work; the message names the option."""
+
+
+def check_device(device: str) -> None:
+    """Refuse a device torch cannot use here (:class:`ExperimentError`, naming ``--device``).
+
+    Examples
+    --------
+    >>> check_device("cpu")
+    >>> check_device("tpu")
+    Traceback (most recent call last):
+    ...
+    analysis.experiment.ExperimentError: --device: expected cpu, cuda or cuda:N, got 'tpu'
+    """
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise ExperimentError(f"--device: expected cpu, cuda or cuda:N, got {device!r}")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ExperimentError(f"--device {device}: this torch ({torch.__version__}) sees no GPU; install a CUDA build of torch on a GPU machine")
+
+
+def _check_settings(prompts, ladder, modes, layout, dtype, device, max_tokens, top_k, declared_min) -> None:
+    """Refuse, before anything is loaded or decoded, settings that cannot give a run."""
+    from .model import KERNEL_MODES
+
+    if not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise ExperimentError(f"--prompts: expected at least one non-empty prompt, got {list(prompts)!r}"[:300])
+    if not ladder or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in ladder) or len(set(ladder)) != len(ladder):
+        raise ExperimentError(f"--ladder: expected distinct batch sizes >= 1, got {list(ladder)!r}")
+    if not modes or any(mode not in KERNEL_MODES for mode in modes) or len(set(modes)) != len(modes):
+        raise ExperimentError(f"--modes: expected distinct kernel modes among {KERNEL_MODES}, got {list(modes)!r}")
+    if layout not in ("copies", "needle"):
+        raise ExperimentError(f"--layout: expected 'copies' or 'needle', got {layout!r}")
+    if dtype not in ("float32", "bfloat16"):
+        raise ExperimentError(f"--dtype: expected 'float32' or 'bfloat16', got {dtype!r}")
+    check_device(device)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ExperimentError(f"--max-tokens: expected an integer >= 1, got {max_tokens!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ExperimentError(f"--top-k: expected an integer >= 1, got {top_k!r}")
+    if declared_min is not None and (isinstance(declared_min, bool) or not isinstance(declared_min, int) or declared_min < 0):
+        raise ExperimentError(f"declared_min: expected an integer >= 0, got {declared_min!r}")
+
+
+def _check_fits(model, prompts, max_tokens: int, top_k: int) -> None:
+    """The model's own limits: candidates within its vocabulary, prompt and completion within its context."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None:  # a Hugging Face model: its own errors name its limits
+        return
+    if top_k > cfg.vocab:
+        raise ExperimentError(f"--top-k {top_k}: the model has only {cfg.vocab} tokens")
+    longest = max(len(model.encode(p)) for p in prompts)
+    if longest + max_tokens > cfg.context:
+        raise ExperimentError(f"--max-tokens {max_tokens}: the longest prompt ({longest} tokens) and the completion exceed the model's "
+                              f"context of {cfg.context} tokens")
 
 
 def _sha256(path: Path) -> str:
