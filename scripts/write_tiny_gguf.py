@@ -25,8 +25,9 @@ def main() -> int:
     parser.add_argument("out", type=Path, help="the .gguf file to write")
     parser.add_argument("--weights", type=Path, default=None, help="a .safetensors file beside its .json (the bundled model by default)")
     parser.add_argument("--dtype", choices=("f32", "f16"), default="f32", help="storage of the 2-D matrices")
+    parser.add_argument("--force", action="store_true", help="overwrite the output")
     args = parser.parse_args()
-    path = write_gguf(args.weights or bundled_model(), args.out, dtype=args.dtype)
+    path = write_gguf(args.weights or bundled_model(), args.out, dtype=args.dtype, force=args.force)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
     return 0
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .._output import claim_output
+
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 # torch name of each block's tensor -> llama.cpp gpt2 name
@@ -76,7 +78,7 @@ def gguf_tensor_names(state_keys) -> dict[str, str]:
     return names
 
 
-def write_gguf(weights, out, *, dtype: str = "f32") -> Path:
+def write_gguf(weights, out, *, dtype: str = "f32", force: bool = False) -> Path:
     """Write the byte-level model saved at ``weights`` (a ``.safetensors`` file beside its ``.json``) as GGUF.
 
     Parameters
@@ -87,6 +89,8 @@ def write_gguf(weights, out, *, dtype: str = "f32") -> Path:
         The ``.gguf`` file to write.
     dtype : {"f32", "f16"}
         Storage of the 2-D matrices; norms, biases and embeddings stay float32.
+    force : bool
+        Overwrite ``out`` when it exists (refused otherwise).
 
     Returns
     -------
@@ -104,7 +108,7 @@ def write_gguf(weights, out, *, dtype: str = "f32") -> Path:
     import numpy as np
     from safetensors.numpy import load_file
 
-    weights, out = Path(weights), Path(out)
+    weights, out = Path(weights), claim_output(out, force=force, what="the GGUF file")
     if dtype not in ("f32", "f16"):
         raise ValueError(f"dtype must be 'f32' or 'f16', got {dtype!r}")
     meta = json.loads(weights.with_suffix(".json").read_text(encoding="utf-8"))
