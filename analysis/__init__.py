@@ -14,41 +14,40 @@ Examples
 """
 
 from ._fields import WitnessError
+from ._output import OutputExists
 from ._sources import SourceError, expand_sources, fetch_url
 from ._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
 from ._witness import WitnessSet, derive_band_result, derive_run_verdict, read_witness, read_witnesses
-from .report import default_sources, render_report
+from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, flip_table, observer_table,
+                  prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_witness)
+from .plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,
+                    plot_fork_tree, plot_margin_at_divergence, plot_margin_trace, plot_run_decode_rate, plot_run_divergence,
+                    plot_unique_completions)
+from .report import default_runs, default_sources, mode_comparison, render_report
+from .experiment import ExperimentError, run_experiment
+from .probe import ProbeError  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
 from ._study import Study, scan_study, study_tables, write_dataset
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Dump",
-    "DumpError",
-    "PolicyError",
-    "ShapeVerdict",
-    "SourceError",
-    "Study",
-    "V3Policy",
-    "WitnessError",
-    "WitnessSet",
+# The flow a notebook walks, in one namespace: read -> tables -> plots -> report.
+__all__ = sorted([
     "__version__",
-    "default_sources",
-    "derive_band_result",
-    "derive_run_verdict",
-    "expand_sources",
-    "fetch_url",
-    "read_dump",
-    "read_dumps",
-    "read_witness",
-    "read_witnesses",
-    "render_report",
-    "scan_dump",
-    "scan_study",
-    "shape_check",
-    "shape_check_data",
-    "shape_check_text",
-    "study_tables",
-    "write_dataset",
-]
+    # read
+    "read_witness", "read_witnesses", "read_dump", "read_dumps", "scan_dump", "read_run", "assemble_run", "expand_sources", "fetch_url",
+    "scan_study", "write_dataset", "study_tables",
+    # objects and errors
+    "Dump", "DumpError", "ExperimentError", "OutputExists", "PolicyError", "ProbeError", "Run", "RunError", "ShapeVerdict", "SourceError",
+    "Study", "V3Policy", "WitnessError", "WitnessSet",
+    # tables and verdicts
+    "slot_table", "band_table", "prompt_table", "flip_table", "drift_table", "width_table", "observer_table", "accuracy_table",
+    "band_forks", "reference_margins", "mode_comparison", "to_witness", "write_witness", "shape_check", "shape_check_data",
+    "shape_check_text", "derive_band_result", "derive_run_verdict",
+    # plots
+    "plot_band_widths", "plot_decode_rate", "plot_delta_before_fork", "plot_divergence", "plot_env_knobs", "plot_flip_curve",
+    "plot_fork_tree", "plot_margin_at_divergence", "plot_margin_trace", "plot_run_decode_rate", "plot_run_divergence",
+    "plot_unique_completions",
+    # report, and making runs
+    "render_report", "default_sources", "default_runs", "run_experiment",
+], key=str)

@@ -504,6 +504,11 @@ class WitnessSet:
         counts = ", ".join(f"{len(getattr(self, name))} {name}" for name in _FRAME_NAMES)
         return f"WitnessSet({counts}; backend={self.backend!r})"
 
+    def _repr_html_(self) -> str:
+        from ._show import witness_summary
+
+        return witness_summary(self)
+
     @property
     def sources(self) -> list[str]:
         """Every source read, in order."""

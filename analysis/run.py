@@ -121,9 +121,38 @@ class Run:
             self._cache["streams"] = parity.streams(self.dump.tokens, self.dump.candidates)
         return self._cache["streams"]
 
+    @property
     def requests(self) -> pl.DataFrame:
-        """The requests with their decode rates."""
-        return parity.request_decode_rates(self.dump.requests)
+        """The requests with their decode rates (built once per run)."""
+        if "requests" not in self._cache:
+            self._cache["requests"] = parity.request_decode_rates(self.dump.requests)
+        return self._cache["requests"]
+
+    @property
+    def tokens(self) -> Any:
+        """Every scored position of every request (the dump's ``tokens`` frame)."""
+        return self.dump.tokens
+
+    @property
+    def candidates(self) -> Any:
+        """Every top-k candidate of every position (the dump's ``candidates`` frame)."""
+        return self.dump.candidates
+
+    @property
+    def prompts(self) -> list[str]:
+        """The prompt ids the captures hold, sorted."""
+        return sorted({p for p in self.dump.requests["prompt_id"].to_list() if p is not None})
+
+    def __repr__(self) -> str:
+        engine = (self.manifest.get("identity") or {}).get("engine") or self.manifest.get("producer") or "unknown engine"
+        state = "complete" if self.manifest.get("complete", True) else "incomplete"
+        return (f"Run({str(self.path) if self.path else 'assembled'!r}: {engine}, {len(self.prompts)} prompt(s), ladder {self.ladder}, "
+                f"{len(self.dump.requests)} requests, {state})")
+
+    def _repr_html_(self) -> str:
+        from ._show import run_summary
+
+        return run_summary(self)
 
     def missing(self) -> list[dict[str, Any]]:
         """The requests the run's plan calls for that the captures lack and no refusal explains

@@ -55,8 +55,8 @@ def test_manifest_and_witness(runs):
     w = to_witness(runs[1], "p0")
     assert [b["result"] for b in w["bands"]] == ["PASS", "PASS", "PASS"]
     assert all(b["divergence_at"] == 8 for b in w["bands"])
-    rates = runs[1].requests()["decode_tok_s"].drop_nulls()
-    assert rates.len() == runs[1].requests().height and (rates > 0).all()  # live captures carry arrival times
+    rates = runs[1].requests["decode_tok_s"].drop_nulls()
+    assert rates.len() == runs[1].requests.height and (rates > 0).all()  # live captures carry arrival times
 
 
 def test_needle_layout_and_bfloat16(tmp_path):

@@ -33,7 +33,7 @@ def test_liveness_is_judged_per_request_from_what_arrived(tmp_path, style, liven
     with HttpServer(answering(**style)) as server:
         folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["x"], ladder=(1, 2), max_tokens=len(WORDS), declared_min=2))
     run = read_run(folder)
-    requests = run.requests()
+    requests = run.requests
     assert requests.height == 5 and requests["liveness"].to_list() == [liveness] * 5
     assert requests["stream_live"].to_list() == [live] * 5
     rates = slot_table(run)["decode_tok_s"]

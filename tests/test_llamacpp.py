@@ -93,7 +93,7 @@ def test_probe_of_real_llama_server_detects_measures_and_captures(probed):
     assert run.manifest["identity"]["model"]["path"] == MODEL_ALIAS
     assert run.manifest["complete"] and run.manifest["refused"] == []
     # the capture: 2 prompts x (2 references + 1 + 4 + 8 + 16), every one the full greedy stream
-    requests = run.requests()
+    requests = run.requests
     assert requests.height == 2 * (2 + 29)
     assert requests["completion_tokens"].to_list() == [MAX_TOKENS] * requests.height
     assert (run.dump.tokens.group_by("source", "record").len()["len"] == MAX_TOKENS).all()

@@ -75,3 +75,28 @@ def test_committed_notebooks_are_what_the_generator_writes():
     for name, (title, cells) in module.NOTEBOOKS.items():
         committed = nbformat.read(ROOT / "notebooks" / name, as_version=4)
         assert committed == module.build(cells, title), f"notebooks/{name} differs from scripts/make_notebook.py: run the script"
+
+
+def test_the_notebook_flow_is_one_namespace():
+    """read -> tables -> plots -> report, each a name on ``analysis``, like polars or pingouin."""
+    flow = ["read_witnesses", "read_dump", "read_dumps", "read_run", "assemble_run", "slot_table", "band_table", "prompt_table",
+            "flip_table", "drift_table", "width_table", "to_witness", "shape_check", "plot_divergence", "plot_run_divergence",
+            "plot_flip_curve", "render_report"]
+    assert [name for name in flow if name not in analysis.__all__] == []
+    from analysis.probe import probe
+
+    assert callable(probe) and hasattr(analysis.probe, "PROFILES")  # the package stays reachable: no flat name hides it
+
+
+def test_objects_show_one_line_and_html(tmp_path):
+    run = analysis.read_run(ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt")
+    dump = analysis.read_dumps(ROOT / "data" / "experiment-cpu" / "default" / "captures")
+    ws = analysis.read_witnesses(ROOT / "data" / "aprender-lambda")
+    for obj in (run, dump, ws):
+        assert "\n" not in repr(obj) and len(repr(obj)) < 300
+        page = obj._repr_html_()
+        assert page.startswith('<div class="bia-summary">') and "None" not in page and "True" not in page
+    assert repr(run).endswith("2 prompt(s), ladder [1, 4, 8, 16], 62 requests, complete)")
+    assert "c=1: 2 of 2 requests bit-identical to ref #1, 2 token-identical" in run._repr_html_()  # no prompt cache: alone is exact
+    assert "c=4: 0 of 8 requests bit-identical to ref #1, 8 token-identical" in run._repr_html_()
+    assert run.requests.height == 62 and run.tokens is run.dump.tokens

@@ -305,6 +305,11 @@ class Dump:
         return (f"Dump({len(self.tokens)} tokens, {len(self.candidates)} candidates, {len(self.requests)} requests "
                 f"from {len(self.formats)} source(s); skipped {len(self.skipped)}; backend={self.backend!r})")
 
+    def _repr_html_(self) -> str:
+        from .._show import dump_summary
+
+        return dump_summary(self)
+
     def write_parquet(self, folder: str | os.PathLike[str]) -> Path:
         """Write the three tables as Parquet (plus a manifest), so the dump is parsed only once."""
         folder = Path(folder)

@@ -1,0 +1,112 @@
+"""How bia's objects show themselves: a one-line repr everywhere, a compact HTML summary in Jupyter.
+
+Values are written for people (rounded numbers, ``—`` for missing, yes/no), never as Python reprs,
+and every value is escaped by the templates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._frames import as_polars
+from ._html import render
+
+MISSING = "—"
+
+
+def cell(value: Any) -> str:
+    """A value as a person reads it.
+
+    Examples
+    --------
+    >>> [cell(v) for v in (None, True, 3, 1234.5678, 0.000123456, float("nan"), "x", [1, 2])]
+    ['—', 'yes', '3', '1,235', '0.0001235', '—', 'x', '1, 2']
+    """
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return MISSING if math.isnan(value) else ("∞" if value > 0 else "-∞")
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(cell(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {cell(v)}" for k, v in value.items())
+    return str(value)
+
+
+def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show", limit: int | None = None) -> str:
+    """A polars or pandas frame as an escaped HTML table of people-formatted cells; with ``limit``,
+    the first rows and a count of the rest."""
+    frame = as_polars(frame)
+    shown = frame if limit is None else frame.head(limit)
+    rows = [[cell(v) for v in row] for row in shown.iter_rows()]
+    rest = frame.height - shown.height
+    if rest:
+        caption = f"{caption} (the first {shown.height} of {frame.height} rows)".strip()
+    return render("table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty)
+
+
+def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], lines: list[tuple[str, str | None]] = (),
+                 preview: Any = None, preview_rows: int = 5) -> str:
+    """The compact HTML card an object shows in Jupyter."""
+    table = frame_html(preview, limit=preview_rows) if preview is not None else ""
+    return render("summary.html.j2", kind=kind, name=name, facts=[(label, cell(value)) for label, value in facts], lines=list(lines),
+                  preview=table)
+
+
+def _few(items: list[str], n: int = 3) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else MISSING
+
+
+def run_summary(run) -> str:
+    """A run's card: what served it, its plan, what it lacks, and per c how much of it matched m=1."""
+    from .run import slot_table
+
+    manifest = run.manifest
+    identity = manifest.get("identity") or {}
+    facts = [("engine", identity.get("engine") or manifest.get("producer")), ("model", (identity.get("model") or {}).get("path")),
+             ("prompts", _few(run.prompts)), ("ladder", run.ladder), ("requests", len(run.dump.requests)),
+             ("complete", manifest.get("complete", True)), ("missing", len(run.missing())), ("refused", len(manifest.get("refused") or [])),
+             ("capture records left out", len(run.dump.skipped))]
+    lines = []
+    slots = slot_table(run)
+    for (c,), group in slots.group_by(["band_c"], maintain_order=True):
+        bitwise = int((group["bitwise_prefix"] == group["length"]).sum())
+        same_tokens = int((~group["diverged"]).sum())
+        earliest = group["divergence_at"].min()
+        words = f"c={c}: {bitwise} of {group.height} requests bit-identical to ref #1, {same_tokens} token-identical"
+        words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
+        lines.append((words, "pass" if bitwise == group.height else "fail" if same_tokens < group.height else None))
+    return summary_html("bia run", str(run.path) if run.path else "assembled", facts, lines)
+
+
+def dump_summary(dump) -> str:
+    """A dump's card: sizes, sources and formats, what was left out, the first requests."""
+    sources = list(dump.formats)
+    formats = sorted({f for found in dump.formats.values() for f in found})
+    facts = [("requests", len(dump.requests)), ("scored tokens", len(dump.tokens)), ("candidates", len(dump.candidates)),
+             ("sources", _few(sources)), ("formats", _few(formats)), ("records left out", len(dump.skipped)), ("backend", dump.backend)]
+    lines = [(str(e), "fail") for e in dump.skipped[:5]]
+    columns = [c for c in ("request_id", "source_format", "model", "prompt_id", "role", "band_c", "slot", "completion_tokens", "finish_reason")
+               if c in dump.requests.columns]
+    return summary_html("bia dump", None, facts, lines, as_polars(dump.requests).select(columns))
+
+
+def witness_summary(ws) -> str:
+    """A witness set's card: counts, each witness's recorded and re-derived verdict, the first bands."""
+    polars_set = ws.to_backend("polars")
+    facts = [("witnesses", polars_set.witnesses.height), ("bands", polars_set.bands.height), ("slots", polars_set.slots.height),
+             ("release markers", polars_set.markers.height), ("discrepancies", polars_set.discrepancies.height)]
+    lines = []
+    for source, recorded, derived in polars_set.witnesses.select("source", "recorded_verdict", "derived_verdict").iter_rows():
+        agree = recorded == derived
+        lines.append((f"{source}: recorded {cell(recorded)}, re-derived {cell(derived)}", None if agree else "fail"))
+    bands = polars_set.bands.select([c for c in ("source", "c", "m_formed", "divergence_at", "decode_tok_s", "result", "derived_result")
+                                     if c in polars_set.bands.columns])
+    return summary_html("bia witnesses", None, facts, lines, bands)
