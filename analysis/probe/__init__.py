@@ -9,9 +9,10 @@ Nothing is lost. The manifest is written first and rewritten (atomically) after 
 request's raw bytes and the arrival time of every SSE event (a monotonic clock, seconds since the
 request was sent) go to ``partial/`` as they arrive; when the request ends they move into
 ``captures/requests.jsonl`` in bia's capture envelope. A request that cannot count (an HTTP error,
-a 501 meaning no logprobs, a reset, a time-out, a cut or malformed stream, an error event) is
-listed under ``refused`` with its reason, its bytes kept in ``refused.jsonl``; its band is then
-unmeasurable and the run goes on. A run stopped midway (Ctrl-C, a crash, a kill) is read by
+a reset, a request past its whole-request deadline, a cut or malformed stream, an error event) is
+listed under ``refused`` with its reason, its bytes kept in ``refused.jsonl`` (an HTTP error's first
+64 KiB); its band is then unmeasurable and the run goes on. Settings no run can be made of, and a
+server whose first answer is no chat stream with logprobs, stop the probe first (``_checks.py``). A run stopped midway (Ctrl-C, a crash, a kill) is read by
 :func:`analysis.run.read_run`, whose ``missing()`` lists what it lacks, and :func:`probe` with
 ``resume=True`` finishes it: bands left unfinished are fired again whole, and what they had
 written moves to ``superseded/``.
@@ -252,7 +253,7 @@ async def probe(
         except ProbeError as exc:  # the server is gone, refuses the key, or is no chat server: say what becomes of the run
             manifest["stopped"] = {"at": _now(), "why": f"{type(exc).__name__}: {exc}"}
             discard = created is not None and not manifest["done"]
-            raise type(exc)(f"{exc}; nothing was kept, so {folder} was removed" if discard else
+            raise type(exc)(f"{exc}; nothing was kept, so {created} was removed" if discard else
                             f"{exc}; the run stays readable, and bia probe --resume finishes it") from None
         except BaseException as exc:  # Ctrl-C, a cancelled task, a crash: say so in the manifest, then let it go on
             why = "cancelled (Ctrl-C, or the caller stopped it)" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else f"{type(exc).__name__}: {exc}"

@@ -183,7 +183,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
             raw.close()
             times.close()
     text = _text(chunks)
-    problem = clock.problem()
+    problem = clock.problem() if clock.arrivals else _no_events(sum(map(len, chunks)), answer)
     if problem:
         return {"error": problem, "sse": text, **answer}
     result = {"sse": text, "arrival_times": clock.arrivals, "t_sent": 0.0}
@@ -209,10 +209,13 @@ async def _exchange(client, url, body, clock: EventClock, chunks: list[bytes], a
                     times.write(f"{now!r}\n" * completed)
             received += len(data)
             if received > KEPT_BYTES and not clock.arrivals:  # an HTML page or a file, not an event stream: read no more of it
-                return {"error": f"{received} bytes arrived without one SSE event (HTTP {response.status_code}, content-type "
-                                 f"{answer['content_type']!r}): not an event stream", "sse": _text(chunks), **answer}
+                return {"error": _no_events(received, answer), "sse": _text(chunks), **answer}
         clock.finish(time.monotonic() - sent)
     return None
+
+
+def _no_events(received: int, answer: dict) -> str:
+    return f"{received} bytes arrived without one SSE event (HTTP {answer['status']}, content-type {answer['content_type']!r}): not an event stream"
 
 
 async def _http_refusal(response: httpx.Response, answer: dict) -> dict[str, Any]:
