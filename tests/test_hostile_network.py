@@ -446,3 +446,22 @@ def test_a_ladder_that_is_not_numbers_is_refused_in_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.strip() == "error: --ladder takes whole numbers separated by commas, got '1,x'"
 
 
+
+
+def test_a_resume_against_a_server_that_is_no_chat_server_stops_and_keeps_the_run(tmp_path):
+    """A run stopped after its references, resumed against a server that now answers 404: the probe stops at the
+    first band it fires, keeps what the run held, and the band stays unfinished for a later resume."""
+    folder = tmp_path / "run"
+    with HttpServer(routes({"POST /v1/chat/completions": _words})) as server:
+        asyncio.run(probe(server.url, folder, prompts=["x"], ladder=(2,), max_tokens=3, declared_min=2, say=lambda line: None))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest.update(complete=False, done=manifest["done"][:2], m_formed=[])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with HttpServer(Quiet404) as server, pytest.raises(ProbeError) as info:
+        asyncio.run(probe(server.url, folder, resume=True, say=lambda line: None))
+    assert "the server did not answer as an OpenAI-compatible chat stream: HTTP 404 Not Found: no such route" in str(info.value)
+    assert str(info.value).endswith("the run stays readable, and bia probe --resume finishes it")
+    run = read_run(folder)
+    assert run.manifest["complete"] is False and run.manifest["done"] == ["p0/reference/s0", "p0/reference/s1"]
+    assert [(r["unit"], r["reason"]) for r in run.manifest["refused"]] == [("p0/band/c2/r0", "HTTP 404 Not Found: no such route")] * 2
+    assert run.dump.requests.height == 2 and next((folder / "superseded").rglob("requests.jsonl")).read_text().count("\n") == 2
