@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 import struct
 import threading
@@ -106,10 +107,11 @@ def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
 
 
 def test_probe_lists_refusals_and_the_run_says_unmeasurable(tmp_path):
-    """A real loopback server that answers 501 (no logprobs): every slot is refused with its reason."""
+    """A real loopback server that answers 501 (no logprobs): the first request is refused in the server's own words,
+    the probe stops there (no run of refusals claims to be complete), and the run in the user's folder says unmeasurable."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from analysis.probe import probe
+    from analysis.probe import ProbeError, probe
     from analysis.run import read_run, to_witness
 
     class NoLogprobs(BaseHTTPRequestHandler):
@@ -126,15 +128,18 @@ def test_probe_lists_refusals_and_the_run_says_unmeasurable(tmp_path):
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), NoLogprobs)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    folder = tmp_path / "run"
+    folder.mkdir()  # the user's own folder: kept when the probe stops
+    reason = 'HTTP 501 Not Implemented: {"error": {"message": "logprobs are not supported"}}'
     try:
-        folder = asyncio.run(probe(f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path / "run", prompts=["x"], ladder=(1, 2), max_tokens=4))
+        with pytest.raises(ProbeError, match=re.escape(f"did not answer as an OpenAI-compatible chat stream: {reason}; what came back: HTTP 501")):
+            asyncio.run(probe(f"http://127.0.0.1:{httpd.server_address[1]}", folder, prompts=["x"], ladder=(1, 2), max_tokens=4))
     finally:
         httpd.shutdown()
         httpd.server_close()
     manifest = read_run(folder).manifest
-    assert len(manifest["refused"]) == 2 + 1 + 2
-    assert {r["reason"] for r in manifest["refused"]} == {"the server cannot give logprobs (501)"}
-    assert manifest["complete"] is True
+    assert [r["reason"] for r in manifest["refused"]] == [reason]
+    assert manifest["complete"] is False
     witness = to_witness(read_run(folder), "p0")
     assert witness["reference"]["stable"] is False and witness["result"] == "UNMEASURABLE"
 
