@@ -163,16 +163,20 @@ def test_the_report_lists_what_a_run_lacks(tmp_path):
 @pytest.mark.parametrize(
     ("behaviour", "reason"),
     [("cut", "the stream was cut mid-event"), ("no-done", "the stream ended without [DONE]"), ("error-event", "the server sent an error event"),
-     ("stall", "timed out"), ("500", "HTTP 500"), ("malformed", "the stream does not parse"), ("reset", "ReadError")],
+     ("stall", "the request ran past its 1 s deadline"), ("500", "HTTP 500"), ("malformed", "the stream does not parse"), ("reset", "ReadError")],
 )
 def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour, reason):
-    """Real loopback servers that misbehave on purpose: each slot is refused with its reason, the run stays readable."""
+    """Real loopback servers that misbehave on purpose after a first whole answer (the probe's server check): each later
+    slot is refused with its reason, the run stays readable."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from analysis.probe import probe
     from analysis.run import read_run
 
     chunk = 'data: {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": null}]}\n\n'
+    whole = ('data: {"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": {"content": [{"token": "a", "logprob": -0.1, '
+             '"top_logprobs": [{"token": "a", "logprob": -0.1}]}]}}]}\n\ndata: [DONE]\n\n')
+    calls = []
 
     class Broken(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
@@ -182,6 +186,13 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
 
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            calls.append(1)
+            if len(calls) == 1:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(whole.encode())
+                return
             if behaviour == "500":
                 self.send_response(500)
                 self.end_headers()
@@ -213,11 +224,11 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
         httpd.shutdown()
         httpd.server_close()
     run = read_run(folder)
-    assert len(run.manifest["refused"]) == 3 and all(r["reason"].startswith(reason) for r in run.manifest["refused"])
-    assert run.dump.requests.is_empty()
+    assert len(run.manifest["refused"]) == 2 and all(r["reason"].startswith(reason) for r in run.manifest["refused"])
+    assert run.dump.requests.height == 1  # the first reference
     if behaviour in ("cut", "no-done", "error-event", "malformed", "reset"):
         kept = [json.loads(line) for line in (folder / "refused.jsonl").read_text().splitlines()]
-        assert len(kept) == 3 and all(k["sse"].startswith("data: ") for k in kept)
+        assert len(kept) == 2 and all(k["sse"].startswith("data: ") for k in kept)
 
 
 def test_bia_probe_command_line(tmp_path):

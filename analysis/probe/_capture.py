@@ -170,8 +170,9 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
             return refused
     except TimeoutError:
         received = sum(map(len, chunks))
+        arrived = f"the {received} bytes that had arrived are kept with the refusal" if received else "nothing had arrived"
         return {"error": f"the request ran past its {deadline:g} s deadline (the time-out covers the whole request, the stream "
-                         f"included); the {received} bytes that had arrived are kept with the refusal", "sse": _text(chunks), **answer}
+                         f"included); {arrived}", "sse": _text(chunks), **answer}
     except httpx.ConnectError as exc:  # nothing answers at the address: the server is down, not this request refused
         return {"error": f"ConnectError: {exc}", "unreachable": True}
     except httpx.TimeoutException:

@@ -145,7 +145,6 @@ def came_back(result: dict[str, Any]) -> str:
     "HTTP 404, content-type 'text/html', first bytes '<h1>Not Found</h1>'"
     """
     data = result.get("body") or result.get("sse") or ""
-    if result.get("status") is None:
-        return f"no HTTP answer (first bytes {data[:80]!r})" if data else "no HTTP answer"
-    status = f"HTTP {result['status']}, content-type {result.get('content_type')!r}"
-    return f"{status}, first bytes {data[:80]!r}" if data else f"{status}, no body"
+    parts = [f"HTTP {result['status']}, content-type {result.get('content_type')!r}"] if result.get("status") is not None else []
+    parts.append(f"first bytes {data[:80]!r}" if data else "no body" if parts else "no HTTP answer")
+    return ", ".join(parts)
