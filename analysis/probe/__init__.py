@@ -12,10 +12,10 @@ request was sent) go to ``partial/`` as they arrive; when the request ends they 
 a reset, a request past its whole-request deadline, a cut or malformed stream, an error event) is
 listed under ``refused`` with its reason, its bytes kept in ``refused.jsonl`` (an HTTP error's first
 64 KiB); its band is then unmeasurable and the run goes on. Settings no run can be made of, and a
-server whose first answer is no chat stream with logprobs, stop the probe first (``_checks.py``). A run stopped midway (Ctrl-C, a crash, a kill) is read by
-:func:`analysis.run.read_run`, whose ``missing()`` lists what it lacks, and :func:`probe` with
-``resume=True`` finishes it: bands left unfinished are fired again whole, and what they had
-written moves to ``superseded/``.
+server whose first answer is no chat stream with logprobs, stop the probe first (``_checks.py``).
+A run stopped midway (Ctrl-C, a crash, a kill) is read by :func:`analysis.run.read_run`, whose
+``missing()`` lists what it lacks, and :func:`probe` with ``resume=True`` finishes it: bands left
+unfinished are fired again whole, and what they had written moves to ``superseded/``.
 
 Which batch the server formed: the lines its log gained during the band (aprender's
 ``Batch m=N done`` by default), and the engine's running-requests gauge sampled on ``/metrics``
@@ -179,8 +179,9 @@ async def probe(
     request is the server check: unless it comes back as a chat stream with logprobs (not an
     HTTP error, a web page, a stream without logprobs), the probe stops with a
     :class:`ProbeError` saying what came back. A run directory the probe created and finished
-    no unit in is removed when it stops so. ``expect`` holds settings the server should have (``{"kernel_mode":
-    "batch-invariant"}``): they are recorded as requested, checked against what the server reports
+    no unit in is removed when it stops so.
+
+    ``expect`` holds settings the server should have (``{"kernel_mode": "batch-invariant"}``): they are recorded as requested, checked against what the server reports
     about itself (its ``effective`` settings), and a mismatch is said and shown in the report.
     ``api_key`` is sent as a bearer token on every request and never written into the run.
     As aprender's probe, no band is run for a prompt whose two references part before
