@@ -1,11 +1,12 @@
 """Where inputs come from: paths, directories, glob patterns and http(s) URLs.
 
-URLs are fetched with httpx under a timeout and a size limit, streamed to a local cache so a
-report rerun offline reads what it read before.
+URLs are fetched with httpx under a deadline for the whole download and a size limit, streamed to a
+local cache so a report rerun offline reads what it read before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import hashlib
 import json
@@ -14,12 +15,14 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+STALE_PART_S = 3600.0  # a *.part untouched this long belongs to a fetch that was killed: a live one writes within its deadline
 
 
 class SourceError(OSError):
@@ -60,7 +63,7 @@ def fetch_url(
     url : str
         An http(s) address.
     timeout : float
-        Seconds allowed for connecting and between received bytes.
+        Seconds allowed for the whole download: connecting, the headers and every byte of the body.
     max_bytes : int
         A body larger than this is refused, whether or not the server announced its length.
     cache : Path, optional
@@ -79,36 +82,59 @@ def fetch_url(
     if body_path.exists() and meta_path.exists() and not refresh:
         return body_path
     folder.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_parts(folder)
     handle, partial = tempfile.mkstemp(dir=folder, prefix=f"{key}.", suffix=".part")
     try:
         with os.fdopen(handle, "wb") as out:
-            status, etag = _stream_into(url, out, timeout=timeout, max_bytes=max_bytes)
+            status, etag = _within_deadline(url, out, timeout=timeout, max_bytes=max_bytes)
         os.replace(partial, body_path)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+    finally:  # a refused, failed or interrupted download leaves no partial file behind
+        Path(partial).unlink(missing_ok=True)
     meta = {"url": url, "status": status, "etag": etag, "fetched_unix": time.time()}
     meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return body_path
 
 
-def _stream_into(url: str, out, *, timeout: float, max_bytes: int) -> tuple[int, str | None]:
+def _sweep_stale_parts(folder: Path) -> None:
+    """Remove the partial files of downloads that were killed (SIGKILL runs no ``finally``)."""
+    cutoff = time.time() - STALE_PART_S
+    for path in folder.glob("*.part"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+        except FileNotFoundError:  # another process swept it first
+            pass
+
+
+def _within_deadline(url: str, out, *, timeout: float, max_bytes: int) -> tuple[int, str | None]:
+    """Download on an event loop, where ``asyncio.timeout`` bounds the whole fetch: httpx's own time-out
+    is per read, so a server sending a byte every few seconds would never trip it."""
     try:
-        with httpx.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
-            if response.status_code >= 400:
-                raise SourceError(f"{url}: HTTP {response.status_code} {response.reason_phrase}")
-            announced = response.headers.get("content-length")
-            if announced is not None and announced.isdigit() and int(announced) > max_bytes:
-                raise SourceError(f"{url}: body of {announced} bytes exceeds the limit of {max_bytes} bytes")
-            received = 0
-            for chunk in response.iter_bytes():
-                received += len(chunk)
-                if received > max_bytes:
-                    raise SourceError(f"{url}: body exceeds the limit of {max_bytes} bytes")
-                out.write(chunk)
-            return response.status_code, response.headers.get("etag")
-    except httpx.TimeoutException:
-        raise SourceError(f"{url}: timed out after {timeout} s") from None
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_stream_into(url, out, timeout=timeout, max_bytes=max_bytes))
+    with ThreadPoolExecutor(1) as pool:  # called from inside a running loop (a notebook): a loop of its own, on a thread
+        return pool.submit(asyncio.run, _stream_into(url, out, timeout=timeout, max_bytes=max_bytes)).result()
+
+
+async def _stream_into(url: str, out, *, timeout: float, max_bytes: int) -> tuple[int, str | None]:
+    try:
+        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
+            async with client.stream("GET", url) as response:
+                if response.status_code >= 400:
+                    raise SourceError(f"{url}: HTTP {response.status_code} {response.reason_phrase}")
+                announced = response.headers.get("content-length")
+                if announced is not None and announced.isdigit() and int(announced) > max_bytes:
+                    raise SourceError(f"{url}: body of {announced} bytes exceeds the limit of {max_bytes} bytes")
+                received = 0
+                async for chunk in response.aiter_bytes():
+                    received += len(chunk)
+                    if received > max_bytes:
+                        raise SourceError(f"{url}: body exceeds the limit of {max_bytes} bytes")
+                    out.write(chunk)
+                return response.status_code, response.headers.get("etag")
+    except (TimeoutError, httpx.TimeoutException):
+        raise SourceError(f"{url}: timed out after {timeout} s (the time-out covers the whole download)") from None
     except httpx.HTTPError as exc:
         raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
 

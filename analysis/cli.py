@@ -265,7 +265,7 @@ def probe_command(
     server_log: Annotated[Optional[Path], typer.Option(help="The server's log, for the batch width of every step.")] = None,
     log_pattern: Annotated[str, typer.Option(help="Regex whose group 1 is a batch width.")] = r"Batch m=(\d+) done",
     metrics: Annotated[bool, typer.Option(help="Sample the running-requests gauge, and read the prefix-cache metrics, on /metrics around each band.")] = True,
-    timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
+    timeout: Annotated[float, typer.Option(help="Seconds each whole request may take, its stream included.")] = 120.0,
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
     expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=batch-invariant); "
                                                               "checked and shown as requested against effective. Repeatable.")] = None,

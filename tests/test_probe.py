@@ -567,6 +567,7 @@ class NeedsKey(Quiet):
 
 def test_a_server_behind_a_key_stops_the_probe_until_it_is_given_and_the_key_is_never_written(tmp_path):
     folder = tmp_path / "run"
+    folder.mkdir()  # the user's own folder: kept when the probe stops (one the probe created is removed; see test_hostile_network)
     with HttpServer(NeedsKey) as server:
         said = []
         with pytest.raises(ProbeError, match=r"refused the credentials \(give --api-key\): HTTP 401"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 import struct
 import threading
@@ -106,10 +107,11 @@ def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
 
 
 def test_probe_lists_refusals_and_the_run_says_unmeasurable(tmp_path):
-    """A real loopback server that answers 501 (no logprobs): every slot is refused with its reason."""
+    """A real loopback server that answers 501 (no logprobs): the first request is refused in the server's own words,
+    the probe stops there (no run of refusals claims to be complete), and the run in the user's folder says unmeasurable."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from analysis.probe import probe
+    from analysis.probe import ProbeError, probe
     from analysis.run import read_run, to_witness
 
     class NoLogprobs(BaseHTTPRequestHandler):
@@ -126,15 +128,18 @@ def test_probe_lists_refusals_and_the_run_says_unmeasurable(tmp_path):
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), NoLogprobs)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    folder = tmp_path / "run"
+    folder.mkdir()  # the user's own folder: kept when the probe stops
+    reason = 'HTTP 501 Not Implemented: {"error": {"message": "logprobs are not supported"}}'
     try:
-        folder = asyncio.run(probe(f"http://127.0.0.1:{httpd.server_address[1]}", tmp_path / "run", prompts=["x"], ladder=(1, 2), max_tokens=4))
+        with pytest.raises(ProbeError, match=re.escape(f"did not answer as an OpenAI-compatible chat stream: {reason}; what came back: HTTP 501")):
+            asyncio.run(probe(f"http://127.0.0.1:{httpd.server_address[1]}", folder, prompts=["x"], ladder=(1, 2), max_tokens=4))
     finally:
         httpd.shutdown()
         httpd.server_close()
     manifest = read_run(folder).manifest
-    assert len(manifest["refused"]) == 2 + 1 + 2
-    assert {r["reason"] for r in manifest["refused"]} == {"the server cannot give logprobs (501)"}
-    assert manifest["complete"] is True
+    assert [r["reason"] for r in manifest["refused"]] == [reason]
+    assert manifest["complete"] is False
     witness = to_witness(read_run(folder), "p0")
     assert witness["reference"]["stable"] is False and witness["result"] == "UNMEASURABLE"
 
@@ -158,16 +163,20 @@ def test_the_report_lists_what_a_run_lacks(tmp_path):
 @pytest.mark.parametrize(
     ("behaviour", "reason"),
     [("cut", "the stream was cut mid-event"), ("no-done", "the stream ended without [DONE]"), ("error-event", "the server sent an error event"),
-     ("stall", "timed out"), ("500", "HTTP 500"), ("malformed", "the stream does not parse"), ("reset", "ReadError")],
+     ("stall", "the request ran past its 1 s deadline"), ("500", "HTTP 500"), ("malformed", "the stream does not parse"), ("reset", "ReadError")],
 )
 def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour, reason):
-    """Real loopback servers that misbehave on purpose: each slot is refused with its reason, the run stays readable."""
+    """Real loopback servers that misbehave on purpose after a first whole answer (the probe's server check): each later
+    slot is refused with its reason, the run stays readable."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from analysis.probe import probe
     from analysis.run import read_run
 
     chunk = 'data: {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": null}]}\n\n'
+    whole = ('data: {"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": {"content": [{"token": "a", "logprob": -0.1, '
+             '"top_logprobs": [{"token": "a", "logprob": -0.1}]}]}}]}\n\ndata: [DONE]\n\n')
+    calls = []
 
     class Broken(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
@@ -177,6 +186,13 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
 
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            calls.append(1)
+            if len(calls) == 1:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(whole.encode())
+                return
             if behaviour == "500":
                 self.send_response(500)
                 self.end_headers()
@@ -208,11 +224,11 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
         httpd.shutdown()
         httpd.server_close()
     run = read_run(folder)
-    assert len(run.manifest["refused"]) == 3 and all(r["reason"].startswith(reason) for r in run.manifest["refused"])
-    assert run.dump.requests.is_empty()
+    assert len(run.manifest["refused"]) == 2 and all(r["reason"].startswith(reason) for r in run.manifest["refused"])
+    assert run.dump.requests.height == 1  # the first reference
     if behaviour in ("cut", "no-done", "error-event", "malformed", "reset"):
         kept = [json.loads(line) for line in (folder / "refused.jsonl").read_text().splitlines()]
-        assert len(kept) == 3 and all(k["sse"].startswith("data: ") for k in kept)
+        assert len(kept) == 2 and all(k["sse"].startswith("data: ") for k in kept)
 
 
 def test_bia_probe_command_line(tmp_path):

@@ -9,12 +9,13 @@ Nothing is lost. The manifest is written first and rewritten (atomically) after 
 request's raw bytes and the arrival time of every SSE event (a monotonic clock, seconds since the
 request was sent) go to ``partial/`` as they arrive; when the request ends they move into
 ``captures/requests.jsonl`` in bia's capture envelope. A request that cannot count (an HTTP error,
-a 501 meaning no logprobs, a reset, a time-out, a cut or malformed stream, an error event) is
-listed under ``refused`` with its reason, its bytes kept in ``refused.jsonl``; its band is then
-unmeasurable and the run goes on. A run stopped midway (Ctrl-C, a crash, a kill) is read by
-:func:`analysis.run.read_run`, whose ``missing()`` lists what it lacks, and :func:`probe` with
-``resume=True`` finishes it: bands left unfinished are fired again whole, and what they had
-written moves to ``superseded/``.
+a reset, a request past its whole-request deadline, a cut or malformed stream, an error event) is
+listed under ``refused`` with its reason, its bytes kept in ``refused.jsonl`` (an HTTP error's first
+64 KiB); its band is then unmeasurable and the run goes on. Settings no run can be made of, and a
+server whose first answer is no chat stream with logprobs, stop the probe first (``_checks.py``).
+A run stopped midway (Ctrl-C, a crash, a kill) is read by :func:`analysis.run.read_run`, whose
+``missing()`` lists what it lacks, and :func:`probe` with ``resume=True`` finishes it: bands left
+unfinished are fired again whole, and what they had written moves to ``superseded/``.
 
 Which batch the server formed: the lines its log gained during the band (aprender's
 ``Batch m=N done`` by default), and the engine's running-requests gauge sampled on ``/metrics``
@@ -32,6 +33,7 @@ import contextlib
 import os
 import platform
 import random
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,6 +43,7 @@ import httpx
 
 from ..run import Unit, plan
 from ._capture import EventClock, fetch_stream, stream_problem
+from ._checks import check_address, check_first_answer, check_open_files, check_settings, check_slots, check_timeout
 from ._engines import PROFILES, Detection, EngineProfile, detect_engine
 from ._rundir import ProbeError, _drop_partial, _load_for_resume, _now, _RunWriter, _supersede
 from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, metrics_snapshot, running_requests
@@ -168,8 +171,17 @@ async def probe(
     (only the URL, the server log, ``metrics`` and ``timeout`` may change), the finished units kept, and the rest fired again (with
     ``retry_refused``, also the units that had a request refused, say while the server was down).
     When nothing answers any request of a unit the probe stops with :class:`ServerGone`, leaving
-    that unit for a resume. ``expect`` holds settings the server should have (``{"kernel_mode":
-    "batch-invariant"}``): they are recorded as requested, checked against what the server reports
+    that unit for a resume. ``timeout`` is the deadline of each whole request, its stream included.
+
+    Before anything is sent, settings no run can be made of are refused with :class:`ProbeError`:
+    an address that is not http(s), a time-out that is not a positive number, a band wider than
+    the process may hold open or than the server says it runs at once. The session's first
+    request is the server check: unless it comes back as a chat stream with logprobs (not an
+    HTTP error, a web page, a stream without logprobs), the probe stops with a
+    :class:`ProbeError` saying what came back. A run directory the probe created and finished
+    no unit in is removed when it stops so.
+
+    ``expect`` holds settings the server should have (``{"kernel_mode": "batch-invariant"}``): they are recorded as requested, checked against what the server reports
     about itself (its ``effective`` settings), and a mismatch is said and shown in the report.
     ``api_key`` is sent as a bearer token on every request and never written into the run.
     As aprender's probe, no band is run for a prompt whose two references part before
@@ -194,10 +206,18 @@ async def probe(
     """
     folder = Path(out)
     say = say or (lambda line: print(line, file=sys.stderr))
+    check_address(url)
+    check_timeout(timeout)
+    if not resume:
+        check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
+        if declared_min is not None and not 0 <= declared_min <= max_tokens:
+            raise ProbeError(f"declared_min must be between 0 and max_tokens={max_tokens}, got {declared_min}: no reference could reach it")
+    created = _first_missing(folder)  # what the probe may remove again when it stops having kept nothing
     base, endpoint = _addresses(url)
     async with _client(timeout, api_key) as client:
         if resume:
             manifest = _load_for_resume(folder)
+            check_open_files(manifest["ladder"])
             redetect = manifest["requested"].get("engine") == "auto" and not manifest["done"]  # nothing fired yet: the profile may still change
             if not redetect:  # the bands already fired keep their request body
                 engine, model = manifest["engine"]["profile"], (manifest["identity"].get("model") or {}).get("path")
@@ -205,6 +225,7 @@ async def probe(
             raise ProbeError(f"{folder}: already holds a run; resume it (bia probe --resume) or choose another folder")
         detection = await detect_engine(client, base, engine, model)
         say(detection.describe())
+        check_slots(manifest["ladder"] if resume else ladder, detection)
         if resume:
             moved = _supersede(folder, manifest, retry_refused)
             if redetect:
@@ -217,9 +238,6 @@ async def probe(
             manifest.setdefault("resumed", []).append({"at": _now(), "url": endpoint, "moved_aside": moved, "said": detection.describe(),
                                                        "effective": effective})
         else:
-            _check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
-            if declared_min is not None and not 0 <= declared_min <= max_tokens:
-                raise ProbeError(f"declared_min must be between 0 and max_tokens={max_tokens}, got {declared_min}: no reference could reach it")
             manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
                                      top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=list(fillers or []),
                                      observer=observer, engine=engine, log_pattern=log_pattern, server_log=server_log, declared_min=declared_min,
@@ -228,19 +246,38 @@ async def probe(
             say(line)
         writer = _RunWriter(folder, manifest)
         writer.cache_metrics = detection.profile.cache_metrics if metrics and detection.metrics else ()
+        discard = False
         try:
-            await _fire_plan(client, endpoint, base, writer, detection, metrics, metrics_interval, progress, say)
+            await _fire_plan(client, endpoint, base, writer, detection, metrics, metrics_interval, progress, say, timeout)
             manifest["complete"] = True
             manifest.pop("stopped", None)
+        except ProbeError as exc:  # the server is gone, refuses the key, or is no chat server: say what becomes of the run
+            manifest["stopped"] = {"at": _now(), "why": f"{type(exc).__name__}: {exc}"}
+            discard = created is not None and not manifest["done"]
+            raise type(exc)(f"{exc}; nothing was kept, so {created} was removed" if discard else
+                            f"{exc}; the run stays readable, and bia probe --resume finishes it") from None
         except BaseException as exc:  # Ctrl-C, a cancelled task, a crash: say so in the manifest, then let it go on
             why = "cancelled (Ctrl-C, or the caller stopped it)" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else f"{type(exc).__name__}: {exc}"
             manifest["stopped"] = {"at": _now(), "why": why}
             raise
         finally:
-            manifest["finished"] = _now()
             writer.close()
-            writer.save()
+            if discard:
+                shutil.rmtree(created, ignore_errors=True)
+            else:
+                manifest["finished"] = _now()
+                writer.save()
     return folder
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost of ``folder`` and its parents that does not exist yet (None when ``folder`` exists): what a probe creates."""
+    missing = None
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing = path
+    return missing
 
 
 async def dry_run(
@@ -272,10 +309,13 @@ async def dry_run(
     ...     asyncio.run(dry_run(server.url, prompts=["Hi"], ladder=(1, 4)))["requests"]
     7
     """
-    _check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
+    check_address(url)
+    check_timeout(timeout)
+    check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
     base, endpoint = _addresses(url)
     async with _client(timeout, api_key) as client:
         detection = await detect_engine(client, base, engine, model)
+    check_slots(ladder, detection)
     manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
                              top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=[], observer=observer, engine=engine,
                              log_pattern=BATCH_LINE, server_log=None, declared_min=None, expect={}, bands_anyway=False)
@@ -314,21 +354,8 @@ def _prompt_entry(index: int, prompt: str | Mapping[str, Any]) -> dict[str, Any]
     return entry
 
 
-def _check_settings(prompts: Sequence[str | Mapping[str, Any]], ladder: Sequence[int], repeats: int, max_tokens: int, top_logprobs: int,
-                    layout: str) -> None:
-    """Refuse settings no run can be made of, before anything is written."""
-    if layout not in ("copies", "needle"):
-        raise ProbeError(f"layout must be 'copies' or 'needle', got {layout!r}")
-    texts = [p if isinstance(p, str) else p.get("text") if isinstance(p, Mapping) else None for p in prompts]
-    if not prompts or not all(isinstance(t, str) and t for t in texts):
-        raise ProbeError("prompts must be one or more non-empty texts (or {'text': ..., 'answer': ...} mappings)")
-    if not ladder or min(ladder) < 1:
-        raise ProbeError(f"the ladder needs one or more c of at least 1, got {list(ladder)}")
-    if repeats < 1 or max_tokens < 1 or top_logprobs < 0:
-        raise ProbeError(f"repeats and max_tokens must be at least 1 and top_logprobs at least 0, got {repeats}, {max_tokens}, {top_logprobs}")
-
-
-async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Detection, metrics: bool, interval: float, progress, say) -> None:
+async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Detection, metrics: bool, interval: float, progress, say,
+                     deadline: float) -> None:
     from tqdm import tqdm
 
     manifest = writer.manifest
@@ -338,6 +365,7 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
     watcher = LogWatcher(requested.get("server_log"), requested.get("log_pattern") or BATCH_LINE)
     gauge = detection.profile.running_metric if metrics and detection.metrics else None
     units = [u for u in plan(manifest) if u.key not in set(manifest["done"])]
+    checked = False  # the session's first unit fired is the server check
     show = sys.stderr.isatty() if progress is None else progress
     bands = tqdm(total=sum(u.role != "reference" for u in units), desc="bands", unit="band", disable=not show, file=sys.stderr, position=0)
     sent = tqdm(total=sum(u.band_c or 1 for u in units), desc="requests", unit="request", disable=not show, file=sys.stderr, position=1)
@@ -354,13 +382,16 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
             if unit.role == "reference":
                 slot = unit.slots[0]
                 partial = writer.partial(unit, slot, "reference")
-                result = await fetch_stream(client, endpoint, body, partial, writer.origin)
-                _stop_if_gone(endpoint, [result], [partial])
-                writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot)
-                if slot == 1 and not manifest.get("bands_anyway"):
-                    _judge_references(writer, unit.prompt_id, say)
+                results = [await fetch_stream(client, endpoint, body, partial, writer.origin, deadline)]
+                _stop_if_gone(endpoint, results, [partial])
+                refusals = [writer.keep(results[0], partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot)]
             else:
-                await _fire_band(client, endpoint, base, writer, unit, body, watcher, gauge, interval)
+                results, refusals = await _fire_band(client, endpoint, base, writer, unit, body, watcher, gauge, interval, deadline)
+            if not checked:
+                check_first_answer(endpoint, unit.role, results, refusals, writer.reference_tokens.get(unit.key), sampler["top_logprobs"])
+                checked = True
+            if unit.role == "reference" and unit.slots[0] == 1 and not manifest.get("bands_anyway"):
+                _judge_references(writer, unit.prompt_id, say)
             manifest["done"].append(unit.key)
             writer.save()
             bands.update(unit.role != "reference")
@@ -388,11 +419,14 @@ def _stop_if_gone(endpoint: str, results: list[dict], partials: list[Path]) -> N
         if results and all(r.get(flag) for r in results):
             for partial in partials:
                 _drop_partial(partial)
-            raise ServerGone(f"{endpoint}: {why}: {results[0]['error']}; the run stays readable, and bia probe --resume finishes it")
+            raise ServerGone(f"{endpoint}: {why}: {results[0]['error']}")
 
 
-async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, body, watcher: LogWatcher, gauge, interval) -> None:
-    """c requests released together; only the band's own slots are recorded as it, fillers as fillers."""
+async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, body, watcher: LogWatcher, gauge, interval,
+                     deadline: float) -> tuple[list[dict], list[dict | None]]:
+    """c requests released together; only the band's own slots are recorded as it, fillers as fillers.
+
+    Returns each request's result and its refusal (None when kept)."""
     manifest = writer.manifest
     c = unit.band_c
     if manifest["requested"]["layout"] == "needle":
@@ -411,12 +445,12 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     cache_before = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
     poller = MetricsPoller(client, f"{base}/metrics", gauge, interval) if gauge else None
     async with poller or contextlib.nullcontext():
-        results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin) for b, p in zip(bodies, partials)))
+        results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin, deadline) for b, p in zip(bodies, partials)))
     _stop_if_gone(endpoint, results, partials)
     await asyncio.sleep(0.05)  # let the server's last log line land
     cache_after = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
-    for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials)):
-        writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat, batch_row=row)
+    refusals = [writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat,
+                            batch_row=row) for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))]
     entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "band_c": c, "repeat": unit.repeat, "widths": watcher.widths()}
     if poller:
         entry.update({"running": poller.samples, "running_metric": gauge, "poll_interval_s": interval})
@@ -426,6 +460,7 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
         entry["cache"] = {name: {"before": cache_before.get(name), "after": cache_after.get(name)}
                           for name in cache_names if name in cache_before or name in cache_after}
     manifest["m_formed"].append(entry)
+    return results, refusals
 
 
 __all__ = ["BATCH_LINE", "DEFAULT_FILLERS", "PROFILES", "Detection", "EngineProfile", "EventClock", "LogWatcher", "MetricsPoller", "ProbeError",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import codecs
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -138,52 +140,101 @@ class EventClock:
             self._done = True
 
 
-async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial: Path | None = None, origin: float | None = None) -> dict[str, Any]:
-    """POST ``body`` and read its SSE answer.
+KEPT_BYTES = 64 * 1024  # an HTTP error's body kept with its refusal, and the most of an answer read before its first SSE event
 
-    Returns ``{"sse", "arrival_times", "t_sent"}`` for a whole stream, or ``{"error", "sse"}`` with
-    the reason it cannot count. Arrival times are seconds after the request was sent; with
-    ``origin`` (a ``time.monotonic()`` reading), ``sent_at_s`` says when it was sent on that clock,
-    so the release skew of a band's requests can be read. With ``partial``, the raw bytes go to ``partial`` (``.sse``) and the
-    arrival times to its ``.times`` sibling as they arrive, so a probe killed mid-stream leaves them.
+
+async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial: Path | None = None, origin: float | None = None,
+                       deadline: float | None = None) -> dict[str, Any]:
+    """POST ``body`` and read its SSE answer, all of it within ``deadline`` seconds.
+
+    Returns ``{"sse", "arrival_times", "t_sent"}`` for a whole stream, or ``{"error", ...}`` with
+    the reason it cannot count, the bytes that arrived (``sse``; an HTTP error's first 64 KiB as
+    ``body``) and, when the server answered, its ``status`` and ``content_type``. Arrival times are
+    seconds after the request was sent; with ``origin`` (a ``time.monotonic()`` reading),
+    ``sent_at_s`` says when it was sent on that clock, so the release skew of a band's requests can
+    be read. With ``partial``, the raw bytes go to ``partial`` (``.sse``) and the arrival times to
+    its ``.times`` sibling as they arrive, so a probe killed mid-stream leaves them.
+
+    ``deadline`` covers the whole request, the stream included: httpx's time-out is per read, so a
+    server that trickles bytes or keep-alive comments would never trip it. A request past its
+    deadline is refused, keeping what had arrived.
     """
     sent = time.monotonic()
-    clock, chunks = EventClock(), []
+    clock, chunks, answer = EventClock(), [], {}
     raw = partial.open("ab", buffering=0) if partial is not None else None
     times = partial.with_suffix(".times").open("a", buffering=1) if partial is not None else None
     try:
-        async with client.stream("POST", url, json=body) as response:
-            if response.status_code >= 400:
-                detail = (await response.aread()).decode("utf-8", errors="replace")[:200]
-                why = "the server cannot give logprobs (501)" if response.status_code == 501 else f"HTTP {response.status_code}: {detail}"
-                return {"error": why, "unauthorized": True} if response.status_code in (401, 403) else {"error": why}
-            async for data in response.aiter_bytes():
-                now = time.monotonic() - sent
-                chunks.append(data)
-                completed = clock.feed(data, now)
-                if raw is not None:
-                    raw.write(data)
-                    if completed:
-                        times.write(f"{now!r}\n" * completed)
-            clock.finish(time.monotonic() - sent)
+        async with asyncio.timeout(deadline):
+            refused = await _exchange(client, url, body, clock, chunks, answer, raw, times, sent)
+        if refused is not None:
+            return refused
+    except TimeoutError:
+        received = sum(map(len, chunks))
+        arrived = f"the {received} bytes that had arrived are kept with the refusal" if received else "nothing had arrived"
+        return {"error": f"the request ran past its {deadline:g} s deadline (the time-out covers the whole request, the stream "
+                         f"included); {arrived}", "sse": _text(chunks), **answer}
     except httpx.ConnectError as exc:  # nothing answers at the address: the server is down, not this request refused
         return {"error": f"ConnectError: {exc}", "unreachable": True}
     except httpx.TimeoutException:
-        return {"error": "timed out", "sse": _text(chunks)}
+        return {"error": "timed out", "sse": _text(chunks), **answer}
     except httpx.HTTPError as exc:
-        return {"error": f"{type(exc).__name__}: {exc}", "sse": _text(chunks)}
+        return {"error": f"{type(exc).__name__}: {exc}", "sse": _text(chunks), **answer}
     finally:
         if raw is not None:
             raw.close()
             times.close()
     text = _text(chunks)
-    problem = clock.problem()
+    problem = clock.problem() if clock.arrivals else _no_events(sum(map(len, chunks)), answer)
     if problem:
-        return {"error": problem, "sse": text}
+        return {"error": problem, "sse": text, **answer}
     result = {"sse": text, "arrival_times": clock.arrivals, "t_sent": 0.0}
     if origin is not None:
         result["sent_at_s"] = sent - origin
     return result
+
+
+async def _exchange(client, url, body, clock: EventClock, chunks: list[bytes], answer: dict, raw, times, sent: float) -> dict[str, Any] | None:
+    """Send the request and read its answer into ``chunks`` and the clock; a refusal, or None when the stream was read to its end."""
+    async with client.stream("POST", url, json=body) as response:
+        answer.update(status=response.status_code, content_type=response.headers.get("content-type"))
+        if response.status_code >= 400:
+            return await _http_refusal(response, answer)
+        received = 0
+        async for data in response.aiter_bytes():
+            now = time.monotonic() - sent
+            chunks.append(data)
+            completed = clock.feed(data, now)
+            if raw is not None:
+                raw.write(data)
+                if completed:
+                    times.write(f"{now!r}\n" * completed)
+            received += len(data)
+            if received > KEPT_BYTES and not clock.arrivals:  # an HTML page or a file, not an event stream: read no more of it
+                return {"error": _no_events(received, answer), "sse": _text(chunks), **answer}
+        clock.finish(time.monotonic() - sent)
+    return None
+
+
+def _no_events(received: int, answer: dict) -> str:
+    return f"{received} bytes arrived without one SSE event (HTTP {answer['status']}, content-type {answer['content_type']!r}): not an event stream"
+
+
+async def _http_refusal(response: httpx.Response, answer: dict) -> dict[str, Any]:
+    """An HTTP error as the server worded it (status, reason, body), its first 64 KiB kept: what the status and body
+    say, not a guess (a 501 is as often a file server that takes no POST as a server without logprobs)."""
+    kept = bytearray()
+    async for data in response.aiter_bytes():
+        kept += data[: KEPT_BYTES - len(kept)]
+        if len(kept) >= KEPT_BYTES:
+            break
+    text = kept.decode("utf-8", errors="replace")
+    words = re.sub(r"<[^>]*>", " ", text[:2000]) if "html" in (answer.get("content_type") or "") else text[:300]  # an error page's words
+    detail = " ".join(words.split())[:200]
+    why = f"HTTP {response.status_code} {response.reason_phrase}".rstrip() + (f": {detail}" if detail else "")
+    if response.status_code == 405:
+        why += " (the server does not take a POST at this address)"
+    refusal = {"error": why, "body": text, **answer}
+    return {**refusal, "unauthorized": True} if response.status_code in (401, 403) else refusal
 
 
 def _text(chunks: list[bytes]) -> str:

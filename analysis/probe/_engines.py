@@ -9,6 +9,7 @@ overridden with ``engine=``.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,14 +131,18 @@ class Detection:
         return line
 
 
-async def _get(client: httpx.AsyncClient, url: str) -> tuple[int | None, Any]:
-    """A GET's status (None when nothing answered) and its JSON body (None unless a 200 with JSON)."""
+async def _get(client: httpx.AsyncClient, url: str, as_json: bool = True) -> tuple[int | None, Any]:
+    """A GET's status (None when nothing answered, or not within the client's time-out) and its JSON body (None unless a 200 with
+    JSON; its text when ``as_json`` is false)."""
     try:
-        response = await client.get(url)
-    except httpx.HTTPError:
+        async with asyncio.timeout(client.timeout.read):  # the whole GET: httpx's time-out is per read, and a trickle never trips it
+            response = await client.get(url)
+    except (httpx.HTTPError, TimeoutError):
         return None, None
     if response.status_code != 200:
         return response.status_code, None
+    if not as_json:
+        return 200, response.text
     try:
         return 200, response.json()
     except ValueError:
@@ -226,8 +231,5 @@ async def _own_endpoints(client: httpx.AsyncClient, base: str, evidence: list[st
 
 
 async def _metrics_text(client: httpx.AsyncClient, base: str) -> str | None:
-    try:
-        response = await client.get(f"{base}/metrics")
-    except httpx.HTTPError:
-        return None
-    return response.text if response.status_code == 200 else None
+    status, text = await _get(client, f"{base}/metrics", as_json=False)
+    return text if status == 200 else None

@@ -48,12 +48,12 @@ class _RunWriter:
         name = unit.capture_name(slot) if role != "filler" else f"{unit.key.replace('/', '.')}.filler{slot}"
         return self.folder / "partial" / f"{name}.sse"
 
-    def keep(self, result: dict[str, Any], partial: Path, **where: Any) -> None:
-        """One finished request: into captures, or listed as refused with its bytes kept.
+    def keep(self, result: dict[str, Any], partial: Path, **where: Any) -> dict[str, Any] | None:
+        """One finished request: into captures, or listed as refused with its bytes kept (a stream's ``sse``, an HTTP error's ``body``).
 
         A whole stream is parsed once by the dump reader before it is kept (after the band, so the
         arrival times are not slowed): a malformed event refuses the request instead of making the
-        run unreadable.
+        run unreadable. Returns the refusal (the result with its reason), or None when kept.
         """
         line = b""
         if "error" not in result:
@@ -65,13 +65,14 @@ class _RunWriter:
                 self.reference_tokens[where["unit"]] = _identities(rows)
         if "error" in result:
             self.manifest["refused"].append({**where, "reason": result["error"]})
-            if result.get("sse"):
+            if result.get("sse") or result.get("body"):
                 with (self.folder / "refused.jsonl").open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps({**where, **result}, ensure_ascii=False) + "\n")
         else:
             self.captures.write(line + b"\n")
             self.captures.flush()
-        _drop_partial(partial)
+        _drop_partial(partial)  # only once its bytes are kept elsewhere
+        return result if "error" in result else None
 
     def reference_agreement(self, prompt_id: str) -> int | None:
         """How many leading tokens a prompt's two kept m=1 references share; None unless both were kept.

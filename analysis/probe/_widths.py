@@ -72,9 +72,10 @@ def metric_values(text: str, names: tuple[str, ...] | list[str]) -> dict[str, fl
 async def metrics_snapshot(client: httpx.AsyncClient, url: str, names: tuple[str, ...]) -> dict[str, float] | None:
     """The named metrics now, or None when /metrics does not answer."""
     try:
-        response = await client.get(url)
+        async with asyncio.timeout(client.timeout.read):  # the whole GET, not each read: a trickling /metrics must not hold the band
+            response = await client.get(url)
         return metric_values(response.text, names) if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, TimeoutError):
         return None
 
 
@@ -116,12 +117,13 @@ class MetricsPoller:
         while True:
             started = time.monotonic()
             try:
-                response = await self.client.get(self.url)
+                async with asyncio.timeout(self.client.timeout.read):
+                    response = await self.client.get(self.url)
                 value = running_requests(response.text, self.metric) if response.status_code == 200 else None
                 if value is None:
                     self.errors.append(f"HTTP {response.status_code}" if response.status_code != 200 else f"no {self.metric} in /metrics")
                 else:
                     self.samples.append(value)
-            except (httpx.HTTPError, ValueError) as exc:
+            except (httpx.HTTPError, ValueError, TimeoutError) as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))

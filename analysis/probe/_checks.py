@@ -1,0 +1,150 @@
+"""What the probe refuses before it fires, and the check that the server answers as a chat server at all.
+
+Settings no run can be made of (an address that is not http(s), a time-out that is not a positive
+number, a band wider than the process may hold open or than the server runs at once) are refused
+before anything is sent or written; the session's first request must come back as a chat stream
+with logprobs, or the probe stops rather than refuse every request after it the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from ._engines import Detection
+from ._rundir import ProbeError
+
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit, which vLLM's default max_logprobs and bia serve keep too
+FILES_PER_REQUEST = 3  # a request in flight holds its socket and its partial .sse and .times files open
+FILE_HEADROOM = 64  # the manifest, the captures, the server log, /metrics polls and kept-alive connections
+# What a server says of the requests it runs at once (the engine profile's effective settings) and where it says it.
+SLOT_SETTINGS = {"total_slots": "llama.cpp's total_slots (llama-server -np)",
+                 "max_running_requests": "SGLang's max_running_requests (--max-running-requests)"}
+
+
+def check_address(url: str) -> None:
+    """Refuse a URL the probe cannot send to: it must be ``http://`` or ``https://`` with a host.
+
+    Examples
+    --------
+    >>> check_address("localhost:8000")
+    Traceback (most recent call last):
+    ...
+    analysis.probe._rundir.ProbeError: url must be an http:// or https:// address with a host, got 'localhost:8000' (no scheme: did you mean http://localhost:8000?)
+    """
+    hint = f" (no scheme: did you mean http://{url}?)" if isinstance(url, str) and "://" not in url else ""
+    try:
+        parts = urlsplit(url)
+        parts.port  # a port that is not a number, or out of range, raises here
+    except (TypeError, ValueError) as exc:
+        raise ProbeError(f"url must be an http:// or https:// address with a host, got {url!r}: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ProbeError(f"url must be an http:// or https:// address with a host, got {url!r}{hint}")
+
+
+def check_timeout(timeout: float) -> None:
+    """Refuse a time-out that bounds nothing: it must be a positive, finite number of seconds."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
+        raise ProbeError(f"timeout must be a positive, finite number of seconds (the deadline of each whole request), got {timeout!r}")
+
+
+def check_settings(prompts: Sequence[str | Mapping[str, Any]], ladder: Sequence[int], repeats: int, max_tokens: int, top_logprobs: int,
+                   layout: str) -> None:
+    """Refuse settings no run can be made of, before anything is sent or written."""
+    if layout not in ("copies", "needle"):
+        raise ProbeError(f"layout must be 'copies' or 'needle', got {layout!r}")
+    texts = [p if isinstance(p, str) else p.get("text") if isinstance(p, Mapping) else None for p in prompts]
+    if not prompts or not all(isinstance(t, str) and t for t in texts):
+        raise ProbeError("prompts must be one or more non-empty texts (or {'text': ..., 'answer': ...} mappings)")
+    if not ladder or not all(_whole(c) and c >= 1 for c in ladder):
+        raise ProbeError(f"the ladder needs one or more whole numbers c of at least 1, got {list(ladder)}")
+    for name, value in (("repeats", repeats), ("max_tokens", max_tokens)):
+        if not _whole(value) or value < 1:
+            raise ProbeError(f"{name} must be at least 1, got {value!r}")
+    if not _whole(top_logprobs) or not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+        raise ProbeError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (OpenAI's limit, which servers enforce), got {top_logprobs!r}")
+    check_open_files(ladder)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_open_files(ladder: Sequence[int]) -> None:
+    """Refuse a band wider than this process may hold open: each request in flight holds a socket and two files.
+
+    A ladder past the limit would otherwise fail mid-band with "Too many open files", its partial
+    files left behind.
+    """
+    try:
+        import resource
+    except ImportError:  # not POSIX: no limit to read
+        return
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return
+    held, widest = _open_files(), max(ladder)
+    room = max(0, (soft - held - FILE_HEADROOM) // FILES_PER_REQUEST)
+    if widest > room:
+        raise ProbeError(f"the ladder's c={widest} needs about {widest * FILES_PER_REQUEST} open files at once (a socket and two capture "
+                         f"files per request), but this process may open {soft} (ulimit -n) and holds {held}: the widest band that fits is "
+                         f"c={room}; raise ulimit -n or lower the ladder")
+
+
+def _open_files() -> int:
+    """How many file descriptors this process holds now (0 where the system does not list them)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(folder))
+        except OSError:
+            continue
+    return 0
+
+
+def check_slots(ladder: Sequence[int], detection: Detection) -> None:
+    """Refuse a band wider than the requests the server says it runs at once: no batch of that width can form.
+
+    Only servers that say so are checked (llama.cpp's ``/props``, SGLang's server info when
+    ``max_running_requests`` is set); the rest of such a band would wait in the server's queue and
+    be measured as a narrower batch than its c.
+    """
+    effective = detection.profile.effective(detection.info)
+    widest = max(ladder)
+    for name, what in SLOT_SETTINGS.items():
+        slots = effective.get(name)
+        if _whole(slots) and slots >= 1 and widest > slots:
+            raise ProbeError(f"the ladder's c={widest} is wider than the {slots} requests the server runs at once (GET {detection.info_path}: "
+                             f"{what} = {slots}): no batch of {widest} can form; lower the ladder to at most {slots} or start the server "
+                             "with more")
+
+
+def check_first_answer(endpoint: str, role: str, results: list[dict[str, Any]], refusals: list[dict[str, Any] | None],
+                       tokens: tuple | None, top_logprobs: int) -> None:
+    """The session's first unit is the server check: unless one of its requests came back as a chat stream (with
+    logprobs, for a reference), nothing after it could count, so the probe stops and says what came back."""
+    kept = [result for result, refusal in zip(results, refusals) if refusal is None]
+    if not kept:
+        first = refusals[0]
+        raise ProbeError(f"{endpoint}: the server did not answer as an OpenAI-compatible chat stream: {first['error']}; "
+                         f"what came back: {came_back(first)}")
+    if role == "reference" and tokens == ():
+        raise ProbeError(f"{endpoint}: the server streamed a chat completion without logprobs (asked for logprobs with top_logprobs="
+                         f"{top_logprobs}); bia compares tokens by their logprobs, so no request could count; the stream began "
+                         f"{kept[0].get('sse', '')[:120]!r}")
+
+
+def came_back(result: dict[str, Any]) -> str:
+    """A refused or kept request's answer in a line: status, content type and first bytes.
+
+    Examples
+    --------
+    >>> came_back({"status": 404, "content_type": "text/html", "body": "<h1>Not Found</h1>"})
+    "HTTP 404, content-type 'text/html', first bytes '<h1>Not Found</h1>'"
+    """
+    data = result.get("body") or result.get("sse") or ""
+    parts = [f"HTTP {result['status']}, content-type {result.get('content_type')!r}"] if result.get("status") is not None else []
+    parts.append(f"first bytes {data[:80]!r}" if data else "no body" if parts else "no HTTP answer")
+    return ", ".join(parts)
