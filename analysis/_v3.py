@@ -260,8 +260,10 @@ def _u32(obj: Mapping[str, Any], key: str, where: str, *, required: bool = False
     value = obj.get(key)
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U32_MAX:
+    if isinstance(value, bool) or not isinstance(value, int):
         raise _Unreadable(f"{where}.{key}: invalid type: {_describe(value)}, expected a non-negative integer")
+    if not 0 <= value <= _U32_MAX:  # the field is a u32 in aprender's witness struct
+        raise _Unreadable(f"{where}.{key}: invalid value: {_describe(value)}, expected a non-negative integer of at most {_U32_MAX} (u32)")
     return value
 
 
@@ -271,7 +273,10 @@ def _f64(obj: Mapping[str, Any], key: str, where: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Unreadable(f"{where}.{key}: invalid type: {_describe(value)}, expected a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a double (from a parsed dict; the strict parser refuses it)
+        raise _Unreadable(f"{where}.{key}: invalid value: {_describe(value)}, expected a number within an f64's range") from None
 
 
 def _str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
