@@ -206,6 +206,19 @@ def first_duplicate(value: Any, path: str = "") -> str | None:
     return None
 
 
+def duplicate_path(text: str | bytes) -> str | None:
+    """The path of the first key that an object of ``text`` names twice, or None; NaN and Infinity
+    are read as Python writes them (for dumps).
+
+    Examples
+    --------
+    >>> duplicate_path('{"a": NaN, "b": {"c": 1, "c": 2}}')
+    'b.c'
+    """
+    check_depth(text)
+    return first_duplicate(json.loads(text, object_pairs_hook=_object))
+
+
 def loads(text: str) -> Any:
     """Parse ``text`` as strict JSON; objects come back as :class:`JsonObject`.
 

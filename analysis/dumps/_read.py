@@ -128,6 +128,10 @@ def detect_format(raw: bytes, source: str) -> str:
         return _stream_format(text, source)
     try:
         payload = _json.loads(text)
+    except (_json.NestingError, _json.DuplicateKeyError) as exc:
+        if not _first_line_is_json(text):  # one (pretty-printed) document: its refusal is the answer
+            raise DumpError(source, "$", *_json.refusal(exc)) from None
+        return "jsonl"  # lines of JSON: each is read (and refused) on its own line
     except ValueError:
         if "Logprob(" in text[:65536]:
             return "vllm_offline_repr"
@@ -143,6 +147,8 @@ def _first_line_is_json(text: str) -> bool:
     first = next((line for line in text.splitlines() if line.strip()), "")
     try:
         _json.loads(first)
+    except (_json.NestingError, _json.DuplicateKeyError):
+        return True  # JSON all the same; the line's own reading names the refusal
     except ValueError:
         return False
     return True
@@ -183,7 +189,7 @@ def _parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bo
     try:
         payload = _json.loads(text)
     except ValueError as exc:
-        raise DumpError(rows.source, f"record {meta.record}", None, f"not valid JSON: {exc}") from None
+        raise DumpError(rows.source, f"record {meta.record}", *_json.refusal(exc)) from None
     PAYLOAD_PARSERS[fmt](payload, rows, meta, "$" if meta.record == 0 else f"line {meta.record}")
 
 
@@ -206,6 +212,8 @@ def _parse_jsonl(text: str, rows: Rows, fmt_hint: str, lenient: bool, formats: s
     """
     try:
         whole = _json.loads(text)
+    except _json.DuplicateKeyError as exc:  # only a whole document parses far enough to find a repeated key
+        raise DumpError(rows.source, "line 1", *_json.refusal(exc)) from None
     except ValueError:
         whole = None
     if isinstance(whole, dict):
@@ -227,7 +235,7 @@ def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient
     try:
         obj = _json.loads(line)
     except ValueError as exc:
-        raise DumpError(rows.source, where, None, f"not valid JSON: {exc}") from None
+        raise DumpError(rows.source, where, *_json.refusal(exc)) from None
     raw = line.encode("utf-8")
     if isinstance(obj, dict) and ("response" in obj or "sse" in obj):
         meta = _envelope_meta(obj, number, raw)
@@ -450,6 +458,8 @@ def _torn_tail(path: Path, source: str) -> tuple[int | None, DumpError | None]:
         try:
             _json.loads(tail)
             return None, None  # a whole last line that merely lacks its newline
+        except (_json.NestingError, _json.DuplicateKeyError):
+            return None, None  # whole too: reading it names what is wrong with it
         except ValueError:
             pass
         handle.seek(0)
