@@ -15,7 +15,7 @@ import orjson
 
 from .._strictjson import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path
 
-__all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_unique_keys", "loads", "refusal"]
+__all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_depth", "check_unique_keys", "loads", "refusal"]
 
 
 def loads(data: bytes | str) -> Any:
