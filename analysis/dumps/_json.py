@@ -36,6 +36,7 @@ def loads(data: bytes | str) -> Any:
         try:
             value = json.loads(data)
         except RecursionError:  # the standard parser recurses: this deep is past the limit anyway
+            check_depth(data)  # which names where
             raise NestingError(f"arrays and objects nested deeper than {MAX_DEPTH}") from None
     check_depth(data, parsed=value)
     check_unique_keys(data, value)

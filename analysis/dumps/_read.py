@@ -87,13 +87,15 @@ def _choices_formats(payload: dict) -> list[str]:
     return []
 
 
-def _stream_format(text: str, source: str) -> str:
-    """Which stream an SSE capture is, from its first JSON event."""
+def _stream_format(text: str, source: str, record: str = "record 0") -> str:
+    """Which stream an SSE capture is, from its first JSON event; ``record`` names the capture in errors."""
     for event in parse_sse(text).events:
         if event.data == "[DONE]":
             continue
         try:
             chunk = _json.loads(event.data)
+        except (_json.NestingError, _json.DuplicateKeyError) as exc:  # JSON, refused: say so rather than "no known stream"
+            raise DumpError(source, f"{record} event {event.index} (line {event.line})", *_json.refusal(exc)) from None
         except ValueError:
             continue
         if isinstance(chunk, dict):
@@ -242,7 +244,7 @@ def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient
         if "sse" in obj:
             if not isinstance(obj["sse"], str):
                 raise DumpError(rows.source, where, "sse", "expected the raw SSE text as a string")
-            fmt = obj.get("format") or _stream_format(obj["sse"], rows.source)
+            fmt = obj.get("format") or _stream_format(obj["sse"], rows.source, f"record {number}")
             formats.add(fmt)
             rows.source_format = fmt
             _parse_payload_text(obj["sse"], fmt, rows, meta, lenient)
