@@ -118,11 +118,16 @@ class V3Policy:
         path = Path(path)
         text = path.read_text(encoding="utf-8")
         try:
-            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+            data = tomllib.loads(text) if path.suffix == ".toml" else _strictjson.loads(text)
+        except (tomllib.TOMLDecodeError, _strictjson.StrictJsonError) as exc:
             raise PolicyError(f"{path}: not a valid policy file: {exc}") from None
+        except RecursionError:  # tomllib recurses into nested arrays and tables
+            raise PolicyError(f"{path}: not a valid policy file: nested too deep") from None
         if not isinstance(data, dict):
             raise PolicyError(f"{path}: a policy file holds one table of fields")
+        repeated = _strictjson.first_duplicate(data)
+        if repeated is not None:
+            raise PolicyError(f"{path}: {repeated} is given more than once")
         data.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_mapping(data, source=str(path))
 

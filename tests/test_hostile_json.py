@@ -111,6 +111,17 @@ def test_cli_on_a_witness_nested_100000_deep(deep_witness, command):
     _refused(_bia(command, str(deep_witness)), 4, "arrays and objects nested deeper than 128, at line 1 column 160")
 
 
+@pytest.mark.parametrize(("name", "text", "problem"), [
+    ("policy.toml", "bands = " + DEEP, "not a valid policy file: nested too deep"),
+    ("policy.json", '{"bands": ' + DEEP + "}", "not a valid policy file: arrays and objects nested deeper than 128"),
+    ("policy.json", '{"near_tie_cap": 1, "near_tie_cap": 5}', "near_tie_cap is given more than once"),
+])
+def test_a_hostile_policy_file(tmp_path, name, text, problem):
+    policy = tmp_path / name
+    policy.write_text(text)
+    _refused(_bia("shape-check", "--policy", str(policy), str(V2_WITNESS)), 2, f"{policy}: {problem}")
+
+
 def test_a_witness_exactly_at_the_limit_reads(tmp_path):
     doc = json.loads(V2_WITNESS.read_text())
     doc["deep"] = json.loads("[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1))  # the witness's object is level 1
