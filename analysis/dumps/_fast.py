@@ -15,7 +15,11 @@ the frames of the last are built. Whatever the file holds that this path does no
 (another shape on some line, a null value, a value the checks refuse, a key whose
 mere presence changes what the general path does, an SSE text that is not plain ``data:`` blocks,
 blank lines) makes it return ``None``: the caller then takes the general path, which reads every
-case and names every error. The general path is the authority; this one only ever agrees with it.
+case and names every error. The general path is the authority; this one only ever agrees with it,
+but for one thing: the JSON reader skips the values of keys that the schemas below do not name
+without parsing them, so a key repeated in such a value, or nesting there deeper than
+``_strictjson.MAX_DEPTH``, is not seen here (the general path refuses it). Keys it reads that are
+repeated make the JSON reader fail, and capture envelopes are checked whole (``_check_strict``).
 """
 
 from __future__ import annotations
