@@ -6,6 +6,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+# Integers land in 64-bit columns: a larger one is refused here rather than overflowing there.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 
 class WitnessError(ValueError):
     """A witness or marker that cannot be read.
@@ -76,8 +79,10 @@ class Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._fail(key, "an integer", value)
-        if nonnegative and value < 0:
-            raise self._fail(key, "a non-negative integer", value)
+        if nonnegative and not 0 <= value <= INT64_MAX:
+            raise self._fail(key, f"a non-negative integer of at most {INT64_MAX} (2^63 - 1)", value)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise self._fail(key, "an integer that fits in 64 bits", value)
         return value
 
     def number(self, key: str) -> float | None:
@@ -87,7 +92,10 @@ class Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._fail(key, "a number", value)
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise self._fail(key, "a number within a 64-bit float's range", value) from None
 
     def str(self, key: str, *, required: bool = False) -> str | None:
         """A string, or None when absent or null."""

@@ -1,12 +1,25 @@
 """JSON parsing as strict as serde_json: no NaN or Infinity, no overflowing numbers, no lone
-surrogates, and duplicate keys remembered so a typed reader can refuse them."""
+surrogates, no nesting deeper than :data:`MAX_DEPTH`, and duplicate keys remembered so a typed
+reader can refuse them.
+
+:func:`check_depth` is the one nesting guard of every reader of JSON in bia (witnesses, the V3
+check, run manifests, dumps, ``bia serve``'s request bodies): Python's parser recurses once per
+level and would end in a ``RecursionError`` near a thousand, orjson refuses past 1024, and
+serde_json (what aprender reads witnesses with) past 128. bia refuses past 128 everywhere.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+
+# serde_json's recursion limit: arrays and objects nested deeper are refused before parsing.
+MAX_DEPTH = 128
 
 # A lone surrogate can only enter through a \uD800-\uDFFF escape: decoded UTF-8 never holds one.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -19,7 +32,27 @@ class JsonObject(dict):
 
 
 class StrictJsonError(ValueError):
-    """Text that serde_json would refuse; the message says where and why."""
+    """Text that serde_json would refuse; the message says where and why.
+
+    Attributes
+    ----------
+    problem : str
+        What is wrong (the message).
+    field : str or None
+        The path of the offending key (``choices[0].logprob``) when one is to blame.
+    """
+
+    def __init__(self, problem: str, field: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem, self.field = problem, field
+
+
+class NestingError(StrictJsonError):
+    """Arrays and objects nested deeper than the limit."""
+
+
+class DuplicateKeyError(StrictJsonError):
+    """An object that names a key twice (a parser would keep only the last value)."""
 
 
 def _object(pairs: list[tuple[str, Any]]) -> JsonObject:
@@ -45,6 +78,16 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if len(text) > 300:  # serde_json reads a long integer as a float: one beyond a double's range is refused
+        try:
+            float(value)
+        except OverflowError:
+            raise StrictJsonError(f"number {text[:20]}... ({len(text)} digits) is out of range for a 64-bit float") from None
+    return value
+
+
 def _has_lone_surrogate(text: str) -> bool:
     return any("\ud800" <= char <= "\udfff" for char in text)
 
@@ -63,6 +106,119 @@ def _check_strings(value: Any, path: str) -> None:
             _check_strings(item, f"{path}[{index}]")
 
 
+def _openers(data: str | bytes) -> int:
+    """How many ``[`` and ``{`` the text holds, in strings or not: an upper bound of its depth."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{")
+    return data.count(b"[") + data.count(b"{")
+
+
+def _too_deep_at(raw: bytes, limit: int) -> int | None:
+    """The offset of the first ``[`` or ``{`` outside strings that opens level ``limit + 1``, or None.
+
+    Vectorized: a quote ends or starts a string unless an odd run of backslashes precedes it,
+    and a bracket is outside strings when an even number of such quotes precede it.
+    """
+    a = np.frombuffer(raw, dtype=np.uint8)
+    index = np.arange(len(a))
+    last_plain = np.maximum.accumulate(np.where(a != 0x5C, index, -1))  # the last byte at or before each that is not a backslash
+    quotes = np.flatnonzero(a == 0x22)
+    before = quotes - 1
+    run = np.where(before >= 0, before - last_plain[np.maximum(before, 0)], 0)  # backslashes just before each quote
+    quotes = quotes[run % 2 == 0]
+    low = a | 0x20  # [ and ] fold onto { and }
+    marks = np.flatnonzero((low == 0x7B) | (low == 0x7D))
+    marks = marks[np.searchsorted(quotes, marks) % 2 == 0]
+    depth = np.cumsum(np.where(low[marks] == 0x7B, 1, -1))
+    over = np.flatnonzero(depth > limit)
+    return int(marks[over[0]]) if len(over) else None
+
+
+def _where(raw: bytes, at: int) -> str:
+    start = raw.rfind(b"\n", 0, at) + 1
+    line = raw.count(b"\n", 0, at) + 1
+    return f"line {line} column {len(raw[start:at].decode('utf-8', 'replace')) + 1}"
+
+
+def _value_too_deep(value: Any, limit: int) -> bool:
+    """Whether an already parsed value nests arrays and objects deeper than ``limit`` (no recursion)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def check_depth(data: str | bytes, limit: int = MAX_DEPTH, *, parsed: Any = None) -> None:
+    """Refuse JSON text that nests arrays and objects deeper than ``limit``.
+
+    Text with at most ``limit`` brackets passes at once; other text is scanned (strings skipped),
+    or, when ``parsed`` holds the value a non-recursive parser already made of it, that value is
+    walked instead.
+
+    Raises
+    ------
+    NestingError
+        The message names the limit and, for a scan, the line and column of the first bracket past it.
+
+    Examples
+    --------
+    >>> check_depth("[[1]]", limit=2)
+    >>> check_depth('["[[["]', limit=1)
+    >>> check_depth('{"a": [[1]]}', limit=2)
+    Traceback (most recent call last):
+    ...
+    analysis._strictjson.NestingError: arrays and objects nested deeper than 2, at line 1 column 8
+    """
+    if _openers(data) <= limit:
+        return
+    if parsed is not None:
+        if _value_too_deep(parsed, limit):
+            raise NestingError(f"arrays and objects nested deeper than {limit}")
+        return
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    at = _too_deep_at(raw, limit)
+    if at is not None:
+        raise NestingError(f"arrays and objects nested deeper than {limit}, at {_where(raw, at)}")
+
+
+def first_duplicate(value: Any, path: str = "") -> str | None:
+    """The path of the first key that an object of ``value`` (parsed by :func:`loads`) names twice, or None.
+
+    Examples
+    --------
+    >>> first_duplicate(loads('{"a": [{"b": 1, "b": 2}]}'))
+    'a[0].b'
+    """
+    stack = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, Mapping):
+            repeated = sorted(getattr(item, "duplicates", ()))
+            if repeated:
+                return f"{where}.{repeated[0]}" if where else repeated[0]
+            stack.extend((v, f"{where}.{k}" if where else k) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def duplicate_path(text: str | bytes) -> str | None:
+    """The path of the first key that an object of ``text`` names twice, or None; NaN and Infinity
+    are read as Python writes them (for dumps).
+
+    Examples
+    --------
+    >>> duplicate_path('{"a": NaN, "b": {"c": 1, "c": 2}}')
+    'b.c'
+    """
+    check_depth(text)
+    return first_duplicate(json.loads(text, object_pairs_hook=_object))
+
+
 def loads(text: str) -> Any:
     """Parse ``text`` as strict JSON; objects come back as :class:`JsonObject`.
 
@@ -78,13 +234,19 @@ def loads(text: str) -> Any:
     Traceback (most recent call last):
     ...
     analysis._strictjson.StrictJsonError: NaN is not a JSON number
+    >>> loads("[" * 200 + "]" * 200)
+    Traceback (most recent call last):
+    ...
+    analysis._strictjson.NestingError: arrays and objects nested deeper than 128, at line 1 column 129
     """
+    check_depth(text)
     try:
         value = json.loads(
             text,
             object_pairs_hook=_object,
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
+            parse_int=_bounded_int,
         )
     except json.JSONDecodeError as exc:
         raise StrictJsonError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None

@@ -126,13 +126,20 @@ class V3Policy:
         except UnicodeDecodeError as exc:
             raise PolicyError(f"{path}: not a valid policy file: not UTF-8 text (byte {exc.start})") from None
         try:
-            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+            data = tomllib.loads(text) if path.suffix == ".toml" else _strictjson.loads(text)
+        except (tomllib.TOMLDecodeError, _strictjson.StrictJsonError) as exc:
             raise PolicyError(f"{path}: not a valid policy file: {exc}") from None
+<<<<<<< HEAD
         except RecursionError:
+=======
+        except RecursionError:  # tomllib recurses into nested arrays and tables
+>>>>>>> hostile-json
             raise PolicyError(f"{path}: not a valid policy file: nested too deep") from None
         if not isinstance(data, dict):
             raise PolicyError(f"{path}: a policy file holds one table of fields")
+        repeated = _strictjson.first_duplicate(data)
+        if repeated is not None:
+            raise PolicyError(f"{path}: {repeated} is given more than once")
         data.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_mapping(data, source=str(path))
 
@@ -273,8 +280,10 @@ def _u32(obj: Mapping[str, Any], key: str, where: str, *, required: bool = False
     value = obj.get(key)
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U32_MAX:
+    if isinstance(value, bool) or not isinstance(value, int):
         raise _Unreadable(f"{where}.{key}: invalid type: {_describe(value)}, expected a non-negative integer")
+    if not 0 <= value <= _U32_MAX:  # the field is a u32 in aprender's witness struct
+        raise _Unreadable(f"{where}.{key}: invalid value: {_describe(value)}, expected a non-negative integer of at most {_U32_MAX} (u32)")
     return value
 
 
@@ -284,7 +293,10 @@ def _f64(obj: Mapping[str, Any], key: str, where: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Unreadable(f"{where}.{key}: invalid type: {_describe(value)}, expected a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a double (from a parsed dict; the strict parser refuses it)
+        raise _Unreadable(f"{where}.{key}: invalid value: {_describe(value)}, expected a number within an f64's range") from None
 
 
 def _str(obj: Mapping[str, Any], key: str, where: str) -> str | None:

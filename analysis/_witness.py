@@ -458,6 +458,8 @@ def parse_document(raw: bytes, source: str) -> _Parsed:
         raise WitnessError(source, "$", None, "empty file")
     try:
         data = _strictjson.loads(text)
+    except _strictjson.NestingError as exc:
+        raise WitnessError(source, "$", None, str(exc)) from None
     except _strictjson.StrictJsonError as exc:
         raise WitnessError(source, "$", None, f"not valid JSON: {exc}") from None
     if isinstance(data, dict) and "witness_version" in data:

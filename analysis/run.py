@@ -36,6 +36,7 @@ import polars as pl
 from . import _columnar, parity
 from ._manifest import manifest_problem
 from ._output import claim_output
+from ._strictjson import check_depth
 from ._witness import derive_run_verdict
 from .dumps import Dump, DumpError, read_dumps
 from .dumps._read import DUMP_SUFFIXES
@@ -190,18 +191,22 @@ class Run:
         return _write_derived(self, _capture_stamps(self.path / "captures", _derived_record(self.path / "derived")))
 
 
+def _parse_json(text: str) -> Any:
+    """``json.loads`` behind the nesting guard, so a hostile manifest is a ValueError, not a RecursionError."""
+    check_depth(text)
+    return json.loads(text)
+
+
 def _load_manifest(path: Path) -> dict[str, Any]:
     manifest_path = path / "manifest.json"
     if not manifest_path.exists():
         raise RunError(f"{path}: no manifest.json; a run directory starts with its manifest")
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunError(f"{manifest_path}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise RunError(f"{manifest_path}: not valid JSON (nested too deep)") from None
+        manifest = _parse_json(manifest_path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise RunError(f"{manifest_path}: not UTF-8 text (byte {exc.start})") from None
+        raise RunError(f"{manifest_path}: not UTF-8 text ({exc})") from None
+    except ValueError as exc:
+        raise RunError(f"{manifest_path}: not valid JSON ({exc})") from None
     return _checked_manifest(manifest, manifest_path)
 
 
@@ -319,7 +324,7 @@ def _capture_stamps(captures: Path, record: dict[str, Any] | None = None) -> dic
 def _derived_record(folder: Path) -> dict[str, Any] | None:
     """What ``derived/manifest.json`` says, when it is of this version; None otherwise."""
     try:
-        record = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        record = _parse_json((folder / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("derived_version") == _DERIVED_VERSION else None

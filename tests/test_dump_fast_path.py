@@ -460,7 +460,7 @@ RESPONSE_FALLBACKS = {
     "token_ids: null in a choice": (_set_response(0, ["choices", 0, "token_ids"], None), None),
     "a legacy object": (_set_response(0, ["object"], "text_completion"), None),
     "usage that disagrees": (_set_response(0, ["usage", "completion_tokens"], 9), "says 9 tokens but logprobs hold 3 entries"),
-    "a later duplicate response key": (lambda lines: lines.__setitem__(0, {**lines[0], "tail": 1}), None),
+    "a later duplicate response key": (lambda lines: lines.__setitem__(0, {**lines[0], "tail": 1}), r"line 1\.response: key appears more than once"),
     "a line separator in an extra key": (_set(0, note="a\u2028b"), "neither JSON, JSON lines, SSE nor a torch file"),
     "both sse and response": (lambda lines: lines[0].update(sse=_stream_envelopes()[0]["sse"]), None),
     "a printed Logprob repr early in the file": (_set(0, note="Logprob("), None),

@@ -15,7 +15,11 @@ the frames of the last are built. Whatever the file holds that this path does no
 (another shape on some line, a null value, a value the checks refuse, a key whose
 mere presence changes what the general path does, an SSE text that is not plain ``data:`` blocks,
 blank lines) makes it return ``None``: the caller then takes the general path, which reads every
-case and names every error. The general path is the authority; this one only ever agrees with it.
+case and names every error. The general path is the authority; this one only ever agrees with it,
+but for one thing: the JSON reader skips the values of keys that the schemas below do not name
+without parsing them, so a key repeated in such a value, or nesting there deeper than
+``_strictjson.MAX_DEPTH``, is not seen here (the general path refuses it). Keys it reads that are
+repeated make the JSON reader fail, and capture envelopes are checked whole (``_check_strict``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from .._fields import INT64_MAX, INT64_MIN
 from . import _json
 from ._openai import USAGE_FIELDS
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, classified, conform
@@ -223,8 +228,17 @@ def _placeholder_ids(token: pl.Series) -> pl.Series:
     digits = token.str.strip_prefix("token_id:")
     plain = digits.str.contains(r"^-?[0-9]+$").fill_null(False)
     if (marked & ~plain).any():  # another digit (the general path's \d is any Unicode digit), or no number: the full rule
-        return token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
-    return digits.zip_with(marked, pl.Series([None], dtype=pl.String)).cast(pl.Int64)  # strict: an id beyond int64 raises
+        ids = token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
+    else:
+        ids = digits.zip_with(marked, pl.Series([None], dtype=pl.String)).cast(pl.Int64)  # strict: an id beyond int64 raises
+    return _token_ids(ids)
+
+
+def _token_ids(ids: pl.Series) -> pl.Series:
+    """``ids``, when none is negative: the general path refuses a negative token id, so it is left to it."""
+    if (ids < 0).any():
+        raise _Unsupported("a negative token id")
+    return ids
 
 
 # --- entry points -----------------------------------------------------------------------------
@@ -421,8 +435,8 @@ def _envelope_columns(env: dict) -> dict[str, Any]:
         if out[name] is not None and not isinstance(out[name], str):
             raise _Unsupported(f"{name} is not a string")
     for name in ("band_c", "slot", "repeat"):
-        if out[name] is not None and not _is_int(out[name]):
-            raise _Unsupported(f"{name} is not an integer")
+        if out[name] is not None and not (_is_int(out[name]) and INT64_MIN <= out[name] <= INT64_MAX):
+            raise _Unsupported(f"{name} is not an integer of 64 bits")
     t_sent = out["t_sent"]
     if t_sent is not None and not (_is_int(t_sent) or isinstance(t_sent, float)):
         raise _Unsupported("t_sent is not a number")
@@ -472,11 +486,48 @@ def _envelope_line(data: bytes, a: int, b: int, record: int) -> _Line:
     kind, start = (first.group(1).decode(), first.end()) if first else _later_key(data, a, b)
     if kind == "response":
         return _response_line(data, a, b, start, record, sha)
+    return _sse_line(_sse_envelope(data, a, b, start), record, sha)
+
+
+def _check_strict(raw: bytes, value: Any) -> None:
+    """Leave to the general path what it refuses in parsed JSON: nesting past the limit, a repeated key."""
     try:
-        env = orjson.loads(view)
+        _json.check_depth(raw, parsed=value)
+        _json.check_unique_keys(raw, value)
+    except _json.StrictJsonError:
+        raise _Unsupported("nesting or a repeated key the general path refuses") from None
+
+
+_DONE_END = b'[DONE]\\n\\n"'  # the end of a stream's text as JSON writers escape it
+
+
+def _sse_envelope(data, a: int, b: int, start: int) -> Any:
+    """An SSE envelope line (its ``sse`` value starting at ``start``) parsed, and left to the general path
+    (``_check_strict``) when that refuses it.
+
+    The stream's text, most of the line, is read as one string on its own when it ends at the line's
+    last ``[DONE]\\n\\n"`` (the bytes up to there must read as one string): the repeated-key and
+    nesting checks then look at the envelope's other keys only.
+    """
+    at = data.rfind(_DONE_END, start, b)
+    if at != -1:
+        end = at + len(_DONE_END)
+        rest = bytes(data[a:start]) + b"null" + bytes(data[end:b])
+        try:
+            sse, env = orjson.loads(memoryview(data)[start:end]), orjson.loads(rest)
+        except orjson.JSONDecodeError:  # the bytes up to that quote are more than one string
+            env = None
+        if isinstance(env, dict) and isinstance(sse, str) and "sse" in env and env["sse"] is None:
+            _check_strict(rest, env)
+            env["sse"] = sse
+            return env
+    line = bytes(data[a:b])
+    try:
+        env = orjson.loads(line)
     except orjson.JSONDecodeError:
         raise _Unsupported("not JSON for orjson") from None
-    return _sse_line(env, record, sha)
+    _check_strict(line, env)
+    return env
 
 
 def _later_key(data: bytes, a: int, b: int) -> tuple[str, int]:
@@ -555,6 +606,7 @@ def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: st
         env = orjson.loads(rest)
     except orjson.JSONDecodeError:
         raise _Unsupported("the envelope is not JSON for orjson") from None
+    _check_strict(rest, env)
     if env.get("response", 0) is not None or "sse" in env:
         raise _Unsupported("a second response, or an sse beside it")
     after = data[close + 1 : b]
@@ -799,7 +851,7 @@ def _tokens(entries, keys: pl.DataFrame, source: str, source_format: str) -> pl.
     """One row per ``logprobs.content`` entry; ``keys`` holds each entry's record, choice_index, position, request_id,
     sample_key (and for streams stream_chunk and t_arrival)."""
     token = pl.from_arrow(_field(entries, "token"))
-    own_id = pl.from_arrow(_field(entries, "id"))
+    own_id = _token_ids(pl.from_arrow(_field(entries, "id")))
     placeholder = _placeholder_ids(token)
     raw = pl.from_arrow(_field(entries, "logprob"))
     conflict = (own_id.is_not_null() & placeholder.is_not_null() & (own_id != placeholder)).any()
@@ -849,7 +901,7 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
     cands, parent, list_index = _flatten(_field(entries, "top_logprobs"))
     token = pl.from_arrow(_field(cands, "token"))
     placeholder = _placeholder_ids(token)
-    own_id = pl.from_arrow(_field(cands, "id"))
+    own_id = _token_ids(pl.from_arrow(_field(cands, "id")))
     raw = pl.from_arrow(_field(cands, "logprob"))
     if raw.null_count():
         raise _Unsupported("a null candidate value")

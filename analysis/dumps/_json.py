@@ -1,5 +1,10 @@
 """JSON for dumps: orjson for speed, the standard library for what Python itself writes
-(NaN, Infinity, -Infinity from ``json.dumps``), which the classifier then marks non-finite."""
+(NaN, Infinity, -Infinity from ``json.dumps``), which the classifier then marks non-finite.
+
+Whichever parser reads a text, two things are refused as in witnesses: arrays and objects nested
+deeper than ``_strictjson.MAX_DEPTH``, and an object that names a key twice (both parsers would
+silently keep the last value).
+"""
 
 from __future__ import annotations
 
@@ -8,16 +13,68 @@ from typing import Any
 
 import orjson
 
+from .._strictjson import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path
+
+__all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_depth", "check_unique_keys", "loads", "refusal"]
+
 
 def loads(data: bytes | str) -> Any:
-    """Parse JSON; raises ValueError with the parser's message.
+    """Parse JSON; raises ValueError with the parser's message, or a ``StrictJsonError`` for nesting or a repeated key.
 
     Examples
     --------
     >>> loads(b'{"logprob": -Infinity}')
     {'logprob': -inf}
+    >>> loads('{"a": 1, "a": 2}')
+    Traceback (most recent call last):
+    ...
+    analysis._strictjson.DuplicateKeyError: key appears more than once (a parser keeps only its last value)
     """
     try:
-        return orjson.loads(data)
+        value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        try:
+            value = json.loads(data)
+        except RecursionError:  # the standard parser recurses: this deep is past the limit anyway
+            check_depth(data)  # which names where
+            raise NestingError(f"arrays and objects nested deeper than {MAX_DEPTH}") from None
+    check_depth(data, parsed=value)
+    check_unique_keys(data, value)
+    return value
+
+
+def check_unique_keys(data: bytes | str, value: Any) -> None:
+    """Refuse ``data`` when one of its objects names a key twice; ``value`` is what a parser made of it.
+
+    Every member of an object has one colon outside strings, and strings hold the same colons once
+    written again, so a repeated key leaves ``data`` with more colons than ``value`` written by
+    orjson. Only then (or when a colon may be written as a ``\\u`` escape) is the text parsed again
+    to name the key.
+
+    Raises
+    ------
+    DuplicateKeyError
+        ``field`` is the path of the repeated key.
+    """
+    if not _colons_differ(data, value):
+        return
+    path = duplicate_path(data)
+    if path is not None:
+        raise DuplicateKeyError("key appears more than once (a parser keeps only its last value)", field=path)
+
+
+def _colons_differ(data: bytes | str, value: Any) -> bool:
+    try:
+        written = orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):  # an integer beyond 64 bits, a lone surrogate: look closely
+        return True
+    if isinstance(data, str):
+        return "\\u003" in data or data.count(":") != written.count(b":")
+    return b"\\u003" in data or data.count(b":") != written.count(b":")
+
+
+def refusal(exc: ValueError) -> tuple[str | None, str]:
+    """(field, problem) of a ``DumpError`` for what :func:`loads` raised."""
+    if isinstance(exc, (NestingError, DuplicateKeyError)):
+        return exc.field, exc.problem
+    return None, f"not valid JSON: {exc}"

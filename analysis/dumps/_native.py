@@ -16,7 +16,7 @@ def _triple(value: Any, rows: Rows, where: str) -> tuple[Any, int | None, str | 
     if not isinstance(value, list) or len(value) != 3:
         raise DumpError(rows.source, where, None, f"expected [logprob, token_id, text|null], got {value!r}")
     logprob, token_id, text = value
-    _int_or_none(token_id, rows, where, "[1] token_id")
+    _int_or_none(token_id, rows, where, "[1] token_id", token_id=True)
     if text is not None and not isinstance(text, str):
         raise DumpError(rows.source, where, "[2] text", f"expected a string or null, got {text!r}")
     return logprob, token_id, text
@@ -115,7 +115,7 @@ def _legacy_llamacpp_step(step: dict, rows: Rows, meta: Meta, key, where: str, s
     entries = []
     for k, cand in enumerate(_list(step.get("probs"), rows, where, "probs")):
         cand = _obj(cand, rows, f"{where}.probs[{k}]")
-        entries.append({"token_text": cand.get("tok_str"), "raw": cand.get("prob"), "token_id": _int_or_none(cand.get("id"), rows, where, "id")})
+        entries.append({"token_text": cand.get("tok_str"), "raw": cand.get("prob"), "token_id": _int_or_none(cand.get("id"), rows, where, "id", token_id=True)})
     own = next((e for e in entries if e["token_text"] == content), None)
     rows.token(key, where, raw=None if own is None else own["raw"], kind="prob", missing=own is None, sample_key=meta.sample_key,
                token_text=content, n_candidates=len(entries), stream_chunk=stream_chunk, t_arrival=t_arrival, logprob_semantics="unknown")
@@ -156,7 +156,7 @@ def parse_tgi(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
             twhere = f"{dwhere}.{name}[{p}]"
             token = _obj(token, rows, twhere)
             key = (meta.record, 0, segment, p)
-            token_id = _int_or_none(token.get("id"), rows, twhere, "id")
+            token_id = _int_or_none(token.get("id"), rows, twhere, "id", token_id=True)
             top = _list(tops[p], rows, dwhere, f"top_tokens[{p}]") if tops else None
             rows.token(key, twhere, raw=token.get("logprob"), sample_key=meta.sample_key, token_id=token_id, token_text=token.get("text"),
                        n_candidates=None if top is None else len(top))
@@ -221,7 +221,7 @@ def parse_primerl(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> Non
     sample_key = meta.sample_key or (str(payload["sample_id"]) if "sample_id" in payload else None)
     for p, token_id in enumerate(token_ids):
         twhere = f"{where}.token_ids[{p}]"
-        _int_or_none(token_id, rows, where, f"token_ids[{p}]")
+        _int_or_none(token_id, rows, where, f"token_ids[{p}]", token_id=True)
         key = (meta.record, 0, "completion", p)
         rows.token(key, twhere, raw=None if inference is None else inference[p], missing=inference is None, sample_key=sample_key,
                    token_id=token_id, loss_mask=None if mask is None else bool(mask[p]), logprob_semantics="raw")

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from ._schema import Rows, classified
+from .._fields import INT64_MAX, INT64_MIN
 from ._values import DumpError, placeholder_id
 
 
@@ -69,12 +70,25 @@ def choice_index(choice: dict, position: int, rows: Rows, where: str) -> int:
     return position if index is None else index
 
 
-def _int_or_none(value: Any, rows: Rows, where: str, field_name: str) -> int | None:
+def _int_or_none(value: Any, rows: Rows, where: str, field_name: str, *, token_id: bool = False) -> int | None:
+    """An integer that fits the 64-bit columns (with ``token_id``, a non-negative one), or None for null."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise DumpError(rows.source, where, field_name, f"expected an integer, got {value!r}")
+    if token_id and not 0 <= value <= INT64_MAX:
+        raise DumpError(rows.source, where, field_name, f"expected a token id (an integer 0..{INT64_MAX}), got {value}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise DumpError(rows.source, where, field_name, f"expected an integer that fits in 64 bits, got {value}")
     return value
+
+
+def _placeholder(token: Any, rows: Rows, where: str, field_name: str) -> int | None:
+    """The id of vLLM's ``token_id:N`` placeholder, refused when N is no token id; None for other tokens."""
+    found = placeholder_id(token)
+    if found is not None and not 0 <= found <= INT64_MAX:
+        raise DumpError(rows.source, where, field_name, f"placeholder {token!r} holds no token id (an integer 0..{INT64_MAX})")
+    return found
 
 
 # --- one entry of logprobs.content --------------------------------------------------------------
@@ -85,8 +99,8 @@ def _entry_identity(entry: dict, rows: Rows, where: str) -> tuple[int | None, st
     token = entry.get("token")
     if token is not None and not isinstance(token, str):
         raise DumpError(rows.source, where, "token", f"expected a string, got {token!r}")
-    token_id = _int_or_none(entry.get("id"), rows, where, "id")
-    from_placeholder = placeholder_id(token)
+    token_id = _int_or_none(entry.get("id"), rows, where, "id", token_id=True)
+    from_placeholder = _placeholder(token, rows, where, "token")
     if from_placeholder is not None:
         if token_id is not None and token_id != from_placeholder:
             raise DumpError(rows.source, where, "token", f"placeholder {token!r} disagrees with id {token_id}")
@@ -260,7 +274,7 @@ def _parse_choice_tokens(choice: dict, rows: Rows, meta: Meta, where: str, index
     if token_ids is not None:
         token_ids = _list(token_ids, rows, where, "token_ids")
         for j, tid in enumerate(token_ids):
-            if _int_or_none(tid, rows, where, f"token_ids[{j}]") is None:
+            if _int_or_none(tid, rows, where, f"token_ids[{j}]", token_id=True) is None:
                 raise DumpError(rows.source, where, f"token_ids[{j}]", "expected a token id, got null")
     logprobs = choice.get("logprobs")
     entries = None
@@ -403,7 +417,7 @@ def parse_legacy_logprobs(logprobs: dict, rows: Rows, meta: Meta, where: str, in
         segment = "prompt" if position < prompt_len else "completion"
         key = (meta.record, index, segment, position if segment == "prompt" else position - prompt_len)
         twhere = f"{where}.tokens[{j}]"
-        token_id = placeholder_id(token)
+        token_id = _placeholder(token, rows, where, f"tokens[{j}]")
         text = None if token_id is not None else token
         offset = None if offsets is None else _int_or_none(offsets[j], rows, where, f"text_offset[{j}]")
         top = None if tops is None or tops[j] is None else _obj(tops[j], rows, where, f"top_logprobs[{j}]")
@@ -411,7 +425,8 @@ def parse_legacy_logprobs(logprobs: dict, rows: Rows, meta: Meta, where: str, in
                    text_offset=offset, stream_chunk=stream_chunk, t_arrival=t_arrival,
                    n_candidates=None if top is None else len(top))
         if top is not None:
-            entries = [{"token_id": placeholder_id(t), "token_text": None if placeholder_id(t) is not None else t, "raw": v} for t, v in top.items()]
+            ids = [_placeholder(t, rows, where, f"top_logprobs[{j}]") for t in top]
+            entries = [{"token_id": i, "token_text": None if i is not None else t, "raw": v} for i, (t, v) in zip(ids, top.items())]
             rows.candidates_for(key, f"{where}.top_logprobs[{j}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=text)
     return len(tokens)
 

@@ -87,13 +87,15 @@ def _choices_formats(payload: dict) -> list[str]:
     return []
 
 
-def _stream_format(text: str, source: str) -> str:
-    """Which stream an SSE capture is, from its first JSON event."""
+def _stream_format(text: str, source: str, record: str = "record 0") -> str:
+    """Which stream an SSE capture is, from its first JSON event; ``record`` names the capture in errors."""
     for event in parse_sse(text).events:
         if event.data == "[DONE]":
             continue
         try:
             chunk = _json.loads(event.data)
+        except (_json.NestingError, _json.DuplicateKeyError) as exc:  # JSON, refused: say so rather than "no known stream"
+            raise DumpError(source, f"{record} event {event.index} (line {event.line})", *_json.refusal(exc)) from None
         except ValueError:
             continue
         if isinstance(chunk, dict):
@@ -128,6 +130,10 @@ def detect_format(raw: bytes, source: str) -> str:
         return _stream_format(text, source)
     try:
         payload = _json.loads(text)
+    except (_json.NestingError, _json.DuplicateKeyError) as exc:
+        if not _first_line_is_json(text):  # one (pretty-printed) document: its refusal is the answer
+            raise DumpError(source, "$", *_json.refusal(exc)) from None
+        return "jsonl"  # lines of JSON: each is read (and refused) on its own line
     except ValueError:
         if "Logprob(" in text[:65536]:
             return "vllm_offline_repr"
@@ -143,6 +149,8 @@ def _first_line_is_json(text: str) -> bool:
     first = next((line for line in text.splitlines() if line.strip()), "")
     try:
         _json.loads(first)
+    except (_json.NestingError, _json.DuplicateKeyError):
+        return True  # JSON all the same; the line's own reading names the refusal
     except ValueError:
         return False
     return True
@@ -183,7 +191,7 @@ def _parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bo
     try:
         payload = _json.loads(text)
     except ValueError as exc:
-        raise DumpError(rows.source, f"record {meta.record}", None, f"not valid JSON: {exc}") from None
+        raise DumpError(rows.source, f"record {meta.record}", *_json.refusal(exc)) from None
     PAYLOAD_PARSERS[fmt](payload, rows, meta, "$" if meta.record == 0 else f"line {meta.record}")
 
 
@@ -206,6 +214,8 @@ def _parse_jsonl(text: str, rows: Rows, fmt_hint: str, lenient: bool, formats: s
     """
     try:
         whole = _json.loads(text)
+    except _json.DuplicateKeyError as exc:  # only a whole document parses far enough to find a repeated key
+        raise DumpError(rows.source, "line 1", *_json.refusal(exc)) from None
     except ValueError:
         whole = None
     if isinstance(whole, dict):
@@ -227,14 +237,14 @@ def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient
     try:
         obj = _json.loads(line)
     except ValueError as exc:
-        raise DumpError(rows.source, where, None, f"not valid JSON: {exc}") from None
+        raise DumpError(rows.source, where, *_json.refusal(exc)) from None
     raw = line.encode("utf-8")
     if isinstance(obj, dict) and ("response" in obj or "sse" in obj):
         meta = _envelope_meta(obj, number, raw)
         if "sse" in obj:
             if not isinstance(obj["sse"], str):
                 raise DumpError(rows.source, where, "sse", "expected the raw SSE text as a string")
-            fmt = obj.get("format") or _stream_format(obj["sse"], rows.source)
+            fmt = obj.get("format") or _stream_format(obj["sse"], rows.source, f"record {number}")
             formats.add(fmt)
             rows.source_format = fmt
             _parse_payload_text(obj["sse"], fmt, rows, meta, lenient)
@@ -455,6 +465,8 @@ def _torn_tail(path: Path, source: str) -> tuple[int | None, DumpError | None]:
         try:
             _json.loads(tail)
             return None, None  # a whole last line that merely lacks its newline
+        except (_json.NestingError, _json.DuplicateKeyError):
+            return None, None  # whole too: reading it names what is wrong with it
         except ValueError:
             pass
         handle.seek(0)

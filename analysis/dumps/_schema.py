@@ -14,6 +14,7 @@ import polars as pl
 
 import math
 
+from .._fields import INT64_MAX, INT64_MIN
 from ._values import FLOAT32_LOWEST, MAX_LOGPROB, SENTINEL_9999, DumpError, classify_logprob, classify_prob
 
 KEY = {
@@ -96,7 +97,8 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-_PYTHON_TYPES = {pl.String: (str,), pl.Int64: (int,), pl.Float64: (int, float), pl.Boolean: (bool,), pl.Binary: (bytes,)}
+_INT = (int,)
+_PYTHON_TYPES = {pl.String: (str,), pl.Int64: _INT, pl.Float64: (int, float), pl.Boolean: (bool,), pl.Binary: (bytes,)}
 
 
 def _check_types(source: str, where: str, row: dict[str, Any], schema: dict[str, pl.DataType], names) -> None:
@@ -110,6 +112,8 @@ def _check_types(source: str, where: str, row: dict[str, Any], schema: dict[str,
             continue
         if not isinstance(value, allowed) or (isinstance(value, bool) and schema[name] is not pl.Boolean):
             raise DumpError(source, where, name, f"expected {schema[name]} for column {name}, got {type(value).__name__} {value!r:.60}")
+        if allowed is _INT and not INT64_MIN <= value <= INT64_MAX:
+            raise DumpError(source, where, name, f"expected an integer that fits in 64 bits for column {name}, got {value}")
 
 
 def _clean_bytes(value: Any) -> bytes | None:

@@ -75,6 +75,9 @@ def stream_events(text: str, rows: Rows, meta: Meta, *, needs_done: bool, lenien
             continue
         try:
             payload = _json.loads(event.data)
+        except _json.StrictJsonError as exc:
+            _problem(rows, lenient, DumpError(rows.source, ewhere, *_json.refusal(exc)))
+            continue
         except ValueError as exc:
             _problem(rows, lenient, DumpError(rows.source, ewhere, None, f"event data is not JSON: {exc}"))
             continue
