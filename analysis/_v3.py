@@ -129,11 +129,7 @@ class V3Policy:
             data = tomllib.loads(text) if path.suffix == ".toml" else _strictjson.loads(text)
         except (tomllib.TOMLDecodeError, _strictjson.StrictJsonError) as exc:
             raise PolicyError(f"{path}: not a valid policy file: {exc}") from None
-<<<<<<< HEAD
-        except RecursionError:
-=======
         except RecursionError:  # tomllib recurses into nested arrays and tables
->>>>>>> hostile-json
             raise PolicyError(f"{path}: not a valid policy file: nested too deep") from None
         if not isinstance(data, dict):
             raise PolicyError(f"{path}: a policy file holds one table of fields")

@@ -220,7 +220,8 @@ async def probe(
             check_open_files(manifest["ladder"])
             redetect = manifest["requested"].get("engine") == "auto" and not manifest["done"]  # nothing fired yet: the profile may still change
             if not redetect:  # the bands already fired keep their request body
-                engine, model = manifest["engine"]["profile"], (manifest["identity"].get("model") or {}).get("path")
+                engine = (manifest.get("engine") or {}).get("profile", "auto")
+                model = ((manifest.get("identity") or {}).get("model") or {}).get("path")
         elif (folder / "manifest.json").exists():
             raise ProbeError(f"{folder}: already holds a run; resume it (bia probe --resume) or choose another folder")
         detection = await detect_engine(client, base, engine, model)

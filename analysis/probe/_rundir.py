@@ -144,7 +144,7 @@ def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = Fal
                 continue
             try:
                 unit = json.loads(line).get("unit")
-            except ValueError:  # the last append, cut short by a kill: set aside with the rest
+            except (ValueError, RecursionError, AttributeError):  # the last append, cut short by a kill (or not an object): set aside
                 unit = None
             (keep if unit in done else drop).append(line)
         if drop:
@@ -169,10 +169,21 @@ def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = Fal
 
 
 def _load_for_resume(folder: Path) -> dict[str, Any]:
+    from ..run import RunError, _load_manifest
+
     path = folder / "manifest.json"
     if not path.exists():
         raise ProbeError(f"{folder}: no manifest.json to resume")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        manifest = _load_manifest(folder)  # JSON within the nesting guard, every field of its type
+    except RunError as exc:
+        raise ProbeError(f"{exc}; it cannot be resumed") from None
     if manifest.get("producer") != "bia probe" or "done" not in manifest:
         raise ProbeError(f"{path}: not a run bia probe wrote (producer {manifest.get('producer')!r}); it cannot be resumed")
+    lacking = [key for key in ("requested", "ladder", "prompts", "sampler") if key not in manifest]
+    if lacking:
+        raise ProbeError(f"{path}: lacks {', '.join(lacking)}; it cannot be resumed")
+    textless = [i for i, prompt in enumerate(manifest["prompts"]) if not isinstance(prompt.get("text"), str)]
+    if textless:
+        raise ProbeError(f'{path}: field "prompts[{textless[0]}].text": a resumed run fires its prompts again and needs their text')
     return manifest
