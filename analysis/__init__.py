@@ -28,6 +28,8 @@ from .report import default_runs, default_sources, mode_comparison, render_repor
 from .experiment import ExperimentError, run_experiment
 from .probe import ProbeError  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
 from ._study import Study, scan_study, study_tables, write_dataset
+from ._history import REGRESSION_RULES, History, HistoryError, Rule, append_history, read_history
+from .trend import plot_trend, render_trend
 
 __version__ = "0.1.0"
 
@@ -36,10 +38,10 @@ __all__ = sorted([
     "__version__",
     # read
     "read_witness", "read_witnesses", "read_dump", "read_dumps", "scan_dump", "read_run", "assemble_run", "expand_sources", "fetch_url",
-    "scan_study", "write_dataset", "study_tables",
+    "scan_study", "write_dataset", "study_tables", "read_history", "append_history",
     # objects and errors
     "Dump", "DumpError", "ExperimentError", "OutputExists", "PolicyError", "ProbeError", "Run", "RunError", "ShapeVerdict", "SourceError",
-    "Study", "V3Policy", "WitnessError", "WitnessSet",
+    "Study", "V3Policy", "WitnessError", "WitnessSet", "History", "HistoryError", "Rule", "REGRESSION_RULES",
     # tables and verdicts
     "slot_table", "band_table", "prompt_table", "flip_table", "drift_table", "width_table", "observer_table", "accuracy_table",
     "band_forks", "reference_margins", "mode_comparison", "to_witness", "write_witness", "shape_check", "shape_check_data",
@@ -47,7 +49,7 @@ __all__ = sorted([
     # plots
     "plot_band_widths", "plot_decode_rate", "plot_delta_before_fork", "plot_divergence", "plot_env_knobs", "plot_flip_curve",
     "plot_fork_tree", "plot_margin_at_divergence", "plot_margin_trace", "plot_run_decode_rate", "plot_run_divergence",
-    "plot_unique_completions",
+    "plot_unique_completions", "plot_trend",
     # report, and making runs
-    "render_report", "default_sources", "default_runs", "run_experiment",
+    "render_report", "render_trend", "default_sources", "default_runs", "run_experiment",
 ], key=str)

@@ -6,6 +6,7 @@ and every value is escaped by the templates.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import Any
 
@@ -22,6 +23,9 @@ def cell(value: Any) -> str:
     --------
     >>> [cell(v) for v in (None, True, 3, 1234.5678, 0.000123456, float("nan"), "x", [1, 2])]
     ['—', 'yes', '3', '1,235', '0.0001235', '—', 'x', '1, 2']
+    >>> cell(dt.datetime(2026, 9, 2, 14, 59, 58, tzinfo=dt.UTC))
+    '2026-09-02 14:59 UTC'
+
     """
     if value is None:
         return MISSING
@@ -33,6 +37,9 @@ def cell(value: Any) -> str:
         if not math.isfinite(value):
             return MISSING if math.isnan(value) else ("∞" if value > 0 else "-∞")
         return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, dt.datetime):
+        moment = value.astimezone(dt.UTC) if value.tzinfo else value
+        return moment.strftime("%Y-%m-%d %H:%M") + (" UTC" if value.tzinfo else "")
     if isinstance(value, (list, tuple)):
         return ", ".join(cell(v) for v in value)
     if isinstance(value, dict):

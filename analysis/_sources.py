@@ -55,8 +55,14 @@ def fetch_url(
     max_bytes: int = DEFAULT_MAX_BYTES,
     cache: Path | None = None,
     refresh: bool = False,
+    offline: bool | None = None,
 ) -> Path:
-    """Download ``url`` into the cache (once) and return the cached file's path.
+    """Fetch ``url`` into the cache, or revalidate the copy there, and return the cached file's path.
+
+    A URL already in the cache is asked for again on every call with the validators the server gave
+    (``If-None-Match`` for an ETag, ``If-Modified-Since`` for a Last-Modified date): a 304 keeps the
+    copy, anything else replaces it, so a nightly report reads tonight's witness, not the first
+    night's. A server that gives no validator is fetched whole again.
 
     Parameters
     ----------
@@ -69,30 +75,65 @@ def fetch_url(
     cache : Path, optional
         The cache folder; :func:`cache_dir` by default.
     refresh : bool
-        Fetch again even when the cache holds the URL.
+        Fetch the whole body again, without validators.
+    offline : bool, optional
+        Use the cached copy only, never the network (a URL not cached is an error). By default
+        true when the environment variable ``BIA_OFFLINE`` is set to 1 (``--offline`` sets it).
 
     Raises
     ------
     SourceError
-        HTTP error status, transport failure, time-out or an oversized body.
+        HTTP error status, transport failure, time-out, an oversized body, or offline without a copy.
     """
     folder = Path(cache) if cache is not None else cache_dir()
     key = hashlib.sha256(url.encode("utf-8")).hexdigest()[:32]
     body_path, meta_path = folder / f"{key}.body", folder / f"{key}.json"
-    if body_path.exists() and meta_path.exists() and not refresh:
+    meta = _cached_meta(body_path, meta_path)
+    if offline is None:
+        offline = os.environ.get("BIA_OFFLINE", "") not in ("", "0")
+    if offline:
+        if meta is None:
+            raise SourceError(f"{url}: offline, and the cache ({folder}) holds no copy of it")
         return body_path
+    validators = {} if refresh or meta is None else _validators(meta)
     folder.mkdir(parents=True, exist_ok=True)
     _sweep_stale_parts(folder)
     handle, partial = tempfile.mkstemp(dir=folder, prefix=f"{key}.", suffix=".part")
     try:
         with os.fdopen(handle, "wb") as out:
-            status, etag = _within_deadline(url, out, timeout=timeout, max_bytes=max_bytes)
-        os.replace(partial, body_path)
+            status, headers = _within_deadline(url, out, timeout=timeout, max_bytes=max_bytes, headers=validators)
+        if status != 304:
+            os.replace(partial, body_path)
     finally:  # a refused, failed or interrupted download leaves no partial file behind
         Path(partial).unlink(missing_ok=True)
-    meta = {"url": url, "status": status, "etag": etag, "fetched_unix": time.time()}
+    if status == 304:  # not modified: the copy stands, and says when it was last confirmed
+        meta = {**meta, "revalidated_unix": time.time()}
+    else:
+        meta = {"url": url, "status": status, "etag": headers.get("etag"), "last_modified": headers.get("last-modified"),
+                "fetched_unix": time.time()}
     meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return body_path
+
+
+def _cached_meta(body_path: Path, meta_path: Path) -> dict | None:
+    """What the cache recorded of a URL's copy, or None when there is no whole copy."""
+    if not (body_path.exists() and meta_path.exists()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _validators(meta: dict) -> dict[str, str]:
+    """The conditional-request headers for a cached copy: its ETag and Last-Modified, as the server gave them."""
+    headers = {}
+    if isinstance(meta.get("etag"), str):
+        headers["If-None-Match"] = meta["etag"]
+    if isinstance(meta.get("last_modified"), str):
+        headers["If-Modified-Since"] = meta["last_modified"]
+    return headers
 
 
 def _sweep_stale_parts(folder: Path) -> None:
@@ -106,21 +147,24 @@ def _sweep_stale_parts(folder: Path) -> None:
             pass
 
 
-def _within_deadline(url: str, out, *, timeout: float, max_bytes: int) -> tuple[int, str | None]:
+def _within_deadline(url: str, out, *, timeout: float, max_bytes: int, headers: dict[str, str]) -> tuple[int, httpx.Headers]:
     """Download on an event loop, where ``asyncio.timeout`` bounds the whole fetch: httpx's own time-out
     is per read, so a server sending a byte every few seconds would never trip it."""
+    fetch = _stream_into(url, out, timeout=timeout, max_bytes=max_bytes, headers=headers)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_stream_into(url, out, timeout=timeout, max_bytes=max_bytes))
+        return asyncio.run(fetch)
     with ThreadPoolExecutor(1) as pool:  # called from inside a running loop (a notebook): a loop of its own, on a thread
-        return pool.submit(asyncio.run, _stream_into(url, out, timeout=timeout, max_bytes=max_bytes)).result()
+        return pool.submit(asyncio.run, fetch).result()
 
 
-async def _stream_into(url: str, out, *, timeout: float, max_bytes: int) -> tuple[int, str | None]:
+async def _stream_into(url: str, out, *, timeout: float, max_bytes: int, headers: dict[str, str]) -> tuple[int, httpx.Headers]:
     try:
         async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
-            async with client.stream("GET", url) as response:
+            async with client.stream("GET", url, headers=headers) as response:
+                if response.status_code == 304 and headers:
+                    return 304, response.headers
                 if response.status_code >= 400:
                     raise SourceError(f"{url}: HTTP {response.status_code} {response.reason_phrase}")
                 announced = response.headers.get("content-length")
@@ -132,7 +176,7 @@ async def _stream_into(url: str, out, *, timeout: float, max_bytes: int) -> tupl
                     if received > max_bytes:
                         raise SourceError(f"{url}: body exceeds the limit of {max_bytes} bytes")
                     out.write(chunk)
-                return response.status_code, response.headers.get("etag")
+                return response.status_code, response.headers
     except (TimeoutError, httpx.TimeoutException):
         raise SourceError(f"{url}: timed out after {timeout} s (the time-out covers the whole download)") from None
     except httpx.HTTPError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -28,6 +29,13 @@ Epsilon = Annotated[Optional[float], typer.Option(help="S5: the near-tie epsilon
 Cap = Annotated[Optional[int], typer.Option(help="How many batched bands may pass by near-tie.")]
 Floor = Annotated[Optional[int], typer.Option(help="The floor under declared_min.")]
 S7Ratio = Annotated[Optional[float], typer.Option(help="S7: least decode-rate ratio of c=4 to c=1.")]
+Offline = Annotated[bool, typer.Option("--offline", help="Read URL sources from the cache only; never the network.")]
+
+
+def _go_offline(offline: bool) -> None:
+    """--offline: every URL read in this process, and in the report's kernel, comes from the cache."""
+    if offline:
+        os.environ["BIA_OFFLINE"] = "1"
 
 
 def _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio) -> V3Policy:
@@ -111,10 +119,12 @@ def shape_check_command(
     cap: Cap = None,
     floor: Floor = None,
     s7_ratio: S7Ratio = None,
+    offline: Offline = False,
 ) -> None:
     """aprender's V3 serving-shape check. Exit 0 admissible, 5 not, 3 no such file, 4 unreadable."""
     from ._sources import SourceError
 
+    _go_offline(offline)
     policy = _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio)
     try:
         verdict = shape_check(path, policy=policy)
@@ -139,8 +149,10 @@ def witness_command(
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
     bands: Bands = None,
+    offline: Offline = False,
 ) -> None:
     """A terminal table of witnesses and their bands, with the V3 verdict of each witness."""
+    _go_offline(offline)
     from ._display import print_witness_tables
     from ._fields import WitnessError
     from ._sources import SourceError
@@ -170,10 +182,12 @@ def report_command(
     model_prefix: ModelPrefix = None,
     bands: Bands = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output (and --notebook) when they exist.")] = False,
+    offline: Offline = False,
 ) -> None:
     """Execute the parity report notebook (papermill) and export one offline HTML file."""
     import dataclasses
 
+    _go_offline(offline)
     from ._fields import WitnessError
     from ._output import OutputExists, claim_output
     from ._sources import SourceError, same_sources
@@ -407,6 +421,70 @@ def serve_command(
         handlers.append(logging.FileHandler(log_file))
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
     uvicorn.run(create_app(loaded, mode, Path(weights).stem), host=host, port=port, log_level="warning")
+
+
+@app.command("history")
+def history_command(
+    sources: Annotated[list[str], typer.Argument(help="Run directories, witness and marker files or URLs, folders of them.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="The history folder to add them to (made when missing).")],
+    offline: Offline = False,
+) -> None:
+    """Add runs, witnesses and markers to a history folder (each once), for bia trend."""
+    from ._fields import WitnessError
+    from ._history import HistoryError, append_history
+    from ._output import OutputExists
+    from ._sources import SourceError
+    from .run import RunError
+
+    _go_offline(offline)
+    try:
+        before = _history_size(output)
+        history = append_history(sources, output)
+    except (FileNotFoundError, SourceError) as exc:
+        raise _fail(str(exc), 3) from None
+    except (WitnessError, RunError, HistoryError) as exc:
+        raise _fail(str(exc), 4) from None
+    except OutputExists as exc:
+        raise _fail(f"{exc}; a history folder holds history.json") from None
+    typer.echo(f"{output}: {history.entries.height - before} new entr{'y' if history.entries.height - before == 1 else 'ies'}, "
+               f"{history.entries.height} in all")
+
+
+def _history_size(folder: Path) -> int:
+    from ._history import read_history
+
+    return read_history([folder]).entries.height if (folder / "history.json").is_file() else 0
+
+
+@app.command("trend")
+def trend_command(
+    sources: Annotated[Optional[list[str]], typer.Argument(help="History folders, runs, witnesses, markers; the embedded history if none.")] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("trend.html"),
+    title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-invariance trend",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
+    offline: Offline = False,
+) -> None:
+    """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
+    from ._fields import WitnessError
+    from ._history import HistoryError
+    from ._output import OutputExists
+    from ._sources import SourceError
+    from .report import ReportError
+    from .run import RunError
+    from .trend import render_trend
+
+    _go_offline(offline)
+    try:
+        written = render_trend(sources or [], output, title=title, force=force)
+    except OutputExists as exc:
+        raise _fail(str(exc)) from None
+    except (FileNotFoundError, SourceError) as exc:
+        raise _fail(str(exc), 3) from None
+    except (WitnessError, RunError, HistoryError) as exc:
+        raise _fail(str(exc), 4) from None
+    except ReportError as exc:
+        raise _fail(str(exc), 1) from None
+    typer.echo(f"wrote {written}")
 
 
 def main() -> None:

@@ -443,9 +443,7 @@ def test_a_band_within_the_servers_slots_is_fired(tmp_path):
 
 def test_a_ladder_that_is_not_numbers_is_refused_in_one_line(tmp_path):
     done = _bia("probe", "http://127.0.0.1:9", "-o", str(tmp_path / "run"), "--ladder", "1,x")
-    assert done.returncode == 2 and done.stderr.strip() == "error: --ladder takes whole numbers separated by commas, got '1,x'"
-
-
+    assert done.returncode == 2 and done.stderr.strip() == "error: --ladder takes comma-separated integers, got '1,x'"
 
 
 def test_a_resume_against_a_server_that_is_no_chat_server_stops_and_keeps_the_run(tmp_path):

@@ -16,6 +16,8 @@ BODY = V2_WITNESS.read_bytes()
 
 class _Handler(BaseHTTPRequestHandler):
     hits: dict[str, int] = {}
+    conditional: list[str] = []  # the If-None-Match of each request to /w.json
+    body = BODY  # what /w.json serves now; its ETag follows the bytes
 
     def log_message(self, *args):  # keep test output clean
         pass
@@ -29,6 +31,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self):
         _Handler.hits[self.path] = _Handler.hits.get(self.path, 0) + 1
         if self.path == "/w.json":
+            etag = f'"{len(_Handler.body)}-{hash(_Handler.body) & 0xFFFF}"'
+            _Handler.conditional.append(self.headers.get("If-None-Match"))
+            if self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.end_headers()
+                return
+            self._send(200, _Handler.body, {"ETag": etag})
+        elif self.path == "/no-validators":
             self._send(200, BODY)
         elif self.path == "/announced-big":
             self.send_response(200)
@@ -48,8 +59,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"no")
 
-    def _send(self, status, body):
+    def _send(self, status, body, headers=None):
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -58,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server(tmp_path, monkeypatch):
     monkeypatch.setenv("BIA_CACHE_DIR", str(tmp_path / "cache"))
-    _Handler.hits = {}
+    _Handler.hits, _Handler.conditional, _Handler.body = {}, [], BODY
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -68,7 +81,7 @@ def server(tmp_path, monkeypatch):
     httpd.server_close()
 
 
-def test_url_is_read_once_then_served_from_the_cache(server, tmp_path):
+def test_a_cached_url_is_revalidated_and_a_changed_one_read_anew(server, tmp_path):
     url = f"{server}/w.json"
     first = read_witnesses(url)
     assert first.sources == [url]
@@ -76,11 +89,31 @@ def test_url_is_read_once_then_served_from_the_cache(server, tmp_path):
     assert first.witnesses["source"].to_list() == [url]
     second = read_witnesses([url])
     assert second.bands["result"].to_list() == first.bands["result"].to_list()
-    assert _Handler.hits["/w.json"] == 1
+    etag = f'"{len(BODY)}-{hash(BODY) & 0xFFFF}"'
+    assert _Handler.conditional == [None, etag]  # the second read asked "changed since?" and got 304
     cached = fetch_url(url)
     assert cached.read_bytes() == BODY and cached.parent == tmp_path / "cache"
+    _Handler.body = BODY.replace(b'"divergence_at": 3', b'"divergence_at": 2', 1)  # the witness is rewritten on the server
+    assert fetch_url(url).read_bytes() == _Handler.body  # tonight's bytes, not the first night's
     fetch_url(url, refresh=True)
-    assert _Handler.hits["/w.json"] == 2
+    assert _Handler.conditional[-1] is None  # refresh asks without validators
+
+
+def test_a_url_without_validators_is_fetched_whole_each_time(server):
+    url = f"{server}/no-validators"
+    fetch_url(url)
+    fetch_url(url)
+    assert _Handler.hits["/no-validators"] == 2
+
+
+def test_offline_reads_the_cache_only(server, tmp_path, monkeypatch):
+    url = f"{server}/w.json"
+    with pytest.raises(SourceError, match="offline, and the cache .* holds no copy of it"):
+        fetch_url(url, offline=True)
+    fetch_url(url)
+    monkeypatch.setenv("BIA_OFFLINE", "1")
+    assert read_witnesses(url).witnesses.height == 1
+    assert _Handler.hits["/w.json"] == 1
 
 
 def test_shape_check_reads_urls(server):

@@ -1,0 +1,393 @@
+"""A history of witnesses, runs and release markers over time, and the regressions in it.
+
+:func:`read_history` turns sources (witness and marker files or URLs, run directories, folders of
+either, and history folders) into one :class:`History` of three frames keyed by time, host,
+engine, model, server commit and settings:
+
+- ``entries``: one row per witness or run, with its verdict and settings;
+- ``bands``: one row per entry and batch size c: the earliest divergence from m=1, the share of
+  requests bit-identical and token-identical to m=1, unique completions, the median decode rate and
+  the c/c=1 decode ratio with its interval;
+- ``markers``: aprender's release markers (server commit, when, status, widest batch formed).
+
+:func:`append_history` adds sources to a history folder, which a scheduled job grows night after
+night. Its layout (``history_version`` 1)::
+
+    HISTORY/
+      history.json                      {"history_version": 1}
+      originals/<sha256[:16]>-<name>    every witness and marker file as it was read (never rewritten)
+      runs/<sha256[:16]>-<name>/        each run's manifest.json (its captures stay where they are)
+      entries/part-<UTC stamp>.parquet  one part per append: rows are only ever added
+      bands/part-<UTC stamp>.parquet
+      markers/part-<UTC stamp>.parquet
+
+A source already in the history (the same bytes: a witness's sha256, a run's manifest and captures)
+is not added twice. :meth:`History.regressions` applies :data:`REGRESSION_RULES`, rules kept as data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import polars as pl
+
+from . import parity
+from ._output import claim_output
+from ._sources import expand_sources, is_url, read_source_bytes
+
+HISTORY_VERSION = 1
+
+ENTRY_SCHEMA = {"entry": pl.String, "kind": pl.String, "source": pl.String, "time": pl.Datetime("us", "UTC"), "time_origin": pl.String,
+                "host": pl.String, "engine": pl.String, "model": pl.String, "commit": pl.String, "settings": pl.String,
+                "verdict": pl.String, "appended": pl.Datetime("us", "UTC")}
+BAND_SCHEMA = {"entry": pl.String, "time": pl.Datetime("us", "UTC"), "host": pl.String, "engine": pl.String, "model": pl.String,
+               "commit": pl.String, "c": pl.Int64, "requests": pl.Int64, "earliest_divergence": pl.Int64, "bit_identical_share": pl.Float64,
+               "token_identical_share": pl.Float64, "unique_completions": pl.Int64, "decode_tok_s": pl.Float64, "decode_ratio": pl.Float64,
+               "decode_ratio_low": pl.Float64, "decode_ratio_high": pl.Float64, "result": pl.String}
+MARKER_SCHEMA = {"entry": pl.String, "source": pl.String, "time": pl.Datetime("us", "UTC"), "host": pl.String, "commit": pl.String,
+                 "status": pl.String, "max_m": pl.Int64, "cc": pl.String}
+SERIES = ("host", "engine", "model")
+
+
+class HistoryError(ValueError):
+    """A source or history folder that cannot join a history; the message names it."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One regression rule: a band's ``metric`` was good and is not any more.
+
+    ``at_least``: good means ``metric >= at_least``. ``past_interval``: bad means the new interval's
+    top is below the previous interval's bottom (``metric_low`` and ``metric_high`` beside it).
+    """
+
+    name: str
+    metric: str
+    words: str
+    at_least: float | None = None
+    past_interval: bool = False
+    batched_only: bool = False
+
+
+REGRESSION_RULES: tuple[Rule, ...] = (
+    Rule("tokens part", "token_identical_share", "a band that held to its end now parts from m=1", at_least=1.0),
+    Rule("bits differ", "bit_identical_share", "requests that were bit-identical to m=1 are not", at_least=1.0),
+    Rule("decode below the bar", "decode_ratio", "the decode ratio to c=1 fell below the bar of 0.5", at_least=0.5, batched_only=True),
+    Rule("decode fell", "decode_ratio", "the decode ratio to c=1 fell by more than its interval", past_interval=True, batched_only=True),
+)
+
+
+@dataclass(frozen=True)
+class History:
+    """Entries, bands and markers over time (see the module docstring)."""
+
+    entries: pl.DataFrame
+    bands: pl.DataFrame
+    markers: pl.DataFrame
+
+    def __repr__(self) -> str:
+        series = self.entries.select(SERIES).unique().height
+        return f"History({self.entries.height} entries in {series} series, {self.bands.height} bands, {self.markers.height} markers)"
+
+    def _repr_html_(self) -> str:
+        from ._show import summary_html
+
+        span = self.entries["time"].drop_nulls()
+        facts = [("entries", self.entries.height), ("series (host, engine, model)", self.entries.select(SERIES).unique().height),
+                 ("from", span.min().isoformat() if span.len() else None), ("to", span.max().isoformat() if span.len() else None),
+                 ("markers", self.markers.height)]
+        lines = [(f"{r['rule']}: {r['host']} {r['engine']} c={r['c']}, first bad {r['first_bad_time']}", "fail")
+                 for r in self.regressions().iter_rows(named=True)]
+        return summary_html("bia history", None, facts, lines, self.entries.select("time", "kind", *SERIES, "commit", "verdict"))
+
+    def regressions(self, rules: Iterable[Rule] = REGRESSION_RULES) -> pl.DataFrame:
+        """Each place a rule finds a band that was good and is not: the last good and the first bad
+        entry of its series (host, engine, model) and c, and the server commits between them."""
+        frames = [_flag(self.bands, rule) for rule in rules]
+        flagged = pl.concat(frames, how="vertical") if frames else pl.DataFrame()
+        if flagged.is_empty():
+            return pl.DataFrame(schema=_REGRESSION_SCHEMA)
+        between = [_commits_between(self.markers, row) for row in flagged.iter_rows(named=True)]
+        return flagged.with_columns(pl.Series("commits_between", between, dtype=pl.List(pl.String))).sort("first_bad_time", "rule", "c")
+
+
+_REGRESSION_SCHEMA = {"rule": pl.String, "words": pl.String, "host": pl.String, "engine": pl.String, "model": pl.String, "c": pl.Int64,
+                      "before": pl.Float64, "after": pl.Float64, "last_good_time": pl.Datetime("us", "UTC"), "last_good_commit": pl.String,
+                      "last_good_entry": pl.String, "first_bad_time": pl.Datetime("us", "UTC"), "first_bad_commit": pl.String,
+                      "first_bad_entry": pl.String, "commits_between": pl.List(pl.String)}
+
+
+def _flag(bands: pl.DataFrame, rule: Rule) -> pl.DataFrame:
+    """The bands where ``rule`` turns from good to bad, each with the entry before it in its series and c."""
+    frame = bands.filter(pl.col(rule.metric).is_not_null() & pl.col("time").is_not_null())
+    if rule.batched_only:
+        frame = frame.filter(pl.col("c") > 1)
+    group = [*SERIES, "c"]
+    frame = frame.sort(*group, "time", nulls_last=True)
+    before = {name: pl.col(name).shift(1).over(group) for name in ("time", "commit", "entry", rule.metric, "decode_ratio_low")}
+    if rule.past_interval:
+        bad_now = pl.col("decode_ratio_high") < before["decode_ratio_low"]
+    else:
+        bad_now = (pl.col(rule.metric) < rule.at_least) & (before[rule.metric] >= rule.at_least)
+    bad_now = bad_now & (before["time"] < pl.col("time"))  # entries of one moment have no order to regress in
+    return _flag_select(frame, rule, bad_now, before)
+
+
+def _flag_select(frame: pl.DataFrame, rule: Rule, bad_now: pl.Expr, before: dict[str, pl.Expr]) -> pl.DataFrame:
+    return frame.with_columns(**{f"_before_{k}": v for k, v in before.items()}).filter(bad_now.fill_null(False)).select(
+        pl.lit(rule.name).alias("rule"), pl.lit(rule.words).alias("words"), *SERIES, "c",
+        pl.col(f"_before_{rule.metric}").cast(pl.Float64).alias("before"), pl.col(rule.metric).cast(pl.Float64).alias("after"),
+        pl.col("_before_time").alias("last_good_time"), pl.col("_before_commit").alias("last_good_commit"),
+        pl.col("_before_entry").alias("last_good_entry"), pl.col("time").alias("first_bad_time"), pl.col("commit").alias("first_bad_commit"),
+        pl.col("entry").alias("first_bad_entry"))
+
+
+def _commits_between(markers: pl.DataFrame, row: dict[str, Any]) -> list[str]:
+    """The server commits released on the host after the last good entry, up to the first bad one, oldest first."""
+    released = markers.filter((pl.col("host") == row["host"]) & (pl.col("time") > row["last_good_time"])
+                              & (pl.col("time") <= row["first_bad_time"])).sort("time")["commit"].to_list()
+    ends = [c for c in (row["last_good_commit"], *released, row["first_bad_commit"]) if c]
+    return list(dict.fromkeys(ends))  # in order, each once
+
+
+# --- reading sources into entries, bands and markers -----------------------------------------------
+
+
+def _utc(text: Any) -> dt.datetime | None:
+    """An ISO-8601 time as UTC (a time without zone is taken as UTC); None when absent or unreadable."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def _witness_rows(sources: list[str], appended: dt.datetime) -> tuple[list[dict], list[dict], list[dict]]:
+    """Entries, bands and markers of witness and marker files (or URLs)."""
+    from ._witness import read_witnesses
+
+    ws = read_witnesses(sources, progress=False)
+    entry_of = {source: _digest(text.encode("utf-8")) for source, text in ws.texts.items()}
+    markers = [{"entry": entry_of[m["source"]], "source": m["source"], "time": m["started_utc"], "host": m["host"], "commit": m["commit"],
+                "status": m["status"], "max_m": m["max_m"], "cc": m["cc"]} for m in ws.markers.iter_rows(named=True)]
+    released = {(m["host"], m["commit"]): m["time"] for m in sorted(markers, key=lambda m: m["time"] or appended, reverse=True)}
+    entries, bands = [], []
+    slots = ws.slots.with_columns(held=pl.col("agree_to") >= pl.col("completion_tokens"))
+    for w in ws.witnesses.iter_rows(named=True):
+        when = released.get((w["host"], w["commit"]))
+        settings = {k[4:]: v for k, v in w.items() if k.startswith("env_") and v is not None}
+        key = {"entry": entry_of[w["source"]], "time": when or appended, "host": w["host"], "engine": f"aprender {w['probe']}",
+               "model": w["model_path"], "commit": w["commit"]}
+        entries.append({**key, "kind": "witness", "source": w["source"], "time_origin": "release marker" if when else "appended",
+                        "settings": json.dumps(settings, sort_keys=True), "verdict": w["derived_verdict"], "appended": appended})
+        mine = ws.bands.filter(pl.col("source") == w["source"])
+        rates = dict(zip(mine["c"].to_list(), mine["decode_tok_s"].to_list()))
+        for b in mine.iter_rows(named=True):
+            held = slots.filter((pl.col("source") == w["source"]) & (pl.col("c") == b["c"]))["held"].drop_nulls()
+            ratio = rates[b["c"]] / rates[1] if rates.get(1) and rates.get(b["c"]) is not None else None
+            bands.append({**key, "c": b["c"], "requests": b["n_slots"], "earliest_divergence": b["divergence_at"], "bit_identical_share": None,
+                          "token_identical_share": float(held.mean()) if held.len() else None, "unique_completions": None,
+                          "decode_tok_s": b["decode_tok_s"], "decode_ratio": ratio, "decode_ratio_low": None, "decode_ratio_high": None,
+                          "result": b["derived_result"]})
+    return entries, bands, markers
+
+
+def _run_digest(folder: Path) -> str:
+    """A run's identity: its manifest and every capture file's bytes."""
+    digest = hashlib.sha256((folder / "manifest.json").read_bytes())
+    for capture in sorted((folder / "captures").iterdir()):
+        if capture.is_file():
+            with capture.open("rb") as handle:
+                digest.update(capture.name.encode() + hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()
+
+
+def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
+    """The entry and bands of one run directory."""
+    from .run import band_table, read_run, slot_table
+
+    run = read_run(folder)
+    manifest = run.manifest
+    identity = manifest.get("identity") or {}
+    when = _utc(manifest.get("started")) or _utc(manifest.get("finished"))
+    settings = {**(manifest.get("requested") or {}), **(manifest.get("effective") or {})}
+    key = {"entry": _run_digest(folder), "time": when or appended, "host": identity.get("host"), "engine": identity.get("engine"),
+           "model": (identity.get("model") or {}).get("path"), "commit": identity.get("commit")}
+    entry = {**key, "kind": "run", "source": str(folder), "time_origin": "manifest" if when else "appended",
+             "settings": json.dumps(settings, sort_keys=True, default=str), "verdict": None, "appended": appended}
+    slots = slot_table(run)
+    unique = band_table(run).group_by("band_c").agg(pl.col("unique_completions").max())
+    rates = {c: group["decode_tok_s"].drop_nulls().to_list() for (c,), group in slots.group_by(["band_c"])}
+    per_c = slots.group_by("band_c").agg(
+        pl.len().alias("requests"), pl.col("divergence_at").min().alias("earliest_divergence"),
+        (pl.col("bitwise_prefix") == pl.col("length")).mean().alias("bit_identical_share"),
+        (~pl.col("diverged")).mean().alias("token_identical_share"), pl.col("decode_tok_s").median().alias("decode_tok_s"),
+    ).join(unique, on="band_c", how="left").sort("band_c")
+    bands = []
+    for b in per_c.iter_rows(named=True):
+        base, batched = rates.get(1) or [], rates.get(b["band_c"]) or []
+        ratio = parity.ratio_interval(base, batched) if base and batched else (None, None, None)
+        bands.append({**key, "c": b["band_c"], "requests": b["requests"], "earliest_divergence": b["earliest_divergence"],
+                      "bit_identical_share": b["bit_identical_share"], "token_identical_share": b["token_identical_share"],
+                      "unique_completions": b["unique_completions"], "decode_tok_s": b["decode_tok_s"], "decode_ratio": ratio[0],
+                      "decode_ratio_low": ratio[1], "decode_ratio_high": ratio[2], "result": None})
+    return entry, bands
+
+
+def _is_run(path: Path) -> bool:
+    return (path / "manifest.json").is_file() and (path / "captures").is_dir()
+
+
+def _is_history(path: Path) -> bool:
+    return (path / "history.json").is_file()
+
+
+def _split(sources: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[Path], list[str]]:
+    """History folders, run directories and witness or marker sources, from what was given."""
+    histories, runs, documents = [], [], []
+    for source in sources:
+        text = os.fspath(source)
+        path = Path(text)
+        if is_url(text) or path.is_file() or not path.exists():
+            documents.append(text)  # a missing path is named by expand_sources
+        elif _is_history(path):
+            histories.append(path)
+        elif _is_run(path):
+            runs.append(path)
+        else:
+            found = sorted(m.parent for m in path.rglob("manifest.json") if _is_run(m.parent))
+            runs += found
+            inside = [p for p in path.rglob("*.json") if p.is_file() and not any(r in p.parents for r in found)]
+            documents += sorted(str(p) for p in inside)
+            if not found and not inside:
+                raise HistoryError(f"{text}: holds no run, witness or marker")
+    return histories, runs, documents
+
+
+def _rows_of(sources: Iterable[str | os.PathLike[str]], appended: dt.datetime) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list]:
+    """The three frames of sources that are not history folders, and the history folders given."""
+    histories, runs, documents = _split(sources)
+    entries, bands, markers = [], [], []
+    if documents:
+        entries, bands, markers = _witness_rows(expand_sources(documents), appended)
+    for folder in runs:
+        entry, run_bands = _run_rows(folder, appended)
+        entries.append(entry)
+        bands += run_bands
+    return _frame(entries, ENTRY_SCHEMA), _frame(bands, BAND_SCHEMA), _frame(markers, MARKER_SCHEMA), histories
+
+
+def _read_folder(folder: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """A history folder's three datasets."""
+    try:
+        version = json.loads((folder / "history.json").read_text(encoding="utf-8")).get("history_version")
+    except (OSError, ValueError, AttributeError):
+        version = None
+    if version != HISTORY_VERSION:
+        raise HistoryError(f"{folder / 'history.json'}: history_version {version!r} is not {HISTORY_VERSION}")
+    frames = []
+    for name, schema in (("entries", ENTRY_SCHEMA), ("bands", BAND_SCHEMA), ("markers", MARKER_SCHEMA)):
+        parts = sorted((folder / name).glob("part-*.parquet"))
+        frames.append(pl.concat([pl.read_parquet(p) for p in parts], how="vertical") if parts else pl.DataFrame(schema=schema))
+    return tuple(frames)
+
+
+def read_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> History:
+    """One history over witnesses, markers and runs (see the module docstring).
+
+    Parameters
+    ----------
+    sources : path, URL, or an iterable of them
+        History folders (:func:`append_history`), run directories, witness and marker files or
+        URLs, and folders holding any of them. The same entry reached twice is kept once.
+
+    Examples
+    --------
+    >>> history = read_history("data/aprender-lambda")
+    >>> history.entries.height, history.markers["commit"].str.slice(0, 7).to_list()
+    (3, ['c554a77', 'a765c86'])
+    >>> history.bands.filter(c=4)["earliest_divergence"].to_list()
+    [3, 3, 3]
+    """
+    sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    appended = dt.datetime.now(dt.UTC)
+    entries, bands, markers, histories = _rows_of(sources, appended)
+    for folder in histories:
+        more = _read_folder(folder)
+        entries, bands, markers = (pl.concat([a, b], how="vertical") for a, b in zip((entries, bands, markers), more))
+    return History(entries.unique("entry", keep="first", maintain_order=True).sort("time"),
+                   bands.unique(["entry", "c"], keep="first", maintain_order=True).sort("time", "c"),
+                   markers.unique("entry", keep="first", maintain_order=True).sort("time"))
+
+
+def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], folder: str | os.PathLike[str]) -> History:
+    """Add sources to the history folder ``folder`` (made when missing) and return the whole history.
+
+    Entries the folder already holds are not added again, so a job may append the same sources
+    every night. The originals are copied in beside the tables; nothing there is ever rewritten.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp()) / "history"
+    >>> append_history("data/aprender-lambda", folder).entries.height
+    3
+    >>> append_history("data/aprender-lambda", folder).entries.height  # the same files again: nothing new
+    3
+    """
+    folder = Path(folder)
+    if folder.exists() and not _is_history(folder):
+        claim_output(folder, what="the history folder", folder=True)  # an empty folder may become one; anything else is refused
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "history.json").write_text(json.dumps({"history_version": HISTORY_VERSION}), encoding="utf-8")
+    sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    appended = dt.datetime.now(dt.UTC)
+    entries, bands, markers, histories = _rows_of(sources, appended)
+    if histories:
+        raise HistoryError(f"{histories[0]}: a history folder cannot be appended to another; read both with read_history")
+    known = _read_folder(folder)
+    new_entries = entries.join(known[0].select("entry"), on="entry", how="anti").unique("entry", maintain_order=True)
+    new_markers = markers.join(known[2].select("entry"), on="entry", how="anti").unique("entry", maintain_order=True)
+    new_bands = bands.join(new_entries.select("entry"), on="entry", how="semi").unique(["entry", "c"], maintain_order=True)
+    stamp = appended.strftime("%Y%m%dT%H%M%S%fZ")
+    for name, frame in (("entries", new_entries), ("bands", new_bands), ("markers", new_markers)):
+        if frame.height:
+            (folder / name).mkdir(exist_ok=True)
+            part = folder / name / f"part-{stamp}.parquet"
+            frame.write_parquet(part.with_suffix(".part"))
+            os.replace(part.with_suffix(".part"), part)  # a part appears whole or not at all
+    _keep_originals(folder, pl.concat([new_entries.select("entry", "kind", "source"), new_markers.select("entry", "source")
+                                       .with_columns(kind=pl.lit("marker")).select("entry", "kind", "source")]))
+    return read_history([folder])
+
+
+def _keep_originals(folder: Path, added: pl.DataFrame) -> None:
+    """Copy each new witness and marker file into ``originals/``, and each new run's manifest into ``runs/``."""
+    for entry, kind, source in added.iter_rows():
+        name = Path(source.rstrip("/")).name or "source"
+        if kind == "run":
+            target = folder / "runs" / f"{entry[:16]}-{name}"
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(source) / "manifest.json", target / "manifest.json")
+        else:
+            target = folder / "originals" / f"{entry[:16]}-{name}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                target.write_bytes(read_source_bytes(source))

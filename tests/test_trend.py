@@ -1,0 +1,128 @@
+"""Histories and the trend report: the embedded history, a planted regression found and named, and
+two nights of the scheduled recipe (scripts/nightly.sh) run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import LAMBDA, ROOT
+from typer.testing import CliRunner
+
+import analysis
+from analysis import HistoryError, append_history, read_history
+from analysis._sources import SourceRepeated
+from analysis.cli import app
+
+NO_CACHE = ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt"  # c=1 alone repeats m=1 bit for bit
+CACHED = ROOT / "data" / "llamacpp-cpu" / "cache-prompt"  # the prompt cache makes c=1 differ from m=1 in bits
+
+
+def _night(tmp_path: Path, source: Path, name: str, started: str, commit: str) -> Path:
+    """A copy of a bundled llama.cpp run, dated and from a given server commit."""
+    folder = tmp_path / "runs" / name
+    shutil.copytree(source, folder, ignore=shutil.ignore_patterns("derived"))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["started"] = started
+    manifest["identity"]["commit"] = commit
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def _marker(tmp_path: Path, commit: str, when: str) -> Path:
+    path = tmp_path / "markers" / f"marker@{commit[:10]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"cc": "cpu", "commit": commit, "exit": 0, "host": "vm", "max_m": 16, "started_utc": when, "status": "PASS"}))
+    return path
+
+
+def _text(page: str) -> str:
+    page = re.sub(r"<(style|script)\b.*?</\1>", " ", page, flags=re.S)
+    return " ".join(re.sub(r"<[^>]+>", " ", page).split())
+
+
+def test_the_embedded_history_over_two_server_commits():
+    history = read_history(LAMBDA)
+    assert history.entries.height == 3 and set(history.entries["kind"]) == {"witness"}
+    assert history.markers.sort("time")["commit"].str.slice(0, 7).to_list() == ["a765c86", "c554a77"]
+    # each witness is dated by the release marker of its server commit
+    assert history.entries["time"].dt.strftime("%Y-%m-%d %H:%M:%S").unique().to_list() == ["2026-09-02 14:59:58"]
+    assert set(history.entries["time_origin"]) == {"release marker"}
+    v2 = history.bands.join(history.entries.filter(pl.col("source").str.ends_with("witness@464c168e62.json")).select("entry"), on="entry")
+    assert v2.sort("c")["earliest_divergence"].to_list() == [100, 3, 3, 3]  # the file: c=1 parts at 100 (as ref #2 did), c>1 at 3
+    assert history.regressions().is_empty()  # three witnesses of one moment: no order to regress in
+
+
+def test_a_planted_regression_is_flagged_with_the_first_bad_entry_and_the_commits_between(tmp_path):
+    good = _night(tmp_path, NO_CACHE, "2026-11-01", "2026-11-01T02:00:00Z", "a" * 40)
+    bad = _night(tmp_path, CACHED, "2026-11-03", "2026-11-03T02:00:00Z", "c" * 40)
+    marker = _marker(tmp_path, "b" * 40, "2026-11-02T12:00:00Z")  # a release between the two nights
+    history = read_history([good, bad, marker])
+    found = history.regressions()
+    bits = found.filter(rule="bits differ")
+    assert bits.select("c", "before", "after").rows() == [(1, 1.0, 0.0)]  # c=1 was bit-identical to m=1, and is not
+    row = bits.row(0, named=True)
+    first_bad = history.entries.filter(pl.col("entry") == row["first_bad_entry"])["source"].item()
+    assert first_bad == str(bad) and row["last_good_commit"] == "a" * 40 and row["first_bad_commit"] == "c" * 40
+    assert row["commits_between"] == ["a" * 40, "b" * 40, "c" * 40]
+    assert found.filter(rule="tokens part").is_empty()  # no token parted in either night
+
+    page = analysis.render_trend([good, bad, marker], tmp_path / "trend.html").read_text()
+    text = _text(page)
+    assert "1 regression(s)" in text and "requests that were bit-identical to m=1 are not" in text
+    assert str(bad) in text and "aaaaaaaaaa, bbbbbbbbbb, cccccccccc" in text
+    assert len(re.findall(r"<img\b", page)) >= 3 and "Traceback" not in text and "Warning" not in text
+
+
+def test_a_history_folder_grows_and_never_takes_an_entry_twice(tmp_path):
+    folder = tmp_path / "history"
+    first = append_history([LAMBDA], folder)
+    with pytest.warns(SourceRepeated, match="given again; it is read once"):
+        again = append_history([LAMBDA, LAMBDA / "witness@464c168e62.json"], folder)
+    assert first.entries.height == again.entries.height == 3 and again.markers.height == 2
+    assert len(list((folder / "entries").glob("part-*.parquet"))) == 1  # the second append added nothing
+    assert sorted(p.name.split("-", 1)[1] for p in (folder / "originals").iterdir()) == sorted(
+        p.name for p in LAMBDA.glob("*.json"))
+    with pytest.raises(HistoryError, match="history_version"):
+        (folder / "history.json").write_text('{"history_version": 9}')
+        read_history([folder])
+
+
+def test_a_folder_that_is_not_a_history_is_not_taken_over(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(app, ["history", str(LAMBDA), "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "a history folder holds history.json" in result.stderr
+    assert not (tmp_path / "history.json").exists()
+
+
+def test_bia_trend_with_no_arguments_renders_the_embedded_history(tmp_path):
+    result = CliRunner().invoke(app, ["trend", "-o", str(tmp_path / "trend.html"), "--title", "Nightly <trend>"])
+    assert result.exit_code == 0, result.stderr
+    page = (tmp_path / "trend.html").read_text()
+    assert "<title>Nightly &lt;trend&gt;</title>" in page
+    assert len(re.findall(r'<img\b[^>]*src="data:image/png;base64,', page)) >= 1
+    assert "(none given: the embedded history)" in _text(page) and "No regression" in _text(page)
+
+
+def test_two_nights_of_the_recipe(tmp_path):
+    """scripts/nightly.sh, run twice as cron would, on two runs: a history with both nights and a trend over them."""
+    nights = [("2026-11-01", _night(tmp_path, NO_CACHE, "n1", "2026-11-01T02:00:00Z", "a" * 40)),
+              ("2026-11-02", _night(tmp_path, CACHED, "n2", "2026-11-02T02:00:00Z", "c" * 40))]
+    history, reports = tmp_path / "history", tmp_path / "reports"
+    for night, run in nights:
+        env = {**os.environ, "BIA_NIGHT": night, "BIA": f"{sys.executable} -m analysis"}
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "nightly.sh"), str(run), str(history), str(reports)],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in reports.iterdir()) == ["parity-2026-11-01.html", "parity-2026-11-02.html", "trend.html"]
+    past = read_history([history])
+    assert past.entries.sort("time")["source"].to_list() == [str(nights[0][1]), str(nights[1][1])]
+    text = _text((reports / "trend.html").read_text())
+    assert "2 entries in 1 series" in text and "1 regression(s)" in text
