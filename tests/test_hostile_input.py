@@ -166,3 +166,16 @@ def test_the_same_witness_given_as_a_file_and_its_folder_is_counted_once(lambda_
     with pytest.warns(SourceRepeated, match="witness@464c168e62.json is .* given again; it is read once"):
         ws = analysis.read_witnesses([str(file), str(lambda_copy)])
     assert ws.witnesses.height == alone.witnesses.height == 3 and ws.bands.height == alone.bands.height
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"prompts": None}, 'field "prompts": expected a list of objects, got None; it cannot be resumed'),
+    ({"ladder": "1,4,8"}, "field \"ladder\": expected a list of distinct integers >= 1, got '1,4,8'; it cannot be resumed"),
+    ({"requested": None}, 'field "requested": expected an object, got None; it cannot be resumed'),
+])
+def test_resume_of_a_manifest_of_wrong_types_names_its_field(tmp_path, fields, words):
+    folder = _run_with(tmp_path, **{"producer": "bia probe", "done": [], "requested": {"engine": "auto"}, **fields})
+    result = CliRunner().invoke(app, ["probe", CLOSED, "-o", str(folder), "--resume"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert words in result.stderr, result.stderr
