@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Mutation testing of bia's verdict and metric modules with mutmut (not part of CI: minutes to hours).
+#
+#   bash scripts/mutation.sh analysis/_v3.py             # one module
+#   bash scripts/mutation.sh analysis/_v3.py analysis/parity.py
+#
+# Each module's mutants run against the tests that cover them (mutmut collects which tests reach
+# which function first). Prints each module's score: killed / (mutants - timeouts), with the
+# equivalent mutants listed in mutation-equivalents.txt counted as killed. Needs .venv (scripts/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/python -m pip install -q "mutmut==3.8.1"
+[[ $# -gt 0 ]] || { echo "usage: bash scripts/mutation.sh analysis/MODULE.py..." >&2; exit 2; }
+patterns=()
+for module in "$@"; do
+    [[ -f "$module" ]] || { echo "error: $module: no such module" >&2; exit 2; }
+    name="${module%.py}"; name="${name//\//.}"
+    patterns+=("${name}.*")
+done
+.venv/bin/mutmut run "${patterns[@]}" || true   # survivors make mutmut exit non-zero; the score below says how many
+.venv/bin/python scripts/mutation_score.py "$@"
