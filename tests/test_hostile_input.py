@@ -179,3 +179,16 @@ def test_resume_of_a_manifest_of_wrong_types_names_its_field(tmp_path, fields, w
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert words in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("arrivals", [False, "0.1,0.2", [0.1, "late"], [True, 0.2]])
+def test_arrival_times_that_are_not_a_list_of_seconds_are_named(tmp_path, arrivals):
+    """Found by tests/test_fuzz.py: ``arrival_times: false`` raised a TypeError from inside the reader."""
+    import analysis
+
+    line = json.loads((RUN / "captures" / "requests.jsonl").read_text().splitlines()[0])
+    line["arrival_times"] = arrivals
+    path = tmp_path / "capture.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(analysis.DumpError, match=r"capture.jsonl: .*arrival_times"):
+        analysis.read_dumps([path])

@@ -50,6 +50,10 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
 def _arrival(meta: Meta, event: Event, rows: Rows, n_events: int) -> float | None:
     if meta.arrivals is None:
         return None
+    if not isinstance(meta.arrivals, list) or not all(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool))
+                                                      for t in meta.arrivals):
+        raise DumpError(rows.source, f"record {meta.record}", "arrival_times", "expected a list of seconds (numbers or null), "
+                        f"got {str(meta.arrivals)[:60]!r}")
     if len(meta.arrivals) != n_events:
         raise DumpError(rows.source, f"record {meta.record}", "arrival_times", f"holds {len(meta.arrivals)} times for {n_events} events")
     return meta.arrivals[event.index]
