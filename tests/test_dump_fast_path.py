@@ -426,7 +426,7 @@ STREAM_FALLBACKS = {
     "a positive logprob": (_replace_sse(0, '"top_logprobs": [{"token": "Hel", "logprob": ', '"top_logprobs": [{"token": "Hel", "logprob": 0.5, "x": '),
                            "expected a logprob <= 0, got 0.5"),
     "band_c as text": (_set(1, band_c="2"), "band_c: expected Int64"),
-    "a bool arrival time": (_set(0, arrival_times=[True] * 7), "t_arrival: expected Float64"),
+    "a bool arrival time": (_set(0, arrival_times=[True] * 7), "arrival_times: expected a list of seconds"),
 }
 
 
