@@ -102,9 +102,8 @@ def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show",
     frame = as_polars(frame)
     shown = frame if limit is None else frame.head(limit)
     rows = [[cell(v) for v in row] for row in shown.iter_rows()]
-    if frame.height > shown.height:
-        caption = f"{caption} (the first {shown.height} of {frame.height} rows)".strip()
-    return render("table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty)
+    more = f"the first {shown.height} of {frame.height} rows" if frame.height > shown.height else ""
+    return render("table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty, more=more)
 
 
 def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], lines: list[tuple[str, str | None]] = (),

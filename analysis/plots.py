@@ -70,8 +70,22 @@ def _legend(ax, limit: int = LEGEND_LIMIT, **options) -> None:
 
 
 def _label_points(ax, points: Sequence[tuple[float, float, str]], limit: int = 3) -> None:
-    """Name a few outlying points on the plot itself rather than in the legend."""
-    for x, y, text in list(points)[:limit]:
+    """Name a few outlying points on the plot itself rather than in the legend; points that coincide share one label.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> _, ax = plt.subplots()
+    >>> _label_points(ax, [(8, 3, "q05"), (8, 3, "q21"), (8, 3, "q37"), (4, 9, "q02")])
+    >>> [t.get_text() for t in ax.texts]
+    ['q05, q21 and 1 more', 'q02']
+    """
+    spots: dict[tuple[float, float], list[str]] = {}
+    for x, y, text in points:
+        spots.setdefault((x, y), []).append(text)
+    for (x, y), names in list(spots.items())[:limit]:
+        text = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
         ax.annotate(text, (x, y), xytext=(6, -10), textcoords="offset points", fontsize="x-small", color="dimgray",
                     arrowprops={"arrowstyle": "-", "color": "lightgray"})
 
@@ -227,6 +241,7 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     ax.axhline(epsilon, color="red", linestyle="--", label=f"epsilon = {epsilon:g}")
     _set_c_axis(ax, parted["band_c"].to_list())
     ax.set_yscale("symlog", linthresh=1e-3)
+    ax.margins(y=0.15)
     ax.set_ylabel("top-1 minus top-2 logprob")
     ax.set_title("Was the call close where the streams parted?")
     _legend(ax)
@@ -357,11 +372,12 @@ def plot_flip_curve(curve: Any, *, ax=None):
         return _empty(ax, f"No step flipped: P(flip) is 0 in every margin bin ({curve['steps'].sum():,} steps at risk).")
     labels = [f"[{lo:g}, {hi:g})" for lo, hi in curve.select("margin_low", "margin_high").iter_rows()]
     ax.bar(range(curve.height), curve["p_flip"], color="tab:purple")
-    for k, (p, n) in enumerate(curve.select("p_flip", "steps").iter_rows()):
-        ax.text(k, p, f"n={n}", ha="center", va="bottom", fontsize="small")
+    for k, (p, flips, n) in enumerate(curve.select("p_flip", "flips", "steps").iter_rows()):
+        ax.text(k, p, f"{flips:,} of {n:,}", ha="center", va="bottom", fontsize="x-small")
     ax.set_xticks(range(curve.height))
     ax.set_xticklabels(labels, rotation=30, ha="right")
-    ax.set_ylim(0, 1.1)
+    top = curve["p_flip"].max()
+    ax.set_ylim(0, 1.1 if top > 0.5 else top * 1.4)  # rare flips stay visible
     ax.set_xlabel("reference margin bin")
     ax.set_ylabel("P(flip)")
     ax.set_title("How often a step flips, by how close the reference's call was")

@@ -506,5 +506,6 @@ def export_html(notebook: str | os.PathLike[str]) -> str:
     node = nbformat.read(os.fspath(notebook), as_version=4)
     # the page's <title> is the report's: papermill keeps the parameters it injected in the notebook's metadata
     title = (node.metadata.get("papermill") or {}).get("parameters", {}).get("title") or node.metadata.get("title", DEFAULT_TITLE)
+    node.metadata["title"] = title  # the lab template prefers the notebook's own title to the resources' name
     body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title}})
     return body

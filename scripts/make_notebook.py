@@ -55,7 +55,7 @@ CELLS = [
         "code",
         'display(HTML("<h2>Figures</h2>"))\n'
         "if ws.sources:\n"
-        '    display(HTML("<h3>Witnesses</h3><p>S7 asks that the per-request rate at c=4 be at least 50% of c=1\'s; the dotted line is that bar.</p>"))\n'
+        '    display(HTML("<h3>Witnesses</h3>"))\n'
         "    for fig, alt in report.witness_figures(ws):\n"
         "        report.show_figure(fig, alt)\n"
         "for run in run_objects:\n"
