@@ -144,22 +144,22 @@ def plot_decode_rate(bands: Any, *, ax=None):
         untimed = bands["source"].unique(maintain_order=True).to_list()
         return _empty(ax, "No decode rates recorded" + (f" in {len(untimed)} witness(es)" if untimed else "") + "\n(witness_version 1 and 2 do not time requests).")
     groups = ((witness_label(s, v), g) for (s, v), g in rated.sort("c").group_by(["source", "witness_version"], maintain_order=True))
-    _rate_lines(ax, groups, "c", single_base=True)
+    _rate_lines(ax, groups, "c")
     ax.set_ylabel("decode rate per request (tok/s)")
     ax.set_title("Per-request decode rate while batched")
     return ax
 
 
-def _rate_lines(ax, groups, c_column: str, *, single_base: bool) -> None:
+def _rate_lines(ax, groups, c_column: str) -> None:
     """One rate line per group against c, each with its 50%-of-c=1 line (S7's bar).
 
-    ``single_base`` draws the bar only where c=1 has exactly one rate (a witness has one band per c).
+    The bar is drawn only where c=1 has exactly one rate (a witness has one band per c).
     """
     cs = []
     for label, group in groups:
         line = ax.plot(group[c_column], group["decode_tok_s"], "o-", label=label)[0]
         base = group.filter(pl.col(c_column) == 1)["decode_tok_s"]
-        if base.len() == 1 or (base.len() and not single_base):
+        if base.len() == 1:
             ax.axhline(0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)")
         cs += group[c_column].to_list()
     _set_c_axis(ax, cs)
@@ -420,9 +420,27 @@ def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
     return ax
 
 
+def _outliers(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """Rows beyond 1.5 IQR of their c's values (Tukey's fences), furthest first; none for a c with fewer than four rows.
+
+    Examples
+    --------
+    >>> frame = pl.DataFrame({"band_c": [4] * 5, "rate": [100.0, 101.0, 99.0, 100.5, 20.0]})
+    >>> _outliers(frame, "rate")["rate"].to_list()
+    [20.0]
+    """
+    value = pl.col(column)
+    q1, q3 = value.quantile(0.25).over("band_c"), value.quantile(0.75).over("band_c")
+    spread = 1.5 * (q3 - q1)
+    far = (value < q1 - spread) | (value > q3 + spread)
+    distance = pl.max_horizontal(q1 - spread - value, value - q3 - spread)
+    return frame.filter(far & (pl.len().over("band_c") >= 4)).sort(distance, descending=True)
+
+
 def plot_run_decode_rate(bands: Any, *, ax=None):
     """Each band's median decode rate against c as a dot, the median over bands per c as a line, with
-    the 50%-of-c=1 line; the bands furthest below their c's median are named. Untimed bands are said, not drawn."""
+    the 50%-of-c=1 line; outlying bands (beyond 1.5 IQR of their c's rates, four bands or more) are
+    named. Untimed bands are said, not drawn."""
     ax = _axes(ax)
     bands = as_polars(bands)
     rated = bands.filter(pl.col("decode_tok_s").is_not_null()) if "decode_tok_s" in bands.columns else bands.clear()
@@ -435,8 +453,7 @@ def plot_run_decode_rate(bands: Any, *, ax=None):
     base = medians.filter(pl.col("band_c") == 1)["median"]
     if base.len():
         ax.axhline(0.5 * base[0], color="black", linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:,.0f} tok/s)")
-    slow = rated.filter(pl.col("decode_tok_s") < 0.75 * pl.col("median")).sort(pl.col("decode_tok_s") / pl.col("median"))
-    _label_points(ax, [(c, r, str(p)) for p, c, r in slow.select("prompt_id", "band_c", "decode_tok_s").rows()])
+    _label_points(ax, [(c, r, str(p)) for p, c, r in _outliers(rated, "decode_tok_s").select("prompt_id", "band_c", "decode_tok_s").rows()])
     _set_c_axis(ax, rated["band_c"].to_list())
     ax.set_ylim(bottom=0)
     ax.set_ylabel("median decode rate per request (tok/s)")
