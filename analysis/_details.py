@@ -31,6 +31,19 @@ def worst_html(frame: pl.DataFrame, *, by: Sequence[str], descending: Sequence[b
                n: int = WORST_ROWS, empty: str = "nothing to show") -> str:
     """The ``n`` worst rows of ``frame`` by ``by``, with a line counting the rest.
 
+    Parameters
+    ----------
+    frame : pl.DataFrame
+        The whole table.
+    by, descending : sequence
+        The sort that puts the worst rows first (nulls last).
+    caption, what : str
+        The table's caption, and what its rows are ("requests") for the count of the rest.
+    n : int
+        How many rows to show.
+    empty : str
+        What to say when the table has no row.
+
     Examples
     --------
     >>> frame = pl.DataFrame({"request": list("abc"), "agrees to": [5, 1, 3]})
@@ -200,14 +213,15 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
                             "parted from m=1": "parted", "at a near-tie": "near_tie", "earliest divergence": "earliest",
                             "most unique completions": "most_completions", "median decode tok/s": "rate", "median s per 1000 seq": "per_1000"})
     worst = bands.select(prompt="prompt_id", c="band_c", repeat="repeat", **{
-        "m formed": "m_formed", "widths formed": "widths_seen", "earliest divergence": "divergence_min", "parted": "diverged_slots", "near-tie": "near_tie_slots",
-        "slots": "n_slots", "agree among slots to": "intra_agree_to", "unique completions": "unique_completions",
-        "modal share": "modal_share", "decode tok/s": "decode_tok_s", "s per 1000 seq": "s_per_1000_seq", "prefix cache": "prefix_cache"})
+        "m formed": "m_formed", "widths formed": "widths_seen", "earliest divergence": "divergence_min",
+        "parted": pl.format("{} of {}", "diverged_slots", "n_slots"), "near-tie": "near_tie_slots", "slots agree to": "intra_agree_to",
+        "unique completions": "unique_completions", "modal share": "modal_share", "decode tok/s": "decode_tok_s",
+        "s per 1000 seq": "s_per_1000_seq", "prefix cache": "prefix_cache"})
     if worst["prefix cache"].null_count() == worst.height:
         worst = worst.drop("prefix cache")
     return (table_html(per_c, caption=f"Bands per c: divergence from {against} over every prompt and repeat, the batch widths the server "
                                       "formed, completions and the median decode rate.", empty="No bands in the run.")
-            + worst_html(worst, by=["earliest divergence", "agree among slots to", "unique completions"], descending=[False, False, True],
+            + worst_html(worst, by=["earliest divergence", "slots agree to", "unique completions"], descending=[False, False, True],
                          what="bands", caption="Bands that part earliest: one row per prompt, c and repeat.", empty="No bands in the run."))
 
 

@@ -172,7 +172,27 @@ def _rates(frame: pl.DataFrame, c_column: str) -> tuple[list[float], list[float]
 
 
 def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
-    """The card of one run: its requests against ref #1 (or ``reference``) per c, and its band rates."""
+    """The card of one run.
+
+    Parameters
+    ----------
+    run : Run
+        The run: its batched requests are compared with ``reference`` per c, its bands give the rates.
+    epsilon : float
+        A divergence is explained by a near-tie when the reference's top-1/top-2 margin there is below it.
+    reference : str or Run
+        "ref1", "ref2", or another run (its ref #1).
+
+    Returns
+    -------
+    Review
+
+    Examples
+    --------
+    >>> from analysis.run import read_run
+    >>> run_review(read_run("data/experiment-cpu/batch-invariant"), epsilon=0.05).headline
+    'Batch invariant: every request is bit-identical to m=1.'
+    """
     from .run import band_table, slot_table
 
     slots = slot_table(run, epsilon=epsilon, reference=reference)
@@ -218,7 +238,23 @@ def _run_completeness(run) -> tuple[str, str, str | None]:
 
 
 def witness_reviews(ws, *, epsilon: float) -> list[Review]:
-    """One card per witness file of a witness set (markers have none)."""
+    """One card per witness file of a witness set (markers have none).
+
+    A witness keeps tokens, not logprobs: its bits are "not recorded", its near-tie comes from
+    the band's recorded margin, its decode cost from slot rates (else band rates).
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses.
+    epsilon : float
+        The near-tie epsilon.
+
+    Returns
+    -------
+    list of Review
+        In the order the witnesses were read.
+    """
     from .plots import witness_label
 
     polars_set = ws.to_backend("polars")

@@ -165,7 +165,24 @@ def heading_html(words: str, name: str, level: int = 3) -> str:
 
 
 def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any = "ref1") -> str:
-    """The verdict cards: one per run and per witness, in the study's engine-neutral words (see :mod:`analysis._review`)."""
+    """The verdict cards: one per run and per witness, in the study's engine-neutral words.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses read (none is fine).
+    runs : iterable of Run
+        The runs read.
+    epsilon : float
+        The near-tie epsilon: a margin below it explains a divergence.
+    reference : str or Run
+        What batched requests are compared with ("ref1", "ref2", or another run's ref #1).
+
+    Returns
+    -------
+    str
+        Escaped HTML: a heading and one card per run, then per witness (see :mod:`analysis._review`).
+    """
     from ._review import run_review, witness_reviews
 
     runs = [run_review(run, epsilon=epsilon, reference=reference) for run in runs]
@@ -206,7 +223,24 @@ def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict]) -> str:
 
 
 def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any], policy: V3Policy) -> str:
-    """aprender's V3 release gate as its own section: each witness's verdicts, and each run's per prompt."""
+    """aprender's V3 release gate as its own section.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses, each with its recorded and re-derived verdict and its V3 verdict.
+    verdicts : mapping of str to ShapeVerdict
+        Each witness's V3 verdict by source.
+    runs : iterable of Run
+        The runs to judge too, one witness per prompt (empty unless the reader asked).
+    policy : V3Policy
+        The policy in force, described in the section's opening words.
+
+    Returns
+    -------
+    str
+        Escaped HTML; the reasons' long decimals rounded for people (see :func:`rounded`).
+    """
     from ._details import run_admission
 
     judged = []
@@ -265,8 +299,13 @@ def _collapsed(summary: str, body: str) -> str:
 def show_figure(ax_or_figure, alt: str) -> None:
     """Display a figure as a PNG whose alt text describes it, then close it.
 
-    A panel with nothing to draw is left out and its reason said in words; a figure with
-    nothing at all is not drawn. The exported HTML carries ``alt`` on the image.
+    Parameters
+    ----------
+    ax_or_figure : matplotlib Axes or Figure
+        What to show; a panel the plot functions left empty (``ax.bia_empty``) is removed and its
+        reason said in words below, and a figure with nothing left is not drawn at all.
+    alt : str
+        The image's alt text in the exported HTML, for screen readers and tests.
     """
     from io import BytesIO
 
@@ -305,8 +344,26 @@ def witness_figures(ws) -> list[tuple[Any, str]]:
 
 
 def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[Any, str]]:
-    """A run's figures with their alt text: where requests parted and the margin there; the margin along each
-    reference and the drift before the fork; P(flip | margin) and the widths formed; decode rate and completions."""
+    """A run's four figures of two panels each, for :func:`show_figure`.
+
+    Where requests parted and the margin there; the margin along each reference and the drift
+    before the fork (one colour per c); P(flip | margin) and the widths formed; decode rate and
+    unique completions against c.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    epsilon : float
+        The near-tie epsilon drawn on the margin plots.
+    reference : str or Run
+        What batched requests are compared with.
+
+    Returns
+    -------
+    list of (Figure, str)
+        Each figure with its alt text, which names the run.
+    """
     import matplotlib.pyplot as plt
 
     from . import plots
