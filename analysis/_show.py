@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ._frames import as_polars
@@ -23,9 +24,8 @@ def cell(value: Any) -> str:
     --------
     >>> [cell(v) for v in (None, True, 3, 1234.5678, 0.000123456, float("nan"), "x", [1, 2])]
     ['—', 'yes', '3', '1,235', '0.0001235', '—', 'x', '1, 2']
-    >>> cell(dt.datetime(2026, 9, 2, 14, 59, 58, tzinfo=dt.UTC))
-    '2026-09-02 14:59 UTC'
-
+    >>> cell(dt.datetime(2026, 9, 9, 18, 15, 37, tzinfo=dt.timezone.utc))
+    '2026-09-09 18:15 UTC'
     """
     if value is None:
         return MISSING
@@ -33,18 +33,67 @@ def cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, (dt.datetime, dt.date)):
+        return _when(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             return MISSING if math.isnan(value) else ("∞" if value > 0 else "-∞")
         return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    if isinstance(value, dt.datetime):
-        moment = value.astimezone(dt.UTC) if value.tzinfo else value
-        return moment.strftime("%Y-%m-%d %H:%M") + (" UTC" if value.tzinfo else "")
     if isinstance(value, (list, tuple)):
         return ", ".join(cell(v) for v in value)
     if isinstance(value, dict):
         return ", ".join(f"{k} {cell(v)}" for k, v in value.items())
     return str(value)
+
+
+def _when(value: dt.date) -> str:
+    """A date, or a time to the minute with its zone (UTC when the value says so)."""
+    if not isinstance(value, dt.datetime):
+        return value.isoformat()
+    zone = "" if value.tzinfo is None else " UTC" if value.utcoffset() == dt.timedelta(0) else value.strftime(" %z")
+    return value.strftime("%Y-%m-%d %H:%M") + zone
+
+
+def pairs(mapping: Mapping[str, Any] | None) -> str:
+    """A mapping as ``key = value`` pairs for people (the sampler, the environment).
+
+    Examples
+    --------
+    >>> pairs({"temperature": 0.0, "ignore_eos": True, "gpu": None})
+    'temperature = 0, ignore_eos = yes, gpu = —'
+    >>> pairs({})
+    '—'
+    """
+    return ", ".join(f"{k} = {cell(v)}" for k, v in (mapping or {}).items()) or MISSING
+
+
+def percent(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a percentage, never "100%" short of all nor "0%" above none.
+
+    Examples
+    --------
+    >>> percent(3, 8), percent(0, 0), percent(1852, 1856), percent(1, 3000)
+    ('38%', '—', '99.8%', '0.03%')
+    """
+    if not whole:
+        return MISSING
+    text = f"{part / whole:.0%}"
+    for digits in (1, 2, 3):
+        if not (0 < part < whole and float(text[:-1]) in (0.0, 100.0)):
+            break
+        text = f"{part / whole:.{digits}%}"
+    return text
+
+
+def share(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a percentage with both counts.
+
+    Examples
+    --------
+    >>> share(3, 8), share(0, 0)
+    ('38% (3 of 8)', '—')
+    """
+    return f"{percent(part, whole)} ({part} of {whole})" if whole else MISSING
 
 
 def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show", limit: int | None = None) -> str:
@@ -53,10 +102,8 @@ def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show",
     frame = as_polars(frame)
     shown = frame if limit is None else frame.head(limit)
     rows = [[cell(v) for v in row] for row in shown.iter_rows()]
-    rest = frame.height - shown.height
-    if rest:
-        caption = f"{caption} (the first {shown.height} of {frame.height} rows)".strip()
-    return render("table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty)
+    more = f"the first {shown.height} of {frame.height} rows" if frame.height > shown.height else ""
+    return render("table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty, more=more)
 
 
 def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], lines: list[tuple[str, str | None]] = (),

@@ -181,10 +181,16 @@ def report_command(
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
     bands: Bands = None,
+    admission: Annotated[bool, typer.Option("--admission", help="Judge the runs by aprender's V3 release gate too (implied by "
+                                                                "--policy, --model-prefix and --bands).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output (and --notebook) when they exist.")] = False,
     offline: Offline = False,
 ) -> None:
-    """Execute the parity report notebook (papermill) and export one offline HTML file."""
+    """Execute the parity report notebook (papermill) and export one offline HTML file.
+
+    The verdict cards come first, then the figures and the detail; aprender's V3 release gate
+    judges the witnesses, and the runs too when --policy, --model-prefix or --bands is given.
+    """
     import dataclasses
 
     _go_offline(offline)
@@ -221,8 +227,9 @@ def report_command(
         raise typer.Exit(EXIT_RED) from None
     overrides = {k: v for k, v in dataclasses.asdict(policy).items() if v != getattr(V3Policy(), k)}
     try:
+        asked = admission or policy_file is not None or model_prefix is not None or bands is not None  # then the runs meet aprender's gate too
         written = render_report(witness_sources, output, runs=runs, epsilon=epsilon, reference=reference, title=title, policy=overrides,
-                                executed_notebook=notebook, force=True)  # claimed above
+                                admission=asked, executed_notebook=notebook, force=True)  # claimed above
     except ReportError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -46,10 +46,57 @@ def _set_c_axis(ax, cs: list[int]) -> None:
 
 
 def _empty(ax, message: str):
+    """Say on the axes why nothing is drawn; ``ax.bia_empty`` keeps the reason, so a report can leave the panel out."""
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
+    ax.bia_empty = message.replace("\n", " ")
     return ax
+
+
+LEGEND_LIMIT = 10  # a legend longer than this hides the plot: the rest are counted in one entry
+
+
+def _legend(ax, limit: int = LEGEND_LIMIT, **options) -> None:
+    """A legend of at most ``limit`` entries, the last saying how many more were left out."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(handles) > limit:
+        from matplotlib.lines import Line2D
+
+        rest = len(handles) - (limit - 1)
+        handles, labels = handles[:limit - 1] + [Line2D([], [], linestyle="none")], labels[:limit - 1] + [f"... and {rest} more"]
+    if handles:
+        ax.legend(handles, labels, fontsize=options.pop("fontsize", "small"), loc=options.pop("loc", "best"), **options)
+
+
+def _label_points(ax, points: Sequence[tuple[float, float, str]], limit: int = 3) -> None:
+    """Name a few outlying points on the plot itself rather than in the legend; points that coincide share one label.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> _, ax = plt.subplots()
+    >>> _label_points(ax, [(8, 3, "q05"), (8, 3, "q21"), (8, 3, "q37"), (4, 9, "q02")])
+    >>> [t.get_text() for t in ax.texts]
+    ['q05, q21 and 1 more', 'q02']
+    """
+    spots: dict[tuple[float, float], list[str]] = {}
+    for x, y, text in points:
+        spots.setdefault((x, y), []).append(text)
+    for (x, y), names in list(spots.items())[:limit]:
+        text = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+        ax.annotate(text, (x, y), xytext=(6, -10), textcoords="offset points", fontsize="x-small", color="dimgray",
+                    arrowprops={"arrowstyle": "-", "color": "lightgray"})
+
+
+def _c_colours(cs: Sequence[int]) -> dict[int, Any]:
+    """One colour per batch size c, the same in every run figure."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["viridis"]
+    ordered = sorted(set(cs))
+    return {c: palette(k / max(1, len(ordered) - 1) * 0.9) for k, c in enumerate(ordered)}
 
 
 def plot_divergence(bands: Any, *, ax=None):
@@ -81,7 +128,7 @@ def plot_divergence(bands: Any, *, ax=None):
     _set_c_axis(ax, measured["c"].to_list())
     ax.set_ylabel("divergence_at (tokens agreeing with m=1)")
     ax.set_title("Where each batch size parts from the m=1 reference")
-    ax.legend(fontsize="small", loc="best")
+    _legend(ax)
     return ax
 
 
@@ -97,27 +144,27 @@ def plot_decode_rate(bands: Any, *, ax=None):
         untimed = bands["source"].unique(maintain_order=True).to_list()
         return _empty(ax, "No decode rates recorded" + (f" in {len(untimed)} witness(es)" if untimed else "") + "\n(witness_version 1 and 2 do not time requests).")
     groups = ((witness_label(s, v), g) for (s, v), g in rated.sort("c").group_by(["source", "witness_version"], maintain_order=True))
-    _rate_lines(ax, groups, "c", single_base=True)
+    _rate_lines(ax, groups, "c")
     ax.set_ylabel("decode rate per request (tok/s)")
     ax.set_title("Per-request decode rate while batched")
     return ax
 
 
-def _rate_lines(ax, groups, c_column: str, *, single_base: bool) -> None:
+def _rate_lines(ax, groups, c_column: str) -> None:
     """One rate line per group against c, each with its 50%-of-c=1 line (S7's bar).
 
-    ``single_base`` draws the bar only where c=1 has exactly one rate (a witness has one band per c).
+    The bar is drawn only where c=1 has exactly one rate (a witness has one band per c).
     """
     cs = []
     for label, group in groups:
         line = ax.plot(group[c_column], group["decode_tok_s"], "o-", label=label)[0]
         base = group.filter(pl.col(c_column) == 1)["decode_tok_s"]
-        if base.len() == 1 or (base.len() and not single_base):
+        if base.len() == 1:
             ax.axhline(0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)")
         cs += group[c_column].to_list()
     _set_c_axis(ax, cs)
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small", loc="best")
+    _legend(ax)
 
 
 def differing_env_knobs(witnesses: Any) -> pl.DataFrame:
@@ -161,22 +208,26 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
 
 
 def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None):
-    """Where each batched request parts from ref #1, against c: o parted, ^ never parted (plotted at its length)."""
+    """Where each batched request parts from ref #1, against c: o parted, ^ never parted (plotted at its length).
+
+    One series per outcome whatever the number of prompts; the earliest partings are named on the plot.
+    """
     ax = _axes(ax)
     slots = as_polars(slots)
     if slots.is_empty():
         return _empty(ax, "No batched requests in the run.")
-    for (prompt,), group in slots.group_by(["prompt_id"], maintain_order=True):
-        parted = group.filter(pl.col("diverged"))
-        held = group.filter(~pl.col("diverged"))
-        line = ax.plot(parted["band_c"], parted["agree_to"], "o", alpha=0.7, label=f"{prompt}: parted")[0]
-        ax.plot(held["band_c"], held["agree_to"], "^", color=line.get_color(), alpha=0.7, label=f"{prompt}: never parted")
+    parted = slots.filter(pl.col("diverged"))
+    held = slots.filter(~pl.col("diverged"))
+    ax.plot(parted["band_c"], parted["agree_to"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
+    ax.plot(held["band_c"], held["agree_to"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height})")
+    earliest = parted.sort("agree_to", "band_c").unique(["prompt_id"], keep="first", maintain_order=True)
+    _label_points(ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", "band_c", "agree_to", "slot").rows()])
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
     _set_c_axis(ax, slots["band_c"].to_list())
     ax.set_ylabel("tokens agreeing with m=1 (0-based divergence)")
     ax.set_title("Divergence from the m=1 reference, per request")
-    ax.legend(fontsize="small", loc="best")
+    _legend(ax)
     return ax
 
 
@@ -190,9 +241,10 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     ax.axhline(epsilon, color="red", linestyle="--", label=f"epsilon = {epsilon:g}")
     _set_c_axis(ax, parted["band_c"].to_list())
     ax.set_yscale("symlog", linthresh=1e-3)
+    ax.margins(y=0.15)
     ax.set_ylabel("top-1 minus top-2 logprob")
     ax.set_title("Was the call close where the streams parted?")
-    ax.legend(fontsize="small", loc="best")
+    _legend(ax)
     return ax
 
 
@@ -201,32 +253,53 @@ def plot_margin_trace(margins: Sequence[float | None] | Mapping[str, Sequence[fl
     """The reference's margin at every step, with the steps where batched requests parted marked.
 
     ``margins`` is one reference's per-step margins, or a mapping of prompt to margins (one line
-    each); ``divergences`` then maps each prompt to its parting steps.
+    each); ``divergences`` then maps each prompt to its parting steps. Past ``LEGEND_LIMIT - 2``
+    prompts the lines are grey, the partings red dots on them, and the earliest named.
     """
     ax = _axes(ax)
     traces = dict(margins) if isinstance(margins, Mapping) else {"": margins}
     parted = dict(divergences) if isinstance(divergences, Mapping) else {"": divergences}
-    drawn = marked = False
-    for prompt, trace in traces.items():
-        steps = [i for i, m in enumerate(trace) if m is not None]
-        if not steps:
-            continue
-        label = f"{prompt}: reference top-1 minus top-2" if prompt else "reference top-1 minus top-2"
-        line = ax.plot(steps, [trace[i] for i in steps], "-", linewidth=1, label=label)[0]
-        for step in sorted(set(parted.get(prompt, ()))):
-            ax.axvline(step, color=line.get_color() if prompt else "orange", alpha=0.6, linestyle=":" if prompt else "-",
-                       label=None if marked else "a request parted here")
-            marked = True
-        drawn = True
-    if not drawn:
+    traces = {p: [(i, m) for i, m in enumerate(t) if m is not None] for p, t in traces.items()}
+    traces = {p: t for p, t in traces.items() if t}
+    if not traces:
         return _empty(ax, "The reference has no step with two candidates.")
+    if len(traces) > LEGEND_LIMIT - 2:
+        _grey_traces(ax, traces, parted)
+    else:
+        _coloured_traces(ax, traces, parted)
     ax.axhline(epsilon, color="red", linestyle="--", linewidth=1, label=f"epsilon = {epsilon:g}")
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_xlabel("step (0-based)")
     ax.set_ylabel("margin (logprob)")
     ax.set_title("Near-ties along the reference")
-    ax.legend(fontsize="small", loc="best")
+    _legend(ax)
     return ax
+
+
+def _coloured_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: Mapping[str, Sequence[int]]) -> None:
+    """A few references: one coloured line each, its partings as lines of its colour."""
+    marked = False
+    for prompt, trace in traces.items():
+        label = f"{prompt}: reference top-1 minus top-2" if prompt else "reference top-1 minus top-2"
+        line = ax.plot([i for i, _ in trace], [m for _, m in trace], "-", linewidth=1, label=label)[0]
+        for step in sorted(set(parted.get(prompt, ()))):
+            ax.axvline(step, color=line.get_color() if prompt else "orange", alpha=0.6, linestyle=":" if prompt else "-",
+                       label=None if marked else "a request parted here")
+            marked = True
+
+
+def _grey_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: Mapping[str, Sequence[int]]) -> None:
+    """Many references: grey lines, the partings as red dots on them, the earliest named."""
+    for k, trace in enumerate(traces.values()):
+        ax.plot([i for i, _ in trace], [m for _, m in trace], "-", color="gray", alpha=0.35, linewidth=0.7,
+                label=f"reference top-1 minus top-2, one line per prompt ({len(traces)})" if k == 0 else None)
+    dots = []
+    for prompt, trace in traces.items():
+        at = dict(trace)
+        dots += [(step, at[step], prompt) for step in sorted(set(parted.get(prompt, ()))) if step in at]
+    if dots:
+        ax.plot([d[0] for d in dots], [d[1] for d in dots], "o", color="tab:red", markersize=4, label=f"a request parted here ({len(dots)})")
+        _label_points(ax, sorted(dots))
 
 
 def plot_band_widths(widths: Any, *, ax=None):
@@ -248,27 +321,45 @@ def plot_band_widths(widths: Any, *, ax=None):
     _set_c_axis(ax, cs)
     ax.set_ylabel("batch width m formed")
     ax.set_title("Was the batch shape really served?")
-    ax.legend(fontsize="small", loc="best")
+    _legend(ax)
     return ax
 
 
 def plot_delta_before_fork(deltas: Any, *, ax=None):
     """Per-step |delta logprob| of batched requests against the reference, up to their fork.
 
-    ``deltas``: rows of (label, step, abs_delta).
+    ``deltas``: rows of (label, step, abs_delta), and ``band_c`` when known. Past ``LEGEND_LIMIT - 1``
+    requests with ``band_c``, one line per c (the largest drift over its requests at each step) and
+    the request that drifts furthest named; else one line per request.
     """
     ax = _axes(ax)
     deltas = as_polars(deltas)
     if deltas.is_empty():
         return _empty(ax, "No agreeing step to compare.")
-    for (label,), group in deltas.group_by(["label"], maintain_order=True):
-        ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.8, markersize=3, label=str(label))
+    if deltas["abs_delta"].max() == 0:
+        return _empty(ax, f"No drift: every one of the {deltas.height} agreeing steps has the reference's logprob, bit for bit.")
+    if "band_c" in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1:
+        _drift_by_c(ax, deltas)
+    else:
+        for (label,), group in deltas.group_by(["label"], maintain_order=True):
+            ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.8, markersize=3, label=str(label))
     ax.set_yscale("log")
     ax.set_xlabel("step (0-based)")
     ax.set_ylabel("|delta logprob| (zeros drawn at 1e-12)")
     ax.set_title("Logprob drift before the fork")
-    ax.legend(fontsize="x-small", loc="best", ncol=2)
+    _legend(ax, fontsize="x-small", ncol=2)
     return ax
+
+
+def _drift_by_c(ax, deltas: pl.DataFrame) -> None:
+    """One line per c: the largest |delta| over that c's requests at each step; the furthest request named."""
+    colours = _c_colours(deltas["band_c"].to_list())
+    envelope = deltas.group_by("band_c", "step").agg(pl.col("abs_delta").max(), requests=pl.col("label").n_unique()).sort("band_c", "step")
+    for (c,), group in envelope.group_by(["band_c"], maintain_order=True):
+        ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.9, markersize=3, color=colours[c],
+                label=f"c={c} (largest of {group['requests'].max()})")
+    worst = deltas.sort("abs_delta", descending=True).row(0, named=True)
+    _label_points(ax, [(worst["step"], worst["abs_delta"], str(worst["label"]))])
 
 
 def plot_flip_curve(curve: Any, *, ax=None):
@@ -277,13 +368,16 @@ def plot_flip_curve(curve: Any, *, ax=None):
     curve = as_polars(curve).filter(pl.col("steps") > 0)
     if curve.is_empty():
         return _empty(ax, "No step at risk with a reference margin.")
+    if curve["flips"].sum() == 0:
+        return _empty(ax, f"No step flipped: P(flip) is 0 in every margin bin ({curve['steps'].sum():,} steps at risk).")
     labels = [f"[{lo:g}, {hi:g})" for lo, hi in curve.select("margin_low", "margin_high").iter_rows()]
     ax.bar(range(curve.height), curve["p_flip"], color="tab:purple")
-    for k, (p, n) in enumerate(curve.select("p_flip", "steps").iter_rows()):
-        ax.text(k, p, f"n={n}", ha="center", va="bottom", fontsize="small")
+    for k, (p, flips, n) in enumerate(curve.select("p_flip", "flips", "steps").iter_rows()):
+        ax.text(k, p, f"{flips:,} of {n:,}", ha="center", va="bottom", fontsize="x-small")
     ax.set_xticks(range(curve.height))
     ax.set_xticklabels(labels, rotation=30, ha="right")
-    ax.set_ylim(0, 1.1)
+    top = curve["p_flip"].max()
+    ax.set_ylim(0, 1.1 if top > 0.5 else top * 1.4)  # rare flips stay visible
     ax.set_xlabel("reference margin bin")
     ax.set_ylabel("P(flip)")
     ax.set_title("How often a step flips, by how close the reference's call was")
@@ -291,18 +385,23 @@ def plot_flip_curve(curve: Any, *, ax=None):
 
 
 def plot_unique_completions(bands: Any, *, ax=None):
-    """Unique completions per band against c."""
+    """Unique completions per band against c: every band a dot, the most in any band per c a line, the bands
+    with the most named."""
     ax = _axes(ax)
     bands = as_polars(bands)
     if bands.is_empty():
         return _empty(ax, "No bands in the run.")
-    for (prompt,), group in bands.sort("band_c").group_by(["prompt_id"], maintain_order=True):
-        ax.plot(group["band_c"], group["unique_completions"], "o-", label=str(prompt))
+    bands = bands.sort("band_c")
+    ax.plot(bands["band_c"], bands["unique_completions"], "o", alpha=0.5, color="tab:blue", label=f"one band ({bands.height})")
+    most = bands.group_by("band_c", maintain_order=True).agg(pl.col("unique_completions").max())
+    ax.plot(most["band_c"], most["unique_completions"], "-", color="black", linewidth=1, label="the most in one band")
+    spread = bands.filter(pl.col("unique_completions") > 1).sort("unique_completions", descending=True)
+    _label_points(ax, [(c, n, str(p)) for p, c, n in spread.select("prompt_id", "band_c", "unique_completions").rows()])
     _set_c_axis(ax, bands["band_c"].to_list())
     ax.set_ylim(bottom=0)
     ax.set_ylabel("unique completions in the band")
     ax.set_title("How many different answers one prompt got")
-    ax.legend(fontsize="small", loc="best")
+    _legend(ax)
     return ax
 
 
@@ -321,15 +420,43 @@ def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
     return ax
 
 
+def _outliers(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """Rows beyond 1.5 IQR of their c's values (Tukey's fences), furthest first; none for a c with fewer than four rows.
+
+    Examples
+    --------
+    >>> frame = pl.DataFrame({"band_c": [4] * 5, "rate": [100.0, 101.0, 99.0, 100.5, 20.0]})
+    >>> _outliers(frame, "rate")["rate"].to_list()
+    [20.0]
+    """
+    value = pl.col(column)
+    q1, q3 = value.quantile(0.25).over("band_c"), value.quantile(0.75).over("band_c")
+    spread = 1.5 * (q3 - q1)
+    far = (value < q1 - spread) | (value > q3 + spread)
+    distance = pl.max_horizontal(q1 - spread - value, value - q3 - spread)
+    return frame.filter(far & (pl.len().over("band_c") >= 4)).sort(distance, descending=True)
+
+
 def plot_run_decode_rate(bands: Any, *, ax=None):
-    """Band median decode rate against c per prompt, with the 50%-of-c=1 line; untimed bands are named, not drawn."""
+    """Each band's median decode rate against c as a dot, the median over bands per c as a line, with
+    the 50%-of-c=1 line; outlying bands (beyond 1.5 IQR of their c's rates, four bands or more) are
+    named. Untimed bands are said, not drawn."""
     ax = _axes(ax)
     bands = as_polars(bands)
     rated = bands.filter(pl.col("decode_tok_s").is_not_null()) if "decode_tok_s" in bands.columns else bands.clear()
     if rated.is_empty():
         return _empty(ax, "No band has a decode rate: the captures carry no live arrival times.")
-    groups = ((str(p), g) for (p,), g in rated.sort("band_c").group_by(["prompt_id"], maintain_order=True))
-    _rate_lines(ax, groups, "band_c", single_base=False)
+    rated = rated.sort("band_c").with_columns(median=pl.col("decode_tok_s").median().over("band_c"))
+    ax.plot(rated["band_c"], rated["decode_tok_s"], "o", alpha=0.5, color="tab:blue", label=f"one band ({rated.height})")
+    medians = rated.group_by("band_c", maintain_order=True).agg(pl.col("median").first())
+    ax.plot(medians["band_c"], medians["median"], "-", color="black", linewidth=1.2, label="median over bands")
+    base = medians.filter(pl.col("band_c") == 1)["median"]
+    if base.len():
+        ax.axhline(0.5 * base[0], color="black", linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:,.0f} tok/s)")
+    _label_points(ax, [(c, r, str(p)) for p, c, r in _outliers(rated, "decode_tok_s").select("prompt_id", "band_c", "decode_tok_s").rows()])
+    _set_c_axis(ax, rated["band_c"].to_list())
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("median decode rate per request (tok/s)")
     ax.set_title("Decode rate while batched")
+    _legend(ax)
     return ax

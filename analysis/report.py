@@ -11,19 +11,27 @@ import dataclasses
 import datetime as dt
 import hashlib
 import os
+import re
 import sys
 import tempfile
 import warnings
 from collections.abc import Iterable, Mapping
+from html import escape
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from ._frames import as_polars
+from ._details import markers_html, negative_control, run_html, run_tables_html, table_html
 from ._html import render
 from ._output import claim_output
+from ._show import MISSING, cell, pairs, percent
 from ._v3 import ShapeVerdict, V3Policy
+
+__all__ = ["ReportError", "admission_html", "bands_html", "default_runs", "default_sources", "export_html", "header_html", "heading_html", "markers_html",
+           "mode_comparison", "mode_comparison_html", "negative_control", "notebook_path", "provenance_html", "render_report", "reviews_html",
+           "run_details_html", "run_figures", "run_html", "run_tables_html", "show_figure", "table_html", "verdicts_html", "witness_details_html",
+           "witness_figures"]
 
 _HERE = Path(__file__).resolve().parent
 DEFAULT_TITLE = "Batch-parity report"
@@ -84,38 +92,46 @@ def default_runs() -> list[str]:
 # --- HTML fragments the notebook displays --------------------------------------------------
 
 
-def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    return frame.to_dicts()
-
-
 def _short(commit: str | None) -> str:
-    return commit[:10] if commit else ""
+    return commit[:10] if commit else MISSING
 
 
-def header_html(title: str, parameters: Mapping[str, Any], ws, policy: V3Policy, runs: Iterable[Any] = ()) -> str:
-    """Title, parameters as given, the policy in force, and the provenance of every file and run."""
-    files = []
-    for row in ws.to_backend("polars").witnesses.iter_rows(named=True):
-        files.append({"source": row["source"], "kind": "witness", "version": row["witness_version"], "host": row["host"], "commit": _short(row["commit"])})
-    for row in ws.to_backend("polars").markers.iter_rows(named=True):
-        files.append({"source": row["source"], "kind": "release marker", "version": "", "host": row["host"], "commit": _short(row["commit"])})
-    for row in files:
-        row["sha256"] = hashlib.sha256(ws.texts[row["source"]].encode("utf-8")).hexdigest()[:16]
+def header_html(title: str, ws, runs: Iterable[Any] = (), *, default: bool = False, admission: bool = False) -> str:
+    """The title, when and by what the report was made, and what it read."""
+    runs = list(runs)
+    polars_set = ws.to_backend("polars")
+    counts = [(len(runs), "run"), (polars_set.witnesses.height, "witness"), (polars_set.markers.height, "release marker")]
+    read = ", ".join(f"{n} {what}{'es' if what == 'witness' and n != 1 else 's' if n != 1 else ''}" for n, what in counts if n) or "nothing"
+    read += " (the embedded default)" if default else ""
+    return render("header.html.j2", title=title, generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                  version=_version(), read=read, admission=admission)
+
+
+def provenance_html(parameters: Mapping[str, Any], ws, policy: V3Policy, runs: Iterable[Any] = (), *, default: bool = False) -> str:
+    """The parameters as they took effect (the sources and runs read, the policy in force), and the provenance of every
+    file and run: its kind, version, host, server commit and sha256, with any README beside the data."""
+    files = _witness_files(ws)
     for run in runs:
         identity = run.manifest.get("identity", {}) or {}
         manifest = (run.path / "manifest.json").read_bytes() if run.path else b""
-        files.append({"source": str(run.path), "kind": "run", "version": run.manifest.get("run_version", 1), "host": identity.get("host"),
+        files.append({"source": str(run.path), "kind": "run", "version": cell(run.manifest.get("run_version", 1)), "host": cell(identity.get("host")),
                       "commit": _short(identity.get("commit")), "sha256": hashlib.sha256(manifest).hexdigest()[:16] + " (manifest)"})
-    return render(
-        "header.html.j2",
-        title=title,
-        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        version=_version(),
-        parameters=parameters,
-        policy=dataclasses.asdict(policy),
-        files=files,
-        readmes=_readmes(ws.sources),
-    )
+    overrides = [(k, cell(v)) for k, v in (parameters.get("policy") or {}).items()]
+    return render("provenance.html.j2", sources=list(parameters.get("sources") or []), runs=[str(r) for r in parameters.get("runs") or []],
+                  default=default, epsilon=cell(parameters.get("epsilon")), reference=cell(parameters.get("reference")), overrides=overrides,
+                  policy=pairs(dataclasses.asdict(policy)), admission=cell(bool(parameters.get("admission"))), files=files,
+                  readmes=_readmes(ws.sources))
+
+
+def _witness_files(ws) -> list[dict[str, str]]:
+    polars_set = ws.to_backend("polars")
+    files = [{"source": row["source"], "kind": "witness", "version": cell(row["witness_version"]), "host": cell(row["host"]),
+              "commit": _short(row["commit"])} for row in polars_set.witnesses.iter_rows(named=True)]
+    files += [{"source": row["source"], "kind": "release marker", "version": MISSING, "host": cell(row["host"]), "commit": _short(row["commit"])}
+              for row in polars_set.markers.iter_rows(named=True)]
+    for row in files:
+        row["sha256"] = hashlib.sha256(ws.texts[row["source"]].encode("utf-8")).hexdigest()[:16]
+    return files
 
 
 def _version() -> str:
@@ -137,160 +153,244 @@ def _readmes(sources: Iterable[str]) -> list[dict[str, str]]:
     return out
 
 
+def heading_html(words: str, name: str, level: int = 3) -> str:
+    """A heading naming a run or a file: ``words`` then ``name`` as code, both escaped.
+
+    Examples
+    --------
+    >>> heading_html("Run", "runs/<b>")
+    '<h3>Run <code>runs/&lt;b&gt;</code></h3>'
+    """
+    return f"<h{level}>{escape(words)} <code>{escape(name)}</code></h{level}>"
+
+
+def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any = "ref1") -> str:
+    """The verdict cards: one per run and per witness, in the study's engine-neutral words.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses read (none is fine).
+    runs : iterable of Run
+        The runs read.
+    epsilon : float
+        The near-tie epsilon: a margin below it explains a divergence.
+    reference : str or Run
+        What batched requests are compared with ("ref1", "ref2", or another run's ref #1).
+
+    Returns
+    -------
+    str
+        Escaped HTML: a heading and one card per run, then per witness (see :mod:`analysis._review`).
+    """
+    from ._review import run_review, witness_reviews
+
+    runs = [run_review(run, epsilon=epsilon, reference=reference) for run in runs]
+    witnesses = witness_reviews(ws, epsilon=epsilon) if ws.sources else []
+    if not runs and not witnesses:
+        return '<p class="bia-fail">Nothing to judge: no run and no witness was read.</p>'
+    return render("review.html.j2", runs=runs, witnesses=witnesses, epsilon=cell(epsilon))
+
+
+_LONG_DECIMAL = re.compile(r"(?<![\w.])\d+\.\d{5,}(?:[eE][-+]?\d+)?(?![\w.])")
+
+
+def rounded(text: str) -> str:
+    """A reason with its long decimals rounded for people; V3's own text keeps every digit.
+
+    Examples
+    --------
+    >>> rounded("per-request decode at c=4 is 102.92960513109377 tok/s, 3.5% of c=1's 2940.1234567 tok/s")
+    "per-request decode at c=4 is 102.9 tok/s, 3.5% of c=1's 2,940 tok/s"
+    """
+    return _LONG_DECIMAL.sub(lambda m: cell(float(m.group(0))), text)
+
+
+def _for_people(verdict: ShapeVerdict) -> dict[str, Any]:
+    """A V3 verdict as the report shows it: its status and exit code, the reasons' numbers rounded."""
+    return {"status": verdict.status, "exit_code": verdict.exit_code, "source": verdict.source, "reasons": [rounded(r) for r in verdict.reasons]}
+
+
 def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict]) -> str:
     """Each witness's recorded and re-derived run verdict, its V3 verdict, and every discrepancy."""
     polars_set = ws.to_backend("polars")
-    witnesses = []
-    for row in polars_set.witnesses.iter_rows(named=True):
-        witnesses.append(
-            {
-                "source": row["source"],
-                "version": row["witness_version"],
-                "host": row["host"],
-                "commit": _short(row["commit"]),
-                "model": row["model_path"],
-                "recorded": row["recorded_verdict"],
-                "derived": row["derived_verdict"],
-                "agrees": row["verdict_agrees"],
-                "verdict": verdicts[row["source"]],
-            }
-        )
-    return render("verdicts.html.j2", witnesses=witnesses, discrepancies=_rows(polars_set.discrepancies))
+    witnesses = [{"source": row["source"], "version": cell(row["witness_version"]), "host": cell(row["host"]), "commit": _short(row["commit"]),
+                  "model": cell(row["model_path"]), "recorded": row["recorded_verdict"], "derived": cell(row["derived_verdict"]),
+                  "agrees": row["verdict_agrees"], "verdict": _for_people(verdicts[row["source"]])}
+                 for row in polars_set.witnesses.iter_rows(named=True)]
+    discrepancies = [{k: cell(v) for k, v in row.items()} for row in polars_set.discrepancies.iter_rows(named=True)]
+    return render("verdicts.html.j2", witnesses=witnesses, discrepancies=discrepancies)
 
 
-def table_html(frame: Any, *, caption: str = "", empty: str = "nothing to show") -> str:
-    """Any frame as an escaped HTML table (polars or pandas)."""
-    frame = as_polars(frame)
-    rows = [[_cell(v) for v in row] for row in frame.iter_rows()]
-    return render("table.html.j2", columns=frame.columns, rows=rows, caption=caption, empty=empty)
+def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any], policy: V3Policy) -> str:
+    """aprender's V3 release gate as its own section.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses, each with its recorded and re-derived verdict and its V3 verdict.
+    verdicts : mapping of str to ShapeVerdict
+        Each witness's V3 verdict by source.
+    runs : iterable of Run
+        The runs to judge too, one witness per prompt (empty unless the reader asked).
+    policy : V3Policy
+        The policy in force, described in the section's opening words.
+
+    Returns
+    -------
+    str
+        Escaped HTML; the reasons' long decimals rounded for people (see :func:`rounded`).
+    """
+    from ._details import run_admission
+
+    judged = []
+    for run in runs:
+        groups = run_admission(run, policy)
+        judged.append({"path": str(run.path), "groups": [_group(run, g) for g in groups]})
+    return render("admission.html.j2", policy=policy, bands=cell(list(policy.bands)), ratio=f"{policy.s7_ratio:.0%}",
+                  witnesses=verdicts_html(ws, verdicts) if ws.sources else "", runs=judged)
 
 
-def _cell(value: Any) -> Any:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return value
+def _group(run, group: Mapping[str, Any]) -> dict[str, Any]:
+    """Prompts with one V3 verdict, the verdict named after all of them."""
+    names = _names(group["prompts"])
+    verdict = {**_for_people(group["verdict"]), "source": f"{run.path or 'run'}, prompt{'s' if len(group['prompts']) > 1 else ''} {names}"}
+    return {**group, "verdict": verdict, "names": names}
 
 
-BANDS_COLUMNS = (
-    "witness",
-    "c",
-    "m_formed",
-    "n_slots",
-    "divergence_at",
-    "declared_min",
-    "top2_margin_at_divergence",
-    "intra_agree_to",
-    "max_constant_run",
-    "decode_tok_s",
-    "result",
-    "derived_result",
-)
+def _names(items: list[str], n: int = 8) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def bands_html(ws) -> str:
     """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result."""
-    from .plots import witness_label
+    from ._details import witness_bands_html
 
-    bands = ws.to_backend("polars").bands
-    labels = [witness_label(s, v) for s, v in bands.select("source", "witness_version").iter_rows()]
-    bands = bands.with_columns(pl.Series("witness", labels, dtype=pl.String)).select(BANDS_COLUMNS)
-    bands = bands.rename({"top2_margin_at_divergence": "margin at divergence", "decode_tok_s": "decode tok/s", "derived_result": "derived result"})
-    return table_html(bands, empty="No bands: no witness measured any.")
+    return witness_bands_html(ws)
 
 
-def markers_html(ws) -> str:
-    """Release markers, if any were read."""
-    markers = ws.to_backend("polars").markers.drop("extra")
-    return table_html(markers, empty="No release markers among the sources.")
+def witness_details_html(ws) -> str:
+    """A witness set's detail, collapsed: its bands, the env knobs that differ, and the release markers."""
+    from ._details import markers_html
+    from .plots import differing_env_knobs
+
+    knobs = differing_env_knobs(ws.to_backend("polars").witnesses)
+    knobs = knobs.rename({c: c.removeprefix("env_") for c in knobs.columns if c.startswith("env_")})
+    body = (bands_html(ws) + table_html(knobs, caption="Environment knobs that differ between the witnesses.",
+                                        empty="No env knob differs between the witnesses.") + markers_html(ws))
+    return _collapsed(f"Witness detail: bands, env knobs and release markers of {_count(ws)}", body)
+
+
+def _count(ws) -> str:
+    n = ws.to_backend("polars").witnesses.height
+    return f"{n} witness{'es' if n != 1 else ''}"
+
+
+def run_details_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
+    """A run's detail, collapsed: provenance, settings, what it lacks, negative control, forks, and its
+    prompt, band and request tables cut to their worst rows."""
+    return _collapsed(f"Run detail: {run.path}", run_html(run) + run_tables_html(run, epsilon=epsilon, reference=reference))
+
+
+def _collapsed(summary: str, body: str) -> str:
+    return render("details.html.j2", summary=summary, body=body)
 
 
 def show_figure(ax_or_figure, alt: str) -> None:
     """Display a figure as a PNG whose alt text describes it, then close it.
 
-    The exported HTML carries ``alt`` on the image, for screen readers and for tests.
+    Parameters
+    ----------
+    ax_or_figure : matplotlib Axes or Figure
+        What to show; a panel the plot functions left empty (``ax.bia_empty``) is removed and its
+        reason said in words below, and a figure with nothing left is not drawn at all.
+    alt : str
+        The image's alt text in the exported HTML, for screen readers and tests.
     """
     from io import BytesIO
 
     import matplotlib.pyplot as plt
-    from IPython.display import Image, display
+    from IPython.display import HTML, Image, display
 
     figure = getattr(ax_or_figure, "figure", ax_or_figure)
-    buffer = BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    notes = [ax.bia_empty for ax in figure.axes if getattr(ax, "bia_empty", None)]
+    for ax in [ax for ax in figure.axes if getattr(ax, "bia_empty", None)]:
+        figure.delaxes(ax)
+    if figure.axes:
+        buffer = BytesIO()
+        figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+        display(Image(data=buffer.getvalue(), format="png", metadata={"alt": alt}))
     plt.close(figure)
-    display(Image(data=buffer.getvalue(), format="png", metadata={"alt": alt}))
+    if notes:
+        display(HTML(render("notes.html.j2", notes=notes)))
 
 
-# --- runs ---------------------------------------------------------------------------------------------
+def witness_figures(ws) -> list[tuple[Any, str]]:
+    """The witness set's figures with their alt text: divergence and decode rate against c, and the env knobs that differ."""
+    import matplotlib.pyplot as plt
+
+    from . import plots
+
+    bands = ws.to_backend("polars").bands
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    plots.plot_divergence(bands, ax=axes[0])
+    plots.plot_decode_rate(bands, ax=axes[1])
+    out = [(fig, "divergence_at against batch size c for each witness, with declared_min marked; "
+                 "per-request decode rate against c, with the 50%-of-c=1 line")]
+    witnesses = ws.to_backend("polars").witnesses
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * max(1, min(witnesses.height, 20))))
+    plots.plot_env_knobs(witnesses, ax=ax)
+    return [*out, (fig, "kernel env knobs that differ between witnesses")]
 
 
-def _token_labels(run) -> dict[Any, str]:
-    """A readable label for each token identity: its text when the dump had one, else ``id N``."""
-    labels: dict[Any, str] = {}
-    for token_id, text, data in run.dump.tokens.select("token_id", "token_text", "token_bytes").iter_rows():
-        if token_id is not None and text is not None:
-            labels.setdefault(token_id, text)
-        elif token_id is not None and data is not None:
-            labels.setdefault(token_id, data.decode("utf-8", errors="replace"))
-    return labels
+def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[Any, str]]:
+    """A run's four figures of two panels each, for :func:`show_figure`.
 
+    Where requests parted and the margin there; the margin along each reference and the drift
+    before the fork (one colour per c); P(flip | margin) and the widths formed; decode rate and
+    unique completions against c.
 
-def _label(identity: Any, labels: Mapping[Any, str]) -> str:
-    if isinstance(identity, tuple):
-        text, data = identity
-        return text if text is not None else (data or b"").decode("utf-8", errors="replace")
-    return labels.get(identity, f"id {identity}")
+    Parameters
+    ----------
+    run : Run
+        The run.
+    epsilon : float
+        The near-tie epsilon drawn on the margin plots.
+    reference : str or Run
+        What batched requests are compared with.
 
+    Returns
+    -------
+    list of (Figure, str)
+        Each figure with its alt text, which names the run.
+    """
+    import matplotlib.pyplot as plt
 
-def negative_control(run, prompt_id: str) -> dict[str, Any]:
-    """Plant a divergence in a copy of ref #1 (a token it never produced, at its middle step) and check that it is found."""
-    from . import parity
+    from . import plots
+    from .run import band_table, slot_table, width_table
 
-    refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
-    row = refs.row(0, named=True)
-    one = pl.col("source").eq_missing(row["source"]) & pl.col("record").eq_missing(row["record"]) & pl.col("choice_index").eq_missing(row["choice_index"])
-    reference = next(iter(parity.streams(run.dump.tokens.filter(one)).values()), parity.Stream(("none",), ()))
-    at = len(reference) // 2
-    planted = list(reference.identities)
-    if planted:
-        planted[at] = ("<planted>", b"\x00planted")
-    found = parity.compare(reference, parity.Stream(("control",), tuple(planted)))
-    return {"prompt_id": prompt_id, "planted_at": at, "found_at": found.divergence_at, "detected": bool(planted) and found.divergence_at == at}
-
-
-def _settings(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
-    requested, effective = manifest.get("requested", {}) or {}, manifest.get("effective", {}) or {}
-    # a setting differs only when both sides name it: the probe's own choices (layout, ...) have no server-side twin
-    return [{"name": k, "requested": requested.get(k), "effective": effective.get(k),
-             "differs": k in requested and k in effective and requested[k] != effective[k]}
-            for k in sorted(set(requested) | set(effective))]
-
-
-def run_html(run, policy: V3Policy | None = None) -> str:
-    """A run's provenance, settings, negative control, V3 verdict per prompt, and the forks of its bands."""
-    from ._v3 import shape_check_data
-    from .run import band_forks, to_witness
-
-    manifest = run.manifest
-    identity = manifest.get("identity", {}) or {}
-    prompts = sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None})
-    witnesses = []
-    for prompt in prompts:
-        w = to_witness(run, prompt)
-        witnesses.append({"prompt_id": prompt, "result": w["result"], "reference_reason": w["reference"].get("reason"),
-                          "verdict": shape_check_data(w, source=f"{run.path or 'run'} prompt {prompt}", policy=policy)})
-    labels, forks = _token_labels(run), []
-    for (prompt, c, repeat, at), group in band_forks(run).group_by(["prompt_id", "band_c", "repeat", "at"], maintain_order=True):
-        branches = [(_label(token_id if token_id is not None else (text, data), labels), n)
-                    for token_id, text, data, n in group.select("token_id", "token_text", "token_bytes", "slots").rows() if n is not None]
-        forks.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "at": at, "branches": branches})
-    return render("run.html.j2", run=run, identity={"host": identity.get("host"), "commit": identity.get("commit"),
-                  "model_path": (identity.get("model") or {}).get("path"), "engine": identity.get("engine"),
-                  "engine_said": (manifest.get("engine") or {}).get("said")},
-                  ladder=run.ladder, declared_min=run.declared_min, sampler=manifest.get("sampler"), environment=manifest.get("environment"),
-                  settings=_settings(manifest), controls=[negative_control(run, p) for p in prompts], witnesses=witnesses, forks=forks,
-                  missing=run.missing(), refused=manifest.get("refused", []), complete=manifest.get("complete", True),
-                  skipped=run.dump.skipped)
+    slots, bands = slot_table(run, epsilon=epsilon, reference=reference), band_table(run, epsilon=epsilon, reference=reference)
+    margins, flips, deltas = run_curves(run, reference)
+    deltas = deltas.with_columns(band_c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))  # drift_table's label names c
+    parted = {p: g["divergence_at"].drop_nulls().to_list() for (p,), g in slots.group_by(["prompt_id"])}
+    panels = [
+        (lambda ax: plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=ax),
+         lambda ax: plots.plot_margin_at_divergence(slots, epsilon=epsilon, ax=ax),
+         "where each batched request parted from ref #1, and the reference margin there"),
+        (lambda ax: plots.plot_margin_trace(margins, parted, epsilon=epsilon, ax=ax), lambda ax: plots.plot_delta_before_fork(deltas, ax=ax),
+         "the reference margin at every step with the divergences marked, and the logprob drift before the fork"),
+        (lambda ax: plots.plot_flip_curve(flips, ax=ax), lambda ax: plots.plot_band_widths(width_table(run), ax=ax),
+         "P(flip | margin), and the batch widths the server formed in each band"),
+        (lambda ax: plots.plot_run_decode_rate(bands, ax=ax), lambda ax: plots.plot_unique_completions(bands, ax=ax),
+         "decode rate against c, unique completions against c"),
+    ]
+    out = []
+    for left, right, alt in panels:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        left(axes[0])
+        right(axes[1])
+        out.append((fig, f"{run.path}: {alt}"))
+    return out
 
 
 def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | None]], pl.DataFrame, pl.DataFrame]:
@@ -320,45 +420,25 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
     return frame.sort("band_c", "run") if rows else frame
 
 
+def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1") -> str:
+    """:func:`mode_comparison` for people: one row per run, each measure listed over the ladder's c."""
+    frame = mode_comparison(runs, reference=reference)
+    if frame.is_empty():
+        return table_html(frame, empty="No batched requests in the runs.")
+    rows = []
+    for (run, mode), group in frame.sort("band_c").group_by(["run", "kernel_mode"], maintain_order=True):
+        rows.append({"run": run, "kernel mode or engine": mode, "c": " / ".join(str(c) for c in group["band_c"]),
+                     "bit-identical to m=1": " / ".join(percent(round(f * n), n) for f, n in group.select("bit_identical_share", "requests").rows()),
+                     "token flips": int(group["token_flips"].sum()), "max ULP": group["max_ulp"].max(),
+                     "median decode tok/s": " / ".join(cell(None if r is None else round(r)) for r in group["median_decode_tok_s"])})
+    return table_html(pl.DataFrame(rows).sort("run"), caption="Each measure is listed in the order of the c column.")
+
+
 def _engine_label(run) -> str:
     """What served a run that names no kernel mode: the engine the probe detected, else the run's folder."""
     engine = (run.manifest.get("identity") or {}).get("engine")
     folder = Path(run.path).name if run.path else "run"
     return f"{engine} ({folder})" if engine else folder
-
-
-def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
-    """The run's prompt, band and per-request tables."""
-    from .run import accuracy_table, band_table, observer_table, prompt_table, slot_table
-
-    against = reference if isinstance(reference, str) else f"ref #1 of {reference.path}"
-    prompts = prompt_table(run, reference=reference)
-    bands = band_table(run, epsilon=epsilon, reference=reference)
-    slots = slot_table(run, epsilon=epsilon, reference=reference).drop("source", "record")
-    return (table_html(prompts, caption="Prompts: the reference's tie density, Div_Index and Avg_Std@top1_prob across configurations, "
-                                        "and S7's c=4/c=1 decode-rate ratio with a bootstrap interval.")
-            + table_html(bands, caption=f"Bands: divergence from {against} over slots, agreement inside the batch, completions, decode rate.")
-            + table_html(slots, caption=f"Requests: each batched request against {against} (positions 0-based).")
-            + _observer_html(observer_table(run))
-            + _accuracy_html(*accuracy_table(run)))
-
-
-def _accuracy_html(table: pl.DataFrame, std: float | None) -> str:
-    """Accuracy per configuration and Std@Acc, when the run's prompts carry answers."""
-    if table.is_empty():
-        return ""
-    return table_html(table, caption=f"Accuracy against the prompts' answers per configuration (ref #1, and slot 0 of each band); "
-                                     f"Std@Acc across them = {std:.4g}.")
-
-
-def _observer_html(observed: pl.DataFrame) -> str:
-    """The observer-effect check, when the run fired each band a second time without logprobs."""
-    if observed.is_empty():
-        return ""
-    changed = observed.filter(pl.col("texts_equal").not_())
-    summary = (f"{changed.height} of {observed.height} request(s) fired without logprobs gave a different text: asking for logprobs changed the output."
-               if changed.height else f"All {observed.height} request(s) fired without logprobs gave the same text as with them.")
-    return table_html(observed, caption=f"Observer effect: each band fired again without logprobs, texts compared slot by slot. {summary}")
 
 
 # --- running the notebook ------------------------------------------------------------------
@@ -373,6 +453,7 @@ def render_report(
     reference: str | os.PathLike[str] = "ref1",
     title: str = DEFAULT_TITLE,
     policy: Mapping[str, Any] | V3Policy | None = None,
+    admission: bool | None = None,
     executed_notebook: str | os.PathLike[str] | None = None,
     progress: bool | None = None,
     timeout_s: int = 600,
@@ -396,6 +477,9 @@ def render_report(
         The report's title.
     policy : mapping or V3Policy, optional
         Overrides of the V3 policy's constants.
+    admission : bool, optional
+        Also judge every run by aprender's V3 release gate, in its own section (witnesses always
+        are); by default only when ``policy`` is given.
     executed_notebook : path, optional
         Also keep the executed notebook here (it holds no progress widgets).
     progress : bool, optional
@@ -423,6 +507,7 @@ def render_report(
         "reference": os.fspath(reference),
         "title": title,
         "policy": {k: list(v) if isinstance(v, tuple) else v for k, v in dict(policy or {}).items()},
+        "admission": bool(admission) if admission is not None else policy is not None,
     }
     V3Policy.from_mapping(parameters["policy"])  # refuse a bad policy before starting a kernel
     for run in parameters["runs"]:
@@ -476,5 +561,8 @@ def export_html(notebook: str | os.PathLike[str]) -> str:
         exclude_output_prompt=True,
     )
     node = nbformat.read(os.fspath(notebook), as_version=4)
-    body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": node.metadata.get("title", DEFAULT_TITLE)}})
+    # the page's <title> is the report's: papermill keeps the parameters it injected in the notebook's metadata
+    title = (node.metadata.get("papermill") or {}).get("parameters", {}).get("title") or node.metadata.get("title", DEFAULT_TITLE)
+    node.metadata["title"] = title  # the lab template prefers the notebook's own title to the resources' name
+    body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title}})
     return body

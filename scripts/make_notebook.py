@@ -10,11 +10,11 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 CELLS = [
-    ("markdown", "*bia parity report.* Run it with `bia report` or papermill; the parameters and provenance come first, then the verdicts, the bands and the plots."),
     (
         "parameters",
+        '# bia parity report: run it with `bia report` or papermill. The verdict cards come first, then the figures, then the detail.\n'
         '# Witness and marker sources: files, folders, glob patterns or http(s) URLs.\n'
-        '# With no sources and no runs, the embedded default: real perf041 witnesses from host "lambda" and the CPU torch experiment.\n'
+        '# With no sources and no runs, the embedded default: real perf041 witnesses from host "lambda", the CPU torch experiment and a llama.cpp server.\n'
         "sources: list = []\n"
         "# Run directories (manifest.json + captures/), as bia's probe and experiment write them.\n"
         "runs: list = []\n"
@@ -24,87 +24,61 @@ CELLS = [
         'reference: str = "ref1"\n'
         "# The report's title.\n"
         'title: str = "Batch-parity report"\n'
-        '# Overrides of the V3 policy\'s constants, e.g. {"model_prefix": "llama-3.1-8b"}; empty is aprender\'s.\n'
-        "policy: dict = {}",
+        '# Overrides of aprender\'s V3 policy constants, e.g. {"model_prefix": "llama-3.1-8b"}; empty is aprender\'s.\n'
+        "policy: dict = {}\n"
+        "# Also judge every run by aprender's V3 release gate (always so when policy is given; witnesses are always judged).\n"
+        "admission: bool = False",
     ),
     (
         "code",
         "import matplotlib.pyplot as plt\n"
         "from IPython.display import HTML, display\n\n"
         "import analysis\n"
-        "from analysis import plots, report\n"
-        "from analysis.run import band_table, read_run, slot_table, width_table\n\n"
+        "from analysis import report\n"
+        "from analysis.run import read_run\n\n"
         "v3_policy = analysis.V3Policy.from_mapping(policy)\n"
+        "judge_runs = admission or bool(policy)\n"
+        "default = not sources and not runs\n"
         "witness_sources = sources or ([] if runs else analysis.default_sources())\n"
         "run_paths = runs or ([] if sources else report.default_runs())\n"
         "ws = analysis.read_witnesses(witness_sources, progress=False)\n"
-        "verdicts = ws.shape_checks(v3_policy)\n"
         "run_objects = [read_run(path) for path in run_paths]\n"
         'against = reference if reference in ("ref1", "ref2") else read_run(reference)\n'
-        'display(HTML(report.header_html(title, {"sources": sources, "runs": runs, "epsilon": epsilon, "reference": reference, "policy": policy}, '
-        'ws, v3_policy, run_objects)))',
-    ),
-    (
-        "code",
-        "if ws.sources:\n"
-        '    display(HTML("<h2>Witness verdicts</h2><p>Each witness\'s run verdict as recorded and as re-derived by the rules of its own '
-        "<code>witness_version</code>, and aprender\'s V3 serving-shape verdict with its reasons.</p>\"))\n"
-        "    display(HTML(report.verdicts_html(ws, verdicts)))\n"
-        '    display(HTML("<h2>Witness bands</h2><p>One row per band: the batch width the server formed (<code>m_formed</code>), where the band parted '
-        "from the m=1 reference (<code>divergence_at</code>), the reference\'s top-2 margin there, the per-request decode rate, and the band result "
-        'as recorded and as re-derived.</p>"))\n'
-        "    display(HTML(report.bands_html(ws)))",
-    ),
-    (
-        "code",
-        "if ws.sources:\n"
-        '    display(HTML("<h2>Divergence from m=1 against batch size</h2>"))\n'
-        "    fig, ax = plt.subplots(figsize=(8, 4.5))\n"
-        "    plots.plot_divergence(ws.bands, ax=ax)\n"
-        '    report.show_figure(fig, "divergence_at against batch size c for each witness, with declared_min marked")\n'
-        '    display(HTML("<h2>Decode rate against batch size</h2><p>S7 asks that the per-request rate at c=4 be at least 50% of c=1\'s; the dotted line is that bar.</p>"))\n'
-        "    fig, ax = plt.subplots(figsize=(8, 4.5))\n"
-        "    plots.plot_decode_rate(ws.bands, ax=ax)\n"
-        '    report.show_figure(fig, "per-request decode rate against batch size c, with the 50%-of-c=1 line")\n'
-        '    display(HTML("<h2>Environment knobs that differ between witnesses</h2>"))\n'
-        "    display(HTML(report.table_html(plots.differing_env_knobs(ws.witnesses), empty='No env knob differs between the witnesses.')))\n"
-        "    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * max(1, ws.witnesses.height)))\n"
-        "    plots.plot_env_knobs(ws.witnesses, ax=ax)\n"
-        '    report.show_figure(fig, "kernel env knobs that differ between witnesses")\n'
-        '    display(HTML("<h2>Release markers</h2>"))\n'
-        "    display(HTML(report.markers_html(ws)))",
-    ),
-    (
-        "code",
+        "display(HTML(report.header_html(title, ws, run_objects, default=default, admission=bool(ws.sources) or judge_runs)))\n"
+        "display(HTML(report.reviews_html(ws, run_objects, epsilon=epsilon, reference=against)))\n"
         "if len(run_objects) > 1:\n"
         '    display(HTML("<h2>Runs side by side</h2><p>Per run and batch size: the share of requests whose float32 logprobs are bit-identical to '
         "the reference, token flips, the largest ULP distance, and the median decode rate: the parity a kernel mode buys and what it costs.</p>\"))\n"
-        "    display(HTML(report.table_html(report.mode_comparison(run_objects, reference=against))))",
+        "    display(HTML(report.mode_comparison_html(run_objects, reference=against)))",
     ),
     (
         "code",
+        'display(HTML("<h2>Figures</h2>"))\n'
+        "if ws.sources:\n"
+        '    display(HTML("<h3>Witnesses</h3>"))\n'
+        "    for fig, alt in report.witness_figures(ws):\n"
+        "        report.show_figure(fig, alt)\n"
         "for run in run_objects:\n"
-        "    display(HTML(report.run_html(run, v3_policy)))\n"
-        "    display(HTML(report.run_tables_html(run, epsilon=epsilon, reference=against)))\n"
-        "    slots, bands = slot_table(run, epsilon=epsilon, reference=against), band_table(run, epsilon=epsilon, reference=against)\n"
-        "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
-        "    plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=axes[0])\n"
-        "    plots.plot_margin_at_divergence(slots, epsilon=epsilon, ax=axes[1])\n"
-        '    report.show_figure(fig, f"{run.path}: where each batched request parted from ref #1, and the reference margin there")\n'
-        "    margins, flips, deltas = report.run_curves(run, against)\n"
-        "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
-        "    parted = {prompt: slots.filter(prompt_id=prompt)['divergence_at'].drop_nulls().to_list() for prompt in margins}\n"
-        "    plots.plot_margin_trace(margins, parted, epsilon=epsilon, ax=axes[0])\n"
-        "    plots.plot_delta_before_fork(deltas, ax=axes[1])\n"
-        '    report.show_figure(fig, f"{run.path}: the reference margin at every step with the divergences marked, and the logprob drift before the fork")\n'
-        "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
-        "    plots.plot_flip_curve(flips, ax=axes[0])\n"
-        "    plots.plot_band_widths(width_table(run), ax=axes[1])\n"
-        '    report.show_figure(fig, f"{run.path}: P(flip | margin), and the batch widths the server formed in each band")\n'
-        "    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))\n"
-        "    plots.plot_run_decode_rate(bands, ax=axes[0])\n"
-        "    plots.plot_unique_completions(bands, ax=axes[1])\n"
-        '    report.show_figure(fig, f"{run.path}: decode rate against c, unique completions against c")',
+        '    display(HTML(report.heading_html("Run", str(run.path))))\n'
+        "    for fig, alt in report.run_figures(run, epsilon=epsilon, reference=against):\n"
+        "        report.show_figure(fig, alt)",
+    ),
+    (
+        "code",
+        'display(HTML("<h2>Detail</h2><p>Each run\'s provenance, negative control, forks and per-prompt tables, and each witness set\'s '
+        'bands and markers; long tables show their worst rows and count the rest.</p>"))\n'
+        "for run in run_objects:\n"
+        "    display(HTML(report.run_details_html(run, epsilon=epsilon, reference=against)))\n"
+        "if ws.sources:\n"
+        "    display(HTML(report.witness_details_html(ws)))",
+    ),
+    (
+        "code",
+        "if ws.sources or judge_runs:\n"
+        "    display(HTML(report.admission_html(ws, ws.shape_checks(v3_policy), run_objects if judge_runs else [], v3_policy)))\n"
+        'parameters = {"sources": witness_sources, "runs": run_paths, "epsilon": epsilon, "reference": reference, "policy": policy,\n'
+        '              "admission": judge_runs}\n'
+        "display(HTML(report.provenance_html(parameters, ws, v3_policy, run_objects, default=default)))",
     ),
 ]
 

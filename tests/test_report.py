@@ -26,7 +26,7 @@ EVIL_MODEL = "<img src=x onerror=\"window.__pwned = 2\">.gguf"
 def visible_text(page_html: str) -> str:
     """The page's text: block ends become line breaks, inline tags vanish."""
     body = re.sub(r"<(script|style)\b.*?</\1>", " ", page_html, flags=re.S | re.I)
-    body = re.sub(r"<(br|/p|/td|/th|/li|/div|/tr|/h\d|/pre|/summary)\b[^>]*>", "\n", body, flags=re.I)
+    body = re.sub(r"<(br|/p|/td|/th|/li|/div|/tr|/h\d|/pre|/summary|/dt|/dd)\b[^>]*>", "\n", body, flags=re.I)
     return html.unescape(re.sub(r"<[^>]+>", "", body))
 
 
@@ -58,23 +58,66 @@ def test_report_shows_every_verdict_and_reason(default_report):
     text = visible_text(page)
     for name in ("witness@464c168e62.json", "witness-v3.0-rule.json", "witness-variant-batched-prefill-0.json"):
         assert f"V3 shape check data/aprender-lambda/{name}: NOT ADMISSIBLE" in " ".join(text.split())
-    assert text.count("NOT ADMISSIBLE") >= 3
+    assert text.count("NOT ADMISSIBLE") == 3  # the witnesses only: no run meets aprender's gate unless asked
     assert 'model "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" is not the blessed Qwen3.5-4B' in text
     assert "S7 (FALSIFY-CB-004) is unmeasured: no positive per-request decode_tok_s at c=1 and c=4" in text
     assert "Recorded run verdict: PASS" in " ".join(text.split())
-    assert "None: every recorded band result" in text
+    assert "No discrepancy: every recorded band result" in text
     assert "marker@7e1b6e213b.json" in text
 
 
-def test_report_shows_parameters_and_provenance_first(default_report):
-    text = " ".join(visible_text(default_report[0].read_text()).split())
-    order = [text.index(s) for s in ("Parameters", "Provenance", "Witness verdicts", "Witness bands", "Divergence from m=1", "Decode rate", "Release markers")]
-    assert order == sorted(order)
+RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "llamacpp-cpu/cache-prompt", "llamacpp-cpu/no-cache-prompt")
+
+
+def test_report_opens_with_the_verdicts_and_keeps_the_detail_below(default_report):
+    page = default_report[0].read_text()
+    headings = [" ".join(visible_text(h).split()) for h in re.findall(r"<(?:h1|h2|summary)\b.*?</(?:h1|h2|summary)>", page, flags=re.S)]
+    assert headings[:5] == ["Batch-parity report", "Verdicts", "Runs side by side", "Figures", "Detail"]
+    assert headings[5:] == [*(f"Run detail: data/{run}" for run in RUNS), "Witness detail: bands, env knobs and release markers of 3 witnesses",
+                            "aprender's V3 release gate", "Parameters and provenance", "Provenance notes: data/aprender-lambda/README.md"]
+    cards = re.findall(r'<h3><span class="bia-muted">(run|witness)</span> <code>([^<]*)</code>', page)
+    assert cards == [*(("run", f"data/{run}") for run in RUNS), ("witness", "witness-v3.0-rule.json (v1)"),
+                     ("witness", "witness-variant-batched-prefill-0.json (v1)"), ("witness", "witness@464c168e62.json (v2)")]
+    text = " ".join(visible_text(page).split())
     assert "(none given: the embedded default)" in text
-    assert "Run data/experiment-cpu/default" in text and "Run data/experiment-cpu/batch-invariant" in text
-    assert "Run data/llamacpp-cpu/cache-prompt" in text and "Run data/llamacpp-cpu/no-cache-prompt" in text
-    assert text.index("Runs side by side") < text.index("Run data/experiment-cpu/")
+    runs = text[text.index("Parameters sources"):text.index("epsilon 0.05")]
+    assert runs.endswith(" ".join(f"data/{run}" for run in RUNS) + " (the embedded default) ")  # the runs read, not "none"
     assert "Real perf041 batch-parity witnesses" in text  # the provenance README travels with the data
+
+
+def _card(page: str, name: str) -> str:
+    """One verdict card's HTML."""
+    start = page.index(f"<code>{html.escape(name)}</code>")
+    return page[start:page.index("</article>", start)]
+
+
+def test_each_run_card_answers_from_the_runs_own_requests(default_report):
+    """Every share on a run's card is recomputed here from the run's requests, apart from the report's code."""
+    from analysis.run import read_run, slot_table
+
+    page = default_report[0].read_text()
+    for name in RUNS:
+        run = read_run(ROOT / "data" / name)
+        card = " ".join(visible_text(_card(page, f"data/{name}")).split())
+        slots = slot_table(run)
+        for (c,), group in slots.group_by(["band_c"]):
+            bitwise = sum(b == n for b, n in zip(group["bitwise_prefix"], group["length"]))
+            same = sum(not d for d in group["diverged"])
+            assert f"{c} {group.height} " in card and f"({bitwise} of {group.height})" in card and f"({same} of {group.height})" in card
+        identical = all(b == n for b, n in zip(slots["bitwise_prefix"], slots["length"]))
+        assert ("Batch invariant: every request is bit-identical to m=1." in card) == identical
+        assert "decode cost c=4 decodes each request at" in card and "95% interval" in card
+        assert "completeness complete: 62 request(s) read, none missing, none refused." in card
+
+
+def test_each_witness_card_says_what_a_witness_cannot_show(default_report):
+    page = default_report[0].read_text()
+    card = " ".join(visible_text(_card(page, "witness@464c168e62.json (v2)")).split())
+    assert "Not batch invariant: tokens part from m=1" in card
+    assert "bits not recorded: only tokens were kept" in card
+    assert "decode cost unmeasured: witness_version 2 does not time requests." in card
+    assert "near-tie unknown: no reference margin was recorded" in card
+    assert "token 3 (slot 0)" in card  # the band's first divergence, from its slots
 
 
 def test_report_plots_are_embedded_images(default_report):
@@ -82,15 +125,14 @@ def test_report_plots_are_embedded_images(default_report):
     images = re.findall(r"<img\b[^>]*>", page)
     assert all(re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', img) for img in images)
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
-    runs = ("experiment-cpu/default", "experiment-cpu/batch-invariant", "llamacpp-cpu/cache-prompt", "llamacpp-cpu/no-cache-prompt")
-    assert len(alts) == 3 + 4 * len(runs)  # the witness plots, then four figures for each embedded run
-    assert [sum(f"data/{run}:" in a for a in alts) for run in runs] == [4] * len(runs)
-    assert sum("the batch widths the server formed" in a for a in alts) == len(runs)
-    assert alts[:3] == [
-        "divergence_at against batch size c for each witness, with declared_min marked",
-        "per-request decode rate against batch size c, with the 50%-of-c=1 line",
+    assert [sum(f"data/{run}:" in a for a in alts) for run in RUNS] == [4] * len(RUNS)  # four figures each, panels left out when empty
+    assert sum("the batch widths the server formed" in a for a in alts) == len(RUNS)
+    assert alts[:2] == [
+        "divergence_at against batch size c for each witness, with declared_min marked; per-request decode rate against c, with the 50%-of-c=1 line",
         "kernel env knobs that differ between witnesses",
     ]
+    text = " ".join(visible_text(page).split())
+    assert "Not drawn: No decode rates recorded in 3 witness(es)" in text  # said in words, not an empty box
 
 
 def test_report_is_offline_and_hides_code(default_report):
@@ -136,7 +178,7 @@ def test_cli_report_with_sources_and_policy(tmp_path):
     text = " ".join(visible_text(out.read_text()).split())
     assert "model_prefix = qwen2.5-coder" in text
     assert "is not the blessed" not in text  # the team's own model is blessed under its policy
-    assert "Lambda" in text
+    assert "<title>Lambda</title>" in out.read_text() and text.startswith("Lambda")
 
 
 def test_cli_report_names_a_malformed_file(tmp_path):
@@ -159,8 +201,9 @@ def _chromium() -> str:
     return path
 
 
-def open_offline(report: Path):
-    """Open ``report`` from a file URL with every non-file request blocked; collect what went wrong."""
+def open_offline(report: Path, *, open_details: bool = False):
+    """Open ``report`` from a file URL with every non-file request blocked (every <details> opened, if asked);
+    collect what went wrong."""
     from playwright.sync_api import sync_playwright
 
     problems: list[str] = []
@@ -179,6 +222,8 @@ def open_offline(report: Path):
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
         page.goto(report.as_uri(), wait_until="load")
         page.wait_for_timeout(300)
+        if open_details:
+            page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
         state = page.evaluate(
             """() => ({
                 pwned: window.__pwned === undefined ? null : window.__pwned,
@@ -199,14 +244,82 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    assert len(state["images"]) == 3 + 4 * 4 and all(i["ok"] and i["visible"] for i in state["images"])
+    assert len(state["images"]) == 2 + 4 * len(RUNS) and all(i["ok"] and i["visible"] for i in state["images"])
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
-    assert "a divergence planted at step 32 of ref #1 was detected at step 32" in state["text"]
+    assert "Batch invariant: every request is bit-identical to m=1." in state["text"]  # the cards are open; the detail is not
+    assert "a divergence planted at step 32 of ref #1 was detected at step 32" not in state["text"]
+
+
+REPR = re.compile(r"\bNone\b|\bTrue\b|\bFalse\b|\{'|\['|\bnan\b|\d\.\d{7,}|datetime\.|\(1, 4, 8, 16\)")
+
+
+def read_like_a_reviewer(report: Path, width: int = 1200) -> dict:
+    """Open ``report`` offline in Chromium with every <details> open and measure what a reviewer sees: the body's
+    width, the widest element and every element that sticks out of the body, each figure's coloured pixels
+    (axes and text are grey; a figure with no data has none), and the page's text."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), args=["--no-sandbox", "--headless", "--disable-gpu", "--no-first-run",
+                                                                        "--disable-background-networking", "--disable-component-update",
+                                                                        "--disable-sync"])
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        context.route(lambda url: not url.startswith(("file:", "data:")), lambda route: route.abort())
+        page = context.new_page()
+        page.goto(report.as_uri(), wait_until="load")
+        state = page.evaluate("""() => {
+            document.querySelectorAll('details').forEach(d => { d.open = true; });
+            const body = document.body.getBoundingClientRect();
+            let widest = {width: 0, what: ''};
+            const outside = [], scrolled = [];
+            for (const e of document.querySelectorAll('body *')) {
+                const r = e.getBoundingClientRect();
+                if (r.width === 0 && r.height === 0) continue;
+                const what = e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ')[0] : '');
+                if (r.width > widest.width) widest = {width: r.width, what};
+                if (r.right > body.right + 0.5 || r.left < body.left - 0.5) {
+                    (e.closest('.bia-scroll') ? scrolled : outside).push(what + ' ' + Math.round(r.width) + 'px');
+                }
+            }
+            const figures = Array.from(document.images).map(img => {
+                const canvas = document.createElement('canvas');
+                canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+                const ctx = canvas.getContext('2d');
+                ctx.drawImage(img, 0, 0);
+                const data = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+                let coloured = 0;
+                for (let i = 0; i < data.length; i += 4) {
+                    if (Math.max(data[i], data[i + 1], data[i + 2]) - Math.min(data[i], data[i + 1], data[i + 2]) > 30) coloured++;
+                }
+                return {alt: img.alt, width: img.getBoundingClientRect().width, coloured};
+            });
+            return {body: body.width, page: document.documentElement.scrollWidth, widest, outside, scrolled, figures,
+                    text: document.body.innerText, title: document.title};
+        }""")
+        browser.close()
+    return state
+
+
+def assert_readable(state: dict) -> None:
+    """The issue's checks: nothing wider than the body, no empty figure, no Python repr in the text."""
+    assert state["outside"] == [] and state["scrolled"] == [] and state["page"] <= state["body"], state["widest"]
+    assert state["widest"]["width"] <= state["body"], state["widest"]
+    assert state["figures"] and all(f["coloured"] >= 200 and f["width"] > 100 for f in state["figures"]), state["figures"]
+    leaked = [state["text"][max(0, m.start() - 40):m.end() + 40] for m in REPR.finditer(state["text"])]
+    assert leaked == []
+
+
+@pytest.mark.browser
+def test_the_default_report_reads_in_chromium(default_report):
+    state = read_like_a_reviewer(default_report[0])
+    assert_readable(state)
+    assert len(state["figures"]) == 2 + 4 * len(RUNS)
+    assert state["title"] == "Batch-parity report"
 
 
 @pytest.mark.browser
 def test_untrusted_text_runs_nothing_in_chromium(evil_report):
-    state, problems, _ = open_offline(evil_report)
+    state, problems, _ = open_offline(evil_report, open_details=True)
     assert state["pwned"] is None, "a witness field ran as script"
     assert problems == []
     assert EVIL_HOST in state["text"]
@@ -244,7 +357,8 @@ def evil_run_report(tmp_path_factory):
     lines.append({"response": _text_response([a, fork_y, end]), "prompt_id": "p", "role": "band", "band_c": 2, "slot": 1})
     (folder / "captures" / "p.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     out = folder.parent / "run.html"
-    run = subprocess.run([sys.executable, "-m", "analysis", "report", str(folder), "-o", str(out)], capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-m", "analysis", "report", str(folder), "-o", str(out), "--admission"], capture_output=True, text=True,
+                         timeout=300)
     assert run.returncode == 0, run.stderr
     return out
 
@@ -254,9 +368,11 @@ def test_run_report_shows_the_run(evil_run_report):
     text = " ".join(visible_text(page).split())
     assert "a divergence planted at step 1 of ref #1 was detected at step 1" in text
     assert "the band parts at step 1" in text
-    assert "batch_invariant True False" in text  # requested and effective settings side by side
+    assert "batch_invariant yes no" in text  # requested and effective settings side by side
     assert "reference ref1" in text and "Prompts: the reference's tie density" in text
     assert "Requests: each batched request against ref1" in text
+    assert "Not batch invariant: tokens part from m=1 from c=2; a near-tie explains every divergence." in text and "token 1 (p slot 1)" in text
+    assert "aprender's V3 release gate" in text and "V3 shape check" in text  # asked for with --admission
     assert len(re.findall(r"<img\b", page)) == 4  # four figures for the run, no witness section without witnesses
     assert "Witness verdicts" not in text
     assert "http://" not in page and "https://" not in page
@@ -265,9 +381,87 @@ def test_run_report_shows_the_run(evil_run_report):
 
 @pytest.mark.browser
 def test_run_report_in_chromium_runs_no_token(evil_run_report):
-    state, problems, requests = open_offline(evil_run_report)
+    state, problems, requests = open_offline(evil_run_report, open_details=True)
     assert problems == []
     assert state["pwned"] is None, "a token's text ran as code"
     assert SCRIPT_TOKEN in state["text"] and IMG_TOKEN in state["text"]
     assert all(i["ok"] and i["visible"] for i in state["images"]) and len(state["images"]) == 4
     assert "NOT ADMISSIBLE" in state["text"]
+
+
+# --- a study of 64 prompts ----------------------------------------------------------------------------
+
+
+def many_prompts(folder: Path, n: int = 64) -> Path:
+    """A run of ``n`` prompts made from the embedded CPU experiment's capture lines, relabelled: prompt k takes
+    p0's or p1's requests from the default or the batch-invariant mode in turn, and every 16th (from the 6th)
+    has slot 0 of its c=8 band answer the other prompt, a fork planted where a report must show it."""
+    sources = [ROOT / "data" / "experiment-cpu" / mode for mode in ("default", "batch-invariant")]
+    manifests = [json.loads((s / "manifest.json").read_text()) for s in sources]
+    lines = [[json.loads(line) for line in (s / "captures" / "requests.jsonl").read_text().splitlines() if line.strip()] for s in sources]
+    manifest = {**manifests[0], "prompts": [], "m_formed": []}
+    out = []
+    for k in range(n):
+        mode, source, prompt = k % 2, ("p0", "p1")[k // 2 % 2], f"q{k:02d}"
+        manifest["prompts"].append({"prompt_id": prompt, "text": next(p["text"] for p in manifests[mode]["prompts"] if p["prompt_id"] == source)})
+        manifest["m_formed"] += [{**e, "prompt_id": prompt} for e in manifests[mode]["m_formed"] if e["prompt_id"] == source]
+        other = {(x["role"], x.get("band_c"), x["slot"]): x for x in lines[mode] if x["prompt_id"] != source}
+        for line in (x for x in lines[mode] if x["prompt_id"] == source):
+            key = (line["role"], line.get("band_c"), line["slot"])
+            if k % 16 == 5 and key == ("band", 8, 0):
+                line = {**other[key], **{f: line.get(f) for f in ("role", "band_c", "slot", "repeat")}}
+            out.append(json.dumps({**line, "prompt_id": prompt}))
+    (folder / "captures").mkdir(parents=True)
+    write_json(folder / "manifest.json", manifest)
+    (folder / "captures" / "requests.jsonl").write_text("\n".join(out) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def study_report(tmp_path_factory):
+    folder = many_prompts(tmp_path_factory.mktemp("study") / "run64")
+    return folder, render_report(runs=[folder], output=folder.parent / "study.html", title="64 prompts")
+
+
+def test_a_64_prompt_report_answers_first_and_summarises_the_rest(study_report):
+    from analysis.run import read_run, slot_table
+
+    folder, report = study_report
+    page = report.read_text()
+    text = " ".join(visible_text(page).split())
+    slots = slot_table(read_run(folder))
+    parted = slots.filter(diverged=True)
+    assert parted.height == 4 and set(parted["band_c"]) == {8}
+    assert "Not batch invariant: tokens part from m=1 from c=8." in text
+    first = parted.sort("divergence_at", "prompt_id").row(0, named=True)
+    assert f"the earliest divergence is at token {first['divergence_at']} (c=8, {first['prompt_id']} slot 0)" in text
+    assert f"({slots.height - 4} of {slots.height}) token-identical" in text
+    assert "4 of 256 band(s) part among their own slots" in text
+    assert f"{slots.height - 20} more of the {slots.height} requests not shown" in text  # the worst 20 rows, not 1,856
+    assert text.count("<td>q") == 0 and len(re.findall(r"<tr>", page)) < 200
+    assert "<title>64 prompts</title>" in page
+
+
+def test_run_figures_keep_short_legends_at_64_prompts(study_report):
+    from analysis import report
+    from analysis.plots import LEGEND_LIMIT
+    from analysis.run import read_run
+
+    figures = report.run_figures(read_run(study_report[0]), epsilon=0.05)
+    for figure, alt in figures:
+        for ax in figure.axes:
+            legend = ax.get_legend()
+            assert legend is None or len(legend.get_texts()) <= LEGEND_LIMIT, (alt, ax.get_title())
+    trace = figures[1][0].axes[0]
+    assert any("one line per prompt (64)" in t.get_text() for t in trace.get_legend().get_texts())
+    names = [t.get_text() for figure, _ in figures for ax in figure.axes for t in ax.texts]
+    assert any(n.startswith("q05") for n in names)  # the earliest fork is named on the plot itself
+
+
+@pytest.mark.browser
+def test_the_64_prompt_report_reads_in_chromium(study_report):
+    state = read_like_a_reviewer(study_report[1])
+    assert_readable(state)
+    assert len(state["figures"]) == 4 and state["title"] == "64 prompts"
+    narrow = read_like_a_reviewer(study_report[1], width=760)  # a narrow window: the page never scrolls sideways, a wide table does in its box
+    assert narrow["outside"] == [] and narrow["page"] <= narrow["body"] == 760

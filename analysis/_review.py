@@ -1,0 +1,309 @@
+"""The report's verdict cards: what a reviewer asks of one run or one witness, in the study's
+engine-neutral words (no release gate of any one engine).
+
+Is the server batch invariant in bits (float32 logprobs identical to m=1) and in tokens, where
+does it first part, does a near-tie explain it, what does batching cost in decode rate, and is
+the evidence complete. Every value is formatted for people here; the templates escape it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+import polars as pl
+
+from ._show import MISSING, cell, share
+
+BASE_C, BATCHED_C = 1, 4  # the decode cost compares these bands, as the study does
+
+
+@dataclass
+class Review:
+    """One card: a headline, a small table per batch size c, and one line per question.
+
+    Attributes
+    ----------
+    kind : str
+        ``"run"`` or ``"witness"``.
+    name : str
+        The run folder or the witness file.
+    about : list of (str, str)
+        What served it (engine, model, host, ...), formatted.
+    headline : str
+        The answer in one sentence.
+    css : str
+        ``pass``, ``warn`` or ``fail``: how the headline is coloured.
+    per_c : pl.DataFrame
+        One row per c, every cell a string.
+    lines : list of (str, str, str or None)
+        (question, answer, css) for bits, tokens, near-tie, decode cost and completeness.
+    """
+
+    kind: str
+    name: str
+    about: list[tuple[str, str]]
+    headline: str
+    css: str
+    per_c: pl.DataFrame
+    lines: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+
+# --- the per-c counts both kinds share -----------------------------------------------------------
+
+_COUNTS = {"c": pl.Int64, "requests": pl.Int64, "bitwise": pl.Int64, "bits_known": pl.Int64, "same": pl.Int64, "parted": pl.Int64,
+           "near_tie": pl.Int64, "no_margin": pl.Int64, "first": pl.Int64, "first_where": pl.String}
+
+
+def _counts(slots: pl.DataFrame) -> pl.DataFrame:
+    """Per c from per-request rows (``c``, ``bitwise`` (bool or null), ``diverged``, ``divergence_at``, ``near_tie``,
+    ``margin_known``, ``where``): how many requests matched m=1 in bits and in tokens, and where the first one parted."""
+    parted = pl.col("diverged")
+    return (slots.group_by("c").agg(
+        requests=pl.len(), bitwise=pl.col("bitwise").sum(), bits_known=pl.col("bitwise").count(), same=(~parted).sum(), parted=parted.sum(),
+        near_tie=(parted & pl.col("near_tie")).sum(), no_margin=(parted & ~pl.col("margin_known")).sum(),
+        first=pl.col("divergence_at").filter(parted).min(),
+        first_where=pl.col("where").filter(parted).sort_by(pl.col("divergence_at").filter(parted)).first())
+        .sort("c").select([pl.col(n).cast(t) for n, t in _COUNTS.items()]))
+
+
+def _per_c_table(counts: pl.DataFrame) -> pl.DataFrame:
+    """The card's table: one row per c, in words."""
+    rows = [{"c": str(r["c"]), "requests": str(r["requests"]),
+             "bit-identical to m=1": share(r["bitwise"], r["bits_known"]) if r["bits_known"] else "not recorded",
+             "token-identical": share(r["same"], r["requests"]),
+             "first divergence": f"token {r['first']} ({r['first_where']})" if r["parted"] else MISSING,
+             "near-tie explains": _explained(r)}
+            for r in counts.iter_rows(named=True)]
+    columns = ["c", "requests", "bit-identical to m=1", "token-identical", "first divergence", "near-tie explains"]
+    return pl.DataFrame(rows, schema=dict.fromkeys(columns, pl.String), orient="row")
+
+
+def _explained(row: dict[str, Any]) -> str:
+    """How many of a c's divergences a near-tie explains, in words."""
+    if not row["parted"]:
+        return MISSING
+    if row["no_margin"] == row["parted"]:
+        return "no margin recorded"
+    return f"{row['near_tie']} of {row['parted']}"
+
+
+def _first_c(counts: pl.DataFrame, condition: pl.Expr) -> int | None:
+    hit = counts.filter(condition)["c"]
+    return int(hit.min()) if hit.len() else None
+
+
+def _at(c: int) -> str:
+    return "already at c=1, alone" if c == 1 else f"from c={c}"
+
+
+def _headline(counts: pl.DataFrame) -> tuple[str, str]:
+    """The answer to "is it batch invariant", with its colour."""
+    if counts.is_empty() or counts["requests"].sum() == 0:
+        return "Nothing to judge: no batched request came back.", "fail"
+    parted_at = _first_c(counts, pl.col("parted") > 0)
+    if parted_at is not None:
+        every = counts["parted"].sum() == counts["near_tie"].sum()
+        return f"Not batch invariant: tokens part from m=1 {_at(parted_at)}" + ("; a near-tie explains every divergence." if every else "."), "fail"
+    if counts["bits_known"].sum() == 0:
+        return "Token-identical to m=1 at every c (the logprob bits are not recorded).", "pass"
+    drift_at = _first_c(counts, pl.col("bitwise") < pl.col("bits_known"))
+    if drift_at is None:
+        return "Batch invariant: every request is bit-identical to m=1.", "pass"
+    return f"Token-identical, not bit-identical: the logprobs differ from m=1 {_at(drift_at)}.", "warn"
+
+
+def _bits_line(counts: pl.DataFrame, max_ulp: int | None) -> tuple[str, str, str | None]:
+    known = int(counts["bits_known"].sum())
+    if not known:
+        return "bits", "not recorded: only tokens were kept, not their float32 logprobs.", None
+    same = int(counts["bitwise"].sum())
+    ulp = f"; the largest logprob distance is {max_ulp:,} ULP" if max_ulp else ""
+    return "bits", f"{share(same, known)} of the requests bit-identical to m=1{ulp}.", "pass" if same == known else "warn"
+
+
+def _tokens_line(counts: pl.DataFrame) -> tuple[str, str, str | None]:
+    requests, same = int(counts["requests"].sum()), int(counts["same"].sum())
+    if same == requests:
+        return "tokens", f"{share(same, requests)} token-identical: no request parted from m=1.", "pass"
+    first = counts.filter(pl.col("parted") > 0).sort("first").row(0, named=True)
+    return "tokens", (f"{share(same, requests)} token-identical; the earliest divergence is at token {first['first']} "
+                      f"(c={first['c']}, {first['first_where']})."), "fail"
+
+
+def _near_tie_line(counts: pl.DataFrame, epsilon: float) -> tuple[str, str, str | None]:
+    parted, explained, unknown = (int(counts[n].sum()) for n in ("parted", "near_tie", "no_margin"))
+    if not parted:
+        return "near-tie", "nothing to explain: no request parted.", None
+    if unknown == parted:
+        return "near-tie", f"unknown: no reference margin was recorded at any of the {parted} divergence(s).", "warn"
+    words = f"explains {explained} of {parted} divergence(s) (the reference's top-1/top-2 margin below {epsilon:g})"
+    words += f"; {unknown} with no margin recorded" if unknown else ""
+    return "near-tie", words + ".", "pass" if explained == parted else "fail"
+
+
+def _cost_line(base: list[float], batched: list[float], why: str | None) -> tuple[str, str, str | None]:
+    """c=4 against c=1's per-request decode rate, with its bootstrap interval, or why it is unmeasured."""
+    from .parity import ratio_interval
+
+    if why is not None:
+        return "decode cost", f"unmeasured: {why}.", None
+    ratio, low, high = ratio_interval(base, batched)
+    interval = f"95% interval {low:.2f}–{high:.2f}" if len(base) + len(batched) > 2 else "one band each, no interval"
+    return "decode cost", (f"c={BATCHED_C} decodes each request at {ratio:.2f}× the rate of c={BASE_C} ({interval}; "
+                           f"median {median(batched):,.0f} against {median(base):,.0f} tok/s)."), None
+
+
+def _rates(frame: pl.DataFrame, c_column: str) -> tuple[list[float], list[float], str | None]:
+    """The positive rates at c=1 and c=4, or why there are none."""
+    cs = set(frame[c_column].to_list())
+    missing = [c for c in (BASE_C, BATCHED_C) if c not in cs]
+    if missing:
+        return [], [], f"no band at c={missing[0]}"
+    timed = frame.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0))
+    base, batched = (timed.filter(pl.col(c_column) == c)["decode_tok_s"].to_list() for c in (BASE_C, BATCHED_C))
+    if not base or not batched:
+        return [], [], f"no decode rate at c={BASE_C if not base else BATCHED_C} (no live arrival times were recorded)"
+    return base, batched, None
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
+    """The card of one run.
+
+    Parameters
+    ----------
+    run : Run
+        The run: its batched requests are compared with ``reference`` per c, its bands give the rates.
+    epsilon : float
+        A divergence is explained by a near-tie when the reference's top-1/top-2 margin there is below it.
+    reference : str or Run
+        "ref1", "ref2", or another run (its ref #1).
+
+    Returns
+    -------
+    Review
+
+    Examples
+    --------
+    >>> from analysis.run import read_run
+    >>> run_review(read_run("data/experiment-cpu/batch-invariant"), epsilon=0.05).headline
+    'Batch invariant: every request is bit-identical to m=1.'
+    """
+    from .run import band_table, slot_table
+
+    slots = slot_table(run, epsilon=epsilon, reference=reference)
+    counts = _counts(slots.select(
+        c="band_c", bitwise=pl.when(pl.col("bitwise_prefix").is_not_null()).then(pl.col("bitwise_prefix") == pl.col("length")),
+        diverged="diverged", divergence_at="divergence_at", near_tie="near_tie", margin_known=pl.col("reference_margin").is_not_null(),
+        where=pl.format("{} slot {}", "prompt_id", "slot")))
+    headline, css = _headline(counts)
+    bands = band_table(run, epsilon=epsilon, reference=reference)
+    lines = [_bits_line(counts, slots["max_ulp"].max()), _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
+             _near_tie_line(counts, epsilon), _cost_line(*_rates(bands, "band_c")), _run_completeness(run)]
+    return Review("run", str(run.path) if run.path else "assembled run", _run_about(run), headline, css, _per_c_table(counts), lines)
+
+
+def _run_about(run) -> list[tuple[str, str]]:
+    manifest = run.manifest
+    identity = manifest.get("identity") or {}
+    mode = (manifest.get("effective") or {}).get("kernel_mode")
+    repeats = manifest.get("repeats", 1)
+    about = [("engine", cell(identity.get("engine") or manifest.get("producer"))), ("model", cell((identity.get("model") or {}).get("path"))),
+             ("host", cell(identity.get("host"))), ("prompts", str(len(run.prompts))), ("ladder", cell(run.ladder))]
+    if mode:
+        about.insert(1, ("kernel mode", cell(mode)))
+    if repeats and repeats != 1:
+        about.append(("repeats", cell(repeats)))
+    return about
+
+
+def _run_completeness(run) -> tuple[str, str, str | None]:
+    manifest = run.manifest
+    missing, refused, skipped = len(run.missing()), len(manifest.get("refused") or []), len(run.dump.skipped)
+    gaps = [f"{missing} request(s) never came back" if missing else "", f"{refused} refused" if refused else "",
+            f"{skipped} capture record(s) left out" if skipped else "",
+            "the run did not finish" if manifest.get("complete", True) is False else ""]
+    gaps = [g for g in gaps if g]
+    have = f"{len(run.dump.requests)} request(s) read"
+    if not gaps:
+        return "completeness", f"complete: {have}, none missing, none refused.", "pass"
+    return "completeness", f"incomplete: {have}; " + "; ".join(gaps) + ".", "fail"
+
+
+# --- witnesses -----------------------------------------------------------------------------------
+
+
+def witness_reviews(ws, *, epsilon: float) -> list[Review]:
+    """One card per witness file of a witness set (markers have none).
+
+    A witness keeps tokens, not logprobs: its bits are "not recorded", its near-tie comes from
+    the band's recorded margin, its decode cost from slot rates (else band rates).
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses.
+    epsilon : float
+        The near-tie epsilon.
+
+    Returns
+    -------
+    list of Review
+        In the order the witnesses were read.
+    """
+    from .plots import witness_label
+
+    polars_set = ws.to_backend("polars")
+    out = []
+    for row in polars_set.witnesses.iter_rows(named=True):
+        source = row["source"]
+        slots = polars_set.slots.filter(pl.col("source") == source)
+        bands = polars_set.bands.filter(pl.col("source") == source)
+        out.append(_witness_review(witness_label(source, row["witness_version"]), row, slots, bands, epsilon))
+    return out
+
+
+def _witness_review(name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float) -> Review:
+    margins = bands.select("band_index", margin="top2_margin_at_divergence")
+    length = pl.min_horizontal(pl.col("completion_tokens").fill_null(witness["reference_tokens"]), pl.lit(witness["reference_tokens"]))
+    rows = slots.join(margins, on="band_index", how="left").select(
+        "c", bitwise=pl.lit(None, dtype=pl.Boolean), diverged=(pl.col("agree_to") < length).fill_null(False),
+        divergence_at="agree_to", near_tie=((pl.col("margin") >= 0) & (pl.col("margin") < epsilon)).fill_null(False),
+        margin_known=pl.col("margin").is_not_null(), where=pl.format("slot {}", "i"))
+    counts = _counts(rows)
+    headline, css = _headline(counts)
+    lines = [_bits_line(counts, None), _tokens_line(counts) if counts.height else ("tokens", MISSING, None), _near_tie_line(counts, epsilon),
+             _cost_line(*_witness_rates(witness, slots, bands)), _witness_completeness(witness, slots, bands)]
+    about = [("source", witness["source"]), ("witness_version", cell(witness["witness_version"])), ("host", cell(witness["host"])),
+             ("server commit", cell((witness["commit"] or "")[:10] or None)), ("model", cell(witness["model_path"]))]
+    return Review("witness", name, about, headline, css, _per_c_table(counts), lines)
+
+
+def _witness_rates(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame) -> tuple[list[float], list[float], str | None]:
+    """Per-slot rates when the witness kept them (an interval over slots), else its band rates."""
+    base, batched, why = _rates(slots, "c")
+    if why is None:
+        return base, batched, None
+    base, batched, why = _rates(bands, "c")
+    if why is not None and "no decode rate" in why and (witness["witness_version"] or 0) < 3:
+        why = f"witness_version {witness['witness_version']} does not time requests"
+    return base, batched, why
+
+
+def _witness_completeness(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame) -> tuple[str, str, str | None]:
+    expected = int(bands["c"].sum()) if bands.height else 0
+    refused = int(slots["refused"].is_not_null().sum())
+    gaps = [f"{expected - slots.height} slot(s) absent" if slots.height < expected else "", f"{refused} refused" if refused else ""]
+    stable = witness["reference_stable"]
+    self_at, tokens = witness["reference_self_divergence_at"], witness["reference_tokens"]
+    if stable is False or (self_at is not None and tokens is not None and self_at < tokens):
+        gaps.append(f"the two m=1 references agree only to token {cell(self_at)} of {cell(tokens)}")
+    gaps = [g for g in gaps if g]
+    have = f"{slots.height} of {expected} slot(s) across {bands.height} band(s)"
+    if not gaps:
+        return "completeness", f"complete: {have}, none refused.", "pass"
+    return "completeness", f"{have}; " + "; ".join(gaps) + ".", "fail" if slots.height < expected or refused else "warn"
