@@ -1,0 +1,232 @@
+"""The ``fixed-tiles`` kernel mode: :class:`~analysis.experiment.model.TinyLM` run on the whole batch at
+once, with every operation computing each row the same way at any batch size and position.
+
+A request's bits in the ``default`` mode depend on its batch because a kernel's reduction order
+follows the shape it is handed: a matmul over 16 rows may block (and so sum) differently from one
+over 1 row. Here no kernel is ever handed a shape that depends on the batch:
+
+- the batch's tokens are packed as rows (a prompt's tokens, or one new token per request), padded
+  to a whole number of tiles of :data:`TILE_ROWS` rows, and every matmul, LayerNorm, GELU and
+  log-softmax runs tile by tile, always on exactly :data:`TILE_ROWS` rows;
+- attention reads each row's own sequence from a :class:`TiledCache`, split into fixed runs of
+  :data:`KV_SPLIT` keys: each split's dot products, exponentials and sums have the same shape at any
+  batch, a split beyond a row's length contributes exact zeros, and the splits are combined over a
+  fixed count (the context's) so that a longer neighbour adds zeros, never a new summation order;
+- additions and embedding lookups are exact per element and need nothing.
+
+Rows are then identical to the same request decoded alone (m=1) in this mode, and the batch keeps
+its matmuls: the cost over ``default`` is the padding of the last tile and the attention's splits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+TILE_ROWS = 16  # every row-wise kernel call sees exactly this many rows
+KV_SPLIT = 32  # keys per attention split
+QUERY_GROUP = 256  # query rows per attention call: bounds the keys gathered at once
+
+
+def row_tiles(fn, x: torch.Tensor) -> torch.Tensor:
+    """``fn`` applied to ``x`` (rows first, a whole number of tiles) one tile of :data:`TILE_ROWS` rows at a time.
+
+    Examples
+    --------
+    >>> row_tiles(lambda t: t * 2, torch.ones(32, 3)).shape
+    torch.Size([32, 3])
+    """
+    if x.shape[0] == TILE_ROWS:
+        return fn(x)
+    return torch.cat([fn(tile) for tile in x.split(TILE_ROWS)])
+
+
+def pad_rows(x: torch.Tensor, value: float = 0) -> torch.Tensor:
+    """``x`` with rows of ``value`` appended up to a whole number of tiles (at least one)."""
+    missing = -x.shape[0] % TILE_ROWS or (TILE_ROWS if x.shape[0] == 0 else 0)
+    if not missing:
+        return x
+    return torch.cat([x, x.new_full((missing, *x.shape[1:]), value)])
+
+
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Float32 log-probabilities of ``logits [B, V]``, computed on whole tiles of rows."""
+    return pad_rows(logits).float().log_softmax(dim=-1)[: logits.shape[0]]
+
+
+@dataclass
+class TiledCache:
+    """Keys and values of ``count`` sequences, per layer ``[splits, rows, heads, KV_SPLIT, head_dim]``.
+
+    Split-major, so that the first splits of every row are one block that the attention's products
+    read without a copy. Rows come in whole tiles (those past ``count`` are spare, for a tile's
+    padding queries to read); positions past a sequence's length hold zeros, never written, so a
+    masked key's value is finite.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    count: int
+
+    @classmethod
+    def empty(cls, model, count: int, length: int) -> TiledCache:
+        """Room for ``count`` sequences of up to ``length`` tokens."""
+        cfg, p = model.cfg, next(model.parameters())
+        shape = (_splits(length), count + (-count % TILE_ROWS), cfg.n_heads, KV_SPLIT, cfg.d_model // cfg.n_heads)
+        zeros = lambda: torch.zeros(shape, dtype=p.dtype, device=p.device)  # noqa: E731
+        return cls([zeros() for _ in model.blocks], [zeros() for _ in model.blocks], count)
+
+    @property
+    def splits(self) -> int:
+        return self.keys[0].shape[0]
+
+    def reserve(self, length: int) -> None:
+        """Grow every sequence's room to at least ``length`` tokens."""
+        more = _splits(length) - self.splits
+        if more > 0:
+            grow = lambda t: torch.cat([t, t.new_zeros((more, *t.shape[1:]))])  # noqa: E731
+            self.keys, self.values = [grow(k) for k in self.keys], [grow(v) for v in self.values]
+
+    def select(self, rows: list[int]) -> TiledCache:
+        """These sequences, in this order."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.keys[0].device)
+        take = lambda t: _pad_dim1(t.index_select(1, index))  # noqa: E731
+        return TiledCache([take(k) for k in self.keys], [take(v) for v in self.values], len(rows))
+
+    @classmethod
+    def join(cls, caches: list[TiledCache]) -> TiledCache:
+        """The sequences of every cache, one cache after another, with the room of the longest."""
+        room = max(c.splits for c in caches) * KV_SPLIT
+        for cache in caches:
+            cache.reserve(room)
+        layers = range(len(caches[0].keys))
+        glue = lambda parts: _pad_dim1(torch.cat([t[:, : c.count] for t, c in zip(parts, caches)], dim=1))  # noqa: E731
+        return cls([glue([c.keys[i] for c in caches]) for i in layers], [glue([c.values[i] for c in caches]) for i in layers],
+                   sum(c.count for c in caches))
+
+
+def _pad_dim1(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with zero rows (dimension 1) appended up to whole tiles."""
+    return pad_rows(t.transpose(0, 1)).transpose(0, 1).contiguous()
+
+
+def _splits(length: int) -> int:
+    """Attention splits that hold ``length`` keys (at least one)."""
+    return max(1, math.ceil(length / KV_SPLIT))
+
+
+def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: TiledCache,
+            want: torch.Tensor) -> torch.Tensor:
+    """Logits at the packed tokens ``want`` indexes, after writing every token's keys and values to ``cache``.
+
+    ``ids``, ``positions`` and ``rows`` (the cache row of each token's sequence) are 1-D, one entry per
+    token; a token attends to its sequence's positions up to its own, so a prompt's tokens may be
+    packed together with other prompts' or other requests' next tokens.
+    """
+    n = ids.shape[0]
+    limits = [p + 1 for p in positions.tolist()]
+    cache.reserve(max(limits))
+    slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
+    ids, positions, rows, limits = _padded(ids, positions, rows, limits, cache)
+    x = model.tok(ids) + model.pos(positions)
+    plan = _plan(rows, limits, model.cfg.context)
+    for block, keys, values in zip(model.blocks, cache.keys, cache.values):
+        x = _block(block, x, slots, keys, values, plan)
+    x = pad_rows(x[want])
+    return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
+
+
+def _padded(ids, positions, rows, limits: list[int], cache: TiledCache):
+    """The tokens padded to whole tiles: token 0 at position 0 of the next rows (spare ones where the
+    batch does not fill its tile, so a decode step's rows stay consecutive). They write nothing."""
+    n, missing = ids.shape[0], -ids.shape[0] % TILE_ROWS
+    if not missing:
+        return ids, positions, rows, limits
+    spare = torch.arange(n, n + missing, device=rows.device).clamp(max=cache.keys[0].shape[1] - 1)
+    return pad_rows(ids), pad_rows(positions), torch.cat([rows, spare]), limits + [1] * missing
+
+
+@dataclass(frozen=True)
+class _Group:
+    """What a group of query rows reads: the cache rows (a slice when consecutive), the splits the
+    group's longest row needs, and an additive mask ``[splits, G, 1, 1, KV_SPLIT]`` (0 for a key
+    the row sees, -inf for one it does not)."""
+
+    rows: torch.Tensor | slice
+    splits: int
+    mask: torch.Tensor
+
+
+@dataclass(frozen=True)
+class _Plan:
+    groups: list[_Group]
+    every: int  # the model's context in splits: the fixed count the splits are combined over
+
+
+def _plan(rows: torch.Tensor, limits: list[int], context: int) -> _Plan:
+    """The attention's groups of :data:`QUERY_GROUP` rows (grouping bounds memory; it changes no row's bits)."""
+    groups = []
+    for start in range(0, len(limits), QUERY_GROUP):
+        part, group_rows = limits[start: start + QUERY_GROUP], rows[start: start + QUERY_GROUP]
+        splits, first = _splits(max(part)), int(group_rows[0])
+        consecutive = torch.equal(group_rows, torch.arange(first, first + len(part), device=rows.device))
+        keys = torch.arange(splits * KV_SPLIT, device=rows.device).view(splits, 1, 1, 1, KV_SPLIT)
+        seen = keys < torch.tensor(part, device=rows.device).view(1, -1, 1, 1, 1)
+        mask = torch.zeros(seen.shape, dtype=torch.float32, device=rows.device).masked_fill_(~seen, -math.inf)
+        groups.append(_Group(slice(first, first + len(part)) if consecutive else group_rows, splits, mask))
+    return _Plan(groups, _splits(context))
+
+
+def _linear(layer, x: torch.Tensor) -> torch.Tensor:
+    """``layer`` on ``x [N, d]`` (N whole tiles): one GEMM of fixed shape ``[TILE_ROWS, d] @ [d, out]`` per tile,
+    issued as one batched call."""
+    tiles, (out, d) = x.shape[0] // TILE_ROWS, layer.weight.shape
+    weight = layer.weight.t().expand(tiles, d, out)
+    tiled = x.view(tiles, TILE_ROWS, d)
+    y = torch.bmm(tiled, weight) if layer.bias is None else torch.baddbmm(layer.bias, tiled, weight)
+    return y.view(-1, out)
+
+
+def _layer_norm(ln, x: torch.Tensor) -> torch.Tensor:
+    """Per row: LayerNorm's mean and variance run within each row, whatever the number of rows."""
+    return F.layer_norm(x, x.shape[-1:], ln.weight, ln.bias, ln.eps)
+
+
+def _block(block, x, slots, keys, values, plan: _Plan):
+    """One pre-norm block on the packed rows; the real tokens' keys and values are written first."""
+    d, heads, n = x.shape[-1], block.n_heads, slots[0].shape[0]
+    q, k, v = _linear(block.qkv, _layer_norm(block.ln1, x)).split(d, dim=-1)
+    keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
+    values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
+    q = (q * (1 / math.sqrt(d // heads))).view(-1, heads, 1, d // heads)
+    parts = [_attend(part, keys, values, group, plan.every) for part, group in zip(q.split(QUERY_GROUP), plan.groups)]
+    y = parts[0] if len(parts) == 1 else torch.cat(parts)
+    x = x + _linear(block.out, y.to(x.dtype))
+    return x + _linear(block.proj, F.gelu(_linear(block.fc, _layer_norm(block.ln2, x))))
+
+
+def _read(cache: torch.Tensor, group: _Group) -> torch.Tensor:
+    """The group's rows of one layer's keys or values, its splits only, in float32 (a view when the rows are consecutive)."""
+    block = cache[: group.splits]
+    rows = block[:, group.rows] if isinstance(group.rows, slice) else block.index_select(1, group.rows)
+    return rows.float()
+
+
+def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: _Group, every: int) -> torch.Tensor:
+    """Attention of queries ``[G, H, 1, hd]``, one per row, over their own rows' keys, in float32.
+
+    Every product has a fixed shape: a query against one split's :data:`KV_SPLIT` keys (a dot over
+    ``hd`` each), and one split's weights against its values. The splits' sums are combined over
+    the model's context in splits (``every``), so a row's result is the same whatever splits its
+    group needs and whatever room the cache holds: a split past the row's length adds exact zeros.
+    """
+    g, heads, _, hd = q.shape
+    scores = q.float() @ _read(keys, group).transpose(-1, -2) + group.mask  # [splits, G, H, 1, KV_SPLIT]
+    weights = (scores - scores.amax(dim=(0, -1), keepdim=True)).exp()
+    short = every - group.splits
+    total = F.pad(weights.sum(dim=-1), (0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [G, H, 1]
+    mixed = F.pad(weights @ _read(values, group), (0, 0, 0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [G, H, 1, hd]
+    return (mixed / total[..., None]).reshape(g, heads * hd)
