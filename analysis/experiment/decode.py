@@ -1,4 +1,4 @@
-"""Greedy decoding of several requests at once, in either kernel mode, recording every step."""
+"""Greedy decoding of several requests at once, in any kernel mode, recording every step."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ class Decoded:
     arrivals: list[float] = field(default_factory=list)  # seconds since the batch started
 
 
-def _step_outputs(logits: torch.Tensor, top_k: int, *, tiled: bool = False):
-    """Greedy choice, its float32 logprob and the top-k, from the last position's logits (on whole row tiles when ``tiled``)."""
-    logprobs = kernels.log_softmax(logits) if tiled else logits.float().log_softmax(dim=-1)
+def _step_outputs(logits: torch.Tensor, top_k: int):
+    """Greedy choice, its float32 logprob and the top-k, from the last position's logits (per row in every mode)."""
+    logprobs = logits.float().log_softmax(dim=-1)
     chosen = logprobs.argmax(dim=-1)
     values, ids = torch.topk(logprobs, top_k, dim=-1)
     return chosen, logprobs.gather(-1, chosen[:, None])[:, 0], ids, values
@@ -47,14 +47,7 @@ def _decode_together(model, prompts: list[list[int]], max_tokens: int, top_k: in
         last = logits[:, -1]
         lengths = valid.sum(dim=1)
         for step in range(max_tokens):
-            chosen, own, top_ids, top_values = _step_outputs(last, top_k)
-            now = time.perf_counter() - start
-            for row, out in enumerate(outs):
-                out.token_ids.append(int(chosen[row]))
-                out.logprobs.append(float(own[row]))
-                out.top_ids.append(top_ids[row].tolist())
-                out.top_logprobs.append(top_values[row].tolist())
-                out.arrivals.append(now)
+            chosen = _record(outs, _step_outputs(last, top_k), start)
             if step == max_tokens - 1:
                 break
             valid = torch.cat([valid, torch.ones(len(prompts), 1, dtype=torch.bool, device=device)], dim=1)
@@ -124,7 +117,7 @@ def _decode_tiled(model, prompts: list[list[int]], max_tokens: int, top_k: int, 
     with torch.no_grad():
         last = kernels.forward(model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1)
         for step in range(max_tokens):
-            chosen = _record(outs, _step_outputs(last, top_k, tiled=True), start)
+            chosen = _record(outs, _step_outputs(last, top_k), start)
             if step < max_tokens - 1:
                 last = kernels.forward(model, chosen, lengths + step, rows, cache, want=rows)
     return outs

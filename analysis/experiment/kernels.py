@@ -1,21 +1,27 @@
 """The ``fixed-tiles`` kernel mode: :class:`~analysis.experiment.model.TinyLM` run on the whole batch at
 once, with every operation computing each row the same way at any batch size and position.
 
-A request's bits in the ``default`` mode depend on its batch because a kernel's reduction order
-follows the shape it is handed: a matmul over 16 rows may block (and so sum) differently from one
-over 1 row. Here no kernel is ever handed a shape that depends on the batch:
+A request's bits in the ``default`` mode depend on its batch because a kernel's reduction order may
+follow the shape it is handed: a matmul over 16 rows can block (and so sum) differently from one
+over 1 row, and attention over a batch padded to its longest sequence sums over that length. Here
+no reduction ever sees a shape that depends on the batch:
 
-- the batch's tokens are packed as rows (a prompt's tokens, or one new token per request), padded
-  to a whole number of tiles of :data:`TILE_ROWS` rows, and every matmul, LayerNorm, GELU and
-  log-softmax runs tile by tile, always on exactly :data:`TILE_ROWS` rows;
-- attention reads each row's own sequence from a :class:`TiledCache`, split into fixed runs of
-  :data:`KV_SPLIT` keys: each split's dot products, exponentials and sums have the same shape at any
-  batch, a split beyond a row's length contributes exact zeros, and the splits are combined over a
-  fixed count (the context's) so that a longer neighbour adds zeros, never a new summation order;
-- additions and embedding lookups are exact per element and need nothing.
+- matmuls: the batch's tokens (a prompt's tokens, or one new token per request) are packed as rows
+  and padded to whole tiles of :data:`TILE_ROWS` rows; every Linear is one GEMM of fixed shape
+  ``[TILE_ROWS, d] @ [d, out]`` per tile (issued as one batched call);
+- attention: each row reads its own sequence's keys from a :class:`TiledCache`, in fixed splits of
+  :data:`KV_SPLIT` keys: a query meets one split's keys in a product of fixed shape, one split's
+  weights meet its values likewise, and the splits' sums are combined over a fixed count (the
+  model's context in splits), so a split past the row's length, there because a neighbour is
+  longer, adds exact zeros rather than a new summation order;
+- LayerNorm (mean and variance within a row), softmax's maximum and the log-softmax (float32, in
+  :mod:`.decode`) are per row; GELU, additions and embedding lookups are per element.
 
-Rows are then identical to the same request decoded alone (m=1) in this mode, and the batch keeps
-its matmuls: the cost over ``default`` is the padding of the last tile and the attention's splits.
+Rows are then identical to the same request decoded alone (m=1) in this mode, prompt lengths and
+positions in the batch notwithstanding; the tests check it for every c up to 32, both layouts and
+both dtypes. The batch keeps its matmuls: the cost over ``default`` is the padding of the last
+tile (a request alone runs a whole tile) and the attention's splits (``benchmarks/bench_kernels.py``).
+The attention computes in float32, also for a bfloat16 model.
 """
 
 from __future__ import annotations
@@ -31,30 +37,12 @@ KV_SPLIT = 32  # keys per attention split
 QUERY_GROUP = 256  # query rows per attention call: bounds the keys gathered at once
 
 
-def row_tiles(fn, x: torch.Tensor) -> torch.Tensor:
-    """``fn`` applied to ``x`` (rows first, a whole number of tiles) one tile of :data:`TILE_ROWS` rows at a time.
-
-    Examples
-    --------
-    >>> row_tiles(lambda t: t * 2, torch.ones(32, 3)).shape
-    torch.Size([32, 3])
-    """
-    if x.shape[0] == TILE_ROWS:
-        return fn(x)
-    return torch.cat([fn(tile) for tile in x.split(TILE_ROWS)])
-
-
 def pad_rows(x: torch.Tensor, value: float = 0) -> torch.Tensor:
     """``x`` with rows of ``value`` appended up to a whole number of tiles (at least one)."""
     missing = -x.shape[0] % TILE_ROWS or (TILE_ROWS if x.shape[0] == 0 else 0)
     if not missing:
         return x
     return torch.cat([x, x.new_full((missing, *x.shape[1:]), value)])
-
-
-def log_softmax(logits: torch.Tensor) -> torch.Tensor:
-    """Float32 log-probabilities of ``logits [B, V]``, computed on whole tiles of rows."""
-    return pad_rows(logits).float().log_softmax(dim=-1)[: logits.shape[0]]
 
 
 @dataclass
