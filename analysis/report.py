@@ -302,8 +302,10 @@ def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | Non
 
 
 def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataFrame:
-    """Runs side by side (for example one experiment's kernel modes): parity against the m=1
-    reference and the decode-rate cost, per run and band, as the Thinking Machines study compares them."""
+    """Runs side by side (for example one experiment's kernel modes): the parity each bought against the
+    m=1 reference and what it cost in decode rate, per run and band, as the Thinking Machines study
+    compares them. ``rate_vs_default`` is the run's median per-request decode rate over that of the
+    ``default``-mode run in the same folder at the same c (null without one)."""
     from .run import slot_table
 
     rows = []
@@ -316,8 +318,19 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
                          "bit_identical_share": float((group["bitwise_prefix"] == group["length"]).mean()),
                          "token_flips": int(group["diverged"].sum()), "max_ulp": group["max_ulp"].max(),
                          "median_decode_tok_s": float(rates.median()) if rates.len() else None})
-    frame = pl.DataFrame(rows) if rows else pl.DataFrame(schema={"run": pl.String, "band_c": pl.Int64})
-    return frame.sort("band_c", "run") if rows else frame
+    if not rows:
+        return pl.DataFrame(schema={"run": pl.String, "band_c": pl.Int64})
+    _against_default(rows)
+    return pl.DataFrame(rows).sort("band_c", "run")
+
+
+def _against_default(rows: list[dict]) -> None:
+    """Set each row's ``rate_vs_default``: its median rate over the default-mode run's beside it at the same c."""
+    folder = lambda row: str(Path(row["run"]).parent)  # noqa: E731
+    base = {(folder(r), r["band_c"]): r["median_decode_tok_s"] for r in rows if r["kernel_mode"] == "default"}
+    for row in rows:
+        default_rate, rate = base.get((folder(row), row["band_c"])), row["median_decode_tok_s"]
+        row["rate_vs_default"] = rate / default_rate if rate is not None and default_rate else None
 
 
 def _engine_label(run) -> str:

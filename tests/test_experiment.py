@@ -128,6 +128,8 @@ def test_modes_side_by_side(runs):
     assert by_mode[("default", 4)]["bit_identical_share"] < 1.0
     assert by_mode[("default", 1)]["bit_identical_share"] == 1.0
     assert all(r["median_decode_tok_s"] > 0 for r in by_mode.values())
+    assert {r["rate_vs_default"] for r in by_mode.values() if r["kernel_mode"] == "default"} == {1.0}  # the cost, against default
+    assert by_mode[("one-by-one", 4)]["rate_vs_default"] == by_mode[("one-by-one", 4)]["median_decode_tok_s"] / by_mode[("default", 4)]["median_decode_tok_s"]
     assert (runs[0].path / "derived" / "tokens.parquet").exists()  # the derived tables are written with the run
 
 
