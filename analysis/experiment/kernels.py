@@ -120,10 +120,15 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
     ids, positions, rows, limits = _padded(ids, positions, rows, limits, cache)
     x = model.tok(ids) + model.pos(positions)
-    plan = _plan(rows, limits, model.cfg.context)
-    for block, keys, values in zip(model.blocks, cache.keys, cache.values):
-        x = _block(block, x, slots, keys, values, plan)
-    x = pad_rows(x[want])
+    plan = _plan(rows, limits, model.cfg.context, model.cfg.n_heads)
+    keep = None
+    if want.shape[0] < n:  # a prefill: past the last layer's keys and values only the wanted rows matter
+        index = pad_rows(want)
+        keep = (index, _plan(rows[index], [limits[i] for i in index.tolist()], model.cfg.context, model.cfg.n_heads))
+    last = len(model.blocks) - 1
+    for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
+        x = _block(block, x, slots, keys, values, plan, keep if layer == last else None)
+    x = x if keep else pad_rows(x[want])
     return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
 
 
@@ -141,7 +146,7 @@ def _padded(ids, positions, rows, limits: list[int], cache: TiledCache):
 class _Group:
     """What a group of query rows reads: the cache rows (a slice when consecutive), the splits the
     group's longest row needs, and an additive mask ``[splits, G, 1, 1, KV_SPLIT]`` (0 for a key
-    the row sees, -inf for one it does not)."""
+    the row sees, -inf for one it does not), as ``[splits * G * heads, 1, KV_SPLIT]``."""
 
     rows: torch.Tensor | slice
     splits: int
@@ -154,7 +159,7 @@ class _Plan:
     every: int  # the model's context in splits: the fixed count the splits are combined over
 
 
-def _plan(rows: torch.Tensor, limits: list[int], context: int) -> _Plan:
+def _plan(rows: torch.Tensor, limits: list[int], context: int, heads: int) -> _Plan:
     """The attention's groups of :data:`QUERY_GROUP` rows (grouping bounds memory; it changes no row's bits)."""
     groups = []
     for start in range(0, len(limits), QUERY_GROUP):
@@ -164,6 +169,7 @@ def _plan(rows: torch.Tensor, limits: list[int], context: int) -> _Plan:
         keys = torch.arange(splits * KV_SPLIT, device=rows.device).view(splits, 1, 1, 1, KV_SPLIT)
         seen = keys < torch.tensor(part, device=rows.device).view(1, -1, 1, 1, 1)
         mask = torch.zeros(seen.shape, dtype=torch.float32, device=rows.device).masked_fill_(~seen, -math.inf)
+        mask = mask.expand(-1, -1, heads, -1, -1).reshape(-1, 1, KV_SPLIT)  # one row per split, query and head, as the scores
         groups.append(_Group(slice(first, first + len(part)) if consecutive else group_rows, splits, mask))
     return _Plan(groups, _splits(context))
 
@@ -183,13 +189,19 @@ def _layer_norm(ln, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, x.shape[-1:], ln.weight, ln.bias, ln.eps)
 
 
-def _block(block, x, slots, keys, values, plan: _Plan):
-    """One pre-norm block on the packed rows; the real tokens' keys and values are written first."""
+def _block(block, x, slots, keys, values, plan: _Plan, keep=None):
+    """One pre-norm block on the packed rows; the real tokens' keys and values are written first.
+
+    ``keep`` (rows and their plan): only these rows go on past the writes (a row's result does not
+    depend on which others go with it).
+    """
     d, heads, n = x.shape[-1], block.n_heads, slots[0].shape[0]
     q, k, v = _linear(block.qkv, _layer_norm(block.ln1, x)).split(d, dim=-1)
     keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
     values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
-    q = (q * (1 / math.sqrt(d // heads))).view(-1, heads, 1, d // heads)
+    if keep is not None:
+        x, q, plan = x[keep[0]], q[keep[0]], keep[1]
+    q = q.reshape(-1, heads, 1, d // heads)
     parts = [_attend(part, keys, values, group, plan.every) for part, group in zip(q.split(QUERY_GROUP), plan.groups)]
     y = parts[0] if len(parts) == 1 else torch.cat(parts)
     x = x + _linear(block.out, y.to(x.dtype))
@@ -211,10 +223,13 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: _G
     the model's context in splits (``every``), so a row's result is the same whatever splits its
     group needs and whatever room the cache holds: a split past the row's length adds exact zeros.
     """
-    g, heads, _, hd = q.shape
-    scores = q.float() @ _read(keys, group).transpose(-1, -2) + group.mask  # [splits, G, H, 1, KV_SPLIT]
+    (g, heads, _, hd), splits = q.shape, group.splits
+    queries = q.float().expand(splits, g, heads, 1, hd).reshape(-1, 1, hd)  # each query once per split
+    keys = _read(keys, group).reshape(-1, KV_SPLIT, hd).transpose(1, 2)
+    scores = torch.baddbmm(group.mask, queries, keys, alpha=1 / math.sqrt(hd)).view(splits, g, heads, 1, KV_SPLIT)
     weights = (scores - scores.amax(dim=(0, -1), keepdim=True)).exp()
-    short = every - group.splits
+    short = every - splits
     total = F.pad(weights.sum(dim=-1), (0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [G, H, 1]
-    mixed = F.pad(weights @ _read(values, group), (0, 0, 0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [G, H, 1, hd]
+    mixed = torch.bmm(weights.view(-1, 1, KV_SPLIT), _read(values, group).reshape(-1, KV_SPLIT, hd)).view(splits, g, heads, 1, hd)
+    mixed = F.pad(mixed, (0, 0, 0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [G, H, 1, hd]
     return (mixed / total[..., None]).reshape(g, heads * hd)
