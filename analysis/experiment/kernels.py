@@ -37,12 +37,16 @@ KV_SPLIT = 32  # keys per attention split
 QUERY_GROUP = 256  # query rows per attention call: bounds the keys gathered at once
 
 
-def pad_rows(x: torch.Tensor, value: float = 0) -> torch.Tensor:
-    """``x`` with rows of ``value`` appended up to a whole number of tiles (at least one)."""
+def pad_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with zero rows appended up to a whole number of tiles (at least one).
+
+    Examples
+    --------
+    >>> pad_rows(torch.ones(17, 2)).shape
+    torch.Size([32, 2])
+    """
     missing = -x.shape[0] % TILE_ROWS or (TILE_ROWS if x.shape[0] == 0 else 0)
-    if not missing:
-        return x
-    return torch.cat([x, x.new_full((missing, *x.shape[1:]), value)])
+    return torch.cat([x, x.new_zeros((missing, *x.shape[1:]))]) if missing else x
 
 
 @dataclass
@@ -121,15 +125,18 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     ids, positions, rows, limits = _padded(ids, positions, rows, limits, cache)
     x = model.tok(ids) + model.pos(positions)
     plan = _plan(rows, limits, model.cfg.context, model.cfg.n_heads)
-    keep = None
-    if want.shape[0] < n:  # a prefill: past the last layer's keys and values only the wanted rows matter
-        index = pad_rows(want)
-        keep = (index, _plan(rows[index], [limits[i] for i in index.tolist()], model.cfg.context, model.cfg.n_heads))
+    keep = _kept(want, rows, limits, model) if want.shape[0] < n else None  # a prefill
     last = len(model.blocks) - 1
     for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
         x = _block(block, x, slots, keys, values, plan, keep if layer == last else None)
     x = x if keep else pad_rows(x[want])
     return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
+
+
+def _kept(want: torch.Tensor, rows: torch.Tensor, limits: list[int], model) -> tuple[torch.Tensor, _Plan]:
+    """The wanted rows (whole tiles) and their attention plan: past the last layer's keys and values only they matter."""
+    index = pad_rows(want)
+    return index, _plan(rows[index], [limits[i] for i in index.tolist()], model.cfg.context, model.cfg.n_heads)
 
 
 def _padded(ids, positions, rows, limits: list[int], cache: TiledCache):
