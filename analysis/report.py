@@ -68,13 +68,13 @@ def _shown(path: Path) -> str:
 
 
 def default_runs() -> list[str]:
-    """The embedded default runs: the torch experiment on CPU in both kernel modes (``data/experiment-cpu``),
+    """The embedded default runs: the torch experiment on CPU in its three kernel modes (``data/experiment-cpu``),
     then a real llama.cpp server on CPU with and without its prompt cache (``data/llamacpp-cpu``).
 
     Examples
     --------
     >>> [run.rsplit("/", 2)[-2:] for run in default_runs()]  # doctest: +NORMALIZE_WHITESPACE
-    [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'],
+    [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'], ['experiment-cpu', 'fixed-tiles'],
      ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt']]
     """
     return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu")

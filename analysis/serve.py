@@ -137,7 +137,7 @@ class Engine:
         cache = kernels.TiledCache.empty(self.model, 1, n)
         with torch.no_grad():
             logits = kernels.forward(self.model, torch.tensor(request.prompt, device=device), torch.arange(n, device=device),
-                                     torch.zeros(n, dtype=torch.long, device=device), cache, want=torch.tensor([n - 1], device=device))
+                                     torch.zeros(n, dtype=torch.long, device=device), cache, want=torch.tensor([n - 1], device=device), prefill=True)
         request.last, request.cache, request.length = logits, cache, n
 
     def _advance_tiled(self, going) -> None:

@@ -71,7 +71,7 @@ def test_report_shows_parameters_and_provenance_first(default_report):
     order = [text.index(s) for s in ("Parameters", "Provenance", "Witness verdicts", "Witness bands", "Divergence from m=1", "Decode rate", "Release markers")]
     assert order == sorted(order)
     assert "(none given: the embedded default)" in text
-    assert "Run data/experiment-cpu/default" in text and "Run data/experiment-cpu/batch-invariant" in text
+    assert all(f"Run data/experiment-cpu/{mode}" in text for mode in ("default", "batch-invariant", "fixed-tiles"))
     assert "Run data/llamacpp-cpu/cache-prompt" in text and "Run data/llamacpp-cpu/no-cache-prompt" in text
     assert text.index("Runs side by side") < text.index("Run data/experiment-cpu/")
     assert "Real perf041 batch-parity witnesses" in text  # the provenance README travels with the data
@@ -82,7 +82,8 @@ def test_report_plots_are_embedded_images(default_report):
     images = re.findall(r"<img\b[^>]*>", page)
     assert all(re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', img) for img in images)
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
-    runs = ("experiment-cpu/default", "experiment-cpu/batch-invariant", "llamacpp-cpu/cache-prompt", "llamacpp-cpu/no-cache-prompt")
+    runs = ("experiment-cpu/default", "experiment-cpu/batch-invariant", "experiment-cpu/fixed-tiles", "llamacpp-cpu/cache-prompt",
+            "llamacpp-cpu/no-cache-prompt")
     assert len(alts) == 3 + 4 * len(runs)  # the witness plots, then four figures for each embedded run
     assert [sum(f"data/{run}:" in a for a in alts) for run in runs] == [4] * len(runs)
     assert sum("the batch widths the server formed" in a for a in alts) == len(runs)
@@ -199,7 +200,7 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    assert len(state["images"]) == 3 + 4 * 4 and all(i["ok"] and i["visible"] for i in state["images"])
+    assert len(state["images"]) == 3 + 4 * 5 and all(i["ok"] and i["visible"] for i in state["images"])  # five embedded runs
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
     assert "a divergence planted at step 32 of ref #1 was detected at step 32" in state["text"]
 

@@ -115,7 +115,8 @@ def _decode_tiled(model, prompts: list[list[int]], max_tokens: int, top_k: int, 
     positions = torch.cat([torch.arange(len(p), device=device) for p in prompts])
     outs = [Decoded(p) for p in prompts]
     with torch.no_grad():
-        last = kernels.forward(model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1)
+        last = kernels.forward(model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1,
+                               prefill=True)
         for step in range(max_tokens):
             chosen = _record(outs, _step_outputs(last, top_k), start)
             if step < max_tokens - 1:

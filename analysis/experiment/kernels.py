@@ -111,12 +111,14 @@ def _splits(length: int) -> int:
 
 
 def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: TiledCache,
-            want: torch.Tensor) -> torch.Tensor:
+            want: torch.Tensor, *, prefill: bool = False) -> torch.Tensor:
     """Logits at the packed tokens ``want`` indexes, after writing every token's keys and values to ``cache``.
 
     ``ids``, ``positions`` and ``rows`` (the cache row of each token's sequence) are 1-D, one entry per
-    token; a token attends to its sequence's positions up to its own, so a prompt's tokens may be
-    packed together with other prompts' or other requests' next tokens.
+    token; a token attends to its sequence's positions up to its own, so several prompts, or several
+    requests' next tokens, are packed together. With ``prefill`` (prompts' tokens), each sequence's
+    queries meet its keys in tiles of :data:`TILE_ROWS` queries, and past the last layer's attention
+    only the ``want`` rows go on; otherwise (a decode step) each query meets its keys alone.
     """
     n = ids.shape[0]
     limits = [p + 1 for p in positions.tolist()]
@@ -124,19 +126,14 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
     ids, positions, rows, limits = _padded(ids, positions, rows, limits, cache)
     x = model.tok(ids) + model.pos(positions)
-    plan = _plan(rows, limits, model.cfg.context, model.cfg.n_heads)
-    keep = _kept(want, rows, limits, model) if want.shape[0] < n else None  # a prefill
+    shape = (model.cfg.context, model.cfg.n_heads)
+    plan = _prefill_plan(rows[:n].tolist(), limits, *shape, ids.device) if prefill else _step_plan(rows, limits, *shape)
+    keep = pad_rows(want) if prefill else None
     last = len(model.blocks) - 1
     for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
         x = _block(block, x, slots, keys, values, plan, keep if layer == last else None)
-    x = x if keep else pad_rows(x[want])
+    x = x if keep is not None else pad_rows(x[want])
     return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
-
-
-def _kept(want: torch.Tensor, rows: torch.Tensor, limits: list[int], model) -> tuple[torch.Tensor, _Plan]:
-    """The wanted rows (whole tiles) and their attention plan: past the last layer's keys and values only they matter."""
-    index = pad_rows(want)
-    return index, _plan(rows[index], [limits[i] for i in index.tolist()], model.cfg.context, model.cfg.n_heads)
 
 
 def _padded(ids, positions, rows, limits: list[int], cache: TiledCache):
@@ -151,10 +148,13 @@ def _padded(ids, positions, rows, limits: list[int], cache: TiledCache):
 
 @dataclass(frozen=True)
 class _Group:
-    """What a group of query rows reads: the cache rows (a slice when consecutive), the splits the
-    group's longest row needs, and an additive mask ``[splits, G, 1, 1, KV_SPLIT]`` (0 for a key
-    the row sees, -inf for one it does not), as ``[splits * G * heads, 1, KV_SPLIT]``."""
+    """One attention call: ``take`` (the packed rows of its queries, tile by tile, ``queries`` per
+    tile), the cache row each tile reads (a slice when consecutive), the splits its longest query
+    needs, and an additive mask ``[splits * tiles * heads, queries, KV_SPLIT]``, 0 for a key the
+    query sees and -inf for one it does not."""
 
+    take: torch.Tensor | slice
+    queries: int
     rows: torch.Tensor | slice
     splits: int
     mask: torch.Tensor
@@ -164,21 +164,50 @@ class _Group:
 class _Plan:
     groups: list[_Group]
     every: int  # the model's context in splits: the fixed count the splits are combined over
+    back: torch.Tensor | None = None  # where each packed row's output lies among the groups' (None: in order)
 
 
-def _plan(rows: torch.Tensor, limits: list[int], context: int, heads: int) -> _Plan:
-    """The attention's groups of :data:`QUERY_GROUP` rows (grouping bounds memory; it changes no row's bits)."""
+def _mask(limits: list[int], splits: int, queries: int, heads: int, device) -> torch.Tensor:
+    keys = torch.arange(splits * KV_SPLIT, device=device).view(splits, 1, 1, 1, KV_SPLIT)
+    seen = keys < torch.tensor(limits, device=device).view(1, -1, 1, queries, 1)
+    mask = torch.zeros(seen.shape, dtype=torch.float32, device=device).masked_fill_(~seen, -math.inf)
+    return mask.expand(-1, -1, heads, -1, -1).reshape(-1, queries, KV_SPLIT)  # one row per split, tile and head, as the scores
+
+
+def _step_plan(rows: torch.Tensor, limits: list[int], context: int, heads: int) -> _Plan:
+    """A decode step: each row's query alone, in groups of :data:`QUERY_GROUP` rows (grouping bounds
+    memory; it changes no row's bits)."""
     groups = []
     for start in range(0, len(limits), QUERY_GROUP):
         part, group_rows = limits[start: start + QUERY_GROUP], rows[start: start + QUERY_GROUP]
         splits, first = _splits(max(part)), int(group_rows[0])
         consecutive = torch.equal(group_rows, torch.arange(first, first + len(part), device=rows.device))
-        keys = torch.arange(splits * KV_SPLIT, device=rows.device).view(splits, 1, 1, 1, KV_SPLIT)
-        seen = keys < torch.tensor(part, device=rows.device).view(1, -1, 1, 1, 1)
-        mask = torch.zeros(seen.shape, dtype=torch.float32, device=rows.device).masked_fill_(~seen, -math.inf)
-        mask = mask.expand(-1, -1, heads, -1, -1).reshape(-1, 1, KV_SPLIT)  # one row per split, query and head, as the scores
-        groups.append(_Group(slice(first, first + len(part)) if consecutive else group_rows, splits, mask))
+        groups.append(_Group(slice(start, start + len(part)), 1, slice(first, first + len(part)) if consecutive else group_rows,
+                             splits, _mask(part, splits, 1, heads, rows.device)))
     return _Plan(groups, _splits(context))
+
+
+def _prefill_plan(seq: list[int], limits: list[int], context: int, heads: int, device) -> _Plan:
+    """Prompts: each sequence's queries in order, in tiles of :data:`TILE_ROWS` (the last one filled
+    with copies of its first query, whose results are dropped), so that a query's tile and place in
+    it depend on its own prompt only."""
+    by_seq: dict[int, list[int]] = {}
+    for i, row in enumerate(seq):
+        by_seq.setdefault(row, []).append(i)
+    tiles = [(row, rows[k: k + TILE_ROWS]) for row, rows in by_seq.items() for k in range(0, len(rows), TILE_ROWS)]
+    take, back = [], [0] * len(limits)
+    for t, (_, chunk) in enumerate(tiles):
+        for j, i in enumerate(chunk):
+            back[i] = t * TILE_ROWS + j
+        take += chunk + [chunk[0]] * (TILE_ROWS - len(chunk))
+    groups, per_group = [], max(1, QUERY_GROUP // TILE_ROWS)
+    for start in range(0, len(tiles), per_group):
+        part = take[start * TILE_ROWS: (start + per_group) * TILE_ROWS]
+        seen = [limits[i] for i in part]
+        splits = _splits(max(seen))
+        rows = torch.tensor([row for row, _ in tiles[start: start + per_group]], device=device)
+        groups.append(_Group(torch.tensor(part, device=device), TILE_ROWS, rows, splits, _mask(seen, splits, TILE_ROWS, heads, device)))
+    return _Plan(groups, _splits(context), torch.tensor(back, device=device))
 
 
 def _linear(layer, x: torch.Tensor) -> torch.Tensor:
@@ -199,20 +228,29 @@ def _layer_norm(ln, x: torch.Tensor) -> torch.Tensor:
 def _block(block, x, slots, keys, values, plan: _Plan, keep=None):
     """One pre-norm block on the packed rows; the real tokens' keys and values are written first.
 
-    ``keep`` (rows and their plan): only these rows go on past the writes (a row's result does not
-    depend on which others go with it).
+    ``keep``: only these rows go on past the attention (a row's result does not depend on which
+    others go with it).
     """
     d, heads, n = x.shape[-1], block.n_heads, slots[0].shape[0]
     q, k, v = _linear(block.qkv, _layer_norm(block.ln1, x)).split(d, dim=-1)
     keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
     values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
+    y = _attention(q, keys, values, plan, heads)
     if keep is not None:
-        x, q, plan = x[keep[0]], q[keep[0]], keep[1]
-    q = q.reshape(-1, heads, 1, d // heads)
-    parts = [_attend(part, keys, values, group, plan.every) for part, group in zip(q.split(QUERY_GROUP), plan.groups)]
-    y = parts[0] if len(parts) == 1 else torch.cat(parts)
+        x, y = x[keep], y[keep]
     x = x + _linear(block.out, y.to(x.dtype))
     return x + _linear(block.proj, F.gelu(_linear(block.fc, _layer_norm(block.ln2, x))))
+
+
+def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: _Plan, heads: int) -> torch.Tensor:
+    """Every packed row's attention output ``[N, d]``, group by group."""
+    hd = q.shape[-1] // heads
+    parts = []
+    for group in plan.groups:
+        tiles = q[group.take].reshape(-1, group.queries, heads, hd).transpose(1, 2)  # [T, H, queries, hd]
+        parts.append(_attend(tiles, keys, values, group, plan.every).transpose(1, 2).reshape(-1, heads * hd))
+    y = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return y if plan.back is None else y[plan.back]
 
 
 def _read(cache: torch.Tensor, group: _Group) -> torch.Tensor:
@@ -223,20 +261,21 @@ def _read(cache: torch.Tensor, group: _Group) -> torch.Tensor:
 
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: _Group, every: int) -> torch.Tensor:
-    """Attention of queries ``[G, H, 1, hd]``, one per row, over their own rows' keys, in float32.
+    """Attention of query tiles ``[T, H, queries, hd]``, each over its own cache row's keys, in float32.
 
-    Every product has a fixed shape: a query against one split's :data:`KV_SPLIT` keys (a dot over
-    ``hd`` each), and one split's weights against its values. The splits' sums are combined over
-    the model's context in splits (``every``), so a row's result is the same whatever splits its
-    group needs and whatever room the cache holds: a split past the row's length adds exact zeros.
+    Every product has a fixed shape: a tile's queries against one split's :data:`KV_SPLIT` keys (a
+    dot over ``hd`` each), and their weights against that split's values. The splits' sums are
+    combined over the model's context in splits (``every``), so a query's result is the same
+    whatever splits its group needs and whatever room the cache holds: a split past the query's
+    length adds exact zeros.
     """
-    (g, heads, _, hd), splits = q.shape, group.splits
-    queries = q.float().expand(splits, g, heads, 1, hd).reshape(-1, 1, hd)  # each query once per split
+    (tiles, heads, queries, hd), splits = q.shape, group.splits
+    expanded = q.float().expand(splits, tiles, heads, queries, hd).reshape(-1, queries, hd)  # each tile once per split
     keys = _read(keys, group).reshape(-1, KV_SPLIT, hd).transpose(1, 2)
-    scores = torch.baddbmm(group.mask, queries, keys, alpha=1 / math.sqrt(hd)).view(splits, g, heads, 1, KV_SPLIT)
+    scores = torch.baddbmm(group.mask, expanded, keys, alpha=1 / math.sqrt(hd)).view(splits, tiles, heads, queries, KV_SPLIT)
     weights = (scores - scores.amax(dim=(0, -1), keepdim=True)).exp()
     short = every - splits
-    total = F.pad(weights.sum(dim=-1), (0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [G, H, 1]
-    mixed = torch.bmm(weights.view(-1, 1, KV_SPLIT), _read(values, group).reshape(-1, KV_SPLIT, hd)).view(splits, g, heads, 1, hd)
-    mixed = F.pad(mixed, (0, 0, 0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [G, H, 1, hd]
-    return (mixed / total[..., None]).reshape(g, heads * hd)
+    total = F.pad(weights.sum(dim=-1), (0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [T, H, queries]
+    mixed = torch.bmm(weights.view(-1, queries, KV_SPLIT), _read(values, group).reshape(-1, KV_SPLIT, hd))
+    mixed = F.pad(mixed.view(splits, tiles, heads, queries, hd), (0, 0, 0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [T, H, queries, hd]
+    return mixed / total[..., None]
