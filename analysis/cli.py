@@ -268,7 +268,7 @@ def probe_command(
     metrics: Annotated[bool, typer.Option(help="Sample the running-requests gauge, and read the prefix-cache metrics, on /metrics around each band.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds each whole request may take, its stream included.")] = 120.0,
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
-    expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=batch-invariant); "
+    expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=fixed-tiles); "
                                                               "checked and shown as requested against effective. Repeatable.")] = None,
     bands_anyway: Annotated[bool, typer.Option(help="Run the bands even for a prompt whose two m=1 references part before "
                                                     "--declared-min (aprender's probe runs none).")] = False,
