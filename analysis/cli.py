@@ -366,7 +366,8 @@ def _prompt_records(path: Path) -> list[dict]:
 def serve_command(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    mode: Annotated[str, typer.Option(help="Kernel mode: default, one-by-one or fixed-tiles (batch-invariant: one-by-one's old name).")] = "default",
+    mode: Annotated[str, typer.Option(help="Kernel mode: default, one-by-one or fixed-tiles "
+                                           "(batch-invariant: one-by-one's old name).")] = "default",
     dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
     model: Annotated[Optional[Path], typer.Option(help="Model weights; the bundled tiny model by default.")] = None,

@@ -136,8 +136,9 @@ class Engine:
         n, device = len(request.prompt), self.device
         cache = kernels.TiledCache.empty(self.model, 1, n)
         with torch.no_grad():
-            logits = kernels.forward(self.model, torch.tensor(request.prompt, device=device), torch.arange(n, device=device),
-                                     torch.zeros(n, dtype=torch.long, device=device), cache, want=torch.tensor([n - 1], device=device), prefill=True)
+            ids, positions = torch.tensor(request.prompt, device=device), torch.arange(n, device=device)
+            rows, last = torch.zeros(n, dtype=torch.long, device=device), torch.tensor([n - 1], device=device)
+            logits = kernels.forward(self.model, ids, positions, rows, cache, want=last, prefill=True)
         request.last, request.cache, request.length = logits, cache, n
 
     def _advance_tiled(self, going) -> None:
