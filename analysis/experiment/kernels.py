@@ -168,6 +168,7 @@ class _Plan:
 
 
 def _mask(limits: list[int], splits: int, queries: int, heads: int, device) -> torch.Tensor:
+    """The additive mask of queries that see ``limits`` keys each, ``queries`` to a tile, as the scores lie."""
     keys = torch.arange(splits * KV_SPLIT, device=device).view(splits, 1, 1, 1, KV_SPLIT)
     seen = keys < torch.tensor(limits, device=device).view(1, -1, 1, queries, 1)
     mask = torch.zeros(seen.shape, dtype=torch.float32, device=device).masked_fill_(~seen, -math.inf)
@@ -194,7 +195,7 @@ def _prefill_plan(seq: list[int], limits: list[int], context: int, heads: int, d
     by_seq: dict[int, list[int]] = {}
     for i, row in enumerate(seq):
         by_seq.setdefault(row, []).append(i)
-    tiles = [(row, rows[k: k + TILE_ROWS]) for row, rows in by_seq.items() for k in range(0, len(rows), TILE_ROWS)]
+    tiles = [(row, tokens[k: k + TILE_ROWS]) for row, tokens in by_seq.items() for k in range(0, len(tokens), TILE_ROWS)]
     take, back = [], [0] * len(limits)
     for t, (_, chunk) in enumerate(tiles):
         for j, i in enumerate(chunk):
