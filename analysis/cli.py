@@ -241,7 +241,8 @@ def experiment_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the runs (one per kernel mode).")] = Path("runs/experiment"),
     prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
     ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
-    modes: Annotated[str, typer.Option(help="Kernel modes, comma separated: default, batch-invariant.")] = "default,batch-invariant",
+    modes: Annotated[str, typer.Option(help="Kernel modes, comma separated: default, one-by-one, fixed-tiles "
+                                            "(batch-invariant: one-by-one's old name).")] = "default,one-by-one,fixed-tiles",
     layout: Annotated[str, typer.Option(help="copies (c copies of one prompt) or needle (the prompt among others).")] = "copies",
     dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
@@ -251,7 +252,7 @@ def experiment_command(
     model: Annotated[Optional[Path], typer.Option(help="Model weights (safetensors + .json); the bundled tiny model by default.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
-    """Decode a real transformer at several batch sizes in both kernel modes and write bia runs."""
+    """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""
     from ._output import OutputExists
     from .experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
 
@@ -288,7 +289,7 @@ def probe_command(
     metrics: Annotated[bool, typer.Option(help="Sample the running-requests gauge, and read the prefix-cache metrics, on /metrics around each band.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds each whole request may take, its stream included.")] = 120.0,
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
-    expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=batch-invariant); "
+    expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=fixed-tiles); "
                                                               "checked and shown as requested against effective. Repeatable.")] = None,
     bands_anyway: Annotated[bool, typer.Option(help="Run the bands even for a prompt whose two m=1 references part before "
                                                     "--declared-min (aprender's probe runs none).")] = False,
@@ -386,7 +387,8 @@ def _prompt_records(path: Path) -> list[dict]:
 def serve_command(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    mode: Annotated[str, typer.Option(help="Kernel mode: default or batch-invariant.")] = "default",
+    mode: Annotated[str, typer.Option(help="Kernel mode: default, one-by-one or fixed-tiles "
+                                           "(batch-invariant: one-by-one's old name).")] = "default",
     dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
     model: Annotated[Optional[Path], typer.Option(help="Model weights; the bundled tiny model by default.")] = None,
@@ -396,15 +398,17 @@ def serve_command(
     import logging
 
     from .experiment import ExperimentError, bundled_model
-    from .experiment.model import KERNEL_MODES
+    from .experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
 
-    if mode not in KERNEL_MODES:
-        raise _fail(f"--mode takes one of {', '.join(KERNEL_MODES)}, got {mode!r}")
+    if mode not in KERNEL_MODES and mode not in MODE_ALIASES:
+        raise _fail(f"--mode takes one of {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's old name), got {mode!r}")
     if dtype not in ("float32", "bfloat16"):
         raise _fail(f"--dtype takes float32 or bfloat16, got {dtype!r}")
     weights = model or bundled_model()
     if not weights.exists():
         raise _fail(f"--model {weights}: no such file or folder")
+    if weights.is_dir() and kernel_mode(mode) == "fixed-tiles":
+        raise _fail(f"--mode fixed-tiles runs bia's own model's layers, not a Hugging Face model's ({weights})")
     if log_file is not None and not log_file.parent.is_dir():
         raise _fail(f"--log-file {log_file}: its folder {log_file.parent} does not exist")
     if log_file is not None and log_file.is_dir():

@@ -76,13 +76,13 @@ def _shown(path: Path) -> str:
 
 
 def default_runs() -> list[str]:
-    """The embedded default runs: the torch experiment on CPU in both kernel modes (``data/experiment-cpu``),
+    """The embedded default runs: the torch experiment on CPU in its three kernel modes (``data/experiment-cpu``),
     then a real llama.cpp server on CPU with and without its prompt cache (``data/llamacpp-cpu``).
 
     Examples
     --------
     >>> [run.rsplit("/", 2)[-2:] for run in default_runs()]  # doctest: +NORMALIZE_WHITESPACE
-    [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'],
+    [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'], ['experiment-cpu', 'fixed-tiles'],
      ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt']]
     """
     return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu")
@@ -402,8 +402,10 @@ def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | Non
 
 
 def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataFrame:
-    """Runs side by side (for example one experiment's kernel modes): parity against the m=1
-    reference and the decode-rate cost, per run and band, as the Thinking Machines study compares them."""
+    """Runs side by side (for example one experiment's kernel modes): the parity each bought against the
+    m=1 reference and what it cost in decode rate, per run and band, as the Thinking Machines study
+    compares them. ``rate_vs_default`` is the run's median per-request decode rate over that of the
+    ``default``-mode run in the same folder at the same c (null without one)."""
     from .run import slot_table
 
     rows = []
@@ -416,8 +418,19 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
                          "bit_identical_share": float((group["bitwise_prefix"] == group["length"]).mean()),
                          "token_flips": int(group["diverged"].sum()), "max_ulp": group["max_ulp"].max(),
                          "median_decode_tok_s": float(rates.median()) if rates.len() else None})
-    frame = pl.DataFrame(rows) if rows else pl.DataFrame(schema={"run": pl.String, "band_c": pl.Int64})
-    return frame.sort("band_c", "run") if rows else frame
+    if not rows:
+        return pl.DataFrame(schema={"run": pl.String, "band_c": pl.Int64})
+    _against_default(rows)
+    return pl.DataFrame(rows).sort("band_c", "run")
+
+
+def _against_default(rows: list[dict]) -> None:
+    """Set each row's ``rate_vs_default``: its median rate over the default-mode run's beside it at the same c."""
+    folder = lambda row: str(Path(row["run"]).parent)  # noqa: E731
+    base = {(folder(r), r["band_c"]): r["median_decode_tok_s"] for r in rows if r["kernel_mode"] == "default"}
+    for row in rows:
+        default_rate, rate = base.get((folder(row), row["band_c"])), row["median_decode_tok_s"]
+        row["rate_vs_default"] = rate / default_rate if rate is not None and default_rate else None
 
 
 def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1") -> str:
@@ -430,7 +443,9 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1") -> str
         rows.append({"run": run, "kernel mode or engine": mode, "c": " / ".join(str(c) for c in group["band_c"]),
                      "bit-identical to m=1": " / ".join(percent(round(f * n), n) for f, n in group.select("bit_identical_share", "requests").rows()),
                      "token flips": int(group["token_flips"].sum()), "max ULP": group["max_ulp"].max(),
-                     "median decode tok/s": " / ".join(cell(None if r is None else round(r)) for r in group["median_decode_tok_s"])})
+                     "median decode tok/s": " / ".join(cell(None if r is None else round(r)) for r in group["median_decode_tok_s"]),
+                     **({"rate over the default mode's": " / ".join(cell(None if r is None else round(r, 2)) for r in group["rate_vs_default"])}
+                        if "rate_vs_default" in group.columns else {})})
     return table_html(pl.DataFrame(rows).sort("run"), caption="Each measure is listed in the order of the c column.")
 
 

@@ -4,7 +4,10 @@ with continuous batching, so a probe has a real server to measure on this machin
 Continuous batching: requests that arrive while others decode are prefilled alone and join the
 next decode step. In the ``default`` kernel mode the step runs every active row through each
 layer together (KV caches left-padded to the longest), so a row's bits depend on its batch; in
-``batch-invariant`` mode each row steps as its own batch of one. Each step logs one line in
+``one-by-one`` mode (alias ``batch-invariant``) each row steps as its own batch of one; in
+``fixed-tiles`` mode the step runs every active row together on fixed row tiles and attention
+splits (:mod:`analysis.experiment.kernels`), so the batch is kept and a row's bits are still those
+it would have alone. Each step logs one line in
 aprender's form, ``[PMAT-044] Batch m=N done in X ms (Y tok/s/slot)``, which both bia's probe and
 aprender's read. Streams declare ``"stream_mode": "live"`` and carry logprobs with top_logprobs.
 """
@@ -23,8 +26,9 @@ from typing import Any, Self
 import torch
 
 from . import _strictjson
-from .experiment.decode import _step_outputs
-from .experiment.model import KERNEL_MODES
+from .experiment import kernels
+from .experiment.decode import _step_outputs, check_tiled
+from .experiment.modes import kernel_mode
 
 LOG = logging.getLogger("bia.serve")
 MAX_TOP_LOGPROBS = 20
@@ -38,17 +42,41 @@ class _Request:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     generated: int = 0
     last: Any = None  # logits for the next token
-    cache: Any = None  # per layer (k, v), shape [1, H, S, hd]
+    cache: Any = None  # per layer (k, v), shape [1, H, S, hd]; fixed-tiles: a TiledCache until it joins the engine's
     length: int = 0  # tokens in the cache
+
+
+@dataclass(eq=False)
+class _Pool:
+    """fixed-tiles: one :class:`~analysis.experiment.kernels.TiledCache` for the requests stepped last, in their order."""
+
+    members: list = field(default_factory=list)
+    cache: Any = None
+
+    def regroup(self, requests: list[_Request]) -> kernels.TiledCache:
+        """The cache with a row per request, in this order: rows kept, newly prefilled caches joined,
+        finished requests' rows dropped (copied only when the membership changes)."""
+        if [id(r) for r in requests] == [id(r) for r in self.members]:
+            return self.cache
+        index = {id(r): row for row, r in enumerate(self.members)}
+        fresh = [r for r in requests if id(r) not in index]
+        index.update({id(r): len(self.members) + k for k, r in enumerate(fresh)})
+        joined = kernels.TiledCache.join(([self.cache] if self.members else []) + [r.cache for r in fresh])
+        cache = joined.select([index[id(r)] for r in requests])
+        for request in fresh:
+            request.cache = None  # its rows live in the pool now
+        self.members, self.cache = list(requests), cache
+        return cache
 
 
 class Engine:
     """The decode loop: admits waiting requests between steps and steps every active row."""
 
     def __init__(self, model, mode: str = "default") -> None:
-        if mode not in KERNEL_MODES:
-            raise ValueError(f"mode must be one of {KERNEL_MODES}, got {mode!r}")
+        mode = kernel_mode(mode)
+        check_tiled(model, mode)
         self.model, self.mode = model, mode
+        self._pool = _Pool()
         self.waiting: asyncio.Queue[_Request] = asyncio.Queue()
         self.active: list[_Request] = []
         self.device = next(model.parameters()).device
@@ -81,6 +109,8 @@ class Engine:
 
     def _prefill(self, request: _Request) -> None:
         n = len(request.prompt)
+        if self.mode == "fixed-tiles":
+            return self._prefill_tiled(request)
         with torch.no_grad():
             logits, cache = self.model(torch.tensor([request.prompt], device=self.device), torch.arange(n, device=self.device)[None],
                                        torch.ones(1, n, dtype=torch.bool, device=self.device))
@@ -99,8 +129,27 @@ class Engine:
                 going.append((request, chosen[0]))
         if going:
             with torch.no_grad():
-                (self._advance_together if self.mode == "default" else self._advance_alone)(going)
+                {"default": self._advance_together, "one-by-one": self._advance_alone, "fixed-tiles": self._advance_tiled}[self.mode](going)
         return emitted
+
+    def _prefill_tiled(self, request: _Request) -> None:
+        n, device = len(request.prompt), self.device
+        cache = kernels.TiledCache.empty(self.model, 1, n)
+        with torch.no_grad():
+            ids, positions = torch.tensor(request.prompt, device=device), torch.arange(n, device=device)
+            rows, last = torch.zeros(n, dtype=torch.long, device=device), torch.tensor([n - 1], device=device)
+            logits = kernels.forward(self.model, ids, positions, rows, cache, want=last, prefill=True)
+        request.last, request.cache, request.length = logits, cache, n
+
+    def _advance_tiled(self, going) -> None:
+        """Every continuing row in one batch on fixed tiles; each reads its own row of the engine's pool."""
+        requests = [r for r, _ in going]
+        cache = self._pool.regroup(requests)
+        rows = torch.arange(len(requests), device=self.device)
+        positions = torch.tensor([r.length for r in requests], device=self.device)
+        logits = kernels.forward(self.model, torch.stack([t for _, t in going]), positions, rows, cache, want=rows)
+        for row, request in enumerate(requests):
+            request.last, request.length = logits[row:row + 1], request.length + 1
 
     def _advance_alone(self, going) -> None:
         for request, token in going:
@@ -281,7 +330,7 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
 
     async def health(request):
         parameter = next(model.parameters())
-        return JSONResponse({"status": "ok", "server": "bia serve", "kernel_mode": mode, "dtype": str(parameter.dtype).removeprefix("torch."),
+        return JSONResponse({"status": "ok", "server": "bia serve", "kernel_mode": engine.mode, "dtype": str(parameter.dtype).removeprefix("torch."),
                              "device": str(parameter.device)})
 
     async def models(request):
@@ -317,7 +366,7 @@ class BackgroundServer:
 
     Examples
     --------
-    >>> with BackgroundServer("batch-invariant") as server:  # doctest: +SKIP
+    >>> with BackgroundServer("fixed-tiles") as server:  # doctest: +SKIP
     ...     run_dir = asyncio.run(probe(server.url, "runs/demo", prompts=["If the argument is"], server_log=server.log_file))
     """
 

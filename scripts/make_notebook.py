@@ -48,7 +48,8 @@ CELLS = [
         "display(HTML(report.reviews_html(ws, run_objects, epsilon=epsilon, reference=against)))\n"
         "if len(run_objects) > 1:\n"
         '    display(HTML("<h2>Runs side by side</h2><p>Per run and batch size: the share of requests whose float32 logprobs are bit-identical to '
-        "the reference, token flips, the largest ULP distance, and the median decode rate: the parity a kernel mode buys and what it costs.</p>\"))\n"
+        "the reference, token flips, the largest ULP distance, the median decode rate and that rate over the default mode's in the same folder: "
+        "the parity a kernel mode buys and what it costs.</p>\"))\n"
         "    display(HTML(report.mode_comparison_html(run_objects, reference=against)))",
     ),
     (
@@ -91,7 +92,7 @@ WALKTHROUGH = [
         "parameters",
         "# An OpenAI-compatible server (vLLM, SGLang, llama.cpp, apr serve, ...); empty starts bia serve in this kernel.\n"
         'url: str = ""\n'
-        '# bia serve\'s kernel mode when url is empty: "default" or "batch-invariant".\n'
+        '# bia serve\'s kernel mode when url is empty: "default", "one-by-one" or "fixed-tiles".\n'
         'mode: str = "default"\n'
         "# The server's log, for the batch width of every decode step (bia serve started here writes one next to the run).\n"
         'server_log: str = ""\n'

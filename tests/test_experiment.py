@@ -1,4 +1,5 @@
-"""The torch experiment: batch-invariant bits at every c, default-mode drift detected, reruns identical."""
+"""The torch experiment: batch-invariant bits at every c in the one-by-one and fixed-tiles modes, default-mode drift
+detected, reruns identical."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ SMALL = {"prompts": ["Return a new list"], "ladder": (1, 2, 4), "max_tokens": 8,
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """default, one-by-one and fixed-tiles runs of one experiment."""
     out = tmp_path_factory.mktemp("experiment")
-    default, invariant = run_experiment(out, **SMALL)
-    return read_run(default), read_run(invariant)
+    return tuple(read_run(folder) for folder in run_experiment(out, **SMALL))
 
 
-def test_batch_invariant_mode_is_bitwise_identical_at_every_c(runs):
-    table = slot_table(runs[1])
+@pytest.mark.parametrize("index", [1, 2], ids=["one-by-one", "fixed-tiles"])
+def test_invariant_modes_are_bitwise_identical_at_every_c(runs, index):
+    table = slot_table(runs[index])
     assert table.height == 1 + 2 + 4
     assert (table["agree_to"] == 8).all() and (table["bitwise_prefix"] == 8).all()
     assert table["max_ulp"].to_list() == [0] * 7
@@ -44,12 +46,13 @@ def test_rerun_gives_identical_bits(runs, tmp_path):
     again = read_run(run_experiment(tmp_path, modes=("default",), **SMALL)[0])
     first = runs[0].dump.tokens.select("record", "position", "token_id", "raw_value")
     assert again.dump.tokens.select("record", "position", "token_id", "raw_value").equals(first)
-    assert runs[0].manifest["determinism"]["identical"] and runs[1].manifest["determinism"]["identical"]
+    assert all(run.manifest["determinism"]["identical"] for run in runs)
 
 
 def test_manifest_and_witness(runs):
     manifest = runs[0].manifest
     assert manifest["requested"]["kernel_mode"] == "default" and manifest["effective"]["dtype"] == "float32"
+    assert [run.manifest["effective"]["kernel_mode"] for run in runs] == ["default", "one-by-one", "fixed-tiles"]
     assert manifest["identity"]["model"]["path"] == bundled_model().name
     assert manifest["environment"]["torch"] == torch.__version__
     w = to_witness(runs[1], "p0")
@@ -60,20 +63,26 @@ def test_manifest_and_witness(runs):
 
 
 def test_needle_layout_and_bfloat16(tmp_path):
-    (invariant,) = run_experiment(tmp_path, modes=("batch-invariant",), layout="needle", dtype="bfloat16",
-                                  **{**SMALL, "prompts": ["Return a new list", "The default value is", "Raise"]})
-    run = read_run(invariant)
-    table = slot_table(run)
-    assert table.height == 3 * 3  # one recorded target per band
-    assert (table["bitwise_prefix"] == 8).all()
-    assert run.manifest["effective"]["dtype"] == "bfloat16"
-    lines = [json.loads(line) for line in (invariant / "captures" / "requests.jsonl").read_text().splitlines()]
-    assert {line["batch_row"] for line in lines if line.get("band_c") == 4} <= {0, 1, 2, 3}
+    """The old name of one-by-one still works (its folder keeps the name asked for); fixed-tiles beside it."""
+    folders = run_experiment(tmp_path, modes=("batch-invariant", "fixed-tiles"), layout="needle", dtype="bfloat16",
+                             **{**SMALL, "prompts": ["Return a new list", "The default value is", "Raise"]})
+    assert [f.name for f in folders] == ["batch-invariant", "fixed-tiles"]
+    for folder in folders:
+        run = read_run(folder)
+        table = slot_table(run)
+        assert table.height == 3 * 3  # one recorded target per band
+        assert (table["bitwise_prefix"] == 8).all()
+        assert run.manifest["effective"]["dtype"] == "bfloat16"
+        lines = [json.loads(line) for line in (folder / "captures" / "requests.jsonl").read_text().splitlines()]
+        assert {line["batch_row"] for line in lines if line.get("band_c") == 4} <= {0, 1, 2, 3}
+    manifest = read_run(folders[0]).manifest
+    assert (manifest["requested"]["kernel_mode"], manifest["effective"]["kernel_mode"]) == ("batch-invariant", "one-by-one")
 
 
 @pytest.mark.parametrize("settings, words", [
     ({"dtype": "float64"}, "--dtype: expected 'float32' or 'bfloat16', got 'float64'"),
     ({"modes": ("fast",)}, "--modes: expected distinct kernel modes"),
+    ({"modes": ("one-by-one", "batch-invariant")}, "--modes: expected distinct kernel modes"),  # one mode under two names
     ({"device": "tpu"}, "--device: expected cpu, cuda or cuda:N, got 'tpu'"),
     ({"max_tokens": 0}, "--max-tokens: expected an integer >= 1, got 0"),
     ({"max_tokens": -1}, "--max-tokens: expected an integer >= 1, got -1"),
@@ -115,10 +124,13 @@ def test_modes_side_by_side(runs):
 
     table = mode_comparison(runs)
     by_mode = {(r["kernel_mode"], r["band_c"]): r for r in table.iter_rows(named=True)}
-    assert by_mode[("batch-invariant", 4)]["bit_identical_share"] == 1.0
+    assert by_mode[("one-by-one", 4)]["bit_identical_share"] == 1.0 and by_mode[("fixed-tiles", 4)]["bit_identical_share"] == 1.0
     assert by_mode[("default", 4)]["bit_identical_share"] < 1.0
     assert by_mode[("default", 1)]["bit_identical_share"] == 1.0
     assert all(r["median_decode_tok_s"] > 0 for r in by_mode.values())
+    assert {r["rate_vs_default"] for r in by_mode.values() if r["kernel_mode"] == "default"} == {1.0}  # the cost, against default
+    one_by_one, default = by_mode[("one-by-one", 4)], by_mode[("default", 4)]
+    assert one_by_one["rate_vs_default"] == one_by_one["median_decode_tok_s"] / default["median_decode_tok_s"]
     assert (runs[0].path / "derived" / "tokens.parquet").exists()  # the derived tables are written with the run
 
 
@@ -140,7 +152,10 @@ def test_a_local_hugging_face_model(tmp_path):
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=len(vocab), n_positions=64, n_embd=128, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
     transformers.GPT2LMHeadModel(config).save_pretrained(folder)
-    default, invariant = run_experiment(tmp_path / "runs", model_path=folder, prompts=["if the argument is"], ladder=(1, 2, 4), max_tokens=6, top_k=3)
+    with pytest.raises(ExperimentError, match="fixed-tiles runs bia's own model's layers"):
+        run_experiment(tmp_path / "runs", model_path=folder, prompts=["if the argument is"], max_tokens=6, top_k=3)
+    default, invariant = run_experiment(tmp_path / "runs", model_path=folder, modes=("default", "one-by-one"),
+                                        prompts=["if the argument is"], ladder=(1, 2, 4), max_tokens=6, top_k=3)
     assert (slot_table(read_run(invariant))["bitwise_prefix"] == 6).all()
     table = slot_table(read_run(default))
     assert table.filter(pl.col("band_c") == 1)["bitwise_prefix"].to_list() == [6]

@@ -200,7 +200,7 @@ def test_needle_layout_records_the_target_and_keeps_the_fillers(tmp_path):
     from analysis.serve import BackgroundServer
 
     # the server log gives every step's width; a 50 ms gauge sample can miss a band this short and leave it unmeasurable
-    with BackgroundServer("batch-invariant", log_file=tmp_path / "serve.log") as server:
+    with BackgroundServer("fixed-tiles", log_file=tmp_path / "serve.log") as server:
         folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 3), max_tokens=6, top_logprobs=2,
                                    declared_min=4, layout="needle", fillers=["This function returns", "Return the"],
                                    server_log=tmp_path / "serve.log"))
@@ -212,7 +212,7 @@ def test_needle_layout_records_the_target_and_keeps_the_fillers(tmp_path):
     extra = [json.loads(e) for e in run.dump.requests.filter(run.dump.requests["role"] == "band")["extra"]]
     assert sorted(e["batch_row"] for e in extra)[1] in (0, 1, 2)
     witness = to_witness(run, "p0")
-    assert [b["result"] for b in witness["bands"]] == ["PASS", "PASS"]  # batch-invariant: the target matches m=1 among fillers
+    assert [b["result"] for b in witness["bands"]] == ["PASS", "PASS"]  # fixed-tiles: the target matches m=1 among fillers
     assert (slot_table(run)["bitwise_prefix"] == 6).all()
 
 
@@ -303,7 +303,7 @@ def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, h
     folder = tmp_path / "run"
     args = ["--ladder", "1,4,8", "--max-tokens", "40", "--top-logprobs", "2", "--prompts", str(tmp_path / "prompts.txt"), "--declared-min", "8"]
     (tmp_path / "prompts.txt").write_text("If the argument is\n")
-    with BackgroundServer("batch-invariant", log_file=tmp_path / "serve.log") as server:
+    with BackgroundServer("one-by-one", log_file=tmp_path / "serve.log") as server:
         child = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), *args)
         try:
             _wait_for(lambda: _in_flight(folder, "band.c8"))

@@ -66,7 +66,8 @@ def test_report_shows_every_verdict_and_reason(default_report):
     assert "marker@7e1b6e213b.json" in text
 
 
-RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "llamacpp-cpu/cache-prompt", "llamacpp-cpu/no-cache-prompt")
+RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "experiment-cpu/fixed-tiles", "llamacpp-cpu/cache-prompt",
+        "llamacpp-cpu/no-cache-prompt")
 
 
 def test_report_opens_with_the_verdicts_and_keeps_the_detail_below(default_report):

@@ -46,7 +46,7 @@ def _bits(sse: str) -> list[tuple[int, float]]:
     return list(zip(tokens["token_id"].to_list(), tokens["raw_value"].to_list()))
 
 
-@pytest.mark.parametrize("mode", ["default", "batch-invariant"])
+@pytest.mark.parametrize("mode", ["default", "one-by-one", "fixed-tiles"])
 def test_batched_streams_against_a_request_alone(mode, batch_log):
     server = Server(mode)
     try:
@@ -58,10 +58,42 @@ def test_batched_streams_against_a_request_alone(mode, batch_log):
         server.stop()
     assert max(widths) >= 2, "continuous batching never put two requests in one step"
     assert all([t for t, _ in s] == [t for t, _ in alone] for s in together)  # no token flips for this prompt
-    if mode == "batch-invariant":
+    if mode != "default":
         assert all(s == alone for s in together)
     elif max(widths) == 4:
         assert any(s != alone for s in together), "the default mode's batched bits were expected to differ"
+
+
+async def _fire_mixed(url: str, bodies: list[dict], stagger: float) -> list[list[tuple[int, float]]]:
+    """Each body as a streamed request, the next sent ``stagger`` seconds after the one before; every stream's (token, logprob)."""
+    async with httpx.AsyncClient(timeout=60) as client:
+        async def one(k: int, body: dict) -> list[tuple[int, float]]:
+            await asyncio.sleep(k * stagger)
+            async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+                assert response.status_code == 200
+                rows, _ = parse_source(await response.aread(), "capture.sse")
+            tokens = rows.frames()[0]
+            return list(zip(tokens["token_id"].to_list(), tokens["raw_value"].to_list()))
+        return await asyncio.gather(*(one(k, b) for k, b in enumerate(bodies)))
+
+
+def test_fixed_tiles_keeps_each_requests_bits_as_requests_join_and_leave(batch_log):
+    """Prompts of mixed lengths and completions, arriving while others decode and leaving at other steps: the
+    engine's cache is regrouped at every change, and each stream stays bit-identical to the same request alone."""
+    prompts = ["Raise", "If the argument is", "Return a new list of the values in the order given", "This function returns"]
+    bodies = [{**BODY, "messages": [{"role": "user", "content": p}], "max_tokens": 6 + 5 * k} for k, p in enumerate(prompts * 2)]
+    with Server("fixed-tiles") as server:
+        alone = [asyncio.run(_fire_mixed(server.url, [body], 0))[0] for body in bodies]
+        batch_log.clear()
+        together = asyncio.run(_fire_mixed(server.url, bodies, 0.01))
+    widths = [int(r.getMessage().split("m=")[1].split()[0]) for r in batch_log.records if "Batch m=" in r.getMessage()]
+    assert len(set(widths)) >= 3, f"the batch never changed much: widths {sorted(set(widths))}"
+    assert together == alone
+
+
+def test_the_old_mode_name_serves_one_by_one():
+    with Server("batch-invariant") as server:
+        assert httpx.get(f"{server.url}/health", timeout=30).json()["kernel_mode"] == "one-by-one"
 
 
 def test_bad_requests_are_refused():
@@ -77,7 +109,7 @@ def test_bad_requests_are_refused():
         server.stop()
 
 
-@pytest.mark.parametrize("mode", ["default", "batch-invariant"])
+@pytest.mark.parametrize("mode", ["default", "one-by-one", "fixed-tiles"])
 def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
     """The probe on loopback: widths from the server's log, live rates, the kernel mode's bits, and a witness shape-check reads."""
     import polars as pl
@@ -96,7 +128,7 @@ def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
     table = slot_table(run)
     assert table.height == 1 + 2 + 4 and (table["agree_to"] == 12).all()  # no token flips for this prompt in either mode
     batched = table.filter(pl.col("band_c") == 4)["bitwise_prefix"]
-    if mode == "batch-invariant":
+    if mode != "default":
         assert (table["bitwise_prefix"] == 12).all()
     else:  # the server formed m >= 2 (asserted above): batched rows' float32 logprobs part from m=1's
         assert (batched < 12).any(), f"bitwise prefixes at c=4: {batched.to_list()}"

@@ -1,9 +1,11 @@
 """A reproducible batch-invariance experiment in torch: a real transformer decoded greedily at
-several batch sizes, in both kernel modes, written as bia run directories.
+several batch sizes, in each kernel mode (:mod:`.model`), written as bia run directories.
 
 Layouts: ``copies`` fires c copies of one prompt (as aprender's probe does); ``needle`` puts the
 target prompt at a seeded random position among c - 1 other prompts (as vLLM's needle test does;
-only the target is recorded as the band's slot). Each mode's run goes to ``OUT/<mode>/``.
+only the target is recorded as the band's slot). Each mode's run goes to ``OUT/<mode>/``, named as
+the mode was given (``batch-invariant/`` for the alias), its manifest's effective ``kernel_mode``
+the mode it names.
 
 Run-to-run determinism is checked first: the m=1 reference is decoded twice more and must give
 identical bits, so what differs across c belongs to batching. The manifest says whether it held.
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .._output import claim_output
+from .modes import kernel_mode
 
 # Chosen because the bundled byte-level model answers them in prose, with a few near-ties, rather
 # than drifting into a long run of indentation (which the frozen-slot rule would rightly flag).
@@ -66,7 +69,7 @@ def run_experiment(
     *,
     prompts: Sequence[str] = DEFAULT_PROMPTS,
     ladder: Sequence[int] = (1, 4, 8, 16),
-    modes: Sequence[str] = ("default", "batch-invariant"),
+    modes: Sequence[str] = ("default", "one-by-one", "fixed-tiles"),
     layout: str = "copies",
     dtype: str = "float32",
     device: str = "cpu",
@@ -95,6 +98,9 @@ def run_experiment(
     model_path = Path(model_path) if model_path else bundled_model()
     if not model_path.exists():
         raise ExperimentError(f"--model {model_path}: no such file or folder")
+    if model_path.is_dir() and any(kernel_mode(m) == "fixed-tiles" for m in modes):
+        raise ExperimentError(f"--modes: fixed-tiles runs bia's own model's layers, not a Hugging Face model's ({model_path}); "
+                              "leave it out of --modes")
     if not force:  # refused before the model is loaded; with force, cleared only once it has loaded
         for mode in modes:
             claim_output(Path(out) / mode, what=f"the {mode} run", folder=True)
@@ -133,7 +139,7 @@ def run_experiment(
                 if progress:
                     print(f"{mode}: {pid} c={c} done", flush=True)
         (folder / "captures" / "requests.jsonl").write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n")
-        settings = {"kernel_mode": mode, "dtype": dtype, "device": device, "layout": layout}
+        settings = {"kernel_mode": mode, "dtype": dtype, "device": device, "layout": layout}  # as asked; effective below
         manifest = {
             "run_version": 1,
             "producer": "bia experiment",
@@ -148,7 +154,7 @@ def run_experiment(
                             "cuda": torch.version.cuda if device.startswith("cuda") else None,
                             "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None},
             "requested": settings,
-            "effective": {**settings, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "effective": {**settings, "kernel_mode": kernel_mode(mode), "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
                           "device": str(next(model.parameters()).device)},
             "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
             "m_formed": m_formed,
@@ -189,14 +195,16 @@ def check_device(device: str) -> None:
 
 def _check_settings(prompts, ladder, modes, layout, dtype, device, max_tokens, top_k, declared_min) -> None:
     """Refuse, before anything is loaded or decoded, settings that cannot give a run."""
-    from .model import KERNEL_MODES
+    from .modes import KERNEL_MODES, MODE_ALIASES
 
     if not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ExperimentError(f"--prompts: expected at least one non-empty prompt, got {list(prompts)!r}"[:300])
     if not ladder or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in ladder) or len(set(ladder)) != len(ladder):
         raise ExperimentError(f"--ladder: expected distinct batch sizes >= 1, got {list(ladder)!r}")
-    if not modes or any(mode not in KERNEL_MODES for mode in modes) or len(set(modes)) != len(modes):
-        raise ExperimentError(f"--modes: expected distinct kernel modes among {KERNEL_MODES}, got {list(modes)!r}")
+    known = (*KERNEL_MODES, *MODE_ALIASES)
+    if not modes or any(mode not in known for mode in modes) or len({kernel_mode(m) for m in modes if m in known}) != len(modes):
+        raise ExperimentError(f"--modes: expected distinct kernel modes among {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's "
+                              f"old name), got {list(modes)!r}")
     if layout not in ("copies", "needle"):
         raise ExperimentError(f"--layout: expected 'copies' or 'needle', got {layout!r}")
     if dtype not in ("float32", "bfloat16"):

@@ -1,4 +1,4 @@
-"""Greedy decoding of several requests at once, in either kernel mode, recording every step."""
+"""Greedy decoding of several requests at once, in any kernel mode, recording every step."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .model import KERNEL_MODES
+from . import kernels
+from .model import TinyLM, kernel_mode
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Decoded:
 
 
 def _step_outputs(logits: torch.Tensor, top_k: int):
-    """Greedy choice, its float32 logprob and the top-k, from the last position's logits."""
+    """Greedy choice, its float32 logprob and the top-k, from the last position's logits (per row in every mode)."""
     logprobs = logits.float().log_softmax(dim=-1)
     chosen = logprobs.argmax(dim=-1)
     values, ids = torch.topk(logprobs, top_k, dim=-1)
@@ -46,14 +47,7 @@ def _decode_together(model, prompts: list[list[int]], max_tokens: int, top_k: in
         last = logits[:, -1]
         lengths = valid.sum(dim=1)
         for step in range(max_tokens):
-            chosen, own, top_ids, top_values = _step_outputs(last, top_k)
-            now = time.perf_counter() - start
-            for row, out in enumerate(outs):
-                out.token_ids.append(int(chosen[row]))
-                out.logprobs.append(float(own[row]))
-                out.top_ids.append(top_ids[row].tolist())
-                out.top_logprobs.append(top_values[row].tolist())
-                out.arrivals.append(now)
+            chosen = _record(outs, _step_outputs(last, top_k), start)
             if step == max_tokens - 1:
                 break
             valid = torch.cat([valid, torch.ones(len(prompts), 1, dtype=torch.bool, device=device)], dim=1)
@@ -65,16 +59,22 @@ def _decode_together(model, prompts: list[list[int]], max_tokens: int, top_k: in
 def decode(model, prompts: list[list[int]], *, mode: str, max_tokens: int, top_k: int) -> list[Decoded]:
     """Greedy-decode ``prompts`` as one batch of ``len(prompts)`` requests.
 
-    ``default`` runs the batch together; ``batch-invariant`` runs each request as its own batch of
-    one through every layer, one step of every request after another, so the batch still advances
-    in lockstep but no row shares a kernel call with another.
+    ``default`` runs the batch together; ``one-by-one`` runs each request as its own batch of one
+    through every layer, one step of every request after another, so the batch still advances in
+    lockstep but no row shares a kernel call with another; ``fixed-tiles`` runs the batch together
+    on :mod:`.kernels` (a :class:`TinyLM` only). ``mode`` may be an alias (:func:`.model.kernel_mode`).
     """
-    if mode not in KERNEL_MODES:
-        raise ValueError(f"mode must be one of {KERNEL_MODES}, got {mode!r}")
+    mode = kernel_mode(mode)
+    check_tiled(model, mode)
     start = time.perf_counter()
-    if mode == "default":
-        return _decode_together(model, prompts, max_tokens, top_k, start)
-    return _decode_row_by_row(model, prompts, max_tokens, top_k, start)
+    run = {"default": _decode_together, "one-by-one": _decode_row_by_row, "fixed-tiles": _decode_tiled}[mode]
+    return run(model, prompts, max_tokens, top_k, start)
+
+
+def check_tiled(model, mode: str) -> None:
+    """Refuse ``fixed-tiles`` for a model whose layers :mod:`.kernels` does not know (a Hugging Face model)."""
+    if mode == "fixed-tiles" and not isinstance(model, TinyLM):
+        raise ValueError(f"the fixed-tiles mode runs bia's own TinyLM layers; {type(model).__name__} has its own kernels")
 
 
 def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float) -> list[Decoded]:
@@ -102,3 +102,36 @@ def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: 
                                            torch.ones(1, seen + 1, dtype=torch.bool, device=device), caches)
                     state[row] = [logits[:, -1], caches]
     return outs
+
+
+def _decode_tiled(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float) -> list[Decoded]:
+    """The whole batch through every layer, on :mod:`.kernels`' fixed tiles: prompts packed into one
+    prefill, then one token of every request per step."""
+    device = next(model.parameters()).device
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    rows = torch.arange(len(prompts), device=device)
+    cache = kernels.TiledCache.empty(model, len(prompts), int(lengths.max()) + max_tokens)
+    ids = torch.tensor([t for p in prompts for t in p], device=device)
+    positions = torch.cat([torch.arange(len(p), device=device) for p in prompts])
+    outs = [Decoded(p) for p in prompts]
+    with torch.no_grad():
+        last = kernels.forward(model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1,
+                               prefill=True)
+        for step in range(max_tokens):
+            chosen = _record(outs, _step_outputs(last, top_k), start)
+            if step < max_tokens - 1:
+                last = kernels.forward(model, chosen, lengths + step, rows, cache, want=rows)
+    return outs
+
+
+def _record(outs: list[Decoded], step, start: float) -> torch.Tensor:
+    """Append one step's outputs to every request; the chosen tokens."""
+    chosen, own, top_ids, top_values = step
+    now = time.perf_counter() - start
+    for row, out in enumerate(outs):
+        out.token_ids.append(int(chosen[row]))
+        out.logprobs.append(float(own[row]))
+        out.top_ids.append(top_ids[row].tolist())
+        out.top_logprobs.append(top_values[row].tolist())
+        out.arrivals.append(now)
+    return chosen

@@ -1,13 +1,6 @@
 """A small byte-level decoder-only transformer with a KV cache, for batch-invariance experiments.
 
-Kernel modes:
-
-- ``default``: the batch runs through every layer together, as a serving engine does; torch picks
-  its kernels by the batch's shape, so a row's bits may depend on how many rows it shares a
-  matmul with.
-- ``batch-invariant``: every request runs through the same arithmetic as it would alone — each row
-  is its own batch of one at every layer (the matmul shapes of a single request). A row's bits are
-  then independent of the batch by construction; the cost is decode rate, which the run records.
+The kernel modes that run it are listed in :mod:`.modes`; ``fixed-tiles`` runs it on :mod:`.kernels`.
 """
 
 from __future__ import annotations
@@ -19,8 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-KERNEL_MODES = ("default", "batch-invariant")
-
+from .modes import KERNEL_MODES, MODE_ALIASES, kernel_mode  # noqa: F401  (re-exported)
 
 @dataclass(frozen=True)
 class ModelConfig:

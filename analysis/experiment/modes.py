@@ -1,0 +1,40 @@
+"""The experiment's and ``bia serve``'s kernel modes (no torch needed to name them).
+
+Kernel modes:
+
+- ``default``: the batch runs through every layer together, as a serving engine does; torch picks
+  its kernels by the batch's shape, so a row's bits may depend on how many rows it shares a
+  matmul with.
+- ``one-by-one`` (``batch-invariant`` until this mode had a batched sibling; the old name is still
+  accepted): every request runs through the same arithmetic as it would alone — each row is its
+  own batch of one at every layer (the matmul shapes of a single request). A row's bits are then
+  independent of the batch by construction; the cost is decode rate, which the run records.
+- ``fixed-tiles``: the batch runs through every layer together, on kernels whose every reduction
+  has a shape fixed in advance (row tiles, attention splits; :mod:`.kernels`), so a row's bits are
+  independent of the batch and the batch keeps its matmuls.
+"""
+
+from __future__ import annotations
+
+KERNEL_MODES = ("default", "one-by-one", "fixed-tiles")
+MODE_ALIASES = {"batch-invariant": "one-by-one"}  # the one-by-one mode's name before fixed-tiles existed
+
+
+def kernel_mode(name: str) -> str:
+    """The kernel mode ``name`` selects (an alias gives its mode); ValueError for any other name.
+
+    Examples
+    --------
+    >>> kernel_mode("batch-invariant")
+    'one-by-one'
+    >>> kernel_mode("fast")
+    Traceback (most recent call last):
+    ...
+    ValueError: mode must be one of default, one-by-one, fixed-tiles (or batch-invariant for one-by-one), got 'fast'
+    """
+    if name in KERNEL_MODES:
+        return name
+    if name in MODE_ALIASES:
+        return MODE_ALIASES[name]
+    aliases = ", ".join(f"{a} for {m}" for a, m in MODE_ALIASES.items())
+    raise ValueError(f"mode must be one of {', '.join(KERNEL_MODES)} (or {aliases}), got {name!r}")
