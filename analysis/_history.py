@@ -322,7 +322,7 @@ def read_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[st
     --------
     >>> history = read_history("data/aprender-lambda")
     >>> history.entries.height, history.markers["commit"].str.slice(0, 7).to_list()
-    (3, ['c554a77', 'a765c86'])
+    (3, ['a765c86', 'c554a77'])
     >>> history.bands.filter(c=4)["earliest_divergence"].to_list()
     [3, 3, 3]
     """
