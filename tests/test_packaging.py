@@ -100,3 +100,23 @@ def test_objects_show_one_line_and_html(tmp_path):
     assert "c=1: 2 of 2 requests bit-identical to ref #1, 2 token-identical" in run._repr_html_()  # no prompt cache: alone is exact
     assert "c=4: 0 of 8 requests bit-identical to ref #1, 8 token-identical" in run._repr_html_()
     assert run.requests.height == 62 and run.tokens is run.dump.tokens
+
+
+def test_objects_show_their_html_in_a_notebook_papermill_runs(tmp_path):
+    """Each object, left as a cell's last expression, shows its HTML card among the executed outputs."""
+    import nbformat
+    import papermill
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cells = [f"import analysis\nanalysis.read_run({str(ROOT / 'data' / 'llamacpp-cpu' / 'cache-prompt')!r})",
+             f"analysis.read_dumps({str(ROOT / 'data' / 'experiment-cpu' / 'default' / 'captures')!r})",
+             f"analysis.read_witnesses({str(ROOT / 'data' / 'aprender-lambda')!r})",
+             f"analysis.read_history({str(ROOT / 'data' / 'aprender-lambda')!r})"]
+    notebook = new_notebook(cells=[new_code_cell(source) for source in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, tmp_path / "objects.ipynb")
+    papermill.execute_notebook(str(tmp_path / "objects.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False)
+    executed = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    shown = [output.get("data", {}).get("text/html", "") for cell in executed.cells for output in cell.outputs]
+    assert [html.split("</strong>")[0].rsplit(">", 1)[-1] for html in shown if 'class="bia-summary"' in html] == [
+        "bia run", "bia dump", "bia witnesses", "bia history"]
