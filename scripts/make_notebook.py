@@ -1,4 +1,5 @@
-"""Write the notebooks (notebooks/parity_report.ipynb, notebooks/probe_walkthrough.ipynb) from the cell sources below (run after editing them).
+"""Write the notebooks (notebooks/parity_report.ipynb, notebooks/probe_walkthrough.ipynb, notebooks/trend_report.ipynb) from the cell
+sources below (run after editing them).
 
 Keeping the notebook's source here makes its diffs readable; the .ipynb is committed
 unexecuted, with no outputs.
@@ -153,9 +154,45 @@ WALKTHROUGH = [
     ("markdown", "The whole parity report of this run, as one offline HTML file: `bia report RUN_DIR -o report.html`."),
 ]
 
+TREND = [
+    ("markdown", "*bia trend report.* Run it with `bia trend` or papermill: a history of runs, witnesses and release markers over time."),
+    (
+        "parameters",
+        "# History folders, run directories, witness and marker files or URLs; empty: the embedded history.\n"
+        "history: list = []\n"
+        "# The report's title.\n"
+        'title: str = "Batch-invariance trend"',
+    ),
+    (
+        "code",
+        "import matplotlib.pyplot as plt\n"
+        "from IPython.display import HTML, display\n\n"
+        "import analysis\n"
+        "from analysis import report, trend\n\n"
+        "sources = history or trend.default_history_sources()\n"
+        "past = analysis.read_history(sources)\n"
+        "display(HTML(trend.header_html(title, history, past)))\n"
+        "display(HTML(trend.regressions_html(past)))",
+    ),
+    (
+        "code",
+        "for key in trend.series_keys(past):\n"
+        "    display(HTML(f\"<h2>{' / '.join(analysis._show.cell(k) for k in key)}</h2>\"))\n"
+        "    for metric, label, words in trend.METRICS:\n"
+        "        fig, ax = plt.subplots(figsize=(8, 3.2))\n"
+        "        trend.plot_trend(past, key, metric, ax=ax)\n"
+        "        if ax.get_lines() and any(line.get_label().startswith('c=') for line in ax.get_lines()):\n"
+        "            report.show_figure(fig, trend.figure_alt(key, metric))\n"
+        "        else:\n"
+        "            plt.close(fig)",
+    ),
+    ("code", "display(HTML(trend.entries_html(past)))"),
+]
+
 NOTEBOOKS = {
     "parity_report.ipynb": ("Batch-parity report", CELLS),
     "probe_walkthrough.ipynb": ("Probe a server across batch sizes", WALKTHROUGH),
+    "trend_report.ipynb": ("Batch-invariance trend", TREND),
 }
 
 
