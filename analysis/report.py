@@ -28,7 +28,7 @@ from ._output import claim_output
 from ._show import MISSING, cell, pairs, percent
 from ._v3 import ShapeVerdict, V3Policy
 
-__all__ = ["ReportError", "admission_html", "bands_html", "default_runs", "default_sources", "export_html", "header_html", "heading_html", "markers_html",
+__all__ = ["ReportError", "admission_html", "bands_html", "default_runs", "default_sources", "execute_to_html", "export_html", "header_html", "heading_html", "markers_html",
            "mode_comparison", "mode_comparison_html", "negative_control", "notebook_path", "provenance_html", "render_report", "reviews_html",
            "run_details_html", "run_figures", "run_html", "run_tables_html", "show_figure", "table_html", "verdicts_html", "witness_details_html",
            "witness_figures"]
@@ -510,8 +510,6 @@ def render_report(
     Path
         The HTML file written.
     """
-    import papermill
-
     if isinstance(policy, V3Policy):
         policy = dataclasses.asdict(policy)
     sources, runs = _once(sources or [], "source"), _once(runs or [], "run")
@@ -532,21 +530,31 @@ def render_report(
     if executed_notebook:
         claim_output(executed_notebook, force=force, what="the executed notebook")
     show = progress if progress is not None else sys.stderr.isatty()
+    return execute_to_html(notebook_path(), parameters, output, what="report", executed_notebook=executed_notebook, progress=show,
+                           timeout_s=timeout_s)
+
+
+def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path, *, what: str,
+                    executed_notebook: str | os.PathLike[str] | None = None, progress: bool = False, timeout_s: int = 600) -> Path:
+    """Execute ``notebook`` with papermill and write it to ``output`` as one offline HTML file (:func:`export_html`);
+    a failing cell is a :class:`ReportError` naming the notebook's own error. ``output`` is already claimed."""
+    import papermill
+
     with tempfile.TemporaryDirectory(prefix="bia-report-") as tmp:
-        executed = Path(executed_notebook) if executed_notebook else Path(tmp) / "parity_report.ipynb"
+        executed = Path(executed_notebook) if executed_notebook else Path(tmp) / notebook.name
         try:
             papermill.execute_notebook(
-                str(notebook_path()),
+                str(notebook),
                 str(executed),
-                parameters=parameters,
-                progress_bar=show,
+                parameters=dict(parameters),
+                progress_bar=progress,
                 cwd=os.getcwd(),
                 execution_timeout=timeout_s,
                 kernel_name="python3",
                 language="python",
             )
         except papermill.PapermillExecutionError as exc:
-            raise ReportError(f"the report notebook failed: {exc.ename}: {exc.evalue}") from None
+            raise ReportError(f"the {what} notebook failed: {exc.ename}: {exc.evalue}") from None
         html = export_html(executed)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(html, encoding="utf-8")

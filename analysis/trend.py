@@ -8,7 +8,6 @@ tables.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -135,30 +134,12 @@ def render_trend(sources: Iterable[str | os.PathLike[str]] | None = None, output
     >>> import tempfile
     >>> page = render_trend(output=Path(tempfile.mkdtemp()) / "trend.html")  # doctest: +SKIP
     """
-    import papermill
-
-    from .report import ReportError, _bundled, export_html
+    from .report import _bundled, execute_to_html
 
     output = claim_output(output, force=force, what="the trend report")
     parameters = {"history": [os.fspath(s) for s in (sources or [])], "title": title}
     read_history(parameters["history"] or default_history_sources())  # a bad source is named here, not inside a kernel
-    with tempfile.TemporaryDirectory(prefix="bia-trend-") as tmp:
-        executed = Path(tmp) / "trend_report.ipynb"
-        try:
-            papermill.execute_notebook(str(_bundled("notebooks/trend_report.ipynb")), str(executed), parameters=parameters,
-                                       progress_bar=False, cwd=os.getcwd(), execution_timeout=timeout_s, kernel_name="python3",
-                                       language="python")
-        except papermill.PapermillExecutionError as exc:
-            raise ReportError(f"the trend notebook failed: {exc.ename}: {exc.evalue}") from None
-        import nbformat
-
-        node = nbformat.read(executed, as_version=4)
-        node.metadata["title"] = title  # the page's <title>
-        nbformat.write(node, executed)
-        html = export_html(executed)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(html, encoding="utf-8")
-    return output
+    return execute_to_html(_bundled("notebooks/trend_report.ipynb"), parameters, output, what="trend", timeout_s=timeout_s)
 
 
 def header_html(title: str, sources: list[str], history: History) -> str:
