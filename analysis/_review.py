@@ -68,6 +68,14 @@ def _counts(slots: pl.DataFrame) -> pl.DataFrame:
         .sort("c").select([pl.col(n).cast(t) for n, t in _COUNTS.items()]))
 
 
+def run_counts(slots: pl.DataFrame) -> pl.DataFrame:
+    """:func:`_counts` of a run's :func:`~analysis.run.slot_table`: per c, the requests that match m=1 in bits and in tokens."""
+    return _counts(slots.select(
+        c="band_c", bitwise=pl.when(pl.col("bitwise_prefix").is_not_null()).then(pl.col("bitwise_prefix") == pl.col("length")),
+        diverged="diverged", divergence_at="divergence_at", near_tie="near_tie", margin_known=pl.col("reference_margin").is_not_null(),
+        where=pl.format("{} slot {}", "prompt_id", "slot")))
+
+
 def _per_c_table(counts: pl.DataFrame) -> pl.DataFrame:
     """The card's table: one row per c, in words."""
     rows = [{"c": str(r["c"]), "requests": str(r["requests"]),
@@ -196,10 +204,7 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
     from .run import band_table, slot_table
 
     slots = slot_table(run, epsilon=epsilon, reference=reference)
-    counts = _counts(slots.select(
-        c="band_c", bitwise=pl.when(pl.col("bitwise_prefix").is_not_null()).then(pl.col("bitwise_prefix") == pl.col("length")),
-        diverged="diverged", divergence_at="divergence_at", near_tie="near_tie", margin_known=pl.col("reference_margin").is_not_null(),
-        where=pl.format("{} slot {}", "prompt_id", "slot")))
+    counts = run_counts(slots)
     headline, css = _headline(counts)
     bands = band_table(run, epsilon=epsilon, reference=reference)
     lines = [_bits_line(counts, slots["max_ulp"].max()), _tokens_line(counts) if counts.height else ("tokens", MISSING, None),

@@ -120,6 +120,7 @@ def _few(items: list[str], n: int = 3) -> str:
 
 def run_summary(run) -> str:
     """A run's card: what served it, its plan, what it lacks, and per c how much of it matched m=1."""
+    from ._review import run_counts
     from .run import slot_table
 
     manifest = run.manifest
@@ -129,14 +130,10 @@ def run_summary(run) -> str:
              ("complete", manifest.get("complete", True)), ("missing", len(run.missing())), ("refused", len(manifest.get("refused") or [])),
              ("capture records left out", len(run.dump.skipped))]
     lines = []
-    slots = slot_table(run)
-    for (c,), group in slots.group_by(["band_c"], maintain_order=True):
-        bitwise = int((group["bitwise_prefix"] == group["length"]).sum())
-        same_tokens = int((~group["diverged"]).sum())
-        earliest = group["divergence_at"].min()
-        words = f"c={c}: {bitwise} of {group.height} requests bit-identical to ref #1, {same_tokens} token-identical"
+    for c, requests, bitwise, same, earliest in run_counts(slot_table(run)).select("c", "requests", "bitwise", "same", "first").iter_rows():
+        words = f"c={c}: {bitwise} of {requests} requests bit-identical to ref #1, {same} token-identical"
         words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
-        lines.append((words, "pass" if bitwise == group.height else "fail" if same_tokens < group.height else None))
+        lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))
     return summary_html("bia run", str(run.path) if run.path else "assembled", facts, lines)
 
 
