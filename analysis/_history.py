@@ -130,18 +130,15 @@ def _flag(bands: pl.DataFrame, rule: Rule) -> pl.DataFrame:
     if rule.batched_only:
         frame = frame.filter(pl.col("c") > 1)
     group = [*SERIES, "c"]
-    frame = frame.sort(*group, "time", nulls_last=True)
-    before = {name: pl.col(name).shift(1).over(group) for name in ("time", "commit", "entry", rule.metric, "decode_ratio_low")}
+    shifted = ("time", "commit", "entry", rule.metric, "decode_ratio_low")
+    frame = frame.sort(*group, "time", nulls_last=True).with_columns(
+        **{f"_before_{name}": pl.col(name).shift(1).over(group) for name in dict.fromkeys(shifted)})
     if rule.past_interval:
-        bad_now = pl.col("decode_ratio_high") < before["decode_ratio_low"]
+        bad_now = pl.col("decode_ratio_high") < pl.col("_before_decode_ratio_low")
     else:
-        bad_now = (pl.col(rule.metric) < rule.at_least) & (before[rule.metric] >= rule.at_least)
-    bad_now = bad_now & (before["time"] < pl.col("time"))  # entries of one moment have no order to regress in
-    return _flag_select(frame, rule, bad_now, before)
-
-
-def _flag_select(frame: pl.DataFrame, rule: Rule, bad_now: pl.Expr, before: dict[str, pl.Expr]) -> pl.DataFrame:
-    return frame.with_columns(**{f"_before_{k}": v for k, v in before.items()}).filter(bad_now.fill_null(False)).select(
+        bad_now = (pl.col(rule.metric) < rule.at_least) & (pl.col(f"_before_{rule.metric}") >= rule.at_least)
+    bad_now = bad_now & (pl.col("_before_time") < pl.col("time"))  # entries of one moment have no order to regress in
+    return frame.filter(bad_now.fill_null(False)).select(
         pl.lit(rule.name).alias("rule"), pl.lit(rule.words).alias("words"), *SERIES, "c",
         pl.col(f"_before_{rule.metric}").cast(pl.Float64).alias("before"), pl.col(rule.metric).cast(pl.Float64).alias("after"),
         pl.col("_before_time").alias("last_good_time"), pl.col("_before_commit").alias("last_good_commit"),
