@@ -120,17 +120,7 @@ def test_detection_that_trickles_is_bounded_by_the_timeout(tmp_path):
     """GET /v1/models sends a byte every 0.3 s of a 1000-byte body: detection gives up on it at the deadline and the probe goes on."""
 
     def models(handler):
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", "1000")
-        handler.end_headers()
-        try:
-            for _ in range(1000):
-                handler.wfile.write(b" ")
-                handler.wfile.flush()
-                time.sleep(0.3)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        _drip(handler, 1000, 0.3, {"Content-Type": "application/json"})
 
     with HttpServer(routes({"GET /v1/models": models, "POST /v1/chat/completions": _words})) as server:
         started = time.monotonic()
@@ -146,16 +136,23 @@ class Drip(Quiet):
     pause = 0.5
 
     def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2000")
-        self.end_headers()
-        try:
-            for _ in range(2000):
-                self.wfile.write(b" ")
-                self.wfile.flush()
-                time.sleep(self.pause)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        _drip(self, 2000, self.pause)
+
+
+def _drip(handler, size: int, pause: float, headers: dict[str, str] | None = None) -> None:
+    """Announce ``size`` bytes, then send them one at a time, ``pause`` seconds apart, until the client hangs up."""
+    handler.send_response(200)
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(size))
+    handler.end_headers()
+    try:
+        for _ in range(size):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(pause)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
 
 
 def test_a_fetch_that_drips_ends_at_its_deadline_and_leaves_no_partial_file(tmp_path):
