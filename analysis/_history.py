@@ -329,6 +329,11 @@ def read_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[st
     for folder in histories:
         more = _read_folder(folder)
         entries, bands, markers = (pl.concat([a, b], how="vertical") for a, b in zip((entries, bands, markers), more))
+    return _history_of(entries, bands, markers)
+
+
+def _history_of(entries: pl.DataFrame, bands: pl.DataFrame, markers: pl.DataFrame) -> History:
+    """A History of these rows, each entry (and each entry's band at c) once, in time order."""
     return History(entries.unique("entry", keep="first", maintain_order=True).sort("time"),
                    bands.unique(["entry", "c"], keep="first", maintain_order=True).sort("time", "c"),
                    markers.unique("entry", keep="first", maintain_order=True).sort("time"))
@@ -372,7 +377,7 @@ def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
             os.replace(part.with_suffix(".part"), part)  # a part appears whole or not at all
     _keep_originals(folder, pl.concat([new_entries.select("entry", "kind", "source"), new_markers.select("entry", "source")
                                        .with_columns(kind=pl.lit("marker")).select("entry", "kind", "source")]))
-    return read_history([folder])
+    return _history_of(*(pl.concat([old, new], how="vertical") for old, new in zip(known, (new_entries, new_bands, new_markers))))
 
 
 def _keep_originals(folder: Path, added: pl.DataFrame) -> None:
