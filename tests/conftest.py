@@ -6,7 +6,9 @@ import contextlib
 import copy
 import functools
 import json
+import os
 import shutil
+import tempfile
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +34,26 @@ CONTROL = {
         for c, rate in ((1, 40.0), (4, 30.0), (8, 25.0), (16, 20.0))
     ],
 }
+
+
+# Mutation runs (scripts/mutation.sh) copy the project into mutants/ and run the tests there. CLI child
+# processes must import the mutated package wherever their working directory is, and the functions they
+# reach must count for the test that started them, so mutmut runs that test against those mutants.
+MUTATION_RUN = ROOT.name == "mutants"
+if MUTATION_RUN:
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "mutmut_child"), str(ROOT)])
+    os.environ["BIA_MUTMUT_HITS"] = tempfile.mkdtemp(prefix="bia-mutmut-hits-")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield
+    if MUTATION_RUN and os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        from mutmut.state import state
+
+        for path in Path(os.environ["BIA_MUTMUT_HITS"]).glob("*.txt"):
+            state()._stats.update(path.read_text(encoding="utf-8").split())
+            path.unlink()
 
 
 @pytest.fixture
