@@ -45,7 +45,7 @@ from .._fields import INT64_MAX, INT64_MIN
 from . import _json
 from ._openai import USAGE_FIELDS
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, classified, conform
-from ._stream import LIVE_SHARE, LIVE_SPAN
+from ._liveness import LIVE_SHARE, LIVE_SPAN
 from ._values import MAX_LOGPROB
 
 Frames = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
@@ -1036,7 +1036,7 @@ def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
 
 
 def _liveness() -> pl.Expr:
-    """``_stream.liveness`` as an expression over a choice's aggregated content-chunk times."""
+    """``_liveness.liveness`` as an expression over a choice's aggregated content-chunk times."""
     span = pl.col("last_known_t") - pl.col("first_t")
     observed_live = (span > 0) & ((pl.col("distinct_t") > LIVE_SHARE * pl.col("n_timed")) | (span >= LIVE_SPAN * pl.col("last_known_t")))
     return (pl.when(pl.col("declared").is_not_null()).then(pl.when(pl.col("declared") == "live").then(pl.lit("declared live"))

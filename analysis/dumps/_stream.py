@@ -10,41 +10,8 @@ from . import _json
 from ._openai import Meta, _list, _obj, _str_or_none, add_entry, choice_index, parse_legacy_logprobs, usage_counts
 from ._schema import Rows
 from ._sse import Event, parse_sse
+from ._liveness import timing_columns
 from ._values import DumpError
-
-
-LIVE_SHARE = 0.5  # observed live: more than half the content chunks arrived at a time of their own (read as produced) ...
-LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the time from the send to the last of them
-
-
-def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None]:
-    """How a stream's liveness is known, and whether it is live (``stream_live``).
-
-    A ``stream_mode`` the server sent decides: "live" is ``declared live``, any other value
-    ``declared replay`` (never live). Otherwise the content chunks' arrival times (seconds since
-    the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live``
-    when they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their
-    own or a span of at least ``LIVE_SPAN`` of the time to the last one); else ``observed burst``,
-    the whole answer released at once after the last token (never live).
-
-    Examples
-    --------
-    >>> liveness(None, [0.1, 0.2, 0.3, 0.4])  # a token every 0.1 s
-    ('observed live', True)
-    >>> liveness(None, [2.0, 2.0, 2.0, 2.0001])  # buffered, then sent in one write
-    ('observed burst', False)
-    >>> liveness("replay", [0.1, 0.2]), liveness(None, [None, None])
-    (('declared replay', False), ('untimed', None))
-    """
-    if declared is not None:
-        return ("declared live", True) if declared == "live" else ("declared replay", False)
-    known = [t for t in times if t is not None]
-    if len(known) < 2:
-        return "untimed", None
-    span = known[-1] - known[0]
-    if span > 0 and (len(set(known)) > LIVE_SHARE * len(known) or span >= LIVE_SPAN * known[-1]):
-        return "observed live", True
-    return "observed burst", False
 
 
 def _arrival(meta: Meta, event: Event, rows: Rows, n_events: int) -> float | None:
@@ -161,15 +128,7 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
                      prompt_tokens=usage.get("prompt_tokens") if usage else None,
                      completion_tokens=completion_tokens if len(choices) == 1 else None,
                      n_prompt_scored=0, n_completion_scored=acc.n, completion_text="".join(acc.text),
-                     **_timing_columns(declared, acc.content_times), extra={**meta.extra, **({"usage": usage} if usage else {})})
-
-
-def _timing_columns(declared: Any, times: list[float | None]) -> dict[str, Any]:
-    """A stream's timing columns from the arrival times of its content chunks: the first known one, the
-    last one, how many there were, and its liveness."""
-    how, live = liveness(declared, times)
-    return {"ttft_s": next((t for t in times if t is not None), None), "t_last_content": times[-1] if times else None,
-            "n_content_chunks": len(times), "liveness": how, "stream_live": live}
+                     **timing_columns(declared, acc.content_times), extra={**meta.extra, **({"usage": usage} if usage else {})})
 
 
 def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -196,7 +155,7 @@ def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = 
     rows.request(**meta.request_columns(), choice_index=0, model=last.get("model"), endpoint="completion", stream=True,
                  finish_reason=last.get("stop_type"), prompt_tokens=last.get("tokens_evaluated"), completion_tokens=last.get("tokens_predicted"),
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 **_timing_columns(None, times), extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
+                 **timing_columns(None, times), extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
 
 
 def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -248,7 +207,7 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
     rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, endpoint="generate", stream=True,
                  finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
                  completion_tokens=completion_tokens, n_prompt_scored=0, n_completion_scored=n, completion_text="".join(texts),
-                 **_timing_columns(None, times), extra={**meta.extra, "resent": resent})
+                 **timing_columns(None, times), extra={**meta.extra, "resent": resent})
 
 
 RESPONSES_ROUNDING = 1e-3  # the done and completed events repeat the deltas' logprobs, rounded
@@ -301,7 +260,7 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
     rows.request(**meta.request_columns(), choice_index=0, request_id=response.get("id"), model=response.get("model"), endpoint="responses",
                  stream=True, finish_reason=finish, prompt_tokens=usage.get("input_tokens"), completion_tokens=completion_tokens,
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 **_timing_columns(None, times), extra={**meta.extra, **({"usage": usage} if usage else {})})
+                 **timing_columns(None, times), extra={**meta.extra, **({"usage": usage} if usage else {})})
 
 
 def _check_copy(copy: list, entries: list, rows: Rows, where: str, lenient: bool) -> None:

@@ -1,0 +1,49 @@
+"""The liveness rule: whether a stream's tokens arrived as they were produced, from what the server
+declared or from the arrival times of its content chunks. ``_fast._liveness`` is the same rule as
+a polars expression."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+LIVE_SHARE = 0.5  # observed live: more than half the content chunks arrived at a time of their own (read as produced) ...
+LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the time from the send to the last of them
+
+
+def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None]:
+    """How a stream's liveness is known, and whether it is live (``stream_live``).
+
+    A ``stream_mode`` the server sent decides: "live" is ``declared live``, any other value
+    ``declared replay`` (never live). Otherwise the content chunks' arrival times (seconds since
+    the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live``
+    when they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their
+    own or a span of at least ``LIVE_SPAN`` of the time to the last one); else ``observed burst``,
+    the whole answer released at once after the last token (never live).
+
+    Examples
+    --------
+    >>> liveness(None, [0.1, 0.2, 0.3, 0.4])  # a token every 0.1 s
+    ('observed live', True)
+    >>> liveness(None, [2.0, 2.0, 2.0, 2.0001])  # buffered, then sent in one write
+    ('observed burst', False)
+    >>> liveness("replay", [0.1, 0.2]), liveness(None, [None, None])
+    (('declared replay', False), ('untimed', None))
+    """
+    if declared is not None:
+        return ("declared live", True) if declared == "live" else ("declared replay", False)
+    known = [t for t in times if t is not None]
+    if len(known) < 2:
+        return "untimed", None
+    span = known[-1] - known[0]
+    if span > 0 and (len(set(known)) > LIVE_SHARE * len(known) or span >= LIVE_SPAN * known[-1]):
+        return "observed live", True
+    return "observed burst", False
+
+
+def timing_columns(declared: Any, times: list[float | None]) -> dict[str, Any]:
+    """A stream's timing columns from the arrival times of its content chunks: the first known one, the
+    last one, how many there were, and its liveness."""
+    how, live = liveness(declared, times)
+    return {"ttft_s": next((t for t in times if t is not None), None), "t_last_content": times[-1] if times else None,
+            "n_content_chunks": len(times), "liveness": how, "stream_live": live}

@@ -1,0 +1,64 @@
+"""The liveness rule (``analysis.dumps._liveness``) at each of its edges, on arrival times worked out by hand.
+
+tests/test_liveness.py checks the rule end to end against paced and buffering loopback servers; these
+pin the thresholds themselves (issue 16: each comparison and constant has a case on each side)."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.dumps._liveness import LIVE_SHARE, LIVE_SPAN, liveness, timing_columns
+
+
+def test_the_thresholds():
+    assert (LIVE_SHARE, LIVE_SPAN) == (0.5, 0.2)
+
+
+@pytest.mark.parametrize("declared, verdict", [
+    ("live", ("declared live", True)),
+    ("replay", ("declared replay", False)),
+    ("LIVE", ("declared replay", False)),  # only the exact word is live
+    ("", ("declared replay", False)),  # a declaration, even an empty one, decides
+])
+def test_a_declared_mode_decides_whatever_the_times(declared, verdict):
+    assert liveness(declared, [0.1, 0.2, 0.3]) == verdict
+    assert liveness(declared, []) == verdict
+
+
+@pytest.mark.parametrize("times, verdict", [
+    ([], ("untimed", None)),
+    ([0.5], ("untimed", None)),
+    ([None, 0.5, None], ("untimed", None)),  # one known time is no spread
+    ([None, 0.1, None, 0.3], ("observed live", True)),  # unknown times are left out: 0.1 and 0.3 are two of two distinct
+    ([0.25, 0.5], ("observed live", True)),
+])
+def test_at_least_two_known_times_are_needed(times, verdict):
+    assert liveness(None, times) == verdict
+
+
+@pytest.mark.parametrize("times, verdict", [
+    # 3 distinct of 4 > 0.5 * 4: live
+    ([0.9, 0.95, 1.0, 1.0], ("observed live", True)),
+    # 2 distinct of 4 is not more than half; span 0.1 < 0.2 * 1.0: a burst
+    ([0.9, 0.9, 1.0, 1.0], ("observed burst", False)),
+    # 2 of 4 distinct, span 0.5 == 0.2 * 2.5 exactly: "at least a fifth" holds
+    ([2.0, 2.0, 2.0, 2.5], ("observed live", True)),
+    # span 0.4 < 0.2 * 2.4 = 0.48
+    ([2.0, 2.0, 2.0, 2.4], ("observed burst", False)),
+    # no span at all, even at time 0 where 0 >= 0.2 * 0
+    ([0.0, 0.0], ("observed burst", False)),
+    ([1.0, 1.0, 1.0], ("observed burst", False)),
+    # the span runs from the first to the last time as they arrived: a last time before the first is no span
+    ([0.5, 0.25], ("observed burst", False)),
+])
+def test_observed_live_or_burst(times, verdict):
+    assert liveness(None, times) == verdict
+
+
+def test_timing_columns():
+    assert timing_columns(None, [None, 0.25, 0.5, None]) == {
+        "ttft_s": 0.25, "t_last_content": None, "n_content_chunks": 4, "liveness": "observed live", "stream_live": True}
+    assert timing_columns("replay", []) == {
+        "ttft_s": None, "t_last_content": None, "n_content_chunks": 0, "liveness": "declared replay", "stream_live": False}
+    assert timing_columns(None, [0.0, 3.0]) == {
+        "ttft_s": 0.0, "t_last_content": 3.0, "n_content_chunks": 2, "liveness": "observed live", "stream_live": True}
