@@ -18,7 +18,8 @@ from ._output import OutputExists
 from ._sources import SourceError, expand_sources, fetch_url
 from ._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
-from ._witness import WitnessSet, derive_band_result, derive_run_verdict, read_witness, read_witnesses
+from ._witness import WitnessSet, read_witness, read_witnesses
+from ._witness_rules import derive_band_result, derive_run_verdict
 from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, flip_table, observer_table,
                   prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_witness)
 from .plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,

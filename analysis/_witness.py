@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,6 +22,7 @@ from ._fields import Fields, WitnessError
 from ._frames import as_polars, build, check_backend, to_backend
 from ._frames import progress as show_progress
 from ._sources import expand_sources, read_source_bytes
+from ._witness_rules import derive_band_result, derive_run_verdict
 
 ENV_KEYS = (
     "APR_DECODE_GEMM",
@@ -159,74 +160,6 @@ class _Parsed:
     def extend(self, other: _Parsed) -> None:
         for name in ("witnesses", "bands", "slots", "markers", "discrepancies"):
             getattr(self, name).extend(getattr(other, name))
-
-
-# --- band and run rules, by version -------------------------------------------------------
-
-
-def derive_band_result(version: int, band: dict[str, Any], slots: Sequence[dict[str, Any]]) -> tuple[str | None, str | None]:
-    """Re-derive a band's result from its fields with the rules of witness ``version``.
-
-    Returns ``(result, note)``: the result is None when a field the rule needs is missing,
-    and the note says which.
-
-    Examples
-    --------
-    >>> derive_band_result(1, {"c": 4, "divergence_at": 3, "declared_min": 64}, [])
-    ('FAIL', None)
-    >>> band = {"c": 4, "m_formed": 4, "declared_min": 64, "intra_agree_to": 128,
-    ...         "max_constant_run": 1, "max_constant_run_declared": 16}
-    >>> derive_band_result(2, band, [{"refused": None}] * 4)
-    ('PASS', None)
-    """
-    if version == 1:
-        if band["divergence_at"] is None or band["declared_min"] is None:
-            return None, "v1 rule needs divergence_at and declared_min"
-        return ("PASS" if band["divergence_at"] >= band["declared_min"] else "FAIL"), None
-    c = band["c"]
-    if not slots:
-        return "UNMEASURABLE", None
-    if any(slot["refused"] is not None for slot in slots):
-        return "UNMEASURABLE", None
-    if version == 3 and len(slots) != c:
-        return "UNMEASURABLE", None
-    if c > 1:
-        if band["m_formed"] is None:
-            return None, "m_formed not recorded"
-        if band["m_formed"] < 2:
-            return "UNMEASURABLE", None
-    run, declared = band["max_constant_run"], band["max_constant_run_declared"]
-    if declared is None or run is None:
-        return None, "max_constant_run or max_constant_run_declared not recorded"
-    if declared > 0 and run >= declared:
-        return "FAIL", None
-    if c > 1:
-        if band["intra_agree_to"] is None or band["declared_min"] is None:
-            return None, "intra_agree_to or declared_min not recorded"
-        if band["intra_agree_to"] < band["declared_min"]:
-            return "FAIL", None
-    return "PASS", None
-
-
-def derive_run_verdict(reference_stable: bool | None, bands: Sequence[tuple[int, str | None]]) -> str:
-    """The run verdict from the reference's stability and the bands' ``(c, result)``.
-
-    Examples
-    --------
-    >>> derive_run_verdict(True, [(1, "PASS"), (4, "PASS")])
-    'PASS'
-    >>> derive_run_verdict(True, [(1, "PASS")])
-    'UNMEASURABLE'
-    >>> derive_run_verdict(False, [(4, "FAIL")])
-    'FAIL'
-    """
-    results = [result for _, result in bands]
-    if "FAIL" in results:
-        return "FAIL"
-    decided_batched = any(c > 1 and result in ("PASS", "FAIL") for c, result in bands)
-    if not reference_stable or "UNMEASURABLE" in results or None in results or not decided_batched:
-        return "UNMEASURABLE"
-    return "PASS"
 
 
 # --- parsing --------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from . import _columnar, parity
 from ._manifest import manifest_problem
 from ._output import claim_output
 from ._strictjson import check_depth
-from ._witness import derive_run_verdict
+from ._witness_rules import derive_run_verdict
 from .dumps import Dump, DumpError, read_dumps
 from .dumps._read import DUMP_SUFFIXES
 from .dumps._schema import REQUEST_SCHEMA
