@@ -42,12 +42,13 @@ def test_an_admissible_verdict_and_its_empty_frame():
     ({"bands": [[1]]}, "options: bands must hold non-negative integers, got [1]"),
     ({"bands": "1,4"}, "options: bands must be a list of batch sizes, got '1,4'"),
     ({"model_prefix": 7}, "options: model_prefix must be a string, got 7"),
-    ({"colour": "red"}, "options: unknown policy fields ['colour']; known: "),
+    ({"colour": "red"}, "options: unknown policy fields ['colour']; known: ['bands', 'declared_min_floor', 'model_label', "
+                        "'model_prefix', 'near_tie_cap', 'near_tie_epsilon', 's7_base_c', 's7_batched_c', 's7_ratio']"),
 ])
 def test_every_policy_error_in_full(fields, words):
     with pytest.raises(PolicyError) as caught:
         V3Policy.from_mapping(fields, source="options")
-    assert str(caught.value).startswith(words)
+    assert str(caught.value) == words
 
 
 def _with_band(band_c: int, /, **fields) -> dict:
@@ -236,8 +237,8 @@ def test_policy_bands_and_batched_bands():
 
 
 @pytest.mark.parametrize("name, text, words", [
-    ("p.toml", "bands = [1, 4", "p.toml: not a valid policy file: "),
-    ("p.json", '{"bands": [1, 4]', "p.json: not a valid policy file: "),
+    ("p.toml", "bands = [1, 4", "p.toml: not a valid policy file: Unclosed array (at end of document)"),  # tomllib's words
+    ("p.json", '{"bands": [1, 4]', "p.json: not a valid policy file: Expecting ',' delimiter at line 1 column 17"),
     ("p.json", "[1, 4]", "p.json: a policy file holds one table of fields"),
     ("p.json", '{"s7_ratio": 0.5, "s7_ratio": 0.6}', "p.json: s7_ratio is given more than once"),
     ("p.toml", "a = " + "[" * 5000 + "]" * 5000, "p.toml: not a valid policy file: nested too deep"),
@@ -248,7 +249,7 @@ def test_policy_file_errors_in_full(tmp_path, name, text, words):
     path.write_text(text, encoding="utf-8")
     with pytest.raises(PolicyError) as caught:
         V3Policy.from_file(path)
-    assert str(caught.value).startswith(f"{tmp_path}/{words}")
+    assert str(caught.value) == f"{tmp_path}/{words}"
 
 
 def test_policy_file_not_utf8_and_overrides(tmp_path):
