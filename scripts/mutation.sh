@@ -19,4 +19,8 @@ for module in "$@"; do
     patterns+=("${name}.*")
 done
 .venv/bin/mutmut run "${patterns[@]}" || true   # survivors make mutmut exit non-zero; the score below says how many
+# mutmut keeps a mutant's result while its function is unchanged, so a survivor from an earlier run would stand
+# after a new test: run the survivors again by name, which always reruns them against today's tests.
+mapfile -t survivors < <(.venv/bin/python scripts/mutation_score.py --survivors "$@" | grep . || true)
+[[ ${#survivors[@]} -eq 0 ]] || .venv/bin/mutmut run "${survivors[@]}" >/dev/null || true
 .venv/bin/python scripts/mutation_score.py "$@"

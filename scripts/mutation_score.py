@@ -6,6 +6,7 @@ as killed; a listed mutant that a test kills anyway is said, so the list stays h
 printed so they can be read with ``.venv/bin/mutmut show NAME``.
 
 Usage: .venv/bin/python scripts/mutation_score.py analysis/_v3.py [analysis/parity.py ...]
+       .venv/bin/python scripts/mutation_score.py --survivors analysis/_v3.py ...   # their names only, one per line
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def score(module: str, listed: dict[str, str]) -> tuple[float | None, list[str],
 
 def main(modules: list[str]) -> int:
     listed = equivalents()
+    if modules[:1] == ["--survivors"]:
+        for module in modules[1:]:
+            print("\n".join(score(module, listed)[1]))
+        return 0
     worst = 1.0
     for module in modules:
         value, survivors, killed_anyway = score(module, listed)
