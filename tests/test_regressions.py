@@ -1,0 +1,141 @@
+"""The regression rules of a history (``analysis._regressions``) on band frames built by hand (issue 16).
+
+tests/test_trend.py plants a regression in real nightly runs; these pin each rule's edge, the series
+and c a band is compared within, and the commits named between the last good and the first bad entry."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+import pytest
+
+from analysis import REGRESSION_RULES, Rule
+from analysis._history import BAND_SCHEMA, MARKER_SCHEMA
+from analysis._regressions import regressions
+
+
+def day(n: int) -> dt.datetime:
+    return dt.datetime(2026, 11, n, tzinfo=dt.UTC)
+
+
+def bands(*rows: dict) -> pl.DataFrame:
+    """Band rows over defaults: host h, engine e, model m, c=4, every share 1.0, decode ratio 0.9 in [0.8, 1.0]."""
+    base = {"host": "h", "engine": "e", "model": "m", "c": 4, "bit_identical_share": 1.0, "token_identical_share": 1.0,
+            "decode_ratio": 0.9, "decode_ratio_low": 0.8, "decode_ratio_high": 1.0}
+    full = [{**base, "entry": f"n{i}", "commit": f"c{i}", **row} for i, row in enumerate(rows)]
+    return pl.DataFrame(full, schema={k: v for k, v in BAND_SCHEMA.items()}, orient="row") if full else pl.DataFrame(schema=BAND_SCHEMA)
+
+
+def markers(*rows: tuple) -> pl.DataFrame:
+    return pl.DataFrame([{"host": host, "time": time, "commit": commit} for host, time, commit in rows],
+                        schema={"host": pl.String, "time": MARKER_SCHEMA["time"], "commit": pl.String})
+
+
+NO_MARKERS = markers()
+
+
+def flagged(frame: pl.DataFrame, marks: pl.DataFrame = NO_MARKERS) -> list[tuple]:
+    """(rule, c, before, after, last good entry, first bad entry, commits between) of each regression."""
+    found = regressions(frame, marks)
+    return [(r["rule"], r["c"], r["before"], r["after"], r["last_good_entry"], r["first_bad_entry"], r["commits_between"])
+            for r in found.iter_rows(named=True)]
+
+
+def test_the_rules_as_data():
+    assert [(r.name, r.metric, r.at_least, r.past_interval, r.batched_only) for r in REGRESSION_RULES] == [
+        ("tokens part", "token_identical_share", 1.0, False, False),
+        ("bits differ", "bit_identical_share", 1.0, False, False),
+        ("decode below the bar", "decode_ratio", 0.5, False, True),
+        ("decode fell", "decode_ratio", None, True, True),
+    ]
+    assert [r.words for r in REGRESSION_RULES] == [
+        "a band that held to its end now parts from m=1", "requests that were bit-identical to m=1 are not",
+        "the decode ratio to c=1 fell below the bar of 0.5", "the decode ratio to c=1 fell by more than its interval"]
+
+
+def test_a_steady_history_has_no_regressions_and_the_empty_frame_has_the_schema():
+    found = regressions(bands({"time": day(1)}, {"time": day(2)}), NO_MARKERS)
+    assert found.height == 0 and list(found.columns) == [
+        "rule", "words", "host", "engine", "model", "c", "before", "after", "last_good_time", "last_good_commit", "last_good_entry",
+        "first_bad_time", "first_bad_commit", "first_bad_entry", "commits_between"]
+    assert found.schema["commits_between"] == pl.List(pl.String) and found.schema["c"] == pl.Int64
+    assert regressions(bands(), NO_MARKERS).height == 0
+    assert regressions(bands({"time": day(1)}, {"time": day(2), "bit_identical_share": 0.0}), NO_MARKERS, rules=[]).height == 0
+
+
+def test_shares_that_held_and_now_do_not():
+    frame = bands({"time": day(1)}, {"time": day(2), "token_identical_share": 0.75, "bit_identical_share": 0.5})
+    assert flagged(frame) == [("bits differ", 4, 1.0, 0.5, "n0", "n1", ["c0", "c1"]),
+                              ("tokens part", 4, 1.0, 0.75, "n0", "n1", ["c0", "c1"])]  # same first bad time: by rule name
+    row = regressions(frame, NO_MARKERS).row(0, named=True)
+    assert (row["words"], row["host"], row["engine"], row["model"]) == ("requests that were bit-identical to m=1 are not", "h", "e", "m")
+    assert (row["last_good_time"], row["first_bad_time"], row["last_good_commit"], row["first_bad_commit"]) == (day(1), day(2), "c0", "c1")
+
+
+def test_a_share_that_never_held_is_no_regression():
+    # 0.5 then 0.25 is worse, but the band was never good; and good again after bad is a recovery
+    assert flagged(bands({"time": day(1), "bit_identical_share": 0.5}, {"time": day(2), "bit_identical_share": 0.25},
+                         {"time": day(3)})) == []
+
+
+def test_the_decode_bar_at_its_edge_and_for_batched_bands_only():
+    at_bar = bands({"time": day(1), "decode_ratio_low": 0.4}, {"time": day(2), "decode_ratio": 0.5, "decode_ratio_low": 0.4})
+    assert flagged(at_bar) == []  # 0.5 is at the bar, not below it
+    below = bands({"time": day(1), "decode_ratio": 0.5, "decode_ratio_low": 0.4},
+                  {"time": day(2), "decode_ratio": 0.49, "decode_ratio_low": 0.4, "decode_ratio_high": 0.6})
+    assert flagged(below) == [("decode below the bar", 4, 0.5, 0.49, "n0", "n1", ["c0", "c1"])]
+    alone = bands({"time": day(1), "c": 1, "decode_ratio": 0.9}, {"time": day(2), "c": 1, "decode_ratio": 0.1, "decode_ratio_high": 0.2})
+    assert flagged(alone) == []  # c=1 is the base of the ratio, never judged by it
+
+
+def test_decode_fell_past_its_interval():
+    # now [0.5, 0.79]: its top is below the previous bottom 0.8
+    fell = bands({"time": day(1)}, {"time": day(2), "decode_ratio": 0.6, "decode_ratio_low": 0.5, "decode_ratio_high": 0.79})
+    assert flagged(fell) == [("decode fell", 4, 0.9, 0.6, "n0", "n1", ["c0", "c1"])]
+    touching = bands({"time": day(1)}, {"time": day(2), "decode_ratio": 0.6, "decode_ratio_low": 0.5, "decode_ratio_high": 0.8})
+    assert flagged(touching) == []  # intervals that touch overlap
+
+
+def test_bands_are_compared_within_their_series_and_c_in_time_order():
+    frame = bands({"time": day(3), "bit_identical_share": 0.0},  # listed first, but latest
+                  {"time": day(1)},
+                  {"time": day(2), "c": 8, "bit_identical_share": 0.0},  # another c: no previous entry of its own
+                  {"time": day(2), "host": "other", "bit_identical_share": 0.0})  # another host: likewise
+    assert flagged(frame) == [("bits differ", 4, 1.0, 0.0, "n1", "n0", ["c1", "c0"])]
+    for column in ("engine", "model"):
+        other = bands({"time": day(1)}, {"time": day(2), column: "x", "bit_identical_share": 0.0})
+        assert flagged(other) == []
+
+
+def test_entries_of_one_moment_and_unknown_values():
+    same_time = bands({"time": day(1)}, {"time": day(1), "bit_identical_share": 0.0})
+    assert flagged(same_time) == []
+    # a band without a value or a time is skipped: the next one is compared with the one before it
+    gap = bands({"time": day(1)}, {"time": day(2), "bit_identical_share": None}, {"time": None, "bit_identical_share": 1.0},
+                {"time": day(3), "bit_identical_share": 0.0})
+    assert flagged(gap) == [("bits differ", 4, 1.0, 0.0, "n0", "n3", ["c0", "c3"])]
+
+
+def test_the_commits_between_name_the_releases_on_the_host_in_the_span():
+    frame = bands({"time": day(2), "commit": "good"}, {"time": day(6), "commit": "bad", "bit_identical_share": 0.0})
+    marks = markers(("h", day(4), "m4"), ("h", day(3), "m3"), ("h", day(2), "at-good"), ("h", day(6), "bad"),
+                    ("h", day(7), "after"), ("other", day(4), "elsewhere"))
+    # after the last good (not at it), up to and with the first bad, oldest first, each once
+    assert regressions(frame, marks)["commits_between"].to_list() == [["good", "m3", "m4", "bad"]]
+    unknown = bands({"time": day(2), "commit": None}, {"time": day(6), "commit": "", "bit_identical_share": 0.0})
+    assert regressions(unknown, marks)["commits_between"].to_list() == [["m3", "m4", "bad"]]
+
+
+def test_several_regressions_are_ordered_by_first_bad_time_then_rule_then_c():
+    frame = bands({"time": day(1), "c": 8}, {"time": day(1), "c": 4}, {"time": day(3), "c": 8, "bit_identical_share": 0.0},
+                  {"time": day(2), "c": 4, "token_identical_share": 0.5, "bit_identical_share": 0.0},
+                  {"time": day(3), "c": 4, "token_identical_share": 0.5, "bit_identical_share": 0.0})
+    assert [(r[0], r[1], r[5]) for r in flagged(frame)] == [
+        ("bits differ", 4, "n3"), ("tokens part", 4, "n3"), ("bits differ", 8, "n2")]
+
+
+def test_a_rule_of_ones_own():
+    fast = Rule("fast", "decode_ratio", "decode ratio under 0.95", at_least=0.95)
+    found = regressions(bands({"time": day(1), "c": 1, "decode_ratio": 1.0}, {"time": day(2), "c": 1}), NO_MARKERS, rules=[fast])
+    assert found.select("rule", "words", "c", "before", "after").rows() == [("fast", "decode ratio under 0.95", 1, 1.0, 0.9)]
