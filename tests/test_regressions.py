@@ -139,3 +139,22 @@ def test_a_rule_of_ones_own():
     fast = Rule("fast", "decode_ratio", "decode ratio under 0.95", at_least=0.95)
     found = regressions(bands({"time": day(1), "c": 1, "decode_ratio": 1.0}, {"time": day(2), "c": 1}), NO_MARKERS, rules=[fast])
     assert found.select("rule", "words", "c", "before", "after").rows() == [("fast", "decode ratio under 0.95", 1, 1.0, 0.9)]
+
+
+def test_ties_in_time_and_rule_are_ordered_by_c_across_hosts():
+    # host a's c=8 and host b's c=4 go bad at the same moment: c orders them, whatever the host
+    frame = bands({"time": day(1), "host": "a", "c": 8}, {"time": day(2), "host": "a", "c": 8, "bit_identical_share": 0.0},
+                  {"time": day(1), "host": "b", "c": 4}, {"time": day(2), "host": "b", "c": 4, "bit_identical_share": 0.0})
+    assert regressions(frame, NO_MARKERS).select("host", "c").rows() == [("b", 4), ("a", 8)]
+
+
+def test_commits_between_stay_a_list_of_strings_when_none_are_known():
+    frame = bands({"time": day(1), "commit": None}, {"time": day(2), "commit": None, "bit_identical_share": 0.0})
+    found = regressions(frame, NO_MARKERS)
+    assert found["commits_between"].to_list() == [[]] and found.schema["commits_between"] == pl.List(pl.String)
+
+
+def test_a_batch_of_two_is_batched():
+    frame = bands({"time": day(1), "c": 2}, {"time": day(2), "c": 2, "decode_ratio": 0.4, "decode_ratio_low": 0.3,
+                                              "decode_ratio_high": 0.45})
+    assert [r[:2] for r in flagged(frame)] == [("decode below the bar", 2), ("decode fell", 2)]
