@@ -45,6 +45,8 @@ def test_at_least_two_known_times_are_needed(times, verdict):
     ([2.0, 2.0, 2.0, 2.5], ("observed live", True)),
     # span 0.4 < 0.2 * 2.4 = 0.48
     ([2.0, 2.0, 2.0, 2.4], ("observed burst", False)),
+    # span 0.24 < 0.2 * 1.24 = 0.248: the bar is a fifth of the last time, not of any earlier one (0.2 * 1.0)
+    ([1.0, 1.0, 1.0, 1.24], ("observed burst", False)),
     # no span at all, even at time 0 where 0 >= 0.2 * 0
     ([0.0, 0.0], ("observed burst", False)),
     ([1.0, 1.0, 1.0], ("observed burst", False)),

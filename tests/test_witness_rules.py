@@ -81,3 +81,15 @@ def test_version_3_needs_one_slot_per_request():
 ])
 def test_the_run_verdict(stable, bands, verdict):
     assert derive_run_verdict(stable, bands) == verdict
+
+
+def test_a_band_of_two_is_batched():
+    # c=2 is the smallest batch: it is held to m_formed and to agreement within the batch
+    two = [{"refused": None}] * 2
+    assert derive_band_result(2, band(c=2, m_formed=None), two) == (None, "m_formed not recorded")
+    assert derive_band_result(2, band(c=2, m_formed=2, intra_agree_to=10), two) == ("FAIL", None)
+
+
+def test_a_constant_run_bound_of_one():
+    # a bound of 1 is a bound (only 0 means none): a run of 1 reaches it
+    assert derive_band_result(2, band(max_constant_run=1, max_constant_run_declared=1), MEASURED) == ("FAIL", None)
