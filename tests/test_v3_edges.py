@@ -261,3 +261,20 @@ def test_policy_file_not_utf8_and_overrides(tmp_path):
     path.write_text('s7_ratio = 0.25\nbands = [1, 2]\n', encoding="utf-8")
     policy = V3Policy.from_file(path, s7_ratio=0.75, bands=None)
     assert (policy.s7_ratio, policy.bands) == (0.75, (1, 2))
+
+
+def test_red_verdicts_keep_their_source_and_policy(tmp_path):
+    from analysis import shape_check, shape_check_text
+
+    own = V3Policy(model_prefix="llama")
+    for text, reason in (("  \n", "RED: empty witness"),
+                         ("{", "RED: unreadable witness: Expecting property name enclosed in double quotes at line 1 column 2")):
+        verdict = shape_check_text(text, source="w.json", policy=own)
+        assert (verdict.reasons, verdict.source, verdict.policy) == ((reason,), "w.json", own)
+        assert shape_check_text(text).policy == V3Policy()
+    path = tmp_path / "w.json"
+    path.write_bytes(b"\xff{}")
+    verdict = shape_check(path, policy=own)
+    assert (verdict.status, verdict.source, verdict.policy) == ("RED", str(path), own)
+    assert verdict.reasons == (f"RED: cannot read witness {path}: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte",)
+    assert shape_check(path).policy == V3Policy()
