@@ -148,6 +148,7 @@ def test_field_paths_in_unreadable_reasons(change, reason):
 @pytest.mark.parametrize("change, reason", [
     ({"model": "x.gguf"}, "model: invalid type: string \"x.gguf\", expected an object"),
     ({"model": {"path": 5}}, "model.path: invalid type: integer `5`, expected a string"),
+    ({"model": {"path": "qwen3.5-4b.gguf", "sha256": 5}}, "model.sha256: invalid type: integer `5`, expected a string"),
     ({"host": ["lambda"]}, "witness.host: invalid type: a sequence, expected a string"),
     ({"bands": {"c": 1}}, "bands: invalid type: a map, expected a sequence"),
     ({"bands": [1]}, "bands[0]: invalid type: integer `1`, expected an object"),
