@@ -279,3 +279,11 @@ def test_red_verdicts_keep_their_source_and_policy(tmp_path):
     assert (verdict.status, verdict.source, verdict.policy) == ("RED", str(path), own)
     assert verdict.reasons == (f"RED: cannot read witness {path}: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte",)
     assert shape_check(path).policy == V3Policy()
+
+
+def test_every_verdict_of_shape_check_data_keeps_its_source_and_policy():
+    own = V3Policy(near_tie_cap=2)
+    for data, status in (([], "RED"), ({"bands": []}, "RED"), ({"bands": None}, "RED"), (CONTROL, "ADMISSIBLE"),
+                         ({**CONTROL, "host": None}, "NOT ADMISSIBLE")):
+        verdict = shape_check_data(data, source="w.json", policy=own)
+        assert (verdict.status, verdict.source, verdict.policy) == (status, "w.json", own)
