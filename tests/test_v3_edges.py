@@ -287,3 +287,9 @@ def test_every_verdict_of_shape_check_data_keeps_its_source_and_policy():
                          ({**CONTROL, "host": None}, "NOT ADMISSIBLE")):
         verdict = shape_check_data(data, source="w.json", policy=own)
         assert (verdict.status, verdict.source, verdict.policy) == (status, "w.json", own)
+
+
+def test_a_mapping_without_a_source_is_called_policy():
+    with pytest.raises(PolicyError) as caught:
+        V3Policy.from_mapping({"s7_ratio": -1})
+    assert str(caught.value) == "policy: s7_ratio must be a finite number >= 0, got -1"
