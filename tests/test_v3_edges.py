@@ -293,3 +293,7 @@ def test_a_mapping_without_a_source_is_called_policy():
     with pytest.raises(PolicyError) as caught:
         V3Policy.from_mapping({"s7_ratio": -1})
     assert str(caught.value) == "policy: s7_ratio must be a finite number >= 0, got -1"
+
+
+def test_a_zero_epsilon_or_ratio_is_a_policy():
+    assert (V3Policy(near_tie_epsilon=0).near_tie_epsilon, V3Policy(s7_ratio=0).s7_ratio) == (0.0, 0.0)
