@@ -124,3 +124,7 @@ def serve_folder(folder: Path):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "tutorials: runs the tutorial notebooks through papermill (tests/test_tutorials.py; part of the normal suite)")

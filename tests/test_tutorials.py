@@ -1,0 +1,159 @@
+"""The tutorial notebooks: every notebooks/*.ipynb that is not a report template runs top to bottom through papermill
+on the embedded data, from notebooks/ as Jupyter starts it, and states the findings that data holds.
+
+The report templates (the notebooks the wheel bundles, which bia report and bia trend execute) are tested by
+test_report.py and test_trend.py. Part of the normal suite, marked ``tutorials`` (``pytest -m tutorials`` runs only these).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import time
+import tomllib
+from pathlib import Path
+
+import nbformat
+import polars as pl
+import pytest
+from conftest import ROOT
+
+from analysis.run import read_run, slot_table
+
+pytestmark = pytest.mark.tutorials
+
+NOTEBOOKS = ROOT / "notebooks"
+# The templates are what the wheel bundles for bia report and bia trend; every other notebook is a tutorial.
+TEMPLATES = {Path(path).name for path in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+             ["force-include"] if path.startswith("notebooks/")}
+TUTORIALS = sorted(path.name for path in NOTEBOOKS.glob("*.ipynb") if path.name not in TEMPLATES)
+LIMIT_S = 90  # each runs in under a minute here (05_report, the slowest, in about 25 s); the margin is for a busy CI machine
+
+# What each tutorial must print, in its own words, on the embedded data (probe_walkthrough's live run is checked against its run).
+FINDINGS = {
+    "01_witnesses.ipynb": [
+        "Finding: in all 3 witness files, every band with c > 1 parts from m=1 at token 3 (declared_min is 64).",
+        "witness_version 1 (2 files): those bands are FAIL under that version's rules.",
+        "witness_version 2 (1 file): those bands are PASS under that version's rules.",
+        "c=1 (a request alone) in witness@464c168e62.json: parts at token 100; its two m=1 references agree up to token 100",
+        "Recorded and re-derived results agree in 12 of 12 bands; 0 discrepancies.",
+        "agree with each other up to token 128",
+        "Finding: V3 says NOT ADMISSIBLE for 3 of 3 witnesses",
+        "  - c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded",
+        "with the model blessed, witness@464c168e62.json is still NOT ADMISSIBLE (exit code 5); 0 of 12 bands record a margin",
+    ],
+    "02_dumps_and_runs.ipynb": [
+        "3968 tokens, the same as the run's: True",
+        "default c=1: 2 of 2 token-identical, bit-identical",
+        "default c=4: 8 of 8 token-identical, 0 bit-identical; logprobs first differ at token 1, by up to 255 ULP",
+        "the drift is far too small to flip a token, so no token flips.",
+        "no-cache-prompt c=1: 2 of 2 token-identical, bit-identical",
+        "no-cache-prompt c=4: 8 of 8 token-identical, 0 bit-identical; logprobs first differ at token 0, by up to 27615 ULP",
+        "cache-prompt c=1: 2 of 2 token-identical, 0 bit-identical; logprobs first differ at token 0, by up to 26 ULP",
+        "Finding: batch invariant (every request at every c bit-identical to m=1): one-by-one, fixed-tiles; not: default.",
+        "0 token flips, up to 255 ULP",
+    ],
+    "04_trend.ipynb": [
+        "Finding: the embedded history holds 3 witnesses, dated 2026-09-02 14:59 by the marker of server commit a765c86; 0 regressions",
+        "5 entries after adding the witnesses, then two runs; appending the witnesses and a run again left 5",
+        "Finding: 1 regression(s).",
+        "bits differ at c=1: requests that were bit-identical to m=1 are not (1 -> 0); last good 2026-11-01 (commit aaaaaaa), "
+        "first bad 2026-11-02 (commit ccccccc)",
+    ],
+    "05_report.ipynb": [
+        "title: Batch-parity report (tutorial)",
+        "sections: Verdicts | Runs side by side | Figures | Detail | aprender's V3 release gate",
+        "0 scripts or stylesheets from the network",
+        "Finding: the report's 8 verdict cards say",
+        "  default: Token-identical, not bit-identical: the logprobs differ from m=1 from c=4.",
+        "  fixed-tiles: Batch invariant: every request is bit-identical to m=1.",
+        "  witness@464c168e62.json (v2): Not batch invariant",
+    ],
+    "probe_walkthrough.ipynb": [],
+}
+
+
+def _outputs(notebook) -> tuple[str, list[dict]]:
+    """The executed notebook's printed text, and every output."""
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout"), outputs
+
+
+def _execute(name: str, tmp_path: Path, cwd: Path, **parameters) -> tuple[nbformat.NotebookNode, float]:
+    import papermill
+
+    started = time.monotonic()
+    papermill.execute_notebook(str(NOTEBOOKS / name), str(tmp_path / name), parameters=parameters, kernel_name="python3", progress_bar=False,
+                               cwd=str(cwd), execution_timeout=300)
+    return nbformat.read(tmp_path / name, as_version=4), time.monotonic() - started
+
+
+def test_the_tutorials_and_the_templates():
+    """Every notebook is a template or a tutorial with findings checked here, and every tutorial comes from the generator."""
+    assert TEMPLATES == {"parity_report.ipynb", "trend_report.ipynb"}
+    assert sorted(FINDINGS) == TUTORIALS
+    spec = importlib.util.spec_from_file_location("make_notebook", ROOT / "scripts" / "make_notebook.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert set(module.TEMPLATES) == TEMPLATES and set(module.NOTEBOOKS) == TEMPLATES | set(TUTORIALS)
+
+
+@pytest.mark.parametrize("name", TUTORIALS)
+def test_a_tutorial_is_stored_clean_and_starts_by_saying_what_it_teaches(name):
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(notebook)
+    first = notebook.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# ") and "You will learn" in first.source
+    assert all(cell.get("id") for cell in notebook.cells)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.outputs == [] and cell.execution_count is None for cell in code)
+    assert not re.search(r"analysis\._\w", "".join(cell.source for cell in code))
+    assert sum(cell.cell_type == "markdown" for cell in notebook.cells) >= 4  # prose between the cells
+
+
+@pytest.mark.parametrize("name", TUTORIALS)
+def test_a_tutorial_runs_top_to_bottom_and_states_its_findings(name, tmp_path):
+    parameters = {"output": str(tmp_path / "run")} if name == "probe_walkthrough.ipynb" else {}
+    if name == "probe_walkthrough.ipynb":
+        pytest.importorskip("torch")
+    executed, took = _execute(name, tmp_path, NOTEBOOKS, **parameters)
+    text, outputs = _outputs(executed)
+    assert [o for o in outputs if o.get("output_type") == "error"] == []
+    assert all(cell.execution_count is not None for cell in executed.cells if cell.cell_type == "code")
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)  # no progress widgets
+    assert any("image/png" in o.get("data", {}) for o in outputs) or name == "05_report.ipynb"
+    assert "Traceback" not in text
+    missing = [line for line in FINDINGS[name] if line not in text]
+    assert missing == [], f"{name} printed:\n{text}"
+    assert took < LIMIT_S, f"{name} took {took:.0f} s"
+    if name == "probe_walkthrough.ipynb":
+        _check_the_walkthrough_verdict(text, outputs, tmp_path / "run")
+    if name == "05_report.ipynb":
+        figures = re.search(r"(\d+) figures inlined as PNG", text)
+        assert figures and int(figures.group(1)) > 0
+
+
+def _check_the_walkthrough_verdict(text: str, outputs: list[dict], run_dir: Path) -> None:
+    """The walkthrough's verdict says what its own run holds, and its band table shows the bit-identical share."""
+    run = read_run(run_dir)
+    assert run.manifest["complete"]
+    slots = slot_table(run)
+    per_c = slots.group_by("band_c").agg(requests=pl.len(), bits=(pl.col("bitwise_prefix") == pl.col("length")).sum(),
+                                         tokens=(~pl.col("diverged")).sum()).sort("band_c")
+    n, bits, tokens = per_c["requests"].sum(), per_c["bits"].sum(), per_c["tokens"].sum()
+    verdict = re.search(r"^Verdict for bia serve --mode default: (.*)$", text, flags=re.M)
+    assert verdict, text
+    expected = ("batch invariant:" if bits == n else "token-identical, not bit-identical:" if tokens == n else "not batch invariant:")
+    assert verdict.group(1).startswith(expected)
+    for row in per_c.iter_rows(named=True):
+        assert f"c={row['band_c']}: {row['bits']} of {row['requests']} bit-identical, {row['tokens']} token-identical" in text
+    shown = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "bit_identical_share" in shown and "token_identical_share" in shown and 'class="bia-headline' in shown
+
+
+def test_a_tutorial_runs_from_the_repository_root_too(tmp_path):
+    """The tutorials find the embedded data wherever they run: papermill from the repository root, not notebooks/."""
+    executed, _ = _execute("01_witnesses.ipynb", tmp_path, ROOT)
+    text, outputs = _outputs(executed)
+    assert [o for o in outputs if o.get("output_type") == "error"] == []
+    assert FINDINGS["01_witnesses.ipynb"][0] in text
