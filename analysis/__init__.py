@@ -13,26 +13,28 @@ Examples
 5
 """
 
-from ._fields import WitnessError
-from ._output import OutputExists
-from ._sources import SourceError, expand_sources, fetch_url
-from ._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
+# Import order follows the layers, lowest first (see pyproject's import-linter contracts).
+from .core._fields import WitnessError
+from .core._output import OutputExists
+from .core._version import __version__
+from .io._bundled import default_runs, default_sources
+from .io._sources import SourceError, expand_sources, fetch_url
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
-from ._witness import WitnessSet, read_witness, read_witnesses
-from ._witness_rules import derive_band_result, derive_run_verdict
+from .verdicts._regressions import REGRESSION_RULES, Rule
+from .verdicts._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
+from .verdicts._witness_rules import derive_band_result, derive_run_verdict
+from .witness import WitnessSet, read_witness, read_witnesses
 from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, flip_table, observer_table,
                   prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_witness)
-from .plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,
-                    plot_fork_tree, plot_margin_at_divergence, plot_margin_trace, plot_run_decode_rate, plot_run_divergence,
-                    plot_unique_completions)
-from .report import default_runs, default_sources, mode_comparison, render_report
+from .studies import History, HistoryError, Study, append_history, mode_comparison, read_history, scan_study, study_tables, write_dataset
+from .views.plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,
+                          plot_fork_tree, plot_margin_at_divergence, plot_margin_trace, plot_run_decode_rate, plot_run_divergence,
+                          plot_unique_completions)
+from .report import render_report
+from .report.trend import plot_trend, render_trend
 from .experiment import ExperimentError, run_experiment
 from .probe import ProbeError  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
-from ._study import Study, scan_study, study_tables, write_dataset
-from ._history import REGRESSION_RULES, History, HistoryError, Rule, append_history, read_history
-from .trend import plot_trend, render_trend
-
-__version__ = "0.1.0"
+from . import dumps, parity, plots, report, run, trend  # the public modules, bound by name
 
 # The flow a notebook walks, in one namespace: read -> tables -> plots -> report.
 __all__ = sorted([
@@ -54,3 +56,11 @@ __all__ = sorted([
     # report, and making runs
     "render_report", "render_trend", "default_sources", "default_runs", "run_experiment",
 ], key=str)
+
+# Public classes say they belong to the package face, as httpx's do: reprs, tracebacks and pickles name
+# ``analysis.Run`` rather than the private module that happens to define it today.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) and _obj.__module__.startswith("analysis."):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._v3 import EXIT_MISSING, EXIT_RED, PolicyError, V3Policy, shape_check
+from .verdicts._v3 import EXIT_MISSING, EXIT_RED, PolicyError, V3Policy, shape_check
 
 app = typer.Typer(
     help="bia: batch-invariance studies of LLM inference.",
@@ -122,7 +122,7 @@ def shape_check_command(
     offline: Offline = False,
 ) -> None:
     """aprender's V3 serving-shape check. Exit 0 admissible, 5 not, 3 no such file, 4 unreadable."""
-    from ._sources import SourceError
+    from .io._sources import SourceError
 
     _go_offline(offline)
     policy = _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio)
@@ -153,10 +153,10 @@ def witness_command(
 ) -> None:
     """A terminal table of witnesses and their bands, with the V3 verdict of each witness."""
     _go_offline(offline)
-    from ._display import print_witness_tables
-    from ._fields import WitnessError
-    from ._sources import SourceError
-    from ._witness import read_witnesses
+    from .views._terminal import print_witness_tables
+    from .core._fields import WitnessError
+    from .io._sources import SourceError
+    from .witness import read_witnesses
 
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
     try:
@@ -194,10 +194,10 @@ def report_command(
     import dataclasses
 
     _go_offline(offline)
-    from ._fields import WitnessError
-    from ._output import OutputExists, claim_output
-    from ._sources import SourceError, same_sources
-    from ._witness import read_witnesses
+    from .core._fields import WitnessError
+    from .core._output import OutputExists, claim_output
+    from .io._sources import SourceError, same_sources
+    from .witness import read_witnesses
     from .report import ReportError, default_runs, default_sources, render_report
 
     _check_epsilon(epsilon)
@@ -253,7 +253,7 @@ def experiment_command(
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""
-    from ._output import OutputExists
+    from .core._output import OutputExists
     from .experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
 
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
@@ -441,10 +441,10 @@ def history_command(
     offline: Offline = False,
 ) -> None:
     """Add runs, witnesses and markers to a history folder (each once), for bia trend."""
-    from ._fields import WitnessError
-    from ._history import HistoryError, append_history
-    from ._output import OutputExists
-    from ._sources import SourceError
+    from .core._fields import WitnessError
+    from .studies._history import HistoryError, append_history
+    from .core._output import OutputExists
+    from .io._sources import SourceError
     from .run import RunError
 
     _go_offline(offline)
@@ -462,7 +462,7 @@ def history_command(
 
 
 def _history_size(folder: Path) -> int:
-    from ._history import read_history
+    from .studies._history import read_history
 
     return read_history([folder]).entries.height if (folder / "history.json").is_file() else 0
 
@@ -476,13 +476,13 @@ def trend_command(
     offline: Offline = False,
 ) -> None:
     """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
-    from ._fields import WitnessError
-    from ._history import HistoryError
-    from ._output import OutputExists
-    from ._sources import SourceError
+    from .core._fields import WitnessError
+    from .studies._history import HistoryError
+    from .core._output import OutputExists
+    from .io._sources import SourceError
     from .report import ReportError
     from .run import RunError
-    from .trend import render_trend
+    from .report.trend import render_trend
 
     _go_offline(offline)
     try:

@@ -25,9 +25,9 @@ from typing import Any, Self
 
 import torch
 
-from . import _strictjson
+from .core import _strictjson
 from .experiment import kernels
-from .experiment.decode import _step_outputs, check_tiled
+from .experiment.decode import step_outputs, check_tiled
 from .experiment.modes import kernel_mode
 
 LOG = logging.getLogger("bia.serve")
@@ -120,7 +120,7 @@ class Engine:
         """Choose every active row's next token, then advance the rows that continue."""
         emitted, going = [], []
         for request in self.active:
-            chosen, own, top_ids, top_values = _step_outputs(request.last, MAX_TOP_LOGPROBS)
+            chosen, own, top_ids, top_values = step_outputs(request.last, MAX_TOP_LOGPROBS)
             request.generated += 1
             event = {"token_id": int(chosen[0]), "logprob": float(own[0]), "top_ids": top_ids[0].tolist()[: request.top_k],
                      "top_logprobs": top_values[0].tolist()[: request.top_k], "done": request.generated >= request.max_tokens}

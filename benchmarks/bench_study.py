@@ -12,7 +12,7 @@ child process (so its peak RSS is its own) and prints seconds, peak RSS and the 
   reopen   read_run again, opening derived/ (target <= 0.1x load)
   metrics  slot_table, band_table, prompt_table on the loaded run; ratio to load (target <= 0.5x)
   study    analysis.write_dataset + analysis.study_tables(engine="polars") on a 10x study folder
-           (several run directories); peak RSS target <= 8 GB. Skipped while analysis._study is absent
+           (several run directories); peak RSS target <= 8 GB. Skipped while analysis.studies._study is absent
   ray      the same with engine="ray" (ray.init(num_cpus=2)): its overhead against polars, and
            whether the tables are equal
 
@@ -478,7 +478,7 @@ def _compare(tables: dict, tables_dir: str) -> str:
 
 
 STEPS = {"bare": (step_bare, "orjson"), "parse": (step_parse, "analysis.dumps"), "load": (step_load, "analysis.run"), "reopen": (step_load, "analysis.run"),
-         "metrics": (step_metrics, "analysis.run"), "study": (step_study, "analysis._study"), "ray": (step_ray, "analysis._study")}
+         "metrics": (step_metrics, "analysis.run"), "study": (step_study, "analysis.studies._study"), "ray": (step_ray, "analysis.studies._study")}
 
 
 def _tree_rss(stop: threading.Event, peak: list[int]) -> None:
@@ -659,7 +659,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run_dir = _prepare_run(folder, args)
     print(f"run: {args.prompts} prompts x (2 + {' + '.join(map(str, args.ladder))}) requests x {args.tokens} tokens x top-{args.top} "
           f"({args.kind}): {_describe_data(run_dir)}")
-    study_wanted = not args.skip_study and (args.generate_only or importlib.util.find_spec("analysis._study") is not None)
+    study_wanted = not args.skip_study and (args.generate_only or importlib.util.find_spec("analysis.studies._study") is not None)
     if study_wanted:
         study_dir = _prepare_study(folder, args)
         print(f"study: {args.study_prompts} prompts over {args.study_runs} runs: {_describe_data(study_dir)}")
@@ -696,7 +696,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if r.get("slot_summary"):
                 print(f"           data: {r['slot_summary']}")
 
-    if _skipped("study", args.skip_study, "analysis._study"):
+    if _skipped("study", args.skip_study, "analysis.studies._study"):
         return
     dataset_dir, tables_dir = folder / "study-dataset", folder / "study-tables"
     shutil.rmtree(dataset_dir, ignore_errors=True)

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis._output import OutputExists, claim_output  # noqa: E402
+from analysis.core._output import OutputExists, claim_output  # noqa: E402
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
 from analysis.experiment.gguf import write_gguf  # noqa: E402
 from analysis.experiment.llamacpp import llama_server  # noqa: E402

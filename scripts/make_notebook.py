@@ -1,5 +1,5 @@
 """Write the notebooks (notebooks/parity_report.ipynb, notebooks/trend_report.ipynb, the templates bia report and
-bia trend execute, and the tutorials notebooks/01_witnesses.ipynb, 02_dumps_and_runs.ipynb, probe_walkthrough.ipynb,
+bia trend execute, and the tutorials notebooks/01_witnesses.ipynb, 02_dumps_and_runs.ipynb, 03_probe.ipynb,
 04_trend.ipynb, 05_report.ipynb) from the cell sources below (run after editing them).
 
 Keeping the notebook's source here makes its diffs readable; the .ipynb is committed
@@ -233,7 +233,7 @@ TREND = [
     (
         "code",
         "for key in trend.series_keys(past):\n"
-        "    display(HTML(f\"<h2>{' / '.join(analysis._show.cell(k) for k in key)}</h2>\"))\n"
+        "    display(HTML(trend.series_heading_html(key)))\n"
         "    for metric, label, words in trend.METRICS:\n"
         "        fig, ax = plt.subplots(figsize=(8, 3.2))\n"
         "        trend.plot_trend(past, key, metric, ax=ax)\n"
@@ -718,7 +718,7 @@ REPORT_TUTORIAL = [
 
 NOTEBOOKS = {
     "parity_report.ipynb": ("Batch-parity report", CELLS),
-    "probe_walkthrough.ipynb": ("Probe a server across batch sizes", WALKTHROUGH),
+    "03_probe.ipynb": ("Probe a server across batch sizes", WALKTHROUGH),
     "trend_report.ipynb": ("Batch-invariance trend", TREND),
     "01_witnesses.ipynb": ("1. Parity witnesses", WITNESSES),
     "02_dumps_and_runs.ipynb": ("2. Logprob dumps and run directories", DUMPS_AND_RUNS),

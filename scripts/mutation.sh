@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of bia's verdict and metric modules with mutmut (not part of CI: minutes to hours).
 #
-#   bash scripts/mutation.sh analysis/_v3.py             # one module
-#   bash scripts/mutation.sh analysis/_v3.py analysis/parity.py
+#   bash scripts/mutation.sh analysis/verdicts/_v3.py             # one module
+#   bash scripts/mutation.sh analysis/verdicts/_v3.py analysis/metrics/parity.py
 #
 # Each module's mutants run against the tests that cover them (mutmut collects which tests reach
 # which function first). Prints each module's score: killed / (mutants - timeouts), with the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the test suite: sets up .venv (scripts/setup.sh), installs Debian's chromium for the
 # browser tests when it is missing and we are root, builds llama-server for the llama.cpp tests,
-# then runs pytest with any extra arguments.
+# checks the layer contract with import-linter, then runs pytest with any extra arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,4 +24,7 @@ if [ -z "${BIA_SKIP_LLAMA_BUILD:-}" ] && command -v cmake >/dev/null 2>&1 && com
         echo "warning: building llama-server failed (log: $build_log); tests/test_llamacpp.py will skip, or fail under CI" >&2
     fi
 fi
+# The layer contract (pyproject's [tool.importlinter]): an import against the pipeline's direction, or a circle, fails here
+# with the importing module and line named.
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest "$@"

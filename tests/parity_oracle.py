@@ -8,7 +8,9 @@ import numpy as np
 import polars as pl
 
 from analysis import parity
-from analysis.run import Run, _cache_summary, _release_skew, _seconds_per_1000, _send_spans, band_widths
+from analysis.run import Run, band_widths
+from analysis.run._layout import _cache_summary
+from analysis.run._tables import _release_skew, _seconds_per_1000, _send_spans
 
 BAND_ORDER = ["prompt_id", "band_c", "repeat", "slot"]
 

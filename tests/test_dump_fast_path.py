@@ -312,7 +312,7 @@ def test_mixed_kinds_in_one_file(tmp_path):
 
 @pytest.mark.parametrize("chunk_bytes", [4096, 50_000])
 def test_small_chunks_lines_longer_than_a_chunk_and_reading_ahead(tmp_path, monkeypatch, chunk_bytes):
-    import analysis.dumps._fast as fast
+    import analysis.dumps._fastkit as fast
 
     monkeypatch.setattr(fast, "_CHUNK_BYTES", chunk_bytes)  # many chunks, a reused buffer that must grow for long lines
     responses, streams = _response_envelopes(), _stream_envelopes()
@@ -328,7 +328,7 @@ def test_small_chunks_lines_longer_than_a_chunk_and_reading_ahead(tmp_path, monk
 def test_no_reading_thread_outlives_a_refusal(tmp_path, monkeypatch, where):
     import threading
 
-    import analysis.dumps._fast as fast
+    import analysis.dumps._fastkit as fast
 
     monkeypatch.setattr(fast, "_CHUNK_BYTES", 50_000)
     lines = _stream_envelopes() * 4

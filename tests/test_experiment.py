@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from analysis._output import OutputExists  # noqa: E402
+from analysis.core._output import OutputExists  # noqa: E402
 from analysis.experiment import ExperimentError, bundled_model, run_experiment  # noqa: E402
 from analysis.run import read_run, slot_table, to_witness  # noqa: E402
 

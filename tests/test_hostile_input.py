@@ -159,7 +159,7 @@ def test_two_different_lines_for_one_request_are_an_error_naming_both(tmp_path):
 
 def test_the_same_witness_given_as_a_file_and_its_folder_is_counted_once(lambda_copy):
     import analysis
-    from analysis._sources import SourceRepeated
+    from analysis.io._sources import SourceRepeated
 
     file = lambda_copy / "witness@464c168e62.json"
     alone = analysis.read_witnesses([str(lambda_copy)])

@@ -526,12 +526,12 @@ def test_what_the_server_says_of_itself_becomes_the_runs_effective_settings(tmp_
 
 
 def test_the_walkthrough_notebook_probes_bia_serve_in_its_own_kernel(tmp_path):
-    """notebooks/probe_walkthrough.ipynb executed by papermill, as a user runs it: it starts bia serve, probes it and shows the tables."""
+    """notebooks/03_probe.ipynb executed by papermill, as a user runs it: it starts bia serve, probes it and shows the tables."""
     pytest.importorskip("torch")
     import papermill
 
     out = tmp_path / "walkthrough.ipynb"
-    papermill.execute_notebook(str(ROOT / "notebooks" / "probe_walkthrough.ipynb"), str(out), kernel_name="python3", progress_bar=False,
+    papermill.execute_notebook(str(ROOT / "notebooks" / "03_probe.ipynb"), str(out), kernel_name="python3", progress_bar=False,
                                parameters={"ladder": [1, 4], "max_tokens": 8, "observer": True, "output": str(tmp_path / "run")}, cwd=str(ROOT))
     import nbformat
 

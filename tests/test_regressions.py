@@ -1,4 +1,4 @@
-"""The regression rules of a history (``analysis._regressions``) on band frames built by hand (issue 16).
+"""The regression rules of a history (``analysis.verdicts._regressions``) on band frames built by hand (issue 16).
 
 tests/test_trend.py plants a regression in real nightly runs; these pin each rule's edge, the series
 and c a band is compared within, and the commits named between the last good and the first bad entry."""
@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from analysis import REGRESSION_RULES, Rule
-from analysis._history import BAND_SCHEMA, MARKER_SCHEMA
-from analysis._regressions import regressions
+from analysis.studies._history import BAND_SCHEMA, MARKER_SCHEMA
+from analysis.verdicts._regressions import regressions
 
 
 def day(n: int) -> dt.datetime:

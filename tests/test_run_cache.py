@@ -36,7 +36,7 @@ def test_the_first_read_writes_derived_and_the_second_opens_it(tmp_path, monkeyp
     record = json.loads((folder / "derived" / "manifest.json").read_text())
     capture = folder / "captures" / "requests.jsonl"
     assert record["captures"]["files"] == {"requests.jsonl": {"size": capture.stat().st_size, "sha256": hashlib.sha256(capture.read_bytes()).hexdigest()}}
-    import analysis.run as run_module
+    import analysis.run._read as run_module
 
     def no_parsing(*args, **kwargs):
         raise AssertionError("the captures were parsed although derived/ is fresh")
@@ -95,7 +95,7 @@ def test_options_and_cache_false_always_parse(tmp_path):
 
 def test_an_old_capture_with_its_recorded_size_and_time_is_not_hashed_again(tmp_path, monkeypatch):
     """As git's index: an unchanged stat of a file that was already old when stamped keeps its hash; a new time means a new hash."""
-    import analysis.run as run_module
+    import analysis.run._derived as run_module
 
     folder = copy_run(tmp_path)
     capture = folder / "captures" / "requests.jsonl"

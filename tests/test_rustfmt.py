@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis._rustfmt import format_number, format_percent_1, rust_debug_str, rust_is_blank
+from analysis.core._rustfmt import format_number, format_percent_1, rust_debug_str, rust_is_blank
 
 
 def test_numbers_worked_by_hand():

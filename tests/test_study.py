@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analysis._output import OutputExists
+from analysis.core._output import OutputExists
 from polars.testing import assert_frame_equal
 
 from analysis.run import RunError, band_table, prompt_table, read_run, slot_table

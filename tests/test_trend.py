@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import analysis
 from analysis import HistoryError, append_history, read_history
-from analysis._sources import SourceRepeated
+from analysis.io._sources import SourceRepeated
 from analysis.cli import app
 
 NO_CACHE = ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt"  # c=1 alone repeats m=1 bit for bit

@@ -69,7 +69,7 @@ FINDINGS = {
         "  fixed-tiles: Batch invariant: every request is bit-identical to m=1.",
         "  witness@464c168e62.json (v2): Not batch invariant",
     ],
-    "probe_walkthrough.ipynb": [],
+    "03_probe.ipynb": [],
 }
 
 
@@ -113,8 +113,8 @@ def test_a_tutorial_is_stored_clean_and_starts_by_saying_what_it_teaches(name):
 
 @pytest.mark.parametrize("name", TUTORIALS)
 def test_a_tutorial_runs_top_to_bottom_and_states_its_findings(name, tmp_path):
-    parameters = {"output": str(tmp_path / "run")} if name == "probe_walkthrough.ipynb" else {}
-    if name == "probe_walkthrough.ipynb":
+    parameters = {"output": str(tmp_path / "run")} if name == "03_probe.ipynb" else {}
+    if name == "03_probe.ipynb":
         pytest.importorskip("torch")
     executed, took = _execute(name, tmp_path, NOTEBOOKS, **parameters)
     text, outputs = _outputs(executed)
@@ -126,7 +126,7 @@ def test_a_tutorial_runs_top_to_bottom_and_states_its_findings(name, tmp_path):
     missing = [line for line in FINDINGS[name] if line not in text]
     assert missing == [], f"{name} printed:\n{text}"
     assert took < LIMIT_S, f"{name} took {took:.0f} s"
-    if name == "probe_walkthrough.ipynb":
+    if name == "03_probe.ipynb":
         _check_the_walkthrough_verdict(text, outputs, tmp_path / "run")
     if name == "05_report.ipynb":
         figures = re.search(r"(\d+) figures inlined as PNG", text)

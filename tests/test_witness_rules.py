@@ -1,4 +1,4 @@
-"""The witness rules (``analysis._witness_rules``), each branch on a band worked out by hand (issue 16)."""
+"""The witness rules (``analysis.verdicts._witness_rules``), each branch on a band worked out by hand (issue 16)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
 """Per-token logprob dumps from any engine, read into one schema (tokens, candidates, requests)."""
 
-from ._read import FORMATS, Dump, ScannedDump, detect_format, read_dump, read_dumps, scan_dump
+from ._formats import DUMP_SUFFIXES, FORMATS, detect_format
+from ._read import Dump, ScannedDump, parse_source, read_dump, read_dumps, scan_dump
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
 from ._values import DumpError
 
 __all__ = [
     "CANDIDATE_SCHEMA",
+    "DUMP_SUFFIXES",
     "FORMATS",
     "REQUEST_SCHEMA",
     "TOKEN_SCHEMA",
@@ -13,6 +15,7 @@ __all__ = [
     "DumpError",
     "ScannedDump",
     "detect_format",
+    "parse_source",
     "read_dump",
     "read_dumps",
     "scan_dump",

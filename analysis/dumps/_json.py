@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from .._strictjson import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path
+from ..core._strictjson import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path
 
 __all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_depth", "check_unique_keys", "loads", "refusal"]
 
@@ -28,7 +28,7 @@ def loads(data: bytes | str) -> Any:
     >>> loads('{"a": 1, "a": 2}')
     Traceback (most recent call last):
     ...
-    analysis._strictjson.DuplicateKeyError: key appears more than once (a parser keeps only its last value)
+    analysis.core._strictjson.DuplicateKeyError: key appears more than once (a parser keeps only its last value)
     """
     try:
         value = orjson.loads(data)

@@ -130,7 +130,7 @@ def decode_sampling_mask(mask: Any, logprobs: Any, rows, where: str) -> list[tup
     >>> decode_sampling_mask([[3, 1]], [[-0.1, -2.4]], s, "$")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    analysis.dumps._values.DumpError: s: $ row 0: support probabilities sum to 0.99... not 1 (within 1e-4)
+    analysis.DumpError: s: $ row 0: support probabilities sum to 0.99... not 1 (within 1e-4)
     >>> decode_sampling_mask({"ids": "BwAAAAMAAAA=", "counts": "AgAAAAAAAAA="}, None, s, "$")
     [([7, 3], None), None]
     """

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from ._schema import Rows, classified
-from .._fields import INT64_MAX, INT64_MIN
+from ..core._fields import INT64_MAX, INT64_MIN
 from ._values import DumpError, placeholder_id
 
 

@@ -5,171 +5,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from .._frames import check_backend, to_backend
-from .._frames import progress as show_progress
-from .._sources import expand_sources, local_path
+from ..core._frames import check_backend, to_backend
+from ..core._frames import progress as show_progress
+from ..io._sources import expand_sources, local_path
 from . import _json
-from ._native import parse_llamacpp, parse_primerl, parse_sglang, parse_tgi
-from ._offline import looks_like_steps, parse_offline, parse_repr
-from ._openai import Meta, parse_chat, parse_completion
+from ._offline import parse_offline, parse_repr
+from ._openai import Meta
 from ._schema import SCHEMAS, Rows
-from ._sse import parse_sse
 from ._stream import parse_chat_stream, parse_llamacpp_stream, parse_responses_stream, parse_sglang_stream
 from ._values import DumpError
-
-DUMP_SUFFIXES = (".json", ".jsonl", ".ndjson", ".sse", ".pt", ".pth")
-
-# Parsers of one JSON payload, by format name.
-PAYLOAD_PARSERS: dict[str, Callable] = {
-    "openai_chat": parse_chat,
-    "openai_completion": parse_completion,
-    "vllm_generate": parse_chat,
-    "sglang": parse_sglang,
-    "llamacpp": parse_llamacpp,
-    "tgi": parse_tgi,
-    "primerl": parse_primerl,
-    "vllm_offline": parse_offline,
-}
-STREAM_FORMATS = ("openai_chat_sse", "openai_completion_sse", "llamacpp_sse", "sglang_sse", "openai_responses_sse")
-FORMATS = (*PAYLOAD_PARSERS, *STREAM_FORMATS, "vllm_offline_repr", "jsonl", "torch")
-
-
-def payload_formats(payload: Any) -> list[str]:
-    """Every format whose shape ``payload`` has; one means detected, several mean ambiguous.
-
-    Examples
-    --------
-    >>> payload_formats({"meta_info": {"output_token_logprobs": []}})
-    ['sglang']
-    >>> payload_formats({"choices": [{"message": {}, "logprobs": None}]})
-    ['openai_chat']
-    """
-    if isinstance(payload, list) and len(payload) == 1 and isinstance(payload[0], dict) and "details" in payload[0]:
-        return ["tgi"]
-    if looks_like_steps(payload):
-        return ["vllm_offline"]
-    if not isinstance(payload, dict):
-        return []
-    found = []
-    if isinstance(payload.get("meta_info"), dict):
-        found.append("sglang")
-    if isinstance(payload.get("details"), dict) and ("generated_text" in payload or "tokens" in payload["details"]):
-        found.append("tgi")
-    if "schema_version" in payload and ("inference_logprobs" in payload or "trainer_logprobs" in payload):
-        found.append("primerl")
-    if "completion_probabilities" in payload or ("tokens_predicted" in payload and "content" in payload):
-        found.append("llamacpp")
-    found.extend(_choices_formats(payload))
-    return found
-
-
-def _choices_formats(payload: dict) -> list[str]:
-    choices = payload.get("choices")
-    if not isinstance(choices, list):
-        return []
-    if not choices:
-        return ["vllm_generate"] if "prompt_logprobs" in payload else (["openai_chat"] if payload.get("object") == "chat.completion" else [])
-    first = choices[0] if isinstance(choices[0], dict) else {}
-    logprobs = first.get("logprobs") if isinstance(first.get("logprobs"), dict) else {}
-    if "token_ids" in first or "compact_logprobs" in first:
-        return ["vllm_generate"]
-    if payload.get("object") == "text_completion" or "text" in first or "tokens" in logprobs:
-        return ["openai_completion"]
-    if payload.get("object") == "chat.completion" or "message" in first or "content" in logprobs or "nvext" in payload:
-        return ["openai_chat"]
-    return []
-
-
-def _stream_format(text: str, source: str, record: str = "record 0") -> str:
-    """Which stream an SSE capture is, from its first JSON event; ``record`` names the capture in errors."""
-    for event in parse_sse(text).events:
-        if event.data == "[DONE]":
-            continue
-        try:
-            chunk = _json.loads(event.data)
-        except (_json.NestingError, _json.DuplicateKeyError) as exc:  # JSON, refused: say so rather than "no known stream"
-            raise DumpError(source, f"{record} event {event.index} (line {event.line})", *_json.refusal(exc)) from None
-        except ValueError:
-            continue
-        if isinstance(chunk, dict):
-            if "completion_probabilities" in chunk or "stop" in chunk:
-                return "llamacpp_sse"
-            if isinstance(chunk.get("meta_info"), dict):
-                return "sglang_sse"
-            if isinstance(chunk.get("type"), str) and chunk["type"].startswith("response."):
-                return "openai_responses_sse"
-            if chunk.get("object") == "text_completion" or any(isinstance(c, dict) and "text" in c for c in chunk.get("choices") or []):
-                return "openai_completion_sse"
-            if "choices" in chunk:
-                return "openai_chat_sse"
-    raise DumpError(source, "$", None, f"an SSE capture whose events match no known stream; known: {', '.join(STREAM_FORMATS)}")
-
-
-def _looks_sse(text: str) -> bool:
-    head = text.lstrip("\ufeff \t\r\n")[:64]
-    return head.startswith(("data:", "event:", ": ", "id:", "retry:"))
-
-
-def detect_format(raw: bytes, source: str) -> str:
-    """The format of one source's bytes. Unknown or ambiguous content is a ``DumpError`` naming the candidates."""
-    if raw[:2] == b"PK" or raw[:1] == b"\x80" or str(source).endswith((".pt", ".pth")):
-        return "torch"
-    text = _text(raw, source)
-    if not text.strip():
-        if str(source).endswith((".jsonl", ".ndjson")):
-            return "jsonl"  # no line, no record: a capture file before its first response
-        raise DumpError(source, "$", None, "an empty file")
-    if _looks_sse(text):
-        return _stream_format(text, source)
-    try:
-        payload = _json.loads(text)
-    except (_json.NestingError, _json.DuplicateKeyError) as exc:
-        if not _first_line_is_json(text):  # one (pretty-printed) document: its refusal is the answer
-            raise DumpError(source, "$", *_json.refusal(exc)) from None
-        return "jsonl"  # lines of JSON: each is read (and refused) on its own line
-    except ValueError:
-        if "Logprob(" in text[:65536]:
-            return "vllm_offline_repr"
-        if _first_line_is_json(text):
-            return "jsonl"
-        raise DumpError(source, "$", None, "neither JSON, JSON lines, SSE nor a torch file") from None
-    if isinstance(payload, dict) and ("response" in payload or "sse" in payload):
-        return "jsonl"  # one capture envelope: a JSON-lines file of one line
-    return _one_format(payload_formats(payload), source, "$")
-
-
-def _first_line_is_json(text: str) -> bool:
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    try:
-        _json.loads(first)
-    except (_json.NestingError, _json.DuplicateKeyError):
-        return True  # JSON all the same; the line's own reading names the refusal
-    except ValueError:
-        return False
-    return True
-
-
-def _one_format(found: list[str], source: str, where: str) -> str:
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise DumpError(source, where, None, f"matches no known dump format; known: {', '.join(FORMATS)}")
-    raise DumpError(source, where, None, f"is ambiguous: it matches {', '.join(found)}; pass format= to choose")
-
-
-def _text(raw: bytes, source: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DumpError(source, "$", None, f"not UTF-8 text ({exc})") from None
-
+from ._formats import (DUMP_SUFFIXES, ENVELOPE_KEYS, FORMATS, PAYLOAD_PARSERS, STREAM_FORMATS, _one_format, _stream_format,
+                       detect_format, payload_formats)
+from ._card import dump_summary
+from ._fast import read_jsonl
+from ._formats import _text
 
 # --- parsing a source -------------------------------------------------------------------------
 
@@ -195,12 +51,8 @@ def _parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bo
     PAYLOAD_PARSERS[fmt](payload, rows, meta, "$" if meta.record == 0 else f"line {meta.record}")
 
 
-_ENVELOPE_KEYS = {"response", "sse", "format", "band_c", "slot", "prompt_id", "role", "repeat", "sample_key", "t_sent", "arrival_times"}
-# Other envelope keys go to requests.extra; "logprobs_mode" there also sets vLLM offline semantics.
-
-
 def _envelope_meta(line: dict, record: int, raw: bytes) -> Meta:
-    extra = {k: v for k, v in line.items() if k not in _ENVELOPE_KEYS}
+    extra = {k: v for k, v in line.items() if k not in ENVELOPE_KEYS}
     return Meta(record=record, sample_key=line.get("sample_key"), band_c=line.get("band_c"), slot=line.get("slot"),
                 prompt_id=None if line.get("prompt_id") is None else str(line["prompt_id"]), role=line.get("role"), repeat=line.get("repeat"),
                 t_sent=line.get("t_sent"),
@@ -316,8 +168,6 @@ class Dump:
                 f"from {len(self.formats)} source(s); skipped {len(self.skipped)}; backend={self.backend!r})")
 
     def _repr_html_(self) -> str:
-        from .._show import dump_summary
-
         return dump_summary(self)
 
     def write_parquet(self, folder: str | os.PathLike[str]) -> Path:
@@ -356,8 +206,6 @@ def scan_dump(folder: str | os.PathLike[str]) -> ScannedDump:
 def _fast_jsonl(path: Path, source: str, fmt: str, limit: int | None = None) -> tuple[tuple[pl.DataFrame, ...], set[str]] | None:
     """The columnar path (frames and formats found), when the file is JSON lines of chat completions, bare or in
     capture envelopes; ``limit`` reads only the file's first bytes (a torn tail left out). None: take the general path."""
-    from ._fast import read_jsonl
-
     return read_jsonl(path, source, fmt, limit)
 
 

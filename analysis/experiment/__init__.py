@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._output import claim_output
+from ..core._output import claim_output
 from .modes import kernel_mode
 
 # Chosen because the bundled byte-level model answers them in prose, with a few near-ties, rather
@@ -35,9 +35,9 @@ DEFAULT_PROMPTS = (
 
 def bundled_model() -> Path:
     """The small byte-level model shipped under ``data/tiny-model/``."""
-    from ..report import _bundled
+    from ..io._bundled import bundled
 
-    return _bundled("data/tiny-model/tiny_lm.safetensors")
+    return bundled("data/tiny-model/tiny_lm.safetensors")
 
 
 def _capture(decoded, request_id: str, model_name: str, model) -> tuple[str, list[float]]:
@@ -182,7 +182,7 @@ def check_device(device: str) -> None:
     >>> check_device("tpu")
     Traceback (most recent call last):
     ...
-    analysis.experiment.ExperimentError: --device: expected cpu, cuda or cuda:N, got 'tpu'
+    analysis.ExperimentError: --device: expected cpu, cuda or cuda:N, got 'tpu'
     """
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise ExperimentError(f"--device: expected cpu, cuda or cuda:N, got {device!r}")

@@ -23,7 +23,7 @@ class Decoded:
     arrivals: list[float] = field(default_factory=list)  # seconds since the batch started
 
 
-def _step_outputs(logits: torch.Tensor, top_k: int):
+def step_outputs(logits: torch.Tensor, top_k: int):
     """Greedy choice, its float32 logprob and the top-k, from the last position's logits (per row in every mode)."""
     logprobs = logits.float().log_softmax(dim=-1)
     chosen = logprobs.argmax(dim=-1)
@@ -47,7 +47,7 @@ def _decode_together(model, prompts: list[list[int]], max_tokens: int, top_k: in
         last = logits[:, -1]
         lengths = valid.sum(dim=1)
         for step in range(max_tokens):
-            chosen = _record(outs, _step_outputs(last, top_k), start)
+            chosen = _record(outs, step_outputs(last, top_k), start)
             if step == max_tokens - 1:
                 break
             valid = torch.cat([valid, torch.ones(len(prompts), 1, dtype=torch.bool, device=device)], dim=1)
@@ -90,7 +90,7 @@ def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: 
         for step in range(max_tokens):
             for row, out in enumerate(outs):
                 last, caches = state[row]
-                chosen, own, top_ids, top_values = _step_outputs(last, top_k)
+                chosen, own, top_ids, top_values = step_outputs(last, top_k)
                 out.token_ids.append(int(chosen[0]))
                 out.logprobs.append(float(own[0]))
                 out.top_ids.append(top_ids[0].tolist())
@@ -118,7 +118,7 @@ def _decode_tiled(model, prompts: list[list[int]], max_tokens: int, top_k: int, 
         last = kernels.forward(model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1,
                                prefill=True)
         for step in range(max_tokens):
-            chosen = _record(outs, _step_outputs(last, top_k), start)
+            chosen = _record(outs, step_outputs(last, top_k), start)
             if step < max_tokens - 1:
                 last = kernels.forward(model, chosen, lengths + step, rows, cache, want=rows)
     return outs

@@ -33,7 +33,7 @@ def check_address(url: str) -> None:
     >>> check_address("localhost:8000")
     Traceback (most recent call last):
     ...
-    analysis.probe._rundir.ProbeError: url must be an http:// or https:// address with a host, got 'localhost:8000' (no scheme: did you mean http://localhost:8000?)
+    analysis.ProbeError: url must be an http:// or https:// address with a host, got 'localhost:8000' (no scheme: did you mean http://localhost:8000?)
     """
     hint = f" (no scheme: did you mean http://{url}?)" if isinstance(url, str) and "://" not in url else ""
     try:

@@ -79,7 +79,7 @@ class _RunWriter:
 
         A reference kept before a resume is read back from the captures, the others were noted by :meth:`keep`.
         """
-        from .. import parity
+        from ..metrics import parity
 
         keys = [f"{prompt_id}/reference/s{slot}" for slot in (0, 1)]
         wanted = {f'"unit":"{key}"'.encode(): key for key in keys if key not in self.reference_tokens}  # as orjson writes the envelope
@@ -108,7 +108,7 @@ def _parse_capture(line: bytes, source: Path):
     """A capture envelope parsed by the dump reader: (its rows, None), or (None, why it cannot be read; the
     reader's error names the record and field)."""
     from ..dumps import DumpError
-    from ..dumps._read import parse_source
+    from ..dumps import parse_source
 
     try:
         return parse_source(line, str(source))[0], None
@@ -118,7 +118,7 @@ def _parse_capture(line: bytes, source: Path):
 
 def _identities(rows) -> tuple:
     """The token identities of the one completion a parsed capture holds (empty when it has none)."""
-    from .. import parity
+    from ..metrics import parity
 
     tokens, _, _ = rows.frames()
     return next(iter(parity.streams(tokens).values()), parity.Stream(("none",), ())).identities
@@ -169,13 +169,13 @@ def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = Fal
 
 
 def _load_for_resume(folder: Path) -> dict[str, Any]:
-    from ..run import RunError, _load_manifest
+    from ..run import RunError, load_manifest
 
     path = folder / "manifest.json"
     if not path.exists():
         raise ProbeError(f"{folder}: no manifest.json to resume")
     try:
-        manifest = _load_manifest(folder)  # JSON within the nesting guard, every field of its type
+        manifest = load_manifest(folder)  # JSON within the nesting guard, every field of its type
     except RunError as exc:
         raise ProbeError(f"{exc}; it cannot be resumed") from None
     if manifest.get("producer") != "bia probe" or "done" not in manifest:

@@ -2,7 +2,7 @@
 markers, every long table cut to its worst rows with a count of the rest.
 
 The report shows these inside collapsed ``<details>``; every value goes through
-:func:`analysis._show.cell` (rounded, ``—`` for missing, yes/no), and the templates escape it.
+:func:`analysis.core._cells.cell` (rounded, ``—`` for missing, yes/no), and the templates escape it.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import polars as pl
 
-from ._frames import as_polars
-from ._html import render
-from ._show import MISSING, cell, pairs
+from ..core._frames import as_polars
+from ..core._html import render
+from ..core._cells import MISSING, cell, pairs
 
 WORST_ROWS = 20  # a long table shows this many of its worst rows and counts the rest
 FEW = 5  # per-prompt sentences (negative controls, forks) listed before the rest are counted
@@ -80,7 +80,7 @@ def _label(identity: Any, labels: Mapping[Any, str]) -> str:
 
 def negative_control(run, prompt_id: str) -> dict[str, Any]:
     """Plant a divergence in a copy of ref #1 (a token it never produced, at its middle step) and check that it is found."""
-    from . import parity
+    from ..metrics import parity
 
     refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
     row = refs.row(0, named=True)
@@ -109,7 +109,7 @@ def _has_reference(run, prompt: str) -> bool:
 
 def _forks(run) -> dict[str, Any]:
     """Where the slots of each band part among themselves: the earliest forks, and how many bands never part."""
-    from .run import band_forks
+    from ..run import band_forks
 
     labels, parted = _token_labels(run), []
     forks = band_forks(run)
@@ -158,8 +158,8 @@ def _refused(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def run_admission(run, policy) -> list[dict[str, Any]]:
     """aprender's V3 verdict of each prompt's witness, prompts with the same verdict and reasons grouped."""
-    from ._v3 import shape_check_data
-    from .run import to_witness
+    from ..verdicts._v3 import shape_check_data
+    from ..run import to_witness
 
     groups: dict[tuple, dict[str, Any]] = {}
     for prompt in sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None}):
@@ -174,7 +174,7 @@ def run_admission(run, policy) -> list[dict[str, Any]]:
 def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """The run's prompts, bands (per c, then the worst bands) and requests (the worst), then the observer
     and accuracy checks when the run has them."""
-    from .run import accuracy_table, observer_table
+    from ..run import accuracy_table, observer_table
 
     against = reference if isinstance(reference, str) else f"ref #1 of {reference.path}"
     return (_prompts_html(run, reference) + _bands_html(run, epsilon, reference, against) + _requests_html(run, epsilon, reference, against)
@@ -182,7 +182,7 @@ def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
 
 
 def _prompts_html(run, reference: Any) -> str:
-    from .run import prompt_table
+    from ..run import prompt_table
 
     prompts = prompt_table(run, reference=reference).select(
         prompt="prompt_id", **{"Div_Index (first divergence across configurations)": "div_index",
@@ -202,7 +202,7 @@ def _interval(low: str, high: str) -> pl.Expr:
 
 
 def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
-    from .run import band_table
+    from ..run import band_table
 
     bands = band_table(run, epsilon=epsilon, reference=reference)
     per_c = bands.group_by("band_c").agg(
@@ -226,7 +226,7 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
 
 
 def _requests_html(run, epsilon: float, reference: Any, against: str) -> str:
-    from .run import slot_table
+    from ..run import slot_table
 
     slots = slot_table(run, epsilon=epsilon, reference=reference).select(
         prompt="prompt_id", c="band_c", repeat="repeat", slot="slot", **{

@@ -13,8 +13,6 @@ import hashlib
 import os
 import re
 import sys
-import tempfile
-import warnings
 from collections.abc import Iterable, Mapping
 from html import escape
 from pathlib import Path
@@ -22,71 +20,21 @@ from typing import Any
 
 import polars as pl
 
-from ._details import markers_html, negative_control, run_html, run_tables_html, table_html
-from ._html import render
-from ._output import claim_output
-from ._show import MISSING, cell, pairs, percent
-from ._v3 import ShapeVerdict, V3Policy
+from ..views._details import run_html, run_tables_html, table_html
+from ..core._html import render
+from ..core._output import claim_output
+from ..core._cells import MISSING, cell, pairs, percent
+from ..verdicts._v3 import ShapeVerdict, V3Policy
+from ..core._version import __version__
+from ..io._bundled import bundled
+from ..studies._modes import mode_comparison
+from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
 
-__all__ = ["ReportError", "admission_html", "bands_html", "default_runs", "default_sources", "execute_to_html", "export_html", "header_html", "heading_html", "markers_html",
-           "mode_comparison", "mode_comparison_html", "negative_control", "notebook_path", "provenance_html", "render_report", "reviews_html",
-           "run_details_html", "run_figures", "run_html", "run_tables_html", "show_figure", "table_html", "verdicts_html", "witness_details_html",
-           "witness_figures"]
-
-_HERE = Path(__file__).resolve().parent
-DEFAULT_TITLE = "Batch-parity report"
-
-
-class ReportError(RuntimeError):
-    """The report notebook failed; the message carries the notebook's own error."""
-
-
-def _bundled(relative: str) -> Path:
-    """A file shipped with bia: inside the installed package, else in the source checkout."""
-    for base in (_HERE / "_bundled", _HERE.parent):
-        candidate = base / relative
-        if candidate.exists():
-            return candidate
-    raise FileNotFoundError(f"bia's bundled {relative} is missing from {_HERE}")
 
 
 def notebook_path() -> Path:
     """The parity report notebook (``notebooks/parity_report.ipynb``)."""
-    return _bundled("notebooks/parity_report.ipynb")
-
-
-def default_sources() -> list[str]:
-    """The embedded default data: the real perf041 witnesses and markers from host "lambda".
-
-    Examples
-    --------
-    >>> default_sources()
-    ['data/aprender-lambda']
-    """
-    return [_shown(_bundled("data/aprender-lambda"))]
-
-
-def _shown(path: Path) -> str:
-    """A bundled path as a reader would type it: relative to the working folder when it lies inside it."""
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return str(path)
-    return str(path) if relative.startswith("..") else relative
-
-
-def default_runs() -> list[str]:
-    """The embedded default runs: the torch experiment on CPU in its three kernel modes (``data/experiment-cpu``),
-    then a real llama.cpp server on CPU with and without its prompt cache (``data/llamacpp-cpu``).
-
-    Examples
-    --------
-    >>> [run.rsplit("/", 2)[-2:] for run in default_runs()]  # doctest: +NORMALIZE_WHITESPACE
-    [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'], ['experiment-cpu', 'fixed-tiles'],
-     ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt']]
-    """
-    return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu")
-            for p in sorted(_bundled(folder).glob("*/manifest.json"))]
+    return bundled("notebooks/parity_report.ipynb")
 
 
 # --- HTML fragments the notebook displays --------------------------------------------------
@@ -104,7 +52,7 @@ def header_html(title: str, ws, runs: Iterable[Any] = (), *, default: bool = Fal
     read = ", ".join(f"{n} {what}{'es' if what == 'witness' and n != 1 else 's' if n != 1 else ''}" for n, what in counts if n) or "nothing"
     read += " (the embedded default)" if default else ""
     return render("header.html.j2", title=title, generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                  version=_version(), read=read, admission=admission)
+                  version=__version__, read=read, admission=admission)
 
 
 def provenance_html(parameters: Mapping[str, Any], ws, policy: V3Policy, runs: Iterable[Any] = (), *, default: bool = False) -> str:
@@ -132,12 +80,6 @@ def _witness_files(ws) -> list[dict[str, str]]:
     for row in files:
         row["sha256"] = hashlib.sha256(ws.texts[row["source"]].encode("utf-8")).hexdigest()[:16]
     return files
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 def _readmes(sources: Iterable[str]) -> list[dict[str, str]]:
@@ -183,7 +125,7 @@ def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any
     str
         Escaped HTML: a heading and one card per run, then per witness (see :mod:`analysis._review`).
     """
-    from ._review import run_review, witness_reviews
+    from ..views._review import run_review, witness_reviews
 
     runs = [run_review(run, epsilon=epsilon, reference=reference) for run in runs]
     witnesses = witness_reviews(ws, epsilon=epsilon) if ws.sources else []
@@ -241,7 +183,7 @@ def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any]
     str
         Escaped HTML; the reasons' long decimals rounded for people (see :func:`rounded`).
     """
-    from ._details import run_admission
+    from ..views._details import run_admission
 
     judged = []
     for run in runs:
@@ -264,15 +206,15 @@ def _names(items: list[str], n: int = 8) -> str:
 
 def bands_html(ws) -> str:
     """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result."""
-    from ._details import witness_bands_html
+    from ..views._details import witness_bands_html
 
     return witness_bands_html(ws)
 
 
 def witness_details_html(ws) -> str:
     """A witness set's detail, collapsed: its bands, the env knobs that differ, and the release markers."""
-    from ._details import markers_html
-    from .plots import differing_env_knobs
+    from ..views._details import markers_html
+    from ..views.plots import differing_env_knobs
 
     knobs = differing_env_knobs(ws.to_backend("polars").witnesses)
     knobs = knobs.rename({c: c.removeprefix("env_") for c in knobs.columns if c.startswith("env_")})
@@ -296,143 +238,6 @@ def _collapsed(summary: str, body: str) -> str:
     return render("details.html.j2", summary=summary, body=body)
 
 
-def show_figure(ax_or_figure, alt: str) -> None:
-    """Display a figure as a PNG whose alt text describes it, then close it.
-
-    Parameters
-    ----------
-    ax_or_figure : matplotlib Axes or Figure
-        What to show; a panel the plot functions left empty (``ax.bia_empty``) is removed and its
-        reason said in words below, and a figure with nothing left is not drawn at all.
-    alt : str
-        The image's alt text in the exported HTML, for screen readers and tests.
-    """
-    from io import BytesIO
-
-    import matplotlib.pyplot as plt
-    from IPython.display import HTML, Image, display
-
-    figure = getattr(ax_or_figure, "figure", ax_or_figure)
-    notes = [ax.bia_empty for ax in figure.axes if getattr(ax, "bia_empty", None)]
-    for ax in [ax for ax in figure.axes if getattr(ax, "bia_empty", None)]:
-        figure.delaxes(ax)
-    if figure.axes:
-        buffer = BytesIO()
-        figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-        display(Image(data=buffer.getvalue(), format="png", metadata={"alt": alt}))
-    plt.close(figure)
-    if notes:
-        display(HTML(render("notes.html.j2", notes=notes)))
-
-
-def witness_figures(ws) -> list[tuple[Any, str]]:
-    """The witness set's figures with their alt text: divergence and decode rate against c, and the env knobs that differ."""
-    import matplotlib.pyplot as plt
-
-    from . import plots
-
-    bands = ws.to_backend("polars").bands
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    plots.plot_divergence(bands, ax=axes[0])
-    plots.plot_decode_rate(bands, ax=axes[1])
-    out = [(fig, "divergence_at against batch size c for each witness, with declared_min marked; "
-                 "per-request decode rate against c, with the 50%-of-c=1 line")]
-    witnesses = ws.to_backend("polars").witnesses
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * max(1, min(witnesses.height, 20))))
-    plots.plot_env_knobs(witnesses, ax=ax)
-    return [*out, (fig, "kernel env knobs that differ between witnesses")]
-
-
-def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[Any, str]]:
-    """A run's four figures of two panels each, for :func:`show_figure`.
-
-    Where requests parted and the margin there; the margin along each reference and the drift
-    before the fork (one colour per c); P(flip | margin) and the widths formed; decode rate and
-    unique completions against c.
-
-    Parameters
-    ----------
-    run : Run
-        The run.
-    epsilon : float
-        The near-tie epsilon drawn on the margin plots.
-    reference : str or Run
-        What batched requests are compared with.
-
-    Returns
-    -------
-    list of (Figure, str)
-        Each figure with its alt text, which names the run.
-    """
-    import matplotlib.pyplot as plt
-
-    from . import plots
-    from .run import band_table, slot_table, width_table
-
-    slots, bands = slot_table(run, epsilon=epsilon, reference=reference), band_table(run, epsilon=epsilon, reference=reference)
-    margins, flips, deltas = run_curves(run, reference)
-    deltas = deltas.with_columns(band_c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))  # drift_table's label names c
-    parted = {p: g["divergence_at"].drop_nulls().to_list() for (p,), g in slots.group_by(["prompt_id"])}
-    panels = [
-        (lambda ax: plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=ax),
-         lambda ax: plots.plot_margin_at_divergence(slots, epsilon=epsilon, ax=ax),
-         "where each batched request parted from ref #1, and the reference margin there"),
-        (lambda ax: plots.plot_margin_trace(margins, parted, epsilon=epsilon, ax=ax), lambda ax: plots.plot_delta_before_fork(deltas, ax=ax),
-         "the reference margin at every step with the divergences marked, and the logprob drift before the fork"),
-        (lambda ax: plots.plot_flip_curve(flips, ax=ax), lambda ax: plots.plot_band_widths(width_table(run), ax=ax),
-         "P(flip | margin), and the batch widths the server formed in each band"),
-        (lambda ax: plots.plot_run_decode_rate(bands, ax=ax), lambda ax: plots.plot_unique_completions(bands, ax=ax),
-         "decode rate against c, unique completions against c"),
-    ]
-    out = []
-    for left, right, alt in panels:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-        left(axes[0])
-        right(axes[1])
-        out.append((fig, f"{run.path}: {alt}"))
-    return out
-
-
-def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | None]], pl.DataFrame, pl.DataFrame]:
-    """For the report's plots: each prompt's reference margin per step, P(flip | margin) over the run's
-    batched requests, and per-step |delta logprob| before each fork (see :mod:`analysis.run`)."""
-    from .run import drift_table, flip_table, reference_margins
-
-    return reference_margins(run, reference=reference), flip_table(run, reference=reference), drift_table(run, reference=reference)
-
-
-def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataFrame:
-    """Runs side by side (for example one experiment's kernel modes): the parity each bought against the
-    m=1 reference and what it cost in decode rate, per run and band, as the Thinking Machines study
-    compares them. ``rate_vs_default`` is the run's median per-request decode rate over that of the
-    ``default``-mode run in the same folder at the same c (null without one)."""
-    from .run import slot_table
-
-    rows = []
-    for run in runs:
-        slots = slot_table(run, reference=reference)
-        mode = (run.manifest.get("effective") or {}).get("kernel_mode") or _engine_label(run)
-        for (c,), group in slots.group_by(["band_c"], maintain_order=True):
-            rates = group["decode_tok_s"].drop_nulls()
-            rows.append({"run": str(run.path), "kernel_mode": mode, "band_c": c, "requests": group.height,
-                         "bit_identical_share": float((group["bitwise_prefix"] == group["length"]).mean()),
-                         "token_flips": int(group["diverged"].sum()), "max_ulp": group["max_ulp"].max(),
-                         "median_decode_tok_s": float(rates.median()) if rates.len() else None})
-    if not rows:
-        return pl.DataFrame(schema={"run": pl.String, "band_c": pl.Int64})
-    _against_default(rows)
-    return pl.DataFrame(rows).sort("band_c", "run")
-
-
-def _against_default(rows: list[dict]) -> None:
-    """Set each row's ``rate_vs_default``: its median rate over the default-mode run's beside it at the same c."""
-    folder = lambda row: str(Path(row["run"]).parent)  # noqa: E731
-    base = {(folder(r), r["band_c"]): r["median_decode_tok_s"] for r in rows if r["kernel_mode"] == "default"}
-    for row in rows:
-        default_rate, rate = base.get((folder(row), row["band_c"])), row["median_decode_tok_s"]
-        row["rate_vs_default"] = rate / default_rate if rate is not None and default_rate else None
-
-
 def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1") -> str:
     """:func:`mode_comparison` for people: one row per run, each measure listed over the ladder's c."""
     frame = mode_comparison(runs, reference=reference)
@@ -447,13 +252,6 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1") -> str
                      **({"rate over the default mode's": " / ".join(cell(None if r is None else round(r, 2)) for r in group["rate_vs_default"])}
                         if "rate_vs_default" in group.columns else {})})
     return table_html(pl.DataFrame(rows).sort("run"), caption="Each measure is listed in the order of the c column.")
-
-
-def _engine_label(run) -> str:
-    """What served a run that names no kernel mode: the engine the probe detected, else the run's folder."""
-    engine = (run.manifest.get("identity") or {}).get("engine")
-    folder = Path(run.path).name if run.path else "run"
-    return f"{engine} ({folder})" if engine else folder
 
 
 # --- running the notebook ------------------------------------------------------------------
@@ -534,58 +332,3 @@ def render_report(
                            timeout_s=timeout_s)
 
 
-def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path, *, what: str,
-                    executed_notebook: str | os.PathLike[str] | None = None, progress: bool = False, timeout_s: int = 600) -> Path:
-    """Execute ``notebook`` with papermill and write it to ``output`` as one offline HTML file (:func:`export_html`);
-    a failing cell is a :class:`ReportError` naming the notebook's own error. ``output`` is already claimed."""
-    import papermill
-
-    with tempfile.TemporaryDirectory(prefix="bia-report-") as tmp:
-        executed = Path(executed_notebook) if executed_notebook else Path(tmp) / notebook.name
-        try:
-            papermill.execute_notebook(
-                str(notebook),
-                str(executed),
-                parameters=dict(parameters),
-                progress_bar=progress,
-                cwd=os.getcwd(),
-                execution_timeout=timeout_s,
-                kernel_name="python3",
-                language="python",
-            )
-        except papermill.PapermillExecutionError as exc:
-            raise ReportError(f"the {what} notebook failed: {exc.ename}: {exc.evalue}") from None
-        html = export_html(executed)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(html, encoding="utf-8")
-    return output
-
-
-def _once(given: Iterable[Any], what: str) -> list[str]:
-    """The sources or runs given, each once (a repeat is said, as a warning, and left out)."""
-    from ._sources import SourceRepeated, same_sources
-
-    kept, repeated = same_sources(given)
-    for first, again in repeated:
-        warnings.warn(f"{what} {again} is {first} given again; it is read once", SourceRepeated, stacklevel=3)
-    return kept
-
-
-def export_html(notebook: str | os.PathLike[str]) -> str:
-    """Export an executed notebook as self-contained HTML: code hidden, nothing from the network."""
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter(
-        template_name="bia",
-        extra_template_basedirs=[str(_HERE / "templates" / "nbconvert")],
-        exclude_input=True,
-        exclude_input_prompt=True,
-        exclude_output_prompt=True,
-    )
-    node = nbformat.read(os.fspath(notebook), as_version=4)
-    # the page's <title> is the report's: papermill keeps the parameters it injected in the notebook's metadata
-    title = (node.metadata.get("papermill") or {}).get("parameters", {}).get("title") or node.metadata.get("title", DEFAULT_TITLE)
-    node.metadata["title"] = title  # the lab template prefers the notebook's own title to the resources' name
-    body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title}})
-    return body

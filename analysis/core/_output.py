@@ -47,7 +47,7 @@ def claim_output(path: str | os.PathLike[str], *, force: bool = False, what: str
     >>> claim_output(target)
     Traceback (most recent call last):
     ...
-    analysis._output.OutputExists: ...report.html: output already exists; give --force (force=True) to overwrite it
+    analysis.OutputExists: ...report.html: output already exists; give --force (force=True) to overwrite it
     >>> claim_output(target, force=True) == target
     True
     """

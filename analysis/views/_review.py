@@ -14,7 +14,8 @@ from typing import Any
 
 import polars as pl
 
-from ._show import MISSING, cell, share
+from ..core._cells import MISSING, cell, share
+from ..metrics._counts import per_c_counts, run_counts
 
 BASE_C, BATCHED_C = 1, 4  # the decode cost compares these bands, as the study does
 
@@ -48,32 +49,6 @@ class Review:
     css: str
     per_c: pl.DataFrame
     lines: list[tuple[str, str, str | None]] = field(default_factory=list)
-
-
-# --- the per-c counts both kinds share -----------------------------------------------------------
-
-_COUNTS = {"c": pl.Int64, "requests": pl.Int64, "bitwise": pl.Int64, "bits_known": pl.Int64, "same": pl.Int64, "parted": pl.Int64,
-           "near_tie": pl.Int64, "no_margin": pl.Int64, "first": pl.Int64, "first_where": pl.String}
-
-
-def _counts(slots: pl.DataFrame) -> pl.DataFrame:
-    """Per c from per-request rows (``c``, ``bitwise`` (bool or null), ``diverged``, ``divergence_at``, ``near_tie``,
-    ``margin_known``, ``where``): how many requests matched m=1 in bits and in tokens, and where the first one parted."""
-    parted = pl.col("diverged")
-    return (slots.group_by("c").agg(
-        requests=pl.len(), bitwise=pl.col("bitwise").sum(), bits_known=pl.col("bitwise").count(), same=(~parted).sum(), parted=parted.sum(),
-        near_tie=(parted & pl.col("near_tie")).sum(), no_margin=(parted & ~pl.col("margin_known")).sum(),
-        first=pl.col("divergence_at").filter(parted).min(),
-        first_where=pl.col("where").filter(parted).sort_by(pl.col("divergence_at").filter(parted)).first())
-        .sort("c").select([pl.col(n).cast(t) for n, t in _COUNTS.items()]))
-
-
-def run_counts(slots: pl.DataFrame) -> pl.DataFrame:
-    """:func:`_counts` of a run's :func:`~analysis.run.slot_table`: per c, the requests that match m=1 in bits and in tokens."""
-    return _counts(slots.select(
-        c="band_c", bitwise=pl.when(pl.col("bitwise_prefix").is_not_null()).then(pl.col("bitwise_prefix") == pl.col("length")),
-        diverged="diverged", divergence_at="divergence_at", near_tie="near_tie", margin_known=pl.col("reference_margin").is_not_null(),
-        where=pl.format("{} slot {}", "prompt_id", "slot")))
 
 
 def _per_c_table(counts: pl.DataFrame) -> pl.DataFrame:
@@ -153,7 +128,7 @@ def _near_tie_line(counts: pl.DataFrame, epsilon: float) -> tuple[str, str, str 
 
 def _cost_line(base: list[float], batched: list[float], why: str | None) -> tuple[str, str, str | None]:
     """c=4 against c=1's per-request decode rate, with its bootstrap interval, or why it is unmeasured."""
-    from .parity import ratio_interval
+    from ..metrics.parity import ratio_interval
 
     if why is not None:
         return "decode cost", f"unmeasured: {why}.", None
@@ -201,7 +176,7 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
     >>> run_review(read_run("data/experiment-cpu/batch-invariant"), epsilon=0.05).headline
     'Batch invariant: every request is bit-identical to m=1.'
     """
-    from .run import band_table, slot_table
+    from ..run import band_table, slot_table
 
     slots = slot_table(run, epsilon=epsilon, reference=reference)
     counts = run_counts(slots)
@@ -279,7 +254,7 @@ def _witness_review(name: str, witness: dict[str, Any], slots: pl.DataFrame, ban
         "c", bitwise=pl.lit(None, dtype=pl.Boolean), diverged=(pl.col("agree_to") < length).fill_null(False),
         divergence_at="agree_to", near_tie=((pl.col("margin") >= 0) & (pl.col("margin") < epsilon)).fill_null(False),
         margin_known=pl.col("margin").is_not_null(), where=pl.format("slot {}", "i"))
-    counts = _counts(rows)
+    counts = per_c_counts(rows)
     headline, css = _headline(counts)
     lines = [_bits_line(counts, None), _tokens_line(counts) if counts.height else ("tokens", MISSING, None), _near_tie_line(counts, epsilon),
              _cost_line(*_witness_rates(witness, slots, bands)), _witness_completeness(witness, slots, bands)]

@@ -1,4 +1,4 @@
-"""How bia's objects show themselves: a one-line repr everywhere, a compact HTML summary in Jupyter.
+"""Cells for people: how every value in bia's cards, tables and reports is written. Imports no bia object.
 
 Values are written for people (rounded numbers, ``—`` for missing, yes/no), never as Python reprs,
 and every value is escaped by the templates.
@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ._frames import as_polars
-from ._html import render
+from ..core._frames import as_polars
+from ..core._html import render
 
 MISSING = "—"
 
@@ -114,50 +114,5 @@ def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], line
                   preview=table)
 
 
-def _few(items: list[str], n: int = 3) -> str:
+def few(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else MISSING
-
-
-def run_summary(run) -> str:
-    """A run's card: what served it, its plan, what it lacks, and per c how much of it matched m=1."""
-    from ._review import run_counts
-    from .run import slot_table
-
-    manifest = run.manifest
-    identity = manifest.get("identity") or {}
-    facts = [("engine", identity.get("engine") or manifest.get("producer")), ("model", (identity.get("model") or {}).get("path")),
-             ("prompts", _few(run.prompts)), ("ladder", run.ladder), ("requests", len(run.dump.requests)),
-             ("complete", manifest.get("complete", True)), ("missing", len(run.missing())), ("refused", len(manifest.get("refused") or [])),
-             ("capture records left out", len(run.dump.skipped))]
-    lines = []
-    for c, requests, bitwise, same, earliest in run_counts(slot_table(run)).select("c", "requests", "bitwise", "same", "first").iter_rows():
-        words = f"c={c}: {bitwise} of {requests} requests bit-identical to ref #1, {same} token-identical"
-        words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
-        lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))
-    return summary_html("bia run", str(run.path) if run.path else "assembled", facts, lines)
-
-
-def dump_summary(dump) -> str:
-    """A dump's card: sizes, sources and formats, what was left out, the first requests."""
-    sources = list(dump.formats)
-    formats = sorted({f for found in dump.formats.values() for f in found})
-    facts = [("requests", len(dump.requests)), ("scored tokens", len(dump.tokens)), ("candidates", len(dump.candidates)),
-             ("sources", _few(sources)), ("formats", _few(formats)), ("records left out", len(dump.skipped)), ("backend", dump.backend)]
-    lines = [(str(e), "fail") for e in dump.skipped[:5]]
-    columns = [c for c in ("request_id", "source_format", "model", "prompt_id", "role", "band_c", "slot", "completion_tokens", "finish_reason")
-               if c in dump.requests.columns]
-    return summary_html("bia dump", None, facts, lines, as_polars(dump.requests).select(columns))
-
-
-def witness_summary(ws) -> str:
-    """A witness set's card: counts, each witness's recorded and re-derived verdict, the first bands."""
-    polars_set = ws.to_backend("polars")
-    facts = [("witnesses", polars_set.witnesses.height), ("bands", polars_set.bands.height), ("slots", polars_set.slots.height),
-             ("release markers", polars_set.markers.height), ("discrepancies", polars_set.discrepancies.height)]
-    lines = []
-    for source, recorded, derived in polars_set.witnesses.select("source", "recorded_verdict", "derived_verdict").iter_rows():
-        agree = recorded == derived
-        lines.append((f"{source}: recorded {cell(recorded)}, re-derived {cell(derived)}", None if agree else "fail"))
-    bands = polars_set.bands.select([c for c in ("source", "c", "m_formed", "divergence_at", "decode_tok_s", "result", "derived_result")
-                                     if c in polars_set.bands.columns])
-    return summary_html("bia witnesses", None, facts, lines, bands)

@@ -17,12 +17,12 @@ from typing import Any
 
 import polars as pl
 
-from . import _strictjson
-from ._fields import Fields, WitnessError
-from ._frames import as_polars, build, check_backend, to_backend
-from ._frames import progress as show_progress
-from ._sources import expand_sources, read_source_bytes
-from ._witness_rules import derive_band_result, derive_run_verdict
+from ..core import _strictjson
+from ..core._fields import Fields, WitnessError
+from ..core._frames import as_polars, build, check_backend, to_backend
+from ..core._frames import progress as show_progress
+from ..io._sources import expand_sources, read_source_bytes
+from ..verdicts._witness_rules import derive_band_result, derive_run_verdict
 
 ENV_KEYS = (
     "APR_DECODE_GEMM",
@@ -440,7 +440,7 @@ class WitnessSet:
         return f"WitnessSet({counts}; backend={self.backend!r})"
 
     def _repr_html_(self) -> str:
-        from ._show import witness_summary
+        from ._card import witness_summary
 
         return witness_summary(self)
 
@@ -451,7 +451,7 @@ class WitnessSet:
 
     def shape_checks(self, policy=None) -> dict[str, Any]:
         """The V3 verdict of every witness source (markers are not witnesses), by source."""
-        from ._v3 import shape_check_text
+        from ..verdicts._v3 import shape_check_text
 
         witness_sources = _column(self.witnesses, "source")
         return {s: shape_check_text(self.texts[s], source=s, policy=policy) for s in witness_sources}

@@ -171,7 +171,7 @@ def check_depth(data: str | bytes, limit: int = MAX_DEPTH, *, parsed: Any = None
     >>> check_depth('{"a": [[1]]}', limit=2)
     Traceback (most recent call last):
     ...
-    analysis._strictjson.NestingError: arrays and objects nested deeper than 2, at line 1 column 8
+    analysis.core._strictjson.NestingError: arrays and objects nested deeper than 2, at line 1 column 8
     """
     if _openers(data) <= limit:
         return
@@ -229,15 +229,15 @@ def loads(text: str) -> Any:
     >>> loads('"\\\\ud800"')  # a \\u escape in the JSON text
     Traceback (most recent call last):
     ...
-    analysis._strictjson.StrictJsonError: $: a string holds a lone surrogate escape
+    analysis.core._strictjson.StrictJsonError: $: a string holds a lone surrogate escape
     >>> loads('NaN')
     Traceback (most recent call last):
     ...
-    analysis._strictjson.StrictJsonError: NaN is not a JSON number
+    analysis.core._strictjson.StrictJsonError: NaN is not a JSON number
     >>> loads("[" * 200 + "]" * 200)
     Traceback (most recent call last):
     ...
-    analysis._strictjson.NestingError: arrays and objects nested deeper than 128, at line 1 column 129
+    analysis.core._strictjson.NestingError: arrays and objects nested deeper than 128, at line 1 column 129
     """
     check_depth(text)
     try:

@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ._rustfmt import format_number
-from ._v3 import ShapeVerdict
+from ..core._rustfmt import format_number
+from ..verdicts._v3 import ShapeVerdict
 from .plots import witness_label
 
 _STYLE = {"PASS": "green", "FAIL": "red", "UNMEASURABLE": "yellow", "ADMISSIBLE": "green", "NOT ADMISSIBLE": "red", "RED": "yellow"}

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import _strictjson
-from ._html import render
-from ._rustfmt import format_number, format_percent_1, rust_debug_str, rust_is_blank
+from ..core import _strictjson
+from ..core._html import render
+from ..core._rustfmt import format_number, format_percent_1, rust_debug_str, rust_is_blank
 
 Status = Literal["ADMISSIBLE", "NOT ADMISSIBLE", "RED"]
 
@@ -206,7 +206,7 @@ class ShapeVerdict:
 
     def to_frame(self, backend: str = "polars") -> Any:
         """One row per reason: source, status, rule order and text."""
-        from ._frames import to_backend
+        from ..core._frames import to_backend
 
         import polars as pl
 
@@ -519,7 +519,7 @@ def shape_check(source: str | Path, *, policy: V3Policy | None = None) -> ShapeV
     >>> print(v.reasons[0])
     model "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" is not the blessed Qwen3.5-4B
     """
-    from ._sources import read_source_bytes
+    from ..io._sources import read_source_bytes
 
     label = str(source)
     raw = read_source_bytes(source)

@@ -31,11 +31,11 @@ from typing import Any
 
 import polars as pl
 
-from . import parity
-from ._output import OutputExists
-from .dumps import Dump
-from .dumps._schema import REQUEST_SCHEMA, conform
-from .run import Run, RunError, band_table, prompt_table, read_run, slot_table
+from ..metrics import parity
+from ..core._output import OutputExists
+from ..dumps import Dump
+from ..dumps._schema import REQUEST_SCHEMA, conform
+from ..run import Run, RunError, band_table, prompt_table, read_run, slot_table
 
 PARTITION = ["run", "prompt_id"]
 _HIVE = {"run": pl.String, "prompt_id": pl.String}

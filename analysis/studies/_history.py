@@ -38,10 +38,10 @@ from typing import Any, Iterable
 
 import polars as pl
 
-from . import parity
-from ._output import claim_output
-from ._regressions import REGRESSION_RULES, SERIES, Rule, regressions
-from ._sources import expand_sources, is_url, read_source_bytes
+from ..metrics import parity
+from ..core._output import claim_output
+from ..verdicts._regressions import REGRESSION_RULES, SERIES, Rule, regressions
+from ..io._sources import expand_sources, is_url, read_source_bytes
 
 HISTORY_VERSION = 1
 
@@ -73,7 +73,7 @@ class History:
         return f"History({self.entries.height} entries in {series} series, {self.bands.height} bands, {self.markers.height} markers)"
 
     def _repr_html_(self) -> str:
-        from ._show import summary_html
+        from ..core._cells import summary_html
 
         span = self.entries["time"].drop_nulls()
         facts = [("entries", self.entries.height), ("series (host, engine, model)", self.entries.select(SERIES).unique().height),
@@ -113,7 +113,7 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
 
 def _witness_rows(sources: list[str], appended: dt.datetime) -> tuple[list[dict], list[dict], list[dict]]:
     """Entries, bands and markers of witness and marker files (or URLs)."""
-    from ._witness import read_witnesses
+    from ..witness import read_witnesses
 
     ws = read_witnesses(sources, progress=False)
     entry_of = {source: _digest(text.encode("utf-8")) for source, text in ws.texts.items()}
@@ -153,7 +153,7 @@ def _run_digest(folder: Path) -> str:
 
 def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     """The entry and bands of one run directory."""
-    from .run import band_table, read_run, slot_table
+    from ..run import band_table, read_run, slot_table
 
     run = read_run(folder)
     manifest = run.manifest

@@ -47,7 +47,7 @@ class Fields:
     >>> f.int("note")
     Traceback (most recent call last):
     ...
-    analysis._fields.WitnessError: w.json: bands[0].note: expected an integer, got str "x"
+    analysis.WitnessError: w.json: bands[0].note: expected an integer, got str "x"
     """
 
     def __init__(self, obj: Any, *, source: str, record: str) -> None:

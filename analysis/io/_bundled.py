@@ -1,0 +1,55 @@
+"""The data and notebooks shipped with bia: inside the installed package, else in the source checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+
+
+
+PACKAGE = Path(__file__).resolve().parents[1]  # the installed analysis/ folder
+
+
+def bundled(relative: str) -> Path:
+    """A file shipped with bia: inside the installed package, else in the source checkout."""
+    for base in (PACKAGE / "_bundled", PACKAGE.parent):
+        candidate = base / relative
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"bia's bundled {relative} is missing from {PACKAGE}")
+
+
+def default_sources() -> list[str]:
+    """The embedded default data: the real perf041 witnesses and markers from host "lambda".
+
+    Examples
+    --------
+    >>> default_sources()
+    ['data/aprender-lambda']
+    """
+    return [_shown(bundled("data/aprender-lambda"))]
+
+
+def _shown(path: Path) -> str:
+    """A bundled path as a reader would type it: relative to the working folder when it lies inside it."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def default_runs() -> list[str]:
+    """The embedded default runs: the torch experiment on CPU in its three kernel modes (``data/experiment-cpu``),
+    then a real llama.cpp server on CPU with and without its prompt cache (``data/llamacpp-cpu``).
+
+    Examples
+    --------
+    >>> [run.rsplit("/", 2)[-2:] for run in default_runs()]  # doctest: +NORMALIZE_WHITESPACE
+    [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'], ['experiment-cpu', 'fixed-tiles'],
+     ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt']]
+    """
+    return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu")
+            for p in sorted(bundled(folder).glob("*/manifest.json"))]

@@ -1,0 +1,96 @@
+"""Decode rates and their intervals: per request, per band, the ratio of two samples' medians, and Wilson's interval for a share."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from . import _columnar
+from ..core._frames import as_polars
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval for a proportion (95% by default).
+
+    Examples
+    --------
+    >>> tuple(round(x, 4) for x in wilson_interval(8, 10))
+    (0.4902, 0.9433)
+    """
+    if trials <= 0:
+        raise ValueError("the Wilson interval needs at least one trial")
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def decode_rate(completion_tokens: int | None, first_arrival: float | None, last_arrival: float | None,
+                content_chunks: int | None, live: bool | None) -> float | None:
+    """A request's decode rate, ``(completion_tokens - 1) / (last - first arrival)`` of content chunks.
+
+    Only for a live stream (``stream_live``: declared live by the server, or observed live from its
+    arrival times, see :func:`analysis.dumps._liveness.liveness`); None with fewer than two content chunks or two
+    tokens, or a zero span: a rate is measured, never invented.
+
+    Examples
+    --------
+    >>> decode_rate(128, 0.25, 3.425, 120, True)
+    40.0
+    >>> decode_rate(128, 0.25, 3.425, 120, None) is None  # liveness unknown
+    True
+    """
+    if not live or completion_tokens is None or completion_tokens < 2 or content_chunks is None or content_chunks < 2:
+        return None
+    if first_arrival is None or last_arrival is None or last_arrival <= first_arrival:
+        return None
+    return (completion_tokens - 1) / (last_arrival - first_arrival)
+
+
+def request_decode_rates(requests: Any) -> pl.DataFrame:
+    """The dump's ``requests`` with a ``decode_tok_s`` column (null where it cannot be measured): :func:`decode_rate` per row."""
+    requests = as_polars(requests)
+    return requests.with_columns(decode_tok_s=_columnar.decode_rate(pl.col("completion_tokens"), pl.col("ttft_s"), pl.col("t_last_content"),
+                                                                    pl.col("n_content_chunks"), pl.col("stream_live")))
+
+
+def band_decode_rate(rates: Sequence[float | None]) -> float | None:
+    """A band's rate: the median of its slots' rates (linear interpolation); None if any slot is untimed.
+
+    Examples
+    --------
+    >>> band_decode_rate([30.0, 32.0, 31.0, 35.0]), band_decode_rate([30.0, None])
+    (31.5, None)
+    """
+    if not rates or any(r is None for r in rates):
+        return None
+    return statistics.median(rates)
+
+
+def ratio_interval(base: Sequence[float], batched: Sequence[float], *, n_boot: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> tuple[float, float, float]:
+    """The ratio of median rates (batched / base) with a percentile bootstrap interval.
+
+    Resamples the repeats of each band independently, as S7 compares c=4 with c=1 when bands
+    were repeated. Returns (ratio, low, high).
+
+    Examples
+    --------
+    >>> ratio, low, high = ratio_interval([40.0, 41.0, 39.0], [30.0, 29.0, 31.0])
+    >>> round(ratio, 4), low <= ratio <= high
+    (0.75, True)
+    """
+    base, batched = np.asarray(base, dtype=float), np.asarray(batched, dtype=float)
+    if base.size == 0 or batched.size == 0:
+        raise ValueError("both bands need at least one rate")
+    rng = np.random.default_rng(seed)
+    boot_base = np.median(rng.choice(base, size=(n_boot, base.size)), axis=1)
+    boot_batched = np.median(rng.choice(batched, size=(n_boot, batched.size)), axis=1)
+    ratios = boot_batched / boot_base
+    tail = (1 - level) / 2 * 100
+    return float(np.median(batched) / np.median(base)), float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))

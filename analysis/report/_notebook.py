@@ -1,0 +1,79 @@
+"""Running a report notebook: papermill executes it, nbconvert exports it as one offline HTML file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+from ..io._bundled import PACKAGE
+
+
+
+
+DEFAULT_TITLE = "Batch-parity report"
+
+
+class ReportError(RuntimeError):
+    """The report notebook failed; the message carries the notebook's own error."""
+
+
+def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path, *, what: str,
+                    executed_notebook: str | os.PathLike[str] | None = None, progress: bool = False, timeout_s: int = 600) -> Path:
+    """Execute ``notebook`` with papermill and write it to ``output`` as one offline HTML file (:func:`export_html`);
+    a failing cell is a :class:`ReportError` naming the notebook's own error. ``output`` is already claimed."""
+    import papermill
+
+    with tempfile.TemporaryDirectory(prefix="bia-report-") as tmp:
+        executed = Path(executed_notebook) if executed_notebook else Path(tmp) / notebook.name
+        try:
+            papermill.execute_notebook(
+                str(notebook),
+                str(executed),
+                parameters=dict(parameters),
+                progress_bar=progress,
+                cwd=os.getcwd(),
+                execution_timeout=timeout_s,
+                kernel_name="python3",
+                language="python",
+            )
+        except papermill.PapermillExecutionError as exc:
+            raise ReportError(f"the {what} notebook failed: {exc.ename}: {exc.evalue}") from None
+        html = export_html(executed)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(html, encoding="utf-8")
+    return output
+
+
+def export_html(notebook: str | os.PathLike[str]) -> str:
+    """Export an executed notebook as self-contained HTML: code hidden, nothing from the network."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="bia",
+        extra_template_basedirs=[str(PACKAGE / "templates" / "nbconvert")],
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+    )
+    node = nbformat.read(os.fspath(notebook), as_version=4)
+    # the page's <title> is the report's: papermill keeps the parameters it injected in the notebook's metadata
+    title = (node.metadata.get("papermill") or {}).get("parameters", {}).get("title") or node.metadata.get("title", DEFAULT_TITLE)
+    node.metadata["title"] = title  # the lab template prefers the notebook's own title to the resources' name
+    body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title}})
+    return body
+
+
+def _once(given: Iterable[Any], what: str) -> list[str]:
+    """The sources or runs given, each once (a repeat is said, as a warning, and left out)."""
+    from ..io._sources import SourceRepeated, same_sources
+
+    kept, repeated = same_sources(given)
+    for first, again in repeated:
+        warnings.warn(f"{what} {again} is {first} given again; it is read once", SourceRepeated, stacklevel=3)
+    return kept

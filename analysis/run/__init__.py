@@ -1,0 +1,34 @@
+"""A run: the unit a probe or an experiment writes and the report reads.
+
+Layout of a run directory (``run_version`` 1)::
+
+    manifest.json        identity, sampler, ladder, declared_min, environment, requested and
+                         effective settings, prompts, and m_formed per band
+    captures/*.jsonl     raw captures as received, one request per line, in bia's capture
+                         envelope: {"sse": "<raw SSE>" | "response": {...}, "arrival_times": [...],
+                         "t_sent": ..., "prompt_id": ..., "role": "reference" | "band",
+                         "band_c": c, "slot": i, "repeat": r}
+                         (role "reference": slot 0 is ref #1, slot 1 ref #2; "observer": a band's
+                         twin fired without logprobs; "filler": the needle layout's other requests)
+    partial/             the probe's requests in flight (raw bytes and event times); a stopped run
+                         keeps them, and ``Run.missing`` names them
+    refused.jsonl        the bytes of streams the probe refused; superseded/: what a resume set aside
+    derived/             Parquet tables, rebuildable from captures/ (``Run.write_derived``)
+    witness.json         an aprender witness_version 3, rebuildable (``to_witness``)
+
+:func:`read_run` reads it; :func:`assemble_run` builds the same object from loose dumps and a
+mapping of which file is which prompt, band and slot.
+"""
+
+
+from ._export import to_witness, write_witness
+from ._layout import RunError, RunLike, Unit, band_widths, load_manifest, plan
+from ._model import Run
+from ._read import assemble_run, read_run
+from ._steps import references
+from ._tables import (accuracy_table, band_forks, band_table, drift_table, flip_table, observer_table, prompt_table, reference_margins,
+                      slot_table, width_table)
+
+__all__ = ["Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table",
+           "flip_table", "load_manifest", "observer_table", "plan", "prompt_table", "read_run", "reference_margins", "references", "slot_table",
+           "to_witness", "width_table", "write_witness"]

@@ -1,0 +1,184 @@
+"""The run directory's contract: its plan of requests, its manifest on disk, and what the manifest says of each band."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+from ._manifest import manifest_problem
+from ..core._strictjson import check_depth
+
+RUN_VERSION = 1
+
+
+_DEFAULTS = {"ladder": [1, 4, 8, 16], "declared_min": 64, "max_constant_run": 16}
+
+
+@runtime_checkable
+class RunLike(Protocol):
+    """What the tables, the witness export and the derived cache need of a run: :class:`analysis.Run` is one.
+
+    They take this shape rather than the class, so the class (and its card, which shows tables) sits
+    above them and nothing in ``analysis.run`` imports in a circle.
+    """
+
+    manifest: dict[str, Any]
+    dump: Any
+    path: Path | None
+    _cache: dict
+
+
+class RunError(ValueError):
+    """A run directory or mapping that cannot be read; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One step of a run's plan: a reference request, or one band (or its observer twin) of c requests released together.
+
+    ``slots`` are the requests recorded as the unit's own: all c in the copies layout, the target
+    (slot 0) alone in the needle layout, where the others are fillers.
+    """
+
+    prompt_id: str
+    role: str  # "reference" | "band" | "observer"
+    band_c: int | None
+    repeat: int
+    slots: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        """A stable name, as the manifest's ``done`` list and each capture's ``unit`` field hold it."""
+        if self.role == "reference":
+            return f"{self.prompt_id}/reference/s{self.slots[0]}"
+        return f"{self.prompt_id}/{self.role}/c{self.band_c}/r{self.repeat}"
+
+    def capture_name(self, slot: int) -> str:
+        """The file name (without suffix) of one request's partial capture."""
+        return f"{self.key.replace('/', '.')}.s{slot}"
+
+
+def plan(manifest: Mapping[str, Any]) -> list[Unit]:
+    """What a run's manifest calls for, in the order a probe sends it: per prompt the two m=1
+    references, then each repeat of the ladder (each band followed by its observer twin, without
+    logprobs, when ``observer`` is set).
+
+    Examples
+    --------
+    >>> [u.key for u in plan({"ladder": [1, 4], "prompts": [{"prompt_id": "p0"}], "observer": True})]
+    ['p0/reference/s0', 'p0/reference/s1', 'p0/band/c1/r0', 'p0/observer/c1/r0', 'p0/band/c4/r0', 'p0/observer/c4/r0']
+    """
+    ladder = list(manifest.get("ladder", _DEFAULTS["ladder"]))
+    needle = (manifest.get("requested") or {}).get("layout") == "needle"
+    roles = ("band", "observer") if manifest.get("observer") else ("band",)
+    units = []
+    for prompt in manifest.get("prompts", []):
+        pid = str(prompt.get("prompt_id"))
+        units += [Unit(pid, "reference", None, 0, (slot,)) for slot in (0, 1)]
+        for repeat in range(int(manifest.get("repeats", 1))):
+            units += [Unit(pid, role, c, repeat, (0,) if needle else tuple(range(c))) for c in ladder for role in roles]
+    return units
+
+
+def _parse_json(text: str) -> Any:
+    """``json.loads`` behind the nesting guard, so a hostile manifest is a ValueError, not a RecursionError."""
+    check_depth(text)
+    return json.loads(text)
+
+
+def load_manifest(path: Path) -> dict[str, Any]:
+    manifest_path = path / "manifest.json"
+    if not manifest_path.exists():
+        raise RunError(f"{path}: no manifest.json; a run directory starts with its manifest")
+    try:
+        manifest = _parse_json(manifest_path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RunError(f"{manifest_path}: not UTF-8 text ({exc})") from None
+    except ValueError as exc:
+        raise RunError(f"{manifest_path}: not valid JSON ({exc})") from None
+    return _checked_manifest(manifest, manifest_path)
+
+
+def _checked_manifest(manifest: Any, where: Any) -> dict[str, Any]:
+    """The manifest when it is an object of this run version whose fields have their types; else a RunError naming the field."""
+    if not isinstance(manifest, dict):
+        raise RunError(f"{where}: expected a JSON object")
+    if manifest.get("run_version", RUN_VERSION) != RUN_VERSION:
+        raise RunError(f"{where}: run_version {manifest.get('run_version')!r} is not {RUN_VERSION}")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise RunError(f"{where}: {problem}")
+    return manifest
+
+
+def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> tuple[list[int], str | None]:
+    """Every batch width a run recorded for one band, and where they came from.
+
+    The server log's per-step widths when there are any (``"log"``), else the running-requests
+    gauge sampled during the band (``"metrics"``), else ``([], None)``. A gauge sample of 0 caught
+    the server idle (before the band's requests arrived, or after they finished): it is no batch
+    width, so a band whose samples are all 0 has no width observed, which is unknown, not 0.
+
+    Examples
+    --------
+    >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [], "running": [0, 4, 4, 2, 0]}]}
+    >>> band_widths(manifest, "p0", 4, 0)
+    ([4, 4, 2], 'metrics')
+    >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": [0]}]}, "p0", 1, 0)
+    ([], None)
+    """
+    entry = _band_entry(manifest, prompt_id, c, repeat, role) or {}
+    if entry.get("widths"):
+        return [int(w) for w in entry["widths"]], "log"
+    busy = [int(w) for w in entry.get("running") or [] if w]
+    if busy:
+        return busy, "metrics"
+    if entry.get("max"):
+        return [int(entry["max"])], "log"
+    return [], None
+
+
+def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> dict[str, Any] | None:
+    """The manifest's record of one band (its ``m_formed`` entry: widths, gauge samples, cache metrics)."""
+    for entry in manifest.get("m_formed", []):
+        if (entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
+                and entry.get("role", "band") == role):
+            return entry
+    return None
+
+
+def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> int | None:
+    """The largest batch width the server formed in a band, as the run recorded it; None when no width
+    was observed (no log line, no gauge sample in its window): unknown, which is not 0.
+
+    Examples
+    --------
+    >>> _m_formed({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": []}]}, "p0", 1, 0) is None
+    True
+    """
+    widths, _ = band_widths(manifest, prompt_id, c, repeat)
+    return max(widths, default=None)
+
+
+def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> str | None:
+    """The prefix-cache metrics around a band, as text: a counter's growth during it, a gauge's value after it.
+
+    Examples
+    --------
+    >>> entry = {"prompt_id": "p0", "band_c": 4, "repeat": 0, "cache": {"vllm:prefix_cache_hits_total": {"before": 6.0, "after": 18.0},
+    ...                                                              "sglang:cache_hit_rate": {"before": 0.1, "after": 0.5}}}
+    >>> _cache_summary({"m_formed": [entry]}, "p0", 4, 0)
+    'vllm:prefix_cache_hits_total +12; sglang:cache_hit_rate 0.5'
+    """
+    parts = []
+    for name, values in ((_band_entry(manifest, prompt_id, c, repeat) or {}).get("cache") or {}).items():
+        before, after = values.get("before"), values.get("after")
+        if name.endswith("_total") and before is not None and after is not None:
+            parts.append(f"{name} +{after - before:g}")
+        elif after is not None:
+            parts.append(f"{name} {after:g}")
+    return "; ".join(parts) or None

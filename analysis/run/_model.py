@@ -1,0 +1,124 @@
+"""The :class:`Run` object: a run's manifest and its captures in the dump schema."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..metrics import parity
+from ..dumps import Dump
+from ..core._cells import few, summary_html
+from ..metrics._counts import run_counts
+from ._layout import _DEFAULTS, RunError, plan
+from ._derived import _capture_stamps, _derived_record, _write_derived
+from ._tables import slot_table
+
+@dataclass(frozen=True)
+class Run:
+    """A run's manifest and its captures in the dump schema (requests carry prompt, role, band, slot)."""
+
+    manifest: dict[str, Any]
+    dump: Dump
+    path: Path | None = None
+    # What the tables derive once per run (numbered steps, streams): a run's frames never change.
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @property
+    def ladder(self) -> list[int]:
+        return list(self.manifest.get("ladder", _DEFAULTS["ladder"]))
+
+    @property
+    def declared_min(self) -> int:
+        return int(self.manifest.get("declared_min", _DEFAULTS["declared_min"]))
+
+    def streams(self) -> dict[tuple, parity.Stream]:
+        """Every request's completion stream, keyed by (source, record, choice_index) (built once per run)."""
+        if "streams" not in self._cache:
+            self._cache["streams"] = parity.streams(self.dump.tokens, self.dump.candidates)
+        return self._cache["streams"]
+
+    @property
+    def requests(self) -> pl.DataFrame:
+        """The requests with their decode rates (built once per run)."""
+        if "requests" not in self._cache:
+            self._cache["requests"] = parity.request_decode_rates(self.dump.requests)
+        return self._cache["requests"]
+
+    @property
+    def tokens(self) -> Any:
+        """Every scored position of every request (the dump's ``tokens`` frame)."""
+        return self.dump.tokens
+
+    @property
+    def candidates(self) -> Any:
+        """Every top-k candidate of every position (the dump's ``candidates`` frame)."""
+        return self.dump.candidates
+
+    @property
+    def prompts(self) -> list[str]:
+        """The prompt ids the captures hold, sorted."""
+        return sorted({p for p in self.dump.requests["prompt_id"].to_list() if p is not None})
+
+    def __repr__(self) -> str:
+        engine = (self.manifest.get("identity") or {}).get("engine") or self.manifest.get("producer") or "unknown engine"
+        state = "complete" if self.manifest.get("complete", True) else "incomplete"
+        return (f"Run({str(self.path) if self.path else 'assembled'!r}: {engine}, {len(self.prompts)} prompt(s), ladder {self.ladder}, "
+                f"{len(self.dump.requests)} requests, {state})")
+
+    def _repr_html_(self) -> str:
+        return _card(self)
+
+    def missing(self) -> list[dict[str, Any]]:
+        """The requests the run's plan calls for that the captures lack and no refusal explains
+        (what an interrupted probe did not finish). ``state`` says whether the request was in
+        flight when the probe stopped (its partial bytes are under ``partial/``) or never sent.
+
+        Examples
+        --------
+        >>> from analysis import read_dumps
+        >>> run = Run({"ladder": [1], "prompts": [{"prompt_id": "p"}]}, read_dumps([]))
+        >>> [(m["role"], m["state"]) for m in run.missing()]
+        [('reference', 'not sent'), ('reference', 'not sent'), ('band', 'not sent')]
+        """
+        have = {(r["prompt_id"], r["role"], r["band_c"], r["slot"], r["repeat"] or 0)
+                for r in self.dump.requests.select("prompt_id", "role", "band_c", "slot", "repeat").iter_rows(named=True)}
+        have |= {(r.get("prompt_id"), r.get("role"), r.get("band_c"), r.get("slot"), r.get("repeat") or 0) for r in self.manifest.get("refused", [])}
+        out = []
+        skipped = {entry.get("prompt_id") for entry in self.manifest.get("skipped", [])}  # references that disagree: no band by design
+        for unit in plan(self.manifest):
+            if unit.role != "reference" and unit.prompt_id in skipped:
+                continue
+            for slot in unit.slots:
+                if (unit.prompt_id, unit.role, unit.band_c, slot, unit.repeat) in have:
+                    continue
+                partial = self.path is not None and (self.path / "partial" / f"{unit.capture_name(slot)}.sse").exists()
+                out.append({"prompt_id": unit.prompt_id, "role": unit.role, "band_c": unit.band_c, "slot": slot, "repeat": unit.repeat,
+                            "state": "in flight when the probe stopped" if partial else "not sent"})
+        return out
+
+    def write_derived(self) -> Path:
+        """Write the Parquet tables under ``derived/`` with the size and sha256 of every capture file
+        they were parsed from, so that :func:`read_run` opens them instead of parsing the captures
+        again for as long as the captures are unchanged (needs a run directory)."""
+        if self.path is None:
+            raise RunError("an assembled run has no directory to write into")
+        return _write_derived(self, _capture_stamps(self.path / "captures", _derived_record(self.path / "derived")))
+
+
+def _card(run: Run) -> str:
+    """A run's card: what served it, its plan, what it lacks, and per c how much of it matched m=1."""
+    manifest = run.manifest
+    identity = manifest.get("identity") or {}
+    facts = [("engine", identity.get("engine") or manifest.get("producer")), ("model", (identity.get("model") or {}).get("path")),
+             ("prompts", few(run.prompts)), ("ladder", run.ladder), ("requests", len(run.dump.requests)),
+             ("complete", manifest.get("complete", True)), ("missing", len(run.missing())), ("refused", len(manifest.get("refused") or [])),
+             ("capture records left out", len(run.dump.skipped))]
+    lines = []
+    for c, requests, bitwise, same, earliest in run_counts(slot_table(run)).select("c", "requests", "bitwise", "same", "first").iter_rows():
+        words = f"c={c}: {bitwise} of {requests} requests bit-identical to ref #1, {same} token-identical"
+        words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
+        lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))
+    return summary_html("bia run", str(run.path) if run.path else "assembled", facts, lines)

@@ -1,0 +1,122 @@
+"""Reading runs: a run directory (:func:`read_run`), or loose dumps and a mapping (:func:`assemble_run`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..dumps import Dump, DumpError, read_dumps
+from ._layout import _DEFAULTS, RunError, load_manifest, _checked_manifest
+from ._derived import _capture_stamps, _derived_record, _write_derived, _read_derived
+from ._model import Run
+
+def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any) -> Run:
+    """Read a run directory (see the module docstring for its layout).
+
+    The captures are parsed once: the first read writes the tables to ``derived/`` (unless the
+    directory is read-only), and later reads open them as long as every capture file has the size
+    and sha256 recorded with them; a capture added, changed or removed makes them stale, and the
+    captures are parsed again. ``cache=False`` always parses and writes nothing. ``options`` go to
+    :func:`analysis.read_dumps` (for example ``lenient=True``); a read with options never uses the cache.
+
+    Examples
+    --------
+    >>> run = read_run("data/experiment-cpu/default")
+    >>> run.dump.requests.height, run.ladder
+    (62, [1, 4, 8, 16])
+    """
+    path = Path(path)
+    manifest = load_manifest(path)
+    captures = path / "captures"
+    if not captures.is_dir():
+        raise RunError(f"{path}: no captures/ folder")
+    cached = cache and not options
+    record = _derived_record(path / "derived") if cached else None
+    stamps = _capture_stamps(captures, record) if cached else None  # taken before parsing: a capture appended meanwhile makes the cache stale
+    if record is not None and (dump := _read_derived(path / "derived", captures, record, stamps)) is not None:
+        return Run(manifest, dump, path)
+    # A probe killed while appending a capture leaves its last line cut short: that request is left out
+    # (Dump.skipped says so) and Run.missing lists it, so the run still opens.
+    run = Run(manifest, _without_repeated_lines(read_dumps(captures, torn_tail=True, **options)), path)
+    if cached and os.access(path, os.W_OK):
+        try:
+            _write_derived(run, stamps)
+        except OSError:  # a full disk or a folder we may not write into: the run is read all the same
+            pass
+    return run
+
+
+_UNIT = ("prompt_id", "role", "band_c", "repeat", "slot")  # what names one request of a run's plan
+
+
+def _without_repeated_lines(dump: Dump) -> Dump:
+    """The dump with each capture line that repeats an earlier one byte for byte (a copy appended twice) left
+    out, and said in ``Dump.skipped``; two different lines for one request of the plan are a RunError naming both."""
+    requests = dump.requests if isinstance(dump.requests, pl.DataFrame) else pl.from_pandas(dump.requests[["source", "record", "raw_sha256", *_UNIT]])
+    keyed = requests.filter(pl.col("role").is_in(["reference", "band", "observer"])).with_columns(pl.col("repeat").fill_null(0))
+    repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
+    if repeated.is_empty():
+        return dump
+    dropped, notes = [], list(dump.skipped)
+    for _, group in repeated.group_by(_UNIT, maintain_order=True):
+        first, *others = group.select("source", "record", "raw_sha256", "role", "slot").rows()
+        for source, record, digest, role, slot in others:
+            if digest != first[2]:
+                raise RunError(f"{source}: line {record}: {role} slot {slot} was already recorded at {first[0]} line {first[1]}, "
+                               "with different content; one request of the plan has one capture line")
+            dropped.append((source, record))
+            notes.append(DumpError(source, f"line {record}", None, f"the same capture line as line {first[1]}: read once"))
+    tokens, candidates, requests = (_drop_records(frame, dropped) for frame in (dump.tokens, dump.candidates, dump.requests))
+    return Dump(tokens, candidates, requests, dump.formats, notes)
+
+
+def _drop_records(frame, records: list[tuple[str, int]]):
+    """A polars or pandas frame without the rows of these (source, record) pairs."""
+    if isinstance(frame, pl.DataFrame):
+        return frame.join(pl.DataFrame(records, schema={"source": pl.String, "record": pl.Int64}, orient="row"), on=["source", "record"], how="anti")
+    gone = set(records)
+    keep = [pair not in gone for pair in zip(frame["source"], frame["record"])]
+    return frame[keep].reset_index(drop=True)
+
+
+def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any] | None = None, **options: Any) -> Run:
+    """Build a run from loose dump files and a mapping of which file is which.
+
+    Each mapping entry: ``{"source": path, "prompt_id": ..., "role": "reference" | "band",
+    "band_c": c, "slot": i, "repeat": r}``; each source must hold one request.
+
+    Examples
+    --------
+    >>> run = assemble_run([{"source": "tests/samples/vllm_chat_nonstream_token_ids__OpenPipe-ART.json",
+    ...                      "prompt_id": "p", "role": "reference", "slot": 0}])
+    >>> run.dump.requests.select("prompt_id", "role", "slot").row(0)
+    ('p', 'reference', 0)
+    """
+    entries = [dict(e) for e in mapping]
+    for k, entry in enumerate(entries):
+        if "source" not in entry or entry.get("role") not in ("reference", "band"):
+            raise RunError(f"mapping[{k}]: needs a source and a role of 'reference' or 'band', got {entry!r}")
+    sources = [str(e["source"]) for e in entries]
+    if len(set(sources)) != len(sources):
+        twice = next(s for s in sources if sources.count(s) > 1)
+        raise RunError(f"{twice}: mapped more than once; each request is one file")
+    dump = read_dumps([e["source"] for e in entries], **options)
+    columns = ("prompt_id", "role", "band_c", "slot", "repeat")
+    by_source = {str(e["source"]): e for e in entries}
+    requests = dump.requests
+    counts = requests.group_by("source").len()
+    many = counts.filter(pl.col("len") != 1)
+    if many.height:
+        raise RunError(f"{many['source'][0]}: a mapped source must hold exactly one request, it holds {many['len'][0]}")
+    updates = {c: [by_source[s].get(c) for s in requests["source"]] for c in columns}
+    requests = requests.with_columns(
+        pl.Series("prompt_id", [None if v is None else str(v) for v in updates["prompt_id"]], dtype=pl.String),
+        pl.Series("role", updates["role"], dtype=pl.String),
+        *(pl.Series(c, updates[c], dtype=pl.Int64) for c in ("band_c", "slot", "repeat")),
+    )
+    full = _checked_manifest({**_DEFAULTS, **(manifest or {})}, "manifest")
+    return Run(full, Dump(dump.tokens, dump.candidates, requests, dump.formats, dump.skipped), None)

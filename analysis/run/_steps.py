@@ -1,0 +1,79 @@
+"""A run's streams numbered for the columnar measures, with each request's reference: what the tables and the witness export share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..metrics import _columnar, parity
+from ..dumps._schema import REQUEST_SCHEMA
+from ._layout import RunError, RunLike
+
+if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
+    from ._model import Run
+
+def _stream_of(streams: dict, row: Mapping[str, Any]) -> parity.Stream:
+    return streams.get((row["source"], row["record"], row["choice_index"]), parity.Stream((row["source"],), ()))
+
+
+def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stream]:
+    """The reference stream of every prompt: ref #1 ("ref1") or ref #2 ("ref2") of this run, or ref #1 of another run.
+
+    Examples
+    --------
+    >>> from analysis import assemble_run
+    >>> references(assemble_run([{"source": "tests/samples/vllm_chat_nonstream_token_ids__OpenPipe-ART.json",
+    ...                           "prompt_id": "p", "role": "reference", "slot": 0}]))["p"].identities[:2]
+    (9707, 0)
+    """
+    if isinstance(reference, RunLike):
+        return references(reference, "ref1")
+    if reference not in ("ref1", "ref2"):
+        raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
+    slot = 0 if reference == "ref1" else 1
+    streams = run.streams()
+    refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
+    return {row["prompt_id"]: _stream_of(streams, row) for row in refs.iter_rows(named=True)}
+
+
+def _numbered(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.Steps, pl.DataFrame, pl.DataFrame]:
+    """The steps of the run's streams (and of a reference run's), its requests numbered (``req``, ``length``,
+    ``decode_tok_s``), and each prompt's reference request (``prompt_id``, ``ref``)."""
+    other = reference if isinstance(reference, RunLike) else None
+    if other is None and reference not in ("ref1", "ref2"):
+        raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
+    key = ("numbered", None if other is None else id(other))
+    if key not in run._cache:
+        dumps = [run.dump] if other is None else [run.dump, other.dump]
+        steps = _columnar.build_steps([(d.tokens, d.candidates, d.requests) for d in dumps])
+        numbered = [_numbered_requests(d.requests, steps, part) for part, d in enumerate(dumps)]
+        run._cache[key] = (steps, numbered, other)  # holding ``other`` keeps its id from being reused
+    steps, numbered, _ = run._cache[key]
+    slot = 1 if reference == "ref2" else 0
+    refs = (numbered[-1].filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
+            .unique("prompt_id", keep="last", maintain_order=True).select("prompt_id", ref="req"))
+    return steps, numbered[0], refs
+
+
+def _numbered_requests(requests: Any, steps: _columnar.Steps, part: int) -> pl.DataFrame:
+    numbers = steps.requests.filter(pl.col("part") == part).drop("part")
+    requests = parity.request_decode_rates(requests)
+    # a pandas dump holds integer columns with gaps as floats: back to the schema's types
+    requests = requests.with_columns(pl.col(name).cast(dtype) for name, dtype in REQUEST_SCHEMA.items() if name in requests.columns)
+    return requests.join(numbers, on=["source", "record", "choice_index"], how="left", nulls_equal=True)
+
+
+_BAND_ORDER = ["prompt_id", "band_c", "repeat", "slot"]
+
+
+def _band_pairs(run: Run, reference: str | Run) -> tuple[_columnar.Steps, pl.DataFrame]:
+    """Every batched request with its reference (``pair``, ``ref``, ``other``), in the tables' order."""
+    steps, requests, refs = _numbered(run, reference)
+    bands = requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).join(refs, on="prompt_id", how="left", maintain_order="left")
+    orphan = bands.filter(pl.col("ref").is_null())
+    if orphan.height:
+        row = orphan.row(0, named=True)
+        raise RunError(f"{row['source']}: prompt {row['prompt_id']!r} has no {reference if isinstance(reference, str) else 'reference run'} reference")
+    return steps, bands.with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64), other=pl.col("req"))

@@ -1,0 +1,1 @@
+"""Views for people: plots, the terminal tables, the review cards and the report's detail tables."""
