@@ -101,12 +101,17 @@ def test_each_run_card_answers_from_the_runs_own_requests(default_report):
         run = read_run(ROOT / "data" / name)
         card = " ".join(visible_text(_card(page, f"data/{name}")).split())
         slots = slot_table(run)
+        # with the prompt cache on, llama.cpp's two m=1 references differ in their first logprob's bits (26 and 19 ULP):
+        # no batched request's bits can then be told from run-to-run change, and the card says so instead of counting them
+        refs_differ_in_bits = name == "llamacpp-cpu/cache-prompt"
         for (c,), group in slots.group_by(["band_c"]):
             bitwise = sum(b == n for b, n in zip(group["bitwise_prefix"], group["length"]))
             same = sum(not d for d in group["diverged"])
-            assert f"{c} {group.height} " in card and f"({bitwise} of {group.height})" in card and f"({same} of {group.height})" in card
+            bits = f"{c} {group.height} not judged" if refs_differ_in_bits else f"({bitwise} of {group.height})"
+            assert f"{c} {group.height} " in card and bits in card and f"({same} of {group.height})" in card
         identical = all(b == n for b, n in zip(slots["bitwise_prefix"], slots["length"]))
         assert ("Batch invariant: every request is bit-identical to m=1." in card) == identical
+        assert ("bits not judged: the two m=1 references differ in their logprob bits from the first token on" in card) == refs_differ_in_bits
         assert "decode cost c=4 decodes each request at" in card and "95% interval" in card
         assert "completeness complete: 62 request(s) read, none missing, none refused." in card
 

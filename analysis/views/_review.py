@@ -18,6 +18,7 @@ from ..core._cells import MISSING, cell, share
 from ..metrics._counts import per_c_counts, run_counts
 
 BASE_C, BATCHED_C = 1, 4  # the decode cost compares these bands, as the study does
+NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
 
 
 @dataclass
@@ -51,10 +52,11 @@ class Review:
     lines: list[tuple[str, str, str | None]] = field(default_factory=list)
 
 
-def _per_c_table(counts: pl.DataFrame) -> pl.DataFrame:
+def _per_c_table(counts: pl.DataFrame, no_bits: str = NOT_RECORDED) -> pl.DataFrame:
     """The card's table: one row per c, in words."""
+    unknown = "not recorded" if no_bits == NOT_RECORDED else "not judged"
     rows = [{"c": str(r["c"]), "requests": str(r["requests"]),
-             "bit-identical to m=1": share(r["bitwise"], r["bits_known"]) if r["bits_known"] else "not recorded",
+             "bit-identical to m=1": share(r["bitwise"], r["bits_known"]) if r["bits_known"] else unknown,
              "token-identical": share(r["same"], r["requests"]),
              "first divergence": f"token {r['first']} ({r['first_where']})" if r["parted"] else MISSING,
              "near-tie explains": _explained(r)}
@@ -81,8 +83,8 @@ def _at(c: int) -> str:
     return "already at c=1, alone" if c == 1 else f"from c={c}"
 
 
-def _headline(counts: pl.DataFrame) -> tuple[str, str]:
-    """The answer to "is it batch invariant", with its colour."""
+def _headline(counts: pl.DataFrame, no_bits: str = NOT_RECORDED) -> tuple[str, str]:
+    """The answer to "is it batch invariant", with its colour (``no_bits``: why no request's bits can be judged)."""
     if counts.is_empty() or counts["requests"].sum() == 0:
         return "Nothing to judge: no batched request came back.", "fail"
     parted_at = _first_c(counts, pl.col("parted") > 0)
@@ -90,17 +92,21 @@ def _headline(counts: pl.DataFrame) -> tuple[str, str]:
         every = counts["parted"].sum() == counts["near_tie"].sum()
         return f"Not batch invariant: tokens part from m=1 {_at(parted_at)}" + ("; a near-tie explains every divergence." if every else "."), "fail"
     if counts["bits_known"].sum() == 0:
-        return "Token-identical to m=1 at every c (the logprob bits are not recorded).", "pass"
+        if no_bits == NOT_RECORDED:
+            return f"Token-identical to m=1 at every c ({no_bits}).", "pass"
+        return f"Token-identical to m=1 at every c (bits not judged: {no_bits}).", "warn"
     drift_at = _first_c(counts, pl.col("bitwise") < pl.col("bits_known"))
     if drift_at is None:
         return "Batch invariant: every request is bit-identical to m=1.", "pass"
     return f"Token-identical, not bit-identical: the logprobs differ from m=1 {_at(drift_at)}.", "warn"
 
 
-def _bits_line(counts: pl.DataFrame, max_ulp: int | None) -> tuple[str, str, str | None]:
+def _bits_line(counts: pl.DataFrame, max_ulp: int | None, no_bits: str = NOT_RECORDED) -> tuple[str, str, str | None]:
     known = int(counts["bits_known"].sum())
-    if not known:
+    if not known and no_bits == NOT_RECORDED:
         return "bits", "not recorded: only tokens were kept, not their float32 logprobs.", None
+    if not known:
+        return "bits", f"not judged: {no_bits}.", "warn"
     same = int(counts["bitwise"].sum())
     ulp = f"; the largest logprob distance is {max_ulp:,} ULP" if max_ulp else ""
     return "bits", f"{share(same, known)} of the requests bit-identical to m=1{ulp}.", "pass" if same == known else "warn"
@@ -179,12 +185,70 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
     from ..run import band_table, slot_table
 
     slots = slot_table(run, epsilon=epsilon, reference=reference)
-    counts = run_counts(slots)
-    headline, css = _headline(counts)
+    spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
+    counts = per_c_counts(_within_spans(slots, spans))
+    no_bits = _bits_not_judged(spans)
+    headline, css = _headline(counts, no_bits)
     bands = band_table(run, epsilon=epsilon, reference=reference)
-    lines = [_bits_line(counts, slots["max_ulp"].max()), _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
+    lines = [_bits_line(counts, slots["max_ulp"].max(), no_bits), _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
              _near_tie_line(counts, epsilon), _cost_line(*_rates(bands, "band_c")), _run_completeness(run)]
-    return Review("run", str(run.path) if run.path else "assembled run", _run_about(run), headline, css, _per_c_table(counts), lines)
+    lines[1:1] = [line for line in [_run_to_run_line(spans, slots)] if line]
+    return Review("run", str(run.path) if run.path else "assembled run", _run_about(run), headline, css, _per_c_table(counts, no_bits), lines)
+
+
+_NO_SPANS = pl.DataFrame(schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64})
+
+
+def _reference_spans(run) -> pl.DataFrame:
+    """Per prompt, where its two m=1 references part: ``token_span`` (the first token they differ at) and ``bit_span``
+    (the first position whose logprob bits differ), each null where they never do: what the server does alone, run to run."""
+    from ..metrics.parity import compare
+    from ..run import references
+
+    first, second = references(run, "ref1"), references(run, "ref2")
+    rows = []
+    for prompt in sorted(first.keys() & second.keys()):
+        seen = compare(first[prompt], second[prompt])
+        length = min(seen.length, seen.reference_length)
+        rows.append({"prompt_id": prompt, "token_span": seen.divergence_at if seen.diverged else None,
+                     "bit_span": seen.bitwise_prefix if seen.bitwise_prefix < length else None, "length": length})
+    return pl.DataFrame(rows, schema=_NO_SPANS.schema)
+
+
+def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """The rows :func:`per_c_counts` takes, batching judged only where the prompt's references agree with each other: a request
+    that parts at or after its references' own parting is no batching divergence, and where they differ from the first
+    logprob on, its bits cannot be judged (null)."""
+    joined = slots.join(spans.select("prompt_id", "token_span", "bit_span"), on="prompt_id", how="left")
+    bit_end = pl.min_horizontal("length", pl.col("bit_span").fill_null(pl.col("length")))
+    bitwise = pl.when(pl.col("bitwise_prefix").is_null() | (pl.col("bit_span") == 0)).then(None).otherwise(pl.col("bitwise_prefix") >= bit_end)
+    batching = pl.col("diverged") & (pl.col("token_span").is_null() | (pl.col("divergence_at") < pl.col("token_span")))
+    return joined.select(
+        c="band_c", bitwise=bitwise, diverged=batching, divergence_at="divergence_at", near_tie="near_tie",
+        margin_known=pl.col("reference_margin").is_not_null(), where=pl.format("{} slot {}", "prompt_id", "slot"))
+
+
+def _bits_not_judged(spans: pl.DataFrame) -> str:
+    """Why bits cannot be judged when every prompt's references differ from their first logprob on; else the default."""
+    if spans.height and (spans["bit_span"] == 0).all():
+        return "the two m=1 references differ in their logprob bits from the first token on"
+    return NOT_RECORDED
+
+
+def _run_to_run_line(spans: pl.DataFrame, slots: pl.DataFrame) -> tuple[str, str, str] | None:
+    """What the server does alone, run to run, when its two m=1 references part: where, and what the card leaves to it."""
+    parted = spans.filter(pl.col("token_span").is_not_null() | pl.col("bit_span").is_not_null()).sort("prompt_id")
+    if parted.is_empty():
+        return None
+    where = []
+    for prompt, token_span, bit_span, length in parted.iter_rows():
+        part = f"tokens at {token_span}" if token_span is not None else f"logprob bits at token {bit_span}"
+        where.append(f"{prompt}: {part} of {length}")
+    late = slots.join(parted.select("prompt_id", "token_span"), on="prompt_id").filter(
+        pl.col("diverged") & (pl.col("divergence_at") >= pl.col("token_span"))).height
+    left = f"; {late} batched request(s) parting at or after that point count as run-to-run, not batching" if late else ""
+    return ("run-to-run", f"the two m=1 references differ from each other ({'; '.join(where)}): the server is not deterministic even alone. "
+            f"Batching is judged only where they agree{left}.", "warn")
 
 
 def _run_about(run) -> list[tuple[str, str]]:
@@ -250,17 +314,50 @@ def witness_reviews(ws, *, epsilon: float) -> list[Review]:
 def _witness_review(name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float) -> Review:
     margins = bands.select("band_index", margin="top2_margin_at_divergence")
     length = pl.min_horizontal(pl.col("completion_tokens").fill_null(witness["reference_tokens"]), pl.lit(witness["reference_tokens"]))
+    span = _witness_span(witness)
+    parted = (pl.col("agree_to") < length).fill_null(False)
+    batching = parted & (pl.col("agree_to") < span) if span is not None else parted
     rows = slots.join(margins, on="band_index", how="left").select(
-        "c", bitwise=pl.lit(None, dtype=pl.Boolean), diverged=(pl.col("agree_to") < length).fill_null(False),
+        "c", bitwise=pl.lit(None, dtype=pl.Boolean), diverged=batching,
         divergence_at="agree_to", near_tie=((pl.col("margin") >= 0) & (pl.col("margin") < epsilon)).fill_null(False),
         margin_known=pl.col("margin").is_not_null(), where=pl.format("slot {}", "i"))
     counts = per_c_counts(rows)
     headline, css = _headline(counts)
     lines = [_bits_line(counts, None), _tokens_line(counts) if counts.height else ("tokens", MISSING, None), _near_tie_line(counts, epsilon),
              _cost_line(*_witness_rates(witness, slots, bands)), _witness_completeness(witness, slots, bands)]
+    if span is not None:
+        late = slots.filter(parted & (pl.col("agree_to") >= span)).select("c").to_series().to_list()
+        left = f"; {len(late)} request(s) parting at or after it (c={', '.join(str(c) for c in sorted(set(late)))}) count as run-to-run, not batching" if late else ""
+        lines.insert(1, ("run-to-run", f"the two m=1 references agree only to token {span} of {witness['reference_tokens']}: the server is not "
+                                       f"deterministic even alone. Batching is judged on the tokens before {span}{left}.", "warn"))
+    differs = _against_aprender(witness, bands, css)
+    if differs:
+        lines.append(differs)
     about = [("source", witness["source"]), ("witness_version", cell(witness["witness_version"])), ("host", cell(witness["host"])),
              ("server commit", cell((witness["commit"] or "")[:10] or None)), ("model", cell(witness["model_path"]))]
     return Review("witness", name, about, headline, css, _per_c_table(counts), lines)
+
+
+def _witness_span(witness: dict[str, Any]) -> int | None:
+    """The token the witness's two m=1 references part at, when they part before its reference length; else None."""
+    at, tokens = witness["reference_self_divergence_at"], witness["reference_tokens"]
+    return at if at is not None and tokens is not None and at < tokens else None
+
+
+def _against_aprender(witness: dict[str, Any], bands: pl.DataFrame, css: str) -> tuple[str, str, None] | None:
+    """One line, when aprender's recorded verdict and this card disagree, saying why: its rules judge other things than m=1."""
+    recorded, version = witness["recorded_verdict"], witness["witness_version"]
+    if (recorded == "PASS") == (css == "pass") or recorded not in ("PASS", "FAIL"):
+        return None
+    if recorded == "PASS" and version in (2, 3):
+        batched = bands.filter(pl.col("c") > 1)
+        agree = batched["intra_agree_to"].min() if "intra_agree_to" in batched.columns else None
+        declared = batched["declared_min"].min() if "declared_min" in batched.columns else None
+        return ("aprender", f"records PASS: witness_version {version} passes a batch whose requests agree with each other "
+                            f"(here to token {cell(agree)}, declared_min {cell(declared)}) without comparing them with m=1; "
+                            "this card compares every request with m=1.", None)
+    return ("aprender", f"records {recorded} by witness_version {version}'s rules (a band passes when it agrees with m=1 to "
+                        "declared_min); this card asks whether every request matches m=1 over its whole length.", None)
 
 
 def _witness_rates(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame) -> tuple[list[float], list[float], str | None]:
@@ -278,10 +375,8 @@ def _witness_completeness(witness: dict[str, Any], slots: pl.DataFrame, bands: p
     expected = int(bands["c"].sum()) if bands.height else 0
     refused = int(slots["refused"].is_not_null().sum())
     gaps = [f"{expected - slots.height} slot(s) absent" if slots.height < expected else "", f"{refused} refused" if refused else ""]
-    stable = witness["reference_stable"]
-    self_at, tokens = witness["reference_self_divergence_at"], witness["reference_tokens"]
-    if stable is False or (self_at is not None and tokens is not None and self_at < tokens):
-        gaps.append(f"the two m=1 references agree only to token {cell(self_at)} of {cell(tokens)}")
+    if witness["reference_stable"] is False and _witness_span(witness) is None:  # a parting with no token: the run-to-run line has none to give
+        gaps.append("the two m=1 references are recorded as unstable")
     gaps = [g for g in gaps if g]
     have = f"{slots.height} of {expected} slot(s) across {bands.height} band(s)"
     if not gaps:

@@ -1,0 +1,95 @@
+"""The verdict cards keep run-to-run change apart from batching (issue 22, item 2), with values worked out by hand.
+
+Where a server's two m=1 references part from each other, what parts at or after that point is not the batch's doing:
+the card says where the references part, judges batching only before it, and, where it disagrees with aprender's
+recorded verdict, says why in one line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+from conftest import ROOT, V2_WITNESS
+
+from analysis import read_run, read_witnesses
+from analysis.views._review import _within_spans, run_review, witness_reviews
+
+
+def _card(path) -> dict:
+    review = witness_reviews(read_witnesses(path), epsilon=0.05)[0]
+    return {"headline": review.headline, "css": review.css, **{q: a for q, a, _ in review.lines}}
+
+
+def test_the_v2_witness_card_puts_c1_on_run_to_run_and_says_why_aprender_passes():
+    # References agree to token 100 of 128; the c=1 request parts at 100 (run-to-run), every c >= 4 request at token 3.
+    card = _card(V2_WITNESS)
+    assert card["headline"] == "Not batch invariant: tokens part from m=1 from c=4."
+    assert card["run-to-run"] == ("the two m=1 references agree only to token 100 of 128: the server is not deterministic even alone. "
+                                  "Batching is judged on the tokens before 100; 1 request(s) parting at or after it (c=1) count as "
+                                  "run-to-run, not batching.")
+    assert card["aprender"] == ("records PASS: witness_version 2 passes a batch whose requests agree with each other (here to token 128, "
+                                "declared_min 64) without comparing them with m=1; this card compares every request with m=1.")
+    assert card["completeness"] == "complete: 29 of 29 slot(s) across 4 band(s), none refused."
+
+
+def test_a_witness_whose_only_parting_is_run_to_run_is_token_identical(tmp_path):
+    # The same witness with every batched request agreeing with m=1 to the end: only c=1 parts, at token 100, where the
+    # references themselves part. Before the change its card said "tokens part from m=1 already at c=1, alone".
+    witness = json.loads(V2_WITNESS.read_text())
+    for band in witness["bands"]:
+        if band["c"] > 1:
+            band["divergence_at"] = 128
+            for slot in band["slots"]:
+                slot["agree_to"] = 128
+    path = tmp_path / "witness.json"
+    path.write_text(json.dumps(witness))
+    card = _card(path)
+    assert card["headline"] == "Token-identical to m=1 at every c (the logprob bits are not recorded)."
+    assert card["css"] == "pass"
+    assert card["tokens"] == "100% (29 of 29) token-identical: no request parted from m=1."
+    assert "1 request(s) parting at or after it (c=1)" in card["run-to-run"]
+    assert "aprender" not in card  # aprender records PASS too
+
+
+def test_a_witness_whose_references_agree_has_no_run_to_run_line():
+    card = _card(ROOT / "data" / "aprender-lambda" / "witness-variant-batched-prefill-0.json")  # references agree to 128 of 128
+    assert "run-to-run" not in card and "aprender" not in card  # v1 records FAIL, and so does the card
+    assert card["headline"] == "Not batch invariant: tokens part from m=1 from c=4."
+
+
+def test_requests_are_judged_only_where_their_references_agree():
+    # p0's references part in tokens at 10 and in bits at 5 (of 20 tokens); p1's agree; p2's differ in bits from token 0.
+    spans = pl.DataFrame({"prompt_id": ["p0", "p1", "p2"], "token_span": [10, None, None], "bit_span": [5, None, 0], "length": [20, 20, 20]},
+                         schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64})
+    slots = pl.DataFrame({
+        "prompt_id": ["p0", "p0", "p0", "p0", "p1", "p1", "p2"],
+        "band_c": [4] * 7, "slot": [0, 1, 2, 3, 0, 1, 0],
+        "diverged": [True, True, False, False, True, False, False],
+        "divergence_at": [12, 7, None, None, 12, None, None],
+        "bitwise_prefix": [5, 5, 5, 4, 3, 20, 20],
+        "length": [20] * 7,
+        "near_tie": [False] * 7, "reference_margin": [0.5] * 7,
+    }, schema_overrides={"divergence_at": pl.Int64})
+    rows = _within_spans(slots, spans)
+    assert rows["diverged"].to_list() == [False, True, False, False, True, False, False]  # 12 >= p0's 10: run-to-run; p1 has no span
+    assert rows["bitwise"].to_list() == [True, True, True, False, False, True, None]  # p0 judged on its first 5 bits; p2 not at all
+
+
+def test_the_cache_prompt_run_says_its_bits_cannot_be_judged():
+    # With llama.cpp's prompt cache on, ref #2 finds ref #1's prompt cached and differs from it in the first logprob's bits.
+    review = run_review(read_run(ROOT / "data" / "llamacpp-cpu" / "cache-prompt"), epsilon=0.05)
+    lines = {q: a for q, a, _ in review.lines}
+    assert review.headline == ("Token-identical to m=1 at every c (bits not judged: the two m=1 references differ in their logprob bits "
+                               "from the first token on).")
+    assert review.css == "warn"
+    assert lines["bits"] == "not judged: the two m=1 references differ in their logprob bits from the first token on."
+    assert lines["run-to-run"] == ("the two m=1 references differ from each other (p0: logprob bits at token 0 of 64; p1: logprob bits at "
+                                   "token 0 of 64): the server is not deterministic even alone. Batching is judged only where they agree.")
+    assert set(review.per_c["bit-identical to m=1"]) == {"not judged"}
+
+
+def test_a_run_whose_references_agree_is_judged_as_before():
+    review = run_review(read_run(ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt"), epsilon=0.05)
+    assert review.headline == "Token-identical, not bit-identical: the logprobs differ from m=1 from c=4."
+    assert "run-to-run" not in {q for q, _, _ in review.lines}
