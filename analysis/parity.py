@@ -174,7 +174,7 @@ class Comparison:
     bitwise_prefix : int
         Leading positions whose tokens agree and whose float32 logprobs are bit-identical.
     max_abs_delta, max_ulp : float, int or None
-        Over the agreeing prefix, the largest |difference| of the sampled logprobs and its ULP distance.
+        Over the agreeing prefix, the largest ``|difference|`` of the sampled logprobs and its ULP distance.
     topk_order_changes, topk_set_changes : int
         Agreeing positions whose top-k candidate order, or set, differs.
     reference_margin, own_margin : float or None
@@ -492,7 +492,7 @@ def decode_rate(completion_tokens: int | None, first_arrival: float | None, last
     """A request's decode rate, ``(completion_tokens - 1) / (last - first arrival)`` of content chunks.
 
     Only for a live stream (``stream_live``: declared live by the server, or observed live from its
-    arrival times, see :func:`analysis.dumps._liveness.liveness`); None with fewer than two content chunks or two
+    arrival times, see ``analysis.dumps._liveness.liveness``); None with fewer than two content chunks or two
     tokens, or a zero span: a rate is measured, never invented.
 
     Examples
