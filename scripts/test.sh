@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the test suite: sets up .venv (scripts/setup.sh), installs Debian's chromium for the
 # browser tests when it is missing and we are root, builds llama-server for the llama.cpp tests,
-# then runs pytest with any extra arguments.
+# then builds the documentation (scripts/docs.sh: warnings as errors, notebooks executed) and runs pytest
+# with any extra arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,4 +25,5 @@ if [ -z "${BIA_SKIP_LLAMA_BUILD:-}" ] && command -v cmake >/dev/null 2>&1 && com
         echo "warning: building llama-server failed (log: $build_log); tests/test_llamacpp.py will skip, or fail under CI" >&2
     fi
 fi
+bash scripts/docs.sh
 exec .venv/bin/python -m pytest "$@"
