@@ -6,7 +6,7 @@ next decode step. In the ``default`` kernel mode the step runs every active row 
 layer together (KV caches left-padded to the longest), so a row's bits depend on its batch; in
 ``one-by-one`` mode (alias ``batch-invariant``) each row steps as its own batch of one; in
 ``fixed-tiles`` mode the step runs every active row together on fixed row tiles and attention
-splits (:mod:`analysis.experiment.kernels`), so the batch is kept and a row's bits are still those
+splits (``analysis.experiment.kernels``), so the batch is kept and a row's bits are still those
 it would have alone. Each step logs one line in
 aprender's form, ``[PMAT-044] Batch m=N done in X ms (Y tok/s/slot)``, which both bia's probe and
 aprender's read. Streams declare ``"stream_mode": "live"`` and carry logprobs with top_logprobs.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install bia with its test extra. Idempotent: reinstalls only when
+# Create .venv and install bia with its test, torch, hf, ray and docs extras. Idempotent: reinstalls only when
 # pyproject.toml changed since the last successful install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,6 @@ stamp=.venv/.bia-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet --editable '.[test,torch,hf,ray]'
+    .venv/bin/python -m pip install --quiet --editable '.[test,torch,hf,ray,docs]'
     echo "$want" > "$stamp"
 fi

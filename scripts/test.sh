@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the test suite: sets up .venv (scripts/setup.sh), installs Debian's chromium for the
 # browser tests when it is missing and we are root, builds llama-server for the llama.cpp tests,
-# checks the layer contract with import-linter, then runs pytest with any extra arguments.
+# checks the layer contract with import-linter, builds the documentation (scripts/docs.sh: warnings as errors,
+# notebooks executed) and runs pytest with any extra arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -27,4 +28,5 @@ fi
 # The layer contract (pyproject's [tool.importlinter]): an import against the pipeline's direction, or a circle, fails here
 # with the importing module and line named.
 .venv/bin/lint-imports --no-cache
+bash scripts/docs.sh
 exec .venv/bin/python -m pytest "$@"

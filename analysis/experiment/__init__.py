@@ -1,5 +1,5 @@
 """A reproducible batch-invariance experiment in torch: a real transformer decoded greedily at
-several batch sizes, in each kernel mode (:mod:`.model`), written as bia run directories.
+several batch sizes, in each kernel mode (``analysis.experiment.model``), written as bia run directories.
 
 Layouts: ``copies`` fires c copies of one prompt (as aprender's probe does); ``needle`` puts the
 target prompt at a seeded random position among c - 1 other prompts (as vLLM's needle test does;

@@ -73,7 +73,7 @@ def fetch_url(
     max_bytes : int
         A body larger than this is refused, whether or not the server announced its length.
     cache : Path, optional
-        The cache folder; :func:`cache_dir` by default.
+        The cache folder; ``cache_dir()`` by default.
     refresh : bool
         Fetch the whole body again, without validators.
     offline : bool, optional

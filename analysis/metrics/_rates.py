@@ -35,7 +35,7 @@ def decode_rate(completion_tokens: int | None, first_arrival: float | None, last
     """A request's decode rate, ``(completion_tokens - 1) / (last - first arrival)`` of content chunks.
 
     Only for a live stream (``stream_live``: declared live by the server, or observed live from its
-    arrival times, see :func:`analysis.dumps._liveness.liveness`); None with fewer than two content chunks or two
+    arrival times, see ``analysis.dumps._liveness.liveness``); None with fewer than two content chunks or two
     tokens, or a zero span: a rate is measured, never invented.
 
     Examples

@@ -177,7 +177,7 @@ class Comparison:
     bitwise_prefix : int
         Leading positions whose tokens agree and whose float32 logprobs are bit-identical.
     max_abs_delta, max_ulp : float, int or None
-        Over the agreeing prefix, the largest |difference| of the sampled logprobs and its ULP distance.
+        Over the agreeing prefix, the largest ``|difference|`` of the sampled logprobs and its ULP distance.
     topk_order_changes, topk_set_changes : int
         Agreeing positions whose top-k candidate order, or set, differs.
     reference_margin, own_margin : float or None

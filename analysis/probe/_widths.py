@@ -14,7 +14,7 @@ BATCH_LINE = r"Batch m=(\d+) done"
 
 
 class LogWatcher:
-    """Reads what a server log gained since :meth:`mark`, and every batch width in it.
+    """Reads what a server log gained since :meth:`~LogWatcher.mark`, and every batch width in it.
 
     Examples
     --------

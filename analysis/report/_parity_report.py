@@ -123,7 +123,7 @@ def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any
     Returns
     -------
     str
-        Escaped HTML: a heading and one card per run, then per witness (see :mod:`analysis._review`).
+        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``).
     """
     from ..views._review import run_review, witness_reviews
 
@@ -181,7 +181,7 @@ def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any]
     Returns
     -------
     str
-        Escaped HTML; the reasons' long decimals rounded for people (see :func:`rounded`).
+        Escaped HTML; the reasons' long decimals rounded for people (see ``rounded``).
     """
     from ..views._details import run_admission
 

@@ -191,7 +191,7 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
 
 
 def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
-    """Per batched request and step before its fork, |delta logprob| against the reference (``label``, ``step``, ``abs_delta``).
+    """Per batched request and step before its fork, ``|delta logprob|`` against the reference (``label``, ``step``, ``abs_delta``).
 
     Examples
     --------

@@ -328,7 +328,7 @@ def plot_band_widths(widths: Any, *, ax=None):
 
 
 def plot_delta_before_fork(deltas: Any, *, ax=None):
-    """Per-step |delta logprob| of batched requests against the reference, up to their fork.
+    """Per-step ``|delta logprob|`` of batched requests against the reference, up to their fork.
 
     ``deltas``: rows of (label, step, abs_delta), and ``band_c`` when known. Past ``LEGEND_LIMIT - 1``
     requests with ``band_c``, one line per c (the largest drift over its requests at each step) and
