@@ -1,6 +1,6 @@
 """Parity of two streams, token by token: divergence, bitwise prefix, ULP, near-tie margins, KL, decode rates.
 
-The public name of :mod:`analysis.metrics.parity`, where the code lives.
+The public name of ``analysis.metrics.parity``, where the code lives.
 """
 
 from .metrics.parity import *  # noqa: F403

@@ -1,6 +1,6 @@
 """One plot per function (``ax=None`` in, Axes out) for witnesses and runs.
 
-The public name of :mod:`analysis.views.plots`, where the code lives.
+The public name of ``analysis.views.plots``, where the code lives.
 """
 
 from .views.plots import *  # noqa: F403

@@ -1,6 +1,6 @@
 """The trend report: a history of runs, witnesses and release markers over time.
 
-The public name of :mod:`analysis.report.trend`, where the code lives.
+The public name of ``analysis.report.trend``, where the code lives.
 """
 
 from .report.trend import *  # noqa: F403

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import shutil
 from pathlib import Path
 
 # The public modules, in the order a reader meets them; each gets its own page.
@@ -99,8 +100,13 @@ def documented_objects() -> dict[int, str]:
 
 
 def write(api_dir: Path) -> list[Path]:
-    """Write ``analysis.rst`` and one ``analysis.<module>.rst`` per public module into *api_dir* (only when changed)."""
+    """Write ``analysis.rst`` and one ``analysis.<module>.rst`` per public module into *api_dir* (only when changed).
+
+    autosummary's pages from an earlier build (``generated/``) are removed first: a name that left the public
+    surface must not leave its page behind, outside every toctree.
+    """
     api_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(api_dir / "generated", ignore_errors=True)
     pages = {"analysis.rst": top_level_page()}
     pages.update({f"analysis.{m}.rst": module_page(m) for m in PUBLIC_MODULES})
     written = []

@@ -1,7 +1,8 @@
 """Per-token logprob dumps from any engine, read into one schema (tokens, candidates, requests)."""
 
 from ._formats import DUMP_SUFFIXES, FORMATS, detect_format
-from ._read import Dump, ScannedDump, parse_source, read_dump, read_dumps, scan_dump
+from ._read import Dump, ScannedDump, read_dump, read_dumps, scan_dump
+from ._read import parse_source  # for the probe, which checks each capture as it lands; not in __all__
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
 from ._values import DumpError
 
@@ -15,7 +16,6 @@ __all__ = [
     "DumpError",
     "ScannedDump",
     "detect_format",
-    "parse_source",
     "read_dump",
     "read_dumps",
     "scan_dump",

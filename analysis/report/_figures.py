@@ -109,7 +109,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[A
 
 def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | None]], pl.DataFrame, pl.DataFrame]:
     """For the report's plots: each prompt's reference margin per step, P(flip | margin) over the run's
-    batched requests, and per-step |delta logprob| before each fork (see :mod:`analysis.run`)."""
+    batched requests, and per-step ``|delta logprob|`` before each fork (see :mod:`analysis.run`)."""
     from ..run import drift_table, flip_table, reference_margins
 
     return reference_margins(run, reference=reference), flip_table(run, reference=reference), drift_table(run, reference=reference)

@@ -66,7 +66,7 @@ def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os
 
     Runs are read one at a time, so writing takes the memory of the largest run. A run is named by
     its directory; a study grows by writing more runs into it, and a run whose name the study
-    already holds is refused (:class:`~analysis._output.OutputExists`) unless ``force``, which
+    already holds is refused (:class:`~analysis.OutputExists`) unless ``force``, which
     replaces its partitions.
 
     Examples
