@@ -25,7 +25,7 @@ from .verdicts._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shap
 from .verdicts._witness_rules import derive_band_result, derive_run_verdict
 from .witness import WitnessSet, read_witness, read_witnesses
 from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, flip_table, observer_table,
-                  prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_witness)
+                  prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_run, write_witness)
 from .studies import History, HistoryError, Study, append_history, mode_comparison, read_history, scan_study, study_tables, write_dataset
 from .views.plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,
                           plot_fork_tree, plot_margin_at_divergence, plot_margin_trace, plot_run_decode_rate, plot_run_divergence,
@@ -54,7 +54,7 @@ __all__ = sorted([
     "plot_fork_tree", "plot_margin_at_divergence", "plot_margin_trace", "plot_run_decode_rate", "plot_run_divergence",
     "plot_unique_completions", "plot_trend",
     # report, and making runs
-    "render_report", "render_trend", "default_sources", "default_runs", "run_experiment",
+    "render_report", "render_trend", "default_sources", "default_runs", "run_experiment", "write_run",
 ], key=str)
 
 # Public classes say they belong to the package face, as httpx's do: reprs, tracebacks and pickles name

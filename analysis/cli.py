@@ -159,6 +159,11 @@ def witness_command(
     from .witness import read_witnesses
 
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
+    from .report._inputs import run_directory_problem
+
+    for path in paths:  # a run directory, not read file by file as witnesses (its cache files are none)
+        if (problem := run_directory_problem(path)) is not None:
+            raise _fail(problem, EXIT_RED)
     try:
         ws = read_witnesses(paths)
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
@@ -170,9 +175,69 @@ def witness_command(
     print_witness_tables(ws, ws.shape_checks(policy), show_reasons=reasons)
 
 
+MappingFile = Annotated[Optional[Path], typer.Option("--mapping", help="Dumps: a JSON or CSV file saying which file is which (source, prompt_id, "
+                                                                        "role, band_c, slot, repeat).")]
+BandPerFile = Annotated[bool, typer.Option("--band-per-file", help="Dumps: each file is one band of the requests it holds (c their count); "
+                                                                   "a file of one request is an m=1 reference.")]
+
+
+def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, command: str = "report"):
+    """The run the dumps make, or a one-line error and bia's exit code: 3 a path that does not exist, 4 a dump bia
+    cannot read, 2 a request it cannot place."""
+    from .dumps import DumpError
+    from .io._sources import SourceError
+    from .report._inputs import ACCEPTS
+    from .run import RunError, assemble_dumps
+
+    try:
+        return assemble_dumps(dumps, mapping=mapping, band_per_file=band_per_file)
+    except (FileNotFoundError, SourceError) as exc:
+        raise _fail(str(exc), 3) from None
+    except DumpError as exc:
+        where = f"{exc.record}.{exc.field}" if exc.field else exc.record
+        if command == "assemble":
+            raise _fail(f"{exc.source}: not a logprob dump bia reads ({where}: {exc.problem})", 4) from None
+        raise _fail(f"{exc.source}: neither a witness (no witness_version), a release marker, a run directory nor a logprob dump bia reads "
+                    f"({where}: {exc.problem}); {ACCEPTS}", 4) from None
+    except RunError as exc:
+        raise _fail(str(exc), 2) from None
+
+
+@app.command("assemble")
+def assemble_command(
+    dumps: Annotated[Optional[list[str]], typer.Argument(help="Dump files, folders or globs (envelopes: prompt_id, role, band_c, slot).")] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/assembled"),
+    mapping: MappingFile = None,
+    band_per_file: BandPerFile = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace what the output folder holds.")] = False,
+) -> None:
+    """Write a run directory from loose dumps, each request placed by its capture envelope, --mapping or --band-per-file.
+
+    Exit 0 written, 2 a request it cannot place (file and field named) or an occupied output, 3 no such path, 4 not a dump.
+    """
+    from .core._output import OutputExists
+    from .report._inputs import is_lone
+    from .run import RunError, write_run
+
+    if not dumps and mapping is None:
+        raise _fail("give the dumps (files, folders or globs), or --mapping FILE")
+    run = _assemble(dumps or [], mapping, band_per_file, command="assemble")
+    try:
+        folder = write_run(run, output, force=force)
+    except OutputExists as exc:
+        raise _fail(str(exc)) from None
+    except RunError as exc:
+        raise _fail(str(exc), 4) from None
+    requests = run.dump.requests.unique(["source", "record"]).height
+    typer.echo(f"wrote {folder}: {requests} request{'s' if requests != 1 else ''}, {len(run.prompts)} prompt(s), ladder {run.ladder}")
+    if is_lone(run):
+        typer.echo("note: one request allows no batch comparison (it is ref #1 of its prompt); add the prompt sent in batches of c", err=True)
+
+
 @app.command("report")
 def report_command(
-    sources: Annotated[Optional[list[str]], typer.Argument(help="Witness sources and run directories; the embedded default if none.")] = None,
+    sources: Annotated[Optional[list[str]], typer.Argument(help="Witness sources, run directories and dumps (files, folders, globs); "
+                                                                "the embedded default if none.")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("parity-report.html"),
     epsilon: Annotated[float, typer.Option(help="The near-tie epsilon for runs.")] = 0.05,
     reference: Annotated[str, typer.Option(help="Compare batched requests with ref1, ref2, or another run directory's ref #1.")] = "ref1",
@@ -184,21 +249,22 @@ def report_command(
     admission: Annotated[bool, typer.Option("--admission", help="Judge the runs by aprender's V3 release gate too (implied by "
                                                                 "--policy, --model-prefix and --bands).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output (and --notebook) when they exist.")] = False,
+    mapping: MappingFile = None,
+    band_per_file: BandPerFile = False,
     offline: Offline = False,
 ) -> None:
     """Execute the parity report notebook (papermill) and export one offline HTML file.
 
     The verdict cards come first, then the figures and the detail; aprender's V3 release gate
     judges the witnesses, and the runs too when --policy, --model-prefix or --bands is given.
+    Dumps are assembled into a run first, as bia assemble does (--mapping, --band-per-file).
     """
-    import dataclasses
+    import tempfile
 
     _go_offline(offline)
-    from .core._fields import WitnessError
     from .core._output import OutputExists, claim_output
-    from .io._sources import SourceError, same_sources
-    from .witness import read_witnesses
-    from .report import ReportError, default_runs, default_sources, render_report
+    from .io._sources import same_sources
+    from .report._inputs import is_lone, sort_sources
 
     _check_epsilon(epsilon)
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
@@ -211,8 +277,36 @@ def report_command(
     given, repeated = same_sources(sources or [])
     for first, again in repeated:
         typer.echo(f"note: {again} is {first} given again; it is read once", err=True)
-    runs = [s for s in given if (Path(s) / "manifest.json").exists()]
-    witness_sources = [s for s in given if s not in runs]
+    try:
+        runs, witness_sources, dumps = sort_sources(given)
+    except FileNotFoundError as exc:
+        raise _fail(str(exc), EXIT_MISSING) from None
+    if band_per_file and not dumps and mapping is None:
+        raise _fail("--band-per-file places dumps, and no dump was given")
+    assembled = _assemble(dumps, mapping, band_per_file) if dumps or mapping is not None else None
+    if assembled is not None and is_lone(assembled):
+        typer.echo("note: one request allows no batch comparison; the report says what it can and cannot judge", err=True)
+    with tempfile.TemporaryDirectory(prefix="bia-report-") as scratch:
+        if assembled is not None:
+            from .run import write_run
+
+            name = Path(dumps[0]).name if len(dumps) == 1 and mapping is None else "dumps"
+            runs.append(str(write_run(assembled, Path(scratch) / f"{name} (assembled)")))
+        _report(runs, witness_sources, output=output, epsilon=epsilon, reference=reference, title=title, notebook=notebook, policy=policy,
+                policy_file=policy_file, model_prefix=model_prefix, bands=bands, admission=admission)
+
+
+def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilon: float, reference: str, title: str, notebook: Path | None,
+            policy: V3Policy, policy_file: Path | None, model_prefix: str | None, bands: str | None, admission: bool) -> None:
+    """Read the runs and witnesses, so that a bad file is named here, then render the report."""
+    import dataclasses
+
+    from .core._fields import WitnessError
+    from .io._sources import SourceError
+    from .witness import read_witnesses
+    from .report import ReportError, default_runs, default_sources, render_report
+    from .report._inputs import ACCEPTS
+
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
         from .run import RunError, read_run
 
@@ -223,7 +317,8 @@ def report_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_MISSING) from None
     except (WitnessError, RunError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+        hint = f"; {ACCEPTS}" if isinstance(exc, WitnessError) and "neither a witness" in str(exc) else ""
+        typer.echo(f"error: {exc}{hint}", err=True)
         raise typer.Exit(EXIT_RED) from None
     overrides = {k: v for k, v in dataclasses.asdict(policy).items() if v != getattr(V3Policy(), k)}
     try:

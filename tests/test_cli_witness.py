@@ -44,3 +44,16 @@ def test_errors_name_the_file_and_field(tmp_path):
     assert run.returncode == 4
     assert f"{bad}: $.bands[0] (c=1).slots[0].i: expected an integer" in run.stderr
     assert bia("witness", str(tmp_path / "absent.json")).returncode == 3
+
+
+def test_a_run_directory_is_named_as_one_with_what_to_run_on_it(tmp_path):
+    from conftest import ROOT
+
+    run_dir = ROOT / "data" / "experiment-cpu" / "default"
+    result = bia("witness", str(run_dir))
+    assert result.returncode == 4
+    assert "derived/manifest.json" not in result.stderr  # not a cache file of the run, but the run itself
+    assert f"error: {run_dir} is a run directory, not a witness: bia report {run_dir} -o report.html reports it" in result.stderr
+    assert f"bia shape-check {run_dir / 'witness.json'}" in result.stderr and "prompt_id='p0'" in result.stderr
+    result = bia("witness", str(run_dir.parent))
+    assert result.returncode == 4 and f"{run_dir.parent} holds run directories ({run_dir.parent / 'batch-invariant'}" in result.stderr

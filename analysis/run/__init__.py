@@ -17,18 +17,22 @@ Layout of a run directory (``run_version`` 1)::
     witness.json         an aprender witness_version 3, rebuildable (``to_witness``)
 
 :func:`read_run` reads it; :func:`assemble_run` builds the same object from loose dumps and a
-mapping of which file is which prompt, band and slot.
+mapping of which file is which prompt, band and slot, :func:`assemble_dumps` from dumps whose capture
+envelopes say so (or a mapping file, or one band per file); :func:`write_run` writes a run as a
+directory that :func:`read_run` reads back to the same frames.
 """
 
 
+from ._assemble import assemble_dumps, read_mapping
 from ._export import to_witness, write_witness
 from ._layout import RunError, RunLike, Unit, band_widths, load_manifest, plan
 from ._model import Run
 from ._read import assemble_run, read_run
 from ._steps import references
+from ._write import write_run
 from ._tables import (accuracy_table, band_forks, band_table, drift_table, flip_table, observer_table, prompt_table, reference_margins,
                       slot_table, width_table)
 
-__all__ = ["Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table",
-           "flip_table", "load_manifest", "observer_table", "plan", "prompt_table", "read_run", "reference_margins", "references", "slot_table",
-           "to_witness", "width_table", "write_witness"]
+__all__ = ["Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_dumps", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table",
+           "flip_table", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_run", "reference_margins", "references", "slot_table",
+           "to_witness", "width_table", "write_run", "write_witness"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from ..core._cells import MISSING, cell, share
+from ..core._cells import MISSING, cell, few, share
 from ..metrics._counts import per_c_counts, run_counts
 
 BASE_C, BATCHED_C = 1, 4  # the decode cost compares these bands, as the study does
@@ -184,6 +184,8 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
     """
     from ..run import band_table, slot_table
 
+    if run.dump.requests.unique(["source", "record"]).height == 1:
+        return _lone_review(run)
     slots = slot_table(run, epsilon=epsilon, reference=reference)
     spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
     counts = per_c_counts(_within_spans(slots, spans))
@@ -251,17 +253,39 @@ def _run_to_run_line(spans: pl.DataFrame, slots: pl.DataFrame) -> tuple[str, str
             f"Batching is judged only where they agree{left}.", "warn")
 
 
+def _lone_review(run) -> Review:
+    """The card of a run of one request (a lone dump): what one request shows, and that it allows no batch comparison."""
+    request = run.dump.requests.row(0, named=True)
+    tokens = run.dump.tokens.filter(pl.col("segment") == "completion")
+    scored = int(tokens["logprob"].is_not_null().sum())
+    top_k = int(tokens["n_candidates"].max() or 0) if tokens.height else 0
+    holds = (f"{tokens.height} completion token(s), {scored} with a logprob, "
+             + (f"up to {top_k} top-k candidate(s) per step" if top_k else "no top-k candidates"))
+    lines = [("read", f"one request ({cell(request['source_format'])}, {cell(request['model'])}): {holds}.", None),
+             ("can judge", "that the dump reads and what it holds: each token's logprob and candidates, in the detail below.", None),
+             ("cannot judge", "batch invariance. Bits, tokens, near-ties and decode cost each compare the same prompt sent alone (m=1) "
+                              "with it sent in a batch of c, and one request has nothing to compare with. Give the batched requests' dumps "
+                              "too, with prompt_id, role, band_c and slot in their capture envelopes (or bia assemble --mapping).", "warn"),
+             _run_completeness(run)]
+    return Review("run", str(run.path) if run.path else "assembled run", _run_about(run),
+                  "One request: no batch comparison. A single request reads, but batch invariance needs the same prompt "
+                  "also sent in a batch of c.", "warn", _per_c_table(pl.DataFrame()), lines)
+
+
 def _run_about(run) -> list[tuple[str, str]]:
     manifest = run.manifest
     identity = manifest.get("identity") or {}
     mode = (manifest.get("effective") or {}).get("kernel_mode")
     repeats = manifest.get("repeats", 1)
     about = [("engine", cell(identity.get("engine") or manifest.get("producer"))), ("model", cell((identity.get("model") or {}).get("path"))),
-             ("host", cell(identity.get("host"))), ("prompts", str(len(run.prompts))), ("ladder", cell(run.ladder))]
+             ("host", cell(identity.get("host"))), ("prompts", str(len(run.prompts))), ("ladder", cell(run.ladder or None))]
     if mode:
         about.insert(1, ("kernel mode", cell(mode)))
     if repeats and repeats != 1:
         about.append(("repeats", cell(repeats)))
+    origins = list(dict.fromkeys(str(o.get("source")) for o in manifest.get("assembled_from") or [] if isinstance(o, dict)))
+    if origins:
+        about.append(("assembled from", few(origins)))
     return about
 
 

@@ -1,0 +1,113 @@
+"""What ``bia report`` and ``bia witness`` were given: run directories, witnesses and release markers, or logprob dumps."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+ACCEPTS = ("bia report reads witness and release-marker files (JSON), run directories (with manifest.json) and logprob dumps "
+            "(chat and completion responses or their SSE streams, with logprobs, from OpenAI-compatible servers, vLLM, SGLang, llama.cpp, "
+            "TGI: README, \"Per-token logprob dumps\")")
+
+
+def is_run_dir(path: Path, *, strict: bool = False) -> bool:
+    """A run directory: its manifest.json (and, ``strict``, for one found inside a folder, its captures/ too)."""
+    return (path / "manifest.json").is_file() and (not strict or (path / "captures").is_dir())
+
+
+def is_lone(run) -> bool:
+    """Whether a run holds a single request: it reads, and allows no batch comparison."""
+    return run.dump.requests.unique(["source", "record"]).height == 1
+
+
+def run_directories(path: Path) -> list[Path]:
+    """The run directory ``path`` is, or those inside the folder ``path`` (each with manifest.json and captures/), sorted."""
+    if is_run_dir(path):
+        return [path]
+    return sorted({p.parent for p in path.rglob("manifest.json") if is_run_dir(p.parent, strict=True)})
+
+
+def looks_like_witness(file: str) -> bool:
+    """Whether a file is a witness or a release marker (then read as one, its faults named as a witness's), not a dump."""
+    from ..core import _strictjson
+    from ..dumps import DUMP_SUFFIXES
+    from ..witness._read import MARKER_KEYS
+
+    if file.endswith(tuple(s for s in DUMP_SUFFIXES if s != ".json")):
+        return False
+    try:
+        raw = Path(file).read_bytes()
+    except OSError:
+        return True  # the witness reader says what is wrong with it
+    try:
+        data = _strictjson.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return b'"witness_version"' in raw or all(f'"{key}"'.encode() in raw for key in MARKER_KEYS)
+    return isinstance(data, dict) and ("witness_version" in data or MARKER_KEYS <= data.keys())
+
+
+def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(run directories, witness and marker sources, dump files) among what ``bia report`` was given; a folder
+    contributes the run directories in it as runs, and its other files as witnesses or dumps."""
+    from ..dumps import DUMP_SUFFIXES
+    from ..io._sources import expand_sources, is_url
+
+    runs: list[str] = []
+    witnesses: list[str] = []
+    dumps: list[str] = []
+    for source in given:
+        path = Path(source)
+        if is_url(source) or (not path.exists() and not glob.has_magic(source)):
+            witnesses.append(source)  # the witness reader fetches a URL, and names a path that does not exist
+        elif path.is_dir() and is_run_dir(path):
+            runs.append(source)
+        elif glob.has_magic(source) and not path.exists():
+            matches = sorted(glob.glob(source, recursive=True))
+            if not matches:
+                raise FileNotFoundError(f"{source}: pattern matches no file")
+            more = sort_sources(matches)
+            runs, witnesses, dumps = runs + more[0], witnesses + more[1], dumps + more[2]
+        elif path.is_dir():
+            inner = run_directories(path)
+            runs += [str(p) for p in inner]
+            loose = sorted(str(p) for p in path.rglob("*")
+                           if p.is_file() and p.name.endswith(DUMP_SUFFIXES) and not any(p.is_relative_to(r) for r in inner))
+            if not loose and not inner:
+                expand_sources(source, suffix=DUMP_SUFFIXES)  # says that the folder holds nothing to read
+            for file in loose:
+                (witnesses if looks_like_witness(file) else dumps).append(file)
+        else:
+            (witnesses if looks_like_witness(source) else dumps).append(source)
+    return runs, witnesses, dumps
+
+
+def first_prompt(run: Path) -> str | None:
+    """The first prompt id a run's manifest lists, if it can be read."""
+    import json
+
+    try:
+        prompts = json.loads((run / "manifest.json").read_text(encoding="utf-8")).get("prompts") or []
+        return str(prompts[0]["prompt_id"]) if prompts else None
+    except (OSError, ValueError, RecursionError, AttributeError, KeyError, TypeError, IndexError):
+        return None
+
+
+def run_directory_problem(source: str) -> str | None:
+    """What to say when ``bia witness`` is given a run directory (or a folder of them): what it is, and what to run on it."""
+    path = Path(source)
+    runs = run_directories(path) if path.is_dir() else []
+    if not runs:
+        return None
+    run, one = runs[0], runs[0] == path
+    what = f"{source} is a run directory" if one else \
+        f"{source} holds run directories ({', '.join(str(r) for r in runs[:3])}{f' and {len(runs) - 3} more' if len(runs) > 3 else ''})"
+    witness = run / "witness.json"
+    if witness.is_file():
+        check = f"its witness is {witness}: bia witness {witness}, or bia shape-check {witness}"
+    else:
+        prompt = first_prompt(run)
+        check = (f"for aprender's V3 check, write a prompt's witness first (python -c \"import analysis; "
+                 f"analysis.write_witness(analysis.read_run('{run}'){'' if prompt is None else f', prompt_id={prompt!r}'})\") "
+                 f"and run bia shape-check {witness}")
+    return (f"{what}, not {'a witness' if one else 'witnesses'}: bia report {source} -o report.html reports {'it' if one else 'them'} "
+            f"(the runs' verdicts, figures and detail); {check}")
