@@ -139,3 +139,25 @@ def test_the_public_module_names_are_the_modules_where_the_code_lives():
     for face, home in ((analysis.parity, parity_home), (analysis.plots, plots_home), (analysis.trend, trend_home)):
         assert face.__all__ == home.__all__
         assert all(getattr(face, name) is getattr(home, name) for name in home.__all__)
+
+
+def _fenced(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def test_every_python_example_in_readme_runs_as_written():
+    """README's Python blocks run from the repository root of a checkout, on the embedded data (issue 22, item 7)."""
+    blocks = _fenced((ROOT / "README.md").read_text(), "python")
+    assert blocks, "README shows no Python example"
+    for block in blocks:
+        done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert done.returncode == 0, f"README example failed:\n{block}\n{done.stderr[-2000:]}"
+        assert done.stdout.strip(), f"README example printed nothing:\n{block}"
+
+
+def test_readme_links_stay_inside_the_repository():
+    """Every relative link in README names a file of this repository (none reaches ../shared or another checkout)."""
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if not re.match(r"[a-z]+://", link)]
+    assert local, "README links no page"
+    assert [link for link in local if not (ROOT / link).resolve().is_relative_to(ROOT) or not (ROOT / link).exists()] == []
