@@ -15,7 +15,8 @@ stamp=.venv/.bia-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 # The stamp holds pyproject.toml's hash and the extras installed with it; a set of extras the venv already has is
 # not installed again (the report's bare install does not undo the tests' larger one).
-read -r have_hash have_extras < "$stamp" 2>/dev/null || { have_hash=""; have_extras=""; }
+have_hash="" have_extras=""
+[ -f "$stamp" ] && read -r have_hash have_extras < "$stamp"
 missing=""
 for extra in ${extras//,/ }; do
     case ",$have_extras," in *",$extra,"*) ;; *) missing="$missing $extra" ;; esac

@@ -571,10 +571,27 @@ def test_every_format_from_a_folder_and_a_url(tmp_path, monkeypatch):
             assert remote.tokens.drop("source").equals(local), name
 
 
-def test_an_empty_capture_file_is_no_record_but_an_empty_dump_is_an_error(tmp_path):
-    (tmp_path / "captures.jsonl").write_text("")
-    d = read_dumps(tmp_path / "captures.jsonl")
-    assert d.tokens.is_empty() and d.requests.is_empty()
+def test_an_empty_dump_is_an_error_but_a_runs_empty_capture_file_is_no_record(tmp_path):
+    # Issue 22: an empty .jsonl read as a dump gave Dump(0 tokens...) without a word, where an empty .json is an error.
+    (tmp_path / "captures.jsonl").write_text("\n \n")
+    with pytest.raises(DumpError, match=r"captures\.jsonl: \$: an empty file: no JSON line \(a run's capture file may be empty"):
+        read_dumps(tmp_path / "captures.jsonl")
+    d = read_dumps(tmp_path / "captures.jsonl", torn_tail=True)  # how read_run reads captures: a file before its first response
+    assert d.tokens.is_empty() and d.requests.is_empty() and d.skipped == []
     (tmp_path / "response.json").write_text("  \n")
     with pytest.raises(DumpError, match="an empty file"):
         load(tmp_path / "response.json")
+
+
+def test_a_folder_names_every_file_it_cannot_read(tmp_path):
+    # Issue 22: read_dumps(folder) stopped at the first file it did not recognise; now one error names each, with its reason.
+    (tmp_path / "a_notes.json").write_text('{"hello": "world"}')
+    (tmp_path / "b_ok.json").write_text((SAMPLES / "vllm_chat_nonstream_token_ids__OpenPipe-ART.json").read_text())
+    (tmp_path / "c_empty.json").write_text("")
+    with pytest.raises(DumpError) as caught:
+        read_dumps(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'a_notes.json'}: $: ")
+    assert message.endswith(f"; 1 more source could not be read: {tmp_path / 'c_empty.json'}: $: an empty file")
+    assert [e.source for e in caught.value.others] == [str(tmp_path / "c_empty.json")]
+    assert "b_ok.json" not in message

@@ -8,7 +8,7 @@ import sys
 
 import polars as pl
 import pytest
-from conftest import write_json
+from conftest import ROOT, write_json
 
 from analysis import V3Policy, read_witness, shape_check
 from analysis.run import RunError, assemble_run, read_run, to_witness, write_witness
@@ -183,3 +183,16 @@ def test_seconds_per_1000_sequences_by_hand():
     unsent = _send_spans(band.with_columns(pl.lit(None, pl.String).alias("extra")))  # no send times: not a probe run
     assert unsent is None and _seconds_per_1000(unsent) is None and _release_skew(unsent) is None
     assert _release_skew(_send_spans(band)) == pytest.approx(0.1)
+
+
+def test_an_assembled_run_takes_its_plan_from_the_mapping():
+    # Issue 22: assemble_run with only a c=4 band said "ladder [1, 4, 8, 16] ... complete". The mapping's plan is one
+    # prompt with a c=4 band: its ladder is [4], and the two m=1 references and slots 1-3 it lacks make it incomplete.
+    sample = str(ROOT / "tests" / "samples" / "vllm_chat_nonstream_token_ids__OpenPipe-ART.json")
+    run = assemble_run([{"source": sample, "prompt_id": "p0", "role": "band", "band_c": 4, "slot": 0}])
+    assert run.ladder == [4]
+    assert [(m["role"], m["slot"]) for m in run.missing()] == [("reference", 0), ("reference", 1), ("band", 1), ("band", 2), ("band", 3)]
+    assert run.manifest["complete"] is False
+    assert repr(run).endswith("ladder [4], 1 requests, incomplete)")
+    given = assemble_run([{"source": sample, "prompt_id": "p0", "role": "band", "band_c": 4, "slot": 0}], {"ladder": [1, 4], "complete": True})
+    assert given.ladder == [1, 4] and given.manifest["complete"] is True  # what the caller's manifest says is kept

@@ -262,27 +262,63 @@ def read_dumps(
     formats, skipped = {}, []
     if format not in ("auto", *FORMATS):
         raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
+    failed: list[DumpError] = []
     for source in show_progress(expand_sources(sources, suffix=DUMP_SUFFIXES), progress, "reading dumps"):
         path = local_path(source, **fetch)
-        keep, torn = _torn_tail(path, source) if torn_tail else (None, None)
-        fast = _fast_jsonl(path, source, format, keep)
-        if fast is not None:
-            parts, found = fast
-            formats[source] = sorted(found)
-            if torn is not None:
-                skipped.append(torn)
-        else:
-            raw = path.read_bytes()
-            rows, found = parse_source(raw if keep is None else raw[:keep], source, format, lenient=lenient, torch_options=torch_options)
-            if torn is not None:
-                rows.skipped.append(torn)
-            formats[source] = sorted(found)
-            skipped.extend(rows.skipped)
-            parts = rows.frames()
+        try:
+            if not torn_tail and path.suffix in (".jsonl", ".ndjson") and _blank(path):
+                raise DumpError(source, "$", None, "an empty file: no JSON line (a run's capture file may be empty before its first "
+                                                   "response: read_run reads those)")
+            keep, torn = _torn_tail(path, source) if torn_tail else (None, None)
+            fast = _fast_jsonl(path, source, format, keep)
+            if fast is not None:
+                parts, found = fast
+                if torn is not None:
+                    skipped.append(torn)
+            else:
+                raw = path.read_bytes()
+                rows, found = parse_source(raw if keep is None else raw[:keep], source, format, lenient=lenient, torch_options=torch_options)
+                if torn is not None:
+                    rows.skipped.append(torn)
+                skipped.extend(rows.skipped)
+                parts = rows.frames()
+        except DumpError as exc:  # every source is tried, so one error names all that cannot be read, not only the first
+            failed.append(exc)
+            continue
+        formats[source] = sorted(found)
         for name, frame in zip(tables, parts):
             tables[name].append(frame)
+    if failed:
+        raise _all_failures(failed)
     frames = {name: pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=SCHEMAS[name]) for name, parts in tables.items()}
     return Dump(**{n: to_backend(f, backend) for n, f in frames.items()}, formats=formats, skipped=skipped, backend=backend)
+
+
+def _blank(path: Path) -> bool:
+    """Whether a file holds nothing but whitespace (read a block at a time: a real dump's first block has content)."""
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 16):
+            if block.strip():
+                return False
+    return True
+
+
+def _all_failures(failed: list[DumpError]) -> DumpError:
+    """The first source's error, naming every other source that could not be read either (each with its own reason).
+
+    Examples
+    --------
+    >>> str(_all_failures([DumpError("a.json", "$", None, "an empty file"), DumpError("b.json", "line 2", "x", "bad")]))
+    'a.json: $: an empty file; 1 more source could not be read: b.json: line 2.x: bad'
+    """
+    first, *others = failed
+    if not others:
+        return first
+    shown = "; ".join(str(e) for e in others[:10]) + (f"; and {len(others) - 10} more" if len(others) > 10 else "")
+    more = f"{len(others)} more source{'s' if len(others) > 1 else ''} could not be read"
+    error = DumpError(first.source, first.record, first.field, f"{first.problem}; {more}: {shown}")
+    error.others = others
+    return error
 
 
 def _torn_tail(path: Path, source: str) -> tuple[int | None, DumpError | None]:

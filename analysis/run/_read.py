@@ -118,5 +118,21 @@ def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, An
         pl.Series("role", updates["role"], dtype=pl.String),
         *(pl.Series(c, updates[c], dtype=pl.Int64) for c in ("band_c", "slot", "repeat")),
     )
-    full = _checked_manifest({**_DEFAULTS, **(manifest or {})}, "manifest")
-    return Run(full, Dump(dump.tokens, dump.candidates, requests, dump.formats, dump.skipped), None)
+    full = _checked_manifest({**_DEFAULTS, **_mapped_plan(entries), **(manifest or {})}, "manifest")
+    run = Run(full, Dump(dump.tokens, dump.candidates, requests, dump.formats, dump.skipped), None)
+    if "complete" not in (manifest or {}):  # complete when the plan the mapping implies has nothing missing
+        full["complete"] = not run.missing()
+    return run
+
+
+def _mapped_plan(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The plan a mapping implies, for a manifest that gives none: its prompts, and a ladder of the c its bands name.
+
+    Examples
+    --------
+    >>> _mapped_plan([{"prompt_id": "p", "role": "band", "band_c": 4}, {"prompt_id": "p", "role": "reference"}])
+    {'ladder': [4], 'prompts': [{'prompt_id': 'p'}]}
+    """
+    prompts = sorted({str(e["prompt_id"]) for e in entries if e.get("prompt_id") is not None})
+    ladder = sorted({int(e["band_c"]) for e in entries if e.get("role") == "band" and e.get("band_c") is not None})
+    return {"ladder": ladder, "prompts": [{"prompt_id": p} for p in prompts]}
