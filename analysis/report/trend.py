@@ -1,4 +1,5 @@
-"""The trend report: a history's bands over time per host, engine and model, with regressions flagged.
+"""The trend report: a history's bands over time per series (host, engine, model and the settings that
+change results), with regressions flagged.
 
 ``bia trend HISTORY -o trend.html`` executes ``notebooks/trend_report.ipynb`` with papermill and
 exports it as one offline HTML file, as ``bia report`` does; the helpers here draw its figures and
@@ -22,7 +23,7 @@ from ..io._bundled import bundled, default_sources
 from ._notebook import execute_to_html
 from ..core._cells import MISSING, cell, frame_html
 
-__all__ = ["DEFAULT_TITLE", "METRICS", "default_history_sources", "entries_html", "figure_alt", "header_html", "plot_trend", "regressions_html", "render_trend", "series_heading_html", "series_keys"]
+__all__ = ["DEFAULT_TITLE", "METRICS", "default_history_sources", "entries_html", "figure_alt", "header_html", "plot_trend", "regressions_html", "render_trend", "series_heading_html", "series_keys", "series_name"]
 
 DEFAULT_TITLE = "Batch-invariance trend"
 
@@ -47,8 +48,22 @@ def default_history_sources() -> list[str]:
 
 
 def series_keys(history: History) -> list[tuple[str | None, ...]]:
-    """Every (host, engine, model) the history holds, in time order of their first entry."""
+    """Every series (host, engine, model, series_settings) the history holds, in time order of their first entry."""
     return [tuple(row) for row in history.entries.sort("time").select(SERIES).unique(maintain_order=True).iter_rows()]
+
+
+def series_name(key: tuple) -> str:
+    """A series as people read it: host / engine / model, then its settings in brackets.
+
+    Examples
+    --------
+    >>> series_name(("vm", "bia serve", "tiny_lm", "kernel_mode=fixed-tiles, dtype=float32"))
+    'vm / bia serve / tiny_lm (kernel_mode=fixed-tiles, dtype=float32)'
+    >>> series_name(("lambda", "aprender perf041", None, None))
+    'lambda / aprender perf041 / — (no settings recorded)'
+    """
+    head = " / ".join(cell(k) for k in key[:3])
+    return f"{head} ({key[3] if len(key) > 3 and key[3] else 'no settings recorded'})"
 
 
 def _series(frame: pl.DataFrame, key: tuple) -> pl.DataFrame:
@@ -109,7 +124,7 @@ def _rule_metric(rule_name: str) -> str | None:
 def regressions_html(history: History) -> str:
     """Each regression in words: the rule, the series and c, the last good and first bad entries, the commits between."""
     flagged = history.regressions()
-    rows = [{"rule": r["words"], "series": " / ".join(cell(r[k]) for k in SERIES), "c": r["c"], "before": cell(r["before"]), "after": cell(r["after"]),
+    rows = [{"rule": r["words"], "series": series_name(tuple(r[k] for k in SERIES)), "c": r["c"], "before": cell(r["before"]), "after": cell(r["after"]),
              "last_good": f"{cell(r['last_good_time'])} ({(r['last_good_commit'] or MISSING)[:10]})",
              "first_bad": f"{cell(r['first_bad_time'])} ({(r['first_bad_commit'] or MISSING)[:10]})",
              "first_bad_entry": _entry_source(history, r["first_bad_entry"]),
@@ -124,8 +139,9 @@ def _entry_source(history: History, entry: str) -> str:
 
 
 def entries_html(history: History) -> str:
-    """Every entry, newest first."""
-    shown = history.entries.sort("time", descending=True).select("time", "kind", *SERIES, pl.col("commit").str.slice(0, 10), "verdict", "source")
+    """Every entry, newest first, with the settings that put it in its series."""
+    shown = history.entries.sort("time", descending=True).select("time", "kind", "host", "engine", "model", pl.col("series_settings").alias("settings"),
+                                                                  pl.col("commit").str.slice(0, 10), "verdict", "source")
     return frame_html(shown, caption="Entries, newest first.", limit=50)
 
 
@@ -154,16 +170,19 @@ def header_html(title: str, sources: list[str], history: History) -> str:
 
 
 def series_heading_html(key: tuple) -> str:
-    """A series' heading (host / engine / model ...), escaped: these values come from the files read.
+    """A series' heading (host / engine / model) and its settings, escaped: these values come from the files read.
 
     Examples
     --------
-    >>> series_heading_html(("lambda", "<b>apr</b>", None))
-    '<h2>lambda / &lt;b&gt;apr&lt;/b&gt; / —</h2>'
+    >>> print(series_heading_html(("lambda", "<b>apr</b>", None, "FP8_DECODE=1")))
+    <h2>lambda / &lt;b&gt;apr&lt;/b&gt; / —</h2>
+    <p>settings: <code>FP8_DECODE=1</code></p>
     """
-    return f"<h2>{escape(' / '.join(cell(k) for k in key))}</h2>"
+    settings = key[3] if len(key) > 3 and key[3] else None
+    shown = f"<code>{escape(settings)}</code>" if settings else "none recorded"
+    return f"<h2>{escape(' / '.join(cell(k) for k in key[:3]))}</h2>\n<p>settings: {shown}</p>"
 
 
 def figure_alt(key: tuple, metric: str) -> str:
     what = next(words for m, _, words in METRICS if m == metric)
-    return f"{' / '.join(cell(k) for k in key)}: {metric.replace('_', ' ')} over time per batch size c ({what})"
+    return f"{series_name(key)}: {metric.replace('_', ' ')} over time per batch size c ({what})"
