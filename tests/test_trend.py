@@ -115,6 +115,10 @@ def test_bia_trend_with_no_arguments_renders_the_embedded_history(tmp_path):
     assert "<title>Nightly &lt;trend&gt;</title>" in page
     assert len(re.findall(r'<img\b[^>]*src="data:image/png;base64,', page)) >= 1
     assert "(none given: the embedded history)" in _text(page) and "No regression" in _text(page)
+    # issue 22, item 6: the three witnesses share one time and one server commit, and the page says so
+    assert "3 entries in 2 series (host, engine, model and the settings that change results), all at 2026-09-02 14:59 UTC: " \
+           "one moment, so no trend over time yet; 2 release marker(s)" in _text(page)
+    assert "two server commits" not in analysis.trend.default_history_sources.__doc__
 
 
 def test_two_nights_of_the_recipe(tmp_path):
@@ -203,3 +207,61 @@ def test_a_change_of_kernel_mode_starts_a_series_and_is_no_regression(tmp_path):
     row = found.row(0, named=True)
     assert row["series_settings"] == "kernel_mode=fixed-tiles, dtype=float32, device=cpu, layout=copies"
     assert row["last_good_entry"] == past.entries.filter(pl.col("source") == str(runs[2]))["entry"].item()
+
+
+def _labels(ax) -> dict[str, object]:
+    """The release-marker labels drawn on ``ax``, by text, with their extents on the drawn canvas."""
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    return {t.get_text(): t.get_window_extent(renderer) for t in ax.texts if t.get_text()}
+
+
+def test_the_embedded_trend_spans_its_day_and_the_release_after_it_not_four_years():
+    """Issue 22, item 6: three witnesses of one moment drew an x-axis from 2024-07 to 2028-07."""
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    history = read_history(LAMBDA)
+    for key in analysis.trend.series_keys(history):
+        for metric in ("earliest_divergence", "token_identical_share", "decode_ratio"):
+            fig, ax = plt.subplots(figsize=(8, 3.2))
+            analysis.plot_trend(history, key, metric, ax=ax)
+            low, high = (mdates.num2date(x) for x in ax.get_xlim())
+            # the entries (2026-09-02 14:59:58) and the next release (c554a77, 2026-09-09 18:15:37), padded by a twentieth
+            assert dt.datetime(2026, 9, 2, tzinfo=dt.UTC) < low < dt.datetime(2026, 9, 2, 14, 59, 58, tzinfo=dt.UTC)
+            assert dt.datetime(2026, 9, 9, 18, 15, 37, tzinfo=dt.UTC) < high < dt.datetime(2026, 9, 10, 12, tzinfo=dt.UTC)
+            assert sorted(_labels(ax)) == ["a765c86", "c554a77"]
+            if metric.endswith("_share"):
+                assert ax.get_ylim() == (-0.05, 1.05)  # a share is drawn on its whole range, not around one value
+            plt.close(fig)
+
+
+def test_one_moment_alone_is_padded_by_half_a_day_each_side():
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    history = read_history([LAMBDA / "witness@464c168e62.json"])  # no marker: dated when read
+    fig, ax = plt.subplots()
+    analysis.plot_trend(history, analysis.trend.series_keys(history)[0], "earliest_divergence", ax=ax)
+    low, high = (mdates.num2date(x) for x in ax.get_xlim())
+    moment = history.entries["time"].item()
+    assert (moment - low, high - moment) == (dt.timedelta(hours=12), dt.timedelta(hours=12))
+    plt.close(fig)
+
+
+def test_release_labels_close_together_do_not_overlap(tmp_path):
+    import matplotlib.pyplot as plt
+
+    good = _night(tmp_path, NO_CACHE, "2026-11-01", "2026-11-01T02:00:00Z", "a" * 40)
+    bad = _night(tmp_path, CACHED, "2026-11-03", "2026-11-03T02:00:00Z", "e" * 40)
+    # three releases within an hour, between two nights: their labels would be drawn on top of each other
+    marks = [_marker(tmp_path, commit * 40, f"2026-11-02T12:{minute}:00Z") for commit, minute in (("b", "00"), ("c", "20"), ("d", "40"))]
+    history = read_history([good, bad, *marks])
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    analysis.plot_trend(history, analysis.trend.series_keys(history)[0], "bit_identical_share", ax=ax)
+    labels = _labels(ax)
+    assert sorted(labels) == ["bbbbbbb", "ccccccc", "ddddddd"]
+    boxes = list(labels.values())
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert all(box.y0 >= ax.get_window_extent().y1 for box in boxes)  # above the plot, clear of the lines
+    plt.close(fig)
