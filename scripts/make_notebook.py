@@ -583,9 +583,12 @@ TREND_TUTORIAL = [
     ("markdown", _src("""
         `entries` has one row per witness or run, keyed by time, host, engine, model, server commit and settings. A
         witness carries no date of its own: it is dated by the release marker of its server commit
-        (`time_origin`). `bands` has one row per entry and c with the measures a trend needs.""")),
+        (`time_origin`). `series_settings` names the settings that change results (a run's kernel mode, dtype, device,
+        layout, prompt cache; a witness's environment switches): a series is a host, engine and model with one set of
+        them, so the `BATCHED_PREFILL=0` variant is a series of its own and a change of setting is never a regression.
+        `bands` has one row per entry and c with the measures a trend needs.""")),
     ("code", _src("""
-        past.entries.select("kind", "time", "time_origin", "host", "engine", "model", pl.col("commit").str.slice(0, 10), "verdict",
+        past.entries.select("kind", "time", "time_origin", "host", "engine", "model", "series_settings", pl.col("commit").str.slice(0, 10), "verdict",
                             pl.col("source").map_elements(lambda s: Path(s).name, return_dtype=pl.String))""")),
     ("code", _src("""
         past.bands.select(pl.col("entry").str.slice(0, 8), "c", "requests", "earliest_divergence", "bit_identical_share",
@@ -644,10 +647,10 @@ TREND_TUTORIAL = [
                   f"(commit {row['first_bad_commit'][:7]})")
         found.select("rule", "c", "before", "after", "last_good_time", "first_bad_time")""")),
     ("markdown", _src("""
-        `plot_trend` draws one metric of one series (host, engine, model) over time: a line per c, release markers as
-        labelled lines, each regression's first bad entry circled.""")),
+        `plot_trend` draws one metric of one series (`analysis.trend.series_keys`: host, engine, model and settings) over
+        time: a line per c, release markers as labelled lines, each regression's first bad entry circled.""")),
     ("code", _src("""
-        key = tuple(history.entries.select("host", "engine", "model").row(0))
+        key = analysis.trend.series_keys(history)[0]
         fig, axes = plt.subplots(1, 2, figsize=(14, 3.8))
         analysis.plot_trend(history, key, "bit_identical_share", ax=axes[0])
         analysis.plot_trend(history, key, "token_identical_share", ax=axes[1])

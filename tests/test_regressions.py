@@ -20,11 +20,12 @@ def day(n: int) -> dt.datetime:
 
 
 def bands(*rows: dict) -> pl.DataFrame:
-    """Band rows over defaults: host h, engine e, model m, c=4, every share 1.0, decode ratio 0.9 in [0.8, 1.0]."""
-    base = {"host": "h", "engine": "e", "model": "m", "c": 4, "bit_identical_share": 1.0, "token_identical_share": 1.0,
+    """Band rows over defaults: host h, engine e, model m, settings s, c=4, every share 1.0, decode ratio 0.9 in [0.8, 1.0]."""
+    base = {"host": "h", "engine": "e", "model": "m", "series_settings": "s", "c": 4, "bit_identical_share": 1.0, "token_identical_share": 1.0,
             "decode_ratio": 0.9, "decode_ratio_low": 0.8, "decode_ratio_high": 1.0}
     full = [{**base, "entry": f"n{i}", "commit": f"c{i}", **row} for i, row in enumerate(rows)]
-    return pl.DataFrame(full, schema={k: v for k, v in BAND_SCHEMA.items()}, orient="row") if full else pl.DataFrame(schema=BAND_SCHEMA)
+    schema = {**BAND_SCHEMA, "series_settings": pl.String}  # a History's bands carry their entry's series_settings
+    return pl.DataFrame(full, schema=schema, orient="row") if full else pl.DataFrame(schema=schema)
 
 
 def markers(*rows: tuple) -> pl.DataFrame:
@@ -57,7 +58,7 @@ def test_the_rules_as_data():
 def test_a_steady_history_has_no_regressions_and_the_empty_frame_has_the_schema():
     found = regressions(bands({"time": day(1)}, {"time": day(2)}), NO_MARKERS)
     assert found.height == 0 and list(found.columns) == [
-        "rule", "words", "host", "engine", "model", "c", "before", "after", "last_good_time", "last_good_commit", "last_good_entry",
+        "rule", "words", "host", "engine", "model", "series_settings", "c", "before", "after", "last_good_time", "last_good_commit", "last_good_entry",
         "first_bad_time", "first_bad_commit", "first_bad_entry", "commits_between"]
     assert found.schema["commits_between"] == pl.List(pl.String) and found.schema["c"] == pl.Int64
     assert regressions(bands(), NO_MARKERS).height == 0
@@ -69,7 +70,8 @@ def test_shares_that_held_and_now_do_not():
     assert flagged(frame) == [("bits differ", 4, 1.0, 0.5, "n0", "n1", ["c0", "c1"]),
                               ("tokens part", 4, 1.0, 0.75, "n0", "n1", ["c0", "c1"])]  # same first bad time: by rule name
     row = regressions(frame, NO_MARKERS).row(0, named=True)
-    assert (row["words"], row["host"], row["engine"], row["model"]) == ("requests that were bit-identical to m=1 are not", "h", "e", "m")
+    assert (row["words"], row["host"], row["engine"], row["model"], row["series_settings"]) == (
+        "requests that were bit-identical to m=1 are not", "h", "e", "m", "s")
     assert (row["last_good_time"], row["first_bad_time"], row["last_good_commit"], row["first_bad_commit"]) == (day(1), day(2), "c0", "c1")
 
 
@@ -103,9 +105,34 @@ def test_bands_are_compared_within_their_series_and_c_in_time_order():
                   {"time": day(2), "c": 8, "bit_identical_share": 0.0},  # another c: no previous entry of its own
                   {"time": day(2), "host": "other", "bit_identical_share": 0.0})  # another host: likewise
     assert flagged(frame) == [("bits differ", 4, 1.0, 0.0, "n1", "n0", ["c1", "c0"])]
-    for column in ("engine", "model"):
+    for column in ("engine", "model", "series_settings"):
         other = bands({"time": day(1)}, {"time": day(2), column: "x", "bit_identical_share": 0.0})
         assert flagged(other) == []
+
+
+def test_a_change_of_settings_starts_another_series_and_is_never_a_regression():
+    # issue 22: default mode (bits differ at c=4), fixed-tiles twice (bit-identical), default again: nothing regressed
+    modes = bands({"time": day(1), "series_settings": "kernel_mode=default", "bit_identical_share": 0.0},
+                  {"time": day(2), "series_settings": "kernel_mode=fixed-tiles"}, {"time": day(3), "series_settings": "kernel_mode=fixed-tiles"},
+                  {"time": day(4), "series_settings": "kernel_mode=default", "bit_identical_share": 0.0})
+    assert flagged(modes) == []
+    # fixed-tiles losing its bits on day 5 is one, against its own last good night (day 3), whatever ran in between
+    worse = pl.concat([modes, bands({"time": day(5), "series_settings": "kernel_mode=fixed-tiles", "bit_identical_share": 0.5})
+                       .with_columns(entry=pl.lit("n4"), commit=pl.lit("c4"))])
+    found = regressions(worse, NO_MARKERS)
+    assert found.select("rule", "series_settings", "c", "before", "after", "last_good_entry", "first_bad_entry").rows() == [
+        ("bits differ", "kernel_mode=fixed-tiles", 4, 1.0, 0.5, "n2", "n4")]
+    assert found["commits_between"].to_list() == [["c2", "c4"]]
+
+
+def test_entries_without_settings_are_a_series_of_their_own():
+    # no settings recorded (None) is compared with no settings recorded, never with a known setting
+    unknown = bands({"time": day(1), "series_settings": None}, {"time": day(2), "series_settings": None, "bit_identical_share": 0.0})
+    assert flagged(unknown) == [("bits differ", 4, 1.0, 0.0, "n0", "n1", ["c0", "c1"])]
+    assert regressions(bands({"time": day(1), "series_settings": None}, {"time": day(2), "series_settings": None, "bit_identical_share": 0.0}),
+                       NO_MARKERS)["series_settings"].to_list() == [None]
+    mixed = bands({"time": day(1), "series_settings": None}, {"time": day(2), "bit_identical_share": 0.0})
+    assert flagged(mixed) == []
 
 
 def test_entries_of_one_moment_and_unknown_values():

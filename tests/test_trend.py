@@ -3,6 +3,7 @@ two nights of the scheduled recipe (scripts/nightly.sh) run for real."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -58,6 +59,11 @@ def test_the_embedded_history_over_two_server_commits():
     v2 = history.bands.join(history.entries.filter(pl.col("source").str.ends_with("witness@464c168e62.json")).select("entry"), on="entry")
     assert v2.sort("c")["earliest_divergence"].to_list() == [100, 3, 3, 3]  # the file: c=1 parts at 100 (as ref #2 did), c>1 at 3
     assert history.regressions().is_empty()  # three witnesses of one moment: no order to regress in
+    # a witness's series holds its environment switches: the BATCHED_PREFILL=0 variant is a series of its own
+    assert sorted(history.entries.group_by("series_settings").len().rows()) == [
+        ("BATCHED_PREFILL=0, CUDA_BATCH_WINDOW_MS=200", 1), ("CUDA_BATCH_WINDOW_MS=200", 2)]
+    assert repr(history) == "History(3 entries in 2 series, 12 bands, 2 markers)"
+    assert history.bands.join(history.entries, on="entry").filter(pl.col("series_settings") != pl.col("series_settings_right")).is_empty()
 
 
 def test_a_planted_regression_is_flagged_with_the_first_bad_entry_and_the_commits_between(tmp_path):
@@ -109,6 +115,10 @@ def test_bia_trend_with_no_arguments_renders_the_embedded_history(tmp_path):
     assert "<title>Nightly &lt;trend&gt;</title>" in page
     assert len(re.findall(r'<img\b[^>]*src="data:image/png;base64,', page)) >= 1
     assert "(none given: the embedded history)" in _text(page) and "No regression" in _text(page)
+    # issue 22, item 6: the three witnesses share one time and one server commit, and the page says so
+    assert "3 entries in 2 series (host, engine, model and the settings that change results), all at 2026-09-02 14:59 UTC: " \
+           "one moment, so no trend over time yet; 2 release marker(s)" in _text(page)
+    assert "two server commits" not in analysis.trend.default_history_sources.__doc__
 
 
 def test_two_nights_of_the_recipe(tmp_path):
@@ -126,3 +136,132 @@ def test_two_nights_of_the_recipe(tmp_path):
     assert past.entries.sort("time")["source"].to_list() == [str(nights[0][1]), str(nights[1][1])]
     text = _text((reports / "trend.html").read_text())
     assert "2 entries in 1 series" in text and "1 regression(s)" in text
+
+
+def _probe_bia_serve(mode: str, out: Path) -> Path:
+    """bia serve in ``mode`` on loopback, probed once: one short prompt, ladder 1, 2, 4, 8 tokens."""
+    import asyncio
+
+    from analysis.probe import probe
+    from analysis.serve import BackgroundServer
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with BackgroundServer(mode, log_file=out.parent / f"{out.name}.log") as server:
+        return asyncio.run(probe(server.url, out, prompts=["If the argument is"], ladder=(1, 2, 4), max_tokens=8, top_logprobs=2,
+                                 declared_min=4, server_log=out.parent / f"{out.name}.log", say=lambda line: None))
+
+
+def _plant_bits(run: Path, copy: Path, started: str) -> Path:
+    """A copy of ``run``, dated ``started``, whose first band request at c=2 has its first logprob changed in the last bit shown."""
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("derived"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["started"] = started
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    lines = (copy / "captures" / "requests.jsonl").read_text().splitlines()
+    target = next(i for i, line in enumerate(lines) if json.loads(line)["unit"].endswith("/band/c2/r0"))
+    row = json.loads(lines[target])
+    row["sse"] = re.sub(r'"logprob": ?(-[0-9.]+)', lambda m: f'"logprob": {float(m.group(1)) - 0.25}', row["sse"], count=1)
+    lines[target] = json.dumps(row)
+    (copy / "captures" / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    return copy
+
+
+def test_a_change_of_kernel_mode_starts_a_series_and_is_no_regression(tmp_path):
+    """Issue 22, item 1: bia serve probed in default, fixed-tiles, fixed-tiles, default, each added with bia history to one folder."""
+    pytest.importorskip("torch")
+    history = tmp_path / "history"
+    runs = []
+    for k, mode in enumerate(["default", "fixed-tiles", "fixed-tiles", "default"]):
+        runs.append(_probe_bia_serve(mode, tmp_path / "runs" / f"{k}-{mode}"))
+        added = CliRunner().invoke(app, ["history", str(runs[-1]), "-o", str(history)])
+        assert added.exit_code == 0, added.stderr
+    past = read_history([history])
+    assert past.entries.height == 4
+    assert json.loads(past.entries.sort("time")["settings"][1])["kernel_mode"] == "fixed-tiles"
+    fixed = past.bands.join(past.entries.filter(pl.col("source").is_in([str(r) for r in runs[1:3]])).select("entry"), on="entry")
+    assert fixed["bit_identical_share"].to_list() == [1.0] * 6  # fixed-tiles keeps every band's bits: a good series to regress from
+    found = past.regressions()
+    # The decode rules judge timings: two 8-token runs on shared CPU cores may differ past their narrow intervals, and that is
+    # measured within one kernel mode. What must never be flagged is the change of mode: no share rule fires across it.
+    assert found.filter(pl.col("rule").is_in(["bits differ", "tokens part"])).is_empty()
+    assert set(found["rule"]) <= {"decode fell", "decode below the bar"}
+    modes = dict(zip(past.entries["entry"], past.entries["series_settings"]))
+    assert all(modes[r["last_good_entry"]] == modes[r["first_bad_entry"]] for r in found.iter_rows(named=True))
+    assert sorted(past.entries["series_settings"].unique().to_list()) == [
+        "kernel_mode=default, dtype=float32, device=cpu, layout=copies", "kernel_mode=fixed-tiles, dtype=float32, device=cpu, layout=copies"]
+
+    result = CliRunner().invoke(app, ["trend", str(history), "-o", str(tmp_path / "trend.html")])
+    assert result.exit_code == 0, result.stderr
+    page = (tmp_path / "trend.html").read_text()
+    text = _text(page)
+    assert "4 entries in 2 series" in text and f"{found.height} regression(s)" in text
+    assert "<td>requests that were bit-identical to m=1 are not</td>" not in page and "<td>a band that held to its end now parts" not in page
+    assert text.count("kernel_mode=fixed-tiles, dtype=float32, device=cpu, layout=copies") >= 3  # its heading and its two entries
+    assert re.search(r"<th>settings</th>", page)
+
+    # a real regression within one series is still found: a fixed-tiles night, an hour after the last, whose bits moved at c=2
+    last = past.entries.filter(pl.col("source") == str(runs[2]))["time"].item()
+    planted = _plant_bits(runs[2], tmp_path / "runs" / "planted", (last + dt.timedelta(hours=1)).isoformat())
+    found = read_history([history, planted]).regressions().filter(pl.col("rule").is_in(["bits differ", "tokens part"]))
+    assert found.select("rule", "c", "before", "after").rows() == [("bits differ", 2, 1.0, 0.5)]
+    row = found.row(0, named=True)
+    assert row["series_settings"] == "kernel_mode=fixed-tiles, dtype=float32, device=cpu, layout=copies"
+    assert row["last_good_entry"] == past.entries.filter(pl.col("source") == str(runs[2]))["entry"].item()
+
+
+def _labels(ax) -> dict[str, object]:
+    """The release-marker labels drawn on ``ax``, by text, with their extents on the drawn canvas."""
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    return {t.get_text(): t.get_window_extent(renderer) for t in ax.texts if t.get_text()}
+
+
+def test_the_embedded_trend_spans_its_day_and_the_release_after_it_not_four_years():
+    """Issue 22, item 6: three witnesses of one moment drew an x-axis from 2024-07 to 2028-07."""
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    history = read_history(LAMBDA)
+    for key in analysis.trend.series_keys(history):
+        for metric in ("earliest_divergence", "token_identical_share", "decode_ratio"):
+            fig, ax = plt.subplots(figsize=(8, 3.2))
+            analysis.plot_trend(history, key, metric, ax=ax)
+            low, high = (mdates.num2date(x) for x in ax.get_xlim())
+            # the entries (2026-09-02 14:59:58) and the next release (c554a77, 2026-09-09 18:15:37), padded by a twentieth
+            assert dt.datetime(2026, 9, 2, tzinfo=dt.UTC) < low < dt.datetime(2026, 9, 2, 14, 59, 58, tzinfo=dt.UTC)
+            assert dt.datetime(2026, 9, 9, 18, 15, 37, tzinfo=dt.UTC) < high < dt.datetime(2026, 9, 10, 12, tzinfo=dt.UTC)
+            assert sorted(_labels(ax)) == ["a765c86", "c554a77"]
+            if metric.endswith("_share"):
+                assert ax.get_ylim() == (-0.05, 1.05)  # a share is drawn on its whole range, not around one value
+            plt.close(fig)
+
+
+def test_one_moment_alone_is_padded_by_half_a_day_each_side():
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    history = read_history([LAMBDA / "witness@464c168e62.json"])  # no marker: dated when read
+    fig, ax = plt.subplots()
+    analysis.plot_trend(history, analysis.trend.series_keys(history)[0], "earliest_divergence", ax=ax)
+    low, high = (mdates.num2date(x) for x in ax.get_xlim())
+    moment = history.entries["time"].item()
+    assert (moment - low, high - moment) == (dt.timedelta(hours=12), dt.timedelta(hours=12))
+    plt.close(fig)
+
+
+def test_release_labels_close_together_do_not_overlap(tmp_path):
+    import matplotlib.pyplot as plt
+
+    good = _night(tmp_path, NO_CACHE, "2026-11-01", "2026-11-01T02:00:00Z", "a" * 40)
+    bad = _night(tmp_path, CACHED, "2026-11-03", "2026-11-03T02:00:00Z", "e" * 40)
+    # three releases within an hour, between two nights: their labels would be drawn on top of each other
+    marks = [_marker(tmp_path, commit * 40, f"2026-11-02T12:{minute}:00Z") for commit, minute in (("b", "00"), ("c", "20"), ("d", "40"))]
+    history = read_history([good, bad, *marks])
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    analysis.plot_trend(history, analysis.trend.series_keys(history)[0], "bit_identical_share", ax=ax)
+    labels = _labels(ax)
+    assert sorted(labels) == ["bbbbbbb", "ccccccc", "ddddddd"]
+    boxes = list(labels.values())
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert all(box.y0 >= ax.get_window_extent().y1 for box in boxes)  # above the plot, clear of the lines
+    plt.close(fig)

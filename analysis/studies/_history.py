@@ -10,6 +10,12 @@ engine, model, server commit and settings:
   the c/c=1 decode ratio with its interval;
 - ``markers``: aprender's release markers (server commit, when, status, widest batch formed).
 
+A series is one host, engine and model run with one set of the settings that change results:
+``series_settings`` (in ``entries`` and ``bands``, derived from ``settings`` when read) names them as
+``key=value, ...``: a run's :data:`RESULT_SETTINGS` (kernel mode, dtype, device, layout, prompt cache
+and the like), a witness's environment switches. A change of them starts another series, so it is
+never taken for a regression.
+
 :func:`append_history` adds sources to a history folder, which a scheduled job grows night after
 night. Its layout (``history_version`` 1)::
 
@@ -56,6 +62,44 @@ MARKER_SCHEMA = {"entry": pl.String, "source": pl.String, "time": pl.Datetime("u
                  "status": pl.String, "max_m": pl.Int64, "cc": pl.String}
 
 
+# The settings of a run that change its results (from its manifest's requested and effective settings,
+# the effective winning): a run with other values of them is in another series. Settings that do not
+# change what is computed (the server log, the log pattern, streaming) or that name a version
+# (llama.cpp's build_info, vLLM's version: what a regression is looked for across) are left out.
+RESULT_SETTINGS = ("kernel_mode", "dtype", "device", "layout", "batch_invariant", "deterministic_inference", "prompt_cache",
+                   "radix_cache_disabled", "attention_backend", "tp_size")
+
+
+def series_settings(kind: str | None, settings: str | None) -> str | None:
+    """The settings that put an entry in its series, as ``key=value, ...``; None when it has none.
+
+    A run's are its :data:`RESULT_SETTINGS` in that order; a witness's are all its environment
+    switches (aprender's ``env``: each changes what the server computes), by name.
+
+    Examples
+    --------
+    >>> series_settings("run", '{"server_log": "serve.log", "layout": "copies", "kernel_mode": "fixed-tiles", "dtype": "float32"}')
+    'kernel_mode=fixed-tiles, dtype=float32, layout=copies'
+    >>> series_settings("witness", '{"FP8_DECODE": "1", "CUDA_BATCH_WINDOW_MS": "200"}')
+    'CUDA_BATCH_WINDOW_MS=200, FP8_DECODE=1'
+    >>> series_settings("run", '{"stream": true}') is None
+    True
+    """
+    try:
+        values = json.loads(settings) if settings else {}
+    except ValueError:
+        values = {}
+    if not isinstance(values, dict):
+        values = {}
+    names = RESULT_SETTINGS if kind == "run" else sorted(values)
+    shown = [f"{name}={_setting(values[name])}" for name in names if values.get(name) is not None]
+    return ", ".join(shown) or None
+
+
+def _setting(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
 class HistoryError(ValueError):
     """A source or history folder that cannot join a history; the message names it."""
 
@@ -76,7 +120,7 @@ class History:
         from ..core._cells import summary_html
 
         span = self.entries["time"].drop_nulls()
-        facts = [("entries", self.entries.height), ("series (host, engine, model)", self.entries.select(SERIES).unique().height),
+        facts = [("entries", self.entries.height), ("series (host, engine, model, settings)", self.entries.select(SERIES).unique().height),
                  ("from", span.min().isoformat() if span.len() else None), ("to", span.max().isoformat() if span.len() else None),
                  ("markers", self.markers.height)]
         lines = [(f"{r['rule']}: {r['host']} {r['engine']} c={r['c']}, first bad {r['first_bad_time']}", "fail")
@@ -85,7 +129,7 @@ class History:
 
     def regressions(self, rules: Iterable[Rule] = REGRESSION_RULES) -> pl.DataFrame:
         """Each place a rule finds a band that was good and is not: the last good and the first bad
-        entry of its series (host, engine, model) and c, and the server commits between them."""
+        entry of its series (host, engine, model, series_settings) and c, and the server commits between them."""
         return regressions(self.bands, self.markers, rules)
 
 
@@ -268,10 +312,14 @@ def read_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[st
 
 
 def _history_of(entries: pl.DataFrame, bands: pl.DataFrame, markers: pl.DataFrame) -> History:
-    """A History of these rows, each entry (and each entry's band at c) once, in time order."""
-    return History(entries.unique("entry", keep="first", maintain_order=True).sort("time"),
-                   bands.unique(["entry", "c"], keep="first", maintain_order=True).sort("time", "c"),
-                   markers.unique("entry", keep="first", maintain_order=True).sort("time"))
+    """A History of these rows, each entry (and each entry's band at c) once, in time order, each entry
+    and band with its ``series_settings`` (derived here, so a history folder written before them has them too)."""
+    entries = entries.unique("entry", keep="first", maintain_order=True)
+    entries = entries.with_columns(pl.Series("series_settings", [series_settings(kind, settings) for kind, settings
+                                                                  in entries.select("kind", "settings").iter_rows()], dtype=pl.String))
+    bands = bands.unique(["entry", "c"], keep="first", maintain_order=True).join(entries.select("entry", "series_settings"), on="entry",
+                                                                                 how="left", maintain_order="left")
+    return History(entries.sort("time"), bands.sort("time", "c"), markers.unique("entry", keep="first", maintain_order=True).sort("time"))
 
 
 def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], folder: str | os.PathLike[str]) -> History:

@@ -7,7 +7,10 @@ from typing import Any, Iterable
 
 import polars as pl
 
-SERIES = ("host", "engine", "model")
+# A series: one server (host, engine, model) run with one set of the settings that change results
+# (``series_settings``, see analysis.studies._history.RESULT_SETTINGS). Bands are compared only within their
+# series and c, so a change of setting starts another series and is never a regression.
+SERIES = ("host", "engine", "model", "series_settings")
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ REGRESSION_RULES: tuple[Rule, ...] = (
 
 def regressions(bands: pl.DataFrame, markers: pl.DataFrame, rules: Iterable[Rule] = REGRESSION_RULES) -> pl.DataFrame:
     """Each place a rule finds a band that was good and is not: the last good and the first bad
-    entry of its series (host, engine, model) and c, and the server commits between them.
+    entry of its series (host, engine, model, series_settings) and c, and the server commits between them.
 
     ``bands`` and ``markers`` are a :class:`~analysis.History`'s frames.
     """
@@ -48,7 +51,8 @@ def regressions(bands: pl.DataFrame, markers: pl.DataFrame, rules: Iterable[Rule
     return flagged.with_columns(pl.Series("commits_between", between, dtype=pl.List(pl.String))).sort("first_bad_time", "rule", "c")
 
 
-_REGRESSION_SCHEMA = {"rule": pl.String, "words": pl.String, "host": pl.String, "engine": pl.String, "model": pl.String, "c": pl.Int64,
+_REGRESSION_SCHEMA = {"rule": pl.String, "words": pl.String, "host": pl.String, "engine": pl.String, "model": pl.String,
+                      "series_settings": pl.String, "c": pl.Int64,
                       "before": pl.Float64, "after": pl.Float64, "last_good_time": pl.Datetime("us", "UTC"), "last_good_commit": pl.String,
                       "last_good_entry": pl.String, "first_bad_time": pl.Datetime("us", "UTC"), "first_bad_commit": pl.String,
                       "first_bad_entry": pl.String, "commits_between": pl.List(pl.String)}
