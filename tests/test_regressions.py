@@ -44,11 +44,11 @@ def flagged(frame: pl.DataFrame, marks: pl.DataFrame = NO_MARKERS) -> list[tuple
 
 
 def test_the_rules_as_data():
-    assert [(r.name, r.metric, r.at_least, r.past_interval, r.batched_only) for r in REGRESSION_RULES] == [
-        ("tokens part", "token_identical_share", 1.0, False, False),
-        ("bits differ", "bit_identical_share", 1.0, False, False),
-        ("decode below the bar", "decode_ratio", 0.5, False, True),
-        ("decode fell", "decode_ratio", None, True, True),
+    assert [(r.name, r.metric, r.at_least, r.past_interval, r.batched_only, r.needs_interval) for r in REGRESSION_RULES] == [
+        ("tokens part", "token_identical_share", 1.0, False, False, False),
+        ("bits differ", "bit_identical_share", 1.0, False, False, False),
+        ("decode below the bar", "decode_ratio", 0.5, False, True, True),
+        ("decode fell", "decode_ratio", None, True, True, True),
     ]
     assert [r.words for r in REGRESSION_RULES] == [
         "a band that held to its end now parts from m=1", "requests that were bit-identical to m=1 are not",
@@ -133,6 +133,19 @@ def test_entries_without_settings_are_a_series_of_their_own():
                        NO_MARKERS)["series_settings"].to_list() == [None]
     mixed = bands({"time": day(1), "series_settings": None}, {"time": day(2), "bit_identical_share": 0.0})
     assert flagged(mixed) == []
+
+
+def test_a_decode_ratio_without_an_interval_is_not_judged():
+    # n1 and n2 have a ratio but no whole interval (too few requests to time): far below the bar and far below n0's interval,
+    # they are not judged, and n3, which has one, is compared with n0, the last band that had one too.
+    frame = bands({"time": day(1)},
+                  {"time": day(2), "decode_ratio": 0.1, "decode_ratio_low": None, "decode_ratio_high": 0.2},
+                  {"time": day(3), "decode_ratio": 0.1, "decode_ratio_low": 0.05, "decode_ratio_high": None},
+                  {"time": day(4), "decode_ratio": 0.45, "decode_ratio_low": 0.4, "decode_ratio_high": 0.49})
+    assert flagged(frame) == [("decode below the bar", 4, 0.9, 0.45, "n0", "n3", ["c0", "c3"]),
+                              ("decode fell", 4, 0.9, 0.45, "n0", "n3", ["c0", "c3"])]
+    shares = bands({"time": day(1), "decode_ratio_low": None}, {"time": day(2), "bit_identical_share": 0.5, "decode_ratio_low": None})
+    assert flagged(shares) == [("bits differ", 4, 1.0, 0.5, "n0", "n1", ["c0", "c1"])]  # the share rules need no interval
 
 
 def test_entries_of_one_moment_and_unknown_values():

@@ -181,12 +181,11 @@ def test_a_change_of_kernel_mode_starts_a_series_and_is_no_regression(tmp_path):
     fixed = past.bands.join(past.entries.filter(pl.col("source").is_in([str(r) for r in runs[1:3]])).select("entry"), on="entry")
     assert fixed["bit_identical_share"].to_list() == [1.0] * 6  # fixed-tiles keeps every band's bits: a good series to regress from
     found = past.regressions()
-    # The decode rules judge timings: two 8-token runs on shared CPU cores may differ past their narrow intervals, and that is
-    # measured within one kernel mode. What must never be flagged is the change of mode: no share rule fires across it.
-    assert found.filter(pl.col("rule").is_in(["bits differ", "tokens part"])).is_empty()
-    assert set(found["rule"]) <= {"decode fell", "decode below the bar"}
-    modes = dict(zip(past.entries["entry"], past.entries["series_settings"]))
-    assert all(modes[r["last_good_entry"]] == modes[r["first_bad_entry"]] for r in found.iter_rows(named=True))
+    # No rule fires: not across the change of mode, and not on the decode ratios, which one request at c=1 leaves without
+    # an interval (timing noise of shared CPU cores, not a measurement: the decode rules judge only ratios with one).
+    assert found.is_empty()
+    assert past.bands.filter(pl.col("c") > 1)["decode_ratio"].null_count() == 0  # the ratios are there, shown, not judged
+    assert past.bands["decode_ratio_low"].null_count() == past.bands.height
     assert sorted(past.entries["series_settings"].unique().to_list()) == [
         "kernel_mode=default, dtype=float32, device=cpu, layout=copies", "kernel_mode=fixed-tiles, dtype=float32, device=cpu, layout=copies"]
 
@@ -194,7 +193,8 @@ def test_a_change_of_kernel_mode_starts_a_series_and_is_no_regression(tmp_path):
     assert result.exit_code == 0, result.stderr
     page = (tmp_path / "trend.html").read_text()
     text = _text(page)
-    assert "4 entries in 2 series" in text and f"{found.height} regression(s)" in text
+    assert "4 entries in 2 series" in text and "0 regression(s)" in text
+    assert "No regression: no band that was good by a rule is worse in a later entry of its series." in text
     assert "<td>requests that were bit-identical to m=1 are not</td>" not in page and "<td>a band that held to its end now parts" not in page
     assert text.count("kernel_mode=fixed-tiles, dtype=float32, device=cpu, layout=copies") >= 3  # its heading and its two entries
     assert re.search(r"<th>settings</th>", page)

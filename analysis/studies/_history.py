@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -219,12 +220,38 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     bands = []
     for b in per_c.iter_rows(named=True):
         base, batched = rates.get(1) or [], rates.get(b["band_c"]) or []
-        ratio = parity.ratio_interval(base, batched) if base and batched else (None, None, None)
+        ratio = _decode_ratio(base, batched)
         bands.append({**key, "c": b["band_c"], "requests": b["requests"], "earliest_divergence": b["earliest_divergence"],
                       "bit_identical_share": b["bit_identical_share"], "token_identical_share": b["token_identical_share"],
                       "unique_completions": b["unique_completions"], "decode_tok_s": b["decode_tok_s"], "decode_ratio": ratio[0],
                       "decode_ratio_low": ratio[1], "decode_ratio_high": ratio[2], "result": None})
     return entry, bands
+
+
+MIN_RATE_SAMPLES = 3  # per-request decode rates a side needs before the ratio of their medians gets an interval
+
+
+def _decode_ratio(base: list[float], batched: list[float]) -> tuple[float | None, float | None, float | None]:
+    """The c/c=1 ratio of median decode rates, with its bootstrap interval when each side has ``MIN_RATE_SAMPLES`` rates.
+
+    With fewer, the ratio is shown but has no interval: one request at c=1 is the machine's noise of that second, and
+    the regression rules judge only ratios with an interval.
+
+    Examples
+    --------
+    >>> _decode_ratio([100.0], [50.0])
+    (0.5, None, None)
+    >>> ratio, low, high = _decode_ratio([100.0, 110.0, 90.0], [50.0, 55.0, 45.0])
+    >>> ratio, low <= ratio <= high
+    (0.5, True)
+    >>> _decode_ratio([], [50.0])
+    (None, None, None)
+    """
+    if not base or not batched:
+        return None, None, None
+    if min(len(base), len(batched)) < MIN_RATE_SAMPLES:
+        return statistics.median(batched) / statistics.median(base), None, None
+    return parity.ratio_interval(base, batched)
 
 
 def _is_run(path: Path) -> bool:

@@ -19,6 +19,8 @@ class Rule:
 
     ``at_least``: good means ``metric >= at_least``. ``past_interval``: bad means the new interval's
     top is below the previous interval's bottom (``metric_low`` and ``metric_high`` beside it).
+    ``needs_interval``: only bands whose metric has an interval are judged (a decode ratio from too
+    few requests has none: it is timing noise, not a measurement).
     """
 
     name: str
@@ -27,13 +29,16 @@ class Rule:
     at_least: float | None = None
     past_interval: bool = False
     batched_only: bool = False
+    needs_interval: bool = False
 
 
 REGRESSION_RULES: tuple[Rule, ...] = (
     Rule("tokens part", "token_identical_share", "a band that held to its end now parts from m=1", at_least=1.0),
     Rule("bits differ", "bit_identical_share", "requests that were bit-identical to m=1 are not", at_least=1.0),
-    Rule("decode below the bar", "decode_ratio", "the decode ratio to c=1 fell below the bar of 0.5", at_least=0.5, batched_only=True),
-    Rule("decode fell", "decode_ratio", "the decode ratio to c=1 fell by more than its interval", past_interval=True, batched_only=True),
+    Rule("decode below the bar", "decode_ratio", "the decode ratio to c=1 fell below the bar of 0.5", at_least=0.5, batched_only=True,
+         needs_interval=True),
+    Rule("decode fell", "decode_ratio", "the decode ratio to c=1 fell by more than its interval", past_interval=True, batched_only=True,
+         needs_interval=True),
 )
 
 
@@ -63,6 +68,8 @@ def _flag(bands: pl.DataFrame, rule: Rule) -> pl.DataFrame:
     frame = bands.filter(pl.col(rule.metric).is_not_null() & pl.col("time").is_not_null())
     if rule.batched_only:
         frame = frame.filter(pl.col("c") > 1)
+    if rule.needs_interval:  # the entry before a judged band is the last one that has an interval too
+        frame = frame.filter(pl.col(f"{rule.metric}_low").is_not_null() & pl.col(f"{rule.metric}_high").is_not_null())
     group = [*SERIES, "c"]
     shifted = ("time", "commit", "entry", rule.metric, "decode_ratio_low")
     frame = frame.sort(*group, "time", nulls_last=True).with_columns(
