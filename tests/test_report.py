@@ -488,3 +488,14 @@ def test_a_kernel_mode_alias_shows_as_honoured_not_refused():
 
     assert [(s["name"], s["differs"], s["alias"]) for s in _settings(refused)] == [("dtype", True, False), ("kernel_mode", True, False)]
 
+
+def test_runs_side_by_side_say_why_a_run_has_no_rate_over_default():
+    from analysis.report import mode_comparison_html
+    from analysis.run import read_run
+
+    runs = [read_run(ROOT / "data" / folder) for folder in ("experiment-cpu/default", "experiment-cpu/fixed-tiles", "llamacpp-cpu/cache-prompt")]
+    text = visible_text(mode_comparison_html(runs))
+    assert "— / — / —" not in text
+    assert "no default-mode run in its folder" in text
+    assert "needs such a run beside it" in text  # the caption says what the ratio needs
+    assert "1 / 1 / 1 / 1" in text  # the default run over itself still shows its ratios
