@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -168,3 +170,13 @@ def test_readme_links_stay_inside_the_repository():
     assert local, "README links no page"
     assert [link for link in local if not (ROOT / link).resolve().is_relative_to(ROOT) or not (ROOT / link).exists()] == []
 
+
+def test_the_html_the_documented_commands_write_is_ignored_by_git():
+    """``-o experiment.html`` and the like, run from the repository root as README and docs/ show them, leave git status clean."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    written = sorted({m for doc in docs for m in re.findall(r"(?<!\S)-o ([\w./-]+\.html)\b", doc.read_text(encoding="utf-8"))})
+    assert "experiment.html" in written
+    shown = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert [name for name in written if name not in shown] == []
