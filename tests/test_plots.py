@@ -73,3 +73,26 @@ def test_band_widths_and_margin_traces_per_prompt(tmp_path):
     assert list(traces[0].get_xdata()) == [0, 1, 3]  # a step without two candidates is left out
     parted = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
     assert len(parted) == 1 and parted[0].get_color() == traces[0].get_color()
+
+
+# --- issue 22, item 8: series that would hide each other, a run where nothing parted, margins from 0 -----------------
+
+
+def _drawn(ax) -> list[tuple[str, tuple]]:
+    """Each labelled line's legend label and the points it puts on the axes."""
+    return [(line.get_label(), tuple(zip(line.get_xdata(), line.get_ydata()))) for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
+def _save(ax, name, tmp_path):
+    """Saved as a PNG, as the report does, so the layout (legend placement, tight bbox) is exercised too."""
+    ax.figure.savefig(tmp_path / f"{name}.png", dpi=60, bbox_inches="tight")
+
+
+def test_margin_axes_start_at_zero(tmp_path):
+    slots = pl.DataFrame({"band_c": [4, 8, 8], "diverged": [True, True, True], "reference_margin": [0.0, 0.02, 3.0]})
+    ax = plots.plot_margin_at_divergence(slots, epsilon=0.05)
+    _save(ax, "margin-at-divergence", tmp_path)
+    assert ax.get_yscale() == "symlog" and ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 3.0  # a margin is never negative
+    ax = plots.plot_margin_trace({"p0": [0.5, 0.0, 2.0]}, {"p0": [1]})
+    _save(ax, "margin-trace", tmp_path)
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 2.0

@@ -239,12 +239,12 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     parted = as_polars(slots).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
     if parted.is_empty():
         return _empty(ax, "No request parted where the reference had two candidates.")
-    ax.plot(parted["band_c"], parted["reference_margin"], "o", alpha=0.7, label="reference margin at the divergence")
+    # clip_on=False: an exact tie sits on the axis at 0 and is drawn whole
+    ax.plot(parted["band_c"], parted["reference_margin"], "o", alpha=0.7, clip_on=False, label="reference margin at the divergence")
     ax.axhline(epsilon, color="red", linestyle="--", label=f"epsilon = {epsilon:g}")
     _set_c_axis(ax, parted["band_c"].to_list())
-    ax.set_yscale("symlog", linthresh=1e-3)
-    ax.margins(y=0.15)
-    ax.set_ylabel("top-1 minus top-2 logprob")
+    _margin_axis(ax)
+    ax.set_ylabel("top-1 minus top-2 logprob\n(linear below 1e-3, log above)")
     ax.set_title("Was the call close where the streams parted?")
     _legend(ax)
     return ax
@@ -270,12 +270,19 @@ def plot_margin_trace(margins: Sequence[float | None] | Mapping[str, Sequence[fl
     else:
         _coloured_traces(ax, traces, parted)
     ax.axhline(epsilon, color="red", linestyle="--", linewidth=1, label=f"epsilon = {epsilon:g}")
-    ax.set_yscale("symlog", linthresh=1e-3)
+    _margin_axis(ax)
     ax.set_xlabel("step (0-based)")
-    ax.set_ylabel("margin (logprob)")
+    ax.set_ylabel("margin (logprob; linear below 1e-3, log above)")
     ax.set_title("Near-ties along the reference")
     _legend(ax)
     return ax
+
+
+def _margin_axis(ax) -> None:
+    """A margin (top-1 minus top-2) is never negative: symlog, linear up to 1e-3 so that exact ties show at 0, from 0 up."""
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.margins(y=0.15)
+    ax.set_ylim(bottom=0)
 
 
 def _coloured_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: Mapping[str, Sequence[int]]) -> None:
