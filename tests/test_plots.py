@@ -88,6 +88,22 @@ def _save(ax, name, tmp_path):
     ax.figure.savefig(tmp_path / f"{name}.png", dpi=60, bbox_inches="tight")
 
 
+def _slots(agree_to, diverged):
+    n = len(agree_to)
+    return pl.DataFrame({"prompt_id": ["p0"] * n, "band_c": [4] * n, "slot": list(range(n)), "agree_to": agree_to, "diverged": diverged})
+
+
+def test_a_run_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
+    ax = plots.plot_run_divergence(_slots([64] * 4, [False] * 4), declared_min=64)
+    _save(ax, "nothing-parted", tmp_path)
+    bottom, top = ax.get_ylim()
+    assert bottom == 0 and top > 64 * 1.1  # the axis shows where 64 sits, not 63 to 67
+    assert any(t.get_text().startswith("Nothing parted: all 4 batched requests") for t in ax.texts)
+    assert [label for label, _ in _drawn(ax)] == ["never parted (4; drawn at their length)", "declared_min = 64"]
+    ax = plots.plot_run_divergence(_slots([64, 3], [False, True]), declared_min=64)
+    assert not any(t.get_text().startswith("Nothing parted") for t in ax.texts)
+
+
 def test_margin_axes_start_at_zero(tmp_path):
     slots = pl.DataFrame({"band_c": [4, 8, 8], "diverged": [True, True, True], "reference_margin": [0.0, 0.02, 3.0]})
     ax = plots.plot_margin_at_divergence(slots, epsilon=0.05)

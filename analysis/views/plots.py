@@ -213,6 +213,7 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
     """Where each batched request parts from ref #1, against c: o parted, ^ never parted (plotted at its length).
 
     One series per outcome whatever the number of prompts; the earliest partings are named on the plot.
+    When nothing parted the plot says so, and its axis runs from 0 so that the requests' full length shows.
     """
     ax = _axes(ax)
     slots = as_polars(slots)
@@ -220,13 +221,19 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
         return _empty(ax, "No batched requests in the run.")
     parted = slots.filter(pl.col("diverged"))
     held = slots.filter(~pl.col("diverged"))
-    ax.plot(parted["band_c"], parted["agree_to"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
-    ax.plot(held["band_c"], held["agree_to"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height})")
+    if parted.height:
+        ax.plot(parted["band_c"], parted["agree_to"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
+    ax.plot(held["band_c"], held["agree_to"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height}; drawn at their length)")
     earliest = parted.sort("agree_to", "band_c").unique(["prompt_id"], keep="first", maintain_order=True)
     _label_points(ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", "band_c", "agree_to", "slot").rows()])
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
     _set_c_axis(ax, slots["band_c"].to_list())
+    if not parted.height:
+        top = max([*held["agree_to"].drop_nulls().to_list(), declared_min or 0, 1])
+        ax.set_ylim(0, top * 1.25)
+        ax.text(0.5, 0.4, f"Nothing parted: all {held.height} batched requests\nagree with the m=1 reference to their end.",
+                ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("tokens agreeing with m=1 (0-based divergence)")
     ax.set_title("Divergence from the m=1 reference, per request")
     _legend(ax)
