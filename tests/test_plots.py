@@ -88,6 +88,37 @@ def _save(ax, name, tmp_path):
     ax.figure.savefig(tmp_path / f"{name}.png", dpi=60, bbox_inches="tight")
 
 
+def test_witnesses_with_the_same_points_are_drawn_beside_each_other(tmp_path):
+    bands = read_witnesses(LAMBDA).bands  # witness-v3.0-rule.json (v1) and witness@464c168e62.json (v2) part at the same steps
+    ax = plots.plot_divergence(bands)
+    _save(ax, "divergence", tmp_path)
+    lines = {label: points for label, points in _drawn(ax) if "declared_min" not in label}
+    assert len(lines) == 3 and len({points for points in lines.values()}) == 3  # no line lies on another
+    (twin,) = [label for label in lines if label.startswith("witness@464c168e62.json")]
+    assert "= witness-v3.0-rule.json (v1)" in twin
+    markers = [tuple(zip(line.get_xdata(), line.get_ydata())) for line in ax.get_lines() if line.get_marker() in ("o", "X", "s")]
+    points = [p for group in markers for p in group]
+    assert len(points) == len(set(points)) == 12  # every band's result marker where no other covers it
+    assert ax.get_legend() is not None and [t.get_text() for t in ax.get_legend().get_texts()][2] == twin
+
+
+def test_identical_series_are_merged_into_one_named_line(tmp_path):
+    deltas = pl.DataFrame({"label": [f"p{k} c={c} slot {s}" for c in (4, 8) for k in range(3) for s in range(2) for _ in range(2)],
+                           "band_c": [c for c in (4, 8) for _ in range(12)], "step": [0, 1] * 12,
+                           "abs_delta": [1e-6, 1e-5] * 12})  # c=4 and c=8 drift alike, step for step
+    ax = plots.plot_delta_before_fork(deltas)
+    _save(ax, "drift", tmp_path)
+    assert [label for label, _ in _drawn(ax)] == ["c=4, 8 identical (largest of 6, 6)"]
+    ax = plots.plot_margin_trace({"p0": [0.5, 0.01], "p1": [0.5, 0.01], "p2": [0.2, 0.3]}, {"p0": [1], "p1": [], "p2": []})
+    traces = [label for label, _ in _drawn(ax) if "reference top-1" in label]
+    assert traces == ["p0 = p1 (2 identical series): reference top-1 minus top-2", "p2: reference top-1 minus top-2"]
+    rates = pl.DataFrame({"source": ["a.json"] * 2 + ["b.json"] * 2, "witness_version": [3] * 4, "c": [1, 4] * 2,
+                          "decode_tok_s": [100.0, 60.0] * 2})
+    ax = plots.plot_decode_rate(rates)
+    assert [label for label, _ in _drawn(ax)][0] == "a.json (v3) = b.json (v3) (2 identical series)"
+    assert len({points for _, points in _drawn(ax)}) == len(_drawn(ax))
+
+
 def _slots(agree_to, diverged):
     n = len(agree_to)
     return pl.DataFrame({"prompt_id": ["p0"] * n, "band_c": [4] * n, "slot": list(range(n)), "agree_to": agree_to, "diverged": diverged})
