@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -104,6 +106,12 @@ def test_objects_show_one_line_and_html(tmp_path):
     assert run.requests.height == 62 and run.tokens is run.dump.tokens
 
 
+def test_a_run_card_names_its_kernel_mode():
+    card = analysis.read_run(ROOT / "data" / "experiment-cpu" / "batch-invariant")._repr_html_()
+    assert re.search(r"<th[^>]*>engine</th>.*?<th[^>]*>kernel mode</th><td[^>]*>one-by-one</td>", card, flags=re.S)
+    assert "kernel mode" not in analysis.read_run(ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt")._repr_html_()  # none recorded, none said
+
+
 def test_objects_show_their_html_in_a_notebook_papermill_runs(tmp_path):
     """Each object, left as a cell's last expression, shows its HTML card among the executed outputs."""
     import nbformat
@@ -161,3 +169,14 @@ def test_readme_links_stay_inside_the_repository():
     local = [link for link in links if not re.match(r"[a-z]+://", link)]
     assert local, "README links no page"
     assert [link for link in local if not (ROOT / link).resolve().is_relative_to(ROOT) or not (ROOT / link).exists()] == []
+
+
+def test_the_html_the_documented_commands_write_is_ignored_by_git():
+    """``-o experiment.html`` and the like, run from the repository root as README and docs/ show them, leave git status clean."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    written = sorted({m for doc in docs for m in re.findall(r"(?<!\S)-o ([\w./-]+\.html)\b", doc.read_text(encoding="utf-8"))})
+    assert "experiment.html" in written
+    shown = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert [name for name in written if name not in shown] == []

@@ -73,3 +73,73 @@ def test_band_widths_and_margin_traces_per_prompt(tmp_path):
     assert list(traces[0].get_xdata()) == [0, 1, 3]  # a step without two candidates is left out
     parted = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
     assert len(parted) == 1 and parted[0].get_color() == traces[0].get_color()
+
+
+# --- issue 22, item 8: series that would hide each other, a run where nothing parted, margins from 0 -----------------
+
+
+def _drawn(ax) -> list[tuple[str, tuple]]:
+    """Each labelled line's legend label and the points it puts on the axes."""
+    return [(line.get_label(), tuple(zip(line.get_xdata(), line.get_ydata()))) for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
+def _save(ax, name, tmp_path):
+    """Saved as a PNG, as the report does, so the layout (legend placement, tight bbox) is exercised too."""
+    ax.figure.savefig(tmp_path / f"{name}.png", dpi=60, bbox_inches="tight")
+
+
+def test_witnesses_with_the_same_points_are_drawn_beside_each_other(tmp_path):
+    bands = read_witnesses(LAMBDA).bands  # witness-v3.0-rule.json (v1) and witness@464c168e62.json (v2) part at the same steps
+    ax = plots.plot_divergence(bands)
+    _save(ax, "divergence", tmp_path)
+    lines = {label: points for label, points in _drawn(ax) if "declared_min" not in label}
+    assert len(lines) == 3 and len({points for points in lines.values()}) == 3  # no line lies on another
+    (twin,) = [label for label in lines if label.startswith("witness@464c168e62.json")]
+    assert "= witness-v3.0-rule.json (v1)" in twin
+    markers = [tuple(zip(line.get_xdata(), line.get_ydata())) for line in ax.get_lines() if line.get_marker() in ("o", "X", "s")]
+    points = [p for group in markers for p in group]
+    assert len(points) == len(set(points)) == 12  # every band's result marker where no other covers it
+    assert ax.get_legend() is not None and [t.get_text() for t in ax.get_legend().get_texts()][2] == twin
+
+
+def test_identical_series_are_merged_into_one_named_line(tmp_path):
+    deltas = pl.DataFrame({"label": [f"p{k} c={c} slot {s}" for c in (4, 8) for k in range(3) for s in range(2) for _ in range(2)],
+                           "band_c": [c for c in (4, 8) for _ in range(12)], "step": [0, 1] * 12,
+                           "abs_delta": [1e-6, 1e-5] * 12})  # c=4 and c=8 drift alike, step for step
+    ax = plots.plot_delta_before_fork(deltas)
+    _save(ax, "drift", tmp_path)
+    assert [label for label, _ in _drawn(ax)] == ["c=4, 8 identical (largest of 6, 6)"]
+    ax = plots.plot_margin_trace({"p0": [0.5, 0.01], "p1": [0.5, 0.01], "p2": [0.2, 0.3]}, {"p0": [1], "p1": [], "p2": []})
+    traces = [label for label, _ in _drawn(ax) if "reference top-1" in label]
+    assert traces == ["p0 = p1 (2 identical series): reference top-1 minus top-2", "p2: reference top-1 minus top-2"]
+    rates = pl.DataFrame({"source": ["a.json"] * 2 + ["b.json"] * 2, "witness_version": [3] * 4, "c": [1, 4] * 2,
+                          "decode_tok_s": [100.0, 60.0] * 2})
+    ax = plots.plot_decode_rate(rates)
+    assert [label for label, _ in _drawn(ax)][0] == "a.json (v3) = b.json (v3) (2 identical series)"
+    assert len({points for _, points in _drawn(ax)}) == len(_drawn(ax))
+
+
+def _slots(agree_to, diverged):
+    n = len(agree_to)
+    return pl.DataFrame({"prompt_id": ["p0"] * n, "band_c": [4] * n, "slot": list(range(n)), "agree_to": agree_to, "diverged": diverged})
+
+
+def test_a_run_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
+    ax = plots.plot_run_divergence(_slots([64] * 4, [False] * 4), declared_min=64)
+    _save(ax, "nothing-parted", tmp_path)
+    bottom, top = ax.get_ylim()
+    assert bottom == 0 and top > 64 * 1.1  # the axis shows where 64 sits, not 63 to 67
+    assert any(t.get_text().startswith("Nothing parted: all 4 batched requests") for t in ax.texts)
+    assert [label for label, _ in _drawn(ax)] == ["never parted (4; drawn at their length)", "declared_min = 64"]
+    ax = plots.plot_run_divergence(_slots([64, 3], [False, True]), declared_min=64)
+    assert not any(t.get_text().startswith("Nothing parted") for t in ax.texts)
+
+
+def test_margin_axes_start_at_zero(tmp_path):
+    slots = pl.DataFrame({"band_c": [4, 8, 8], "diverged": [True, True, True], "reference_margin": [0.0, 0.02, 3.0]})
+    ax = plots.plot_margin_at_divergence(slots, epsilon=0.05)
+    _save(ax, "margin-at-divergence", tmp_path)
+    assert ax.get_yscale() == "symlog" and ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 3.0  # a margin is never negative
+    ax = plots.plot_margin_trace({"p0": [0.5, 0.0, 2.0]}, {"p0": [1]})
+    _save(ax, "margin-trace", tmp_path)
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 2.0

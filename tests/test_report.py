@@ -471,3 +471,31 @@ def test_the_64_prompt_report_reads_in_chromium(study_report):
     assert len(state["figures"]) == 4 and state["title"] == "64 prompts"
     narrow = read_like_a_reviewer(study_report[1], width=760)  # a narrow window: the page never scrolls sideways, a wide table does in its box
     assert narrow["outside"] == [] and narrow["page"] <= narrow["body"] == 760
+
+
+# --- rough edges of issue 22, item 8: checked on the report's HTML fragments, no notebook run --------------------------
+
+
+def test_a_kernel_mode_alias_shows_as_honoured_not_refused():
+    from analysis.report import run_html
+    from analysis.run import read_run
+
+    page = run_html(read_run(ROOT / "data" / "experiment-cpu" / "batch-invariant"))  # asked batch-invariant, served one-by-one
+    (row,) = re.findall(r"<tr><td>kernel_mode</td>.*?</tr>", page, flags=re.S)
+    assert "bia-fail" not in row and "honoured" in row and "<code>one-by-one</code>" in row
+    refused = {"requested": {"kernel_mode": "batch-invariant", "dtype": "float32"}, "effective": {"kernel_mode": "default", "dtype": "float16"}}
+    from analysis.views._details import _settings
+
+    assert [(s["name"], s["differs"], s["alias"]) for s in _settings(refused)] == [("dtype", True, False), ("kernel_mode", True, False)]
+
+
+def test_runs_side_by_side_say_why_a_run_has_no_rate_over_default():
+    from analysis.report import mode_comparison_html
+    from analysis.run import read_run
+
+    runs = [read_run(ROOT / "data" / folder) for folder in ("experiment-cpu/default", "experiment-cpu/fixed-tiles", "llamacpp-cpu/cache-prompt")]
+    text = visible_text(mode_comparison_html(runs))
+    assert "— / — / —" not in text
+    assert "no default-mode run in its folder" in text
+    assert "needs such a run beside it" in text  # the caption says what the ratio needs
+    assert "1 / 1 / 1 / 1" in text  # the default run over itself still shows its ratios

@@ -16,8 +16,9 @@ Kernel modes:
 
 from __future__ import annotations
 
-KERNEL_MODES = ("default", "one-by-one", "fixed-tiles")
-MODE_ALIASES = {"batch-invariant": "one-by-one"}  # the one-by-one mode's name before fixed-tiles existed
+from ..core._modes import KERNEL_MODES, MODE_ALIASES
+
+__all__ = ["KERNEL_MODES", "MODE_ALIASES", "kernel_mode"]
 
 
 def kernel_mode(name: str) -> str:

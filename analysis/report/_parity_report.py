@@ -249,9 +249,24 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1") -> str
                      "bit-identical to m=1": " / ".join(percent(round(f * n), n) for f, n in group.select("bit_identical_share", "requests").rows()),
                      "token flips": int(group["token_flips"].sum()), "max ULP": group["max_ulp"].max(),
                      "median decode tok/s": " / ".join(cell(None if r is None else round(r)) for r in group["median_decode_tok_s"]),
-                     **({"rate over the default mode's": " / ".join(cell(None if r is None else round(r, 2)) for r in group["rate_vs_default"])}
-                        if "rate_vs_default" in group.columns else {})})
-    return table_html(pl.DataFrame(rows).sort("run"), caption="Each measure is listed in the order of the c column.")
+                     "rate over the default mode's": _rate_vs_default(group["rate_vs_default"])})
+    caption = ("Each measure is listed in the order of the c column. The rate over the default mode's is the run's median decode rate "
+               "over that of the default-mode run in the same folder at the same c: it needs such a run beside it, which a run that names "
+               "no kernel mode (llama.cpp's, for one) does not have.")
+    return table_html(pl.DataFrame(rows).sort("run"), caption=caption)
+
+
+def _rate_vs_default(rates: pl.Series) -> str:
+    """Each c's rate over the default mode's, or why there is none: no default-mode run beside the run.
+
+    Examples
+    --------
+    >>> _rate_vs_default(pl.Series([1.0, 0.4567, None])), _rate_vs_default(pl.Series([None, None], dtype=pl.Float64))
+    ('1 / 0.46 / —', 'no default-mode run in its folder')
+    """
+    if rates.is_null().all():
+        return "no default-mode run in its folder"
+    return " / ".join(cell(None if r is None else round(r, 2)) for r in rates)
 
 
 # --- running the notebook ------------------------------------------------------------------

@@ -116,6 +116,9 @@ def _card(run: Run) -> str:
              ("prompts", few(run.prompts)), ("ladder", run.ladder), ("requests", len(run.dump.requests)),
              ("complete", manifest.get("complete", True)), ("missing", len(run.missing())), ("refused", len(manifest.get("refused") or [])),
              ("capture records left out", len(run.dump.skipped))]
+    mode = (manifest.get("effective") or {}).get("kernel_mode")
+    if mode:  # as the verdict card says it: the mode the server ran, after what served it
+        facts.insert(1, ("kernel mode", mode))
     lines = []
     for c, requests, bitwise, same, earliest in run_counts(slot_table(run)).select("c", "requests", "bitwise", "same", "first").iter_rows():
         words = f"c={c}: {bitwise} of {requests} requests bit-identical to ref #1, {same} token-identical"

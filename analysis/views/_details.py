@@ -15,6 +15,7 @@ import polars as pl
 from ..core._frames import as_polars
 from ..core._html import render
 from ..core._cells import MISSING, cell, pairs
+from ..core._modes import canonical_setting
 
 WORST_ROWS = 20  # a long table shows this many of its worst rows and counts the rest
 FEW = 5  # per-prompt sentences (negative controls, forks) listed before the rest are counted
@@ -125,10 +126,15 @@ def _forks(run) -> dict[str, Any]:
 
 def _settings(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     requested, effective = manifest.get("requested", {}) or {}, manifest.get("effective", {}) or {}
-    # a setting differs only when both sides name it: the probe's own choices (layout, ...) have no server-side twin
-    return [{"name": k, "requested": cell(requested.get(k)), "effective": cell(effective.get(k)),
-             "differs": k in requested and k in effective and requested[k] != effective[k]}
-            for k in sorted(set(requested) | set(effective))]
+    # a setting differs only when both sides name it: the probe's own choices (layout, ...) have no server-side twin;
+    # a requested alias the server took under its canonical name (batch-invariant: one-by-one) was honoured, not refused
+    rows = []
+    for k in sorted(set(requested) | set(effective)):
+        both = k in requested and k in effective and requested[k] != effective[k]
+        alias = both and canonical_setting(k, requested[k]) == effective[k]
+        rows.append({"name": k, "requested": cell(requested.get(k)), "effective": cell(effective.get(k)), "differs": both and not alias,
+                     "alias": alias})
+    return rows
 
 
 def _identity(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:

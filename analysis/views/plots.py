@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -101,10 +101,40 @@ def _c_colours(cs: Sequence[int]) -> dict[int, Any]:
     return {c: palette(k / max(1, len(ordered) - 1) * 0.9) for k, c in enumerate(ordered)}
 
 
+def _merge_identical(items: Iterable[tuple[Any, Hashable, Any]], joined=None) -> list[tuple[str, Any]]:
+    """Series that would draw the same points, merged into one labelled with all their names: a line drawn over
+    its twin hides it, and leaves a legend entry that points at nothing visible.
+
+    ``items`` are (label, key, payload), the key what the series draws; out come (label, payload), one per key,
+    with the first payload of each key. ``joined`` makes the legend entry of a key's labels (by default: the one
+    label, or the names and a count).
+
+    Examples
+    --------
+    >>> _merge_identical([("a", (1, 9), "A"), ("b", (1, 2), "B"), ("c", (1, 9), "C")])
+    [('a = c (2 identical series)', 'A'), ('b', 'B')]
+    >>> _merge_identical([(f"w{k}", (), k) for k in range(4)])
+    [('w0 = w1 = w2 and 1 more (4 identical series)', 0)]
+    """
+    merged: dict[Hashable, tuple[list[str], Any]] = {}
+    for label, key, payload in items:
+        merged.setdefault(key, ([], payload))[0].append(label)
+    return [((joined or _identical)(labels), payload) for labels, payload in merged.values()]
+
+
+def _identical(labels: Sequence[str]) -> str:
+    if len(labels) == 1:
+        return labels[0]
+    names = " = ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+    return f"{names} ({len(labels)} identical series)"
+
+
 def plot_divergence(bands: Any, *, ax=None):
     """divergence_at against c, one line per witness, declared_min marked.
 
-    Marker shape shows the band's recorded result (o PASS, X FAIL, s UNMEASURABLE).
+    Marker shape shows the band's recorded result (o PASS, X FAIL, s UNMEASURABLE). A point that one drawn
+    before it would hide (the same c and divergence_at; the results may differ) is nudged right of it and its
+    line dashed; a witness whose every point repeats an earlier one's says whose in the legend.
 
     Examples
     --------
@@ -119,18 +149,28 @@ def plot_divergence(bands: Any, *, ax=None):
     measured = bands.filter(pl.col("divergence_at").is_not_null())
     if measured.is_empty():
         return _empty(ax, "No band recorded a divergence_at.")
+    series: dict[tuple, str] = {}  # each witness's points, for the legend of one that repeats them
+    drawn: dict[tuple, int] = {}  # how many witnesses drew each (c, divergence_at) so far
     for (source, version), group in measured.sort("c").group_by(["source", "witness_version"], maintain_order=True):
-        line = ax.plot(group["c"], group["divergence_at"], "-", alpha=0.7, label=witness_label(source, version))[0]
+        label, points = witness_label(source, version), tuple(group.select("c", "divergence_at").rows())
+        nudges = [2 ** (0.08 * drawn.get(point, 0)) for point in points]  # on the log2 c axis: beside the point it would hide
+        for point in points:
+            drawn[point] = drawn.get(point, 0) + 1
+        if points in series:
+            label += f" (= {series[points]}, nudged right)"
+        series.setdefault(points, witness_label(source, version))
+        group = group.with_columns(x=pl.col("c") * pl.Series(nudges))
+        line = ax.plot(group["x"], group["divergence_at"], "--" if max(nudges) > 1 else "-", alpha=0.7, label=label)[0]
         for result, marker in _RESULT_MARKERS.items():
             part = group.filter(pl.col("result") == result)
             if part.height:
-                ax.plot(part["c"], part["divergence_at"], marker, color=line.get_color(), markersize=8, linestyle="none")
+                ax.plot(part["x"], part["divergence_at"], marker, color=line.get_color(), markersize=8, linestyle="none")
     for declared in sorted(set(measured["declared_min"].drop_nulls().to_list())):
         ax.axhline(declared, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared}")
     _set_c_axis(ax, measured["c"].to_list())
     ax.set_ylabel("divergence_at (tokens agreeing with m=1)")
     ax.set_title("Where each batch size parts from the m=1 reference")
-    _legend(ax)
+    _legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: long file names would cover the lines
     return ax
 
 
@@ -155,10 +195,11 @@ def plot_decode_rate(bands: Any, *, ax=None):
 def _rate_lines(ax, groups, c_column: str) -> None:
     """One rate line per group against c, each with its 50%-of-c=1 line (S7's bar).
 
-    The bar is drawn only where c=1 has exactly one rate (a witness has one band per c).
+    The bar is drawn only where c=1 has exactly one rate (a witness has one band per c). Groups with the
+    same rates are drawn once.
     """
     cs = []
-    for label, group in groups:
+    for label, group in _merge_identical((label, tuple(group.select(c_column, "decode_tok_s").rows()), group) for label, group in groups):
         line = ax.plot(group[c_column], group["decode_tok_s"], "o-", label=label)[0]
         base = group.filter(pl.col(c_column) == 1)["decode_tok_s"]
         if base.len() == 1:
@@ -213,6 +254,7 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
     """Where each batched request parts from ref #1, against c: o parted, ^ never parted (plotted at its length).
 
     One series per outcome whatever the number of prompts; the earliest partings are named on the plot.
+    When nothing parted the plot says so, and its axis runs from 0 so that the requests' full length shows.
     """
     ax = _axes(ax)
     slots = as_polars(slots)
@@ -220,13 +262,19 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
         return _empty(ax, "No batched requests in the run.")
     parted = slots.filter(pl.col("diverged"))
     held = slots.filter(~pl.col("diverged"))
-    ax.plot(parted["band_c"], parted["agree_to"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
-    ax.plot(held["band_c"], held["agree_to"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height})")
+    if parted.height:
+        ax.plot(parted["band_c"], parted["agree_to"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
+    ax.plot(held["band_c"], held["agree_to"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height}; drawn at their length)")
     earliest = parted.sort("agree_to", "band_c").unique(["prompt_id"], keep="first", maintain_order=True)
     _label_points(ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", "band_c", "agree_to", "slot").rows()])
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
     _set_c_axis(ax, slots["band_c"].to_list())
+    if not parted.height:
+        top = max([*held["agree_to"].drop_nulls().to_list(), declared_min or 0, 1])
+        ax.set_ylim(0, top * 1.25)
+        ax.text(0.5, 0.4, f"Nothing parted: all {held.height} batched requests\nagree with the m=1 reference to their end.",
+                ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("tokens agreeing with m=1 (0-based divergence)")
     ax.set_title("Divergence from the m=1 reference, per request")
     _legend(ax)
@@ -239,12 +287,12 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     parted = as_polars(slots).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
     if parted.is_empty():
         return _empty(ax, "No request parted where the reference had two candidates.")
-    ax.plot(parted["band_c"], parted["reference_margin"], "o", alpha=0.7, label="reference margin at the divergence")
+    # clip_on=False: an exact tie sits on the axis at 0 and is drawn whole
+    ax.plot(parted["band_c"], parted["reference_margin"], "o", alpha=0.7, clip_on=False, label="reference margin at the divergence")
     ax.axhline(epsilon, color="red", linestyle="--", label=f"epsilon = {epsilon:g}")
     _set_c_axis(ax, parted["band_c"].to_list())
-    ax.set_yscale("symlog", linthresh=1e-3)
-    ax.margins(y=0.15)
-    ax.set_ylabel("top-1 minus top-2 logprob")
+    _margin_axis(ax)
+    ax.set_ylabel("top-1 minus top-2 logprob\n(linear below 1e-3, log above)")
     ax.set_title("Was the call close where the streams parted?")
     _legend(ax)
     return ax
@@ -270,21 +318,31 @@ def plot_margin_trace(margins: Sequence[float | None] | Mapping[str, Sequence[fl
     else:
         _coloured_traces(ax, traces, parted)
     ax.axhline(epsilon, color="red", linestyle="--", linewidth=1, label=f"epsilon = {epsilon:g}")
-    ax.set_yscale("symlog", linthresh=1e-3)
+    _margin_axis(ax)
     ax.set_xlabel("step (0-based)")
-    ax.set_ylabel("margin (logprob)")
+    ax.set_ylabel("margin (logprob; linear below 1e-3, log above)")
     ax.set_title("Near-ties along the reference")
     _legend(ax)
     return ax
 
 
+def _margin_axis(ax) -> None:
+    """A margin (top-1 minus top-2) is never negative: symlog, linear up to 1e-3 so that exact ties show at 0, from 0 up."""
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.margins(y=0.15)
+    ax.set_ylim(bottom=0)
+
+
 def _coloured_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: Mapping[str, Sequence[int]]) -> None:
     """A few references: one coloured line each, its partings as lines of its colour."""
     marked = False
-    for prompt, trace in traces.items():
-        label = f"{prompt}: reference top-1 minus top-2" if prompt else "reference top-1 minus top-2"
+    same = _merge_identical((prompt, tuple(trace), prompt) for prompt, trace in traces.items())
+    for label, prompt in same:  # prompts whose references have the same margins share a line, named after all of them
+        trace = traces[prompt]
+        label = f"{label}: reference top-1 minus top-2" if prompt else "reference top-1 minus top-2"
         line = ax.plot([i for i, _ in trace], [m for _, m in trace], "-", linewidth=1, label=label)[0]
-        for step in sorted(set(parted.get(prompt, ()))):
+        steps = {step for p, t in traces.items() if t == trace for step in parted.get(p, ())}
+        for step in sorted(steps):
             ax.axvline(step, color=line.get_color() if prompt else "orange", alpha=0.6, linestyle=":" if prompt else "-",
                        label=None if marked else "a request parted here")
             marked = True
@@ -343,8 +401,9 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     if "band_c" in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1:
         _drift_by_c(ax, deltas)
     else:
-        for (label,), group in deltas.group_by(["label"], maintain_order=True):
-            ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.8, markersize=3, label=str(label))
+        series = deltas.group_by(["label"], maintain_order=True)
+        for label, group in _merge_identical((str(label), tuple(g.select("step", "abs_delta").rows()), g) for (label,), g in series):
+            ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.8, markersize=3, label=label)
     ax.set_yscale("log")
     ax.set_xlabel("step (0-based)")
     ax.set_ylabel("|delta logprob| (zeros drawn at 1e-12)")
@@ -357,11 +416,24 @@ def _drift_by_c(ax, deltas: pl.DataFrame) -> None:
     """One line per c: the largest |delta| over that c's requests at each step; the furthest request named."""
     colours = _c_colours(deltas["band_c"].to_list())
     envelope = deltas.group_by("band_c", "step").agg(pl.col("abs_delta").max(), requests=pl.col("label").n_unique()).sort("band_c", "step")
-    for (c,), group in envelope.group_by(["band_c"], maintain_order=True):
-        ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.9, markersize=3, color=colours[c],
-                label=f"c={c} (largest of {group['requests'].max()})")
+    series = (((c, g["requests"].max()), tuple(g.select("step", "abs_delta").rows()), (c, g))
+              for (c,), g in envelope.group_by(["band_c"], maintain_order=True))
+    for label, (c, group) in _merge_identical(series, _same_drift):  # c's that drift alike share one line, named after each
+        ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.9, markersize=3, color=colours[c], label=label)
     worst = deltas.sort("abs_delta", descending=True).row(0, named=True)
     _label_points(ax, [(worst["step"], worst["abs_delta"], str(worst["label"]))])
+
+
+def _same_drift(labels: Sequence[tuple[int, int]]) -> str:
+    """The legend entry of one or more c's with the same drift, from their (c, requests).
+
+    Examples
+    --------
+    >>> _same_drift([(4, 8)]), _same_drift([(4, 8), (16, 32)])
+    ('c=4 (largest of 8)', 'c=4, 16 identical (largest of 8, 32)')
+    """
+    cs, requests = (", ".join(str(v) for v in values) for values in zip(*labels))
+    return f"c={cs}{' identical' if len(labels) > 1 else ''} (largest of {requests})"
 
 
 def plot_flip_curve(curve: Any, *, ax=None):

@@ -1,0 +1,26 @@
+"""Kernel mode names and their aliases, at the bottom so that the report can read a manifest's settings
+without importing the experiment (:mod:`analysis.experiment.modes` describes each mode)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+KERNEL_MODES = ("default", "one-by-one", "fixed-tiles")
+MODE_ALIASES = {"batch-invariant": "one-by-one"}  # the one-by-one mode's name before fixed-tiles existed
+
+SETTING_ALIASES: Mapping[str, Mapping[str, str]] = {"kernel_mode": MODE_ALIASES}  # per setting: requested name -> canonical name
+
+
+def canonical_setting(name: str, value: Any) -> Any:
+    """The value a server takes a requested setting for: an alias gives its canonical name, anything else is itself.
+
+    Examples
+    --------
+    >>> canonical_setting("kernel_mode", "batch-invariant")
+    'one-by-one'
+    >>> canonical_setting("kernel_mode", "default"), canonical_setting("dtype", "batch-invariant")
+    ('default', 'batch-invariant')
+    """
+    aliases = SETTING_ALIASES.get(name) or {}
+    return aliases.get(value, value) if isinstance(value, str) else value
