@@ -60,7 +60,12 @@ CELLS = [
         '    display(HTML("<h2>Runs side by side</h2><p>Per run and batch size: the share of requests whose float32 logprobs are bit-identical to '
         "the reference, token flips, the largest ULP distance, the median decode rate and that rate over the default mode's in the same folder: "
         "the parity a kernel mode buys and what it costs.</p>\"))\n"
-        "    display(HTML(report.mode_comparison_html(run_objects, reference=against)))",
+        "    display(HTML(report.mode_comparison_html(run_objects, reference=against)))\n"
+        "engines = report.engines_html(run_objects)\n"
+        "if engines:\n"
+        '    display(HTML("<h2>Engines side by side</h2><p>One model served by several engines: where each engine\'s streams part from '
+        "the reference engine's m=1 stream of the same prompt, and whether each engine is batch invariant by itself.</p>\"))\n"
+        "    display(HTML(engines))",
     ),
     (
         "code",

@@ -62,7 +62,7 @@ FINDINGS = {
     ],
     "05_report.ipynb": [
         "title: Batch-parity report (tutorial)",
-        "sections: Verdicts | Runs side by side | Figures | Detail | aprender's V3 release gate",
+        "sections: Verdicts | Runs side by side | Engines side by side | Figures | Detail | aprender's V3 release gate",
         "0 scripts or stylesheets from the network",
         "Finding: the report's 8 verdict cards say",
         "  default: Token-identical, not bit-identical: the logprobs differ from m=1 from c=4.",

@@ -27,7 +27,9 @@ from ..core._cells import MISSING, cell, pairs, percent
 from ..verdicts._v3 import ShapeVerdict, V3Policy
 from ..core._version import __version__
 from ..io._bundled import bundled
-from ..studies._modes import mode_comparison
+from ..studies._engines import batch_invariant_engines, default_engine_reference, engine_table
+from ..studies._modes import _engine_label, mode_comparison
+from ..run import RunError
 from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
 
 
@@ -254,6 +256,45 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1") -> str
                "over that of the default-mode run in the same folder at the same c: it needs such a run beside it, which a run that names "
                "no kernel mode (llama.cpp's, for one) does not have.")
     return table_html(pl.DataFrame(rows).sort("run"), caption=caption)
+
+
+def engines_html(runs: Iterable[Any]) -> str:
+    """:func:`analysis.engine_table` for people, when the runs come from more than one engine: one row per run, against
+    the reference engine (torch in its default kernel mode where there is one), and whether each is batch invariant by itself.
+    Empty when the runs come from one engine or hold no prompt in common."""
+    runs = list(runs)
+    if len({(r.manifest.get("identity") or {}).get("engine") for r in runs}) < 2:
+        return ""
+    try:
+        table = engine_table(runs, reference=default_engine_reference(runs))
+    except RunError as exc:  # runs of other prompts: nothing to put side by side, and the reason is said
+        return table_html(pl.DataFrame(), empty=f"The engines cannot be compared: {exc}")
+    reference = runs[default_engine_reference(runs)]
+    invariant = batch_invariant_engines(table)
+    rows = []
+    for (engine, run), group in table.group_by(["engine", "run"], maintain_order=True):
+        alone = group.filter(pl.col("role") == "m=1").row(0, named=True)
+        bands = group.filter(pl.col("role") == "band").sort("c")
+        rows.append({"engine (run)": f"{engine}: {run}", "m=1 against the reference's": _against_reference(alone),
+                     "c": " / ".join(str(c) for c in bands["c"]),
+                     "token-identical to the reference's m=1": " / ".join(f"{s} of {n}" for s, n in bands.select("token_identical", "requests").rows()),
+                     "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"]),
+                     "batch invariant by itself": "yes" if invariant.get(engine) else "no"})
+    caption = (f"The reference engine is {_engine_label(reference)} ({reference.path}): each run's m=1 stream and its batched requests "
+               "are compared with the reference's m=1 stream of the same prompt. 'Bits from token' is the shortest prefix of float32 "
+               "logprobs bit-identical to it (the length of the stream when every bit matches); 'batch invariant by itself' means every "
+               "batched request is bit-identical to the run's own m=1.")
+    return table_html(pl.DataFrame(rows), caption=caption)
+
+
+def _against_reference(row: dict[str, Any]) -> str:
+    """One engine's m=1 streams against the reference engine's, in words."""
+    tokens = (f"{row['token_identical']} of {row['requests']} token-identical" if row["earliest_divergence"] is None
+              else f"{row['token_identical']} of {row['requests']} token-identical, the first parting at token {row['earliest_divergence']}")
+    if not row["max_ulp"]:
+        return tokens + "; every logprob bit-identical"
+    return (f"{tokens}; bits from token {row['min_bitwise_prefix']}, up to {row['max_ulp']:,} ULP "
+            f"(|delta logprob| up to {cell(row['max_abs_delta'])})")
 
 
 def _rate_vs_default(rates: pl.Series) -> str:

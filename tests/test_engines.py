@@ -1,0 +1,78 @@
+"""One model across engines (analysis.engine_table): streams written by hand, each comparison worked out by hand, and the
+report section on the bundled torch and llama.cpp runs."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from conftest import ROOT
+
+from analysis import RunError, assemble_run, engine_table, read_run
+from analysis.report import engines_html
+from analysis.studies._engines import batch_invariant_engines
+
+
+def _chat(path, tokens: list[tuple[str, float]]):
+    """A chat completion with logprobs: each (text, logprob) one token."""
+    entries = [{"token": text, "bytes": list(text.encode()), "logprob": lp, "top_logprobs": [{"token": text, "bytes": list(text.encode()), "logprob": lp}]}
+               for text, lp in tokens]
+    path.write_text(json.dumps({"id": path.stem, "object": "chat.completion", "model": "m", "choices": [{
+        "index": 0, "message": {"role": "assistant", "content": "".join(t for t, _ in tokens)}, "finish_reason": "length",
+        "logprobs": {"content": entries}}], "usage": {"prompt_tokens": 3, "completion_tokens": len(tokens), "total_tokens": 3 + len(tokens)}}))
+    return str(path)
+
+
+A = [("a", -0.5), ("b", -0.25), ("c", -0.125), ("d", -1.0)]
+
+
+def _engine(tmp_path, name: str, ref1, ref2, band) -> object:
+    """A run of one prompt "p": two m=1 references and a band of c=2 (two requests)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    mapping = [{"source": _chat(folder / "r0.json", ref1), "prompt_id": "p", "role": "reference", "slot": 0},
+               {"source": _chat(folder / "r1.json", ref2), "prompt_id": "p", "role": "reference", "slot": 1}]
+    mapping += [{"source": _chat(folder / f"b{k}.json", stream), "prompt_id": "p", "role": "band", "band_c": 2, "slot": k}
+                for k, stream in enumerate(band)]
+    return assemble_run(mapping, {"ladder": [2], "prompts": [{"prompt_id": "p", "text": "x"}], "identity": {"engine": name}})
+
+
+def test_engine_table_by_hand(tmp_path):
+    reference = _engine(tmp_path, "ref", A, A, [A, A])  # invariant, run to run too
+    # engine "other": its m=1 differs from the reference's in the bits of token 1 (-0.25 -> -0.2500001); its ref #2 agrees
+    # with its ref #1; one batched request is its m=1 exactly, the other parts in tokens at token 2 ("x" for "c")
+    other_m1 = [("a", -0.5), ("b", -0.2500001), ("c", -0.125), ("d", -1.0)]
+    other = _engine(tmp_path, "other", other_m1, other_m1, [other_m1, [("a", -0.5), ("b", -0.2500001), ("x", -0.7), ("d", -1.0)]])
+    table = engine_table([reference, other])
+    assert table.select("engine", "role", "c", "requests", "token_identical", "earliest_divergence", "min_bitwise_prefix",
+                        "own_m1_bit_identical").rows() == [
+        ("ref (run)", "m=1", None, 1, 1, None, 4, 1.0),
+        ("ref (run)", "band", 2, 2, 2, None, 4, 1.0),
+        ("other (run)", "m=1", None, 1, 1, None, 1, 1.0),
+        ("other (run)", "band", 2, 2, 1, 2, 1, 0.5),
+    ]
+    row = table.filter((pl.col("engine") == "other (run)") & (pl.col("role") == "m=1")).row(0, named=True)
+    # float32(-0.2500001) is -0.25000009: three steps of 2**-25 (the spacing just past 0.25) beyond -0.25
+    assert row["max_ulp"] == 3
+    assert row["max_abs_delta"] == pytest.approx(1e-7, rel=1e-6)  # the logprobs as sent
+    assert batch_invariant_engines(table) == {"ref (run)": True, "other (run)": False}
+
+
+def test_engines_must_share_their_prompts(tmp_path):
+    reference = _engine(tmp_path, "ref", A, A, [A, A])
+    other = _engine(tmp_path, "other", A, A, [A, A])
+    other.manifest["prompts"] = [{"prompt_id": "p", "text": "something else"}]
+    with pytest.raises(RunError, match=r"prompt 'p' is 'something else', but .* sent 'x' under that id"):
+        engine_table([reference, other])
+
+
+def test_the_report_shows_engines_side_by_side_on_the_bundled_runs():
+    runs = [read_run(ROOT / "data" / name) for name in ("experiment-cpu/default", "experiment-cpu/fixed-tiles", "llamacpp-cpu/no-cache-prompt")]
+    page = engines_html(runs)
+    text = " ".join(page.split())
+    # llama.cpp serves the same weights with tanh-approximated GELU: the same tokens, other bits from the first token on
+    assert ("llama.cpp server (no-cache-prompt): " in text
+            and "2 of 2 token-identical; bits from token 0, up to 189,643 ULP (|delta logprob| up to 0.002113)" in text)
+    assert "The reference engine is bia torch (analysis.experiment) (default)" in text
+    assert engines_html(runs[:2]) == ""  # one engine: nothing to put side by side
