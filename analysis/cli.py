@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .core._output import OutputExists
 from .verdicts._v3 import EXIT_MISSING, EXIT_RED, PolicyError, V3Policy, shape_check
 
 app = typer.Typer(
@@ -64,9 +65,10 @@ def _parse_bands(text: str) -> tuple[int, ...]:
         raise typer.Exit(2) from None
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    """Say ``error: message`` on stderr; the caller raises what this returns (exit 2: a bad option or input)."""
-    typer.echo(f"error: {message}", err=True)
+def _fail(message: str | Exception, code: int = 2) -> typer.Exit:
+    """Say ``error: message`` on stderr (an OutputExists in the command line's words); the caller raises what this returns (exit 2:
+    a bad option or input)."""
+    typer.echo(f"error: {message.command_line() if isinstance(message, OutputExists) else message}", err=True)
     return typer.Exit(code)
 
 
@@ -215,7 +217,6 @@ def assemble_command(
 
     Exit 0 written, 2 a request it cannot place (file and field named) or an occupied output, 3 no such path, 4 not a dump.
     """
-    from .core._output import OutputExists
     from .report._inputs import is_lone
     from .run import RunError, write_run
 
@@ -225,7 +226,7 @@ def assemble_command(
     try:
         folder = write_run(run, output, force=force)
     except OutputExists as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(exc) from None
     except RunError as exc:
         raise _fail(str(exc), 4) from None
     requests = run.dump.requests.unique(["source", "record"]).height
@@ -262,7 +263,7 @@ def report_command(
     import tempfile
 
     _go_offline(offline)
-    from .core._output import OutputExists, claim_output
+    from .core._output import claim_output
     from .io._sources import same_sources
     from .report._inputs import is_lone, sort_sources
 
@@ -273,7 +274,7 @@ def report_command(
         if notebook is not None:
             claim_output(notebook, force=force, what="--notebook")
     except OutputExists as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(exc) from None
     given, repeated = same_sources(sources or [])
     for first, again in repeated:
         typer.echo(f"note: {again} is {first} given again; it is read once", err=True)
@@ -348,7 +349,6 @@ def experiment_command(
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""
-    from .core._output import OutputExists
     from .experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
 
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
@@ -357,7 +357,7 @@ def experiment_command(
                                  dtype=dtype, device=device, max_tokens=max_tokens, top_k=top_k, seed=seed, model_path=model,
                                  progress=sys.stderr.isatty(), force=force)
     except (ExperimentError, OutputExists) as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(exc) from None
     for folder in folders:
         typer.echo(f"wrote {folder}")
 
@@ -538,7 +538,6 @@ def history_command(
     """Add runs, witnesses and markers to a history folder (each once), for bia trend."""
     from .core._fields import WitnessError
     from .studies._history import HistoryError, append_history
-    from .core._output import OutputExists
     from .io._sources import SourceError
     from .run import RunError
 
@@ -551,7 +550,7 @@ def history_command(
     except (WitnessError, RunError, HistoryError) as exc:
         raise _fail(str(exc), 4) from None
     except OutputExists as exc:
-        raise _fail(f"{exc}; a history folder holds history.json") from None
+        raise _fail(f"{exc.problem}; a history folder holds history.json") from None
     typer.echo(f"{output}: {history.entries.height - before} new entr{'y' if history.entries.height - before == 1 else 'ies'}, "
                f"{history.entries.height} in all")
 
@@ -573,7 +572,6 @@ def trend_command(
     """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
     from .core._fields import WitnessError
     from .studies._history import HistoryError
-    from .core._output import OutputExists
     from .io._sources import SourceError
     from .report import ReportError
     from .run import RunError
@@ -583,7 +581,7 @@ def trend_command(
     try:
         written = render_trend(sources or [], output, title=title, force=force)
     except OutputExists as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(exc) from None
     except (FileNotFoundError, SourceError) as exc:
         raise _fail(str(exc), 3) from None
     except (WitnessError, RunError, HistoryError) as exc:
