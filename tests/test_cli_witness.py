@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -57,3 +58,24 @@ def test_a_run_directory_is_named_as_one_with_what_to_run_on_it(tmp_path):
     assert f"bia shape-check {run_dir / 'witness.json'}" in result.stderr and "prompt_id='p0'" in result.stderr
     result = bia("witness", str(run_dir.parent))
     assert result.returncode == 4 and f"{run_dir.parent} holds run directories ({run_dir.parent / 'batch-invariant'}" in result.stderr
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on: bound, then let go."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_url_nothing_answers_at_exits_6_not_the_missing_paths_3(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/witness.json"
+    env = {"BIA_CACHE_DIR": str(tmp_path / "cache")}
+    for command in (["witness", url], ["shape-check", url], ["report", url, "-o", str(tmp_path / "r.html")], ["history", url, "-o", str(tmp_path / "h")],
+                    ["trend", url, "-o", str(tmp_path / "t.html")], ["assemble", url, "-o", str(tmp_path / "run")]):
+        run = subprocess.run([sys.executable, "-m", "analysis", *command], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **env})
+        assert run.returncode == 6, (command, run.returncode, run.stderr)
+        assert url in run.stderr and "Traceback" not in run.stderr, command
+    assert bia("witness", str(tmp_path / "absent.json")).returncode == 3  # a path that does not exist keeps its own code

@@ -1,9 +1,7 @@
-"""The ``bia`` command line: ``shape-check``, ``witness`` and ``report``."""
+"""The ``bia`` command line: one typer command per subcommand; what they share (errors, exit codes, parsing) is in ``_args``."""
 
 from __future__ import annotations
 
-import math
-import os
 import re
 import sys
 from pathlib import Path
@@ -11,8 +9,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from .core._output import OutputExists
-from .verdicts._v3 import EXIT_MISSING, EXIT_RED, PolicyError, V3Policy, shape_check
+from ..core._output import OutputExists
+from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy, shape_check
+from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _parse_ladder, _policy, _prompt_records, _read_lines,
+                    _unread)
 
 app = typer.Typer(
     help="bia: batch-invariance studies of LLM inference.",
@@ -33,83 +33,6 @@ S7Ratio = Annotated[Optional[float], typer.Option(help="S7: least decode-rate ra
 Offline = Annotated[bool, typer.Option("--offline", help="Read URL sources from the cache only; never the network.")]
 
 
-def _go_offline(offline: bool) -> None:
-    """--offline: every URL read in this process, and in the report's kernel, comes from the cache."""
-    if offline:
-        os.environ["BIA_OFFLINE"] = "1"
-
-
-def _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio) -> V3Policy:
-    overrides = {
-        "model_prefix": model_prefix,
-        "model_label": model_label,
-        "bands": _parse_bands(bands) if bands is not None else None,
-        "near_tie_epsilon": epsilon,
-        "near_tie_cap": cap,
-        "declared_min_floor": floor,
-        "s7_ratio": s7_ratio,
-    }
-    try:
-        if policy_file is not None:
-            return V3Policy.from_file(policy_file, **overrides)
-        return V3Policy.from_mapping({k: v for k, v in overrides.items() if v is not None}, source="options")
-    except (PolicyError, OSError) as exc:
-        raise _fail(str(exc)) from None
-
-
-def _parse_bands(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        typer.echo(f"error: --bands takes comma-separated integers, got {text!r}", err=True)
-        raise typer.Exit(2) from None
-
-
-def _fail(message: str | Exception, code: int = 2) -> typer.Exit:
-    """Say ``error: message`` on stderr (an OutputExists in the command line's words); the caller raises what this returns (exit 2:
-    a bad option or input)."""
-    typer.echo(f"error: {message.command_line() if isinstance(message, OutputExists) else message}", err=True)
-    return typer.Exit(code)
-
-
-def _parse_ladder(text: str, option: str = "--ladder") -> list[int]:
-    """Distinct batch sizes >= 1, comma separated."""
-    try:
-        ladder = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise _fail(f"{option} takes comma-separated integers, got {text!r}") from None
-    if not ladder or min(ladder) < 1 or len(set(ladder)) != len(ladder):
-        raise _fail(f"{option} takes distinct batch sizes >= 1, got {text!r}")
-    return ladder
-
-
-def _read_lines(path: Path, option: str) -> list[str]:
-    """The non-blank lines of a UTF-8 text file given as ``option``; at least one."""
-    lines = [line for line in _read_text(path, option).splitlines() if line.strip()]
-    if not lines:
-        raise _fail(f"{option} {path}: holds no line that is not blank")
-    return lines
-
-
-def _read_text(path: Path, option: str) -> str:
-    """A UTF-8 text file given as ``option``, or a one-line error naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _fail(f"{option} {path}: no such file") from None
-    except IsADirectoryError:
-        raise _fail(f"{option} {path}: is a folder, not a text file") from None
-    except UnicodeDecodeError as exc:
-        raise _fail(f"{option} {path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise _fail(f"{option} {path}: cannot read it: {exc.strerror or exc}") from None
-
-
-def _check_epsilon(value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise _fail(f"--epsilon takes a finite number >= 0, got {value!r}")
-
-
 @app.command("shape-check")
 def shape_check_command(
     path: Annotated[str, typer.Argument(help="A witness file or http(s) URL.")],
@@ -123,8 +46,8 @@ def shape_check_command(
     s7_ratio: S7Ratio = None,
     offline: Offline = False,
 ) -> None:
-    """aprender's V3 serving-shape check. Exit 0 admissible, 5 not, 3 no such file, 4 unreadable."""
-    from .io._sources import SourceError
+    """aprender's V3 serving-shape check. Exit 0 admissible, 5 not, 3 no such file, 4 unreadable, 6 a URL not fetched."""
+    from ..io._sources import SourceError
 
     _go_offline(offline)
     policy = _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio)
@@ -133,10 +56,12 @@ def shape_check_command(
     except IsADirectoryError:
         typer.echo(f"RED: cannot read witness {path}: Is a directory", err=True)
         raise typer.Exit(EXIT_MISSING) from None
-    except (FileNotFoundError, SourceError) as exc:
-        why = "No such file or directory" if isinstance(exc, FileNotFoundError) else str(exc)
-        typer.echo(f"RED: cannot read witness {path}: {why}", err=True)
+    except FileNotFoundError:
+        typer.echo(f"RED: cannot read witness {path}: No such file or directory", err=True)
         raise typer.Exit(EXIT_MISSING) from None
+    except SourceError as exc:
+        typer.echo(f"RED: cannot read witness {path}: {exc}", err=True)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
     if verdict.status == "RED":
         typer.echo(verdict.reasons[0], err=True)
     for line in verdict.stdout_lines():
@@ -155,13 +80,13 @@ def witness_command(
 ) -> None:
     """A terminal table of witnesses and their bands, with the V3 verdict of each witness."""
     _go_offline(offline)
-    from .views._terminal import print_witness_tables
-    from .core._fields import WitnessError
-    from .io._sources import SourceError
-    from .witness import read_witnesses
+    from ..views._terminal import print_witness_tables
+    from ..core._fields import WitnessError
+    from ..io._sources import SourceError
+    from ..witness import read_witnesses
 
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
-    from .report._inputs import run_directory_problem
+    from ..report._inputs import run_directory_problem
 
     for path in paths:  # a run directory, not read file by file as witnesses (its cache files are none)
         if (problem := run_directory_problem(path)) is not None:
@@ -169,8 +94,7 @@ def witness_command(
     try:
         ws = read_witnesses(paths)
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_MISSING) from None
+        raise _unread(exc) from None
     except WitnessError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_RED) from None
@@ -184,17 +108,17 @@ BandPerFile = Annotated[bool, typer.Option("--band-per-file", help="Dumps: each 
 
 
 def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, command: str = "report"):
-    """The run the dumps make, or a one-line error and bia's exit code: 3 a path that does not exist, 4 a dump bia
-    cannot read, 2 a request it cannot place."""
-    from .dumps import DumpError
-    from .io._sources import SourceError
-    from .report._inputs import ACCEPTS
-    from .run import RunError, assemble_dumps
+    """The run the dumps make, or a one-line error and bia's exit code: 3 a path that does not exist (6 a URL not fetched), 4 a dump
+    bia cannot read, 2 a request it cannot place."""
+    from ..dumps import DumpError
+    from ..io._sources import SourceError
+    from ..report._inputs import ACCEPTS
+    from ..run import RunError, assemble_dumps
 
     try:
         return assemble_dumps(dumps, mapping=mapping, band_per_file=band_per_file)
     except (FileNotFoundError, SourceError) as exc:
-        raise _fail(str(exc), 3) from None
+        raise _unread(exc) from None
     except DumpError as exc:
         where = f"{exc.record}.{exc.field}" if exc.field else exc.record
         if command == "assemble":
@@ -215,10 +139,10 @@ def assemble_command(
 ) -> None:
     """Write a run directory from loose dumps, each request placed by its capture envelope, --mapping or --band-per-file.
 
-    Exit 0 written, 2 a request it cannot place (file and field named) or an occupied output, 3 no such path, 4 not a dump.
+    Exit 0 written, 2 a request it cannot place (file and field named) or an occupied output, 3 no such path, 4 not a dump, 6 a URL not fetched.
     """
-    from .report._inputs import is_lone
-    from .run import RunError, write_run
+    from ..report._inputs import is_lone
+    from ..run import RunError, write_run
 
     if not dumps and mapping is None:
         raise _fail("give the dumps (files, folders or globs), or --mapping FILE")
@@ -263,9 +187,9 @@ def report_command(
     import tempfile
 
     _go_offline(offline)
-    from .core._output import claim_output
-    from .io._sources import same_sources
-    from .report._inputs import is_lone, sort_sources
+    from ..core._output import claim_output
+    from ..io._sources import same_sources
+    from ..report._inputs import is_lone, sort_sources
 
     _check_epsilon(epsilon)
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
@@ -289,7 +213,7 @@ def report_command(
         typer.echo("note: one request allows no batch comparison; the report says what it can and cannot judge", err=True)
     with tempfile.TemporaryDirectory(prefix="bia-report-") as scratch:
         if assembled is not None:
-            from .run import write_run
+            from ..run import write_run
 
             name = Path(dumps[0]).name if len(dumps) == 1 and mapping is None else "dumps"
             runs.append(str(write_run(assembled, Path(scratch) / f"{name} (assembled)")))
@@ -302,21 +226,20 @@ def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilo
     """Read the runs and witnesses, so that a bad file is named here, then render the report."""
     import dataclasses
 
-    from .core._fields import WitnessError
-    from .io._sources import SourceError
-    from .witness import read_witnesses
-    from .report import ReportError, default_runs, default_sources, render_report
-    from .report._inputs import ACCEPTS
+    from ..core._fields import WitnessError
+    from ..io._sources import SourceError
+    from ..witness import read_witnesses
+    from ..report import ReportError, default_runs, default_sources, render_report
+    from ..report._inputs import ACCEPTS
 
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
-        from .run import RunError, read_run
+        from ..run import RunError, read_run
 
         for run in runs or ([] if witness_sources else default_runs()):
             read_run(run)
         read_witnesses(witness_sources or ([] if runs else default_sources()), progress=sys.stderr.isatty())
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_MISSING) from None
+        raise _unread(exc) from None
     except (WitnessError, RunError, ValueError) as exc:
         hint = f"; {ACCEPTS}" if isinstance(exc, WitnessError) and "neither a witness" in str(exc) else ""
         typer.echo(f"error: {exc}{hint}", err=True)
@@ -349,7 +272,7 @@ def experiment_command(
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""
-    from .experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
+    from ..experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
 
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
     try:
@@ -399,8 +322,8 @@ def probe_command(
     import asyncio
     import json
 
-    from .experiment import DEFAULT_PROMPTS
-    from .probe import ProbeError, probe
+    from ..experiment import DEFAULT_PROMPTS
+    from ..probe import ProbeError, probe
 
     if resume:  # a resumed run keeps its own settings: say so rather than ignore what was given
         kept = ("url", "output", "resume", "retry_refused", "timeout", "server_log", "metrics", "api_key")  # what may differ after a restart
@@ -434,7 +357,7 @@ def probe_command(
               "api_key": api_key, "timeout": timeout}
     try:
         if dry_run:
-            from .probe import dry_run as describe
+            from ..probe import dry_run as describe
 
             planned = asyncio.run(describe(url, **shared))
             typer.echo(planned["said"])
@@ -456,28 +379,6 @@ def probe_command(
     typer.echo(f"wrote {folder}")
 
 
-def _prompt_records(path: Path) -> list[dict]:
-    """A JSON-lines prompt set: each line an object with a non-empty "text" and an optional "answer"."""
-    import json
-
-    records = []
-    for number, line in enumerate(_read_text(path, "--prompts").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            typer.echo(f"error: {path}: line {number}: not JSON ({exc})", err=True)
-            raise typer.Exit(2) from None
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"]:
-            typer.echo(f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True)
-            raise typer.Exit(2)
-        records.append(record)
-    if not records:
-        raise _fail(f"--prompts {path}: holds no prompt")
-    return records
-
-
 @app.command("serve")
 def serve_command(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
@@ -492,8 +393,8 @@ def serve_command(
     """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching."""
     import logging
 
-    from .experiment import ExperimentError, bundled_model
-    from .experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
+    from ..experiment import ExperimentError, bundled_model
+    from ..experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
 
     if mode not in KERNEL_MODES and mode not in MODE_ALIASES:
         raise _fail(f"--mode takes one of {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's old name), got {mode!r}")
@@ -511,9 +412,9 @@ def serve_command(
     import torch
     import uvicorn
 
-    from .experiment import check_device
-    from .experiment.model import load_model
-    from .serve import create_app
+    from ..experiment import check_device
+    from ..experiment.model import load_model
+    from ..serve import create_app
 
     try:
         check_device(device)
@@ -536,17 +437,17 @@ def history_command(
     offline: Offline = False,
 ) -> None:
     """Add runs, witnesses and markers to a history folder (each once), for bia trend."""
-    from .core._fields import WitnessError
-    from .studies._history import HistoryError, append_history
-    from .io._sources import SourceError
-    from .run import RunError
+    from ..core._fields import WitnessError
+    from ..studies._history import HistoryError, append_history
+    from ..io._sources import SourceError
+    from ..run import RunError
 
     _go_offline(offline)
     try:
         before = _history_size(output)
         history = append_history(sources, output)
     except (FileNotFoundError, SourceError) as exc:
-        raise _fail(str(exc), 3) from None
+        raise _unread(exc) from None
     except (WitnessError, RunError, HistoryError) as exc:
         raise _fail(str(exc), 4) from None
     except OutputExists as exc:
@@ -556,7 +457,7 @@ def history_command(
 
 
 def _history_size(folder: Path) -> int:
-    from .studies._history import read_history
+    from ..studies._history import read_history
 
     return read_history([folder]).entries.height if (folder / "history.json").is_file() else 0
 
@@ -570,12 +471,12 @@ def trend_command(
     offline: Offline = False,
 ) -> None:
     """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
-    from .core._fields import WitnessError
-    from .studies._history import HistoryError
-    from .io._sources import SourceError
-    from .report import ReportError
-    from .run import RunError
-    from .report.trend import render_trend
+    from ..core._fields import WitnessError
+    from ..studies._history import HistoryError
+    from ..io._sources import SourceError
+    from ..report import ReportError
+    from ..run import RunError
+    from ..report.trend import render_trend
 
     _go_offline(offline)
     try:
@@ -583,7 +484,7 @@ def trend_command(
     except OutputExists as exc:
         raise _fail(exc) from None
     except (FileNotFoundError, SourceError) as exc:
-        raise _fail(str(exc), 3) from None
+        raise _unread(exc) from None
     except (WitnessError, RunError, HistoryError) as exc:
         raise _fail(str(exc), 4) from None
     except ReportError as exc:
