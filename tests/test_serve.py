@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import socket
 import struct
@@ -279,3 +280,29 @@ def test_bia_probe_command_line(tmp_path):
     from analysis.run import read_run
 
     assert read_run(tmp_path / "run").dump.requests.height == 2 * (2 + 1 + 2)  # two default prompts: two references, then c = 1 and 2
+
+
+def test_bia_serve_says_where_it_listens_once_it_does():
+    """Issue 22: bia serve printed nothing at start-up. One line, once listening, with the address (the port bound, here a free one)
+    and the mode; an address it cannot listen on is an error, exit 2."""
+    import subprocess
+    import sys
+
+    server = subprocess.Popen([sys.executable, "-m", "analysis", "serve", "--port", "0", "--mode", "fixed-tiles"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = server.stdout.readline()  # blocks until the line comes: the server is listening by then
+        found = re.fullmatch(r"bia serve: listening on (http://127\.0\.0\.1:(\d+)) \(kernel mode fixed-tiles, float32 on cpu, model tiny_lm\); "
+                             r"Ctrl-C stops it\n", line)
+        assert found, line
+        assert httpx.get(f"{found[1]}/health", timeout=10).json()["kernel_mode"] == "fixed-tiles"
+        with socket.socket() as taken:  # a port in use: the second server says it cannot listen there
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            busy = subprocess.run([sys.executable, "-m", "analysis", "serve", "--port", str(port)], capture_output=True, text=True, timeout=120)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+    assert busy.returncode == 2 and busy.stdout == ""
+    assert f"error: --host 127.0.0.1 --port {port}: cannot listen there" in busy.stderr

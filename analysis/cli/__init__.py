@@ -412,11 +412,10 @@ def serve_command(
     if log_file is not None and log_file.is_dir():
         raise _fail(f"--log-file {log_file}: is a folder, not a file")
     import torch
-    import uvicorn
 
     from ..experiment import check_device
     from ..experiment.model import load_model
-    from ..serve import create_app
+    from ..serve import create_app, serve
 
     try:
         check_device(device)
@@ -429,7 +428,9 @@ def serve_command(
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file))
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
-    uvicorn.run(create_app(loaded, mode, Path(weights).stem), host=host, port=port, log_level="warning")
+    if not serve(create_app(loaded, mode, Path(weights).stem), host, port,
+                 said=f"kernel mode {kernel_mode(mode)}, {dtype} on {device}, model {Path(weights).stem}"):
+        raise _fail(f"--host {host} --port {port}: cannot listen there (the port in use, or an address not of this machine)")
 
 
 @app.command("history")
