@@ -275,11 +275,18 @@ def test_bia_probe_command_line(tmp_path):
     finally:
         server.stop()
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == f"wrote {tmp_path / 'run'}"
+    wrote, found = run.stdout.splitlines()
+    assert wrote == f"wrote {tmp_path / 'run'}"
     assert "probe" not in run.stderr  # no progress bar when stderr is not a terminal
-    from analysis.run import read_run
+    from analysis.run import read_run, slot_table
 
-    assert read_run(tmp_path / "run").dump.requests.height == 2 * (2 + 1 + 2)  # two default prompts: two references, then c = 1 and 2
+    written = read_run(tmp_path / "run")
+    assert written.dump.requests.height == 2 * (2 + 1 + 2)  # two default prompts: two references, then c = 1 and 2
+    # the last line says what the run found, per c, from the run's own tables (two requests at c=1, four at c=2)
+    counts = dict(slot_table(written).group_by("band_c").len().rows())
+    assert counts == {1: 2, 2: 4}
+    assert re.fullmatch(r"(Batch invariant|Token-identical|Not batch invariant)[^.]*\. c=1: bits \d+% \(\d of 2\), tokens \d+% \(\d of 2\); "
+                        r"c=2: bits \d+% \(\d of 4\), tokens \d+% \(\d of 4\)", found), found
 
 
 def test_bia_serve_says_where_it_listens_once_it_does():

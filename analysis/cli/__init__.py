@@ -378,7 +378,10 @@ def probe_command(
         typer.echo(f"interrupted: {output} stays readable (bia report lists what it lacks); finish it with bia probe {url} -o {output} --resume",
                    err=True)
         raise typer.Exit(130) from None
+    from ..probe._summary import result_line
+
     typer.echo(f"wrote {folder}")
+    typer.echo(result_line(folder))  # what the run found, in one line: the report says the rest
 
 
 @app.command("serve")
