@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -79,3 +80,27 @@ def test_a_url_nothing_answers_at_exits_6_not_the_missing_paths_3(tmp_path):
         assert run.returncode == 6, (command, run.returncode, run.stderr)
         assert url in run.stderr and "Traceback" not in run.stderr, command
     assert bia("witness", str(tmp_path / "absent.json")).returncode == 3  # a path that does not exist keeps its own code
+
+
+COMMANDS = ("shape-check", "witness", "assemble", "report", "experiment", "probe", "serve", "history", "trend")
+
+
+def test_help_names_values_in_words_and_lists_whole_descriptions():
+    """Issue 22: help showed Python types as metavars (<list[str]>, {url}) and bia --help cut each description with '...'."""
+    env = {**os.environ, "COLUMNS": "80"}
+    top = subprocess.run([sys.executable, "-m", "analysis", "--help"], capture_output=True, text=True, timeout=60, env=env).stdout
+    listed = " ".join(top.split("Commands:")[1].split())
+    assert "..." not in listed
+    assert "trend The trend report: bands over time per host, engine and model, regressions flagged with the commits around them." in listed
+    assert "witness A terminal table of witnesses and their bands, with the V3 verdict of each witness." in listed
+    usages = {}
+    for command in COMMANDS:
+        page = subprocess.run([sys.executable, "-m", "analysis", command, "--help"], capture_output=True, text=True, timeout=60, env=env).stdout
+        assert not any(mark in page for mark in ("<str>", "<int>", "<path>", "<float>", "list[", "{url}", "{path}")), (command, page)
+        usages[command] = page.splitlines()[0]
+        if command == "probe":
+            assert "--ladder C,C,..." in page and "--expect KEY=VALUE" in page and "--prompts PATH" in page and "--max-tokens INTEGER" in page
+            assert re.search(r"^  URL +The server's base URL", page, re.M)
+    assert usages["probe"] == "Usage: bia probe [OPTIONS] URL"
+    assert usages["report"] == "Usage: bia report [OPTIONS] [SOURCE...]"
+    assert usages["shape-check"] == "Usage: bia shape-check [OPTIONS] WITNESS"

@@ -11,10 +11,12 @@ import typer
 
 from ..core._output import OutputExists
 from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy, shape_check
+from ._help import Command, Group
 from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _parse_ladder, _policy, _prompt_records, _read_lines,
                     _unread)
 
 app = typer.Typer(
+    cls=Group,
     help="bia: batch-invariance studies of LLM inference.",
     no_args_is_help=True,
     add_completion=False,
@@ -25,7 +27,7 @@ app = typer.Typer(
 PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="A TOML or JSON file of V3 policy fields.")]
 ModelPrefix = Annotated[Optional[str], typer.Option(help="S1: the blessed model's file-name prefix.")]
 ModelLabel = Annotated[Optional[str], typer.Option(help="The model's name in the S1 reason.")]
-Bands = Annotated[Optional[str], typer.Option(help="S2: the bands, comma separated, e.g. 1,4,8,16.")]
+Bands = Annotated[Optional[str], typer.Option(metavar="C,C,...", help="S2: the bands, comma separated, e.g. 1,4,8,16.")]
 Epsilon = Annotated[Optional[float], typer.Option(help="S5: the near-tie epsilon (margin < epsilon).")]
 Cap = Annotated[Optional[int], typer.Option(help="How many batched bands may pass by near-tie.")]
 Floor = Annotated[Optional[int], typer.Option(help="The floor under declared_min.")]
@@ -33,9 +35,9 @@ S7Ratio = Annotated[Optional[float], typer.Option(help="S7: least decode-rate ra
 Offline = Annotated[bool, typer.Option("--offline", help="Read URL sources from the cache only; never the network.")]
 
 
-@app.command("shape-check")
+@app.command("shape-check", cls=Command)
 def shape_check_command(
-    path: Annotated[str, typer.Argument(help="A witness file or http(s) URL.")],
+    path: Annotated[str, typer.Argument(metavar="WITNESS", help="A witness file or http(s) URL.")],
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
     model_label: ModelLabel = None,
@@ -69,9 +71,9 @@ def shape_check_command(
     raise typer.Exit(verdict.exit_code)
 
 
-@app.command("witness")
+@app.command("witness", cls=Command)
 def witness_command(
-    paths: Annotated[list[str], typer.Argument(help="Witness or marker files, folders, globs or URLs.")],
+    paths: Annotated[list[str], typer.Argument(metavar="SOURCE...", help="Witness or marker files, folders, globs or URLs.")],
     reasons: Annotated[bool, typer.Option("--reasons", help="List every V3 reason and discrepancy.")] = False,
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
@@ -129,9 +131,9 @@ def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, co
         raise _fail(str(exc), 2) from None
 
 
-@app.command("assemble")
+@app.command("assemble", cls=Command)
 def assemble_command(
-    dumps: Annotated[Optional[list[str]], typer.Argument(help="Dump files, folders or globs (envelopes: prompt_id, role, band_c, slot).")] = None,
+    dumps: Annotated[Optional[list[str]], typer.Argument(metavar="DUMP...", help="Dump files, folders or globs (envelopes: prompt_id, role, band_c, slot).")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/assembled"),
     mapping: MappingFile = None,
     band_per_file: BandPerFile = False,
@@ -159,13 +161,13 @@ def assemble_command(
         typer.echo("note: one request allows no batch comparison (it is ref #1 of its prompt); add the prompt sent in batches of c", err=True)
 
 
-@app.command("report")
+@app.command("report", cls=Command)
 def report_command(
-    sources: Annotated[Optional[list[str]], typer.Argument(help="Witness sources, run directories and dumps (files, folders, globs); "
+    sources: Annotated[Optional[list[str]], typer.Argument(metavar="SOURCE...", help="Witness sources, run directories and dumps (files, folders, globs); "
                                                                 "the embedded default if none.")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("parity-report.html"),
     epsilon: Annotated[float, typer.Option(help="The near-tie epsilon for runs.")] = 0.05,
-    reference: Annotated[str, typer.Option(help="Compare batched requests with ref1, ref2, or another run directory's ref #1.")] = "ref1",
+    reference: Annotated[str, typer.Option(metavar="REFERENCE", help="Compare batched requests with ref1, ref2, or another run directory's ref #1.")] = "ref1",
     title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-parity report",
     notebook: Annotated[Optional[Path], typer.Option(help="Also keep the executed notebook here.")] = None,
     policy_file: PolicyFile = None,
@@ -255,16 +257,16 @@ def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilo
     typer.echo(f"wrote {written}")
 
 
-@app.command("experiment")
+@app.command("experiment", cls=Command)
 def experiment_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the runs (one per kernel mode).")] = Path("runs/experiment"),
     prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
-    ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
-    modes: Annotated[str, typer.Option(help="Kernel modes, comma separated: default, one-by-one, fixed-tiles "
+    ladder: Annotated[str, typer.Option(metavar="C,C,...", help="Batch sizes, comma separated.")] = "1,4,8,16",
+    modes: Annotated[str, typer.Option(metavar="MODE,MODE,...", help="Kernel modes, comma separated: default, one-by-one, fixed-tiles "
                                             "(batch-invariant: one-by-one's old name).")] = "default,one-by-one,fixed-tiles",
-    layout: Annotated[str, typer.Option(help="copies (c copies of one prompt) or needle (the prompt among others).")] = "copies",
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
-    device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
+    layout: Annotated[str, typer.Option(metavar="LAYOUT", help="copies (c copies of one prompt) or needle (the prompt among others).")] = "copies",
+    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="float32 or bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, or cuda when torch sees a GPU.")] = "cpu",
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
     top_k: Annotated[int, typer.Option(help="Candidates recorded per step.")] = 20,
     seed: Annotated[int, typer.Option(help="Seed for the needle positions.")] = 0,
@@ -285,33 +287,33 @@ def experiment_command(
         typer.echo(f"wrote {folder}")
 
 
-@app.command("probe")
+@app.command("probe", cls=Command)
 def probe_command(
     ctx: typer.Context,
-    url: Annotated[str, typer.Argument(help="The server's base URL or its /v1/chat/completions endpoint.")],
+    url: Annotated[str, typer.Argument(metavar="URL", help="The server's base URL or its /v1/chat/completions endpoint.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/probe"),
     prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line; or a .jsonl file of "
                                                              '{"text": ..., "answer": ...} lines, for accuracy and Std@Acc.')] = None,
-    ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
+    ladder: Annotated[str, typer.Option(metavar="C,C,...", help="Batch sizes, comma separated.")] = "1,4,8,16",
     repeats: Annotated[int, typer.Option(help="How many times each band is fired, interleaved across c.")] = 1,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 64,
     top_logprobs: Annotated[int, typer.Option(help="Candidates per step.")] = 5,
     seed: Annotated[int, typer.Option(help="The request's seed, and the needle positions'.")] = 0,
-    layout: Annotated[str, typer.Option(help="copies (c copies of the prompt) or needle (the prompt among c-1 fillers).")] = "copies",
+    layout: Annotated[str, typer.Option(metavar="LAYOUT", help="copies (c copies of the prompt) or needle (the prompt among c-1 fillers).")] = "copies",
     fillers: Annotated[Optional[Path], typer.Option(help="Needle layout: a text file of filler prompts, one per line.")] = None,
     observer: Annotated[bool, typer.Option(help="Also fire each band without logprobs and compare the texts.")] = False,
-    engine: Annotated[str, typer.Option(help="auto, or one of: vllm, sglang, llamacpp, apr, bia, openai.")] = "auto",
+    engine: Annotated[str, typer.Option(metavar="ENGINE", help="auto, or one of: vllm, sglang, llamacpp, apr, bia, openai.")] = "auto",
     model: Annotated[Optional[str], typer.Option(help="The model name to send (the server's first model by default).")] = None,
     server_log: Annotated[Optional[Path], typer.Option(help="The server's log, for the batch width of every step.")] = None,
-    log_pattern: Annotated[str, typer.Option(help="Regex whose group 1 is a batch width.")] = r"Batch m=(\d+) done",
+    log_pattern: Annotated[str, typer.Option(metavar="REGEX", help="Regex whose group 1 is a batch width.")] = r"Batch m=(\d+) done",
     metrics: Annotated[bool, typer.Option(help="Sample the running-requests gauge, and read the prefix-cache metrics, on /metrics around each band.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds each whole request may take, its stream included.")] = 120.0,
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
-    expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=fixed-tiles); "
+    expect: Annotated[Optional[list[str]], typer.Option(metavar="KEY=VALUE", help="A setting the server should report (kernel_mode=fixed-tiles); "
                                                               "checked and shown as requested against effective. Repeatable.")] = None,
     bands_anyway: Annotated[bool, typer.Option(help="Run the bands even for a prompt whose two m=1 references part before "
                                                     "--declared-min (aprender's probe runs none).")] = False,
-    api_key: Annotated[Optional[str], typer.Option(envvar="BIA_API_KEY", show_envvar=True,
+    api_key: Annotated[Optional[str], typer.Option(metavar="KEY", envvar="BIA_API_KEY", show_envvar=True,
                                                    help="Bearer token for servers that need one (vllm --api-key, hosted APIs); never written "
                                                         "into the run.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Say the engine, the first request's body and the plan; fire nothing, write nothing.")] = False,
@@ -384,14 +386,14 @@ def probe_command(
     typer.echo(result_line(folder))  # what the run found, in one line: the report says the rest
 
 
-@app.command("serve")
+@app.command("serve", cls=Command)
 def serve_command(
-    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    mode: Annotated[str, typer.Option(help="Kernel mode: default, one-by-one or fixed-tiles "
+    mode: Annotated[str, typer.Option(metavar="MODE", help="Kernel mode: default, one-by-one or fixed-tiles "
                                            "(batch-invariant: one-by-one's old name).")] = "default",
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
-    device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
+    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="float32 or bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, or cuda when torch sees a GPU.")] = "cpu",
     model: Annotated[Optional[Path], typer.Option(help="Model weights; the bundled tiny model by default.")] = None,
     log_file: Annotated[Optional[Path], typer.Option(help="Also append the per-step batch log here.")] = None,
 ) -> None:
@@ -436,9 +438,9 @@ def serve_command(
         raise _fail(f"--host {host} --port {port}: cannot listen there (the port in use, or an address not of this machine)")
 
 
-@app.command("history")
+@app.command("history", cls=Command)
 def history_command(
-    sources: Annotated[list[str], typer.Argument(help="Run directories, witness and marker files or URLs, folders of them.")],
+    sources: Annotated[list[str], typer.Argument(metavar="SOURCE...", help="Run directories, witness and marker files or URLs, folders of them.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="The history folder to add them to (made when missing).")],
     offline: Offline = False,
 ) -> None:
@@ -468,9 +470,9 @@ def _history_size(folder: Path) -> int:
     return read_history([folder]).entries.height if (folder / "history.json").is_file() else 0
 
 
-@app.command("trend")
+@app.command("trend", cls=Command)
 def trend_command(
-    sources: Annotated[Optional[list[str]], typer.Argument(help="History folders, runs, witnesses, markers; the embedded history if none.")] = None,
+    sources: Annotated[Optional[list[str]], typer.Argument(metavar="SOURCE...", help="History folders, runs, witnesses, markers; the embedded history if none.")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("trend.html"),
     title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-invariance trend",
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
