@@ -349,6 +349,33 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
                              Route("/metrics", metrics)], lifespan=lifespan)
 
 
+def serve(app, host: str, port: int, *, said: str, say=None) -> bool:
+    """Serve ``app`` on ``host:port`` until stopped (Ctrl-C); once it listens, ``say`` (a line to stdout by default) gets
+    ``bia serve: listening on http://HOST:PORT (said)``, the port the one bound (``port=0`` picks a free one). False when it
+    could not listen there (uvicorn logs why: the port in use, an address not of this host)."""
+    import uvicorn
+
+    say = say or (lambda line: print(line, flush=True))
+
+    class Announcing(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:  # bound and listening (a port in use stops the server instead, with uvicorn's error)
+                bound = self.servers[0].sockets[0].getsockname()
+                name = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+                say(f"bia serve: listening on http://{name}:{bound[1]} ({said}); Ctrl-C stops it")
+
+    server = Announcing(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    try:
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C stops it, as uvicorn.run does
+        pass
+    except SystemExit:  # uvicorn's own exit when it cannot start (its exit 3, bia's code for a missing path): the caller says so
+        if server.started:
+            raise
+    return server.started
+
+
 def _entry(model, event: dict) -> dict:
     def token(i: int) -> dict:
         text, data = model.token(i)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import os
 import subprocess
 import sys
 
@@ -57,3 +59,48 @@ def test_a_run_directory_is_named_as_one_with_what_to_run_on_it(tmp_path):
     assert f"bia shape-check {run_dir / 'witness.json'}" in result.stderr and "prompt_id='p0'" in result.stderr
     result = bia("witness", str(run_dir.parent))
     assert result.returncode == 4 and f"{run_dir.parent} holds run directories ({run_dir.parent / 'batch-invariant'}" in result.stderr
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on: bound, then let go."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_url_nothing_answers_at_exits_6_not_the_missing_paths_3(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/witness.json"
+    env = {"BIA_CACHE_DIR": str(tmp_path / "cache")}
+    for command in (["witness", url], ["shape-check", url], ["report", url, "-o", str(tmp_path / "r.html")], ["history", url, "-o", str(tmp_path / "h")],
+                    ["trend", url, "-o", str(tmp_path / "t.html")], ["assemble", url, "-o", str(tmp_path / "run")]):
+        run = subprocess.run([sys.executable, "-m", "analysis", *command], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **env})
+        assert run.returncode == 6, (command, run.returncode, run.stderr)
+        assert url in run.stderr and "Traceback" not in run.stderr, command
+    assert bia("witness", str(tmp_path / "absent.json")).returncode == 3  # a path that does not exist keeps its own code
+
+
+COMMANDS = ("shape-check", "witness", "assemble", "report", "experiment", "probe", "serve", "history", "trend")
+
+
+def test_help_names_values_in_words_and_lists_whole_descriptions():
+    """Issue 22: help showed Python types as metavars (<list[str]>, {url}) and bia --help cut each description with '...'."""
+    env = {**os.environ, "COLUMNS": "80"}
+    top = subprocess.run([sys.executable, "-m", "analysis", "--help"], capture_output=True, text=True, timeout=60, env=env).stdout
+    listed = " ".join(top.split("Commands:")[1].split())
+    assert "..." not in listed
+    assert "trend The trend report: bands over time per host, engine and model, regressions flagged with the commits around them." in listed
+    assert "witness A terminal table of witnesses and their bands, with the V3 verdict of each witness." in listed
+    usages = {}
+    for command in COMMANDS:
+        page = subprocess.run([sys.executable, "-m", "analysis", command, "--help"], capture_output=True, text=True, timeout=60, env=env).stdout
+        assert not any(mark in page for mark in ("<str>", "<int>", "<path>", "<float>", "list[", "{url}", "{path}")), (command, page)
+        usages[command] = page.splitlines()[0]
+        if command == "probe":
+            assert "--ladder C,C,..." in page and "--expect KEY=VALUE" in page and "--prompts PATH" in page and "--max-tokens INTEGER" in page
+            assert re.search(r"^  URL +The server's base URL", page, re.M)
+    assert usages["probe"] == "Usage: bia probe [OPTIONS] URL"
+    assert usages["report"] == "Usage: bia report [OPTIONS] [SOURCE...]"
+    assert usages["shape-check"] == "Usage: bia shape-check [OPTIONS] WITNESS"

@@ -112,7 +112,7 @@ def test_an_existing_run_is_not_overwritten_unless_forced(tmp_path):
     kept = tmp_path / "out" / "default" / "manifest.json"
     kept.parent.mkdir(parents=True)
     kept.write_text("yesterday's run")
-    with pytest.raises(OutputExists, match="the default run already exists; give --force"):
+    with pytest.raises(OutputExists, match="the default run already exists; give force=True to overwrite it"):
         run_experiment(tmp_path / "out", modes=("default",), ladder=(1,), max_tokens=2, top_k=2)
     assert kept.read_text() == "yesterday's run"
     (folder,) = run_experiment(tmp_path / "out", modes=("default",), ladder=(1,), max_tokens=2, top_k=2, force=True)

@@ -117,7 +117,8 @@ def test_a_report_is_not_written_over_an_existing_file_unless_forced(tmp_path):
     target = tmp_path / "report.html"
     target.write_text("yesterday's report")
     result = CliRunner().invoke(app, ["report", str(WITNESS), "-o", str(target)])
-    assert result.exit_code == 2 and "report.html: -o already exists; give --force" in result.stderr
+    assert result.exit_code == 2 and "report.html: -o already exists; give --force to overwrite it" in result.stderr
+    assert "force=True" not in result.stderr  # the Python spelling is for the Python API
     assert target.read_text() == "yesterday's report"
 
 
@@ -126,7 +127,8 @@ def test_an_experiment_is_not_written_over_an_existing_run(tmp_path):
     kept.parent.mkdir(parents=True)
     kept.write_text("{}")
     result = CliRunner().invoke(app, ["experiment", "-o", str(tmp_path / "exp"), "--modes", "default", "--ladder", "1", "--max-tokens", "2"])
-    assert result.exit_code == 2 and "the default run already exists; give --force" in result.stderr
+    assert result.exit_code == 2 and "the default run already exists; give --force to overwrite it" in result.stderr
+    assert "force=True" not in result.stderr
     assert kept.read_text() == "{}"
 
 

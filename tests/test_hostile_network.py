@@ -20,7 +20,7 @@ import pytest
 from loopback import HttpServer, Quiet, routes, stream_words
 
 from analysis import SourceError, fetch_url
-from analysis.probe import ProbeError, ServerGone, dry_run, probe
+from analysis.probe import ProbeError, ServerUnreachable, dry_run, probe
 from analysis.run import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +186,7 @@ def test_shape_check_of_a_drip_server_keeps_the_readmes_30_s(tmp_path):
         done = _bia("shape-check", f"{server.url}/drip", env={"BIA_CACHE_DIR": str(tmp_path / "cache")})
         elapsed = time.monotonic() - started
     assert elapsed < 90, "the 30 s time-out bounds the whole download"
-    assert done.returncode == 3 and "timed out after 30.0 s" in done.stderr
+    assert done.returncode == 6 and "timed out after 30.0 s" in done.stderr  # a URL not fetched, not a missing path (3)
     assert not list((tmp_path / "cache").glob("*.part"))
 
 
@@ -344,9 +344,17 @@ def test_a_closed_port_leaves_no_run_directory(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
-    with pytest.raises(ServerGone, match=rf"127.0.0.1:{port}/v1/chat/completions: the server stopped answering: ConnectError.*nothing was kept"):
-        asyncio.run(probe(f"http://127.0.0.1:{port}", tmp_path / "run", prompts=["x"], ladder=(1,), say=lambda line: None))
+    said = []
+    with pytest.raises(ServerUnreachable, match=rf"nothing answers at http://127.0.0.1:{port} \(ConnectError: .*is the server running"):
+        asyncio.run(probe(f"http://127.0.0.1:{port}", tmp_path / "run", prompts=["x"], ladder=(1,), say=said.append))
+    assert said == [], "no engine is detected where nothing answers"
     assert not (tmp_path / "run").exists()
+    done = _bia("probe", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "run"), "--ladder", "1")
+    assert done.returncode == 6 and done.stdout == "" and not (tmp_path / "run").exists()
+    assert done.stderr.splitlines() == [f"error: nothing answers at http://127.0.0.1:{port} (ConnectError: All connection attempts failed); "
+                                        "is the server running, on this host and port?"]  # no "engine: ...; model None" line first
+    done = _bia("probe", f"http://127.0.0.1:{port}", "--dry-run")
+    assert done.returncode == 6 and "nothing answers at" in done.stderr and "engine:" not in done.stderr
 
 
 # --- settings refused before anything is fired --------------------------------------------------------------------

@@ -178,9 +178,11 @@ def test_cli_report_with_sources_and_policy(tmp_path):
     out = tmp_path / "r.html"
     run = subprocess.run(
         [sys.executable, "-m", "analysis", "report", str(V2_WITNESS), "-o", str(out), "--model-prefix", "qwen2.5-coder", "--title", "Lambda"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, env={**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")},
     )
     assert run.returncode == 0, run.stderr
+    assert "Kernel is running over TCP" not in run.stderr and "WARNING" not in run.stderr  # the kernel talks over Unix sockets
+    assert not list(tmp_path.rglob("*ipc*")) and not list(Path.cwd().glob("kernel-ipc*")), "the kernel's sockets are removed with it"
     text = " ".join(visible_text(out.read_text()).split())
     assert "model_prefix = qwen2.5-coder" in text
     assert "is not the blessed" not in text  # the team's own model is blessed under its policy

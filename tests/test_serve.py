@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import socket
 import struct
@@ -274,8 +275,41 @@ def test_bia_probe_command_line(tmp_path):
     finally:
         server.stop()
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == f"wrote {tmp_path / 'run'}"
+    wrote, found = run.stdout.splitlines()
+    assert wrote == f"wrote {tmp_path / 'run'}"
     assert "probe" not in run.stderr  # no progress bar when stderr is not a terminal
-    from analysis.run import read_run
+    from analysis.run import read_run, slot_table
 
-    assert read_run(tmp_path / "run").dump.requests.height == 2 * (2 + 1 + 2)  # two default prompts: two references, then c = 1 and 2
+    written = read_run(tmp_path / "run")
+    assert written.dump.requests.height == 2 * (2 + 1 + 2)  # two default prompts: two references, then c = 1 and 2
+    # the last line says what the run found, per c, from the run's own tables (two requests at c=1, four at c=2)
+    counts = dict(slot_table(written).group_by("band_c").len().rows())
+    assert counts == {1: 2, 2: 4}
+    assert re.fullmatch(r"(Batch invariant|Token-identical|Not batch invariant)[^.]*\. c=1: bits \d+% \(\d of 2\), tokens \d+% \(\d of 2\); "
+                        r"c=2: bits \d+% \(\d of 4\), tokens \d+% \(\d of 4\)", found), found
+
+
+def test_bia_serve_says_where_it_listens_once_it_does():
+    """Issue 22: bia serve printed nothing at start-up. One line, once listening, with the address (the port bound, here a free one)
+    and the mode; an address it cannot listen on is an error, exit 2."""
+    import subprocess
+    import sys
+
+    server = subprocess.Popen([sys.executable, "-m", "analysis", "serve", "--port", "0", "--mode", "fixed-tiles"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = server.stdout.readline()  # blocks until the line comes: the server is listening by then
+        found = re.fullmatch(r"bia serve: listening on (http://127\.0\.0\.1:(\d+)) \(kernel mode fixed-tiles, float32 on cpu, model tiny_lm\); "
+                             r"Ctrl-C stops it\n", line)
+        assert found, line
+        assert httpx.get(f"{found[1]}/health", timeout=10).json()["kernel_mode"] == "fixed-tiles"
+        with socket.socket() as taken:  # a port in use: the second server says it cannot listen there
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            busy = subprocess.run([sys.executable, "-m", "analysis", "serve", "--port", str(port)], capture_output=True, text=True, timeout=120)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+    assert busy.returncode == 2 and busy.stdout == ""
+    assert f"error: --host 127.0.0.1 --port {port}: cannot listen there" in busy.stderr

@@ -15,7 +15,22 @@ from pathlib import Path
 
 
 class OutputExists(FileExistsError):
-    """The output given already holds a file or a non-empty folder, and overwriting was not asked for."""
+    """The output given already holds a file or a non-empty folder, and overwriting was not asked for.
+
+    Its message says how to overwrite in Python (``force=True``); :meth:`command_line` says it in the
+    command line's words (``--force``).
+    """
+
+    def __init__(self, problem: str, remedy: str | None = None) -> None:
+        self.problem, self.remedy = problem, remedy  # remedy: what force does ("overwrite it"), None when it would not help
+        super().__init__(self._said("force=True"))
+
+    def _said(self, how: str) -> str:
+        return f"{self.problem}; give {how} to {self.remedy}" if self.remedy else self.problem
+
+    def command_line(self) -> str:
+        """The message as a command says it: ``give --force`` for ``force=True``."""
+        return self._said("--force")
 
 
 def claim_output(path: str | os.PathLike[str], *, force: bool = False, what: str = "output", folder: bool = False) -> Path:
@@ -47,7 +62,7 @@ def claim_output(path: str | os.PathLike[str], *, force: bool = False, what: str
     >>> claim_output(target)
     Traceback (most recent call last):
     ...
-    analysis.OutputExists: ...report.html: output already exists; give --force (force=True) to overwrite it
+    analysis.OutputExists: ...report.html: output already exists; give force=True to overwrite it
     >>> claim_output(target, force=True) == target
     True
     """
@@ -58,7 +73,7 @@ def claim_output(path: str | os.PathLike[str], *, force: bool = False, what: str
         raise OutputExists(f"{path}: {what} is a folder; give a file name")
     occupied = path.is_file() or (path.is_dir() and any(path.iterdir()))
     if occupied and not force:
-        raise OutputExists(f"{path}: {what} already exists; give --force (force=True) to overwrite it")
+        raise OutputExists(f"{path}: {what} already exists", "overwrite it")
     if occupied and folder:
         shutil.rmtree(path)
     return path

@@ -44,7 +44,7 @@ import httpx
 from ..run import Unit, plan
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._checks import check_address, check_first_answer, check_open_files, check_settings, check_slots, check_timeout
-from ._engines import PROFILES, Detection, EngineProfile, detect_engine
+from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine
 from ._rundir import ProbeError, _drop_partial, _load_for_resume, _now, _RunWriter, _supersede
 from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, metrics_snapshot, running_requests
 
@@ -465,4 +465,4 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
 
 
 __all__ = ["BATCH_LINE", "DEFAULT_FILLERS", "PROFILES", "Detection", "EngineProfile", "EventClock", "LogWatcher", "MetricsPoller", "ProbeError",
-           "ServerGone", "detect_engine", "dry_run", "expectation_notes", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]
+           "ServerGone", "ServerUnreachable", "detect_engine", "dry_run", "expectation_notes", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]

@@ -15,6 +15,13 @@ from typing import Any
 
 import httpx
 
+from ._rundir import ProbeError
+
+
+class ServerUnreachable(ProbeError):
+    """Nothing answers at the server's address (the connection is refused, the host not found, or no connection within the
+    time-out): no engine to detect, no request fired."""
+
 
 @dataclass(frozen=True)
 class EngineProfile:
@@ -132,13 +139,13 @@ class Detection:
 
 
 async def _get(client: httpx.AsyncClient, url: str, as_json: bool = True) -> tuple[int | None, Any]:
-    """A GET's status (None when nothing answered, or not within the client's time-out) and its JSON body (None unless a 200 with
-    JSON; its text when ``as_json`` is false)."""
+    """A GET's status (None when nothing answered, or not within the client's time-out: then the error in place of the body) and
+    its JSON body (None unless a 200 with JSON; its text when ``as_json`` is false)."""
     try:
         async with asyncio.timeout(client.timeout.read):  # the whole GET: httpx's time-out is per read, and a trickle never trips it
             response = await client.get(url)
-    except (httpx.HTTPError, TimeoutError):
-        return None, None
+    except (httpx.HTTPError, TimeoutError) as exc:
+        return None, exc
     if response.status_code != 200:
         return response.status_code, None
     if not as_json:
@@ -150,11 +157,14 @@ async def _get(client: httpx.AsyncClient, url: str, as_json: bool = True) -> tup
 
 
 async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
-    return (await _get(client, url))[1]
+    status, body = await _get(client, url)
+    return body if status == 200 else None
 
 
 async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = "auto", model: str | None = None) -> Detection:
     """Choose the engine profile of the server at ``base_url`` (or take ``engine`` as given) and find its model.
+
+    :class:`ServerUnreachable` when no connection can be made to it at all.
 
     Examples
     --------
@@ -176,6 +186,9 @@ async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = 
     evidence: list[str] = []
     votes: list[str] = []
     status, models = await _get(client, f"{base}/v1/models")
+    if isinstance(models, (httpx.ConnectError, httpx.ConnectTimeout)):  # no connection at all, not a server slow to answer
+        raise ServerUnreachable(f"nothing answers at {base} ({type(models).__name__}: {models or 'no connection'}); "
+                                "is the server running, on this host and port?")
     if status in (401, 403):
         evidence.append(f"GET /v1/models: HTTP {status}, the server wants credentials (give --api-key)")
     entries = models.get("data") if isinstance(models, dict) else None

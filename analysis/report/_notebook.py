@@ -27,6 +27,7 @@ def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path,
     """Execute ``notebook`` with papermill and write it to ``output`` as one offline HTML file (:func:`export_html`);
     a failing cell is a :class:`ReportError` naming the notebook's own error. ``output`` is already claimed."""
     import papermill
+    from traitlets.config import Config
 
     with tempfile.TemporaryDirectory(prefix="bia-report-") as tmp:
         executed = Path(executed_notebook) if executed_notebook else Path(tmp) / notebook.name
@@ -40,6 +41,9 @@ def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path,
                 execution_timeout=timeout_s,
                 kernel_name="python3",
                 language="python",
+                # the kernel talks to this process over Unix sockets, not loopback TCP: ipykernel's "Kernel is running over TCP
+                # without encryption" warning, which every report printed, no longer applies (its own advice); its errors still show
+                config=Config({"KernelManager": {"transport": "ipc"}}) if os.name == "posix" else Config(),
             )
         except papermill.PapermillExecutionError as exc:
             raise ReportError(f"the {what} notebook failed: {exc.ename}: {exc.evalue}") from None

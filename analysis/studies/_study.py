@@ -86,7 +86,7 @@ def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os
         if name in names[:i]:
             raise RunError(f"{items[i]}: two runs named {name!r}; a dataset names each run by its directory")
         if not force and name in known["run"].to_list():
-            raise OutputExists(f"{folder}: the study already holds a run named {name!r}; give force=True to replace it")
+            raise OutputExists(f"{folder}: the study already holds a run named {name!r}", "replace it")
     for item, name in zip(items, names):
         run = item if isinstance(item, Run) else read_run(item)
         _write_run(run, name, folder)

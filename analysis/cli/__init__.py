@@ -1,9 +1,7 @@
-"""The ``bia`` command line: ``shape-check``, ``witness`` and ``report``."""
+"""The ``bia`` command line: one typer command per subcommand; what they share (errors, exit codes, parsing) is in ``_args``."""
 
 from __future__ import annotations
 
-import math
-import os
 import re
 import sys
 from pathlib import Path
@@ -11,9 +9,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from .verdicts._v3 import EXIT_MISSING, EXIT_RED, PolicyError, V3Policy, shape_check
+from ..core._output import OutputExists
+from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy, shape_check
+from ._help import Command, Group
+from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _parse_ladder, _policy, _prompt_records, _read_lines,
+                    _unread)
 
 app = typer.Typer(
+    cls=Group,
     help="bia: batch-invariance studies of LLM inference.",
     no_args_is_help=True,
     add_completion=False,
@@ -24,7 +27,7 @@ app = typer.Typer(
 PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="A TOML or JSON file of V3 policy fields.")]
 ModelPrefix = Annotated[Optional[str], typer.Option(help="S1: the blessed model's file-name prefix.")]
 ModelLabel = Annotated[Optional[str], typer.Option(help="The model's name in the S1 reason.")]
-Bands = Annotated[Optional[str], typer.Option(help="S2: the bands, comma separated, e.g. 1,4,8,16.")]
+Bands = Annotated[Optional[str], typer.Option(metavar="C,C,...", help="S2: the bands, comma separated, e.g. 1,4,8,16.")]
 Epsilon = Annotated[Optional[float], typer.Option(help="S5: the near-tie epsilon (margin < epsilon).")]
 Cap = Annotated[Optional[int], typer.Option(help="How many batched bands may pass by near-tie.")]
 Floor = Annotated[Optional[int], typer.Option(help="The floor under declared_min.")]
@@ -32,85 +35,9 @@ S7Ratio = Annotated[Optional[float], typer.Option(help="S7: least decode-rate ra
 Offline = Annotated[bool, typer.Option("--offline", help="Read URL sources from the cache only; never the network.")]
 
 
-def _go_offline(offline: bool) -> None:
-    """--offline: every URL read in this process, and in the report's kernel, comes from the cache."""
-    if offline:
-        os.environ["BIA_OFFLINE"] = "1"
-
-
-def _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio) -> V3Policy:
-    overrides = {
-        "model_prefix": model_prefix,
-        "model_label": model_label,
-        "bands": _parse_bands(bands) if bands is not None else None,
-        "near_tie_epsilon": epsilon,
-        "near_tie_cap": cap,
-        "declared_min_floor": floor,
-        "s7_ratio": s7_ratio,
-    }
-    try:
-        if policy_file is not None:
-            return V3Policy.from_file(policy_file, **overrides)
-        return V3Policy.from_mapping({k: v for k, v in overrides.items() if v is not None}, source="options")
-    except (PolicyError, OSError) as exc:
-        raise _fail(str(exc)) from None
-
-
-def _parse_bands(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        typer.echo(f"error: --bands takes comma-separated integers, got {text!r}", err=True)
-        raise typer.Exit(2) from None
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    """Say ``error: message`` on stderr; the caller raises what this returns (exit 2: a bad option or input)."""
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
-
-
-def _parse_ladder(text: str, option: str = "--ladder") -> list[int]:
-    """Distinct batch sizes >= 1, comma separated."""
-    try:
-        ladder = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise _fail(f"{option} takes comma-separated integers, got {text!r}") from None
-    if not ladder or min(ladder) < 1 or len(set(ladder)) != len(ladder):
-        raise _fail(f"{option} takes distinct batch sizes >= 1, got {text!r}")
-    return ladder
-
-
-def _read_lines(path: Path, option: str) -> list[str]:
-    """The non-blank lines of a UTF-8 text file given as ``option``; at least one."""
-    lines = [line for line in _read_text(path, option).splitlines() if line.strip()]
-    if not lines:
-        raise _fail(f"{option} {path}: holds no line that is not blank")
-    return lines
-
-
-def _read_text(path: Path, option: str) -> str:
-    """A UTF-8 text file given as ``option``, or a one-line error naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _fail(f"{option} {path}: no such file") from None
-    except IsADirectoryError:
-        raise _fail(f"{option} {path}: is a folder, not a text file") from None
-    except UnicodeDecodeError as exc:
-        raise _fail(f"{option} {path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise _fail(f"{option} {path}: cannot read it: {exc.strerror or exc}") from None
-
-
-def _check_epsilon(value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise _fail(f"--epsilon takes a finite number >= 0, got {value!r}")
-
-
-@app.command("shape-check")
+@app.command("shape-check", cls=Command)
 def shape_check_command(
-    path: Annotated[str, typer.Argument(help="A witness file or http(s) URL.")],
+    path: Annotated[str, typer.Argument(metavar="WITNESS", help="A witness file or http(s) URL.")],
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
     model_label: ModelLabel = None,
@@ -121,8 +48,8 @@ def shape_check_command(
     s7_ratio: S7Ratio = None,
     offline: Offline = False,
 ) -> None:
-    """aprender's V3 serving-shape check. Exit 0 admissible, 5 not, 3 no such file, 4 unreadable."""
-    from .io._sources import SourceError
+    """aprender's V3 serving-shape check. Exit 0 admissible, 5 not, 3 no such file, 4 unreadable, 6 a URL not fetched."""
+    from ..io._sources import SourceError
 
     _go_offline(offline)
     policy = _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio)
@@ -131,10 +58,12 @@ def shape_check_command(
     except IsADirectoryError:
         typer.echo(f"RED: cannot read witness {path}: Is a directory", err=True)
         raise typer.Exit(EXIT_MISSING) from None
-    except (FileNotFoundError, SourceError) as exc:
-        why = "No such file or directory" if isinstance(exc, FileNotFoundError) else str(exc)
-        typer.echo(f"RED: cannot read witness {path}: {why}", err=True)
+    except FileNotFoundError:
+        typer.echo(f"RED: cannot read witness {path}: No such file or directory", err=True)
         raise typer.Exit(EXIT_MISSING) from None
+    except SourceError as exc:
+        typer.echo(f"RED: cannot read witness {path}: {exc}", err=True)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
     if verdict.status == "RED":
         typer.echo(verdict.reasons[0], err=True)
     for line in verdict.stdout_lines():
@@ -142,9 +71,9 @@ def shape_check_command(
     raise typer.Exit(verdict.exit_code)
 
 
-@app.command("witness")
+@app.command("witness", cls=Command)
 def witness_command(
-    paths: Annotated[list[str], typer.Argument(help="Witness or marker files, folders, globs or URLs.")],
+    paths: Annotated[list[str], typer.Argument(metavar="SOURCE...", help="Witness or marker files, folders, globs or URLs.")],
     reasons: Annotated[bool, typer.Option("--reasons", help="List every V3 reason and discrepancy.")] = False,
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
@@ -153,13 +82,13 @@ def witness_command(
 ) -> None:
     """A terminal table of witnesses and their bands, with the V3 verdict of each witness."""
     _go_offline(offline)
-    from .views._terminal import print_witness_tables
-    from .core._fields import WitnessError
-    from .io._sources import SourceError
-    from .witness import read_witnesses
+    from ..views._terminal import print_witness_tables
+    from ..core._fields import WitnessError
+    from ..io._sources import SourceError
+    from ..witness import read_witnesses
 
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
-    from .report._inputs import run_directory_problem
+    from ..report._inputs import run_directory_problem
 
     for path in paths:  # a run directory, not read file by file as witnesses (its cache files are none)
         if (problem := run_directory_problem(path)) is not None:
@@ -167,8 +96,7 @@ def witness_command(
     try:
         ws = read_witnesses(paths)
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_MISSING) from None
+        raise _unread(exc) from None
     except WitnessError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_RED) from None
@@ -182,17 +110,17 @@ BandPerFile = Annotated[bool, typer.Option("--band-per-file", help="Dumps: each 
 
 
 def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, command: str = "report"):
-    """The run the dumps make, or a one-line error and bia's exit code: 3 a path that does not exist, 4 a dump bia
-    cannot read, 2 a request it cannot place."""
-    from .dumps import DumpError
-    from .io._sources import SourceError
-    from .report._inputs import ACCEPTS
-    from .run import RunError, assemble_dumps
+    """The run the dumps make, or a one-line error and bia's exit code: 3 a path that does not exist (6 a URL not fetched), 4 a dump
+    bia cannot read, 2 a request it cannot place."""
+    from ..dumps import DumpError
+    from ..io._sources import SourceError
+    from ..report._inputs import ACCEPTS
+    from ..run import RunError, assemble_dumps
 
     try:
         return assemble_dumps(dumps, mapping=mapping, band_per_file=band_per_file)
     except (FileNotFoundError, SourceError) as exc:
-        raise _fail(str(exc), 3) from None
+        raise _unread(exc) from None
     except DumpError as exc:
         where = f"{exc.record}.{exc.field}" if exc.field else exc.record
         if command == "assemble":
@@ -203,9 +131,9 @@ def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, co
         raise _fail(str(exc), 2) from None
 
 
-@app.command("assemble")
+@app.command("assemble", cls=Command)
 def assemble_command(
-    dumps: Annotated[Optional[list[str]], typer.Argument(help="Dump files, folders or globs (envelopes: prompt_id, role, band_c, slot).")] = None,
+    dumps: Annotated[Optional[list[str]], typer.Argument(metavar="DUMP...", help="Dump files, folders or globs (envelopes: prompt_id, role, band_c, slot).")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/assembled"),
     mapping: MappingFile = None,
     band_per_file: BandPerFile = False,
@@ -213,11 +141,10 @@ def assemble_command(
 ) -> None:
     """Write a run directory from loose dumps, each request placed by its capture envelope, --mapping or --band-per-file.
 
-    Exit 0 written, 2 a request it cannot place (file and field named) or an occupied output, 3 no such path, 4 not a dump.
+    Exit 0 written, 2 a request it cannot place (file and field named) or an occupied output, 3 no such path, 4 not a dump, 6 a URL not fetched.
     """
-    from .core._output import OutputExists
-    from .report._inputs import is_lone
-    from .run import RunError, write_run
+    from ..report._inputs import is_lone
+    from ..run import RunError, write_run
 
     if not dumps and mapping is None:
         raise _fail("give the dumps (files, folders or globs), or --mapping FILE")
@@ -225,7 +152,7 @@ def assemble_command(
     try:
         folder = write_run(run, output, force=force)
     except OutputExists as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(exc) from None
     except RunError as exc:
         raise _fail(str(exc), 4) from None
     requests = run.dump.requests.unique(["source", "record"]).height
@@ -234,13 +161,13 @@ def assemble_command(
         typer.echo("note: one request allows no batch comparison (it is ref #1 of its prompt); add the prompt sent in batches of c", err=True)
 
 
-@app.command("report")
+@app.command("report", cls=Command)
 def report_command(
-    sources: Annotated[Optional[list[str]], typer.Argument(help="Witness sources, run directories and dumps (files, folders, globs); "
+    sources: Annotated[Optional[list[str]], typer.Argument(metavar="SOURCE...", help="Witness sources, run directories and dumps (files, folders, globs); "
                                                                 "the embedded default if none.")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("parity-report.html"),
     epsilon: Annotated[float, typer.Option(help="The near-tie epsilon for runs.")] = 0.05,
-    reference: Annotated[str, typer.Option(help="Compare batched requests with ref1, ref2, or another run directory's ref #1.")] = "ref1",
+    reference: Annotated[str, typer.Option(metavar="REFERENCE", help="Compare batched requests with ref1, ref2, or another run directory's ref #1.")] = "ref1",
     title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-parity report",
     notebook: Annotated[Optional[Path], typer.Option(help="Also keep the executed notebook here.")] = None,
     policy_file: PolicyFile = None,
@@ -262,9 +189,9 @@ def report_command(
     import tempfile
 
     _go_offline(offline)
-    from .core._output import OutputExists, claim_output
-    from .io._sources import same_sources
-    from .report._inputs import is_lone, sort_sources
+    from ..core._output import claim_output
+    from ..io._sources import same_sources
+    from ..report._inputs import is_lone, sort_sources
 
     _check_epsilon(epsilon)
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
@@ -273,7 +200,7 @@ def report_command(
         if notebook is not None:
             claim_output(notebook, force=force, what="--notebook")
     except OutputExists as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(exc) from None
     given, repeated = same_sources(sources or [])
     for first, again in repeated:
         typer.echo(f"note: {again} is {first} given again; it is read once", err=True)
@@ -288,7 +215,7 @@ def report_command(
         typer.echo("note: one request allows no batch comparison; the report says what it can and cannot judge", err=True)
     with tempfile.TemporaryDirectory(prefix="bia-report-") as scratch:
         if assembled is not None:
-            from .run import write_run
+            from ..run import write_run
 
             name = Path(dumps[0]).name if len(dumps) == 1 and mapping is None else "dumps"
             runs.append(str(write_run(assembled, Path(scratch) / f"{name} (assembled)")))
@@ -301,21 +228,20 @@ def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilo
     """Read the runs and witnesses, so that a bad file is named here, then render the report."""
     import dataclasses
 
-    from .core._fields import WitnessError
-    from .io._sources import SourceError
-    from .witness import read_witnesses
-    from .report import ReportError, default_runs, default_sources, render_report
-    from .report._inputs import ACCEPTS
+    from ..core._fields import WitnessError
+    from ..io._sources import SourceError
+    from ..witness import read_witnesses
+    from ..report import ReportError, default_runs, default_sources, render_report
+    from ..report._inputs import ACCEPTS
 
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
-        from .run import RunError, read_run
+        from ..run import RunError, read_run
 
         for run in runs or ([] if witness_sources else default_runs()):
             read_run(run)
         read_witnesses(witness_sources or ([] if runs else default_sources()), progress=sys.stderr.isatty())
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_MISSING) from None
+        raise _unread(exc) from None
     except (WitnessError, RunError, ValueError) as exc:
         hint = f"; {ACCEPTS}" if isinstance(exc, WitnessError) and "neither a witness" in str(exc) else ""
         typer.echo(f"error: {exc}{hint}", err=True)
@@ -331,16 +257,16 @@ def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilo
     typer.echo(f"wrote {written}")
 
 
-@app.command("experiment")
+@app.command("experiment", cls=Command)
 def experiment_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the runs (one per kernel mode).")] = Path("runs/experiment"),
     prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
-    ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
-    modes: Annotated[str, typer.Option(help="Kernel modes, comma separated: default, one-by-one, fixed-tiles "
+    ladder: Annotated[str, typer.Option(metavar="C,C,...", help="Batch sizes, comma separated.")] = "1,4,8,16",
+    modes: Annotated[str, typer.Option(metavar="MODE,MODE,...", help="Kernel modes, comma separated: default, one-by-one, fixed-tiles "
                                             "(batch-invariant: one-by-one's old name).")] = "default,one-by-one,fixed-tiles",
-    layout: Annotated[str, typer.Option(help="copies (c copies of one prompt) or needle (the prompt among others).")] = "copies",
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
-    device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
+    layout: Annotated[str, typer.Option(metavar="LAYOUT", help="copies (c copies of one prompt) or needle (the prompt among others).")] = "copies",
+    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="float32 or bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, or cuda when torch sees a GPU.")] = "cpu",
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
     top_k: Annotated[int, typer.Option(help="Candidates recorded per step.")] = 20,
     seed: Annotated[int, typer.Option(help="Seed for the needle positions.")] = 0,
@@ -348,8 +274,7 @@ def experiment_command(
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""
-    from .core._output import OutputExists
-    from .experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
+    from ..experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
 
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
     try:
@@ -357,38 +282,38 @@ def experiment_command(
                                  dtype=dtype, device=device, max_tokens=max_tokens, top_k=top_k, seed=seed, model_path=model,
                                  progress=sys.stderr.isatty(), force=force)
     except (ExperimentError, OutputExists) as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(exc) from None
     for folder in folders:
         typer.echo(f"wrote {folder}")
 
 
-@app.command("probe")
+@app.command("probe", cls=Command)
 def probe_command(
     ctx: typer.Context,
-    url: Annotated[str, typer.Argument(help="The server's base URL or its /v1/chat/completions endpoint.")],
+    url: Annotated[str, typer.Argument(metavar="URL", help="The server's base URL or its /v1/chat/completions endpoint.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/probe"),
     prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line; or a .jsonl file of "
                                                              '{"text": ..., "answer": ...} lines, for accuracy and Std@Acc.')] = None,
-    ladder: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "1,4,8,16",
+    ladder: Annotated[str, typer.Option(metavar="C,C,...", help="Batch sizes, comma separated.")] = "1,4,8,16",
     repeats: Annotated[int, typer.Option(help="How many times each band is fired, interleaved across c.")] = 1,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.")] = 64,
     top_logprobs: Annotated[int, typer.Option(help="Candidates per step.")] = 5,
     seed: Annotated[int, typer.Option(help="The request's seed, and the needle positions'.")] = 0,
-    layout: Annotated[str, typer.Option(help="copies (c copies of the prompt) or needle (the prompt among c-1 fillers).")] = "copies",
+    layout: Annotated[str, typer.Option(metavar="LAYOUT", help="copies (c copies of the prompt) or needle (the prompt among c-1 fillers).")] = "copies",
     fillers: Annotated[Optional[Path], typer.Option(help="Needle layout: a text file of filler prompts, one per line.")] = None,
     observer: Annotated[bool, typer.Option(help="Also fire each band without logprobs and compare the texts.")] = False,
-    engine: Annotated[str, typer.Option(help="auto, or one of: vllm, sglang, llamacpp, apr, bia, openai.")] = "auto",
+    engine: Annotated[str, typer.Option(metavar="ENGINE", help="auto, or one of: vllm, sglang, llamacpp, apr, bia, openai.")] = "auto",
     model: Annotated[Optional[str], typer.Option(help="The model name to send (the server's first model by default).")] = None,
     server_log: Annotated[Optional[Path], typer.Option(help="The server's log, for the batch width of every step.")] = None,
-    log_pattern: Annotated[str, typer.Option(help="Regex whose group 1 is a batch width.")] = r"Batch m=(\d+) done",
+    log_pattern: Annotated[str, typer.Option(metavar="REGEX", help="Regex whose group 1 is a batch width.")] = r"Batch m=(\d+) done",
     metrics: Annotated[bool, typer.Option(help="Sample the running-requests gauge, and read the prefix-cache metrics, on /metrics around each band.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds each whole request may take, its stream included.")] = 120.0,
     declared_min: Annotated[Optional[int], typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")] = None,
-    expect: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE a setting the server should report (kernel_mode=fixed-tiles); "
+    expect: Annotated[Optional[list[str]], typer.Option(metavar="KEY=VALUE", help="A setting the server should report (kernel_mode=fixed-tiles); "
                                                               "checked and shown as requested against effective. Repeatable.")] = None,
     bands_anyway: Annotated[bool, typer.Option(help="Run the bands even for a prompt whose two m=1 references part before "
                                                     "--declared-min (aprender's probe runs none).")] = False,
-    api_key: Annotated[Optional[str], typer.Option(envvar="BIA_API_KEY", show_envvar=True,
+    api_key: Annotated[Optional[str], typer.Option(metavar="KEY", envvar="BIA_API_KEY", show_envvar=True,
                                                    help="Bearer token for servers that need one (vllm --api-key, hosted APIs); never written "
                                                         "into the run.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Say the engine, the first request's body and the plan; fire nothing, write nothing.")] = False,
@@ -399,8 +324,8 @@ def probe_command(
     import asyncio
     import json
 
-    from .experiment import DEFAULT_PROMPTS
-    from .probe import ProbeError, probe
+    from ..experiment import DEFAULT_PROMPTS
+    from ..probe import ProbeError, ServerUnreachable, probe
 
     if resume:  # a resumed run keeps its own settings: say so rather than ignore what was given
         kept = ("url", "output", "resume", "retry_refused", "timeout", "server_log", "metrics", "api_key")  # what may differ after a restart
@@ -434,7 +359,7 @@ def probe_command(
               "api_key": api_key, "timeout": timeout}
     try:
         if dry_run:
-            from .probe import dry_run as describe
+            from ..probe import dry_run as describe
 
             planned = asyncio.run(describe(url, **shared))
             typer.echo(planned["said"])
@@ -446,6 +371,8 @@ def probe_command(
         folder = asyncio.run(probe(url, output, **shared, fillers=filler_texts, server_log=server_log, log_pattern=log_pattern,
                                    metrics=metrics, declared_min=declared_min, expect=expected, bands_anyway=bands_anyway, resume=resume,
                                    retry_refused=retry_refused))
+    except ServerUnreachable as exc:
+        raise _fail(exc, EXIT_UNREACHABLE) from None
     except (ProbeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -453,47 +380,28 @@ def probe_command(
         typer.echo(f"interrupted: {output} stays readable (bia report lists what it lacks); finish it with bia probe {url} -o {output} --resume",
                    err=True)
         raise typer.Exit(130) from None
+    from ..probe._summary import result_line
+
     typer.echo(f"wrote {folder}")
+    typer.echo(result_line(folder))  # what the run found, in one line: the report says the rest
 
 
-def _prompt_records(path: Path) -> list[dict]:
-    """A JSON-lines prompt set: each line an object with a non-empty "text" and an optional "answer"."""
-    import json
-
-    records = []
-    for number, line in enumerate(_read_text(path, "--prompts").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            typer.echo(f"error: {path}: line {number}: not JSON ({exc})", err=True)
-            raise typer.Exit(2) from None
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"]:
-            typer.echo(f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True)
-            raise typer.Exit(2)
-        records.append(record)
-    if not records:
-        raise _fail(f"--prompts {path}: holds no prompt")
-    return records
-
-
-@app.command("serve")
+@app.command("serve", cls=Command)
 def serve_command(
-    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    mode: Annotated[str, typer.Option(help="Kernel mode: default, one-by-one or fixed-tiles "
+    mode: Annotated[str, typer.Option(metavar="MODE", help="Kernel mode: default, one-by-one or fixed-tiles "
                                            "(batch-invariant: one-by-one's old name).")] = "default",
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
-    device: Annotated[str, typer.Option(help="cpu, or cuda when torch sees a GPU.")] = "cpu",
+    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="float32 or bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, or cuda when torch sees a GPU.")] = "cpu",
     model: Annotated[Optional[Path], typer.Option(help="Model weights; the bundled tiny model by default.")] = None,
     log_file: Annotated[Optional[Path], typer.Option(help="Also append the per-step batch log here.")] = None,
 ) -> None:
     """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching."""
     import logging
 
-    from .experiment import ExperimentError, bundled_model
-    from .experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
+    from ..experiment import ExperimentError, bundled_model
+    from ..experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
 
     if mode not in KERNEL_MODES and mode not in MODE_ALIASES:
         raise _fail(f"--mode takes one of {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's old name), got {mode!r}")
@@ -509,11 +417,10 @@ def serve_command(
     if log_file is not None and log_file.is_dir():
         raise _fail(f"--log-file {log_file}: is a folder, not a file")
     import torch
-    import uvicorn
 
-    from .experiment import check_device
-    from .experiment.model import load_model
-    from .serve import create_app
+    from ..experiment import check_device
+    from ..experiment.model import load_model
+    from ..serve import create_app, serve
 
     try:
         check_device(device)
@@ -526,66 +433,66 @@ def serve_command(
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file))
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
-    uvicorn.run(create_app(loaded, mode, Path(weights).stem), host=host, port=port, log_level="warning")
+    if not serve(create_app(loaded, mode, Path(weights).stem), host, port,
+                 said=f"kernel mode {kernel_mode(mode)}, {dtype} on {device}, model {Path(weights).stem}"):
+        raise _fail(f"--host {host} --port {port}: cannot listen there (the port in use, or an address not of this machine)")
 
 
-@app.command("history")
+@app.command("history", cls=Command)
 def history_command(
-    sources: Annotated[list[str], typer.Argument(help="Run directories, witness and marker files or URLs, folders of them.")],
+    sources: Annotated[list[str], typer.Argument(metavar="SOURCE...", help="Run directories, witness and marker files or URLs, folders of them.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="The history folder to add them to (made when missing).")],
     offline: Offline = False,
 ) -> None:
     """Add runs, witnesses and markers to a history folder (each once), for bia trend."""
-    from .core._fields import WitnessError
-    from .studies._history import HistoryError, append_history
-    from .core._output import OutputExists
-    from .io._sources import SourceError
-    from .run import RunError
+    from ..core._fields import WitnessError
+    from ..studies._history import HistoryError, append_history
+    from ..io._sources import SourceError
+    from ..run import RunError
 
     _go_offline(offline)
     try:
         before = _history_size(output)
         history = append_history(sources, output)
     except (FileNotFoundError, SourceError) as exc:
-        raise _fail(str(exc), 3) from None
+        raise _unread(exc) from None
     except (WitnessError, RunError, HistoryError) as exc:
         raise _fail(str(exc), 4) from None
     except OutputExists as exc:
-        raise _fail(f"{exc}; a history folder holds history.json") from None
+        raise _fail(f"{exc.problem}; a history folder holds history.json") from None
     typer.echo(f"{output}: {history.entries.height - before} new entr{'y' if history.entries.height - before == 1 else 'ies'}, "
                f"{history.entries.height} in all")
 
 
 def _history_size(folder: Path) -> int:
-    from .studies._history import read_history
+    from ..studies._history import read_history
 
     return read_history([folder]).entries.height if (folder / "history.json").is_file() else 0
 
 
-@app.command("trend")
+@app.command("trend", cls=Command)
 def trend_command(
-    sources: Annotated[Optional[list[str]], typer.Argument(help="History folders, runs, witnesses, markers; the embedded history if none.")] = None,
+    sources: Annotated[Optional[list[str]], typer.Argument(metavar="SOURCE...", help="History folders, runs, witnesses, markers; the embedded history if none.")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("trend.html"),
     title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-invariance trend",
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
     offline: Offline = False,
 ) -> None:
     """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
-    from .core._fields import WitnessError
-    from .studies._history import HistoryError
-    from .core._output import OutputExists
-    from .io._sources import SourceError
-    from .report import ReportError
-    from .run import RunError
-    from .report.trend import render_trend
+    from ..core._fields import WitnessError
+    from ..studies._history import HistoryError
+    from ..io._sources import SourceError
+    from ..report import ReportError
+    from ..run import RunError
+    from ..report.trend import render_trend
 
     _go_offline(offline)
     try:
         written = render_trend(sources or [], output, title=title, force=force)
     except OutputExists as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(exc) from None
     except (FileNotFoundError, SourceError) as exc:
-        raise _fail(str(exc), 3) from None
+        raise _unread(exc) from None
     except (WitnessError, RunError, HistoryError) as exc:
         raise _fail(str(exc), 4) from None
     except ReportError as exc:

@@ -1,0 +1,120 @@
+"""What the ``bia`` commands share: the one-line error and its exit code, and the parsing of options and text files."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import typer
+
+from ..core._output import OutputExists
+from ..verdicts._v3 import EXIT_MISSING, PolicyError, V3Policy
+
+EXIT_UNREACHABLE = 6  # a URL that could not be fetched, a server nothing answers at (docs/cli.md); 3 is a path that does not exist
+
+
+def _go_offline(offline: bool) -> None:
+    """--offline: every URL read in this process, and in the report's kernel, comes from the cache."""
+    if offline:
+        os.environ["BIA_OFFLINE"] = "1"
+
+
+def _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio) -> V3Policy:
+    overrides = {
+        "model_prefix": model_prefix,
+        "model_label": model_label,
+        "bands": _parse_bands(bands) if bands is not None else None,
+        "near_tie_epsilon": epsilon,
+        "near_tie_cap": cap,
+        "declared_min_floor": floor,
+        "s7_ratio": s7_ratio,
+    }
+    try:
+        if policy_file is not None:
+            return V3Policy.from_file(policy_file, **overrides)
+        return V3Policy.from_mapping({k: v for k, v in overrides.items() if v is not None}, source="options")
+    except (PolicyError, OSError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _parse_bands(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        typer.echo(f"error: --bands takes comma-separated integers, got {text!r}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _fail(message: str | Exception, code: int = 2) -> typer.Exit:
+    """Say ``error: message`` on stderr (an OutputExists in the command line's words); the caller raises what this returns (exit 2:
+    a bad option or input)."""
+    typer.echo(f"error: {message.command_line() if isinstance(message, OutputExists) else message}", err=True)
+    return typer.Exit(code)
+
+
+def _unread(exc: OSError) -> typer.Exit:
+    """A source not read: exit 6 for a URL that could not be fetched (SourceError), 3 for a path that does not exist."""
+    from ..io._sources import SourceError
+
+    return _fail(exc, EXIT_UNREACHABLE if isinstance(exc, SourceError) else EXIT_MISSING)
+
+
+def _parse_ladder(text: str, option: str = "--ladder") -> list[int]:
+    """Distinct batch sizes >= 1, comma separated."""
+    try:
+        ladder = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise _fail(f"{option} takes comma-separated integers, got {text!r}") from None
+    if not ladder or min(ladder) < 1 or len(set(ladder)) != len(ladder):
+        raise _fail(f"{option} takes distinct batch sizes >= 1, got {text!r}")
+    return ladder
+
+
+def _read_lines(path: Path, option: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file given as ``option``; at least one."""
+    lines = [line for line in _read_text(path, option).splitlines() if line.strip()]
+    if not lines:
+        raise _fail(f"{option} {path}: holds no line that is not blank")
+    return lines
+
+
+def _read_text(path: Path, option: str) -> str:
+    """A UTF-8 text file given as ``option``, or a one-line error naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(f"{option} {path}: no such file") from None
+    except IsADirectoryError:
+        raise _fail(f"{option} {path}: is a folder, not a text file") from None
+    except UnicodeDecodeError as exc:
+        raise _fail(f"{option} {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise _fail(f"{option} {path}: cannot read it: {exc.strerror or exc}") from None
+
+
+def _check_epsilon(value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise _fail(f"--epsilon takes a finite number >= 0, got {value!r}")
+
+
+def _prompt_records(path: Path) -> list[dict]:
+    """A JSON-lines prompt set: each line an object with a non-empty "text" and an optional "answer"."""
+    import json
+
+    records = []
+    for number, line in enumerate(_read_text(path, "--prompts").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            typer.echo(f"error: {path}: line {number}: not JSON ({exc})", err=True)
+            raise typer.Exit(2) from None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"]:
+            typer.echo(f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True)
+            raise typer.Exit(2)
+        records.append(record)
+    if not records:
+        raise _fail(f"--prompts {path}: holds no prompt")
+    return records
