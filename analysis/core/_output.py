@@ -17,7 +17,7 @@ from pathlib import Path
 class OutputExists(FileExistsError):
     """The output given already holds a file or a non-empty folder, and overwriting was not asked for.
 
-    Its message says how to overwrite in Python (``force=True``); :meth:`command_line` says it in the
+    Its message says how to overwrite in Python (``force=True``); ``command_line()`` says it in the
     command line's words (``--force``).
     """
 
