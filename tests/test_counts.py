@@ -39,9 +39,10 @@ def test_the_first_parting_names_the_earliest_request_whatever_the_row_order():
 
 def test_run_counts_reads_a_slot_table():
     slots = pl.DataFrame({
-        "band_c": [4, 4, 4], "prompt_id": ["p0", "p0", "p1"], "slot": [0, 1, 0],
-        "bitwise_prefix": [10, 2, None], "length": [10, 10, 10],          # identical, not, unknown
-        "diverged": [False, True, False], "divergence_at": [None, 2, None],
-        "near_tie": [False, False, False], "reference_margin": [0.3, None, 0.2],
+        "band_c": [4, 4, 4, 4], "prompt_id": ["p0", "p0", "p0", "p1"], "slot": [0, 1, 2, 0],
+        "bitwise_prefix": [10, 10, 2, None], "length": [10, 10, 10, 10],   # identical twice, then not, then unknown
+        "diverged": [False, False, True, False], "divergence_at": [None, None, 2, None],
+        "near_tie": [False, False, True, False],                            # the one that parted did so at a near-tie
+        "reference_margin": [0.3, None, 0.01, 0.2],                         # a missing margin counts only where a request parted
     }, schema_overrides={"divergence_at": pl.Int64, "bitwise_prefix": pl.Int64})
-    assert run_counts(slots).rows() == [(4, 3, 1, 2, 2, 1, 0, 1, 2, "p0 slot 1")]
+    assert run_counts(slots).rows() == [(4, 4, 2, 3, 3, 1, 1, 0, 2, "p0 slot 2")]
