@@ -457,7 +457,7 @@ RESPONSE_FALLBACKS = {
     "a null response": (_set(1, response=None), "matches no known dump format"),
     "band_c as text": (_set(0, band_c="4"), "band_c: expected Int64"),
     "a role that is not text": (_set(0, role=3), "role: expected String"),
-    "token_ids: null in a choice": (_set_response(0, ["choices", 0, "token_ids"], None), None),
+    "token_ids as a list in a chat choice": (_set_response(0, ["choices", 0, "token_ids"], [1, 2, 3]), r"token id 1000 disagrees with token_ids\[0\] = 1"),
     "a legacy object": (_set_response(0, ["object"], "text_completion"), None),
     "usage that disagrees": (_set_response(0, ["usage", "completion_tokens"], 9), "says 9 tokens but logprobs hold 3 entries"),
     "a later duplicate response key": (lambda lines: lines.__setitem__(0, {**lines[0], "tail": 1}), r"line 1\.response: key appears more than once"),
@@ -481,6 +481,30 @@ def test_responses_the_columnar_path_leaves_to_the_general_path(tmp_path, case):
     path = tmp_path / "captures.jsonl"
     path.write_bytes(data)
     _expect_general(path, error if case != "a printed Logprob repr early in the file" else "not a complete Python repr of logprobs")
+
+
+def _vllm_032(chat: dict) -> dict:
+    """vLLM 0.32's chat completion: token_ids and routed_experts in each choice, prompt_token_ids beside them, null unless asked for."""
+    for choice in chat["choices"]:
+        choice.update(token_ids=None, routed_experts=None, stop_reason=None)
+    return {**chat, "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None}
+
+
+@pytest.mark.parametrize("enveloped", [True, False])
+def test_vllm_chat_completions_with_null_token_ids_take_the_columnar_path(tmp_path, enveloped):
+    """A null token_ids is absent on both paths: a chat completion at the chat endpoint, read the same way by each."""
+    lines = _response_envelopes()
+    for line in lines:
+        line["response"] = _vllm_032(line["response"])
+    if not enveloped:
+        lines = [line["response"] for line in lines]
+    path = _write_lines(tmp_path / "captures.jsonl", lines)
+    fast = read_jsonl(path, str(path))
+    assert fast is not None, "the columnar path must take this file"
+    expected, found = _general(path)
+    assert fast[1] == found == {"openai_chat"}
+    _assert_same(fast[0], expected)
+    assert set(fast[0][2]["endpoint"]) == {"chat"}
 
 
 def test_blank_lines_and_a_single_line_take_the_general_path(tmp_path):

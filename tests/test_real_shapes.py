@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 
+import numpy as np
 import pytest
 
 from hypothesis import given, settings
@@ -176,3 +177,170 @@ def test_the_responses_api_stream_reads_its_deltas_and_checks_the_rounded_copies
     path.write_text(responses_stream(complete=False))
     with pytest.raises(DumpError, match="the stream ended without response.completed"):
         read_dump(path)
+
+
+# --- issue 23 item 7: vLLM 0.32's chat response, lmdeploy's pairs, the Responses API's count ---------------------------
+# Each payload in tests/samples/*__written-for-test.* was written for these tests in the real shape (see its README).
+
+SAMPLES = "tests/samples/"
+VLLM_CHAT_NULL = SAMPLES + "vllm-0.32_chat_completion_token_ids_null__written-for-test.json"
+VLLM_CHAT_IDS = SAMPLES + "vllm-0.32_chat_completion_return_token_ids__written-for-test.json"
+VLLM_GENERATE = SAMPLES + "renderers_generate_response_fixture__renderers-tests-test_client.json"
+LMDEPLOY_STREAM = SAMPLES + "lmdeploy_generate_stream_logprob_pairs__written-for-test.sse"
+LMDEPLOY = SAMPLES + "lmdeploy_generate_logprob_pairs__written-for-test.json"
+RESPONSES = SAMPLES + "openai_responses_stream_end_of_message_uncounted__written-for-test.sse"
+
+
+@pytest.mark.parametrize("sample", [VLLM_CHAT_NULL, VLLM_CHAT_IDS])
+def test_vllm_chat_completion_with_token_ids_keys_is_a_chat_completion(sample):
+    """vLLM 0.32 adds token_ids and routed_experts to each choice and prompt_token_ids beside them (null unless asked for)."""
+    d = read_dump(sample)
+    assert d.formats[sample] == ["openai_chat"]
+    request = d.requests.row(0, named=True)
+    assert (request["endpoint"], request["source_format"], request["stream"]) == ("chat", "openai_chat", False)
+    assert (request["completion_text"], request["finish_reason"], request["completion_tokens"], request["n_completion_scored"]) == ("Paris.", "stop", 3, 3)
+    assert "routed_experts" not in json.loads(request["extra"])
+    asked = sample == VLLM_CHAT_IDS  # with return_token_ids the ids join the entries; without, none is invented
+    assert d.tokens.select("token_id", "token_text", "logprob").rows() == [
+        (12095 if asked else None, "Paris", -0.0001234), (13 if asked else None, ".", -0.4519), (151645 if asked else None, "", -0.0312)]
+    assert d.candidates.filter(position=1).select("cand_token_text", "cand_logprob", "is_sampled").rows() == [(".", -0.4519, True), ("!", -1.0144, False)]
+
+
+def test_vllm_generate_is_still_generate():
+    d = read_dump(VLLM_GENERATE)
+    assert d.formats[VLLM_GENERATE] == ["vllm_generate"]
+    assert d.requests.select("endpoint", "source_format").rows() == [("generate", "vllm_generate")]
+    assert d.tokens.select("token_id", "logprob").rows() == [(7, -0.1), (8, -0.2)]
+
+
+def test_a_chat_completion_whose_token_ids_disagree_with_its_entries_is_refused(tmp_path):
+    payload = json.load(open(VLLM_CHAT_IDS, encoding="utf-8"))
+    payload["choices"][0]["token_ids"] = [12095, 13]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(payload))
+    with pytest.raises(DumpError, match=r"choices\[0\]\.logprobs\.content: holds 3 entries for 2 token_ids"):
+        read_dump(path)
+
+
+def test_lmdeploy_generate_stream_sends_pairs(tmp_path):
+    """lmdeploy's streamed /generate: only the new tokens, each as [logprob, token_id]; the last event has no logprobs."""
+    d = read_dump(LMDEPLOY_STREAM)
+    assert d.formats[LMDEPLOY_STREAM] == ["sglang_sse"]
+    assert d.tokens.select("position", "token_id", "token_text", "logprob", "stream_chunk").rows() == [
+        (0, 12095, None, -0.0002703, 0), (1, 285, None, -0.0107, 1), (2, 13, None, -0.3921, 2)]
+    request = d.requests.row(0, named=True)
+    assert (request["endpoint"], request["completion_text"], request["finish_reason"], request["prompt_tokens"], request["completion_tokens"]) == (
+        "generate", "Paris.", "stop", 9, 3)
+    assert json.loads(request["extra"])["resent"] is False
+    whole = read_dump(LMDEPLOY)
+    assert whole.formats[LMDEPLOY] == ["sglang"] and whole.requests["endpoint"].to_list() == ["generate"]
+    assert whole.tokens.select("token_id", "token_text", "logprob").rows() == d.tokens.select("token_id", "token_text", "logprob").rows()
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ([-0.5], r"output_token_logprobs\[1\]: expected \[logprob, token_id, text\|null\] or \[logprob, token_id\], got \[-0.5\]"),
+    ([-0.5, 285, None, "x"], r"output_token_logprobs\[1\]: expected \[logprob, token_id, text\|null\] or \[logprob, token_id\]"),
+    ([-0.5, "285"], r"output_token_logprobs\[1\]\.\[1\] token_id: expected an integer"),
+    ({"logprob": -0.5}, r"output_token_logprobs\[1\]: expected \[logprob, token_id"),
+])
+def test_malformed_lmdeploy_entries_are_still_refused(tmp_path, entry, message):
+    events = [json.loads(line.removeprefix("data: ")) for line in open(LMDEPLOY_STREAM, encoding="utf-8").read().split("\n\n") if line[6:7] == "{"]
+    events[1]["meta_info"]["output_token_logprobs"] = [[-0.0002703, 12095], entry]
+    path = tmp_path / "lmdeploy.sse"
+    path.write_text("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n")
+    with pytest.raises(DumpError, match=message):
+        read_dump(path)
+
+
+def test_the_responses_api_counts_its_end_of_message_token(tmp_path):
+    """usage.output_tokens is one more than the logprob entries: recorded in requests.extra and on the card, not refused."""
+    d = read_dump(RESPONSES)
+    assert d.formats[RESPONSES] == ["openai_responses_sse"] and d.skipped == []
+    assert d.tokens.select("token_text", "token_bytes", "logprob").rows() == [("Ol", b"Ol", -0.00071), ("á", "á".encode(), -0.0000019), ("!", b"!", -0.1602)]
+    request = d.requests.row(0, named=True)
+    assert (request["endpoint"], request["completion_text"], request["finish_reason"], request["prompt_tokens"]) == ("responses", "Olá!", "completed", 11)
+    assert (request["completion_tokens"], request["n_completion_scored"]) == (4, 3)
+    extra = json.loads(request["extra"])
+    assert extra["usage_minus_entries"] == 1 and "end-of-message token" in extra["usage_minus_entries_reason"]
+    card = d._repr_html_()
+    assert "usage counts tokens never sent" in card and "usage counts 4 tokens, 3 logprob entries (1 more: the end-of-message token" in card
+    assert "usage counts tokens never sent" not in read_dump(LMDEPLOY)._repr_html_()
+
+
+def _responses_events(text: str) -> list[tuple[str, dict]]:
+    blocks = [b.split("\n", 1) for b in text.split("\n\n") if b]
+    return [(kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))) for kind, data in blocks]
+
+
+def _write_responses(path, events) -> None:
+    path.write_text("".join(f"event: {k}\ndata: {json.dumps(b)}\n\n" for k, b in events))
+
+
+def _completed(events) -> dict:
+    return next(b for k, b in events if k == "response.completed")["response"]
+
+
+@pytest.mark.parametrize("change", ["a byte token's entry lost", "two more", "incomplete"])
+def test_a_responses_count_that_lost_entries_stays_an_error(tmp_path, change):
+    """llama.cpp held a byte token back and sent its text without its entry: the entries no longer spell the text."""
+    events = _responses_events(open(RESPONSES, encoding="utf-8").read())
+    deltas = [b for k, b in events if k == "response.output_text.delta"]
+    if change == "a byte token's entry lost":  # "á" as two byte tokens, the first one's entry lost: 4 counted, 3 entries
+        deltas[1]["logprobs"] = [{"token": "\\xa1", "logprob": -0.25, "bytes": [0xA1], "top_logprobs": []}]
+        for k, body in events:
+            if k == "response.output_text.done":
+                body["logprobs"][1] = {**deltas[1]["logprobs"][0]}
+        _completed(events)["usage"]["output_tokens"] = 4
+    elif change == "two more":
+        _completed(events)["usage"]["output_tokens"] = 5
+    else:  # cut by max_output_tokens: no end-of-message token to count
+        _completed(events).update(status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+    path = tmp_path / "responses.sse"
+    _write_responses(path, events)
+    with pytest.raises(DumpError, match=r"usage\.output_tokens: says [45] tokens but the stream carried 3 logprob entries"):
+        read_dump(path)
+    d = read_dump(path, lenient=True)  # lenient keeps the rows, names the problem, records no reason
+    assert len(d.skipped) == 1 and "usage_minus_entries" not in json.loads(d.requests["extra"][0])
+
+
+def test_a_llamacpp_chat_stream_that_lost_a_byte_token_entry_stays_an_error(tmp_path):
+    """llama.cpp's chat stream: "é" came as two byte tokens, only the second with its entry; usage counts both."""
+    def chunk(content, entries, **more):
+        return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m",
+                "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None, "logprobs": {"content": entries}}], **more}
+    events = [chunk("Caf", [{"id": 34, "token": "Caf", "logprob": -0.5, "bytes": list(b"Caf"), "top_logprobs": []}]),
+              chunk("é", [{"id": 114, "token": "\\xa9", "logprob": -0.01, "bytes": [0xA9], "top_logprobs": []}]),
+              {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3}}]
+    path = tmp_path / "llamacpp.sse"
+    path.write_text("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n")
+    with pytest.raises(DumpError, match=r"usage\.completion_tokens: says 3 tokens but the stream carried 2 logprob entries"):
+        read_dump(path)
+
+
+def _npy_b64(array) -> str:
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_vllm_chat_routed_experts_are_npy_bytes_kept_undecoded(tmp_path):
+    """vLLM 0.32's chat choice gives routed experts as base64 .npy bytes of [tokens - 1, layers, top_k] (the last token has none)."""
+    payload = json.load(open(VLLM_CHAT_IDS, encoding="utf-8"))
+    text = _npy_b64(np.arange(8, dtype=np.uint16).reshape(2, 2, 2))
+    payload["choices"][0]["routed_experts"] = text
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(payload))
+    d = read_dump(path)
+    assert d.formats[str(path)] == ["openai_chat"] and d.requests["endpoint"].to_list() == ["chat"]
+    assert json.loads(d.requests["extra"][0])["routed_experts"] == {"format": "npy", "data": text, "shape": [2, 2, 2], "dtype": "uint16"}
+    for bad, message in ((_npy_b64(np.zeros((2, 2), dtype=np.uint8)), "expected a 3-d integer array"),
+                         (_npy_b64(np.zeros((2, 2, 2), dtype=np.float32)), "expected a 3-d integer array"),
+                         (_npy_b64(np.zeros((2, 2, 2), dtype=np.uint8))[:-4], "holds 7 bytes of data; shape \\[2, 2, 2\\] of uint8 needs 8"),
+                         ("QUJD", "expected base64 .npy bytes")):
+        payload["choices"][0]["routed_experts"] = bad
+        path.write_text(json.dumps(payload))
+        with pytest.raises(DumpError, match=r"choices\[0\]\.routed_experts: " + message):
+            read_dump(path)

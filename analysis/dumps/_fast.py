@@ -103,7 +103,7 @@ def _parsed_bare(path: Path, limit: int | None):
             raise _Unsupported("the general path would take this file for printed vLLM Logprob reprs")
         _check_text(view, [b + 1 for _, b in spans], _BARE_GUARD)
         table = _table(view, len(spans), max(b - a for a, b in spans), _SCHEMA)
-        _check_shapes(table, lambda i, s=spans, d=data: d[s[i][0] : s[i][1]])
+        _check_shapes(table)
         yield table, _LineMeta.bare([line + i + 1 for i in range(len(spans))], [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans])
         line += len(spans)
 
@@ -442,17 +442,17 @@ def _parsed_responses(data: bytes, run: list[_Line]) -> tuple[pa.Table, _LineMet
     buffer = b"\n".join(view[line.span[0] : line.span[1]] for line in run)
     _check_text(buffer, np.cumsum([line.span[1] - line.span[0] + 1 for line in run]), _RESPONSE_GUARD)
     table = _table(buffer, len(run), max(line.span[1] - line.span[0] for line in run), _SCHEMA)
-    _check_shapes(table, lambda i: data[run[i].span[0] : run[i].span[1]])
+    _check_shapes(table)
     return table, _LineMeta.of(run)
 
 
 # --- non-streamed responses -------------------------------------------------------------------
 
 
-def _check_shapes(table: pa.Table, raw) -> None:
+def _check_shapes(table: pa.Table) -> None:
     """Refuse what the general path would take for another format: a legacy object, or a response without
-    choices that is not a plain chat completion (the general path detects its format from the object alone).
-    ``raw(i)`` gives row i's bytes."""
+    choices that is not a chat completion (the general path detects its format from the object alone; a
+    non-null ``prompt_logprobs`` fails the schema)."""
     choices = table.column("choices")
     if choices.null_count:
         raise _Unsupported("a line without choices")
@@ -462,7 +462,7 @@ def _check_shapes(table: pa.Table, raw) -> None:
     n_choices = pc.list_value_length(choices).to_numpy()
     is_chat = pc.equal(objects, "chat.completion").fill_null(False).to_numpy()
     for i in np.flatnonzero(n_choices == 0):
-        if not is_chat[i] or b'"prompt_logprobs"' in raw(int(i)):
+        if not is_chat[i]:
             raise _Unsupported("a response without choices that is not a plain chat completion")
 
 

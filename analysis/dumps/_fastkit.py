@@ -68,8 +68,10 @@ _PLACEHOLDER = r"^token_id:(-?\d+)$"
 
 # Text that sends a file to the general path, searched (Rust regex, one pass) over the JSON the reader parses.
 # pyarrow reads a key that is present with null like an absent one, but for the general path some keys change the
-# format or the endpoint by being there at all ("token_ids": null makes a choice vLLM's generate), and others
-# differ between null and absent ("model": null in a stream chunk clears the model). The key patterns assume a key
+# format or the endpoint by being there at all ("compact_logprobs": null makes a choice vLLM's generate, "text": null a
+# legacy completion), and others differ between null and absent ("model": null in a stream chunk clears the model).
+# "token_ids" is not one of them: vLLM's chat completions carry "token_ids": null (and "routed_experts": null) unless
+# asked for, and both paths read that null as absent; a list there fails the schema's null type. The key patterns assume a key
 # is spelled plainly: text with a letter written as a \u escape is refused.
 
 
@@ -83,7 +85,7 @@ def _keys(*names: str) -> str:
     return '"(?:' + "|".join(names) + ')"[ \t]*:'
 
 
-_PAYLOAD_KEYS = ("token_ids", "compact_logprobs", "text", "tokens", "completion_probabilities", "tokens_predicted", "schema_version")
+_PAYLOAD_KEYS = ("compact_logprobs", "text", "tokens", "completion_probabilities", "tokens_predicted", "schema_version")
 
 
 _RESPONSE_GUARD = "|".join([_keys(*_PAYLOAD_KEYS), _ESCAPED_LETTER, _SEPARATOR])

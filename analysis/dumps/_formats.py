@@ -46,6 +46,10 @@ def payload_formats(payload: Any) -> list[str]:
     ['sglang']
     >>> payload_formats({"choices": [{"message": {}, "logprobs": None}]})
     ['openai_chat']
+    >>> payload_formats({"object": "chat.completion", "choices": [{"message": {}, "token_ids": [7]}]})  # vLLM's return_token_ids
+    ['openai_chat']
+    >>> payload_formats({"choices": [{"token_ids": [7], "logprobs": None}]})  # vLLM's /inference/v1/generate
+    ['vllm_generate']
     """
     if isinstance(payload, list) and len(payload) == 1 and isinstance(payload[0], dict) and "details" in payload[0]:
         return ["tgi"]
@@ -71,14 +75,18 @@ def _choices_formats(payload: dict) -> list[str]:
     if not isinstance(choices, list):
         return []
     if not choices:
-        return ["vllm_generate"] if "prompt_logprobs" in payload else (["openai_chat"] if payload.get("object") == "chat.completion" else [])
+        if payload.get("object") == "chat.completion":  # vLLM's carries "prompt_logprobs" (null unless asked for)
+            return ["openai_chat"]
+        return ["vllm_generate"] if payload.get("prompt_logprobs") is not None else []
     first = choices[0] if isinstance(choices[0], dict) else {}
     logprobs = first.get("logprobs") if isinstance(first.get("logprobs"), dict) else {}
-    if "token_ids" in first or "compact_logprobs" in first:
-        return ["vllm_generate"]
-    if payload.get("object") == "text_completion" or "text" in first or "tokens" in logprobs:
+    legacy = payload.get("object") == "text_completion" or "text" in first
+    chat = payload.get("object") == "chat.completion" or "message" in first
+    if (first.get("token_ids") is not None or "compact_logprobs" in first) and not legacy and not chat:
+        return ["vllm_generate"]  # vLLM's chat and legacy completions carry token_ids too (null unless asked for)
+    if legacy or "tokens" in logprobs:
         return ["openai_completion"]
-    if payload.get("object") == "chat.completion" or "message" in first or "content" in logprobs or "nvext" in payload:
+    if chat or "content" in logprobs or "nvext" in payload:
         return ["openai_chat"]
     return []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import math
 import re
 import struct
@@ -193,8 +194,11 @@ def _check_support_row(ids: list[int], logprobs: list[float] | None, source: str
 
 
 def validate_routed_experts(value: Any, rows, where: str) -> dict:
-    """Check ``{data: b64, shape: [tokens, layers, top_k], start?, dtype?}`` and keep it undecoded."""
+    """Check ``{data: b64, shape: [tokens, layers, top_k], start?, dtype?}``, or vLLM 0.32's chat choice string
+    (base64 of ``.npy`` bytes), and keep it undecoded."""
     source = rows.source
+    if isinstance(value, str):
+        return _npy_routed_experts(value, source, where)
     if not isinstance(value, dict):
         raise DumpError(source, where, None, "expected a JSON object")
     shape = value.get("shape")
@@ -208,3 +212,32 @@ def validate_routed_experts(value: Any, rows, where: str) -> dict:
     if len(data) != need:
         raise DumpError(source, where, "data", f"decodes to {len(data)} bytes; shape {shape} of {dtype} needs {need}")
     return dict(value)
+
+
+def _npy_routed_experts(text: str, source: str, where: str) -> dict:
+    """vLLM's chat ``routed_experts``: base64 ``.npy`` bytes of an integer ``[tokens - 1, layers, top_k]`` array. Its header
+    is read (never pickles) and its length checked; the text is kept as it came, beside its shape and dtype.
+
+    Examples
+    --------
+    >>> import base64, io
+    >>> buffer = io.BytesIO(); np.save(buffer, np.zeros((2, 3, 2), dtype=np.uint8))
+    >>> _npy_routed_experts(base64.b64encode(buffer.getvalue()).decode(), "s", "$")["shape"]
+    [2, 3, 2]
+    """
+    data = b64(text, source, where, None)
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        if version not in readers:
+            raise ValueError(f"npy version {version}")
+        shape, _, dtype = readers[version](stream)
+    except ValueError as exc:
+        raise DumpError(source, where, None, f"expected base64 .npy bytes ({exc})") from None
+    if dtype.kind not in "iu" or len(shape) != 3:
+        raise DumpError(source, where, None, f"expected a 3-d integer array [tokens, layers, top_k], got {dtype} {list(shape)}")
+    need = math.prod(shape) * dtype.itemsize
+    if len(data) - stream.tell() != need:
+        raise DumpError(source, where, None, f"holds {len(data) - stream.tell()} bytes of data; shape {list(shape)} of {dtype} needs {need}")
+    return {"format": "npy", "data": text, "shape": list(shape), "dtype": dtype.name}

@@ -13,9 +13,16 @@ from ._values import DumpError
 
 
 def _triple(value: Any, rows: Rows, where: str) -> tuple[Any, int | None, str | None]:
-    if not isinstance(value, list) or len(value) != 3:
-        raise DumpError(rows.source, where, None, f"expected [logprob, token_id, text|null], got {value!r}")
-    logprob, token_id, text = value
+    """SGLang's ``[logprob, token_id, text|null]``, or lmdeploy's ``[logprob, token_id]`` pair (its text unknown).
+
+    Examples
+    --------
+    >>> _triple([-0.5, 7, "a"], None, "$"), _triple([-0.5, 7], None, "$")
+    ((-0.5, 7, 'a'), (-0.5, 7, None))
+    """
+    if not isinstance(value, list) or len(value) not in (2, 3):
+        raise DumpError(rows.source, where, None, f"expected [logprob, token_id, text|null] or [logprob, token_id], got {value!r:.80}")
+    logprob, token_id, text = value if len(value) == 3 else (*value, None)
     _int_or_none(token_id, rows, where, "[1] token_id", token_id=True)
     if text is not None and not isinstance(text, str):
         raise DumpError(rows.source, where, "[2] text", f"expected a string or null, got {text!r}")
@@ -23,7 +30,7 @@ def _triple(value: Any, rows: Rows, where: str) -> tuple[Any, int | None, str | 
 
 
 def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
-    """SGLang ``/generate``: ``meta_info.{input,output}_token_logprobs`` triples and their top lists."""
+    """SGLang ``/generate``: ``meta_info.{input,output}_token_logprobs`` triples and their top lists (lmdeploy's ``/generate``: pairs)."""
     payload = _obj(payload, rows, where)
     info = _obj(payload.get("meta_info"), rows, where, "meta_info")
     mwhere = f"{where}.meta_info"
@@ -57,7 +64,7 @@ def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None
 
 def add_sglang_token(rows: Rows, meta: Meta, key: tuple, where: str, triple: Any, top: Any, top_where: str, request_id: Any, *,
                      stream_chunk: int | None = None, t_arrival: float | None = None) -> None:
-    """One ``[logprob, token_id, text]`` triple and its top list (null or a list of triples)."""
+    """One ``[logprob, token_id, text]`` triple (or lmdeploy's pair) and its top list (null or a list of them)."""
     logprob, token_id, text = _triple(triple, rows, where)
     top = None if top is None else _list(top, rows, top_where, None)
     rows.token(key, where, raw=logprob, request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,

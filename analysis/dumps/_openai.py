@@ -238,7 +238,9 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
         cwhere = f"{where}.choices[{c}]"
         choice = _obj(choice, rows, cwhere)
         index = choice_index(choice, c, rows, cwhere)
-        token_ids = choice.get("token_ids", nvext_ids if len(choices) == 1 else None)
+        token_ids = choice.get("token_ids")  # null (vLLM's chat unless return_token_ids) is the same as absent
+        if token_ids is None and len(choices) == 1:
+            token_ids = nvext_ids
         scored = _parse_choice_tokens(choice, rows, meta, cwhere, index, request_id, token_ids)
         has_logprobs = choice.get("logprobs") is not None or choice.get("compact_logprobs") is not None
         _check_usage(rows, cwhere, len(choices), completion_tokens, scored, has_logprobs)
@@ -251,7 +253,7 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
             choice_index=index,
             request_id=request_id,
             model=payload.get("model"),
-            endpoint="generate" if "token_ids" in choice else ("chat" if "message" in choice or payload.get("object") == "chat.completion" else None),
+            endpoint=_chat_endpoint(payload, choice),
             stream=False,
             finish_reason=choice.get("finish_reason"),
             prompt_tokens=prompt_tokens,
@@ -264,9 +266,27 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
     if payload.get("prompt_logprobs") is not None:
         parse_prompt_logprobs(payload["prompt_logprobs"], rows, meta, f"{where}.prompt_logprobs", request_id)
         if not choices:
-            rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, model=payload.get("model"), endpoint="generate",
+            endpoint = "chat" if payload.get("object") == "chat.completion" else "generate"
+            rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, model=payload.get("model"), endpoint=endpoint,
                          stream=False, prompt_tokens=prompt_tokens, n_prompt_scored=len(payload["prompt_logprobs"]), n_completion_scored=0,
                          extra={**meta.extra, **extra})
+
+
+def _chat_endpoint(payload: dict, choice: dict) -> str | None:
+    """"chat" for a chat completion (vLLM's carries ``token_ids`` too), "generate" for vLLM's ``/inference/v1/generate``.
+
+    Examples
+    --------
+    >>> _chat_endpoint({"object": "chat.completion"}, {"message": {}, "token_ids": None, "routed_experts": None})
+    'chat'
+    >>> _chat_endpoint({"request_id": "r"}, {"token_ids": [7]})
+    'generate'
+    """
+    if "message" in choice or payload.get("object") == "chat.completion":
+        return "chat"
+    if choice.get("token_ids") is not None or "compact_logprobs" in choice:
+        return "generate"
+    return None
 
 
 def _parse_choice_tokens(choice: dict, rows: Rows, meta: Meta, where: str, index: int, request_id, token_ids) -> int:

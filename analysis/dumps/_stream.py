@@ -218,7 +218,8 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
 
     The ``response.output_text.delta`` events carry each new token with its logprobs; they are read.
     ``response.output_text.done`` repeats them (rounded): checked for agreement, not read again.
-    ``response.completed`` ends the stream and carries the usage.
+    ``response.completed`` ends the stream and carries the usage, whose ``output_tokens`` counts the end-of-message
+    token it never streams: that difference is recorded in ``extra`` (``usage_minus_entries``), not refused.
     """
     events = stream_events(text, rows, meta, needs_done=False, lenient=lenient)
     n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
@@ -252,15 +253,43 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
         _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", None, "the stream ended without response.completed"))
     usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
     completion_tokens = usage.get("output_tokens")
+    gap = {}
     if completion_tokens is not None and n and completion_tokens != n:
-        _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "usage.output_tokens",
-                                          f"says {completion_tokens} tokens but the stream carried {n} logprob entries"))
+        gap = _unsent_end_of_message(completion_tokens, entries, "".join(pieces), response)
+        if not gap:
+            _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "usage.output_tokens",
+                                              f"says {completion_tokens} tokens but the stream carried {n} logprob entries"))
     incomplete = response.get("incomplete_details")
     finish = incomplete.get("reason") if isinstance(incomplete, dict) else response.get("status")
     rows.request(**meta.request_columns(), choice_index=0, request_id=response.get("id"), model=response.get("model"), endpoint="responses",
                  stream=True, finish_reason=finish, prompt_tokens=usage.get("input_tokens"), completion_tokens=completion_tokens,
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 **timing_columns(None, times), extra={**meta.extra, **({"usage": usage} if usage else {})})
+                 **timing_columns(None, times), extra={**meta.extra, **({"usage": usage} if usage else {}), **gap})
+
+
+END_OF_MESSAGE = "the end-of-message token: usage.output_tokens counts it, the stream never sends it"
+
+
+def _unsent_end_of_message(counted: int, entries: list, text: str, response: dict) -> dict:
+    """The Responses API counts the message's end token in ``usage.output_tokens`` but streams no entry for it:
+    one token more than the entries, in a completed response whose entries spell its whole text, is that token
+    (recorded, not refused). Entries that were lost (llama.cpp held a byte token back) leave text they do not
+    spell, and any other difference is no end token: those stay errors (``{}`` here).
+
+    Examples
+    --------
+    >>> hi = [{"token": "Hi", "bytes": [72, 105]}]
+    >>> _unsent_end_of_message(2, hi, "Hi", {"status": "completed"})["usage_minus_entries"]
+    1
+    >>> _unsent_end_of_message(2, hi, "Hi!", {"status": "completed"}), _unsent_end_of_message(3, hi, "Hi", {"status": "completed"})
+    ({}, {})
+    """
+    if counted != len(entries) + 1 or response.get("status") != "completed":
+        return {}
+    spelled = b"".join(bytes(e["bytes"]) if isinstance(e.get("bytes"), list) else (e.get("token") or "").encode() for e in entries)
+    if spelled != text.encode():
+        return {}
+    return {"usage_minus_entries": 1, "usage_minus_entries_reason": END_OF_MESSAGE}
 
 
 def _check_copy(copy: list, entries: list, rows: Rows, where: str, lenient: bool) -> None:
