@@ -20,6 +20,8 @@ from .core._version import __version__
 from .io._bundled import default_runs, default_sources
 from .io._sources import SourceError, expand_sources, fetch_url
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
+from .metrics._rl import mismatch_summary, mismatch_table
+from .metrics._support import SamplingMaskError
 from .verdicts._regressions import REGRESSION_RULES, Rule
 from .verdicts._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
 from .verdicts._witness_rules import derive_band_result, derive_run_verdict
@@ -50,6 +52,8 @@ __all__ = sorted([
     "slot_table", "band_table", "prompt_table", "flip_table", "drift_table", "width_table", "observer_table", "accuracy_table",
     "band_forks", "reference_margins", "mode_comparison", "engine_table", "to_witness", "write_witness", "shape_check", "shape_check_data",
     "shape_check_text", "derive_band_result", "derive_run_verdict",
+    # RL: the sampler-trainer mismatch as each framework logs it
+    "mismatch_summary", "mismatch_table", "SamplingMaskError",
     # plots
     "plot_band_widths", "plot_decode_rate", "plot_delta_before_fork", "plot_divergence", "plot_env_knobs", "plot_flip_curve",
     "plot_fork_tree", "plot_margin_at_divergence", "plot_margin_trace", "plot_run_decode_rate", "plot_run_divergence",
