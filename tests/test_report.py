@@ -67,7 +67,7 @@ def test_report_shows_every_verdict_and_reason(default_report):
 
 
 RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "experiment-cpu/fixed-tiles", "llamacpp-cpu/cache-prompt",
-        "llamacpp-cpu/no-cache-prompt")
+        "llamacpp-cpu/no-cache-prompt", "vllm-cpu/no-prefix-cache", "vllm-cpu/prefix-cache")
 
 
 def test_report_opens_with_the_verdicts_and_keeps_the_detail_below(default_report):

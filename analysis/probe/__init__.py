@@ -46,7 +46,7 @@ from ._capture import EventClock, fetch_stream, stream_problem
 from ._checks import check_address, check_first_answer, check_open_files, check_settings, check_slots, check_timeout
 from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine
 from ._rundir import ProbeError, _drop_partial, _load_for_resume, _now, _RunWriter, _supersede
-from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, metrics_snapshot, running_requests
+from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, co_resident, metrics_snapshot, running_requests, stream_evidence
 
 # Fillers for the needle layout when none are given and the prompt set holds a single prompt.
 DEFAULT_FILLERS = (
@@ -154,7 +154,7 @@ async def probe(
     server_log: str | os.PathLike[str] | None = None,
     log_pattern: str = BATCH_LINE,
     metrics: bool = True,
-    metrics_interval: float = 0.05,
+    metrics_interval: float = 0.01,
     timeout: float = 120.0,
     declared_min: int | None = None,
     expect: dict[str, Any] | None = None,
@@ -444,7 +444,7 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     watcher.mark()
     cache_names = writer.cache_metrics
     cache_before = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
-    poller = MetricsPoller(client, f"{base}/metrics", gauge, interval) if gauge else None
+    poller = MetricsPoller(client, f"{base}/metrics", gauge, interval, writer.origin) if gauge else None
     async with poller or contextlib.nullcontext():
         results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin, deadline) for b, p in zip(bodies, partials)))
     _stop_if_gone(endpoint, results, partials)
@@ -453,8 +453,11 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     refusals = [writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat,
                             batch_row=row) for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))]
     entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "band_c": c, "repeat": unit.repeat, "widths": watcher.widths()}
+    streams = stream_evidence([writer.live.pop(partial, None) for partial in partials], c)  # fillers too: they share the batch
+    if streams is not None:
+        entry["streams"] = streams
     if poller:
-        entry.update({"running": poller.samples, "running_metric": gauge, "poll_interval_s": interval})
+        entry.update({"running": poller.samples, "running_t_s": poller.times, "running_metric": gauge, "poll_interval_s": interval})
         if poller.errors:
             entry["poll_errors"] = poller.errors[:5] + ([f"... {len(poller.errors) - 5} more"] if len(poller.errors) > 5 else [])
     if cache_before is not None and cache_after is not None:
@@ -465,4 +468,5 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
 
 
 __all__ = ["BATCH_LINE", "DEFAULT_FILLERS", "PROFILES", "Detection", "EngineProfile", "EventClock", "LogWatcher", "MetricsPoller", "ProbeError",
-           "ServerGone", "ServerUnreachable", "detect_engine", "dry_run", "expectation_notes", "fetch_stream", "probe", "request_body", "running_requests", "stream_problem"]
+           "ServerGone", "ServerUnreachable", "co_resident", "detect_engine", "dry_run", "expectation_notes", "fetch_stream", "probe", "request_body",
+           "running_requests", "stream_problem"]

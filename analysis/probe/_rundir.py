@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from ..dumps._liveness import LIVE_SPAN
+
 from ..run import Unit
 
 
@@ -32,6 +34,7 @@ class _RunWriter:
         self.origin = time.monotonic()  # captures' sent_at_s count from here (this session, when a run is resumed)
         self.cache_metrics: tuple[str, ...] = ()  # set by the probe from the engine profile when /metrics answers
         self.reference_tokens: dict[str, tuple] = {}  # unit key -> token identities of the references kept this session
+        self.live: dict[Path, tuple[float, float]] = {}  # partial path -> (first, last content chunk) on the run's clock, for kept streams
         for sub in ("captures", "partial"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         self.save()
@@ -61,8 +64,12 @@ class _RunWriter:
             rows, problem = _parse_capture(line, self.captures_path)
             if problem:
                 result = {"error": problem, "sse": result["sse"]}
-            elif where.get("role") == "reference":  # kept for aprender's reference rule, so it is not parsed again
-                self.reference_tokens[where["unit"]] = _identities(rows)
+            else:
+                window = _live_window(rows, result.get("sent_at_s"))
+                if window is not None and where.get("band_c") is not None:  # a band's request: its co-residency is read after the band
+                    self.live[partial] = window
+                if where.get("role") == "reference":  # kept for aprender's reference rule, so it is not parsed again
+                    self.reference_tokens[where["unit"]] = _identities(rows)
         if "error" in result:
             self.manifest["refused"].append({**where, "reason": result["error"]})
             if result.get("sse") or result.get("body"):
@@ -114,6 +121,24 @@ def _parse_capture(line: bytes, source: Path):
         return parse_source(line, str(source))[0], None
     except DumpError as exc:
         return None, f"the stream does not parse: {exc}"
+
+
+def _live_window(rows, sent_at: float | None) -> tuple[float, float] | None:
+    """When a parsed capture's first and last content chunks arrived, on the run's clock: the time it was seen
+    decoding. None when untimed, not live, or when its content chunks span less than ``LIVE_SPAN`` of the time
+    from the send to the last of them (a server whose front end lags its engine, as vLLM's does on a busy
+    CPU, sends a finished request's tokens in one rush: that window shows when they were sent, not decoded)."""
+    if sent_at is None:
+        return None
+    requests = rows.frames()[2]
+    if requests.height != 1:
+        return None
+    first, last, live = requests["ttft_s"][0], requests["t_last_content"][0], requests["stream_live"][0]
+    if first is None or last is None or not live:  # a stream released in one burst shows no time it was decoding
+        return None
+    if last - first < LIVE_SPAN * last:  # its tokens came in a rush at the end: the server sent them late, not as it decoded them
+        return None
+    return sent_at + first, sent_at + last
 
 
 def _identities(rows) -> tuple:

@@ -91,30 +91,91 @@ def running_requests(text: str, metric: str) -> int | None:
     return None if value is None else round(value)
 
 
-class MetricsPoller:
-    """Samples a running-requests gauge every ``interval`` seconds while a band is in flight."""
+def co_resident(windows: list[tuple[float, float]]) -> int:
+    """The most live windows open at one instant: how many of a band's requests were decoding at the same time,
+    seen from their streams (each window from its first to its last content chunk; windows that touch overlap).
 
-    def __init__(self, client: httpx.AsyncClient, url: str, metric: str, interval: float = 0.05) -> None:
+    Examples
+    --------
+    >>> co_resident([(0.0, 1.0), (0.5, 2.0), (1.0, 1.5), (3.0, 4.0)])
+    3
+    >>> co_resident([(0.0, 1.0), (2.0, 3.0)]), co_resident([])
+    (1, 0)
+    """
+    edges = sorted([(start, 0) for start, _ in windows] + [(end, 1) for _, end in windows])  # at a tie, a start before an end
+    most = open_now = 0
+    for _, is_end in edges:
+        open_now += -1 if is_end else 1
+        most = max(most, open_now)
+    return most
+
+
+def stream_evidence(windows: list[tuple[float, float] | None], c: int) -> dict | None:
+    """A band's co-residency from its streams, as the manifest keeps it: ``co_resident`` (see :func:`co_resident`), how
+    many of its ``c`` requests had a live window (``timed``), and the windows on the run's clock (``live_s``).
+    None when no request had one (every stream refused, untimed, or released in one burst).
+
+    Examples
+    --------
+    >>> stream_evidence([(0.0, 1.0), None, (0.5, 2.0)], 3)
+    {'co_resident': 2, 'timed': 2, 'of': 3, 'live_s': [[0.0, 1.0], None, [0.5, 2.0]]}
+    >>> stream_evidence([None], 1) is None
+    True
+    """
+    timed = [w for w in windows if w is not None]
+    if not timed:
+        return None
+    return {"co_resident": co_resident(timed), "timed": len(timed), "of": c,
+            "live_s": [None if w is None else [round(w[0], 6), round(w[1], 6)] for w in windows]}
+
+
+class MetricsPoller:
+    """Samples a running-requests gauge while a band is in flight: ``concurrency`` GETs of /metrics in turn, each
+    started ``interval`` seconds after the last (back to back when /metrics answers slower), so that a server whose
+    /metrics takes a tenth of a second under load is still read several times during a band that lasts a few
+    tenths. Each sample's time (the middle of its GET) is noted on the run's clock (``origin``)."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str, metric: str, interval: float = 0.01, origin: float | None = None,
+                 concurrency: int = 3) -> None:
         self.client, self.url, self.metric, self.interval = client, url, metric, interval
+        self.origin = time.monotonic() if origin is None else origin
+        self.concurrency = max(1, concurrency)
         self.samples: list[int] = []
+        self.times: list[float] = []
         self.errors: list[str] = []
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
 
     async def __aenter__(self) -> Self:
-        self.samples, self.errors = [], []
-        self._task = asyncio.create_task(self._poll())
+        self.samples, self.times, self.errors = [], [], []
+        self._found: list[tuple[float, int]] = []
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._poll(i * self.interval)) for i in range(self.concurrency)]
         return self
 
     async def __aexit__(self, *exc) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        # a GET begun while the band was in flight is read to its end (up to FINISH_S): under load /metrics can take
+        # longer than a short band lasts, and its answer still shows the band's requests when the gauge lags them
+        self._stop.set()
+        done, pending = await asyncio.wait(self._tasks, timeout=self.FINISH_S)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._found.sort()
+        self.times, self.samples = [t for t, _ in self._found], [v for _, v in self._found]
 
-    async def _poll(self) -> None:
-        while True:
+    FINISH_S = 1.0
+
+    async def _poll(self, delay: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), delay)
+            return
+        except TimeoutError:
+            pass
+        while not self._stop.is_set():
             started = time.monotonic()
             try:
                 async with asyncio.timeout(self.client.timeout.read):
@@ -123,7 +184,10 @@ class MetricsPoller:
                 if value is None:
                     self.errors.append(f"HTTP {response.status_code}" if response.status_code != 200 else f"no {self.metric} in /metrics")
                 else:
-                    self.samples.append(value)
+                    self._found.append((round((started + time.monotonic()) / 2 - self.origin, 6), value))  # the middle of the GET
             except (httpx.HTTPError, ValueError, TimeoutError) as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+            try:
+                await asyncio.wait_for(self._stop.wait(), max(0.0, self.interval * self.concurrency - (time.monotonic() - started)))
+            except TimeoutError:
+                pass

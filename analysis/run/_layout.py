@@ -116,30 +116,58 @@ def _checked_manifest(manifest: Any, where: Any) -> dict[str, Any]:
 
 
 def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> tuple[list[int], str | None]:
-    """Every batch width a run recorded for one band, and where they came from.
+    """Every batch width a run recorded for one band, and the evidence they come from.
 
     The server log's per-step widths when there are any (``"log"``), else the running-requests
-    gauge sampled during the band (``"metrics"``), else ``([], None)``. A gauge sample of 0 caught
-    the server idle (before the band's requests arrived, or after they finished): it is no batch
-    width, so a band whose samples are all 0 has no width observed, which is unknown, not 0.
+    gauge sampled during the band (``"metrics"``), else the band's own streams (``"streams"``): how
+    many of its requests were decoding at the same time, their live windows (first to last content
+    chunk) overlapping, which the probe records as ``streams.co_resident``. A gauge sample of 0
+    caught the server idle (before the band's requests arrived, or after they finished): it is no
+    batch width, so a band whose samples are all 0 and whose streams show nothing has no width
+    observed, which is unknown (``([], None)``), not 0. :func:`width_evidence` gives every kind of
+    evidence a band has, not only the one chosen.
 
     Examples
     --------
     >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [], "running": [0, 4, 4, 2, 0]}]}
     >>> band_widths(manifest, "p0", 4, 0)
     ([4, 4, 2], 'metrics')
+    >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "running": [0], "streams": {"co_resident": 4}}]}, "p0", 4, 0)
+    ([4], 'streams')
     >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": [0]}]}, "p0", 1, 0)
     ([], None)
     """
+    evidence = width_evidence(manifest, prompt_id, c, repeat, role)
+    for origin in ("log", "metrics", "streams"):
+        if evidence.get(origin):
+            return evidence[origin], origin
+    return [], None
+
+
+def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> dict[str, list[int]]:
+    """Each kind of evidence of a band's batch width, with the widths it shows: ``log`` (the server log's per-step
+    widths, or the ``max`` a witness recorded), ``metrics`` (the gauge's busy samples), ``streams`` (the
+    co-residency of the band's streams, one width). Kinds the run has nothing of are left out.
+
+    Examples
+    --------
+    >>> entry = {"prompt_id": "p0", "band_c": 8, "repeat": 0, "running": [0, 8, 7], "streams": {"co_resident": 8}}
+    >>> width_evidence({"m_formed": [entry]}, "p0", 8, 0)
+    {'metrics': [8, 7], 'streams': [8]}
+    """
     entry = _band_entry(manifest, prompt_id, c, repeat, role) or {}
+    out: dict[str, list[int]] = {}
     if entry.get("widths"):
-        return [int(w) for w in entry["widths"]], "log"
+        out["log"] = [int(w) for w in entry["widths"]]
+    elif entry.get("max"):
+        out["log"] = [int(entry["max"])]
     busy = [int(w) for w in entry.get("running") or [] if w]
     if busy:
-        return busy, "metrics"
-    if entry.get("max"):
-        return [int(entry["max"])], "log"
-    return [], None
+        out["metrics"] = busy
+    streams = (entry.get("streams") or {}).get("co_resident")
+    if streams:
+        out["streams"] = [int(streams)]
+    return out
 
 
 def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> dict[str, Any] | None:

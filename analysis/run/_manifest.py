@@ -65,6 +65,7 @@ _BAND = {
     "widths": ("a list of integers >= 0", _list_of(_int(0))),
     "running": ("a list of integers >= 0", _list_of(_int(0))),
     "max": ("an integer >= 0 or null", lambda v: v is None or _int(0)(v)),
+    "streams": ("an object with co_resident an integer >= 0", lambda v: isinstance(v, dict) and _int(0)(v.get("co_resident"))),
     "cache": ("an object of {before, after} numbers", lambda v: isinstance(v, dict) and all(
         isinstance(e, dict) and all(x is None or _number(x) for x in e.values()) for e in v.values())),
 }

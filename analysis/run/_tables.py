@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..metrics import _columnar, parity
-from ._layout import RunError, band_widths, _cache_summary
+from ._layout import RunError, band_widths, width_evidence, _cache_summary
 from ._steps import _numbered, _BAND_ORDER, _band_pairs
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
@@ -55,6 +55,7 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
 
 _BAND = ["prompt_id", "band_c", "repeat"]
 _BAND_SCHEMA = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "m_formed": pl.Int64, "widths_seen": pl.String,
+                "width_evidence": pl.String,
                 "n_slots": pl.Int64, "divergence_min": pl.Int64, "divergence_median": pl.Float64, "divergence_max": pl.Int64,
                 "diverged_slots": pl.Int64, "near_tie_slots": pl.Int64, "intra_agree_to": pl.Int64, "max_constant_run": pl.Int64,
                 "unique_completions": pl.Int64, "modal_share": pl.Float64, "modal_share_low": pl.Float64, "modal_share_high": pl.Float64,
@@ -97,6 +98,7 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     widths = _band_widths_text(run, bands)
     return bands.with_columns(pl.Series("m_formed", [w["m_formed"] for w in widths], dtype=pl.Int64),
                               pl.Series("widths_seen", [w["widths_seen"] for w in widths], dtype=pl.String),
+                              pl.Series("width_evidence", [w["width_evidence"] for w in widths], dtype=pl.String),
                               pl.Series("prefix_cache", [_cache_summary(run.manifest, p, c, r) for p, c, r in bands.select(_BAND).rows()],
                                         dtype=pl.String)).select([pl.col(n).cast(t) for n, t in _BAND_SCHEMA.items()])
 
@@ -109,14 +111,21 @@ def _with_agreement_to_slot_0(steps: _columnar.Steps, bands: pl.DataFrame, name:
     return bands.join(agreed, on="pair", how="left", maintain_order="left")
 
 
+_EVIDENCE_NOTE = {"metrics": " (running-requests gauge samples)", "streams": " (requests decoding at once, from their streams)"}
+
+
 def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
-    """Each band's largest width formed and its widths as text, from the manifest (one entry per band, not per request)."""
+    """Each band's largest width formed, its widths as text and the evidence behind them, from the manifest (one entry
+    per band, not per request). ``width_evidence`` names the evidence the width comes from first, then what the
+    other kinds show (``"metrics; streams 16"``); null when nothing shows a width."""
     out = []
     for prompt, c, repeat in bands.select(_BAND).rows():
         widths, origin = band_widths(run.manifest, prompt, c, repeat)
         seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
+        others = [f"{kind} {max(found)}" for kind, found in width_evidence(run.manifest, prompt, c, repeat).items() if kind != origin]
         out.append({"m_formed": max(widths) if widths else None,
-                    "widths_seen": (seen + (" (running-requests gauge samples)" if origin == "metrics" else "")) or None})
+                    "widths_seen": (seen + _EVIDENCE_NOTE.get(origin or "", "")) or None,
+                    "width_evidence": "; ".join([origin, *others]) if origin else None})
     return out
 
 
@@ -315,7 +324,8 @@ def _first_difference(a: str | None, b: str | None) -> int:
 def width_table(run: Run) -> pl.DataFrame:
     """The batch widths the server formed, per band: one row per (prompt, band, repeat, width) with how
     often it was seen and its share of the band, from the server log's per-step lines (``origin``
-    "log") or, without them, the running-requests gauge's samples ("metrics").
+    "log") or, without them, the running-requests gauge's samples ("metrics"), or, without either, the
+    band's streams ("streams": how many of its requests were decoding at once, one row).
 
     Examples
     --------

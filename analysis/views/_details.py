@@ -219,7 +219,7 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
                             "parted from m=1": "parted", "at a near-tie": "near_tie", "earliest divergence": "earliest",
                             "most unique completions": "most_completions", "median decode tok/s": "rate", "median s per 1000 seq": "per_1000"})
     worst = bands.select(prompt="prompt_id", c="band_c", repeat="repeat", **{
-        "m formed": "m_formed", "widths formed": "widths_seen", "earliest divergence": "divergence_min",
+        "m formed": "m_formed", "widths formed": "widths_seen", "width evidence": "width_evidence", "earliest divergence": "divergence_min",
         "parted": pl.format("{} of {}", "diverged_slots", "n_slots"), "near-tie": "near_tie_slots", "slots agree to": "intra_agree_to",
         "unique completions": "unique_completions", "modal share": "modal_share", "decode tok/s": "decode_tok_s",
         "s per 1000 seq": "s_per_1000_seq", "prefix cache": "prefix_cache"})
