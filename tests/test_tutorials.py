@@ -64,7 +64,7 @@ FINDINGS = {
         "title: Batch-parity report (tutorial)",
         "sections: Verdicts | Runs side by side | Engines side by side | Figures | Detail | aprender's V3 release gate",
         "0 scripts or stylesheets from the network",
-        "Finding: the report's 8 verdict cards say",
+        "Finding: the report's 10 verdict cards say",
         "  default: Token-identical, not bit-identical: the logprobs differ from m=1 from c=4.",
         "  fixed-tiles: Batch invariant: every request is bit-identical to m=1.",
         "  witness@464c168e62.json (v2): Not batch invariant",
