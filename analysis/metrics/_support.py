@@ -36,7 +36,7 @@ class SamplingMaskError(ValueError):
     Attributes
     ----------
     rule : str
-        One of :data:`RULES`: ``empty_row``, ``repeated_id``, ``sampled_id_missing``,
+        One of the rules (``RULES`` in the mask checker): ``empty_row``, ``repeated_id``, ``sampled_id_missing``,
         ``logprobs_not_parallel``, ``probabilities_do_not_sum_to_1``, ``trainer_support_missing``.
     sequence, position
         The first token that breaks it.

@@ -124,7 +124,7 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     chunk) overlapping, which the probe records as ``streams.co_resident``. A gauge sample of 0
     caught the server idle (before the band's requests arrived, or after they finished): it is no
     batch width, so a band whose samples are all 0 and whose streams show nothing has no width
-    observed, which is unknown (``([], None)``), not 0. :func:`width_evidence` gives every kind of
+    observed, which is unknown (``([], None)``), not 0. ``width_evidence()`` gives every kind of
     evidence a band has, not only the one chosen.
 
     Examples
