@@ -312,12 +312,17 @@ def test_parquet_pieces_equal_the_frame(tmp_path):
 
 
 def test_ray_engine_gives_equal_results(tmp_path):
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
     path = tmp_path / "step.parquet"
     HAND.write_parquet(path)
-    assert mismatch_summary(path, engine="ray", piece_rows=2).equals(mismatch_summary(path, piece_rows=2))
-    with pytest.raises(ValueError, match="engine='ray' reads Parquet files"):
-        mismatch_summary(HAND, engine="ray")
+    # the test owns its local Ray instance, as tests/test_study.py does: one left running makes a later ray.init fail
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert mismatch_summary(path, engine="ray", piece_rows=2).equals(mismatch_summary(path, piece_rows=2))
+        with pytest.raises(ValueError, match="engine='ray' reads Parquet files"):
+            mismatch_summary(HAND, engine="ray")
+    finally:
+        ray.shutdown()
 
 
 def test_primerl_export_dump(tmp_path):
