@@ -265,11 +265,11 @@ def engines_html(runs: Iterable[Any]) -> str:
     runs = list(runs)
     if len({(r.manifest.get("identity") or {}).get("engine") for r in runs}) < 2:
         return ""
+    reference = runs[default_engine_reference(runs)]
     try:
-        table = engine_table(runs, reference=default_engine_reference(runs))
+        table = engine_table(runs, reference=reference)
     except RunError as exc:  # runs of other prompts: nothing to put side by side, and the reason is said
         return table_html(pl.DataFrame(), empty=f"The engines cannot be compared: {exc}")
-    reference = runs[default_engine_reference(runs)]
     invariant = batch_invariant_engines(table)
     rows = []
     for (engine, run), group in table.group_by(["engine", "run"], maintain_order=True):
