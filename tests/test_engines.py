@@ -82,3 +82,78 @@ def test_the_report_shows_engines_side_by_side_on_the_bundled_runs():
             "up to 255 ULP") in with_vllm.replace(str(ROOT) + "/", "")
     assert with_vllm.count("<td>yes</td>") == 2  # fixed-tiles and vLLM; default torch and llama.cpp are not invariant
     assert engines_html(runs[:2]) == ""  # one engine: nothing to put side by side
+
+
+def _multi(tmp_path, name: str, prompts: dict, *, texts: dict | None = None):
+    """A run of several prompts: each maps to (ref #1, ref #2 or None, [band c=2 streams])."""
+    folder = tmp_path / name
+    folder.mkdir()
+    mapping = []
+    for prompt, (ref1, ref2, band) in prompts.items():
+        mapping.append({"source": _chat(folder / f"{prompt}-r0.json", ref1), "prompt_id": prompt, "role": "reference", "slot": 0})
+        if ref2 is not None:
+            mapping.append({"source": _chat(folder / f"{prompt}-r1.json", ref2), "prompt_id": prompt, "role": "reference", "slot": 1})
+        mapping += [{"source": _chat(folder / f"{prompt}-b{k}.json", s), "prompt_id": prompt, "role": "band", "band_c": 2, "slot": k}
+                    for k, s in enumerate(band)]
+    texts = texts or {p: f"text of {p}" for p in prompts}
+    return assemble_run(mapping, {"ladder": [2], "prompts": [{"prompt_id": p, **({"text": t} if t is not None else {})} for p, t in texts.items()],
+                                  "identity": {"engine": name}})
+
+
+def test_the_m1_row_by_hand_over_two_prompts(tmp_path):
+    B = [("e", -0.5), ("f", -0.25), ("g", -0.125)]
+    reference = _multi(tmp_path, "ref", {"p": (A, A, [A, A]), "q": (B, B, [B, B])})
+    # engine "two": on p its m=1 parts from the reference's at token 1 ("z" for "b") and its ref #2 repeats its ref #1;
+    # on q its m=1 is the reference's but its ref #2 differs in the last logprob's bits (run to run)
+    p1 = [("a", -0.5), ("z", -3.0), ("c", -0.125), ("d", -1.0)]
+    q2 = [("e", -0.5), ("f", -0.25), ("g", -0.126)]
+    two = _multi(tmp_path, "two", {"p": (p1, p1, [p1, p1]), "q": (B, q2, [B, B])})
+    row = engine_table([reference, two]).filter((pl.col("engine") == "two (run)") & (pl.col("role") == "m=1")).row(0, named=True)
+    assert row["run"] == "assembled run"
+    assert (row["requests"], row["token_identical"], row["earliest_divergence"], row["min_bitwise_prefix"]) == (2, 1, 1, 1)
+    assert row["max_ulp"] == 0 and row["max_abs_delta"] == 0.0  # where they agree (p's token 0, all of q) the bits are the same
+    assert row["own_m1_bit_identical"] == 0.5  # p repeats itself, q does not
+
+
+def test_a_run_without_ref2_or_without_shared_prompts(tmp_path):
+    reference = _multi(tmp_path, "ref", {"p": (A, A, [A, A])})
+    lone = _multi(tmp_path, "lone", {"p": (A, None, [A, A])})  # no ref #2: run to run is unknown, not 0 or 1
+    assert engine_table([reference, lone]).filter(pl.col("role") == "m=1")["own_m1_bit_identical"].to_list() == [1.0, None]
+    other = _multi(tmp_path, "other", {"q": (A, A, [])})  # another prompt id, no band: nothing to compare its m=1 with
+    row = engine_table([reference, other]).filter((pl.col("engine") == "other (run)") & (pl.col("role") == "m=1")).row(0, named=True)
+    assert (row["requests"], row["token_identical"], row["earliest_divergence"], row["min_bitwise_prefix"], row["max_ulp"]) == (0, 0, None, None, None)
+
+
+def test_prompts_without_text_or_only_on_one_side_are_no_error_and_the_error_names_both_runs(tmp_path):
+    reference = _multi(tmp_path, "ref", {"p": (A, A, [A, A])}, texts={"p": "x"})
+    untitled = _multi(tmp_path, "untitled2", {"p": (A, A, [A, A]), "q": (A, A, [])}, texts={"p": None, "q": "y"})
+    assert engine_table([reference, untitled]).height == 4  # p has no text on one side; q is only in one run (and has no band)
+    other = _multi(tmp_path, "other", {"p": (A, A, [A, A])}, texts={"p": "z"})
+    with pytest.raises(RunError) as caught:
+        engine_table([reference, other])
+    assert str(caught.value) == ("assembled run: prompt 'p' is 'z', but the reference sent 'x' under that id; "
+                                 "engines are compared on the same prompts")
+
+
+def test_runs_given_as_paths_no_runs_and_the_order_of_engines():
+    assert engine_table([]).columns == ["engine", "run", "role", "c", "requests", "token_identical", "earliest_divergence",
+                                        "min_bitwise_prefix", "max_ulp", "max_abs_delta", "own_m1_bit_identical"]
+    table = engine_table([str(ROOT / "data" / "experiment-cpu" / name) for name in ("fixed-tiles", "default", "batch-invariant")],
+                         reference=1)
+    assert list(batch_invariant_engines(table).items()) == [("bia torch (analysis.experiment) (fixed-tiles)", True),
+                                                           ("bia torch (analysis.experiment) (default)", False),
+                                                           ("bia torch (analysis.experiment) (batch-invariant)", True)]
+
+
+def test_the_reference_engine_is_torch_in_its_default_mode():
+    from types import SimpleNamespace
+
+    from analysis.studies._engines import default_engine_reference
+
+    def run(engine=None, mode=None):
+        return SimpleNamespace(manifest={"identity": {"engine": engine} if engine else None, "effective": {"kernel_mode": mode} if mode else None})
+
+    torch_engine = "bia torch (analysis.experiment)"
+    assert default_engine_reference([run("llama.cpp server"), run(torch_engine, "fixed-tiles"), run(torch_engine, "default")]) == 2
+    assert default_engine_reference([run("vLLM", "default"), run(torch_engine, "one-by-one"), run()]) == 0  # none: the first
+    assert default_engine_reference([run(), run("vLLM"), run(torch_engine, "default"), run(torch_engine, "default")]) == 2
