@@ -157,3 +157,10 @@ def test_the_reference_engine_is_torch_in_its_default_mode():
     assert default_engine_reference([run("llama.cpp server"), run(torch_engine, "fixed-tiles"), run(torch_engine, "default")]) == 2
     assert default_engine_reference([run("vLLM", "default"), run(torch_engine, "one-by-one"), run()]) == 0  # none: the first
     assert default_engine_reference([run(), run("vLLM"), run(torch_engine, "default"), run(torch_engine, "default")]) == 2
+
+
+def test_a_manifest_without_prompts_is_compared_by_its_captures(tmp_path):
+    reference = _multi(tmp_path, "ref", {"p": (A, A, [A, A])})
+    bare = _multi(tmp_path, "bare", {"p": (A, A, [A, A])})
+    del bare.manifest["prompts"]  # a run may name no prompts: its captures still say which prompt each request is
+    assert engine_table([reference, bare]).filter(pl.col("role") == "band")["token_identical"].to_list() == [2, 2]
