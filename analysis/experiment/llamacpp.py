@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+
+from ._servers import free_port, tail, wait_healthy
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the source distribution whose vendored llama.cpp is built
 MODEL_ALIAS = "bia-tiny-byte-lm"
@@ -46,19 +45,6 @@ def find_llama_server() -> Path | None:
         return built
     on_path = shutil.which("llama-server")
     return Path(on_path) if on_path else None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 @contextlib.contextmanager
@@ -100,7 +86,7 @@ def llama_server(model: str | os.PathLike[str], *, binary: str | os.PathLike[str
     binary = Path(binary) if binary else find_llama_server()
     if binary is None or not binary.exists():
         raise LlamaServerError("no llama-server: run scripts/build_llama_server.sh (about 7 minutes, once per machine) or set BIA_LLAMA_SERVER")
-    port = _free_port()
+    port = free_port()
     args = [str(binary), "-m", str(model), "--alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
             "-np", str(parallel), "-c", str(parallel * slot_context), "--metrics", "--no-webui"]
     if not cache_prompt:
@@ -115,24 +101,10 @@ def llama_server(model: str | os.PathLike[str], *, binary: str | os.PathLike[str
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         stack.callback(_stop, process)
         url = f"http://127.0.0.1:{port}"
-        _wait_healthy(process, url, log, startup_s)
+        wait_healthy(process, url, log, startup_s, name="llama-server", error=LlamaServerError, poll_s=0.1)
         yield url
         if process.poll() is not None:
-            raise LlamaServerError(f"llama-server stopped while in use (exit {process.returncode}):\n{_tail(log)}")
-
-
-def _wait_healthy(process: subprocess.Popen, url: str, log: Path, startup_s: float) -> None:
-    deadline = time.monotonic() + startup_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise LlamaServerError(f"llama-server exited with {process.returncode} while starting:\n{_tail(log)}")
-        try:
-            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise LlamaServerError(f"llama-server did not answer {url}/health within {startup_s:g} s:\n{_tail(log)}")
+            raise LlamaServerError(f"llama-server stopped while in use (exit {process.returncode}):\n{tail(log)}")
 
 
 def _stop(process: subprocess.Popen) -> None:

