@@ -21,6 +21,7 @@ from loopback import HttpServer, Quiet, routes, stream_words
 
 from analysis import SourceError, fetch_url
 from analysis.probe import ProbeError, ServerUnreachable, dry_run, probe
+from analysis.probe._capture import fetch_stream, network_error
 from analysis.run import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -468,3 +469,72 @@ def test_a_resume_against_a_server_that_is_no_chat_server_stops_and_keeps_the_ru
     assert run.manifest["complete"] is False and run.manifest["done"] == ["p0/reference/s0", "p0/reference/s1"]
     assert [(r["unit"], r["reason"]) for r in run.manifest["refused"]] == [("p0/band/c2/r0", "HTTP 404 Not Found: no such route")] * 2
     assert run.dump.requests.height == 2 and next((folder / "superseded").rglob("requests.jsonl")).read_text().count("\n") == 2
+
+
+class ResetsStaleConnections(Quiet):
+    """A kept-alive server that closes a connection idle for more than ``stale_after_s`` with a reset, at the moment a
+    request arrives on it: the race a client loses when its keep-alive outlives the server's (uvicorn's 5 s is httpx's)."""
+
+    protocol_version = "HTTP/1.1"
+    stale_after_s = 0.5
+
+    def handle(self) -> None:
+        self.last_answer = None
+        super().handle()
+
+    def do_GET(self) -> None:
+        if self.last_answer is not None and time.monotonic() - self.last_answer > self.stale_after_s:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # linger 0: RST
+            self.close_connection = True
+            self.connection.close()
+            return
+        self.answer(200, b"{}")
+        self.last_answer = time.monotonic()
+
+    do_POST = do_GET
+
+
+def _two_gets_apart(client, url: str, pause_s: float) -> list[str]:
+    async def run() -> list[str]:
+        said = []
+        async with client:
+            for _ in range(2):
+                try:
+                    said.append(str((await client.get(url)).status_code))
+                except Exception as exc:
+                    said.append(network_error(exc))
+                await asyncio.sleep(pause_s)
+        return said
+    return asyncio.run(run())
+
+
+def test_the_probe_drops_idle_connections_before_a_server_resets_them():
+    import httpx
+
+    from analysis.probe import KEEPALIVE_EXPIRY_S, _client
+
+    pause = KEEPALIVE_EXPIRY_S + 0.3
+    with HttpServer(ResetsStaleConnections) as server:
+        assert _two_gets_apart(_client(10, None), server.url, pause) == ["200", "200"]
+        # the control: httpx's own keep-alive reuses the stale connection and gets the reset the probe once met in CI
+        lost = _two_gets_apart(httpx.AsyncClient(), server.url, pause)
+    assert lost[0] == "200" and lost[1].startswith("ReadError: ") and "reset" in lost[1].lower(), lost
+
+
+def test_a_reset_mid_band_is_refused_with_the_systems_reason():
+    import httpx
+
+    class ResetsAlways(ResetsStaleConnections):
+        stale_after_s = -1.0
+
+        def handle(self) -> None:
+            self.last_answer = 0.0
+            super(ResetsStaleConnections, self).handle()
+
+    async def fetch(url: str) -> dict:
+        async with httpx.AsyncClient() as client:
+            return await fetch_stream(client, url + "/v1/chat/completions", {"model": "m"})
+
+    with HttpServer(ResetsAlways) as server:
+        refused = asyncio.run(fetch(server.url))
+    assert refused["error"].startswith("ReadError: ConnectionResetError: "), refused

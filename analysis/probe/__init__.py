@@ -130,10 +130,18 @@ def _addresses(url: str) -> tuple[str, str]:
     return base, endpoint
 
 
+# An idle kept-alive connection is dropped after this many seconds, well before servers close their end (uvicorn, which
+# serves vLLM and SGLang, after 5 s; cpp-httplib in llama-server after 5 s; gunicorn after 2 s). httpx's default is
+# also 5 s: a band sent on connections the server is closing at that moment gets resets ("ReadError: ").
+KEEPALIVE_EXPIRY_S = 1.0
+
+
 def _client(timeout: float, api_key: str | None) -> httpx.AsyncClient:
-    """The probe's HTTP client: no cap on concurrent connections (a band of c is c at once), the key as a bearer token."""
+    """The probe's HTTP client: no cap on concurrent connections (a band of c is c at once), idle connections dropped
+    after :data:`KEEPALIVE_EXPIRY_S`, the key as a bearer token."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # sent, never written into the run
-    return httpx.AsyncClient(timeout=timeout, headers=headers, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S)
+    return httpx.AsyncClient(timeout=timeout, headers=headers, limits=limits)
 
 
 async def probe(

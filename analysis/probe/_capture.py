@@ -178,7 +178,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     except httpx.TimeoutException:
         return {"error": "timed out", "sse": _text(chunks), **answer}
     except httpx.HTTPError as exc:
-        return {"error": f"{type(exc).__name__}: {exc}", "sse": _text(chunks), **answer}
+        return {"error": network_error(exc), "sse": _text(chunks), **answer}
     finally:
         if raw is not None:
             raw.close()
@@ -191,6 +191,32 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     if origin is not None:
         result["sent_at_s"] = sent - origin
     return result
+
+
+def network_error(exc: BaseException) -> str:
+    """An HTTP client error in one line, with the operating system's reason where httpx's own message is empty.
+
+    httpx words a connection reset as ``ReadError`` with no text; the reason lies at the end of the exception's causes.
+
+    Examples
+    --------
+    >>> try:
+    ...     try:
+    ...         raise ConnectionResetError(104, "Connection reset by peer")
+    ...     except OSError as reset:
+    ...         raise httpx.ReadError("") from reset
+    ... except httpx.ReadError as exc:
+    ...     network_error(exc)
+    'ReadError: ConnectionResetError: [Errno 104] Connection reset by peer'
+    >>> network_error(httpx.ReadTimeout("timed out"))
+    'ReadTimeout: timed out'
+    """
+    text, cause, seen = str(exc), exc.__cause__ or exc.__context__, {id(exc)}
+    while not text and cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        text = f"{type(cause).__name__}: {cause}" if str(cause) else ""
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(exc).__name__}: {text or 'the connection broke, and no reason was given'}"
 
 
 async def _exchange(client, url, body, clock: EventClock, chunks: list[bytes], answer: dict, raw, times, sent: float) -> dict[str, Any] | None:
