@@ -170,7 +170,7 @@ def test_widths_in_the_band_table_and_what_an_interrupted_run_misses(tmp_path):
     assert run.missing() == []
     lines = (folder / "captures" / "p0.jsonl").read_text().splitlines()
     (folder / "captures" / "p0.jsonl").write_text("\n".join(lines[:-2]) + "\n")  # the probe died before the last two slots came back
-    assert read_run(folder).missing() == [{"prompt_id": "p0", "role": "band", "band_c": 4, "slot": s, "repeat": 0, "state": "not sent"}
+    assert read_run(folder).missing() == [{"prompt_id": "p0", "role": "band", "band_c": 4, "slot": s, "repeat": 0, "arm": "copies", "state": "not sent"}
                                            for s in (2, 3)]
 
 

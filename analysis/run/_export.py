@@ -14,6 +14,7 @@ import polars as pl
 from ..metrics import _columnar, parity
 from ..core._output import claim_output
 from ..verdicts._witness_rules import derive_run_verdict
+from ._arms import main_arm
 from ._layout import _DEFAULTS, RunError, _m_formed
 from ._steps import _numbered
 
@@ -49,8 +50,9 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     declared_min, max_run = run.declared_min, int(manifest.get("max_constant_run", _DEFAULTS["max_constant_run"]))
     refs = requests.filter(pl.col("role") == "reference").sort("slot").to_dicts()
     band_rows = {}
+    arm = main_arm(manifest)  # a witness holds one layout's bands: the copies arm's where the run has it
     for c in run.ladder:
-        rows = requests.filter((pl.col("role") == "band") & (pl.col("band_c") == c))
+        rows = requests.filter((pl.col("role") == "band") & (pl.col("band_c") == c) & (pl.col("arm") == arm))
         chosen = repeat if repeat is not None else (rows["repeat"].drop_nulls().min() if rows["repeat"].drop_nulls().len() else None)
         if chosen is not None:
             rows = rows.filter(pl.col("repeat") == chosen)
@@ -61,8 +63,8 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     if reference["stable"]:
         runs = _constant_runs(run)
         for c, (chosen, rows) in band_rows.items():
-            m_formed = _m_formed(manifest, prompt_id, c, chosen)
-            expected = 1 if (manifest.get("requested") or {}).get("layout") == "needle" else c  # needle: only the target is recorded
+            m_formed = _m_formed(manifest, prompt_id, c, chosen, arm)
+            expected = 1 if arm == "mixed" else c  # needle: only the target is recorded
             bands.append(_band(c, m_formed, rows, facts, runs, refs[0], n_predict, declared_min, max_run, expected))
     result = derive_run_verdict(reference["stable"], [(b["c"], b["result"]) for b in bands])
     prompt_text = next((p.get("text") for p in manifest.get("prompts", []) if str(p.get("prompt_id")) == prompt_id), None)

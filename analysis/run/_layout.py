@@ -41,21 +41,35 @@ class Unit:
     """One step of a run's plan: a reference request, or one band (or its observer twin) of c requests released together.
 
     ``slots`` are the requests recorded as the unit's own: all c in the copies layout, the target
-    (slot 0) alone in the needle layout, where the others are fillers.
+    (slot 0) alone in the needle layout, where the others are fillers. ``arm`` names the control arm
+    of a run probed with ``arms`` (see :mod:`analysis.run._arms`); None in a run made before arms
+    existed, and for the m=1 references, which every arm shares.
     """
 
     prompt_id: str
-    role: str  # "reference" | "band" | "observer"
+    role: str  # "reference" | "band" | "observer" | "prefill"
     band_c: int | None
     repeat: int
     slots: tuple[int, ...]
+    arm: str | None = None
 
     @property
     def key(self) -> str:
-        """A stable name, as the manifest's ``done`` list and each capture's ``unit`` field hold it."""
+        """A stable name, as the manifest's ``done`` list and each capture's ``unit`` field hold it.
+
+        The copies arm keeps the names runs had before arms, so a copies run reads the same either way.
+
+        Examples
+        --------
+        >>> Unit("p0", "band", 4, 0, (0, 1, 2, 3), "copies").key, Unit("p0", "band", 4, 0, (0,), "mixed").key
+        ('p0/band/c4/r0', 'p0/mixed/band/c4/r0')
+        """
         if self.role == "reference":
             return f"{self.prompt_id}/reference/s{self.slots[0]}"
-        return f"{self.prompt_id}/{self.role}/c{self.band_c}/r{self.repeat}"
+        if self.role == "prefill":  # one unit per prompt: its slots are the completion's positions scored as a prompt
+            return f"{self.prompt_id}/prefill/r{self.repeat}"
+        arm = f"{self.arm}/" if self.arm not in (None, "copies") else ""
+        return f"{self.prompt_id}/{arm}{self.role}/c{self.band_c}/r{self.repeat}"
 
     def capture_name(self, slot: int) -> str:
         """The file name (without suffix) of one request's partial capture."""
@@ -72,6 +86,10 @@ def plan(manifest: Mapping[str, Any]) -> list[Unit]:
     >>> [u.key for u in plan({"ladder": [1, 4], "prompts": [{"prompt_id": "p0"}], "observer": True})]
     ['p0/reference/s0', 'p0/reference/s1', 'p0/band/c1/r0', 'p0/observer/c1/r0', 'p0/band/c4/r0', 'p0/observer/c4/r0']
     """
+    if manifest.get("arms") is not None:
+        from ._arms import arm_plan  # the arms' plan builds Units: imported here, as it imports this module
+
+        return arm_plan(manifest)
     ladder = list(manifest.get("ladder", _DEFAULTS["ladder"]))
     needle = (manifest.get("requested") or {}).get("layout") == "needle"
     roles = ("band", "observer") if manifest.get("observer") else ("band",)
@@ -115,7 +133,8 @@ def _checked_manifest(manifest: Any, where: Any) -> dict[str, Any]:
     return manifest
 
 
-def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> tuple[list[int], str | None]:
+def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
+                arm: str | None = None) -> tuple[list[int], str | None]:
     """Every batch width a run recorded for one band, and the evidence they come from.
 
     The server log's per-step widths when there are any (``"log"``), else the running-requests
@@ -125,7 +144,8 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     caught the server idle (before the band's requests arrived, or after they finished): it is no
     batch width, so a band whose samples are all 0 and whose streams show nothing has no width
     observed, which is unknown (``([], None)``), not 0. ``width_evidence()`` gives every kind of
-    evidence a band has, not only the one chosen.
+    evidence a band has, not only the one chosen. ``arm`` picks the band of that control arm in a run
+    probed with arms (an entry without ``arm``, from a run made before arms, matches any).
 
     Examples
     --------
@@ -137,14 +157,15 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": [0]}]}, "p0", 1, 0)
     ([], None)
     """
-    evidence = width_evidence(manifest, prompt_id, c, repeat, role)
+    evidence = width_evidence(manifest, prompt_id, c, repeat, role, arm)
     for origin in ("log", "metrics", "streams"):
         if evidence.get(origin):
             return evidence[origin], origin
     return [], None
 
 
-def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> dict[str, list[int]]:
+def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
+                   arm: str | None = None) -> dict[str, list[int]]:
     """Each kind of evidence of a band's batch width, with the widths it shows: ``log`` (the server log's per-step
     widths, or the ``max`` a witness recorded), ``metrics`` (the gauge's busy samples), ``streams`` (the
     co-residency of the band's streams, one width). Kinds the run has nothing of are left out.
@@ -155,7 +176,7 @@ def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     >>> width_evidence({"m_formed": [entry]}, "p0", 8, 0)
     {'metrics': [8, 7], 'streams': [8]}
     """
-    entry = _band_entry(manifest, prompt_id, c, repeat, role) or {}
+    entry = _band_entry(manifest, prompt_id, c, repeat, role, arm) or {}
     out: dict[str, list[int]] = {}
     if entry.get("widths"):
         out["log"] = [int(w) for w in entry["widths"]]
@@ -170,16 +191,17 @@ def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     return out
 
 
-def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band") -> dict[str, Any] | None:
+def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
+                arm: str | None = None) -> dict[str, Any] | None:
     """The manifest's record of one band (its ``m_formed`` entry: widths, gauge samples, cache metrics)."""
     for entry in manifest.get("m_formed", []):
         if (entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
-                and entry.get("role", "band") == role):
+                and entry.get("role", "band") == role and (arm is None or entry.get("arm", arm) == arm)):
             return entry
     return None
 
 
-def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> int | None:
+def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, arm: str | None = None) -> int | None:
     """The largest batch width the server formed in a band, as the run recorded it; None when no width
     was observed (no log line, no gauge sample in its window): unknown, which is not 0.
 
@@ -188,11 +210,11 @@ def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int |
     >>> _m_formed({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": []}]}, "p0", 1, 0) is None
     True
     """
-    widths, _ = band_widths(manifest, prompt_id, c, repeat)
+    widths, _ = band_widths(manifest, prompt_id, c, repeat, arm=arm)
     return max(widths, default=None)
 
 
-def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None) -> str | None:
+def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, arm: str | None = None) -> str | None:
     """The prefix-cache metrics around a band, as text: a counter's growth during it, a gauge's value after it.
 
     Examples
@@ -203,7 +225,7 @@ def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     'vllm:prefix_cache_hits_total +12; sglang:cache_hit_rate 0.5'
     """
     parts = []
-    for name, values in ((_band_entry(manifest, prompt_id, c, repeat) or {}).get("cache") or {}).items():
+    for name, values in ((_band_entry(manifest, prompt_id, c, repeat, arm=arm) or {}).get("cache") or {}).items():
         before, after = values.get("before"), values.get("after")
         if name.endswith("_total") and before is not None and after is not None:
             parts.append(f"{name} +{after - before:g}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from ..metrics import parity
 from ..dumps import Dump
 from ..core._cells import few, summary_html
 from ..metrics._counts import run_counts
+from ._arms import REFERENCE_ARM, legacy_arm, with_arm_column
 from ._layout import _DEFAULTS, RunError, plan
 from ._derived import _capture_stamps, _derived_record, _write_derived
 from ._tables import slot_table
@@ -25,6 +27,12 @@ class Run:
     path: Path | None = None
     # What the tables derive once per run (numbered steps, streams): a run's frames never change.
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Every request carries the control arm it was fired in (analysis.run._arms): the tables group by it.
+        requests = with_arm_column(self.dump.requests, self.manifest)
+        if requests is not self.dump.requests:
+            object.__setattr__(self, "dump", dataclasses.replace(self.dump, requests=requests))
 
     @property
     def ladder(self) -> list[int]:
@@ -83,19 +91,25 @@ class Run:
         >>> [(m["role"], m["state"]) for m in run.missing()]
         [('reference', 'not sent'), ('reference', 'not sent'), ('band', 'not sent')]
         """
-        have = {(r["prompt_id"], r["role"], r["band_c"], r["slot"], r["repeat"] or 0)
-                for r in self.dump.requests.select("prompt_id", "role", "band_c", "slot", "repeat").iter_rows(named=True)}
-        have |= {(r.get("prompt_id"), r.get("role"), r.get("band_c"), r.get("slot"), r.get("repeat") or 0) for r in self.manifest.get("refused", [])}
+        legacy = legacy_arm(self.manifest)
+        requests = self.dump.requests if isinstance(self.dump.requests, pl.DataFrame) else pl.from_pandas(self.dump.requests)
+        have = {(r["prompt_id"], r["role"], r["band_c"], r["slot"], r["repeat"] or 0, r.get("arm"))
+                for r in requests.select("prompt_id", "role", "band_c", "slot", "repeat", *(["arm"] if "arm" in requests.columns else []))
+                .iter_rows(named=True)}
+        have |= {(r.get("prompt_id"), r.get("role"), r.get("band_c"), r.get("slot"), r.get("repeat") or 0,
+                  r.get("arm", REFERENCE_ARM if r.get("role") == "reference" else legacy)) for r in self.manifest.get("refused", [])}
+        passed = {(str(s.get("prompt_id")), s.get("slot")) for s in self.manifest.get("prefill_skipped", [])}  # positions no request can word
         out = []
         skipped = {entry.get("prompt_id") for entry in self.manifest.get("skipped", [])}  # references that disagree: no band by design
         for unit in plan(self.manifest):
             if unit.role != "reference" and unit.prompt_id in skipped:
                 continue
+            arm = unit.arm or (REFERENCE_ARM if unit.role == "reference" else legacy)
             for slot in unit.slots:
-                if (unit.prompt_id, unit.role, unit.band_c, slot, unit.repeat) in have:
+                if (unit.prompt_id, unit.role, unit.band_c, slot, unit.repeat, arm) in have or (unit.role == "prefill" and (unit.prompt_id, slot) in passed):
                     continue
                 partial = self.path is not None and (self.path / "partial" / f"{unit.capture_name(slot)}.sse").exists()
-                out.append({"prompt_id": unit.prompt_id, "role": unit.role, "band_c": unit.band_c, "slot": slot, "repeat": unit.repeat,
+                out.append({"prompt_id": unit.prompt_id, "role": unit.role, "band_c": unit.band_c, "slot": slot, "repeat": unit.repeat, "arm": arm,
                             "state": "in flight when the probe stopped" if partial else "not sent"})
         return out
 

@@ -50,14 +50,16 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
     return run
 
 
-_UNIT = ("prompt_id", "role", "band_c", "repeat", "slot")  # what names one request of a run's plan
+_UNIT = ("prompt_id", "role", "band_c", "repeat", "slot", "envelope_arm")  # what names one request of a run's plan (with its control arm)
 
 
 def _without_repeated_lines(dump: Dump) -> Dump:
     """The dump with each capture line that repeats an earlier one byte for byte (a copy appended twice) left
     out, and said in ``Dump.skipped``; two different lines for one request of the plan are a RunError naming both."""
-    requests = dump.requests if isinstance(dump.requests, pl.DataFrame) else pl.from_pandas(dump.requests[["source", "record", "raw_sha256", *_UNIT]])
-    keyed = requests.filter(pl.col("role").is_in(["reference", "band", "observer"])).with_columns(pl.col("repeat").fill_null(0))
+    requests = dump.requests if isinstance(dump.requests, pl.DataFrame) else pl.from_pandas(dump.requests[["source", "record", "raw_sha256", "extra",
+                                                                                                             *_UNIT[:-1]]])
+    keyed = requests.filter(pl.col("role").is_in(["reference", "band", "observer", "prefill"])).with_columns(
+        pl.col("repeat").fill_null(0), envelope_arm=pl.col("extra").str.json_path_match("$.arm").fill_null(""))
     repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
     if repeated.is_empty():
         return dump

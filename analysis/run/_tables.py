@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..metrics import _columnar, parity
+from ._arms import legacy_arm, main_arm
 from ._layout import RunError, band_widths, width_evidence, _cache_summary
 from ._steps import _numbered, _BAND_ORDER, _band_pairs
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
 
-_SLOT_SCHEMA = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
+_SLOT_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
                 "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
                 "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
                 "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
@@ -53,8 +54,8 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     return _slot_comparisons(run, epsilon, reference).select([pl.col(n).cast(t) for n, t in _SLOT_SCHEMA.items()])
 
 
-_BAND = ["prompt_id", "band_c", "repeat"]
-_BAND_SCHEMA = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "m_formed": pl.Int64, "widths_seen": pl.String,
+_BAND = ["prompt_id", "arm", "band_c", "repeat"]
+_BAND_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "m_formed": pl.Int64, "widths_seen": pl.String,
                 "width_evidence": pl.String,
                 "n_slots": pl.Int64, "divergence_min": pl.Int64, "divergence_median": pl.Float64, "divergence_max": pl.Int64,
                 "diverged_slots": pl.Int64, "near_tie_slots": pl.Int64, "intra_agree_to": pl.Int64, "max_constant_run": pl.Int64,
@@ -99,7 +100,7 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     return bands.with_columns(pl.Series("m_formed", [w["m_formed"] for w in widths], dtype=pl.Int64),
                               pl.Series("widths_seen", [w["widths_seen"] for w in widths], dtype=pl.String),
                               pl.Series("width_evidence", [w["width_evidence"] for w in widths], dtype=pl.String),
-                              pl.Series("prefix_cache", [_cache_summary(run.manifest, p, c, r) for p, c, r in bands.select(_BAND).rows()],
+                              pl.Series("prefix_cache", [_cache_summary(run.manifest, p, c, r, a) for p, a, c, r in bands.select(_BAND).rows()],
                                         dtype=pl.String)).select([pl.col(n).cast(t) for n, t in _BAND_SCHEMA.items()])
 
 
@@ -119,10 +120,10 @@ def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
     per band, not per request). ``width_evidence`` names the evidence the width comes from first, then what the
     other kinds show (``"metrics; streams 16"``); null when nothing shows a width."""
     out = []
-    for prompt, c, repeat in bands.select(_BAND).rows():
-        widths, origin = band_widths(run.manifest, prompt, c, repeat)
+    for prompt, arm, c, repeat in bands.select(_BAND).rows():
+        widths, origin = band_widths(run.manifest, prompt, c, repeat, arm=arm)
         seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
-        others = [f"{kind} {max(found)}" for kind, found in width_evidence(run.manifest, prompt, c, repeat).items() if kind != origin]
+        others = [f"{kind} {max(found)}" for kind, found in width_evidence(run.manifest, prompt, c, repeat, arm=arm).items() if kind != origin]
         out.append({"m_formed": max(widths) if widths else None,
                     "widths_seen": (seen + _EVIDENCE_NOTE.get(origin or "", "")) or None,
                     "width_evidence": "; ".join([origin, *others]) if origin else None})
@@ -140,7 +141,7 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     reference and each band's slot 0 (the configurations), and S7's c=4/c=1 decode-rate
     ratio with a bootstrap interval over the bands' repeats (null where rates are missing)."""
     steps, requests, refs = _numbered(run, reference)
-    bands = requests.filter(pl.col("role") == "band")
+    bands = requests.filter((pl.col("role") == "band") & (pl.col("arm") == main_arm(run.manifest)))  # one layout's configurations
     firsts = (bands.filter(pl.col("slot") == 0).sort("band_c", "repeat").join(refs, on="prompt_id", maintain_order="left")
               .select("prompt_id", "ref", other="req").with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
     lengths = steps.requests.select("req", "length")
@@ -257,7 +258,7 @@ def band_forks(run: Run) -> pl.DataFrame:
              .join(steps.steps.select("req", "idx", "ident", "token_id", "token_text", "token_bytes"), left_on=["req", "at"], right_on=["req", "idx"])
              .group_by([*_BAND, "at", "ident"], maintain_order=True)
              .agg(pl.col("token_id", "token_text", "token_bytes").first(), slots=pl.len().cast(pl.Int64), first_slot=pl.col("pair").min())
-             .sort([*_BAND, "slots", "first_slot"], descending=[False, False, False, True, False], nulls_last=False, maintain_order=True))
+             .sort([*_BAND, "slots", "first_slot"], descending=[*[False] * len(_BAND), True, False], nulls_last=False, maintain_order=True))
     keys = bands.group_by(_BAND, maintain_order=True).agg(pl.col("at").first())
     return keys.join(taken.drop("ident", "first_slot"), on=[*_BAND, "at"], how="left", nulls_equal=True, maintain_order="left")
 
@@ -301,7 +302,7 @@ def observer_table(run: Run) -> pl.DataFrame:
     0
     """
     requests = run.dump.requests
-    key = ["prompt_id", "band_c", "repeat", "slot"]
+    key = ["prompt_id", "arm", "band_c", "repeat", "slot"]
     scored = requests.filter(pl.col("role") == "band").select(*key, pl.col("completion_text").alias("text_with_logprobs"))
     bare = requests.filter(pl.col("role") == "observer").select(*key, pl.col("completion_text").alias("text_without_logprobs"))
     joined = bare.join(scored, on=key, how="left", nulls_equal=True).sort(key)
@@ -338,13 +339,13 @@ def width_table(run: Run) -> pl.DataFrame:
     for entry in run.manifest.get("m_formed", []):
         if entry.get("role", "band") != "band":
             continue
-        prompt, c, repeat = str(entry.get("prompt_id")), entry.get("band_c"), entry.get("repeat")
-        widths, origin = band_widths(run.manifest, prompt, c, repeat)
+        prompt, c, repeat, arm = str(entry.get("prompt_id")), entry.get("band_c"), entry.get("repeat"), entry.get("arm", legacy_arm(run.manifest))
+        widths, origin = band_widths(run.manifest, prompt, c, repeat, arm=arm)
         for width in sorted(set(widths), reverse=True):
-            rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "width": width, "steps": widths.count(width),
+            rows.append({"prompt_id": prompt, "arm": arm, "band_c": c, "repeat": repeat, "width": width, "steps": widths.count(width),
                          "share": widths.count(width) / len(widths), "origin": origin})
-    schema = {"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "width": pl.Int64, "steps": pl.Int64, "share": pl.Float64,
-              "origin": pl.String}
+    schema = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "width": pl.Int64, "steps": pl.Int64,
+              "share": pl.Float64, "origin": pl.String}
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
