@@ -301,6 +301,9 @@ def probe_command(
     seed: Annotated[int, typer.Option(help="The request's seed, and the needle positions'.")] = 0,
     layout: Annotated[str, typer.Option(metavar="LAYOUT", help="copies (c copies of the prompt) or needle (the prompt among c-1 fillers).")] = "copies",
     fillers: Annotated[Optional[Path], typer.Option(help="Needle layout: a text file of filler prompts, one per line.")] = None,
+    arms: Annotated[Optional[str], typer.Option(metavar="ARM,ARM,...", help="Control arms to fire for each prompt instead of --layout: "
+                                                "repeat, copies, mixed, prefix, cache, serial, prefill (analysis.attribution_table puts each "
+                                                "divergence on the first that reproduces it).")] = None,
     observer: Annotated[bool, typer.Option(help="Also fire each band without logprobs and compare the texts.")] = False,
     engine: Annotated[str, typer.Option(metavar="ENGINE", help="auto, or one of: vllm, sglang, llamacpp, apr, bia, openai.")] = "auto",
     model: Annotated[Optional[str], typer.Option(help="The model name to send (the server's first model by default).")] = None,
@@ -356,7 +359,7 @@ def probe_command(
     # what a dry run and a probe are both given
     shared = {"prompts": texts, "ladder": _parse_ladder(ladder), "repeats": repeats, "max_tokens": max_tokens,
               "top_logprobs": top_logprobs, "seed": seed, "layout": layout, "observer": observer, "engine": engine, "model": model,
-              "api_key": api_key, "timeout": timeout}
+              "api_key": api_key, "timeout": timeout, "arms": [a.strip() for a in arms.split(",")] if arms is not None else None}
     try:
         if dry_run:
             from ..probe import dry_run as describe

@@ -42,6 +42,8 @@ from typing import Any
 import httpx
 
 from ..run import Unit, plan
+from ..run._arms import ARM_REPEATS, PREFIX_SHARES
+from ._arms import check_arms, cold_fields, completion_prefix, prefill_body, prefix_primer
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._checks import check_address, check_first_answer, check_open_files, check_settings, check_slots, check_timeout
 from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine
@@ -113,6 +115,8 @@ def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str | M
         "environment": {"python": platform.python_version(), "httpx": httpx.__version__, "machine": platform.machine()},
         "done": [], "m_formed": [], "refused": [], "complete": False,
     }
+    if settings.get("arms") is not None:  # a run with control arms (analysis.run._arms): its plan is the arms'
+        manifest.update(arms=list(settings["arms"]), arm_repeats=ARM_REPEATS, prefix_shares=list(PREFIX_SHARES))
     _apply_detection(manifest, detection)
     return manifest
 
@@ -156,6 +160,7 @@ async def probe(
     seed: int = 0,
     layout: str = "copies",
     fillers: Sequence[str] | None = None,
+    arms: Sequence[str] | None = None,
     observer: bool = False,
     engine: str = "auto",
     model: str | None = None,
@@ -199,6 +204,14 @@ async def probe(
     ``prompts`` are texts, or ``{"text": ..., "answer": ...}`` mappings whose answers
     :func:`analysis.run.accuracy_table` scores (Yuan et al.'s Std@Acc).
 
+    ``arms`` (any of ``repeat``, ``copies``, ``mixed``, ``prefix``, ``cache``, ``serial``,
+    ``prefill``) fires those control arms for each prompt instead of the one ``layout``, in one run
+    whose requests carry their arm (see :mod:`analysis.run._arms`); the m=1 references are then
+    fired cold where the engine can skip its prompt cache per request.
+    :func:`analysis.attribution_table` puts each divergence on the first arm that reproduces it.
+    An arm the engine cannot run (the cache arm without a per-request cold switch, the prefill arm
+    without a way to put completion tokens into the prompt) is refused before anything is fired.
+
     Returns
     -------
     Path
@@ -218,6 +231,7 @@ async def probe(
     check_timeout(timeout)
     if not resume:
         check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
+        check_arms(arms)
         if declared_min is not None and not 0 <= declared_min <= max_tokens:
             raise ProbeError(f"declared_min must be between 0 and max_tokens={max_tokens}, got {declared_min}: no reference could reach it")
     created = _first_missing(folder)  # what the probe may remove again when it stops having kept nothing
@@ -235,6 +249,7 @@ async def probe(
         detection = await detect_engine(client, base, engine, model)
         say(detection.describe())
         check_slots(manifest["ladder"] if resume else ladder, detection)
+        check_arms(manifest.get("arms") if resume else arms, detection.profile)
         if resume:
             moved = _supersede(folder, manifest, retry_refused)
             if redetect:
@@ -250,7 +265,7 @@ async def probe(
             manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
                                      top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=list(fillers or []),
                                      observer=observer, engine=engine, log_pattern=log_pattern, server_log=server_log, declared_min=declared_min,
-                                     expect=dict(expect or {}), bands_anyway=bands_anyway)
+                                     expect=dict(expect or {}), bands_anyway=bands_anyway, arms=arms)
         for line in expectation_notes(manifest):
             say(line)
         writer = _RunWriter(folder, manifest)
@@ -299,6 +314,7 @@ async def dry_run(
     top_logprobs: int = 5,
     seed: int = 0,
     layout: str = "copies",
+    arms: Sequence[str] | None = None,
     observer: bool = False,
     engine: str = "auto",
     model: str | None = None,
@@ -321,18 +337,20 @@ async def dry_run(
     check_address(url)
     check_timeout(timeout)
     check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
+    check_arms(arms)
     base, endpoint = _addresses(url)
     async with _client(timeout, api_key) as client:
         detection = await detect_engine(client, base, engine, model)
     check_slots(ladder, detection)
+    check_arms(arms, detection.profile)
     manifest = _new_manifest(endpoint, detection, prompts, ladder=ladder, repeats=repeats, max_tokens=max_tokens,
                              top_logprobs=top_logprobs, seed=seed, layout=layout, fillers=[], observer=observer, engine=engine,
-                             log_pattern=BATCH_LINE, server_log=None, declared_min=None, expect={}, bands_anyway=False)
+                             log_pattern=BATCH_LINE, server_log=None, declared_min=None, expect={}, bands_anyway=False, arms=arms)
     units = plan(manifest)
     first = manifest["prompts"][0]["text"]
     return {"said": detection.describe(), "effective": manifest["effective"],
             "body": request_body(first, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed, profile=detection.profile, model=detection.model),
-            "units": [u.key for u in units], "requests": sum(u.band_c or 1 for u in units)}
+            "units": [u.key for u in units], "requests": sum(u.band_c or len(u.slots) for u in units)}
 
 
 def expectation_notes(manifest: dict[str, Any]) -> list[str]:
@@ -377,7 +395,7 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
     checked = False  # the session's first unit fired is the server check
     show = sys.stderr.isatty() if progress is None else progress
     bands = tqdm(total=sum(u.role != "reference" for u in units), desc="bands", unit="band", disable=not show, file=sys.stderr, position=0)
-    sent = tqdm(total=sum(u.band_c or 1 for u in units), desc="requests", unit="request", disable=not show, file=sys.stderr, position=1)
+    sent = tqdm(total=sum(u.band_c or len(u.slots) for u in units), desc="requests", unit="request", disable=not show, file=sys.stderr, position=1)
     try:
         for unit in units:
             bands.set_postfix_str(unit.key)
@@ -388,13 +406,24 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
                 continue
             body = request_body(texts[unit.prompt_id], max_tokens=sampler["max_tokens"], top_logprobs=sampler["top_logprobs"], seed=sampler["seed"],
                                 profile=detection.profile, model=detection.model, logprobs=unit.role != "observer")
+            tag = _arm_tag(unit, manifest)
             if unit.role == "reference":
                 slot = unit.slots[0]
+                if tag:  # a run with arms: m=1 is alone and cold, so the cache arm alone says what a warm cache does
+                    body = {**body, **cold_fields(detection.profile)}
                 partial = writer.partial(unit, slot, "reference")
                 results = [await fetch_stream(client, endpoint, body, partial, writer.origin, deadline)]
                 _stop_if_gone(endpoint, results, [partial])
-                refusals = [writer.keep(results[0], partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot)]
+                refusals = [writer.keep(results[0], partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot, **tag)]
+            elif unit.role == "prefill":
+                results, refusals = await _fire_prefill(client, endpoint, writer, unit, body, detection.profile, texts[unit.prompt_id], deadline)
             else:
+                if unit.arm == "repeat":  # alone and cold, as the references: only run-to-run noise can part them
+                    body = {**body, **cold_fields(detection.profile)}
+                if unit.arm in ("cache", "prefix"):  # what the cache holds when the request comes: the prompt itself, or a prefix of it
+                    primer = body if unit.arm == "cache" else {**body, "messages": [{"role": "user", "content": prefix_primer(texts[unit.prompt_id],
+                                                                                                                             unit.repeat)}]}
+                    await _fire_primer(client, endpoint, writer, unit, primer, deadline)
                 results, refusals = await _fire_band(client, endpoint, base, writer, unit, body, watcher, gauge, interval, deadline)
             if not checked:
                 check_first_answer(endpoint, unit.role, results, refusals, writer.reference_tokens.get(unit.key), sampler["top_logprobs"])
@@ -404,10 +433,45 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
             manifest["done"].append(unit.key)
             writer.save()
             bands.update(unit.role != "reference")
-            sent.update(unit.band_c or 1)
+            sent.update(unit.band_c or len(unit.slots))
     finally:
         sent.close()
         bands.close()
+
+
+def _arm_tag(unit: Unit, manifest: dict[str, Any]) -> dict[str, str]:
+    """The ``arm`` a request's capture envelope carries in a run with arms (references: ``reference``); nothing in a run without."""
+    if manifest.get("arms") is None:
+        return {}
+    return {"arm": unit.arm or "reference"}
+
+
+async def _fire_primer(client, endpoint, writer: _RunWriter, unit: Unit, body: dict[str, Any], deadline: float) -> None:
+    """The request that fills the prompt cache before a cache or prefix arm's request: kept as a filler of its unit."""
+    partial = writer.partial(unit, 1, "filler")
+    result = await fetch_stream(client, endpoint, body, partial, writer.origin, deadline)
+    _stop_if_gone(endpoint, [result], [partial])
+    writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role="filler", slot=1, repeat=unit.repeat, **_arm_tag(unit, writer.manifest))
+
+
+async def _fire_prefill(client, endpoint, writer: _RunWriter, unit: Unit, body: dict[str, Any], profile: EngineProfile, prompt: str,
+                        deadline: float) -> tuple[list[dict], list[dict | None]]:
+    """The prefill arm: for each position j, ref #1's first j tokens put into the prompt and the next token scored, one request
+    at a time and cold. A position no message can hold (bytes that are not whole UTF-8) is listed in ``prefill_skipped``."""
+    pieces = writer.pieces(unit.prompt_id) or []
+    results, refusals = [], []
+    for slot in unit.slots:
+        completion, why = completion_prefix(pieces, slot)
+        if completion is None:
+            writer.manifest.setdefault("prefill_skipped", []).append({"prompt_id": unit.prompt_id, "slot": slot, "reason": why})
+            continue
+        partial = writer.partial(unit, slot, "prefill")
+        result = await fetch_stream(client, endpoint, prefill_body(body, prompt, completion, profile), partial, writer.origin, deadline)
+        _stop_if_gone(endpoint, [result], [partial])
+        results.append(result)
+        refusals.append(writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role="prefill", slot=slot, repeat=unit.repeat,
+                                    arm="prefill"))
+    return results, refusals
 
 
 def _judge_references(writer: _RunWriter, prompt_id: str, say) -> None:
@@ -438,7 +502,8 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     Returns each request's result and its refusal (None when kept)."""
     manifest = writer.manifest
     c = unit.band_c
-    if manifest["requested"]["layout"] == "needle":
+    tag = _arm_tag(unit, manifest)
+    if unit.arm == "mixed" or (unit.arm is None and manifest["requested"]["layout"] == "needle"):
         rng = random.Random(f"{manifest['sampler']['seed']}/{unit.key}")  # the same position when a resume fires the band again
         target = rng.randrange(c)
         others = [p["text"] for p in manifest["prompts"] if p["prompt_id"] != unit.prompt_id]
@@ -454,13 +519,16 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     cache_before = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
     poller = MetricsPoller(client, f"{base}/metrics", gauge, interval, writer.origin) if gauge else None
     async with poller or contextlib.nullcontext():
-        results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin, deadline) for b, p in zip(bodies, partials)))
+        if unit.arm == "serial":  # one after another: the same c requests as the copies band, never two in flight
+            results = [await fetch_stream(client, endpoint, b, p, writer.origin, deadline) for b, p in zip(bodies, partials)]
+        else:
+            results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin, deadline) for b, p in zip(bodies, partials)))
     _stop_if_gone(endpoint, results, partials)
     await asyncio.sleep(0.05)  # let the server's last log line land
     cache_after = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
     refusals = [writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat,
-                            batch_row=row) for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))]
-    entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "band_c": c, "repeat": unit.repeat, "widths": watcher.widths()}
+                            batch_row=row, **tag) for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))]
+    entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "band_c": c, "repeat": unit.repeat, **tag, "widths": watcher.widths()}
     streams = stream_evidence([writer.live.pop(partial, None) for partial in partials], c)  # fillers too: they share the batch
     if streams is not None:
         entry["streams"] = streams

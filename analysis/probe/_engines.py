@@ -45,6 +45,15 @@ class EngineProfile:
     cache_metrics : tuple of str
         Prefix-cache counters and gauges read before and after each band: a cache hit is a
         confound, so a band that hit the cache says so.
+    cold : dict or None
+        Fields that make one request skip the prompt cache (a cold prefill), for the m=1 references
+        and the repeat and prefill arms of a run with arms; ``"{salt}"`` in a value becomes a string
+        unique to the request. None where the engine takes no such field: the cache arm is refused.
+    prefill : str or None
+        How the prefill arm words "the prompt, then the first j completion tokens" for this engine:
+        ``"assistant"`` (the tokens as a last assistant message, which the server continues),
+        ``"continue"`` (the same, with vLLM's ``continue_final_message``), ``"concat"`` (appended to
+        the prompt: bia serve applies no chat template). None where it cannot: the arm is refused.
     """
 
     name: str
@@ -54,6 +63,8 @@ class EngineProfile:
     info_paths: tuple[str, ...] = ()
     settings: dict[str, tuple[str, ...]] = field(default_factory=dict)
     cache_metrics: tuple[str, ...] = ()
+    cold: dict[str, Any] | None = None
+    prefill: str | None = None
 
     def effective(self, info: Any) -> dict[str, Any]:
         """The settings this server reports about itself, from its description (missing ones left out).
@@ -84,6 +95,12 @@ class EngineProfile:
 #   sglang:cache_hit_rate, the counters sglang:cached_tokens_total and sglang:prompt_tokens_total (labelled by
 #   cache_source in newer releases; the labels are summed). Server info: /server_info (current) and
 #   /get_server_info (deprecated, still served), the server's arguments at top level (http_server.py).
+# - Cold requests and the prefill arm: vLLM takes cache_salt (a salted request shares no cached block) and
+#   continue_final_message with add_generation_prompt false (vllm/entrypoints/openai/protocol.py); llama.cpp takes
+#   cache_prompt per request (tools/server/server-schema.cpp) and continues a last assistant message; it returns no
+#   logprobs for prompt tokens (no prompt_logprobs, and /completions refuses echo), so the prefill arm scores
+#   position j as the one token asked for after a prompt holding the first j. SGLang's prompt logprobs
+#   (logprob_start_len) are on its native /generate, which bia probe does not speak: the arm is refused there.
 # - llama.cpp: tools/server/server-task.cpp (the llama.cpp llama-cpp-python 0.3.36 vendors, upstream
 #   0c1e570): "llamacpp:" before the gauge requests_processing and the counters prompt_tokens_total (now
 #   "excluding cached tokens") and prompt_tokens_cached_total (newer than tools/server/README.md's table,
@@ -92,17 +109,18 @@ PROFILES: dict[str, EngineProfile] = {
     profile.name: profile
     for profile in (
         EngineProfile("vllm", "vLLM", {"ignore_eos": True, "return_tokens_as_token_ids": True}, "vllm:num_requests_running", ("/version",),
-                      {"version": ("version",)}, ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_hit_rate")),
+                      {"version": ("version",)}, ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_hit_rate"),
+                      {"cache_salt": "{salt}"}, "continue"),
         EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs", ("/server_info", "/get_server_info"),
                       {"deterministic_inference": ("enable_deterministic_inference",), "radix_cache_disabled": ("disable_radix_cache",),
                        "attention_backend": ("attention_backend",), "max_running_requests": ("max_running_requests",), "tp_size": ("tp_size",),
                        "dtype": ("dtype",)}, ("sglang:cache_hit_rate", "sglang:cached_tokens_total", "sglang:prompt_tokens_total")),
         EngineProfile("llamacpp", "llama.cpp server", {"ignore_eos": True}, "llamacpp:requests_processing", ("/props",),
                       {"total_slots": ("total_slots",), "build_info": ("build_info",)},
-                      ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")),
+                      ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"), {"cache_prompt": False}, "assistant"),
         EngineProfile("apr", "apr serve (aprender)", {"ignore_eos": True}, None),
         EngineProfile("bia", "bia serve", {"ignore_eos": True}, "bia:num_requests_running", ("/health",),
-                      {"kernel_mode": ("kernel_mode",), "dtype": ("dtype",), "device": ("device",)}),
+                      {"kernel_mode": ("kernel_mode",), "dtype": ("dtype",), "device": ("device",)}, (), {}, "concat"),
         EngineProfile("openai", "a plain OpenAI-compatible server", {}, None),
     )
 }

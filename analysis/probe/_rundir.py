@@ -34,6 +34,7 @@ class _RunWriter:
         self.origin = time.monotonic()  # captures' sent_at_s count from here (this session, when a run is resumed)
         self.cache_metrics: tuple[str, ...] = ()  # set by the probe from the engine profile when /metrics answers
         self.reference_tokens: dict[str, tuple] = {}  # unit key -> token identities of the references kept this session
+        self.reference_pieces: dict[str, list] = {}  # prompt id -> ref #1's completion tokens as bytes, for the prefill arm
         self.live: dict[Path, tuple[float, float]] = {}  # partial path -> (first, last content chunk) on the run's clock, for kept streams
         for sub in ("captures", "partial"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -70,6 +71,8 @@ class _RunWriter:
                     self.live[partial] = window
                 if where.get("role") == "reference":  # kept for aprender's reference rule, so it is not parsed again
                     self.reference_tokens[where["unit"]] = _identities(rows)
+                    if where.get("slot") == 0:
+                        self.reference_pieces[where["prompt_id"]] = _pieces(rows)
         if "error" in result:
             self.manifest["refused"].append({**where, "reason": result["error"]})
             if result.get("sse") or result.get("body"):
@@ -100,6 +103,17 @@ class _RunWriter:
         if not all(key in self.reference_tokens for key in keys):
             return None
         return parity.agreement(self.reference_tokens[keys[0]], self.reference_tokens[keys[1]])
+
+    def pieces(self, prompt_id: str) -> list | None:
+        """Ref #1's completion tokens as bytes (the prefill arm's prefixes): kept this session, or read back from the captures."""
+        if prompt_id not in self.reference_pieces:
+            marker = f'"unit":"{prompt_id}/reference/s0"'.encode()
+            self.captures.flush()
+            with self.captures_path.open("rb") as handle:
+                for line in handle:
+                    if marker in line:
+                        self.reference_pieces[prompt_id] = _pieces(_parse_capture(line, self.captures_path)[0])
+        return self.reference_pieces.get(prompt_id)
 
     def close(self) -> None:
         self.captures.close()
@@ -139,6 +153,12 @@ def _live_window(rows, sent_at: float | None) -> tuple[float, float] | None:
     if last - first < LIVE_SPAN * last:  # its tokens came in a rush at the end: the server sent them late, not as it decoded them
         return None
     return sent_at + first, sent_at + last
+
+
+def _pieces(rows) -> list:
+    from ._arms import completion_pieces
+
+    return completion_pieces(rows)
 
 
 def _identities(rows) -> tuple:
