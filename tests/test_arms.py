@@ -217,3 +217,46 @@ def test_bia_serve_alone_and_cold_repeats_m1_bit_for_bit_and_its_drift_is_put_on
     assert table.sort("bitwise_prefix")["cause"][0] == expected
     envelope = json.loads(run.requests.filter(arm="cache", role="band")["extra"][0])
     assert envelope["arm"] == "cache" and envelope["unit"] == "p0/cache/band/c1/r0"
+
+
+# --- the report's section --------------------------------------------------------------------------
+
+
+def test_the_attribution_figure_splits_each_bar_by_the_causes_shares():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from analysis.report._attribution import plot_attribution
+
+    shares = pl.DataFrame({"engine": ["e", "e", "e"], "band_c": [1, 4, 4], "cause": ["cache state", "cache state", "co-batching"],
+                           "requests": [2, 1, 3], "share": [1.0, 0.25, 0.75]})
+    ax = plot_attribution(shares)
+    drawn = sorted((container.get_label(), float(bar.get_x()), float(bar.get_width())) for container in ax.containers for bar in container
+                   if bar.get_width() > 0)
+    # c=1 is one bar of the cache; c=4 is a quarter of the cache, then three quarters of co-batching after it
+    assert drawn == [("cache state", 0.0, 0.25), ("cache state", 0.0, 1.0), ("co-batching", 0.25, 0.75)]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["cache state", "co-batching"]
+    plt.close(ax.figure)
+
+
+def test_the_report_section_names_the_causes_and_escapes_the_run_names(served_arms):
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from analysis.report import reviews_html
+    from analysis.report._attribution import attribution_html
+    from analysis.witness import read_witnesses
+
+    hostile = dataclasses.replace(served_arms, path=Path("runs") / "<i>bad&run")  # the engine label names the run's folder
+    page = attribution_html([hostile])
+    assert "<i>" not in page and page.count("bia serve (&lt;i&gt;bad&amp;run)") >= 2  # in the figure's alt text and the tables
+    assert page.count('src="data:image/png;base64,') == 1 and "Why streams part" in page
+    text = re.sub(r"<[^>]+>", " ", page)
+    assert "co-batching" in text or "prefill path" in text
+    assert attribution_html([read_run("data/experiment-cpu/default")]) == ""  # no arms, no section
+    # the verdict cards carry the section after them, for the runs with arms only
+    cards = reviews_html(read_witnesses([]), [served_arms], epsilon=0.05)
+    assert cards.index("Why streams part") > 0

@@ -446,10 +446,21 @@ def _arm_tag(unit: Unit, manifest: dict[str, Any]) -> dict[str, str]:
     return {"arm": unit.arm or "reference"}
 
 
+async def _fetch_sequential(client, endpoint, body: dict[str, Any], partial, writer: _RunWriter, deadline: float) -> dict[str, Any]:
+    """One request of a run of requests sent one after another, sent once more when the server closed the reused connection
+    before answering at all (llama-server ends a kept-alive connection after a number of requests; the request then never
+    reached it): such a close is the connection's fate, not the request's. Each retry is listed in the manifest's ``resent``."""
+    result = await fetch_stream(client, endpoint, body, partial, writer.origin, deadline)
+    if "without sending a response" in result.get("error", "") and not result.get("sse") and result.get("status") is None:
+        writer.manifest.setdefault("resent", []).append({"partial": partial.name, "reason": result["error"]})
+        result = await fetch_stream(client, endpoint, body, partial, writer.origin, deadline)
+    return result
+
+
 async def _fire_primer(client, endpoint, writer: _RunWriter, unit: Unit, body: dict[str, Any], deadline: float) -> None:
     """The request that fills the prompt cache before a cache or prefix arm's request: kept as a filler of its unit."""
     partial = writer.partial(unit, 1, "filler")
-    result = await fetch_stream(client, endpoint, body, partial, writer.origin, deadline)
+    result = await _fetch_sequential(client, endpoint, body, partial, writer, deadline)
     _stop_if_gone(endpoint, [result], [partial])
     writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role="filler", slot=1, repeat=unit.repeat, **_arm_tag(unit, writer.manifest))
 
@@ -466,7 +477,7 @@ async def _fire_prefill(client, endpoint, writer: _RunWriter, unit: Unit, body: 
             writer.manifest.setdefault("prefill_skipped", []).append({"prompt_id": unit.prompt_id, "slot": slot, "reason": why})
             continue
         partial = writer.partial(unit, slot, "prefill")
-        result = await fetch_stream(client, endpoint, prefill_body(body, prompt, completion, profile), partial, writer.origin, deadline)
+        result = await _fetch_sequential(client, endpoint, prefill_body(body, prompt, completion, profile), partial, writer, deadline)
         _stop_if_gone(endpoint, [result], [partial])
         results.append(result)
         refusals.append(writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role="prefill", slot=slot, repeat=unit.repeat,
@@ -520,7 +531,7 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     poller = MetricsPoller(client, f"{base}/metrics", gauge, interval, writer.origin) if gauge else None
     async with poller or contextlib.nullcontext():
         if unit.arm == "serial":  # one after another: the same c requests as the copies band, never two in flight
-            results = [await fetch_stream(client, endpoint, b, p, writer.origin, deadline) for b, p in zip(bodies, partials)]
+            results = [await _fetch_sequential(client, endpoint, b, p, writer, deadline) for b, p in zip(bodies, partials)]
         else:
             results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin, deadline) for b, p in zip(bodies, partials)))
     _stop_if_gone(endpoint, results, partials)

@@ -30,6 +30,7 @@ from ..io._bundled import bundled
 from ..studies._engines import batch_invariant_engines, default_engine_reference, engine_table
 from ..studies._modes import _engine_label, mode_comparison
 from ..run import RunError
+from ._attribution import attribution_html
 from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
 
 
@@ -125,15 +126,17 @@ def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any
     Returns
     -------
     str
-        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``).
+        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``),
+        then, for runs probed with control arms, why their streams part (``analysis.report._attribution``).
     """
     from ..views._review import run_review, witness_reviews
 
-    runs = [run_review(run, epsilon=epsilon, reference=reference) for run in runs]
+    runs = list(runs)
+    reviews = [run_review(run, epsilon=epsilon, reference=reference) for run in runs]
     witnesses = witness_reviews(ws, epsilon=epsilon) if ws.sources else []
-    if not runs and not witnesses:
+    if not reviews and not witnesses:
         return '<p class="bia-fail">Nothing to judge: no run and no witness was read.</p>'
-    return render("review.html.j2", runs=runs, witnesses=witnesses, epsilon=cell(epsilon))
+    return render("review.html.j2", runs=reviews, witnesses=witnesses, epsilon=cell(epsilon)) + attribution_html(runs)
 
 
 _LONG_DECIMAL = re.compile(r"(?<![\w.])\d+\.\d{5,}(?:[eE][-+]?\d+)?(?![\w.])")
