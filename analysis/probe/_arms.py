@@ -12,8 +12,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import polars as pl
-
 from ..run._arms import ARMS, PREFIX_SHARES
 from ._engines import EngineProfile
 from ._rundir import ProbeError
@@ -88,13 +86,6 @@ def prefill_body(body: dict[str, Any], prompt: str, completion: str, profile: En
     if profile.prefill == "continue":
         out.update(continue_final_message=True, add_generation_prompt=False)
     return out
-
-
-def completion_pieces(rows) -> list[bytes | None]:
-    """The bytes of each completion token of one parsed capture, in order (None where a token has neither bytes nor text)."""
-    tokens = rows.frames()[0].filter(pl.col("segment") == "completion").sort("position")
-    return [bytes(b) if b is not None else t.encode("utf-8") if t is not None else None
-            for b, t in zip(tokens["token_bytes"].to_list(), tokens["token_text"].to_list())]
 
 
 def completion_prefix(pieces: list[bytes | None], j: int) -> tuple[str | None, str | None]:

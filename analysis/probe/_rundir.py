@@ -155,10 +155,14 @@ def _live_window(rows, sent_at: float | None) -> tuple[float, float] | None:
     return sent_at + first, sent_at + last
 
 
-def _pieces(rows) -> list:
-    from ._arms import completion_pieces
+def _pieces(rows) -> list[bytes | None]:
+    """The bytes of each completion token of one parsed capture, in order (None where a token has neither bytes nor text):
+    the prefill arm puts a reference's first j of them into its prompt."""
+    import polars as pl
 
-    return completion_pieces(rows)
+    tokens = rows.frames()[0].filter(pl.col("segment") == "completion").sort("position")
+    return [bytes(b) if b is not None else t.encode("utf-8") if t is not None else None
+            for b, t in zip(tokens["token_bytes"].to_list(), tokens["token_text"].to_list())]
 
 
 def _identities(rows) -> tuple:

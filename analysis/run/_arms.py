@@ -33,7 +33,7 @@ from typing import Any
 
 import polars as pl
 
-from ._layout import _DEFAULTS, Unit
+from ._unit import _DEFAULTS, Unit
 
 ARMS = ("repeat", "copies", "mixed", "prefix", "cache", "serial", "prefill")
 ARM_REPEATS = 3  # the repeat arm's requests alone per repeat of the run

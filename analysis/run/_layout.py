@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 
+from ._arms import arm_plan
 from ._manifest import manifest_problem
+from ._unit import _DEFAULTS, Unit
 from ..core._strictjson import check_depth
 
 RUN_VERSION = 1
 
 
-_DEFAULTS = {"ladder": [1, 4, 8, 16], "declared_min": 64, "max_constant_run": 16}
 
 
 @runtime_checkable
@@ -36,46 +36,6 @@ class RunError(ValueError):
     """A run directory or mapping that cannot be read; the message names the file and field."""
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One step of a run's plan: a reference request, or one band (or its observer twin) of c requests released together.
-
-    ``slots`` are the requests recorded as the unit's own: all c in the copies layout, the target
-    (slot 0) alone in the needle layout, where the others are fillers. ``arm`` names the control arm
-    of a run probed with ``arms`` (see :mod:`analysis.run._arms`); None in a run made before arms
-    existed, and for the m=1 references, which every arm shares.
-    """
-
-    prompt_id: str
-    role: str  # "reference" | "band" | "observer" | "prefill"
-    band_c: int | None
-    repeat: int
-    slots: tuple[int, ...]
-    arm: str | None = None
-
-    @property
-    def key(self) -> str:
-        """A stable name, as the manifest's ``done`` list and each capture's ``unit`` field hold it.
-
-        The copies arm keeps the names runs had before arms, so a copies run reads the same either way.
-
-        Examples
-        --------
-        >>> Unit("p0", "band", 4, 0, (0, 1, 2, 3), "copies").key, Unit("p0", "band", 4, 0, (0,), "mixed").key
-        ('p0/band/c4/r0', 'p0/mixed/band/c4/r0')
-        """
-        if self.role == "reference":
-            return f"{self.prompt_id}/reference/s{self.slots[0]}"
-        if self.role == "prefill":  # one unit per prompt: its slots are the completion's positions scored as a prompt
-            return f"{self.prompt_id}/prefill/r{self.repeat}"
-        arm = f"{self.arm}/" if self.arm not in (None, "copies") else ""
-        return f"{self.prompt_id}/{arm}{self.role}/c{self.band_c}/r{self.repeat}"
-
-    def capture_name(self, slot: int) -> str:
-        """The file name (without suffix) of one request's partial capture."""
-        return f"{self.key.replace('/', '.')}.s{slot}"
-
-
 def plan(manifest: Mapping[str, Any]) -> list[Unit]:
     """What a run's manifest calls for, in the order a probe sends it: per prompt the two m=1
     references, then each repeat of the ladder (each band followed by its observer twin, without
@@ -87,8 +47,6 @@ def plan(manifest: Mapping[str, Any]) -> list[Unit]:
     ['p0/reference/s0', 'p0/reference/s1', 'p0/band/c1/r0', 'p0/observer/c1/r0', 'p0/band/c4/r0', 'p0/observer/c4/r0']
     """
     if manifest.get("arms") is not None:
-        from ._arms import arm_plan  # the arms' plan builds Units: imported here, as it imports this module
-
         return arm_plan(manifest)
     ladder = list(manifest.get("ladder", _DEFAULTS["ladder"]))
     needle = (manifest.get("requested") or {}).get("layout") == "needle"
