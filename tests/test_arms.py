@@ -260,3 +260,35 @@ def test_the_report_section_names_the_causes_and_escapes_the_run_names(served_ar
     # the verdict cards carry the section after them, for the runs with arms only
     cards = reviews_html(read_witnesses([]), [served_arms], epsilon=0.05)
     assert cards.index("Why streams part") > 0
+
+
+def test_a_sequential_request_whose_connection_was_closed_unanswered_is_sent_once_more(tmp_path):
+    import threading
+
+    from loopback import HttpServer, Quiet, stream_words
+
+    posts = []
+    lock = threading.Lock()
+
+    class ClosesTheThird(Quiet):
+        def do_GET(self):
+            self.answer(404, b"{}")
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                posts.append(self.path)
+                n = len(posts)
+            if n == 3:  # the first of the serial arm's requests: the connection closes before any answer, as llama-server's can
+                self.close_connection = True
+                return
+            stream_words(self, ["a", "b", "c"])
+
+    with HttpServer(ClosesTheThird) as server:
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["Hi"], ladder=(1, 2), max_tokens=3, engine="openai", arms=["serial"]))
+    run = read_run(folder)
+    # two references, then the serial band of 2: 4 requests kept from 5 POSTs, the third sent again
+    assert len(posts) == 5 and run.manifest["refused"] == [] and run.missing() == []
+    assert [entry["partial"] for entry in run.manifest["resent"]] == ["p0.serial.band.c2.r0.s0.sse"]
+    assert "without sending a response" in run.manifest["resent"][0]["reason"]
+    assert slot_table(run).filter(arm="serial")["slot"].to_list() == [0, 1]
