@@ -44,7 +44,7 @@ import httpx
 from ..run import Unit, plan
 from ..run._arms import ARM_REPEATS, PREFIX_SHARES
 from ._arms import check_arms, cold_fields, completion_prefix, prefill_body, prefix_primer
-from ._capture import EventClock, fetch_stream, stream_problem
+from ._capture import EventClock, fetch_stream, open_partial, stream_problem
 from ._checks import check_address, check_first_answer, check_open_files, check_settings, check_slots, check_timeout
 from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine
 from ._rundir import ProbeError, _drop_partial, _load_for_resume, _now, _RunWriter, _supersede
@@ -533,7 +533,9 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
         if unit.arm == "serial":  # one after another: the same c requests as the copies band, never two in flight
             results = [await _fetch_sequential(client, endpoint, b, p, writer, deadline) for b, p in zip(bodies, partials)]
         else:
-            results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin, deadline) for b, p in zip(bodies, partials)))
+            opened = [open_partial(p) for p in partials]  # before the release: no file is opened between its first send and its last
+            results = await asyncio.gather(*(fetch_stream(client, endpoint, b, p, writer.origin, deadline, f)
+                                             for b, p, f in zip(bodies, partials, opened)))
     _stop_if_gone(endpoint, results, partials)
     await asyncio.sleep(0.05)  # let the server's last log line land
     cache_after = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None

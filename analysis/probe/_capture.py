@@ -143,8 +143,16 @@ class EventClock:
 KEPT_BYTES = 64 * 1024  # an HTTP error's body kept with its refusal, and the most of an answer read before its first SSE event
 
 
+def open_partial(partial: Path) -> tuple[Any, Any]:
+    """A request's partial capture files, opened to append: its raw bytes (unbuffered) and its event times (line-buffered).
+
+    A band opens every request's files before it releases them (``fetch_stream(..., opened=...)``), so no file is opened
+    between the band's first send and its last: opening 2c files inside the release would spread it."""
+    return partial.open("ab", buffering=0), partial.with_suffix(".times").open("a", buffering=1)
+
+
 async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial: Path | None = None, origin: float | None = None,
-                       deadline: float | None = None) -> dict[str, Any]:
+                       deadline: float | None = None, opened: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """POST ``body`` and read its SSE answer, all of it within ``deadline`` seconds.
 
     Returns ``{"sse", "arrival_times", "t_sent"}`` for a whole stream, or ``{"error", ...}`` with
@@ -153,7 +161,8 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     seconds after the request was sent; with ``origin`` (a ``time.monotonic()`` reading),
     ``sent_at_s`` says when it was sent on that clock, so the release skew of a band's requests can
     be read. With ``partial``, the raw bytes go to ``partial`` (``.sse``) and the arrival times to
-    its ``.times`` sibling as they arrive, so a probe killed mid-stream leaves them.
+    its ``.times`` sibling as they arrive, so a probe killed mid-stream leaves them; ``opened`` gives those two files
+    already open (:func:`open_partial`), and they are closed here all the same.
 
     ``deadline`` covers the whole request, the stream included: httpx's time-out is per read, so a
     server that trickles bytes or keep-alive comments would never trip it. A request past its
@@ -161,8 +170,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     """
     sent = time.monotonic()
     clock, chunks, answer = EventClock(), [], {}
-    raw = partial.open("ab", buffering=0) if partial is not None else None
-    times = partial.with_suffix(".times").open("a", buffering=1) if partial is not None else None
+    raw, times = opened if opened is not None else open_partial(partial) if partial is not None else (None, None)
     try:
         async with asyncio.timeout(deadline):
             refused = await _exchange(client, url, body, clock, chunks, answer, raw, times, sent)

@@ -211,14 +211,15 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
     from ..run import band_table
 
     bands = band_table(run, epsilon=epsilon, reference=reference)
-    per_c = bands.group_by("band_c").agg(
+    arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms: each arm's bands apart
+    per_c = bands.group_by(*arms, "band_c").agg(
         bands=pl.len(), requests=pl.col("n_slots").sum(), widths_formed=pl.col("widths_seen").drop_nulls().unique().sort().str.join("; "),
         parted=pl.col("diverged_slots").sum(), near_tie=pl.col("near_tie_slots").sum(), earliest=pl.col("divergence_min").min(),
         most_completions=pl.col("unique_completions").max(), rate=pl.col("decode_tok_s").median(), per_1000=pl.col("s_per_1000_seq").median(),
-    ).sort("band_c").select(c="band_c", bands="bands", **{"batch widths formed": "widths_formed", "requests": "requests",
+    ).sort(*arms, "band_c").select(*arms, c="band_c", bands="bands", **{"batch widths formed": "widths_formed", "requests": "requests",
                             "parted from m=1": "parted", "at a near-tie": "near_tie", "earliest divergence": "earliest",
                             "most unique completions": "most_completions", "median decode tok/s": "rate", "median s per 1000 seq": "per_1000"})
-    worst = bands.select(prompt="prompt_id", c="band_c", repeat="repeat", **{
+    worst = bands.select(*arms, prompt="prompt_id", c="band_c", repeat="repeat", **{
         "m formed": "m_formed", "widths formed": "widths_seen", "width evidence": "width_evidence", "earliest divergence": "divergence_min",
         "parted": pl.format("{} of {}", "diverged_slots", "n_slots"), "near-tie": "near_tie_slots", "slots agree to": "intra_agree_to",
         "unique completions": "unique_completions", "modal share": "modal_share", "decode tok/s": "decode_tok_s",
@@ -234,8 +235,9 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
 def _requests_html(run, epsilon: float, reference: Any, against: str) -> str:
     from ..run import slot_table
 
+    arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms names each request's arm
     slots = slot_table(run, epsilon=epsilon, reference=reference).select(
-        prompt="prompt_id", c="band_c", repeat="repeat", slot="slot", **{
+        *arms, prompt="prompt_id", c="band_c", repeat="repeat", slot="slot", **{
             "agrees to": "agree_to", "divergence at": "divergence_at", "bit-identical prefix": "bitwise_prefix", "max ULP": "max_ulp",
             "reference margin": "reference_margin", "own margin": "own_margin", "near-tie": "near_tie", "KL top-k max": "kl_topk_max",
             "length": "length", "decode tok/s": "decode_tok_s"})
