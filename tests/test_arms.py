@@ -292,3 +292,11 @@ def test_a_sequential_request_whose_connection_was_closed_unanswered_is_sent_onc
     assert [entry["partial"] for entry in run.manifest["resent"]] == ["p0.serial.band.c2.r0.s0.sse"]
     assert "without sending a response" in run.manifest["resent"][0]["reason"]
     assert slot_table(run).filter(arm="serial")["slot"].to_list() == [0, 1]
+
+
+def test_a_manifest_naming_an_unknown_arm_is_refused_naming_the_field(tmp_path):
+    from analysis.run import RunError, load_manifest
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"arms": ["copies", "needle"]}))
+    with pytest.raises(RunError, match='manifest.json: field "arms": expected a list of distinct arm names'):
+        load_manifest(tmp_path)

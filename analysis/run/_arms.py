@@ -33,9 +33,10 @@ from typing import Any
 
 import polars as pl
 
+from ._manifest import ARM_NAMES
 from ._unit import _DEFAULTS, Unit
 
-ARMS = ("repeat", "copies", "mixed", "prefix", "cache", "serial", "prefill")
+ARMS = ARM_NAMES
 ARM_REPEATS = 3  # the repeat arm's requests alone per repeat of the run
 PREFIX_SHARES = (0.25, 0.5, 0.9)  # how much of the prompt's text each prefix primer shares with it
 REFERENCE_ARM = "reference"  # the arm column of the m=1 references, which every arm shares

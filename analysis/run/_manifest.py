@@ -28,6 +28,9 @@ def _list_of(check: Check) -> Check:
     return lambda v: isinstance(v, list) and all(check(item) for item in v)
 
 
+# The control arms a run may name (analysis.run._arms says what each fires), in the order the issue lists them.
+ARM_NAMES = ("repeat", "copies", "mixed", "prefix", "cache", "serial", "prefill")
+
 _ID = _is(str, int)
 _OBJECT = _is(dict)
 _NULLABLE_OBJECT = lambda v: v is None or isinstance(v, dict)  # noqa: E731
@@ -47,6 +50,10 @@ _TOP: dict[str, tuple[str, Check]] = {
     "refused": ("a list of objects", _list_of(_OBJECT)),
     "skipped": ("a list of objects", _list_of(_OBJECT)),
     "done": ("a list of strings", _list_of(_is(str))),
+    "arms": (f"a list of distinct arm names ({', '.join(ARM_NAMES)})",
+             lambda v: isinstance(v, list) and all(isinstance(a, str) and a in ARM_NAMES for a in v) and len(set(v)) == len(v)),
+    "prefill_skipped": ("a list of objects", _list_of(_OBJECT)),
+    "resent": ("a list of objects", _list_of(_OBJECT)),
     "expected": ("a list of strings", _list_of(_is(str))),
     "sampler": ("an object", _OBJECT),
     "identity": ("an object", _OBJECT),
@@ -96,6 +103,8 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     True
     >>> manifest_problem({"ladder": "1,4,8"})
     'field "ladder": expected a list of distinct integers >= 1, got \\'1,4,8\\''
+    >>> manifest_problem({"arms": ["copies", "needle"]})
+    'field "arms": expected a list of distinct arm names (repeat, copies, mixed, prefix, cache, serial, prefill), got [\\'copies\\', \\'needle\\']'
     >>> manifest_problem({"m_formed": [{"band_c": 4}, {"band_c": -4}]})
     'field "m_formed[1].band_c": expected an integer >= 1, got -4'
     """
