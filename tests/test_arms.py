@@ -300,3 +300,15 @@ def test_a_manifest_naming_an_unknown_arm_is_refused_naming_the_field(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"arms": ["copies", "needle"]}))
     with pytest.raises(RunError, match='manifest.json: field "arms": expected a list of distinct arm names'):
         load_manifest(tmp_path)
+
+
+def test_bia_probe_refuses_an_unknown_arm_before_connecting():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "analysis", "probe", "http://127.0.0.1:9", "-o", "unused", "--arms", "copies,needle"],
+                          capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 2 and "unknown arm 'needle': arms are repeat, copies, mixed, prefix, cache, serial, prefill" in done.stderr
+    assert not (root / "unused").exists()
