@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import polars as pl
 import pytest
@@ -215,6 +216,8 @@ def test_bia_serve_alone_and_cold_repeats_m1_bit_for_bit_and_its_drift_is_put_on
     first_bits = prefill.filter(~pl.col("same_bits"))["position"].to_list()
     expected = "prefill path" if first_bits and min(first_bits) <= table["bitwise_prefix"].min() else "co-batching"
     assert table.sort("bitwise_prefix")["cause"][0] == expected
+    card = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", run._repr_html_()))  # the run's card counts arm by arm
+    assert "serial c=4: 8 of 8 requests bit-identical to ref #1, 8 token-identical" in card and "repeat c=1: 6 of 6" in card
     envelope = json.loads(run.requests.filter(arm="cache", role="band")["extra"][0])
     assert envelope["arm"] == "cache" and envelope["unit"] == "p0/cache/band/c1/r0"
 

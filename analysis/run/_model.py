@@ -13,7 +13,7 @@ from ..metrics import parity
 from ..dumps import Dump
 from ..core._cells import few, summary_html
 from ..metrics._counts import run_counts
-from ._arms import REFERENCE_ARM, legacy_arm, with_arm_column
+from ._arms import REFERENCE_ARM, legacy_arm, run_arms, with_arm_column
 from ._layout import _DEFAULTS, RunError, plan
 from ._derived import _capture_stamps, _derived_record, _write_derived
 from ._tables import slot_table
@@ -133,9 +133,15 @@ def _card(run: Run) -> str:
     mode = (manifest.get("effective") or {}).get("kernel_mode")
     if mode:  # as the verdict card says it: the mode the server ran, after what served it
         facts.insert(1, ("kernel mode", mode))
+    if manifest.get("arms") is not None:
+        facts.insert(3, ("arms", ", ".join(manifest["arms"])))
     lines = []
-    for c, requests, bitwise, same, earliest in run_counts(slot_table(run)).select("c", "requests", "bitwise", "same", "first").iter_rows():
-        words = f"c={c}: {bitwise} of {requests} requests bit-identical to ref #1, {same} token-identical"
-        words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
-        lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))
+    slots = slot_table(run)
+    # a run with control arms is counted arm by arm: a warm cache's c=1 is not the copies' c=1
+    for arm in (run_arms(manifest) if manifest.get("arms") is not None else [None]):
+        counts = run_counts(slots if arm is None else slots.filter(pl.col("arm") == arm))
+        for c, requests, bitwise, same, earliest in counts.select("c", "requests", "bitwise", "same", "first").iter_rows():
+            words = f"{arm + ' ' if arm else ''}c={c}: {bitwise} of {requests} requests bit-identical to ref #1, {same} token-identical"
+            words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
+            lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))
     return summary_html("bia run", str(run.path) if run.path else "assembled", facts, lines)
