@@ -315,3 +315,15 @@ def test_bia_probe_refuses_an_unknown_arm_before_connecting():
                           capture_output=True, text=True, timeout=120, cwd=root)
     assert done.returncode == 2 and "unknown arm 'needle': arms are repeat, copies, mixed, prefix, cache, serial, prefill" in done.stderr
     assert not (root / "unused").exists()
+
+
+def test_a_dry_run_lists_the_arms_units_and_counts_their_primers():
+    pytest.importorskip("torch")
+    from analysis.probe import dry_run
+    from analysis.serve import BackgroundServer
+
+    with BackgroundServer() as server:
+        planned = asyncio.run(dry_run(server.url, prompts=["Hi"], ladder=(1, 4), max_tokens=4, arms=["repeat", "serial", "prefill", "cache"]))
+    assert planned["units"] == ["p0/reference/s0", "p0/reference/s1", "p0/repeat/band/c1/r0", "p0/repeat/band/c1/r1", "p0/repeat/band/c1/r2",
+                                "p0/serial/band/c4/r0", "p0/prefill/r0", "p0/cache/band/c1/r0"]
+    assert planned["requests"] == 2 + 3 + 4 + 3 + (1 + 1)  # references, repeats, serial, prefill positions 1-3, the cache's primer and request

@@ -350,7 +350,8 @@ async def dry_run(
     first = manifest["prompts"][0]["text"]
     return {"said": detection.describe(), "effective": manifest["effective"],
             "body": request_body(first, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed, profile=detection.profile, model=detection.model),
-            "units": [u.key for u in units], "requests": sum(u.band_c or len(u.slots) for u in units)}
+            "units": [u.key for u in units],
+            "requests": sum(u.band_c or len(u.slots) for u in units) + sum(u.arm in ("cache", "prefix") for u in units)}  # with primers
 
 
 def expectation_notes(manifest: dict[str, Any]) -> list[str]:
