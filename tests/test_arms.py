@@ -327,3 +327,12 @@ def test_a_dry_run_lists_the_arms_units_and_counts_their_primers():
     assert planned["units"] == ["p0/reference/s0", "p0/reference/s1", "p0/repeat/band/c1/r0", "p0/repeat/band/c1/r1", "p0/repeat/band/c1/r2",
                                 "p0/serial/band/c4/r0", "p0/prefill/r0", "p0/cache/band/c1/r0"]
     assert planned["requests"] == 2 + 3 + 4 + 3 + (1 + 1)  # references, repeats, serial, prefill positions 1-3, the cache's primer and request
+
+
+def test_a_run_with_arms_written_again_reads_back_with_its_arms(served_arms, tmp_path):
+    from analysis import write_run
+
+    again = read_run(write_run(served_arms, tmp_path / "again"))
+    count = lambda run: run.requests.group_by("arm", "role").len().sort("arm", "role").rows()  # noqa: E731
+    assert count(again) == count(served_arms) and again.manifest["arms"] == ALL_ARMS
+    assert prefill_table(again).equals(prefill_table(served_arms))
