@@ -82,6 +82,11 @@ def test_arms_no_run_can_be_made_of_are_refused_with_the_reason(arms, profile, w
         check_arms(arms, PROFILES[profile] if profile else None)
 
 
+def test_arms_and_the_needle_layout_are_not_given_together():
+    with pytest.raises(ProbeError, match="the needle layout is the mixed arm; give arms or a layout, not both"):
+        check_arms(["copies"], layout="needle")
+
+
 def test_every_arm_runs_on_llama_cpp_vllm_and_bia_serve():
     for name in ("llamacpp", "vllm", "bia"):
         check_arms(ALL_ARMS, PROFILES[name])

@@ -231,7 +231,7 @@ async def probe(
     check_timeout(timeout)
     if not resume:
         check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
-        check_arms(arms)
+        check_arms(arms, layout=layout)
         if declared_min is not None and not 0 <= declared_min <= max_tokens:
             raise ProbeError(f"declared_min must be between 0 and max_tokens={max_tokens}, got {declared_min}: no reference could reach it")
     created = _first_missing(folder)  # what the probe may remove again when it stops having kept nothing
@@ -337,7 +337,7 @@ async def dry_run(
     check_address(url)
     check_timeout(timeout)
     check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
-    check_arms(arms)
+    check_arms(arms, layout=layout)
     base, endpoint = _addresses(url)
     async with _client(timeout, api_key) as client:
         detection = await detect_engine(client, base, engine, model)

@@ -19,7 +19,7 @@ from ._rundir import ProbeError
 PRIMER_TAIL = " Now write about something else entirely."  # what makes a prefix primer part from the prompt after its shared text
 
 
-def check_arms(arms: Sequence[str] | None, profile: EngineProfile | None = None) -> None:
+def check_arms(arms: Sequence[str] | None, profile: EngineProfile | None = None, layout: str = "copies") -> None:
     """Refuse arms that are unknown, named twice, or that the engine cannot run, before anything is fired.
 
     Examples
@@ -40,6 +40,8 @@ def check_arms(arms: Sequence[str] | None, profile: EngineProfile | None = None)
         raise ProbeError(f"unknown arm {unknown[0]!r}: arms are {', '.join(ARMS)}")
     if len(set(arms)) != len(arms):
         raise ProbeError(f"arms names an arm twice: {list(arms)}")
+    if layout != "copies":
+        raise ProbeError(f"arms replace the layout: the {layout} layout is the mixed arm; give arms or a layout, not both")
     if profile is None:
         return
     if "cache" in arms and profile.cold is None:
