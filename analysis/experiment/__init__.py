@@ -258,8 +258,18 @@ def _layout(prompt: list[int], prompts: list[list[int]], c: int, layout: str, rn
 
 
 def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path | None = None) -> Path:
-    """Replay an experiment run with taps on every op and write its ``first_ops.json``
-    (see :func:`analysis.experiment._first_ops.write_first_ops`, which this imports lazily: torch)."""
+    """Replay an experiment run with taps on every op and write its ``first_ops.json``, which
+    :func:`analysis.first_op_table` reads (see :func:`analysis.experiment._first_ops.write_first_ops`;
+    imported here when called, as torch is).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from analysis import first_op_table, read_run
+    >>> (run,) = run_experiment(tempfile.mkdtemp(), prompts=["Hi"], ladder=[2], modes=["fixed-tiles"], max_tokens=4, taps=False)
+    >>> write_first_ops(run).name, first_op_table(read_run(run)).height
+    ('first_ops.json', 0)
+    """
     from ._first_ops import write_first_ops as write
 
     return write(run_dir, model=model, model_path=model_path)

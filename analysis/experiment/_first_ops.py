@@ -171,8 +171,9 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
 
     Examples
     --------
-    >>> import shutil, tempfile
-    >>> run = shutil.copytree("data/experiment-cpu/fixed-tiles", tempfile.mkdtemp() + "/run")
+    >>> import tempfile
+    >>> from analysis import run_experiment
+    >>> (run,) = run_experiment(tempfile.mkdtemp(), prompts=["Hi"], ladder=[2], modes=["default"], max_tokens=4, taps=False)
     >>> write_first_ops(run).name
     'first_ops.json'
     """
