@@ -131,7 +131,10 @@ def test_report_plots_are_embedded_images(default_report):
     images = re.findall(r"<img\b[^>]*>", page)
     assert all(re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', img) for img in images)
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
-    assert [sum(f"data/{run}:" in a for a in alts) for run in RUNS] == [4] * len(RUNS)  # four figures each, panels left out when empty
+    first_ops = [a for a in alts if "the first op that differs from m=1" in a]
+    # four figures each, panels left out when empty; and where drift starts, for the one run whose requests part from m=1
+    assert [sum(f"data/{run}:" in a for a in alts if a not in first_ops) for run in RUNS] == [4] * len(RUNS)
+    assert len(first_ops) == 1 and "data/experiment-cpu/default: " in first_ops[0] and "by layer and op" in first_ops[0]
     assert sum("the batch widths the server formed" in a for a in alts) == len(RUNS)
     assert alts[:2] == [
         "divergence_at against batch size c for each witness, with declared_min marked; per-request decode rate against c, with the 50%-of-c=1 line",
