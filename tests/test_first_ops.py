@@ -163,9 +163,12 @@ def test_the_figure_and_section_name_the_ops_that_start_the_drift(runs):
     ax = plot_first_ops(runs["default"])
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[0] == "embedding" and labels[-1] == "logprobs" and len(labels) == len(tapped_ops(3)) + 1
-    onset_bars = ax.containers[1]  # the dark bars: requests whose drift starts at each op
-    starts = table.filter(pl.col("onset")).group_by("op_index").len()
-    assert {i: int(b.get_width()) for i, b in enumerate(onset_bars) if b.get_width()} == dict(starts.rows())
+    requests, steps = ax.containers  # the shares of requests whose drift starts at each op, and of all differing steps
+    onsets = table.filter(pl.col("onset"))
+    assert {i: round(b.get_width() * onsets.height) for i, b in enumerate(requests) if b.get_width()} == dict(
+        onsets.group_by("op_index").len().rows())
+    assert {i: round(b.get_width() * table.height) for i, b in enumerate(steps) if b.get_width()} == dict(
+        table.group_by("op_index").len().rows())
     page = first_op_html(runs["default"])
     assert "Where drift starts" in page and "data:image/png;base64," in page and 'alt="' in page
     first = table.filter(pl.col("onset")).row(0, named=True)

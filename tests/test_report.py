@@ -255,7 +255,8 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    assert len(state["images"]) == 2 + 4 * len(RUNS) and all(i["ok"] and i["visible"] for i in state["images"])
+    # two witness figures, four per run, and where drift starts in the one run that drifts (the default kernel mode)
+    assert len(state["images"]) == 2 + 4 * len(RUNS) + 1 and all(i["ok"] and i["visible"] for i in state["images"])
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
     assert "Batch invariant: every request is bit-identical to m=1." in state["text"]  # the cards are open; the detail is not
     assert "a divergence planted at step 32 of ref #1 was detected at step 32" not in state["text"]
@@ -324,7 +325,7 @@ def assert_readable(state: dict) -> None:
 def test_the_default_report_reads_in_chromium(default_report):
     state = read_like_a_reviewer(default_report[0])
     assert_readable(state)
-    assert len(state["figures"]) == 2 + 4 * len(RUNS)
+    assert len(state["figures"]) == 2 + 4 * len(RUNS) + 1  # with where drift starts in the default kernel mode
     assert state["title"] == "Batch-parity report"
 
 

@@ -63,13 +63,22 @@ def plot_first_ops(run, *, ax=None):
         ax.bia_empty = message
         return ax
     counts = _counts(record["ops"], table)
+    requests, steps = table["onset"].sum(), table.height
     y = list(range(counts.height))
-    ax.barh(y, counts["steps"], color="#9ecae1", label="differing steps whose first op it is")
-    ax.barh(y, counts["requests"], height=0.5, color="#08519c", label="requests whose drift starts there (first differing step)")
+    # shares, so that the requests' few onsets and the many steps after them read on one axis
+    ax.barh([i - 0.2 for i in y], counts["requests"] / requests, height=0.4, color="#08519c",
+            label=f"share of the {requests} drifting requests whose drift starts there")
+    ax.barh([i + 0.2 for i in y], counts["steps"] / steps, height=0.4, color="#9ecae1",
+            label=f"share of the {steps} differing steps whose first differing op it is")
+    for i, (n, k) in enumerate(counts.select("requests", "steps").rows()):
+        if n or k:
+            ax.annotate(f"{n} requests, {k} steps", (max(n / requests, k / steps), i), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize="small")
     ax.set_yticks(y, counts["label"].to_list())
-    ax.invert_yaxis()  # forward order reads down
-    ax.set_xlabel("count")
-    ax.set_title(f"{run.path.name}: the first op that differs from m=1 ({record['kernel_mode']})")
+    ax.set_ylim(counts.height - 0.5, -0.5)  # forward order reads down
+    ax.set_xlim(0, 1.35)
+    ax.set_xlabel("share")
+    ax.set_title(f"{record['kernel_mode']} kernel mode: the first op whose output differs from m=1")
     ax.legend(loc="lower right", fontsize="small")
     return ax
 
@@ -124,11 +133,11 @@ def first_op_html(run) -> str:
 def _words(table: pl.DataFrame, mode: str) -> str:
     """The section's sentence: how many requests' drift starts where."""
     onsets = table.filter(pl.col("onset"))
-    starts = onsets.group_by("layer", "op").agg(n=pl.len()).sort("n", descending=True)
-    where = ", ".join(f"{n} at {_place(layer, op)}" for layer, op, n in starts.rows())
+    starts = onsets.group_by("op_index", "layer", "op").agg(n=pl.len()).sort("n", "op_index", descending=[True, False])
+    where = ", ".join(f"{_place(layer, op)} for {n} request{'s' if n != 1 else ''}" for _, layer, op, n in starts.rows())
     return (f"In the {mode} kernel mode, {onsets.height} batched requests part from m=1 bit for bit. Replayed with taps on every op, "
-            f"each request's first differing step first differs at: {where}. Later steps carry what earlier ones changed "
-            f"({table.height} differing steps in all).")
+            f"the first op whose output differs at each request's first differing step is {where}. Later steps also carry what "
+            f"earlier ones changed ({table.height} differing steps in all).")
 
 
 def _place(layer: int | None, op: str) -> str:
