@@ -173,3 +173,14 @@ def test_the_figure_and_section_name_the_ops_that_start_the_drift(runs):
     assert "Where drift starts" in page and "data:image/png;base64," in page and 'alt="' in page
     first = table.filter(pl.col("onset")).row(0, named=True)
     assert f"L{first['layer']} {first['op']}" in page
+
+
+def test_op_names_from_the_file_are_escaped_in_the_section(runs, tmp_path):
+    run = shutil.copytree(runs["default"].path, tmp_path / "run")
+    record = json.loads((run / "first_ops.json").read_text())
+    evil = "<img src=x onerror=alert(1)>"
+    record["ops"] = [{**op, "op": evil} if op == {"layer": 0, "op": "qkv"} else op for op in record["ops"]]
+    record["steps"]["op"] = [evil if op == "qkv" else op for op in record["steps"]["op"]]
+    (run / "first_ops.json").write_text(json.dumps(record))
+    page = first_op_html(read_run(run))
+    assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
