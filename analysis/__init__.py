@@ -26,7 +26,7 @@ from .verdicts._regressions import REGRESSION_RULES, Rule
 from .verdicts._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
 from .verdicts._witness_rules import derive_band_result, derive_run_verdict
 from .witness import WitnessSet, read_witness, read_witnesses
-from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, flip_table, observer_table,
+from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, first_op_table, flip_table, observer_table,
                   prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_run, write_witness)
 from .studies import (RESULT_SETTINGS, History, HistoryError, Study, append_history, attribution_shares, attribution_table, engine_table, mode_comparison, read_history, scan_study, study_tables,
                       write_dataset)
@@ -49,8 +49,9 @@ __all__ = sorted([
     "Dump", "DumpError", "ExperimentError", "OutputExists", "PolicyError", "ProbeError", "Run", "RunError", "ShapeVerdict", "SourceError",
     "Study", "V3Policy", "WitnessError", "WitnessSet", "History", "HistoryError", "Rule", "REGRESSION_RULES", "RESULT_SETTINGS",
     # tables and verdicts
-    "slot_table", "band_table", "prompt_table", "flip_table", "drift_table", "width_table", "observer_table", "accuracy_table",
-    "band_forks", "reference_margins", "mode_comparison", "engine_table", "attribution_table", "attribution_shares", "to_witness", "write_witness", "shape_check", "shape_check_data",
+    "slot_table", "band_table", "prompt_table", "flip_table", "drift_table", "first_op_table", "width_table", "observer_table", "accuracy_table",
+    "band_forks", "reference_margins", "mode_comparison", "engine_table", "attribution_table", "attribution_shares", "to_witness", "write_witness",
+    "shape_check", "shape_check_data",
     "shape_check_text", "derive_band_result", "derive_run_verdict",
     # RL: the sampler-trainer mismatch as each framework logs it
     "mismatch_summary", "mismatch_table", "SamplingMaskError",

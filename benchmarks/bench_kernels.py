@@ -15,6 +15,12 @@ Target: fixed-tiles at c=16 within 1.3x of default's seconds per 1000 sequences 
 faster than one-by-one. When it is missed, the gap is split into prefill and decode steps, and a
 profile of one band in each batched mode says which operators take the time.
 Run: .venv/bin/python benchmarks/bench_kernels.py [--rounds 5] [--tokens 64] [--threads 1] [--dtype float32]
+
+With ``--taps``, what the first-op taps (analysis.experiment._taps) cost the default mode instead: its
+bands with Block.forward as it was before the tap points (the baseline), with the tap points and no
+taps open (what every decode runs), and with taps open recording every op (what the replay runs),
+interleaved, each band timed in this process's CPU seconds (the wall clock of a shared machine
+mostly measures the other jobs); target: taps off within 1.02x of the baseline at every c.
 """
 
 from __future__ import annotations
@@ -97,6 +103,67 @@ def where_the_time_goes(model, encoded, tokens: int) -> None:
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10))
 
 
+def _forward_before_taps(self, x, cache, mask):
+    """Block.forward as it was before its tap points: the baseline the taps-off path is measured against."""
+    import math
+
+    b, t, d = x.shape
+    q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+    heads = lambda z: z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(q), heads(k), heads(v)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.n_heads) + mask
+    y = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
+    x = x + self.out(y)
+    x = x + self.proj(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+    return x, (k, v)
+
+
+def measure_taps(model, encoded: list[list[int]], rounds: int, tokens: int) -> None:
+    """The default mode's bands without tap points, with them and no taps open, and with taps open, rotated each round."""
+    import contextlib
+
+    from analysis.experiment._taps import Taps
+    from analysis.experiment.model import Block
+
+    @contextlib.contextmanager
+    def before_taps():
+        current, Block.forward = Block.forward, _forward_before_taps
+        try:
+            yield
+        finally:
+            Block.forward = current
+
+    # the baseline twice: how far two runs of the same code part here is the noise any ratio must be read against
+    variants = {"no tap points": before_taps, "no tap points, again": before_taps, "taps off": contextlib.nullcontext,
+                "taps on": lambda: Taps(model, lambda call, op, value: None)}
+    names = list(variants)
+    results: dict[tuple[str, int], list[tuple[float]]] = {}
+    for r in range(rounds):
+        for c in LADDER:
+            batch = [encoded[k % len(encoded)] for k in range(c)]
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                with variants[name]():
+                    # CPU seconds of this process, not wall time: on a shared machine the wall clock mostly measures the others
+                    start = time.process_time()
+                    decode(model, batch, mode="default", max_tokens=tokens, top_k=5)
+                    results.setdefault((name, c), []).append((time.process_time() - start,))
+    # per round, each variant over the baseline timed next to it: pairs cancel the load's slow swings; the median over rounds
+    paired = {(name, c): statistics.median(run[0] / base[0] for run, base in zip(results[(name, c)], results[("no tap points", c)]))
+              for name in names for c in LADDER}
+    best = fastest(results)
+    print(f"{'default mode':20} {'c':>3} {'CPU s/1000 seq':>15} {'fastest/fastest':>16} {'median paired':>14}")
+    for c in LADDER:
+        base = best[("no tap points", c)][0]
+        for name in names:
+            print(f"{name:20} {c:>3} {best[(name, c)][0] / c * 1000:15.2f} {best[(name, c)][0] / base:15.3f}x {paired[(name, c)]:13.3f}x")
+    worst = max(paired[("taps off", c)] for c in LADDER)
+    noise = max(max(paired[("no tap points, again", c)], 1 / paired[("no tap points, again", c)]) for c in LADDER)
+    print(f"\ntaps off: at most {worst:.3f}x the default mode without tap points, median of paired rounds (target <= 1.02x): "
+          f"{'met' if worst <= 1.02 else 'MISSED'}; the baseline against itself parts by up to {noise:.3f}x in this run")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -105,6 +172,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--profile", action="store_true", help="print where the time goes even when the target is met")
+    parser.add_argument("--taps", action="store_true", help="measure what the first-op taps cost the default mode instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model(bundled_model(), getattr(torch, args.dtype))
@@ -113,6 +181,9 @@ def main() -> None:
         decode(model, encoded, mode=mode, max_tokens=4, top_k=5)
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.dtype}, {args.tokens} tokens per request, "
           f"fastest of {args.rounds} rounds, load average {os.getloadavg()[0]:.2f} before")
+    if args.taps:
+        measure_taps(model, encoded, args.rounds, args.tokens)
+        return
     best = fastest(measure(model, encoded, args.rounds, args.tokens))
     ratio, speedup = report(best)
     met = ratio <= TARGET_RATIO and speedup >= TARGET_SPEEDUP

@@ -465,7 +465,7 @@ def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_
         server.kill()
         server.communicate(timeout=30)
     _, stderr = child.communicate(timeout=120)
-    assert child.returncode == 2 and "the server stopped answering: ConnectError" in stderr and "--resume" in stderr
+    assert child.returncode == 6 and "the server stopped answering: ConnectError" in stderr and "--resume" in stderr
     stopped = read_run(folder)
     assert stopped.manifest["complete"] is False and "stopped answering" in stopped.manifest["stopped"]["why"]
     assert stopped.manifest["refused"], "the band cut by the server's death is refused, with its reason"

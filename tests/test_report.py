@@ -131,7 +131,10 @@ def test_report_plots_are_embedded_images(default_report):
     images = re.findall(r"<img\b[^>]*>", page)
     assert all(re.search(r'src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', img) for img in images)
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
-    assert [sum(f"data/{run}:" in a for a in alts) for run in RUNS] == [4] * len(RUNS)  # four figures each, panels left out when empty
+    first_ops = [a for a in alts if "the first op that differs from m=1" in a]
+    # four figures each, panels left out when empty; and where drift starts, for the one run whose requests part from m=1
+    assert [sum(f"data/{run}:" in a for a in alts if a not in first_ops) for run in RUNS] == [4] * len(RUNS)
+    assert len(first_ops) == 1 and "data/experiment-cpu/default: " in first_ops[0] and "by layer and op" in first_ops[0]
     assert sum("the batch widths the server formed" in a for a in alts) == len(RUNS)
     assert alts[:2] == [
         "divergence_at against batch size c for each witness, with declared_min marked; per-request decode rate against c, with the 50%-of-c=1 line",
@@ -252,7 +255,8 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    assert len(state["images"]) == 2 + 4 * len(RUNS) and all(i["ok"] and i["visible"] for i in state["images"])
+    # two witness figures, four per run, and where drift starts in the one run that drifts (the default kernel mode)
+    assert len(state["images"]) == 2 + 4 * len(RUNS) + 1 and all(i["ok"] and i["visible"] for i in state["images"])
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
     assert "Batch invariant: every request is bit-identical to m=1." in state["text"]  # the cards are open; the detail is not
     assert "a divergence planted at step 32 of ref #1 was detected at step 32" not in state["text"]
@@ -321,7 +325,7 @@ def assert_readable(state: dict) -> None:
 def test_the_default_report_reads_in_chromium(default_report):
     state = read_like_a_reviewer(default_report[0])
     assert_readable(state)
-    assert len(state["figures"]) == 2 + 4 * len(RUNS)
+    assert len(state["figures"]) == 2 + 4 * len(RUNS) + 1  # with where drift starts in the default kernel mode
     assert state["title"] == "Batch-parity report"
 
 

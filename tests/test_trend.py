@@ -108,6 +108,16 @@ def test_a_folder_that_is_not_a_history_is_not_taken_over(tmp_path):
     assert not (tmp_path / "history.json").exists()
 
 
+def test_append_history_refuses_a_folder_of_other_files_without_offering_a_force_it_does_not_take(tmp_path):
+    from analysis import OutputExists, append_history
+
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(OutputExists, match="holds something that is not a bia history") as caught:
+        append_history(LAMBDA, tmp_path)
+    assert "force" not in str(caught.value) and (tmp_path / "notes.txt").read_text() == "mine"
+    assert append_history(LAMBDA, tmp_path / "empty").entries.height == 3  # a new folder becomes one
+
+
 def test_bia_trend_with_no_arguments_renders_the_embedded_history(tmp_path):
     result = CliRunner().invoke(app, ["trend", "-o", str(tmp_path / "trend.html"), "--title", "Nightly <trend>"])
     assert result.exit_code == 0, result.stderr

@@ -328,7 +328,7 @@ def probe_command(
     import json
 
     from ..experiment import DEFAULT_PROMPTS
-    from ..probe import ProbeError, ServerUnreachable, probe
+    from ..probe import ProbeError, ServerGone, ServerUnreachable, probe
 
     if resume:  # a resumed run keeps its own settings: say so rather than ignore what was given
         kept = ("url", "output", "resume", "retry_refused", "timeout", "server_log", "metrics", "api_key")  # what may differ after a restart
@@ -374,7 +374,7 @@ def probe_command(
         folder = asyncio.run(probe(url, output, **shared, fillers=filler_texts, server_log=server_log, log_pattern=log_pattern,
                                    metrics=metrics, declared_min=declared_min, expect=expected, bands_anyway=bands_anyway, resume=resume,
                                    retry_refused=retry_refused))
-    except ServerUnreachable as exc:
+    except (ServerUnreachable, ServerGone) as exc:  # nothing answers, before the run or in the middle of it: exit 6 either way
         raise _fail(exc, EXIT_UNREACHABLE) from None
     except (ProbeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

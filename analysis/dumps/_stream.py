@@ -268,13 +268,15 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
 
 
 END_OF_MESSAGE = "the end-of-message token: usage.output_tokens counts it, the stream never sends it"
+REASONING = "reasoning tokens (usage.output_tokens_details.reasoning_tokens): counted, never streamed with logprobs"
 
 
 def _unsent_end_of_message(counted: int, entries: list, text: str, response: dict) -> dict:
-    """The Responses API counts the message's end token in ``usage.output_tokens`` but streams no entry for it:
-    one token more than the entries, in a completed response whose entries spell its whole text, is that token
-    (recorded, not refused). Entries that were lost (llama.cpp held a byte token back) leave text they do not
-    spell, and any other difference is no end token: those stay errors (``{}`` here).
+    """Tokens the Responses API counts in ``usage.output_tokens`` but streams no entry for: the message's end token
+    (in a completed response) and a reasoning model's reasoning tokens (as many as ``usage.output_tokens_details``
+    says). When the count is the entries plus exactly those, and the entries spell the whole text, the difference is
+    recorded, not refused. Entries that were lost (llama.cpp held a byte token back) leave text they do not spell,
+    and any other difference is no such token: those stay errors (``{}`` here).
 
     Examples
     --------
@@ -283,13 +285,28 @@ def _unsent_end_of_message(counted: int, entries: list, text: str, response: dic
     1
     >>> _unsent_end_of_message(2, hi, "Hi!", {"status": "completed"}), _unsent_end_of_message(3, hi, "Hi", {"status": "completed"})
     ({}, {})
+    >>> thought = {"status": "completed", "usage": {"output_tokens_details": {"reasoning_tokens": 64}}}
+    >>> _unsent_end_of_message(66, hi, "Hi", thought)["usage_minus_entries"], _unsent_end_of_message(65, hi, "Hi", thought)["usage_minus_entries"]
+    (65, 64)
+    >>> _unsent_end_of_message(67, hi, "Hi", thought)
+    {}
     """
-    if counted != len(entries) + 1 or response.get("status") != "completed":
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    details = usage.get("output_tokens_details") if isinstance(usage.get("output_tokens_details"), dict) else {}
+    reasoning = details.get("reasoning_tokens")
+    reasoning = reasoning if isinstance(reasoning, int) and not isinstance(reasoning, bool) and reasoning > 0 else 0
+    end_token = int(response.get("status") == "completed")
+    allowed = {reasoning + end_token: [REASONING] * bool(reasoning) + [END_OF_MESSAGE] * end_token}
+    if reasoning:
+        allowed[reasoning] = [REASONING]  # a reasoning model's count may leave the end token out
+    reasons = allowed.get(counted - len(entries))
+    if not reasons:
         return {}
     spelled = b"".join(bytes(e["bytes"]) if isinstance(e.get("bytes"), list) else (e.get("token") or "").encode() for e in entries)
     if spelled != text.encode():
         return {}
-    return {"usage_minus_entries": 1, "usage_minus_entries_reason": END_OF_MESSAGE}
+    said = "; and ".join(f"{reasoning} {REASONING}" if r == REASONING else r for r in reasons)
+    return {"usage_minus_entries": counted - len(entries), "usage_minus_entries_reason": said}
 
 
 def _check_copy(copy: list, entries: list, rows: Rows, where: str, lenient: bool) -> None:

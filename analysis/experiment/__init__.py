@@ -80,11 +80,15 @@ def run_experiment(
     declared_min: int | None = None,
     progress: bool = False,
     force: bool = False,
+    taps: bool = True,
 ) -> list[Path]:
     """Decode every prompt at every c of the ladder in each kernel mode; write one run directory per mode.
 
     Every setting is checked before anything is decoded (:class:`ExperimentError` names it), and a
     mode's run directory that already holds something is refused unless ``force`` (then replaced).
+
+    With ``taps``, each run is then replayed with taps on every op and its ``first_ops.json`` written
+    (:func:`write_first_ops`): for every batched step that differs from m=1, the first op that does.
 
     Returns the run directories, which :func:`analysis.run.read_run` reads.
     """
@@ -165,6 +169,13 @@ def run_experiment(
         from ..run import read_run
 
         read_run(folder).write_derived()  # the Parquet tables, rebuildable from captures/
+        if taps:  # after the timed decode, so that the taps never slow the rates the run records
+            try:
+                write_first_ops(folder, model=model)
+            except ExperimentError as exc:  # a decode that does not repeat bit for bit: the run stands, without first ops
+                import warnings
+
+                warnings.warn(f"no first_ops.json: {exc}", stacklevel=2)
         written.append(folder)
     return written
 
@@ -251,4 +262,22 @@ def _layout(prompt: list[int], prompts: list[list[int]], c: int, layout: str, rn
     return batch, target
 
 
-__all__ = ["DEFAULT_PROMPTS", "bundled_model", "run_experiment"]
+def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path | None = None) -> Path:
+    """Replay an experiment run with taps on every op and write its ``first_ops.json``, which
+    :func:`analysis.first_op_table` reads (see :func:`analysis.experiment._first_ops.write_first_ops`;
+    imported here when called, as torch is).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from analysis import first_op_table, read_run
+    >>> (run,) = run_experiment(tempfile.mkdtemp(), prompts=["Hi"], ladder=[2], modes=["fixed-tiles"], max_tokens=4, taps=False)
+    >>> write_first_ops(run).name, first_op_table(read_run(run)).height
+    ('first_ops.json', 0)
+    """
+    from ._first_ops import write_first_ops as write
+
+    return write(run_dir, model=model, model_path=model_path)
+
+
+__all__ = ["DEFAULT_PROMPTS", "bundled_model", "run_experiment", "write_first_ops"]

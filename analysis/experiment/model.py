@@ -41,6 +41,10 @@ class Block(nn.Module):
         self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
         self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
 
+    # While analysis.experiment._taps records, a callable (op, tensor) for the two attention ops no
+    # submodule's hook sees; None otherwise, which costs one attribute check per call.
+    tap = None
+
     def forward(self, x, cache, mask):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
@@ -49,7 +53,11 @@ class Block(nn.Module):
         if cache is not None:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.n_heads) + mask
-        y = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
+        weights = scores.softmax(dim=-1)
+        if self.tap is not None:
+            self.tap("scores", scores)
+            self.tap("softmax", weights)
+        y = (weights @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.out(y)
         x = x + self.proj(F.gelu(self.fc(self.ln2(x))))
         return x, (k, v)

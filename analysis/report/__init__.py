@@ -8,12 +8,13 @@ fragments with jinja2, and the ``plot_*`` functions of :mod:`analysis.plots`.
 from ..io._bundled import default_runs, default_sources
 from ..studies._modes import mode_comparison
 from ..views._details import markers_html, negative_control, run_html, run_tables_html, table_html
+from ._first_op import first_op_html, plot_first_ops
 from ._figures import run_curves, run_figures, show_figure, witness_figures
 from ._notebook import DEFAULT_TITLE, ReportError, execute_to_html, export_html
 from ._parity_report import (admission_html, bands_html, engines_html, header_html, heading_html, mode_comparison_html, notebook_path, provenance_html,
                              render_report, rounded, reviews_html, run_details_html, verdicts_html, witness_details_html)
 
 __all__ = ["DEFAULT_TITLE", "ReportError", "admission_html", "bands_html", "engines_html", "default_runs", "default_sources", "execute_to_html", "export_html",
-           "header_html", "heading_html", "markers_html", "mode_comparison", "mode_comparison_html", "negative_control", "notebook_path",
-           "provenance_html", "render_report", "reviews_html", "rounded", "run_curves", "run_details_html", "run_figures", "run_html", "run_tables_html", "show_figure",
+           "first_op_html", "header_html", "heading_html", "markers_html", "mode_comparison", "mode_comparison_html", "negative_control", "notebook_path",
+           "plot_first_ops", "provenance_html", "render_report", "reviews_html", "rounded", "run_curves", "run_details_html", "run_figures", "run_html", "run_tables_html", "show_figure",
            "table_html", "verdicts_html", "witness_details_html", "witness_figures"]

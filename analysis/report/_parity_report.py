@@ -32,6 +32,7 @@ from ..studies._modes import _engine_label, mode_comparison
 from ..run import RunError
 from ._attribution import attribution_html
 from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
+from ._first_op import first_op_html
 
 
 
@@ -235,8 +236,9 @@ def _count(ws) -> str:
 
 def run_details_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """A run's detail, collapsed: provenance, settings, what it lacks, negative control, forks, and its
-    prompt, band and request tables cut to their worst rows."""
-    return _collapsed(f"Run detail: {run.path}", run_html(run) + run_tables_html(run, epsilon=epsilon, reference=reference))
+    prompt, band and request tables cut to their worst rows; before it, for an experiment run replayed with taps,
+    where its drift from m=1 starts."""
+    return first_op_html(run) + _collapsed(f"Run detail: {run.path}", run_html(run) + run_tables_html(run, epsilon=epsilon, reference=reference))
 
 
 def _collapsed(summary: str, body: str) -> str:

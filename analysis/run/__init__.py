@@ -15,6 +15,7 @@ Layout of a run directory (``run_version`` 1)::
     refused.jsonl        the bytes of streams the probe refused; superseded/: what a resume set aside
     derived/             Parquet tables, rebuildable from captures/ (``Run.write_derived``)
     witness.json         an aprender witness_version 3, rebuildable (``to_witness``)
+    first_ops.json       an experiment's first op that differs per batched step (``first_op_table``)
 
 :func:`read_run` reads it; :func:`assemble_run` builds the same object from loose dumps and a
 mapping of which file is which prompt, band and slot, :func:`assemble_dumps` from dumps whose capture
@@ -25,6 +26,7 @@ directory that :func:`read_run` reads back to the same frames.
 
 from ._assemble import assemble_dumps, read_mapping
 from ._export import to_witness, write_witness
+from ._first_ops import first_op_table
 from ._layout import RunError, RunLike, Unit, band_widths, load_manifest, plan
 from ._model import Run
 from ._read import assemble_run, read_run
@@ -34,5 +36,5 @@ from ._tables import (accuracy_table, band_forks, band_table, drift_table, flip_
                       slot_table, width_table)
 
 __all__ = ["Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_dumps", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table",
-           "flip_table", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_run", "reference_margins", "references", "slot_table",
+           "first_op_table", "flip_table", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_run", "reference_margins", "references", "slot_table",
            "to_witness", "width_table", "write_run", "write_witness"]

@@ -46,7 +46,7 @@ from typing import Any, Iterable
 import polars as pl
 
 from ..metrics import parity
-from ..core._output import claim_output
+from ..core._output import OutputExists
 from ..verdicts._regressions import REGRESSION_RULES, SERIES, Rule, regressions
 from ..io._sources import expand_sources, is_url, read_source_bytes
 
@@ -365,8 +365,10 @@ def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
     3
     """
     folder = Path(folder)
-    if folder.exists() and not _is_history(folder):
-        claim_output(folder, what="the history folder", folder=True)  # an empty folder may become one; anything else is refused
+    if folder.exists() and not _is_history(folder):  # an empty folder may become one; anything else is refused, never cleared
+        if folder.is_file() or any(folder.iterdir()):
+            raise OutputExists(f"{folder}: the history folder holds something that is not a bia history (no history.json); "
+                               "give a new or empty folder")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "history.json").write_text(json.dumps({"history_version": HISTORY_VERSION}), encoding="utf-8")
     sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)

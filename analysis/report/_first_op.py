@@ -1,0 +1,161 @@
+"""The report's first-op section: for an experiment run replayed with taps, the op where each
+batched request's drift from m=1 starts, by layer and op (:func:`analysis.first_op_table`)."""
+
+from __future__ import annotations
+
+import base64
+from io import BytesIO
+from typing import Any
+
+import polars as pl
+
+from ..core._html import render
+from ..run._first_ops import first_op_table, first_ops_record, has_first_ops
+from ..views._details import table_html
+
+
+def _label(layer: int | None, op: str) -> str:
+    """An op as the figure names it: ``L1 mlp_down``, or the op alone outside the layers.
+
+    Examples
+    --------
+    >>> _label(1, "mlp_down"), _label(None, "logits")
+    ('L1 mlp_down', 'logits')
+    """
+    return op if layer is None else f"L{layer} {op}"
+
+
+def plot_first_ops(run, *, ax=None):
+    """Per op in forward order, the requests whose drift from m=1 starts there (dark) and the
+    differing steps whose first differing op it is (light), for one experiment run.
+
+    Parameters
+    ----------
+    run : Run
+        An experiment run with its ``first_ops.json``.
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib Axes
+        One bar pair per tapped op, the embedding at the top and ``logprobs`` at the bottom; when no
+        step differs, an empty panel saying so (``ax.bia_empty``).
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from analysis import read_run
+    >>> ax = plot_first_ops(read_run("data/experiment-cpu/default"))
+    >>> [t.get_text() for t in ax.get_yticklabels()][:3]
+    ['embedding', 'L0 ln1', 'L0 qkv']
+    """
+    import matplotlib.pyplot as plt
+
+    record, table = first_ops_record(run), first_op_table(run)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 1 + 0.22 * len(record["ops"])))
+    if table.filter(pl.col("op_index").is_not_null()).is_empty():
+        message = "no batched step differs from m=1 bit for bit" if table.is_empty() else "this kernel mode's ops have no taps"
+        ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        ax.bia_empty = message
+        return ax
+    counts = _counts(record["ops"], table)
+    requests, steps = table["onset"].sum(), table.height
+    y = list(range(counts.height))
+    # shares, so that the requests' few onsets and the many steps after them read on one axis
+    ax.barh([i - 0.2 for i in y], counts["requests"] / requests, height=0.4, color="#08519c",
+            label=f"share of the {requests} drifting requests whose drift starts there")
+    ax.barh([i + 0.2 for i in y], counts["steps"] / steps, height=0.4, color="#9ecae1",
+            label=f"share of the {steps} differing steps whose first differing op it is")
+    for i, (n, k) in enumerate(counts.select("requests", "steps").rows()):
+        if n or k:
+            ax.annotate(f"{n} requests, {k} steps", (max(n / requests, k / steps), i), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize="small")
+    ax.set_yticks(y, counts["label"].to_list())
+    ax.set_ylim(counts.height - 0.5, -0.5)  # forward order reads down
+    ax.set_xlim(0, 1.35)
+    ax.set_xlabel("share")
+    ax.set_title(f"{record['kernel_mode']} kernel mode: the first op whose output differs from m=1")
+    ax.legend(loc="lower right", fontsize="small")
+    return ax
+
+
+def _counts(ops: list[tuple[int | None, str]], table: pl.DataFrame) -> pl.DataFrame:
+    """Every op in forward order with its label, the requests whose first differing step it starts, and the steps it starts."""
+    order = pl.DataFrame({"op_index": list(range(len(ops))), "label": [_label(layer, op) for layer, op in ops]},
+                         schema={"op_index": pl.Int64, "label": pl.String})
+    found = table.group_by("op_index").agg(steps=pl.len().cast(pl.Int64), requests=pl.col("onset").sum().cast(pl.Int64))
+    return order.join(found, on="op_index", how="left").with_columns(pl.col("steps", "requests").fill_null(0)).sort("op_index")
+
+
+def first_op_html(run) -> str:
+    """Where drift starts in one experiment run: a sentence, the figure and the ops that start it;
+    empty for a run without ``first_ops.json`` (a probe's, or an experiment's written before taps).
+
+    Parameters
+    ----------
+    run : Run
+        Any run.
+
+    Returns
+    -------
+    str
+        Escaped HTML, the figure as an inline PNG.
+
+    Examples
+    --------
+    >>> from analysis import read_run
+    >>> first_op_html(read_run("data/llamacpp-cpu/cache-prompt"))
+    ''
+    >>> "no first op" in first_op_html(read_run("data/experiment-cpu/fixed-tiles"))
+    True
+    """
+    if not has_first_ops(run):
+        return ""
+    record, table = first_ops_record(run), first_op_table(run)
+    mode = record["kernel_mode"] or "unknown"
+    png, alt, rows = "", "", ""
+    if table.is_empty():
+        words = (f"No batched decode step of this run ({mode} kernel mode) differs from m=1 bit for bit: no first op, "
+                 "as a batch-invariant mode should be.")
+    elif not record["tapped"] or table["op_index"].is_null().any():
+        words = (f"{table.height} batched decode steps differ from m=1, but this kernel mode ({mode}) runs kernels without taps: "
+                 "the op where they start is not known.")
+    else:
+        words, alt = _words(table, mode), f"{run.path}: the first op that differs from m=1, by layer and op, in the {mode} kernel mode"
+        png, rows = _png(run), _table(record["ops"], table)
+    return render("first_ops.html.j2", path=str(run.path), words=words, png=png, alt=alt, table=rows)
+
+
+def _words(table: pl.DataFrame, mode: str) -> str:
+    """The section's sentence: how many requests' drift starts where."""
+    onsets = table.filter(pl.col("onset"))
+    starts = onsets.group_by("op_index", "layer", "op").agg(n=pl.len()).sort("n", "op_index", descending=[True, False])
+    where = ", ".join(f"{_place(layer, op)} for {n} request{'s' if n != 1 else ''}" for _, layer, op, n in starts.rows())
+    return (f"In the {mode} kernel mode, {onsets.height} batched requests part from m=1 bit for bit. Replayed with taps on every op, "
+            f"the first op whose output differs at each request's first differing step is {where}. Later steps also carry what "
+            f"earlier ones changed ({table.height} differing steps in all).")
+
+
+def _place(layer: int | None, op: str) -> str:
+    return f"layer {layer}'s {op}" if layer is not None else op
+
+
+def _table(ops, table: pl.DataFrame) -> str:
+    counts = _counts(ops, table).filter(pl.col("steps") > 0)
+    frame = counts.select(op="label", **{"requests whose drift starts there": "requests", "differing steps it starts": "steps"})
+    return table_html(frame, caption="The ops that start a difference, in forward order.")
+
+
+def _png(run: Any) -> str:
+    """The figure as base64 PNG, closed once drawn."""
+    import matplotlib.pyplot as plt
+
+    ax = plot_first_ops(run)
+    buffer = BytesIO()
+    ax.figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(ax.figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
