@@ -73,8 +73,9 @@ RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "experiment-
 def test_report_opens_with_the_verdicts_and_keeps_the_detail_below(default_report):
     page = default_report[0].read_text()
     headings = [" ".join(visible_text(h).split()) for h in re.findall(r"<(?:h1|h2|summary)\b.*?</(?:h1|h2|summary)>", page, flags=re.S)]
-    assert headings[:6] == ["Batch-parity report", "Verdicts", "Runs side by side", "Engines side by side", "Figures", "Detail"]
-    assert headings[6:] == [*(f"Run detail: data/{run}" for run in RUNS), "Witness detail: bands, env knobs and release markers of 3 witnesses",
+    assert headings[:7] == ["Batch-parity report", "Verdicts", "Runs side by side", "Engines side by side", "Sampler and trainer", "Figures",
+                            "Detail"]
+    assert headings[7:] == [*(f"Run detail: data/{run}" for run in RUNS), "Witness detail: bands, env knobs and release markers of 3 witnesses",
                             "aprender's V3 release gate", "Parameters and provenance", "Provenance notes: data/aprender-lambda/README.md"]
     cards = re.findall(r'<h3><span class="bia-muted">(run|witness)</span> <code>([^<]*)</code>', page)
     assert cards == [*(("run", f"data/{run}") for run in RUNS), ("witness", "witness-v3.0-rule.json (v1)"),
