@@ -162,13 +162,13 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
 
     Examples
     --------
-    >>> import analysis, tempfile
-    >>> folder = tempfile.mkdtemp()
-    >>> run, = analysis.run_experiment(folder, ladder=(1, 2), modes=("fixed-tiles",), max_tokens=3, top_k=2)
-    >>> pairs = write_trainer_pairs(run, f"{folder}/trainer/fixed-tiles.jsonl")
-    >>> summary = analysis.mismatch_summary(analysis.read_dump(pairs))
-    >>> summary["bia:sequences"].item(), summary["verl:rollout_corr/k3_kl"].item(), summary["slime:train/train_rollout_logprob_abs_diff"].item()
-    (10, 0.0, 0.0)
+    >>> import analysis, json, tempfile
+    >>> pairs = write_trainer_pairs("data/experiment-cpu/default", f"{tempfile.mkdtemp()}/trainer/default.jsonl")
+    >>> first = json.loads(pairs.read_text().splitlines()[0])
+    >>> first["sample_id"], first["kernel_mode"], len(first["trainer_logprobs"])
+    ('p0-ref1', 'default', 64)
+    >>> analysis.mismatch_summary(analysis.read_dump(pairs))["bia:masked_tokens"].item()  # 62 sequences of 64 tokens
+    3968
     """
     from ..core._output import claim_output
     from ..run import read_run
