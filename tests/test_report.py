@@ -134,7 +134,9 @@ def test_report_plots_are_embedded_images(default_report):
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
     assert [sum(f"data/{run}:" in a for a in alts) for run in RUNS] == [4] * len(RUNS)  # four figures each, panels left out when empty
     assert sum("the batch widths the server formed" in a for a in alts) == len(RUNS)
-    assert alts[:2] == [
+    assert alts[:4] == [  # the sampler-trainer section's two figures (the bundled experiment runs' trainer pairs), then the witnesses'
+        "the distribution of |trainer - rollout logprob| per run on a log scale, and its mean against the token's position",
+        "|trainer - rollout logprob| against the sampler's top-1 minus top-2 logprob margin, per run",
         "divergence_at against batch size c for each witness, with declared_min marked; per-request decode rate against c, with the 50%-of-c=1 line",
         "kernel env knobs that differ between witnesses",
     ]
@@ -253,7 +255,8 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    assert len(state["images"]) == 2 + 4 * len(RUNS) and all(i["ok"] and i["visible"] for i in state["images"])
+    # the witnesses' 2, the sampler-trainer section's 2, 4 per run
+    assert len(state["images"]) == 2 + 2 + 4 * len(RUNS) and all(i["ok"] and i["visible"] for i in state["images"])
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
     assert "Batch invariant: every request is bit-identical to m=1." in state["text"]  # the cards are open; the detail is not
     assert "a divergence planted at step 32 of ref #1 was detected at step 32" not in state["text"]
@@ -322,7 +325,8 @@ def assert_readable(state: dict) -> None:
 def test_the_default_report_reads_in_chromium(default_report):
     state = read_like_a_reviewer(default_report[0])
     assert_readable(state)
-    assert len(state["figures"]) == 2 + 4 * len(RUNS)
+    # the witnesses' 2, the sampler-trainer section's 2, 4 per run
+    assert len(state["figures"]) == 2 + 2 + 4 * len(RUNS)
     assert state["title"] == "Batch-parity report"
 
 

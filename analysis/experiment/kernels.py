@@ -20,9 +20,10 @@ no reduction ever sees a shape that depends on the batch:
 Rows are then identical to the same request decoded alone (m=1) in this mode, prompt lengths and
 positions in the batch notwithstanding; the tests check it for every c up to 32, both layouts and
 both dtypes. A prefill's queries meet their keys one at a time, as a decode step's do, so a token's
-logprob from one forward pass over the whole sequence (a trainer's recompute,
-:mod:`.trainer`) has the bits its decode step gave (tests/test_trainer.py). The batch keeps its matmuls: the cost over ``default`` is the padding of the last
-tile (a request alone runs a whole tile) and the attention's splits (``benchmarks/bench_kernels.py``).
+logprob from one forward pass over the whole sequence (a trainer's recompute, :mod:`.trainer`) has
+the bits its decode step gave (tests/test_trainer.py). The batch keeps its matmuls: the cost over
+``default`` is the padding of the last tile (a request alone runs a whole tile) and the attention's
+splits (``benchmarks/bench_kernels.py``).
 The attention computes in float32, also for a bfloat16 model.
 """
 

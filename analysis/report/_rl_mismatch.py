@@ -9,6 +9,7 @@ beside the pairs (``<folder>/<run>/``) gives the sampler's top-k candidates, hen
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from html import escape
@@ -34,6 +35,16 @@ def trainer_pairs(runs: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """
     found = [Path(run).parent / "trainer" / f"{Path(run).name}.jsonl" for run in runs]
     return [path for path in found if path.is_file()]
+
+
+def _read(path: Path):
+    """The pairs file's dump, read once per report (the section's tables and figures each need it)."""
+    return _read_once(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_once(path: str, mtime_ns: int):
+    return read_dump(path, backend="polars")
 
 
 def _label(path: Path) -> str:
@@ -64,7 +75,7 @@ def mismatch_tokens(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
     """
     frames = []
     for path in map(Path, pairs):
-        dump = read_dump(path, backend="polars")
+        dump = _read(path)
         key = ["source", "record", "position"]
         trainer = dump.candidates.filter(pl.col("list_kind") == "trainer_recompute").select(*key, trainer_logprob="cand_logprob")
         requests = dump.requests.select(
@@ -81,11 +92,16 @@ def mismatch_tokens(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
 
 def _margins(pairs: Path) -> pl.DataFrame:
     """Per request id and position, the sampler's top-1 minus top-2 logprob, from the run beside the pairs (empty without one)."""
+    manifest = pairs.parent.parent / pairs.stem / "manifest.json"
+    return _margins_once(str(manifest.parent), manifest.stat().st_mtime_ns if manifest.is_file() else None)
+
+
+@functools.lru_cache(maxsize=16)
+def _margins_once(folder: str, mtime_ns: int | None) -> pl.DataFrame:
     from ..run import read_run
 
-    folder = pairs.parent.parent / pairs.stem
     empty = pl.DataFrame(schema={"request": pl.String, "position": pl.Int64, "margin": pl.Float64})
-    if not (folder / "manifest.json").is_file():
+    if mtime_ns is None:
         return empty
     run = read_run(folder)
     top = (run.candidates.filter((pl.col("list_kind") == "top_logprobs") & (pl.col("segment") == "completion"))
@@ -105,7 +121,7 @@ def mismatch_summaries(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
     """
     columns = {}
     for path in map(Path, pairs):
-        summary = mismatch_summary(read_dump(path, backend="polars")).row(0, named=True)
+        summary = mismatch_summary(_read(path)).row(0, named=True)
         columns[_label(path)] = [float(v) + 0.0 if v is not None else None for v in summary.values()]  # + 0.0: -0.0 reads 0
         names = list(summary)
     if not columns:
@@ -123,7 +139,7 @@ def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = _TOP_SEQUENCES)
     """
     frames = []
     for path in map(Path, pairs):
-        dump = read_dump(path, backend="polars")
+        dump = _read(path)
         table = mismatch_table(dump).select("sequence", "tokens", "k3")
         keys = dump.requests.select(pl.concat_str("source", "record", "choice_index", separator=":").alias("sequence"),
                                     request="sample_key")
