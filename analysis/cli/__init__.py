@@ -286,6 +286,8 @@ def experiment_command(
 
     if recompute and not trainer:
         raise _fail(ExperimentError("--recompute: give --trainer too (it recomputes runs as a trainer does)"))
+    if trainer_batch < 1:  # said before any decoding, not after it
+        raise _fail(ExperimentError(f"--trainer-batch: expected an integer >= 1, got {trainer_batch}"))
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
     try:
         folders = list(recompute) if recompute else run_experiment(

@@ -175,6 +175,8 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
     from . import ExperimentError, _sha256, bundled_model
     from .model import load_model
 
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ExperimentError(f"--trainer-batch: expected an integer >= 1, got {batch_size!r}")
     run = read_run(run_dir)
     settings = run.manifest.get("effective") or {}
     model_path = Path(model_path) if model_path else bundled_model()
