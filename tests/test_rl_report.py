@@ -88,3 +88,22 @@ def test_pairs_are_found_beside_their_runs(tmp_path):
     assert report.trainer_pairs([tmp_path / "default"]) == []
     assert [p.name for p in report.trainer_pairs([ROOT / "data" / "experiment-cpu" / m for m in ("fixed-tiles", "default")])] == [
         "fixed-tiles.jsonl", "default.jsonl"]
+
+
+def test_pairs_that_are_not_of_the_run_beside_them_are_said(tmp_path):
+    """A run decoded again after its pairs were written: the section says which token no longer matches, and how to rewrite."""
+    import shutil
+
+    shutil.copytree(ROOT / "data" / "experiment-cpu" / "default", tmp_path / "default")
+    (tmp_path / "trainer").mkdir()
+    lines = (TRAINER / "default.jsonl").read_text().splitlines()
+    second = json.loads(lines[1])
+    second["inference_logprobs"][5] = -1.5  # as if p0-ref2 had been decoded again to other bits at its token 5
+    lines[1] = json.dumps(second)
+    pairs = tmp_path / "trainer" / "default.jsonl"
+    pairs.write_text("\n".join(lines) + "\n")
+    assert report.stale_pairs([TRAINER / "default.jsonl"]) == []
+    said = report.stale_pairs([pairs])
+    assert len(said) == 1 and said[0].startswith(f"{pairs}: sample_id 'p0-ref2', inference_logprobs[5] is -1.5 where the run ")
+    assert "(1 token differs)" in said[0] and f"--trainer --recompute {tmp_path / 'default'} --force" in said[0]
+    assert '<p class="bia-fail">' in report.rl_mismatch_html([pairs])

@@ -100,14 +100,40 @@ def _margins(pairs: Path) -> pl.DataFrame:
 def _margins_once(folder: str, mtime_ns: int | None) -> pl.DataFrame:
     from ..run import read_run
 
-    empty = pl.DataFrame(schema={"request": pl.String, "position": pl.Int64, "margin": pl.Float64})
+    empty = pl.DataFrame(schema={"request": pl.String, "position": pl.Int64, "margin": pl.Float64, "run_logprob": pl.Float64})
     if mtime_ns is None:
         return empty
     run = read_run(folder)
+    key = ["source", "record", "position"]
     top = (run.candidates.filter((pl.col("list_kind") == "top_logprobs") & (pl.col("segment") == "completion"))
-           .group_by("source", "record", "position")
-           .agg(margin=pl.col("cand_logprob").top_k(2).first() - pl.col("cand_logprob").top_k(2).last()))
-    return top.join(run.requests.select("source", "record", request="request_id"), on=["source", "record"]).select(empty.columns)
+           .group_by(key).agg(margin=pl.col("cand_logprob").top_k(2).first() - pl.col("cand_logprob").top_k(2).last()))
+    own = run.tokens.filter(pl.col("segment") == "completion").select(*key, run_logprob="logprob")
+    return (own.join(top, on=key, how="left").join(run.requests.select("source", "record", request="request_id"), on=["source", "record"])
+            .select(empty.columns))
+
+
+def stale_pairs(pairs: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Why a pairs file is not of the run beside it (the run decoded again since, or another run's pairs): one sentence per
+    such file, naming its first token whose sampler logprob the run does not hold; empty when every file matches.
+
+    Examples
+    --------
+    >>> stale_pairs(["data/experiment-cpu/trainer/default.jsonl"])
+    []
+    """
+    said = []
+    for path in map(Path, pairs):
+        run = _margins(path)
+        if run.is_empty():
+            continue
+        mine = mismatch_tokens([path]).select("request", "position", "rollout_logprob")
+        differ = mine.join(run, on=["request", "position"], how="left").filter(pl.col("run_logprob").ne_missing(pl.col("rollout_logprob")))
+        if differ.height:
+            row, folder = differ.row(0, named=True), path.parent.parent / path.stem
+            said.append(f"{path}: sample_id {row['request']!r}, inference_logprobs[{row['position']}] is {row['rollout_logprob']!r} where "
+                        f"the run {folder} holds {row['run_logprob']!r} ({differ.height} {'token differs' if differ.height == 1 else 'tokens differ'}): these pairs are not of this run; "
+                        f"rewrite them with bia experiment -o {path.parent.parent} --trainer --recompute {folder} --force")
+    return said
 
 
 def mismatch_summaries(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
@@ -186,6 +212,7 @@ def rl_mismatch_html(pairs: Sequence[str | os.PathLike[str]]) -> str:
              "framework's own (names as they log them, their averaging and constants); delta is the trainer's logprob minus the "
              "sampler's. A kernel mode whose one-pass forward gives the decode's bits makes every one exactly 0.</p>")
     findings = "<ul>" + "".join(f"<li>{escape(s)}</li>" for s in said) + "</ul>"
+    findings += "".join(f'<p class="bia-fail">{escape(s)}</p>' for s in stale_pairs(pairs))
     summary = table_html(summaries, caption="Every framework's sampler-trainer mismatch metrics, one column per run. With no "
                                             "mismatch a difference or KL reads 0 and a ratio 1; verl divides its token means by "
                                             "the token count + 1e-8, so its chi2_token reads a hair below 0 even then.",
