@@ -17,6 +17,10 @@ A sequence cut across blocks or batches gets one partial row per piece, which
 
 from __future__ import annotations
 
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import polars as pl
 
@@ -33,8 +37,10 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
     """The columns the per-token pass reads, in the types it reads them.
 
     ``mask`` becomes a boolean with null read as False; ``r`` and ``t`` are the rollout and trainer
-    logprobs as float64 with null read as NaN (a loss-masked token without a logprob then makes its
-    sequence's sums NaN, which the caller names); ``has_support`` is present only when ``tokens`` has it.
+    logprobs with null read as NaN (a loss-masked token without a logprob then makes its sequence's
+    sums NaN, which the caller names), as float32 where they are float32 (numpy widens a block's
+    loss-masked ones, exactly, which costs less than widening every row here) and float64 otherwise;
+    ``has_support`` is present only when ``tokens`` has it.
 
     Examples
     --------
@@ -43,12 +49,17 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
     >>> token_columns(tokens).collect().rows()
     [(0, True, -0.1, -0.12), (0, False, nan, nan)]
     """
-    names = tokens.collect_schema().names()
+    schema = tokens.collect_schema()
+
+    def real(name: str) -> pl.Expr:
+        return pl.col(name).cast(pl.Float32 if schema[name] == pl.Float32 else pl.Float64)
+
     logprob = {"r": "rollout_logprob", "t": "trainer_logprob"}
+    names = schema.names()
     return tokens.select(
         "sequence", pl.col("mask").cast(pl.Boolean).fill_null(False),
-        *(pl.col(name).cast(pl.Float64).fill_null(float("nan")).alias(short) for short, name in logprob.items()),
-        *([pl.col("advantage").cast(pl.Float64)] if advantage else []),
+        *(real(name).fill_null(float("nan")).alias(short) for short, name in logprob.items()),
+        *([real("advantage")] if advantage else []),
         *([pl.col("has_support").cast(pl.Boolean).fill_null(False)] if "has_support" in names else []),
     )
 
@@ -59,14 +70,39 @@ _SEQ_ROWS = ("s_r", "s_t", "s_d", "s_miles", "s_rho2", "s_tis", "c_tisclip", "s_
 _MOMENT_ROWS = ("absd", "k3", "x", "p", "q", "pplus", "pminus")
 
 
-def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None,
-               support: np.ndarray | None, c: Constants = Constants()) -> tuple[dict[str, np.ndarray], dict[str, float | None]]:
-    """One block's per-run sums (a run: rows of one sequence, starting at ``starts``) and its batch-wide row.
+def run_fields(advantage: bool) -> tuple[str, ...]:
+    """The rows of :func:`block_sums`' per-run array, in order: the counts, then the sums of ``_SEQ_ROWS``, prime-rl's, |δ| and K3.
 
-    The per-run sums are the :data:`~analysis.metrics._mismatch.SEQ_SUMS` (and the ADV_SUMS with an
-    advantage), each over the run's loss-masked tokens (``n_rows``, ``n_support``: over all its rows);
-    the batch-wide row holds the GLOBAL_SUMS, and for each GLOBAL_M2 quantity its Σ (``g_``) and its
-    second moment about the block's own mean (``m2_``), and the GLOBAL_MAX maxima and ``min_absd``.
+    Examples
+    --------
+    >>> run_fields(False)[:4], run_fields(True)[-3:]
+    (('n_rows', 'n', 'n_support', 's_r'), ('s_k3k', 's_absd', 's_k3'))
+    """
+    return ("n_rows", "n", "n_support", *_SEQ_ROWS, *(ADV_SUMS if advantage else ()), "s_absd", "s_k3")
+
+
+#: The entries of :func:`block_sums`' batch-wide row, in order.
+ROW_FIELDS = (*GLOBAL_SUMS, *(f"g_{name}" for name in _MOMENT_ROWS), *(f"m2_{name}" for name in _MOMENT_ROWS),
+              *(f"max_{name}" for name in GLOBAL_MAX), "min_absd")
+
+
+def _lengths(starts: np.ndarray, total: int) -> np.ndarray:
+    """The length of each run that begins at ``starts``, the last running to ``total``."""
+    out = np.empty(len(starts))
+    np.subtract(starts[1:], starts[:-1], out=out[:-1])
+    out[-1] = total - starts[-1]
+    return out
+
+
+def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None,
+               support: np.ndarray | None, c: Constants = Constants()) -> tuple[np.ndarray, np.ndarray]:
+    """One block's per-run sums (a run: rows of one sequence, starting at ``starts``, the first at 0) and its batch-wide row.
+
+    The per-run array has a row per :func:`run_fields`: the SEQ_SUMS (and the ADV_SUMS given an
+    advantage) of :mod:`~analysis.metrics._mismatch`, each over the run's loss-masked tokens
+    (``n_rows`` and ``n_support`` over all its rows). The batch-wide row (:data:`ROW_FIELDS`) holds the
+    GLOBAL_SUMS, and for each GLOBAL_M2 quantity its Σ (``g_``) and its second moment about the
+    block's own mean (``m2_``), then the GLOBAL_MAX maxima and ``min_absd`` (NaN without a masked token).
 
     Examples
     --------
@@ -74,27 +110,29 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
     >>> mask = np.array([True, True, True, False])
     >>> r, t = np.log([0.25, 0.5, 0.8, 1.0]), np.log([0.75, 0.5, 0.2, 1.0])
     >>> runs, row = block_sums(np.array([0, 2]), mask, r, t, None, None)
+    >>> runs = dict(zip(run_fields(False), runs))
     >>> runs["n_rows"].tolist(), runs["n"].tolist(), runs["s_tis"].round(12).tolist()  # rho = 3, 1 | 1/4
     ([2.0, 2.0], [2.0, 1.0], [4.0, 0.25])
+    >>> row = dict(zip(ROW_FIELDS, row.tolist()))
     >>> row["n"], round(row["max_absd"], 12) == round(math.log(4), 12), row["c_sky"]
-    (3, True, 1.0)
+    (3.0, True, 1.0)
     """
     masked = np.flatnonzero(mask)
     at = np.searchsorted(masked, starts)  # where each run's loss-masked tokens begin among the block's
-    count = np.diff(at, append=len(masked))
+    count = _lengths(at, len(masked))
     with np.errstate(all="ignore"):  # IEEE results as polars gives them: exp overflows to inf, NaN propagates
-        rows, rc = _token_rows(r[masked], t[masked], advantage[masked] if advantage is not None else None, c)
-    names = (*_SEQ_ROWS, *(ADV_SUMS if advantage is not None else ()), "s_absd", "s_k3")
-    summed = rows[:len(names)]
-    sums = np.zeros((len(names), len(starts)))
+        rows, rc = _token_rows(r[masked].astype(np.float64, copy=False), t[masked].astype(np.float64, copy=False),
+                               advantage[masked] if advantage is not None else None, c)
+    fields = run_fields(advantage is not None)
+    runs = np.zeros((len(fields), len(starts)))
+    runs[0], runs[1] = _lengths(starts, len(mask)), count
+    if support is not None:
+        runs[2] = np.add.reduceat(support.astype(np.float64), starts)
     some = count > 0
     if some.all():
-        sums = np.add.reduceat(summed, at, axis=1)
+        runs[3:] = np.add.reduceat(rows[:len(fields) - 3], at, axis=1)
     elif some.any():  # reduceat gives an empty run the next run's first value: it sees the non-empty runs only
-        sums[:, some] = np.add.reduceat(summed, at[some], axis=1)
-    runs = {"n_rows": np.diff(starts, append=len(mask)).astype(np.float64), "n": count.astype(np.float64),
-            "n_support": (np.add.reduceat(support.astype(np.float64), starts) if support is not None
-                          else np.zeros(len(starts))), **dict(zip(names, sums))}
+        runs[3:, some] = np.add.reduceat(rows[:len(fields) - 3], at[some], axis=1)
     return runs, _batch_row(rows[-len(_MOMENT_ROWS):], rc, c)
 
 
@@ -139,35 +177,23 @@ def _token_rows(r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: C
     return rows, rc
 
 
-def _batch_row(moments: np.ndarray, rc: np.ndarray, c: Constants) -> dict[str, float | None]:
-    """The batch-wide row of a block's loss-masked tokens (see :func:`block_sums`), from its GLOBAL_M2 rows."""
+def _batch_row(moments: np.ndarray, rc: np.ndarray, c: Constants) -> np.ndarray:
+    """The batch-wide row of a block's loss-masked tokens (:data:`ROW_FIELDS`), from its GLOBAL_M2 rows and exp(clip(δ))."""
     n = len(rc)
     w = np.minimum(rc, c.verl_is_threshold)
     totals = moments.sum(axis=1)
     centred = moments - (totals / n)[:, None] if n else moments
-    m2 = np.einsum("ij,ij->i", centred, centred)  # not a BLAS call: BLAS's threads spin for seconds on a busy machine
-    row: dict[str, float | None] = {
-        "n": n, "s_w": float(w.sum()), "s_w2": float(np.einsum("i,i->", w, w)),
-        "c_hi": float(np.count_nonzero(rc > c.verl_is_threshold)), "c_lo": float(np.count_nonzero(rc < 1.0 / c.verl_is_threshold)),
-        "c_sky": float(np.count_nonzero(rc > c.skyrl_token_tis_ratio_clip_high)), "s_rho_c": float(rc.sum()),
-        **{f"g_{name}": float(v) for name, v in zip(_MOMENT_ROWS, totals)}, **{f"m2_{name}": float(v) for name, v in zip(_MOMENT_ROWS, m2)},
-    }
-    extremes = moments[:len(GLOBAL_MAX)].max(axis=1) if n else [None] * len(GLOBAL_MAX)
-    row |= {f"max_{name}": None if v is None else float(v) for name, v in zip(GLOBAL_MAX, extremes)}
-    row["min_absd"] = float(moments[0].min()) if n else None
-    return row
+    sums = (n, w.sum(), np.einsum("i,i->", w, w), np.count_nonzero(rc > c.verl_is_threshold),
+            np.count_nonzero(rc < 1.0 / c.verl_is_threshold), np.count_nonzero(rc > c.skyrl_token_tis_ratio_clip_high), rc.sum())
+    extremes = (*moments[:len(GLOBAL_MAX)].max(axis=1), moments[0].min()) if n else (np.nan,) * (len(GLOBAL_MAX) + 1)
+    # einsum, not a BLAS dot: BLAS's threads spin for seconds on a busy machine
+    return np.concatenate((sums, totals, np.einsum("ij,ij->i", centred, centred), extremes))
 
 
 def _run_starts(batch: pl.DataFrame) -> np.ndarray:
     """The rows where a run of equal ``sequence`` starts (any key type, nulls equal to each other)."""
     key = pl.col("sequence")
     return np.flatnonzero(batch.select(key.ne_missing(key.shift(1)).fill_null(True)).to_series().to_numpy())
-
-
-def _glob_schema() -> dict[str, pl.DataType]:
-    return {"n": pl.Int64, **{name: pl.Float64 for name in GLOBAL_SUMS if name != "n"},
-            **{f"{p}_{name}": pl.Float64 for p in ("g", "m2") for name in GLOBAL_M2},
-            **{f"max_{name}": pl.Float64 for name in GLOBAL_MAX}, "min_absd": pl.Float64}
 
 
 def partials(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: bool = False,
@@ -185,26 +211,51 @@ def partials(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: boo
     >>> seqs["n"].item(), round(seqs["s_d"].item(), 6), round(glob["max_absd"].item(), 6)
     (2, 0.08, 0.1)
     """
+    fields = run_fields(advantage)
     keys, runs, rows = [], [], []
-    fields = ("mask", "r", "t", "advantage", "has_support")
-    for batch in token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming"):
-        starts = _run_starts(batch)
-        columns = {name: batch[name].to_numpy() for name in fields if name in batch.columns}
-        firsts = []  # each block's first row starts a run (a piece of one), besides the batch's own run starts
-        for begin in range(0, batch.height, BLOCK_ROWS):
-            end = min(begin + BLOCK_ROWS, batch.height)
-            block_starts = np.concatenate(([begin], starts[np.searchsorted(starts, begin, "right"):np.searchsorted(starts, end)]))
-            run, row = block_sums(block_starts - begin, *(columns[name][begin:end] if name in columns else None for name in fields), c)
-            firsts.append(block_starts)
-            runs.append(run)
-            rows.append(row)
-        if firsts:
-            keys.append(batch["sequence"].gather(np.concatenate(firsts)))
-    names = [name for name in (*SEQ_SUMS, *ADV_SUMS) if advantage or name not in ADV_SUMS]
+    batches = token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming")
+    # numpy releases the GIL inside its loops: the batches' blocks run on all cores while polars reads the next
+    # batches, a bounded number in flight so that memory stays a few batches whatever the input's size
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        pending: deque = deque()
+        for batch in batches:
+            pending.append(pool.submit(_batch_sums, batch, c))
+            while len(pending) > pool._max_workers:
+                _collect(pending.popleft().result(), keys, runs, rows)
+        while pending:
+            _collect(pending.popleft().result(), keys, runs, rows)
     key_dtype = token_columns(tokens).collect_schema()["sequence"]
-    seqs = pl.DataFrame({"sequence": pl.concat(keys) if keys else pl.Series([], dtype=key_dtype),
-                         **{name: np.concatenate([run[name] for run in runs]) if runs else np.zeros(0) for name in names}})
-    seqs = seqs.with_columns(pl.col(name).cast(pl.Int64) for name in names if name in _COUNTS)
+    sums = np.concatenate(runs, axis=1) if runs else np.zeros((len(fields), 0))
+    seqs = pl.DataFrame({"sequence": pl.concat(keys) if keys else pl.Series([], dtype=key_dtype), **dict(zip(fields, sums))})
+    seqs = seqs.select("sequence", *(pl.col(name).cast(pl.Int64) if name in _COUNTS else pl.col(name) for name in (*SEQ_SUMS, *ADV_SUMS)
+                                     if name in fields))
     if not rows:  # no token: one empty block's row
         rows = [_batch_row(np.zeros((len(_MOMENT_ROWS), 0)), np.zeros(0), c)]
-    return merge_sequences(seqs), merge_globals(pl.DataFrame(rows, schema=_glob_schema()))
+    glob = pl.DataFrame(np.concatenate([np.atleast_2d(r) for r in rows]), schema=list(ROW_FIELDS), orient="row").with_columns(
+        pl.col("n").cast(pl.Int64), pl.col("^(max|min)_.*$").fill_nan(None))  # no masked token: no extreme
+    return merge_sequences(seqs), merge_globals(glob)
+
+
+def _collect(result, keys: list, runs: list, rows: list) -> None:
+    if result is not None:
+        keys.append(result[0])
+        runs.append(result[1])
+        rows.append(result[2])
+
+
+def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray] | None:
+    """A batch's run keys, per-run sums and batch-wide rows, one of each per block of :data:`BLOCK_ROWS` rows."""
+    if not batch.height:
+        return None
+    inputs = ("mask", "r", "t", "advantage", "has_support")
+    columns = {name: batch[name].to_numpy() for name in inputs if name in batch.columns}
+    starts = _run_starts(batch)
+    firsts, runs, rows = [], [], []  # each block's first row starts a run (a piece of one), besides the batch's own
+    for begin in range(0, batch.height, BLOCK_ROWS):
+        end = min(begin + BLOCK_ROWS, batch.height)
+        block_starts = np.concatenate(([begin], starts[np.searchsorted(starts, begin, "right"):np.searchsorted(starts, end)]))
+        run, row = block_sums(block_starts - begin, *(columns[name][begin:end] if name in columns else None for name in inputs), c)
+        firsts.append(block_starts)
+        runs.append(run)
+        rows.append(row)
+    return batch["sequence"].gather(np.concatenate(firsts)), np.concatenate(runs, axis=1), np.stack(rows)
