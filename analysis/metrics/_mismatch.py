@@ -72,9 +72,10 @@ SEQ_SUMS = ("n_rows", "n", "n_support", "s_r", "s_t", "s_d", "s_absd", "s_k3", "
             "s_tisabs")
 #: prime-rl's per-sample counts and sums, which need the advantage.
 ADV_SUMS = ("c_pm", "c_ph", "c_pl", "s_k3m", "s_k3k")
-#: Batch-wide values: sums, and second moments with the sum they are centred on.
+#: Batch-wide values: sums (``s_w``, ``s_w2``, ``c_hi``, ``c_lo``: NaN unless ``verl_rollout_is="token"``, the only mode
+#: that reads them), second moments with the sum they are centred on, and the co-moment of ``p = exp t`` and ``q = exp r``.
 GLOBAL_SUMS = ("n", "s_w", "s_w2", "c_hi", "c_lo", "c_sky", "s_rho_c")
-GLOBAL_M2 = {"absd": "absd", "k3": "k3", "x": "x", "p": "p", "q": "q", "pplus": "pplus", "pminus": "pminus"}
+GLOBAL_M2 = {"absd": "absd", "k3": "k3", "x": "x", "p": "p", "q": "q"}
 GLOBAL_MAX = ("absd", "k3", "x")
 
 
@@ -90,7 +91,7 @@ def merge_sequences(parts: pl.DataFrame) -> pl.DataFrame:
 
 
 def merge_globals(rows: pl.DataFrame) -> pl.DataFrame:
-    """One batch-wide row from several: sums add, extremes take the extreme, second moments merge by Chan's formula.
+    """One batch-wide row from several: sums add, extremes take the extreme, (co-)moments merge by Chan's formula.
 
     Examples
     --------
@@ -104,13 +105,15 @@ def merge_globals(rows: pl.DataFrame) -> pl.DataFrame:
     """
     n = pl.col("n").cast(pl.Float64)
     total = n.sum()
-    m2 = []
-    for name in GLOBAL_M2:
+
+    def shift(name: str) -> pl.Expr:  # a row's mean less the merged mean (null for a row without a masked token)
         g = pl.col(f"g_{name}")
-        mean_b = g / pl.when(n > 0).then(n)
-        m2.append((pl.col(f"m2_{name}").sum() + (n * (mean_b - g.sum() / total) ** 2).fill_null(0.0).sum()).alias(f"m2_{name}"))
+        return g / pl.when(n > 0).then(n) - g.sum() / total
+
+    m2 = [(pl.col(f"m2_{name}").sum() + (n * shift(name) ** 2).fill_null(0.0).sum()).alias(f"m2_{name}") for name in GLOBAL_M2]
+    c2 = (pl.col("c2_pq").sum() + (n * shift("p") * shift("q")).fill_null(0.0).sum()).alias("c2_pq")
     return rows.select(
-        *(pl.col(name).sum() for name in GLOBAL_SUMS), *(pl.col(f"g_{name}").sum() for name in GLOBAL_M2), *m2,
+        *(pl.col(name).sum() for name in GLOBAL_SUMS), *(pl.col(f"g_{name}").sum() for name in GLOBAL_M2), *m2, c2,
         *(pl.col(f"max_{name}").max() for name in GLOBAL_MAX), pl.col("min_absd").min(),
     )
 
@@ -193,7 +196,7 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
         frac_lo = (pl.col("s_d") < math.log(1.0 / c.verl_is_threshold)).cast(pl.Float64).mean()
     w_mean = s_w / verl_n
     m2_p, m2_q = g["m2_p"], g["m2_q"]
-    cov = (g["m2_pplus"] - g["m2_pminus"]) / 4.0  # Var(p+q) − Var(p−q) = 4·Cov(p, q)
+    cov = g["c2_pq"]  # Σ (p − mean p)(q − mean q), as m2_p and m2_q, so the 1/N cancels
     unbiased = pl.when(N > 1)
 
     # slime and miles: Σ x·m / max(Σm, 1) per rollout (a sequence here), then the mean over rollouts;

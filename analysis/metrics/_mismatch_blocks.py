@@ -26,8 +26,8 @@ import polars as pl
 
 from ._mismatch import ADV_SUMS, GLOBAL_M2, GLOBAL_MAX, GLOBAL_SUMS, SEQ_SUMS, Constants, merge_globals, merge_sequences
 
-#: Rows per numpy block: a block's twenty-odd float64 rows (8 Ki x 8 bytes = 64 KiB each) stay in a core's L2 cache.
-BLOCK_ROWS = 1 << 13
+#: Rows per numpy block: a block's twenty-odd float64 rows (16 Ki x 8 bytes = 128 KiB each) stay in a core's L2 cache.
+BLOCK_ROWS = 1 << 14
 
 #: The per-sequence sums that count tokens, stored as Int64.
 _COUNTS = frozenset(name for name in (*SEQ_SUMS, *ADV_SUMS) if not name.startswith("s_"))
@@ -65,9 +65,9 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
 
 
 #: The rows of a block's per-token array that are summed per sequence, in order (prime-rl's ADV_SUMS go between,
-#: with an advantage); the last seven rows are the GLOBAL_M2 quantities, whose first two, |δ| and K3, are also summed.
+#: with an advantage); then the GLOBAL_M2 quantities, whose first two, |δ| and K3, are also summed; then Δp = p − q.
 _SEQ_ROWS = ("s_r", "s_t", "s_d", "s_miles", "s_rho2", "s_tis", "c_tisclip", "s_tisabs")
-_MOMENT_ROWS = ("absd", "k3", "x", "p", "q", "pplus", "pminus")
+_MOMENT_ROWS = ("absd", "k3", "x", "p", "q")
 
 
 def run_fields(advantage: bool) -> tuple[str, ...]:
@@ -82,7 +82,7 @@ def run_fields(advantage: bool) -> tuple[str, ...]:
 
 
 #: The entries of :func:`block_sums`' batch-wide row, in order.
-ROW_FIELDS = (*GLOBAL_SUMS, *(f"g_{name}" for name in _MOMENT_ROWS), *(f"m2_{name}" for name in _MOMENT_ROWS),
+ROW_FIELDS = (*GLOBAL_SUMS, *(f"g_{name}" for name in _MOMENT_ROWS), *(f"m2_{name}" for name in _MOMENT_ROWS), "c2_pq",
               *(f"max_{name}" for name in GLOBAL_MAX), "min_absd")
 
 
@@ -102,7 +102,8 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
     advantage) of :mod:`~analysis.metrics._mismatch`, each over the run's loss-masked tokens
     (``n_rows`` and ``n_support`` over all its rows). The batch-wide row (:data:`ROW_FIELDS`) holds the
     GLOBAL_SUMS, and for each GLOBAL_M2 quantity its Σ (``g_``) and its second moment about the
-    block's own mean (``m2_``), then the GLOBAL_MAX maxima and ``min_absd`` (NaN without a masked token).
+    block's own mean (``m2_``), the co-moment of ``p`` and ``q`` (``c2_pq``), then the GLOBAL_MAX
+    maxima and ``min_absd`` (NaN without a masked token).
 
     Examples
     --------
@@ -121,8 +122,7 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
     at = np.searchsorted(masked, starts)  # where each run's loss-masked tokens begin among the block's
     count = _lengths(at, len(masked))
     with np.errstate(all="ignore"):  # IEEE results as polars gives them: exp overflows to inf, NaN propagates
-        rows, rc = _token_rows(r[masked].astype(np.float64, copy=False), t[masked].astype(np.float64, copy=False),
-                               advantage[masked] if advantage is not None else None, c)
+        rows, rc = _token_rows(r[masked], t[masked], advantage[masked] if advantage is not None else None, c)
     fields = run_fields(advantage is not None)
     runs = np.zeros((len(fields), len(starts)))
     runs[0], runs[1] = _lengths(starts, len(mask)), count
@@ -133,16 +133,20 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
         runs[3:] = np.add.reduceat(rows[:len(fields) - 3], at, axis=1)
     elif some.any():  # reduceat gives an empty run the next run's first value: it sees the non-empty runs only
         runs[3:, some] = np.add.reduceat(rows[:len(fields) - 3], at[some], axis=1)
-    return runs, _batch_row(rows[-len(_MOMENT_ROWS):], rc, c)
+    return runs, _batch_row(rows[-len(_MOMENT_ROWS) - 1:-1], rc, c)
 
 
 def _token_rows(r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: Constants) -> tuple[np.ndarray, np.ndarray]:
-    """Every per-token quantity of the loss-masked tokens, a row each (see ``_SEQ_ROWS``), and exp(clip(δ))."""
+    """Every per-token quantity of the loss-masked tokens, a row each (see ``_SEQ_ROWS``), and exp(clip(δ)).
+
+    ``r`` and ``t`` may be float32: they are widened (exactly) as they are copied into their float64 rows.
+    """
     extra = len(ADV_SUMS) if advantage is not None else 0
-    rows = np.empty((len(_SEQ_ROWS) + extra + len(_MOMENT_ROWS), len(r)))
+    rows = np.empty((len(_SEQ_ROWS) + extra + len(_MOMENT_ROWS) + 1, len(r)))
     r_, t_, d, miles, rho2, rho, tisclip, tisabs = rows[:len(_SEQ_ROWS)]
-    absd, k3, x, p, q, pplus, pminus = rows[-len(_MOMENT_ROWS):]
+    absd, k3, x, p, q, pminus = rows[-len(_MOMENT_ROWS) - 1:]
     r_[:], t_[:] = r, t
+    r, t = r_, t_
     np.subtract(t, r, out=d)
     np.exp(d, out=rho)
     np.exp(t, out=p)
@@ -152,7 +156,6 @@ def _token_rows(r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: C
     np.abs(d, out=absd)
     np.subtract(p, q, out=pminus)
     np.abs(pminus, out=x)
-    np.add(p, q, out=pplus)
     clipped = absd > c.safety_bound
     if clipped.any():
         dc = np.clip(d, -c.safety_bound, c.safety_bound)
@@ -180,14 +183,19 @@ def _token_rows(r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: C
 def _batch_row(moments: np.ndarray, rc: np.ndarray, c: Constants) -> np.ndarray:
     """The batch-wide row of a block's loss-masked tokens (:data:`ROW_FIELDS`), from its GLOBAL_M2 rows and exp(clip(δ))."""
     n = len(rc)
-    w = np.minimum(rc, c.verl_is_threshold)
     totals = moments.sum(axis=1)
     centred = moments - (totals / n)[:, None] if n else moments
-    sums = (n, w.sum(), np.einsum("i,i->", w, w), np.count_nonzero(rc > c.verl_is_threshold),
-            np.count_nonzero(rc < 1.0 / c.verl_is_threshold), np.count_nonzero(rc > c.skyrl_token_tis_ratio_clip_high), rc.sum())
+    if c.verl_rollout_is == "token":  # the token-level IS weights; the sequence level takes them from the per-sequence Σδ
+        w = np.minimum(rc, c.verl_is_threshold)
+        weights = (w.sum(), np.einsum("i,i->", w, w), np.count_nonzero(rc > c.verl_is_threshold),
+                   np.count_nonzero(rc < 1.0 / c.verl_is_threshold))
+    else:
+        weights = (np.nan,) * 4
+    sums = (n, *weights, np.count_nonzero(rc > c.skyrl_token_tis_ratio_clip_high), rc.sum())
     extremes = (*moments[:len(GLOBAL_MAX)].max(axis=1), moments[0].min()) if n else (np.nan,) * (len(GLOBAL_MAX) + 1)
     # einsum, not a BLAS dot: BLAS's threads spin for seconds on a busy machine
-    return np.concatenate((sums, totals, np.einsum("ij,ij->i", centred, centred), extremes))
+    p, q = centred[_MOMENT_ROWS.index("p")], centred[_MOMENT_ROWS.index("q")]
+    return np.concatenate((sums, totals, np.einsum("ij,ij->i", centred, centred), (np.einsum("i,i->", p, q),), extremes))
 
 
 def _run_starts(batch: pl.DataFrame) -> np.ndarray:

@@ -97,6 +97,8 @@ def _prepare(lf: pl.LazyFrame, replay: bool) -> tuple[pl.LazyFrame, bool]:
     missing = [c for c in _COLUMNS if c not in names]
     if missing:
         raise ValueError(f"the token frame lacks {missing}; it needs {list(_COLUMNS)} (and 'advantage' for prime-rl's masked metrics)")
+    if "support_ids" not in names:  # no sampling mask: nothing to check or replay, and no all-false column to read
+        return lf, "advantage" in names
     return _support.check_and_replay(lf, replay_support=replay), "advantage" in names
 
 
