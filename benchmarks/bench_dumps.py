@@ -19,7 +19,6 @@ import base64
 import json
 import struct
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np

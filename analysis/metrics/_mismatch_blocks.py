@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from ._mismatch import ADV_SUMS, GLOBAL_M2, GLOBAL_MAX, GLOBAL_SUMS, SEQ_SUMS, Constants, merge_globals, merge_sequences
+from ._mismatch import ADV_SUMS, GLOBAL_MAX, GLOBAL_SUMS, SEQ_SUMS, Constants, merge_globals, merge_sequences
 
 #: Rows per numpy block: a block's twenty-odd float64 rows (16 Ki x 8 bytes = 128 KiB each) stay in a core's L2 cache.
 BLOCK_ROWS = 1 << 14
@@ -70,7 +70,7 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
 #: The rows of a block's per-token array that are summed per sequence, in order (prime-rl's ADV_SUMS go between,
 #: with an advantage); then the GLOBAL_M2 quantities, whose first two, |δ| and K3, are also summed; then Δp = p − q.
 _SEQ_ROWS = ("s_r", "s_t", "s_d", "s_miles", "s_rho2", "s_tis", "c_tisclip", "s_tisabs")
-_MOMENT_ROWS = ("absd", "k3", "x", "p", "q")
+_MOMENT_ROWS = ("absd", "k3", "x", "p", "q")  # the names of _mismatch.GLOBAL_M2, which merge_globals reads by name
 
 
 def run_fields(advantage: bool) -> tuple[str, ...]:
@@ -227,11 +227,12 @@ def partials(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: boo
     batches = token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming")
     # numpy releases the GIL inside its loops: the batches' blocks run on all cores while polars reads the next
     # batches, a bounded number in flight so that memory stays a few batches whatever the input's size
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    workers = os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: deque = deque()
         for batch in batches:
             pending.append(pool.submit(_batch_sums, batch, c))
-            while len(pending) > pool._max_workers:
+            while len(pending) > workers:
                 _collect(pending.popleft().result(), keys, runs, rows)
         while pending:
             _collect(pending.popleft().result(), keys, runs, rows)
