@@ -17,14 +17,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import multiprocessing as mp
-import resource
 import struct
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from _measure import measure
 
 
 def _entry(rng, token_id: int, top: int) -> dict:
@@ -88,25 +86,6 @@ def bia(path: str) -> dict:
 _IMPORTS = {"bare": "orjson", "naive": "pandas", "bia": "analysis"}
 
 
-def _child(name: str, path: str, queue) -> None:
-    __import__(_IMPORTS[name])  # time the loading, not the interpreter's imports
-    start = time.perf_counter()
-    out = globals()[name](path)
-    out["seconds"] = time.perf_counter() - start
-    out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    queue.put(out)
-
-
-def measure(name: str, path: Path) -> dict:
-    ctx = mp.get_context("spawn")  # a fresh interpreter: its peak RSS is this loader's alone
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(name, str(path), queue))
-    proc.start()
-    out = queue.get()
-    proc.join()
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500)
@@ -123,7 +102,7 @@ def main() -> None:
         chat, compact = generate(folder, args.requests, args.tokens, args.top)
     print(f"{args.requests} requests x {args.tokens} tokens x top-{args.top}: chat {chat.stat().st_size / 1e6:.0f} MB, compact {compact.stat().st_size / 1e6:.0f} MB")
     for label, path, loaders in (("chat JSONL", chat, ("bare", "naive", "bia")), ("compact JSONL", compact, ("bare", "bia"))):
-        results = {name: measure(name, path) for name in loaders}
+        results = {name: measure(globals()[name], str(path), imports=_IMPORTS[name]) for name in loaders}
         floor = results["bare"]["seconds"]
         print(f"{label}:")
         for name, r in results.items():

@@ -16,14 +16,13 @@ Run: .venv/bin/python benchmarks/bench_mismatch.py [--sequences 100000] [--token
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
-import resource
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _measure import measure
 
 FILE_SEQUENCES = 10_000
 
@@ -75,25 +74,6 @@ def ray(folder: str) -> dict:
 _IMPORTS = {"bare": "polars", "summary": "analysis", "ray": "analysis"}
 
 
-def _child(name: str, folder: str, queue) -> None:
-    __import__(_IMPORTS[name])  # time the work, not the interpreter's imports
-    start = time.perf_counter()
-    out = globals()[name](folder)
-    out["seconds"] = time.perf_counter() - start
-    out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    queue.put(out)
-
-
-def measure(name: str, folder: Path) -> dict:
-    ctx = mp.get_context("spawn")  # a fresh interpreter: its peak RSS is this step's alone (Ray's workers are other processes)
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(name, str(folder), queue))
-    proc.start()
-    out = queue.get()
-    proc.join()
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=100_000)
@@ -110,10 +90,11 @@ def main() -> None:
         print(f"generated in {time.perf_counter() - start:.1f} s")
     size = sum(p.stat().st_size for p in folder.glob("*.parquet"))
     print(f"{args.sequences} sequences x {args.tokens} tokens: {size / 1e9:.2f} GB of Parquet in {folder}; load average {os.getloadavg()[0]:.1f}")
-    results = {name: measure(name, folder) for name in ("bare", "summary", *(() if args.skip_ray else ("ray",)))}
-    floor = results["bare"]["seconds"]
+    results = {name: measure(globals()[name], str(folder), imports=_IMPORTS[name]) for name in ("bare", "summary", *(() if args.skip_ray else ("ray",)))}
+    floor, cpu_floor = results["bare"]["seconds"], results["bare"]["cpu_seconds"]
     for name, r in results.items():
-        print(f"  {name:8s} {r['seconds']:8.2f} s  {r['seconds'] / floor:5.2f}x bare  peak RSS {r['peak_rss'] / 1e9:5.2f} GB")
+        print(f"  {name:8s} {r['seconds']:8.2f} s  {r['seconds'] / floor:5.2f}x bare  peak RSS {r['peak_rss'] / 1e9:5.2f} GB"
+              f"  (CPU {r['cpu_seconds']:.2f} s = {r['cpu_seconds'] / cpu_floor:.2f}x bare's; Ray's workers not counted)")
     if "ray" in results:
         same = results["ray"]["result"] == results["summary"]["result"]
         print(f"  ray results equal to the single-process summary: {same}")

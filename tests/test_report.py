@@ -73,8 +73,9 @@ RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "experiment-
 def test_report_opens_with_the_verdicts_and_keeps_the_detail_below(default_report):
     page = default_report[0].read_text()
     headings = [" ".join(visible_text(h).split()) for h in re.findall(r"<(?:h1|h2|summary)\b.*?</(?:h1|h2|summary)>", page, flags=re.S)]
-    assert headings[:6] == ["Batch-parity report", "Verdicts", "Runs side by side", "Engines side by side", "Figures", "Detail"]
-    assert headings[6:] == [*(f"Run detail: data/{run}" for run in RUNS), "Witness detail: bands, env knobs and release markers of 3 witnesses",
+    assert headings[:7] == ["Batch-parity report", "Verdicts", "Runs side by side", "Engines side by side", "Sampler and trainer", "Figures",
+                            "Detail"]
+    assert headings[7:] == [*(f"Run detail: data/{run}" for run in RUNS), "Witness detail: bands, env knobs and release markers of 3 witnesses",
                             "aprender's V3 release gate", "Parameters and provenance", "Provenance notes: data/aprender-lambda/README.md"]
     cards = re.findall(r'<h3><span class="bia-muted">(run|witness)</span> <code>([^<]*)</code>', page)
     assert cards == [*(("run", f"data/{run}") for run in RUNS), ("witness", "witness-v3.0-rule.json (v1)"),
@@ -136,7 +137,9 @@ def test_report_plots_are_embedded_images(default_report):
     assert [sum(f"data/{run}:" in a for a in alts if a not in first_ops) for run in RUNS] == [4] * len(RUNS)
     assert len(first_ops) == 1 and "data/experiment-cpu/default: " in first_ops[0] and "by layer and op" in first_ops[0]
     assert sum("the batch widths the server formed" in a for a in alts) == len(RUNS)
-    assert alts[:2] == [
+    assert alts[:4] == [  # the sampler-trainer section's two figures (the bundled experiment runs' trainer pairs), then the witnesses'
+        "the distribution of |trainer - rollout logprob| per run on a log scale, and its mean against the token's position",
+        "|trainer - rollout logprob| against the sampler's top-1 minus top-2 logprob margin, per run",
         "divergence_at against batch size c for each witness, with declared_min marked; per-request decode rate against c, with the 50%-of-c=1 line",
         "kernel env knobs that differ between witnesses",
     ]
@@ -255,8 +258,8 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    # two witness figures, four per run, and where drift starts in the one run that drifts (the default kernel mode)
-    assert len(state["images"]) == 2 + 4 * len(RUNS) + 1 and all(i["ok"] and i["visible"] for i in state["images"])
+    # the witnesses' 2, the sampler-trainer section's 2, 4 per run, and where drift starts in the one run that drifts (the default kernel mode)
+    assert len(state["images"]) == 2 + 2 + 4 * len(RUNS) + 1 and all(i["ok"] and i["visible"] for i in state["images"])
     assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
     assert "Batch invariant: every request is bit-identical to m=1." in state["text"]  # the cards are open; the detail is not
     assert "a divergence planted at step 32 of ref #1 was detected at step 32" not in state["text"]
@@ -325,7 +328,8 @@ def assert_readable(state: dict) -> None:
 def test_the_default_report_reads_in_chromium(default_report):
     state = read_like_a_reviewer(default_report[0])
     assert_readable(state)
-    assert len(state["figures"]) == 2 + 4 * len(RUNS) + 1  # with where drift starts in the default kernel mode
+    # the witnesses' 2, the sampler-trainer section's 2, 4 per run, and where drift starts in the default kernel mode
+    assert len(state["figures"]) == 2 + 2 + 4 * len(RUNS) + 1
     assert state["title"] == "Batch-parity report"
 
 

@@ -62,7 +62,7 @@ FINDINGS = {
     ],
     "05_report.ipynb": [
         "title: Batch-parity report (tutorial)",
-        "sections: Verdicts | Runs side by side | Engines side by side | Figures | Detail | aprender's V3 release gate",
+        "sections: Verdicts | Runs side by side | Engines side by side | Sampler and trainer | Figures | Detail | aprender's V3 release gate",
         "0 scripts or stylesheets from the network",
         "Finding: the report's 10 verdict cards say",
         "  default: Token-identical, not bit-identical: the logprobs differ from m=1 from c=4.",
@@ -70,6 +70,14 @@ FINDINGS = {
         "  witness@464c168e62.json (v2): Not batch invariant",
     ],
     "03_probe.ipynb": [],
+    "rl_mismatch.ipynb": [
+        "Finding: fixed-tiles: every metric exactly at its no-mismatch value (K3 0.0)",
+        "Finding: default: not zero: verl's K3 1.86e-13, SkyRL's max |delta| 3.34e-06",
+        "Finding: batch-invariant: not zero: verl's K3 2.28e-13, SkyRL's max |delta| 2.5e-06",
+        "experiment-cpu/fixed-tiles: 0 of 3968 tokens part",
+        "experiment-cpu/default: 2696 of 3968 tokens part, by up to 3.3e-06 nats",
+        "the smallest sampler margin where a token parts is 0.0125 nats",
+    ],
 }
 
 

@@ -271,20 +271,36 @@ def experiment_command(
     top_k: Annotated[int, typer.Option(help="Candidates recorded per step.")] = 20,
     seed: Annotated[int, typer.Option(help="Seed for the needle positions.")] = 0,
     model: Annotated[Optional[Path], typer.Option(help="Model weights (safetensors + .json); the bundled tiny model by default.")] = None,
+    trainer: Annotated[bool, typer.Option("--trainer", help="Also recompute every sampled sequence as an RL trainer does (one forward "
+                                                             "pass per sequence, in the run's kernel mode) and write the sampler-trainer "
+                                                             "pairs to OUTPUT/trainer/<mode>.jsonl (a prime-rl token export).")] = False,
+    trainer_batch: Annotated[int, typer.Option(help="Sequences per trainer forward pass.")] = 8,
+    recompute: Annotated[Optional[list[Path]], typer.Option(metavar="RUN", help="With --trainer: recompute this experiment run "
+                                                                "instead of decoding new ones (OUTPUT/trainer/<run folder>.jsonl). Repeatable.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""
     from ..experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
+    from ..experiment.trainer import write_trainer_pairs
+    from ..run import RunError
 
+    if recompute and not trainer:
+        raise _fail(ExperimentError("--recompute: give --trainer too (it recomputes runs as a trainer does)"))
+    if trainer_batch < 1:  # said before any decoding, not after it
+        raise _fail(ExperimentError(f"--trainer-batch: expected an integer >= 1, got {trainer_batch}"))
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
     try:
-        folders = run_experiment(output, prompts=texts, ladder=_parse_ladder(ladder), modes=modes.split(","), layout=layout,
-                                 dtype=dtype, device=device, max_tokens=max_tokens, top_k=top_k, seed=seed, model_path=model,
-                                 progress=sys.stderr.isatty(), force=force)
-    except (ExperimentError, OutputExists) as exc:
+        folders = list(recompute) if recompute else run_experiment(
+            output, prompts=texts, ladder=_parse_ladder(ladder), modes=modes.split(","), layout=layout, dtype=dtype, device=device,
+            max_tokens=max_tokens, top_k=top_k, seed=seed, model_path=model, progress=sys.stderr.isatty(), force=force)
+        for folder in folders if not recompute else []:
+            typer.echo(f"wrote {folder}")
+        for folder in folders if trainer else []:
+            pairs = write_trainer_pairs(folder, output / "trainer" / f"{Path(folder).name}.jsonl", batch_size=trainer_batch,
+                                        model_path=model, force=force)
+            typer.echo(f"wrote {pairs}")
+    except (ExperimentError, OutputExists, RunError, ValueError) as exc:
         raise _fail(exc) from None
-    for folder in folders:
-        typer.echo(f"wrote {folder}")
 
 
 @app.command("probe", cls=Command)

@@ -8,6 +8,12 @@ from typing import Any
 
 KERNEL_MODES = ("default", "one-by-one", "fixed-tiles")
 MODE_ALIASES = {"batch-invariant": "one-by-one"}  # the one-by-one mode's name before fixed-tiles existed
+#: The modes that claim batch invariance: a row's bits do not depend on the rows computed with it.
+INVARIANT_MODES = ("one-by-one", "fixed-tiles")
+#: The invariant modes that also claim prefill == decode: a token's logprob from one forward pass over the whole
+#: sequence (an RL trainer's recompute) has the bits its decode step gave. one-by-one does not: a lone row's
+#: matmuls still take the sequence's length as their shape, so a prompt's pass and a decode step sum differently.
+PREFILL_DECODE_MODES = ("fixed-tiles",)
 
 SETTING_ALIASES: Mapping[str, Mapping[str, str]] = {"kernel_mode": MODE_ALIASES}  # per setting: requested name -> canonical name
 

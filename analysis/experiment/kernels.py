@@ -19,8 +19,11 @@ no reduction ever sees a shape that depends on the batch:
 
 Rows are then identical to the same request decoded alone (m=1) in this mode, prompt lengths and
 positions in the batch notwithstanding; the tests check it for every c up to 32, both layouts and
-both dtypes. The batch keeps its matmuls: the cost over ``default`` is the padding of the last
-tile (a request alone runs a whole tile) and the attention's splits (``benchmarks/bench_kernels.py``).
+both dtypes. A prefill's queries meet their keys one at a time, as a decode step's do, so a token's
+logprob from one forward pass over the whole sequence (a trainer's recompute, :mod:`.trainer`) has
+the bits its decode step gave (tests/test_trainer.py). The batch keeps its matmuls: the cost over
+``default`` is the padding of the last tile (a request alone runs a whole tile) and the attention's
+splits (``benchmarks/bench_kernels.py``).
 The attention computes in float32, also for a bfloat16 model.
 """
 
@@ -116,9 +119,10 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
 
     ``ids``, ``positions`` and ``rows`` (the cache row of each token's sequence) are 1-D, one entry per
     token; a token attends to its sequence's positions up to its own, so several prompts, or several
-    requests' next tokens, are packed together. With ``prefill`` (prompts' tokens), each sequence's
-    queries meet its keys in tiles of :data:`TILE_ROWS` queries, and past the last layer's attention
-    only the ``want`` rows go on; otherwise (a decode step) each query meets its keys alone.
+    requests' next tokens, are packed together. Every query meets its keys alone, in a prefill as in
+    a decode step: a token's logprob from a one-pass forward over a whole sequence (a trainer's
+    recompute) then has the bits its decode step gave. With ``prefill``, only the ``want`` rows go
+    on past the last layer's attention.
     """
     n = ids.shape[0]
     limits = [p + 1 for p in positions.tolist()]
@@ -127,7 +131,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     ids, positions, rows, limits = _padded(ids, positions, rows, limits, cache)
     x = model.tok(ids) + model.pos(positions)
     shape = (model.cfg.context, model.cfg.n_heads)
-    plan = _prefill_plan(rows[:n].tolist(), limits, *shape, ids.device) if prefill else _step_plan(rows, limits, *shape)
+    plan = _step_plan(rows, limits, *shape)  # prefill too: a query's products have a decode step's shapes, so its bits do
     keep = pad_rows(want) if prefill else None
     last = len(model.blocks) - 1
     for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
@@ -164,7 +168,6 @@ class _Group:
 class _Plan:
     groups: list[_Group]
     every: int  # the model's context in splits: the fixed count the splits are combined over
-    back: torch.Tensor | None = None  # where each packed row's output lies among the groups' (None: in order)
 
 
 def _mask(limits: list[int], splits: int, queries: int, heads: int, device) -> torch.Tensor:
@@ -186,29 +189,6 @@ def _step_plan(rows: torch.Tensor, limits: list[int], context: int, heads: int) 
         groups.append(_Group(slice(start, start + len(part)), 1, slice(first, first + len(part)) if consecutive else group_rows,
                              splits, _mask(part, splits, 1, heads, rows.device)))
     return _Plan(groups, _splits(context))
-
-
-def _prefill_plan(seq: list[int], limits: list[int], context: int, heads: int, device) -> _Plan:
-    """Prompts: each sequence's queries in order, in tiles of :data:`TILE_ROWS` (the last one filled
-    with copies of its first query, whose results are dropped), so that a query's tile and place in
-    it depend on its own prompt only."""
-    by_seq: dict[int, list[int]] = {}
-    for i, row in enumerate(seq):
-        by_seq.setdefault(row, []).append(i)
-    tiles = [(row, tokens[k: k + TILE_ROWS]) for row, tokens in by_seq.items() for k in range(0, len(tokens), TILE_ROWS)]
-    take, back = [], [0] * len(limits)
-    for t, (_, chunk) in enumerate(tiles):
-        for j, i in enumerate(chunk):
-            back[i] = t * TILE_ROWS + j
-        take += chunk + [chunk[0]] * (TILE_ROWS - len(chunk))
-    groups, per_group = [], max(1, QUERY_GROUP // TILE_ROWS)
-    for start in range(0, len(tiles), per_group):
-        part = take[start * TILE_ROWS: (start + per_group) * TILE_ROWS]
-        seen = [limits[i] for i in part]
-        splits = _splits(max(seen))
-        rows = torch.tensor([row for row, _ in tiles[start: start + per_group]], device=device)
-        groups.append(_Group(torch.tensor(part, device=device), TILE_ROWS, rows, splits, _mask(seen, splits, TILE_ROWS, heads, device)))
-    return _Plan(groups, _splits(context), torch.tensor(back, device=device))
 
 
 def _linear(layer, x: torch.Tensor) -> torch.Tensor:
@@ -250,8 +230,7 @@ def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: 
     for group in plan.groups:
         tiles = q[group.take].reshape(-1, group.queries, heads, hd).transpose(1, 2)  # [T, H, queries, hd]
         parts.append(_attend(tiles, keys, values, group, plan.every).transpose(1, 2).reshape(-1, heads * hd))
-    y = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return y if plan.back is None else y[plan.back]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _read(cache: torch.Tensor, group: _Group) -> torch.Tensor:

@@ -1,12 +1,13 @@
 """Sampler-trainer mismatch as the RL frameworks log it: each framework's own formula, averaging and constants.
 
-Three columnar stages, all polars expressions (no Python loop per token or per sequence):
+Three stages, none with a Python loop per token or per sequence:
 
-1. :func:`partials`: one ``group_by(sequence)`` over the tokens, giving mergeable per-sequence sums,
-   counts, extremes and second moments (it streams, and partials of one sequence cut across chunks
-   merge with :func:`merge_partials`);
-2. :func:`sequence_table`: the per-sequence view;
-3. :func:`summary`: one row, a column per ``framework:logged name``.
+1. ``_mismatch_blocks.partials``: one streamed pass over the tokens giving mergeable per-sequence
+   sums and counts, and batch-wide sums, extremes and second moments (pieces of one sequence cut
+   across blocks, batches or Parquet pieces merge with :func:`merge_sequences`, batch-wide rows with
+   :func:`merge_globals`);
+2. :func:`sequence_table`: the per-sequence view, polars expressions over the merged sums;
+3. :func:`summary`: one row, a column per ``framework:logged name``, polars expressions over them.
 
 Notation per token (docs/rl.md): ``r`` the rollout logprob, ``t`` the trainer's, ``m`` the loss mask,
 ``δ = t − r``, ``ρ = exp(δ)``; K1 ``= r − t``, K3 ``= ρ − 1 − δ``. Sources (repository @ commit, path):
@@ -32,7 +33,6 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import polars as pl
 
 #: verl's ``masked_mean`` denominator guard (``Σm + 1e-8``), also its ESS guard.
@@ -67,100 +67,16 @@ class Constants:
             raise ValueError(f"verl_is_threshold must be positive, got {self.verl_is_threshold!r}")
 
 
-_C = pl.col
-_M = _C("mask")
-
 #: The per-sequence sums every per-sequence metric is built from (a count, or Σ over the loss-masked tokens).
 SEQ_SUMS = ("n_rows", "n", "n_support", "s_r", "s_t", "s_d", "s_absd", "s_k3", "s_miles", "s_rho2", "s_tis", "c_tisclip",
             "s_tisabs")
 #: prime-rl's per-sample counts and sums, which need the advantage.
 ADV_SUMS = ("c_pm", "c_ph", "c_pl", "s_k3m", "s_k3k")
-#: Batch-wide values: sums, and second moments with the sum they are centred on.
+#: Batch-wide values: sums (``s_w``, ``s_w2``, ``c_hi``, ``c_lo``: NaN unless ``verl_rollout_is="token"``, the only mode
+#: that reads them), second moments with the sum they are centred on, and the co-moment of ``p = exp t`` and ``q = exp r``.
 GLOBAL_SUMS = ("n", "s_w", "s_w2", "c_hi", "c_lo", "c_sky", "s_rho_c")
-GLOBAL_M2 = {"absd": "absd", "k3": "k3", "x": "x", "p": "p", "q": "q", "pplus": "pplus", "pminus": "pminus"}
+GLOBAL_M2 = {"absd": "absd", "k3": "k3", "x": "x", "p": "p", "q": "q"}
 GLOBAL_MAX = ("absd", "k3", "x")
-
-
-def derived(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: bool = False) -> pl.LazyFrame:
-    """Per-token columns, one per sum: the value on a loss-masked token, 0 elsewhere.
-
-    ``tokens`` has ``sequence``, ``rollout_logprob``, ``trainer_logprob``, ``mask`` (bool), ``advantage``
-    when ``advantage`` is set, and optionally ``has_support`` (bool). Unmasked tokens are computed
-    from ``r = t = 0`` so that padding (``-inf``, null) never reaches a sum.
-
-    Examples
-    --------
-    >>> tokens = pl.LazyFrame({"sequence": [0, 0], "rollout_logprob": [-0.1, None],
-    ...                        "trainer_logprob": [-0.12, None], "mask": [True, False]})
-    >>> derived(tokens).select("s_d", "s_k3").collect().rows()[1]
-    (0.0, 0.0)
-    """
-    names = tokens.collect_schema().names()
-    m = _M.cast(pl.Float64)
-    # a masked token without a finite logprob makes its sums NaN or infinite: the caller names it
-    r, t = (pl.when(_M).then(_C(name).cast(pl.Float64).fill_null(float("nan"))).otherwise(0.0) for name in ("rollout_logprob", "trainer_logprob"))
-    base = tokens.select(
-        "sequence", _M.fill_null(False).alias("mask"), r.alias("r"), t.alias("t"),
-        (_C("has_support").fill_null(False) if "has_support" in names else pl.lit(False)).cast(pl.Float64).alias("n_support"),
-        *([_C("advantage").cast(pl.Float64)] if advantage else []),
-    ).with_columns(d=_C("t") - _C("r"), p=_C("t").exp(), q=_C("r").exp())
-    base = base.with_columns(dc=_C("d").clip(-c.safety_bound, c.safety_bound), rho=_C("d").exp())
-    # exp(clip(δ)) is ρ itself unless the clip bites (one exp per token saved)
-    base = base.with_columns(rc=pl.when(_C("d").abs() > c.safety_bound).then(_C("dc").exp()).otherwise(_C("rho")),
-                             k3=_C("rho") - 1.0 - _C("d"), dp=_C("p") - _C("q"))
-    w = pl.min_horizontal(_C("rc"), pl.lit(c.verl_is_threshold))
-    cols = {
-        "n_rows": pl.lit(1.0), "n": m, "n_support": _C("n_support"), "s_r": _C("r"), "s_t": _C("t"), "s_d": _C("d"),
-        "s_absd": _C("d").abs(), "s_k3": _C("k3"),
-        "s_miles": ((_C("rc") - 1.0) - _C("dc")).clip(-c.miles_kl_clamp, c.miles_kl_clamp),
-        "s_rho2": m * _C("rc") * _C("rc"), "s_tis": m * _C("rho"),  # verl and slime square the clipped ratio
-        "c_tisclip": m * ((_C("rho") > c.slime_tis_clip) | (_C("rho") < c.slime_tis_clip_low)).cast(pl.Float64),
-        "s_tisabs": (_C("rho") - 1.0).abs(),
-        # batch-wide only
-        "s_w": m * w, "s_w2": m * w * w, "c_hi": m * (_C("rc") > c.verl_is_threshold).cast(pl.Float64),
-        "c_lo": m * (_C("rc") < 1.0 / c.verl_is_threshold).cast(pl.Float64),
-        "c_sky": m * (_C("rc") > c.skyrl_token_tis_ratio_clip_high).cast(pl.Float64), "s_rho_c": m * _C("rc"),
-        "absd": _C("d").abs(), "k3": _C("k3"), "x": _C("dp").abs(), "p": _C("p"), "q": _C("q"), "pplus": _C("p") + _C("q"),
-        "pminus": _C("dp"),
-    }
-    if advantage:
-        a = _C("advantage")
-        high, low = _C("dp") > c.prime_rl_dppo_mask_high, _C("dp") < -c.prime_rl_dppo_mask_low
-        masked = pl.when(a > 0).then(high).otherwise(low).fill_null(False)
-        cols |= {"c_pm": m * masked.cast(pl.Float64), "c_ph": m * ((a > 0) & high).fill_null(False).cast(pl.Float64),
-                 "c_pl": m * ((a < 0) & low).fill_null(False).cast(pl.Float64),
-                 "s_k3m": m * masked.cast(pl.Float64) * _C("k3"), "s_k3k": m * (~masked).cast(pl.Float64) * _C("k3")}
-    return base.select("sequence", "mask", **cols)
-
-
-def batch_partials(batch: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The per-sequence sums of one batch of :func:`derived` rows, and its batch-wide row.
-
-    Sums run over each run of equal ``sequence`` (``numpy.add.reduceat``, vectorized); a sequence
-    that comes back in a later run or batch gets another row, which :func:`merge_sequences` adds.
-
-    Examples
-    --------
-    >>> tokens = pl.LazyFrame({"sequence": [0, 0, 1], "rollout_logprob": [-0.1, -2.0, -1.0],
-    ...                        "trainer_logprob": [-0.12, -1.9, -1.0], "mask": [True, True, True]})
-    >>> seqs, glob = batch_partials(derived(tokens).collect())
-    >>> seqs["sequence"].to_list(), seqs["n"].to_list(), glob["n"].item()
-    ([0, 1], [2, 1], 3)
-    """
-    sums = [name for name in (*SEQ_SUMS, *ADV_SUMS) if name in batch.columns]
-    starts = np.flatnonzero(batch.select(pl.col("sequence").ne_missing(pl.col("sequence").shift(1)).fill_null(True)).to_series().to_numpy())
-    seqs = pl.DataFrame({"sequence": batch["sequence"].gather(starts),
-                         **{name: np.add.reduceat(batch[name].to_numpy(), starts) if batch.height else [] for name in sums}})
-    seqs = seqs.with_columns(pl.col(name).cast(pl.Int64) for name in sums if not name.startswith("s_"))
-    on = pl.col("mask")
-    glob = batch.select(
-        *(pl.col(name).sum().alias(name) for name in GLOBAL_SUMS),
-        *(pl.when(on).then(pl.col(col)).sum().fill_null(0.0).alias(f"g_{name}") for name, col in GLOBAL_M2.items()),
-        *((pl.when(on).then(pl.col(col)).var(ddof=0) * on.sum()).fill_null(0.0).alias(f"m2_{name}") for name, col in GLOBAL_M2.items()),
-        *(pl.when(on).then(pl.col(name)).max().alias(f"max_{name}") for name in GLOBAL_MAX),
-        pl.when(on).then(pl.col("absd")).min().alias("min_absd"),
-    ).with_columns(pl.col("n").cast(pl.Int64))
-    return seqs, glob
 
 
 def merge_sequences(parts: pl.DataFrame) -> pl.DataFrame:
@@ -175,51 +91,31 @@ def merge_sequences(parts: pl.DataFrame) -> pl.DataFrame:
 
 
 def merge_globals(rows: pl.DataFrame) -> pl.DataFrame:
-    """One batch-wide row from several: sums add, extremes take the extreme, second moments merge by Chan's formula.
+    """One batch-wide row from several: sums add, extremes take the extreme, (co-)moments merge by Chan's formula.
 
     Examples
     --------
+    >>> from analysis.metrics._mismatch_blocks import partials
     >>> tokens = pl.LazyFrame({"sequence": [0, 0, 0], "rollout_logprob": [-0.1, -2.0, -0.5],
     ...                        "trainer_logprob": [-0.12, -1.9, -0.5], "mask": [True, True, True]})
-    >>> whole = batch_partials(derived(tokens).collect())[1]
-    >>> cut = merge_globals(pl.concat([batch_partials(derived(tokens).collect()[i:j])[1] for i, j in ((0, 1), (1, 3))]))
-    >>> abs(cut["m2_absd"].item() - whole["m2_absd"].item()) < 1e-15
-    True
+    >>> whole = partials(tokens)[1]
+    >>> cut = merge_globals(pl.concat([partials(tokens.slice(i, j - i))[1] for i, j in ((0, 1), (1, 3))]))
+    >>> abs(cut["m2_absd"].item() - whole["m2_absd"].item()) < 1e-15, cut["n"].item(), cut["max_absd"].item()
+    (True, 3, 0.10000000000000009)
     """
     n = pl.col("n").cast(pl.Float64)
     total = n.sum()
-    m2 = []
-    for name in GLOBAL_M2:
+
+    def shift(name: str) -> pl.Expr:  # a row's mean less the merged mean (null for a row without a masked token)
         g = pl.col(f"g_{name}")
-        mean_b = g / pl.when(n > 0).then(n)
-        m2.append((pl.col(f"m2_{name}").sum() + (n * (mean_b - g.sum() / total) ** 2).fill_null(0.0).sum()).alias(f"m2_{name}"))
+        return g / pl.when(n > 0).then(n) - g.sum() / total
+
+    m2 = [(pl.col(f"m2_{name}").sum() + (n * shift(name) ** 2).fill_null(0.0).sum()).alias(f"m2_{name}") for name in GLOBAL_M2]
+    c2 = (pl.col("c2_pq").sum() + (n * shift("p") * shift("q")).fill_null(0.0).sum()).alias("c2_pq")
     return rows.select(
-        *(pl.col(name).sum() for name in GLOBAL_SUMS), *(pl.col(f"g_{name}").sum() for name in GLOBAL_M2), *m2,
+        *(pl.col(name).sum() for name in GLOBAL_SUMS), *(pl.col(f"g_{name}").sum() for name in GLOBAL_M2), *m2, c2,
         *(pl.col(f"max_{name}").max() for name in GLOBAL_MAX), pl.col("min_absd").min(),
     )
-
-
-def partials(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: bool = False,
-             chunk_size: int = 1_000_000) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per-sequence sums and the batch-wide row of a token frame, read in batches with polars' streaming engine.
-
-    Examples
-    --------
-    >>> tokens = pl.LazyFrame({"sequence": [0, 0], "rollout_logprob": [-0.1, -2.0],
-    ...                        "trainer_logprob": [-0.12, -1.9], "mask": [True, True]})
-    >>> seqs, glob = partials(tokens)
-    >>> seqs["n"].item(), round(seqs["s_d"].item(), 6), round(glob["max_absd"].item(), 6)
-    (2, 0.08, 0.1)
-    """
-    seqs, globs = [], []
-    for batch in derived(tokens, c, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming"):
-        s, g = batch_partials(batch)
-        seqs.append(s)
-        globs.append(g)
-    if not seqs:
-        s, g = batch_partials(derived(tokens.head(0), c, advantage=advantage).collect())
-        seqs, globs = [s], [g]
-    return merge_sequences(pl.concat(seqs)), merge_globals(pl.concat(globs))
 
 
 def _per_seq(total: pl.Expr, count: pl.Expr) -> pl.Expr:
@@ -241,6 +137,7 @@ def sequence_table(parts: pl.DataFrame, c: Constants = Constants(), *, advantage
     --------
     >>> tokens = pl.LazyFrame({"sequence": ["a", "a"], "rollout_logprob": [-0.1, -2.0],
     ...                        "trainer_logprob": [-0.12, -1.9], "mask": [True, True]})
+    >>> from analysis.metrics._mismatch_blocks import partials
     >>> t = sequence_table(partials(tokens)[0])
     >>> round(t["k1"].item(), 6), round(t["ppl_ratio"].item(), 6)
     (-0.04, 0.960789)
@@ -263,7 +160,7 @@ def sequence_table(parts: pl.DataFrame, c: Constants = Constants(), *, advantage
 
 
 def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(), *, advantage: bool = False) -> pl.DataFrame:
-    """One row: every framework's metric, named ``framework:logged name``, from the merged partials (:func:`partials`).
+    """One row: every framework's metric, named ``framework:logged name``, from the merged partials (``_mismatch_blocks.partials``).
 
     A metric is null where its framework would divide by zero or refuse (verl and SkyRL with no
     masked token, a standard deviation of fewer than two tokens); prime-rl's per-sample metrics
@@ -273,6 +170,7 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
     --------
     >>> tokens = pl.LazyFrame({"sequence": [0, 0], "rollout_logprob": [-0.1, -2.0],
     ...                        "trainer_logprob": [-0.12, -1.9], "mask": [True, True]})
+    >>> from analysis.metrics._mismatch_blocks import partials
     >>> s = summary(*partials(tokens))
     >>> round(s["verl:rollout_corr/k3_kl"].item(), 7), round(s["slime:train/tis_abs"].item(), 7)
     (0.0026848, 0.0624861)
@@ -298,7 +196,7 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
         frac_lo = (pl.col("s_d") < math.log(1.0 / c.verl_is_threshold)).cast(pl.Float64).mean()
     w_mean = s_w / verl_n
     m2_p, m2_q = g["m2_p"], g["m2_q"]
-    cov = (g["m2_pplus"] - g["m2_pminus"]) / 4.0  # Var(p+q) − Var(p−q) = 4·Cov(p, q)
+    cov = g["c2_pq"]  # Σ (p − mean p)(q − mean q), as m2_p and m2_q, so the 1/N cancels
     unbiased = pl.when(N > 1)
 
     # slime and miles: Σ x·m / max(Σm, 1) per rollout (a sequence here), then the mean over rollouts;

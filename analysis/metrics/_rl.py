@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from ..dumps import Dump
-from . import _mismatch, _support
+from . import _mismatch, _mismatch_blocks, _support
 
 _KEY = ("record", "choice_index", "segment", "position")
 _COLUMNS = ("sequence", "position", "rollout_logprob", "trainer_logprob", "mask")
@@ -97,6 +97,8 @@ def _prepare(lf: pl.LazyFrame, replay: bool) -> tuple[pl.LazyFrame, bool]:
     missing = [c for c in _COLUMNS if c not in names]
     if missing:
         raise ValueError(f"the token frame lacks {missing}; it needs {list(_COLUMNS)} (and 'advantage' for prime-rl's masked metrics)")
+    if "support_ids" not in names:  # no sampling mask: nothing to check or replay, and no all-false column to read
+        return lf, "advantage" in names
     return _support.check_and_replay(lf, replay_support=replay), "advantage" in names
 
 
@@ -118,7 +120,7 @@ def _pieces(paths: list[str], piece_rows: int) -> list[tuple[str, int, int]]:
 
 def _piece_partials(path: str, offset: int, length: int, constants: _mismatch.Constants, replay: bool, chunk_size: int):
     lf, advantage = _prepare(pl.scan_parquet(path).slice(offset, length), replay)
-    return _mismatch.partials(lf, constants, advantage=advantage, chunk_size=chunk_size), advantage
+    return _mismatch_blocks.partials(lf, constants, advantage=advantage, chunk_size=chunk_size), advantage
 
 
 def _partials(data: Any, constants: _mismatch.Constants, *, engine: str, replay: bool, chunk_size: int, piece_rows: int):
@@ -129,7 +131,7 @@ def _partials(data: Any, constants: _mismatch.Constants, *, engine: str, replay:
         if engine == "ray":
             raise ValueError("engine='ray' reads Parquet files: pass a path, a glob or a list of paths")
         lf, advantage = _prepare(_tokens(data), replay)
-        seqs, glob_row = _mismatch.partials(lf, constants, advantage=advantage, chunk_size=chunk_size)
+        seqs, glob_row = _mismatch_blocks.partials(lf, constants, advantage=advantage, chunk_size=chunk_size)
     else:  # the same pieces, merged in the same order, on either engine: equal results
         pieces = _pieces(paths, piece_rows)
         if engine == "ray":
@@ -138,7 +140,7 @@ def _partials(data: Any, constants: _mismatch.Constants, *, engine: str, replay:
             results = [_piece_partials(*piece, constants, replay, chunk_size) for piece in pieces]
         if not results:
             lf, advantage = _prepare(pl.scan_parquet(paths), replay)
-            return (*_mismatch.partials(lf, constants, advantage=advantage), advantage)
+            return (*_mismatch_blocks.partials(lf, constants, advantage=advantage), advantage)
         advantage = results[0][1]
         seqs = _mismatch.merge_sequences(pl.concat([r[0][0] for r in results]))
         glob_row = _mismatch.merge_globals(pl.concat([r[0][1] for r in results]))

@@ -1,0 +1,110 @@
+"""The per-token pass of the mismatch metrics (analysis.metrics._mismatch_blocks): sequences cut across numpy blocks
+and batches, runs without a loss-masked token, float32 input, the token-level IS sums, and the batch-wide moments
+(the Pearson correlation, the standard deviations) against numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analysis import mismatch_summary, mismatch_table
+from analysis.metrics import _mismatch_blocks
+
+LN = math.log
+
+# Seven rows, cut into blocks of 3 (BLOCK_ROWS patched): block 0 = rows 0-2, block 1 = rows 3-5, block 2 = row 6.
+# A: one masked token, rho = 1 (0.5 -> 0.5). B: no masked token, in the middle of block 0.
+# C: rho = 3 (0.25 -> 0.75) in block 0 and rho = 1/4 (0.8 -> 0.2) in block 1: cut across blocks.
+# D: two rows, none masked, ending block 1. E: one row, not masked: block 2 has no masked token at all.
+ROWS = [("A", 0, LN(0.5), LN(0.5), True), ("B", 0, None, None, False), ("C", 0, LN(0.25), LN(0.75), True),
+        ("C", 1, LN(0.8), LN(0.2), True), ("D", 0, -1.0, -1.0, False), ("D", 1, -1.0, -1.0, False), ("E", 0, -2.0, -3.0, False)]
+STEP = pl.DataFrame(ROWS, schema={"sequence": pl.String, "position": pl.Int64, "rollout_logprob": pl.Float64,
+                                  "trainer_logprob": pl.Float64, "mask": pl.Boolean}, orient="row")
+
+
+def test_runs_cut_across_blocks_and_runs_without_a_masked_token(monkeypatch):
+    whole = mismatch_summary(STEP)
+    monkeypatch.setattr(_mismatch_blocks, "BLOCK_ROWS", 3)
+    table = mismatch_table(STEP)
+    assert table["sequence"].to_list() == ["A", "B", "C", "D", "E"]  # first-seen order
+    assert table["tokens"].to_list() == [1, 1, 2, 2, 1] and table["masked_tokens"].to_list() == [1, 0, 2, 0, 0]
+    # C: K1 = mean(r - t) = (-ln 3 + ln 4) / 2; K3 = mean(rho - 1 - delta) = ((2 - ln 3) + (-0.75 + ln 4)) / 2
+    k1 = table["k1"].to_list()
+    assert k1[0] == 0.0 and k1[1] is None and k1[2] == pytest.approx(LN(4 / 3) / 2, rel=1e-12) and k1[3:] == [None, None]
+    assert table["k3"][2] == pytest.approx((2 - LN(3) + LN(4) - 0.75) / 2, rel=1e-12)
+    s = mismatch_summary(STEP).row(0, named=True)
+    assert (s["bia:sequences"], s["bia:tokens"], s["bia:masked_tokens"]) == (5, 7, 3)
+    # over the three masked tokens: delta = 0, ln 3, -ln 4; |delta| max ln 4, min 0; K3 max 2 - ln 3 (0.90 > ln 4 - 0.75 = 0.64)
+    assert s["openrlhf:vllm_kl"] == pytest.approx(LN(4 / 3) / 3, rel=1e-12)
+    assert s["skyrl:policy/rollout_train_logprobs_abs_diff_max"] == pytest.approx(LN(4), rel=1e-12)
+    assert s["skyrl:policy/rollout_train_logprobs_abs_diff_min"] == 0.0
+    assert s["prime-rl:mismatch_kl/all/max"] == pytest.approx(2 - LN(3), rel=1e-12)
+    # exp t = 0.5, 0.75, 0.2 against exp r = 0.5, 0.25, 0.8
+    assert s["verl:training/rollout_actor_probs_pearson_corr"] == pytest.approx(np.corrcoef([0.5, 0.75, 0.2], [0.5, 0.25, 0.8])[0, 1], rel=1e-12)
+    for name in whole.columns:  # cut into blocks or not: the same values
+        assert (s[name] is None) == (whole[name].item() is None), name
+        if s[name] is not None:
+            assert s[name] == pytest.approx(whole[name].item(), rel=1e-12, abs=1e-15), name
+
+
+def test_token_level_weights_are_summed_only_for_the_token_level():
+    seqs, glob = _mismatch_blocks.partials(STEP.lazy())
+    assert math.isnan(glob["s_w"].item()) and math.isnan(glob["c_hi"].item())  # the sequence level never reads them
+    c = _mismatch_blocks.Constants(verl_rollout_is="token")
+    glob = _mismatch_blocks.partials(STEP.lazy(), c)[1].row(0, named=True)
+    # rho = 1, 3, 1/4: w = min(rho, 2) = 1, 2, 1/4; one above 2, one below 1/2
+    assert (glob["s_w"], glob["s_w2"], glob["c_hi"], glob["c_lo"]) == pytest.approx((3.25, 1 + 4 + 1 / 16, 1, 1), rel=1e-12)
+    assert glob["c_sky"] == 1 and glob["s_rho_c"] == pytest.approx(4.25, rel=1e-12)
+    assert seqs["sequence"].to_list() == ["A", "B", "C", "D", "E"]
+
+
+def test_float32_logprobs_give_the_values_of_their_float64_widening():
+    narrow = STEP.with_columns(pl.col("rollout_logprob", "trainer_logprob").cast(pl.Float32))
+    wide = narrow.with_columns(pl.col("rollout_logprob", "trainer_logprob").cast(pl.Float64))
+    assert mismatch_summary(narrow).equals(mismatch_summary(wide))
+    assert mismatch_table(narrow).equals(mismatch_table(wide))
+
+
+def test_no_token_at_all():
+    s = mismatch_summary(STEP.head(0)).row(0, named=True)
+    assert (s["bia:sequences"], s["bia:tokens"], s["bia:masked_tokens"]) == (0, 0, 0)
+    assert s["verl:rollout_corr/kl"] is None and s["skyrl:policy/rollout_train_logprobs_abs_diff_max"] is None
+    assert mismatch_table(STEP.head(0)).height == 0
+
+
+def test_a_block_of_unmasked_rows_only_has_no_extremes():
+    runs, row = _mismatch_blocks.block_sums(np.array([0, 1]), np.array([False, False]), np.zeros(2), np.zeros(2), None, None)
+    row = dict(zip(_mismatch_blocks.ROW_FIELDS, row.tolist()))
+    assert row["n"] == 0 and math.isnan(row["max_absd"]) and row["g_p"] == 0.0 and row["m2_p"] == 0.0
+    assert dict(zip(_mismatch_blocks.run_fields(False), runs))["n_rows"].tolist() == [1.0, 1.0]
+
+
+token = st.tuples(st.floats(-6.0, 0.0), st.floats(-2.5, 2.5), st.booleans())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(token, min_size=1, max_size=6), min_size=1, max_size=6), st.integers(1, 7), st.integers(1, 9))
+def test_blocks_and_batches_do_not_change_the_moments(monkeypatch, seqs, block_rows, chunk_size):
+    rows = [(f"s{i}", j, r, min(r + d, 0.0), m) for i, toks in enumerate(seqs) for j, (r, d, m) in enumerate(toks)]
+    step = pl.DataFrame(rows, schema=STEP.schema, orient="row")
+    whole = mismatch_summary(step).row(0, named=True)
+    monkeypatch.setattr(_mismatch_blocks, "BLOCK_ROWS", block_rows)
+    cut = mismatch_summary(step, chunk_size=chunk_size).row(0, named=True)
+    for name, value in whole.items():
+        assert (cut[name] is None) == (value is None), name
+        if value is not None:
+            assert cut[name] == pytest.approx(value, rel=1e-9, abs=1e-12, nan_ok=True), name
+    on = step.filter("mask")
+    t, r = on["trainer_logprob"].to_numpy(), on["rollout_logprob"].to_numpy()
+    if on.height > 1:  # numpy's own, over the flattened masked tokens
+        x = np.abs(np.exp(t) - np.exp(r))
+        assert cut["verl:training/rollout_probs_diff_std"] == pytest.approx(x.std(ddof=1), rel=1e-9, abs=1e-12)
+        assert cut["skyrl:policy/rollout_train_logprobs_abs_diff_std"] == pytest.approx(np.abs(t - r).std(ddof=1), rel=1e-9, abs=1e-12)
+        p, q = np.exp(t), np.exp(r)
+        if p.std() > 1e-6 and q.std() > 1e-6:
+            assert cut["verl:training/rollout_actor_probs_pearson_corr"] == pytest.approx(np.corrcoef(p, q)[0, 1], rel=1e-7, abs=1e-9)
