@@ -20,6 +20,7 @@ from .core._version import __version__
 from .io._bundled import default_runs, default_sources
 from .io._sources import SourceError, expand_sources, fetch_url
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
+from .metrics._bounds import divergence_bound, requests_needed
 from .metrics._rl import mismatch_summary, mismatch_table
 from .metrics._support import SamplingMaskError
 from .verdicts._regressions import REGRESSION_RULES, Rule
@@ -52,6 +53,8 @@ __all__ = sorted([
     "slot_table", "band_table", "prompt_table", "flip_table", "drift_table", "width_table", "observer_table", "accuracy_table",
     "band_forks", "reference_margins", "mode_comparison", "engine_table", "to_witness", "write_witness", "shape_check", "shape_check_data",
     "shape_check_text", "derive_band_result", "derive_run_verdict",
+    # certificates: bounds on the divergence rate, and how many requests a study needs
+    "divergence_bound", "requests_needed",
     # RL: the sampler-trainer mismatch as each framework logs it
     "mismatch_summary", "mismatch_table", "SamplingMaskError",
     # plots
