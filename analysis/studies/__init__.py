@@ -1,8 +1,9 @@
 """Across runs: studies larger than memory, the history of runs over time, and runs side by side."""
 
 from ._history import RESULT_SETTINGS, History, HistoryError, append_history, read_history
+from ._certificate import certificate
 from ._engines import engine_table
 from ._modes import mode_comparison
 from ._study import Study, scan_study, study_tables, write_dataset
 
-__all__ = ["RESULT_SETTINGS", "History", "HistoryError", "Study", "append_history", "engine_table", "mode_comparison", "read_history", "scan_study", "study_tables", "write_dataset"]
+__all__ = ["RESULT_SETTINGS", "History", "HistoryError", "Study", "append_history", "certificate", "engine_table", "mode_comparison", "read_history", "scan_study", "study_tables", "write_dataset"]

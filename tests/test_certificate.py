@@ -1,0 +1,207 @@
+"""The certificate (analysis.certificate): each verdict on requests and bands written by hand, then on runs assembled from
+hand-written streams and on the bundled real runs."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from conftest import ROOT
+
+from analysis import RunError, assemble_run, certificate, read_run
+from analysis.studies._certificate import band_formation, judge, request_states, worst
+
+CP = {"target_rate": 0.01, "confidence": 0.95}
+
+
+def _slots(n: int, *, arm: str = "copies", c: int = 4, **changes) -> pl.DataFrame:
+    """n batched requests of prompt p at c, each 5 tokens bit-identical to m=1 (5 tokens long too); ``changes`` maps a
+    column to {row: value}."""
+    rows = {"arm": [arm] * n, "prompt_id": ["p"] * n, "band_c": [c] * n, "repeat": [k // c for k in range(n)], "slot": [k % c for k in range(n)],
+            "diverged": [False] * n, "divergence_at": [None] * n, "bitwise_prefix": [5] * n, "length": [5] * n, "max_ulp": [0] * n}
+    for column, values in changes.items():
+        for row, value in values.items():
+            rows[column][row] = value
+    return pl.DataFrame(rows, schema={"arm": pl.String, "prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64,
+                                      "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "length": pl.Int64,
+                                      "max_ulp": pl.Int64})
+
+
+def _bands(slots: pl.DataFrame, **widths) -> pl.DataFrame:
+    """Each band of ``slots`` seen formed at its c by the log, unless ``widths`` maps its repeat to (m_formed, width_evidence)."""
+    bands = slots.select("arm", "prompt_id", "band_c", "repeat").unique(maintain_order=True)
+    formed = [widths.get(f"r{r}", (c, "log")) for c, r in bands.select("band_c", "repeat").rows()]
+    return bands.with_columns(pl.Series("m_formed", [m for m, _ in formed], dtype=pl.Int64),
+                              pl.Series("width_evidence", [e for _, e in formed], dtype=pl.String))
+
+
+def _judge(slots: pl.DataFrame, bands: pl.DataFrame | None = None, needed: int = 299) -> dict:
+    lengths = pl.DataFrame({"prompt_id": ["p"], "reference_length": [5]})
+    table = judge(request_states(slots, lengths), band_formation(_bands(slots) if bands is None else bands), **CP, needed=needed, name="hand")
+    assert table.height == 1
+    return table.row(0, named=True)
+
+
+def test_zero_divergences_in_299_requests_is_green_at_one_percent_and_298_is_amber():
+    # 0 of 299: the one-sided 95% bound 1 - 0.05^(1/299) = 0.00996915 < 1% (worked out in test_bounds.py)
+    green = _judge(_slots(299, c=1))
+    assert green["verdict"] == "GREEN" and green["requests"] == 299 and green["divergent"] == 0
+    assert green["upper_bound"] == pytest.approx(0.00996915, abs=2e-8)
+    assert green["rule_of_three"] == pytest.approx(3 / 299)
+    assert green["reason"] == ("0 of 299 requests part from m=1 and every batch was seen formed; the 95% upper bound on the divergence "
+                               "rate is 0.997%, below the 1% target")
+    # 0 of 298: 0.01000243, not below 1%; one more request would do
+    amber = _judge(_slots(298, c=1))
+    assert amber["verdict"] == "AMBER" and amber["upper_bound"] == pytest.approx(0.01000243, abs=2e-8)
+    assert amber["reason"].endswith("is 1%, not below the 1% target: 299 requests would do (1 more)")
+    assert (amber["first"], amber["unformed"], amber["bands_unformed"]) == (None, [], 0)
+
+
+def test_one_bit_difference_is_red_and_named():
+    # 8 requests at c=4 in two repeats; request 6 (repeat 1, slot 2) has the same tokens, its logprob bits differ from token 3
+    slots = _slots(8, bitwise_prefix={6: 3}, max_ulp={6: 2})
+    red = _judge(slots)
+    assert red["verdict"] == "RED"
+    assert (red["divergent"], red["tokens_parted"], red["bits_only"]) == (1, 1 - 1, 1)
+    assert red["first"] == {"prompt_id": "p", "band_c": 4, "repeat": 1, "slot": 2, "parted": "bits", "at": 3, "max_ulp": 2}
+    assert red["reason"] == ("1 of 8 requests part from m=1 (0 in tokens, 1 only in bits); the first is p c=4 repeat 1 slot 2: "
+                             "only its logprob bits differ, from token 3 (up to 2 ULP)")
+    # 1 of 8 bounds the rate at the 95% quantile of Beta(2, 7): P(0 or 1 of 8 part) = (1-p)^8 + 8p(1-p)^7 = 0.05 at p = 0.4707
+    assert red["upper_bound"] == pytest.approx(0.4707, abs=1e-4) and red["rule_of_three"] is None
+
+
+def test_tokens_parting_is_named_before_bits_by_c_and_said_as_tokens():
+    # three requests part: slot 1 at c=4 only in bits (token 0), slot 5 at c=4 in tokens at token 2, and a c=2 request in tokens at
+    # token 4 -- the first named is the one at the smallest c, whatever parted there
+    slots = pl.concat([_slots(2, c=2, diverged={1: True}, divergence_at={1: 4}, bitwise_prefix={1: 4}),
+                       _slots(8, bitwise_prefix={1: 0, 5: 2}, max_ulp={1: 7}, diverged={5: True}, divergence_at={5: 2})])
+    red = _judge(slots)
+    assert (red["verdict"], red["divergent"], red["tokens_parted"], red["bits_only"]) == ("RED", 3, 2, 1)
+    assert red["first"] == {"prompt_id": "p", "band_c": 2, "repeat": 0, "slot": 1, "parted": "tokens", "at": 4, "max_ulp": 0}
+    assert red["reason"].endswith("the first is p c=2 repeat 0 slot 1: its tokens part at token 4")
+
+
+def test_a_stream_that_ends_early_parts_in_tokens():
+    # the same 4 leading tokens, bit for bit, but the request stops at 4 of m=1's 5: it took another token (its end) at token 4
+    red = _judge(_slots(4, length={2: 4}, bitwise_prefix={2: 4}))
+    assert (red["verdict"], red["tokens_parted"], red["bits_only"]) == ("RED", 1, 0)
+    assert red["first"]["slot"] == 2 and red["first"]["parted"] == "tokens" and red["first"]["at"] == 4
+
+
+def test_a_band_never_seen_formed_is_unverified():
+    slots = _slots(8)
+    # repeat 1 at c=4: no width evidence at all (unknown, not 0)
+    unknown = _judge(slots, _bands(slots, r1=(None, None)))
+    assert unknown["verdict"] == "UNVERIFIED" and unknown["bands_unformed"] == 1
+    assert unknown["unformed"] == [{"prompt_id": "p", "band_c": 4, "repeat": 1, "widest_seen": None}]
+    assert unknown["reason"] == "no request parts from m=1, but 1 of 2 bands never seen formed at their c (the first p c=4 repeat 1: no width seen)"
+    # the gauge saw 3 of the 4: the batch of 4 was never seen whole
+    narrow = _judge(slots, _bands(slots, r1=(3, "metrics")))
+    assert narrow["verdict"] == "UNVERIFIED" and narrow["unformed"][0]["widest_seen"] == 3
+    # the gauge saw 1, the streams 4 at once: another kind of evidence saw it formed
+    streams = _judge(slots, _bands(slots, r1=(1, "metrics; streams 4")))
+    assert streams["verdict"] == "AMBER" and streams["bands_unformed"] == 0
+    # a band of one needs no width evidence: there is no batch to form
+    assert _judge(_slots(3, c=1), _bands(_slots(3, c=1), r0=(None, None), r1=(None, None), r2=(None, None)))["verdict"] == "AMBER"
+
+
+def test_a_divergence_outranks_an_unformed_band_and_unknown_bits_are_unverified():
+    slots = _slots(8, diverged={0: True}, divergence_at={0: 1})
+    assert _judge(slots, _bands(slots, r1=(None, None)))["verdict"] == "RED"
+    # tokens identical but no logprob recorded (max_ulp null): bits unknown, so no certificate
+    unknown = _judge(_slots(4, max_ulp={0: None, 3: None}))
+    assert unknown["verdict"] == "UNVERIFIED" and unknown["bits_unknown"] == 2
+    assert unknown["reason"] == "no request parts from m=1, but 2 of 4 requests have no logprobs recorded, so their bits are unknown"
+
+
+def test_each_arm_gets_its_own_verdict():
+    slots = pl.concat([_slots(4, arm="copies"), _slots(4, arm="mixed", bitwise_prefix={3: 1})])
+    lengths = pl.DataFrame({"prompt_id": ["p"], "reference_length": [5]})
+    table = judge(request_states(slots, lengths), band_formation(_bands(slots)), **CP, needed=299, name="hand")
+    assert table.select("run", "arm", "verdict", "requests").rows() == [("hand", "copies", "AMBER", 4), ("hand", "mixed", "RED", 4)]
+
+
+def test_worst_verdict():
+    assert worst(["GREEN", "GREEN"]) == "GREEN"
+    assert worst(["AMBER", "GREEN"]) == "AMBER"
+    assert worst(["AMBER", "UNVERIFIED"]) == "UNVERIFIED"
+    assert worst(["UNVERIFIED", "RED", "AMBER"]) == "RED"
+
+
+# --- runs assembled from streams written by hand ---------------------------------------------------
+
+
+def _chat(path, tokens: list[tuple[str, float]]) -> str:
+    entries = [{"token": t, "bytes": list(t.encode()), "logprob": lp, "top_logprobs": [{"token": t, "bytes": list(t.encode()), "logprob": lp}]}
+               for t, lp in tokens]
+    path.write_text(json.dumps({"id": path.stem, "object": "chat.completion", "model": "m", "choices": [{
+        "index": 0, "message": {"role": "assistant", "content": "".join(t for t, _ in tokens)}, "finish_reason": "length",
+        "logprobs": {"content": entries}}], "usage": {"prompt_tokens": 3, "completion_tokens": len(tokens), "total_tokens": 3 + len(tokens)}}))
+    return str(path)
+
+
+A = [("a", -0.5), ("b", -0.25), ("c", -0.125)]
+
+
+def _run(tmp_path, band, *, widths=(2,), layout=None):
+    """Prompt p: two m=1 references A, and one band of c=2 with the given streams (its widths as the server log saw them)."""
+    mapping = [{"source": _chat(tmp_path / f"r{k}.json", A), "prompt_id": "p", "role": "reference", "slot": k} for k in (0, 1)]
+    mapping += [{"source": _chat(tmp_path / f"b{k}.json", s), "prompt_id": "p", "role": "band", "band_c": 2, "slot": k} for k, s in enumerate(band)]
+    manifest = {"ladder": [2], "prompts": [{"prompt_id": "p", "text": "x"}],
+                "m_formed": [{"prompt_id": "p", "band_c": 2, "widths": list(widths)}]}
+    if layout:
+        manifest["requested"] = {"layout": layout}
+    return assemble_run(mapping, manifest)
+
+
+def test_a_run_with_one_bit_difference_is_red(tmp_path):
+    # slot 1's token 1 carries -0.2500001 for -0.25: float32 -0.25000009, 3 ULP away (2**-25 apart just past 0.25)
+    run = _run(tmp_path, [A, [("a", -0.5), ("b", -0.2500001), ("c", -0.125)]])
+    row = certificate(run).row(0, named=True)
+    assert (row["run"], row["arm"], row["verdict"], row["requests"], row["divergent"]) == ("assembled run", "copies", "RED", 2, 1)
+    # an assembled band has no repeat: the reason names it without one
+    assert row["first"] == {"prompt_id": "p", "band_c": 2, "repeat": None, "slot": 1, "parted": "bits", "at": 1, "max_ulp": 3}
+    assert row["reason"].endswith("the first is p c=2 slot 1: only its logprob bits differ, from token 1 (up to 3 ULP)")
+
+
+def test_a_run_bit_identical_to_m1_is_amber_and_unverified_without_its_batch(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    amber = certificate(_run(tmp_path / "a", [A, A])).row(0, named=True)
+    # 0 of 2: 1 - 0.05^(1/2) = 1 - 0.2236 = 0.7764
+    assert amber["verdict"] == "AMBER" and amber["upper_bound"] == pytest.approx(0.7764, abs=1e-4)
+    assert certificate(_run(tmp_path / "b", [A, A], widths=(1, 1))).row(0, named=True)["verdict"] == "UNVERIFIED"
+
+
+def test_a_needle_run_is_its_own_arm_and_arms_come_from_the_requests(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    assert certificate(_run(tmp_path / "a", [A, A], layout="needle"))["arm"].to_list() == ["needle"]
+    run = _run(tmp_path / "b", [A, [("a", -0.5), ("x", -0.25), ("c", -0.125)]])
+    # a run whose requests carry arms (issue 24's arms): slot 1 was fired in the "mixed" arm
+    run._cache["requests"] = run.requests.with_columns(arm=pl.when(pl.col("slot") == 1).then(pl.lit("mixed")).otherwise(pl.lit("copies")))
+    table = certificate(run)
+    assert table.select("arm", "verdict", "requests", "tokens_parted").rows() == [("copies", "AMBER", 1, 0), ("mixed", "RED", 1, 1)]
+
+
+def test_bad_arguments_are_named_before_the_run_is_read(tmp_path):
+    with pytest.raises(ValueError, match=r"max_rate must be a rate in \(0, 1\], got 0"):
+        certificate(tmp_path / "nothing-here", target_rate=0)
+    with pytest.raises(RunError, match="no manifest.json"):
+        certificate(tmp_path)
+
+
+def test_the_bundled_runs():
+    # llama.cpp on CPU with its prompt cache: even c=1 differs from m=1 in bits (26 ULP at token 0), never in tokens
+    cached = certificate(ROOT / "data" / "llamacpp-cpu" / "cache-prompt").row(0, named=True)
+    assert (cached["verdict"], cached["requests"], cached["tokens_parted"], cached["bits_only"]) == ("RED", 58, 0, 58)
+    assert cached["first"] == {"prompt_id": "p0", "band_c": 1, "repeat": 0, "slot": 0, "parted": "bits", "at": 0, "max_ulp": 26}
+    # without it, c=1 is bit-identical, and the batched path differs from c=4 on
+    uncached = certificate(read_run(ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt")).row(0, named=True)
+    assert uncached["verdict"] == "RED" and uncached["first"]["band_c"] == 4 and uncached["bits_only"] == 56
+    # vLLM's CPU build: bit-identical at every c, but the gauge and the streams never saw some batches whole
+    vllm = certificate(ROOT / "data" / "vllm-cpu" / "prefix-cache").row(0, named=True)
+    assert (vllm["verdict"], vllm["divergent"], vllm["bands_unformed"]) == ("UNVERIFIED", 0, 2)
+    assert vllm["unformed"][0] == {"prompt_id": "p0", "band_c": 8, "repeat": 0, "widest_seen": 4}
+    # the torch experiment's batch-invariant mode: every batch formed and bit-identical, 58 requests: too few for 1%
+    invariant = certificate(ROOT / "data" / "experiment-cpu" / "batch-invariant", target_rate=0.06).row(0, named=True)
+    assert invariant["verdict"] == "GREEN"  # 0 of 58 bounds the rate at 5.03%, below 6%
