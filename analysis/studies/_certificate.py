@@ -199,6 +199,25 @@ def _rate(value: float) -> str:
     return f"{value * 100:.3g}%"
 
 
+CERTIFICATE_VERSION = 1
+
+
+def certificate_document(tables: list[pl.DataFrame], *, target_rate: float, confidence: float) -> dict[str, Any]:
+    """``certificate.json``: the verdict over every run and arm (the worst), its exit code, and each arm's row of :func:`certificate`.
+
+    Examples
+    --------
+    >>> doc = certificate_document([certificate("data/llamacpp-cpu/cache-prompt")], target_rate=0.01, confidence=0.95)
+    >>> doc["verdict"], doc["exit_code"], doc["requests_needed"], doc["arms"][0]["first"]["parted"]
+    ('RED', 5, 299, 'bits')
+    """
+    arms = [row for table in tables for row in table.iter_rows(named=True)]
+    verdict = worst([arm["verdict"] for arm in arms])
+    return {"certificate_version": CERTIFICATE_VERSION, "verdict": verdict, "exit_code": EXIT_CODES[verdict], "target_rate": target_rate,
+            "confidence": confidence, "bound": "one-sided exact Clopper-Pearson upper bound on the divergence rate",
+            "requests_needed": requests_needed(target_rate, confidence), "arms": arms}
+
+
 def worst(verdicts: list[str]) -> str:
     """The worst of several verdicts (RED over UNVERIFIED over AMBER over GREEN); GREEN for none.
 
