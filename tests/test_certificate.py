@@ -144,12 +144,13 @@ def _chat(path, tokens: list[tuple[str, float]]) -> str:
 A = [("a", -0.5), ("b", -0.25), ("c", -0.125)]
 
 
-def _run(tmp_path, band, *, widths=(2,), layout=None):
-    """Prompt p: two m=1 references A, and one band of c=2 with the given streams (its widths as the server log saw them)."""
-    mapping = [{"source": _chat(tmp_path / f"r{k}.json", A), "prompt_id": "p", "role": "reference", "slot": k} for k in (0, 1)]
-    mapping += [{"source": _chat(tmp_path / f"b{k}.json", s), "prompt_id": "p", "role": "band", "band_c": 2, "slot": k} for k, s in enumerate(band)]
-    manifest = {"ladder": [2], "prompts": [{"prompt_id": "p", "text": "x"}],
-                "m_formed": [{"prompt_id": "p", "band_c": 2, "widths": list(widths)}]}
+def _run(tmp_path, band, *, widths=(2,), layout=None, prompt="p"):
+    """A prompt: two m=1 references A, and one band of c=2 with the given streams (its widths as the server log saw them)."""
+    mapping = [{"source": _chat(tmp_path / f"r{k}.json", A), "prompt_id": prompt, "role": "reference", "slot": k} for k in (0, 1)]
+    mapping += [{"source": _chat(tmp_path / f"b{k}.json", s), "prompt_id": prompt, "role": "band", "band_c": 2, "slot": k}
+                for k, s in enumerate(band)]
+    manifest = {"ladder": [2], "prompts": [{"prompt_id": prompt, "text": "x"}],
+                "m_formed": [{"prompt_id": prompt, "band_c": 2, "widths": list(widths)}]}
     if layout:
         manifest["requested"] = {"layout": layout}
     return assemble_run(mapping, manifest)
@@ -205,3 +206,18 @@ def test_the_bundled_runs():
     # the torch experiment's batch-invariant mode: every batch formed and bit-identical, 58 requests: too few for 1%
     invariant = certificate(ROOT / "data" / "experiment-cpu" / "batch-invariant", target_rate=0.06).row(0, named=True)
     assert invariant["verdict"] == "GREEN"  # 0 of 58 bounds the rate at 5.03%, below 6%
+
+
+def test_the_report_s_verdict_cards_open_with_the_certificate(tmp_path):
+    from analysis import read_witnesses
+    from analysis.report import reviews_html
+
+    # a prompt id is untrusted text: the card escapes it
+    run = _run(tmp_path, [A, [("a", -0.5), ("b", -0.2500001), ("c", -0.125)]], prompt="<b>p</b>")
+    page = reviews_html(read_witnesses([], progress=False), [run, read_run(ROOT / "data" / "vllm-cpu" / "prefix-cache")], epsilon=0.05)
+    assert ('<dt>certificate (copies)</dt><dd class="bia-fail">RED at a 1% target: 1 of 2 requests part from m=1 (0 in tokens, 1 only in '
+            'bits); the first is &lt;b&gt;p&lt;/b&gt; c=2 slot 1: only its logprob bits differ, from token 1 (up to 3 ULP).</dd>') in page
+    assert "<b>p</b>" not in page
+    # the certificate comes first on the card, before the bits line
+    vllm = page.split("vllm-cpu/prefix-cache")[1]
+    assert vllm.index('<dt>certificate (copies)</dt><dd class="bia-warn">UNVERIFIED at a 1% target: no request parts from m=1') < vllm.index("<dt>bits</dt>")

@@ -30,6 +30,7 @@ from ..io._bundled import bundled
 from ..studies._engines import batch_invariant_engines, default_engine_reference, engine_table
 from ..studies._modes import _engine_label, mode_comparison
 from ..run import RunError
+from ._certificate_card import with_certificate
 from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
 
 
@@ -125,11 +126,12 @@ def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any
     Returns
     -------
     str
-        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``).
+        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``); each run's card
+        opens with its certificate, one line per arm (:func:`analysis.certificate` at a 1% target).
     """
     from ..views._review import run_review, witness_reviews
 
-    runs = [run_review(run, epsilon=epsilon, reference=reference) for run in runs]
+    runs = [with_certificate(run_review(run, epsilon=epsilon, reference=reference), run) for run in runs]
     witnesses = witness_reviews(ws, epsilon=epsilon) if ws.sources else []
     if not runs and not witnesses:
         return '<p class="bia-fail">Nothing to judge: no run and no witness was read.</p>'
