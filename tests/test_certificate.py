@@ -181,7 +181,12 @@ def test_a_needle_run_is_its_own_arm_and_arms_come_from_the_requests(tmp_path):
     # a run whose requests carry arms (issue 24's arms): slot 1 was fired in the "mixed" arm
     run._cache["requests"] = run.requests.with_columns(arm=pl.when(pl.col("slot") == 1).then(pl.lit("mixed")).otherwise(pl.lit("copies")))
     table = certificate(run)
-    assert table.select("arm", "verdict", "requests", "tokens_parted").rows() == [("copies", "AMBER", 1, 0), ("mixed", "RED", 1, 1)]
+    assert table.select("arm", "verdict", "requests", "tokens_parted", "bands").rows() == [("copies", "AMBER", 1, 0, 1), ("mixed", "RED", 1, 1, 1)]
+    # the band's width evidence stands for both arms: seen at width 1 only, the copies arm is unverified too
+    (tmp_path / "c").mkdir()
+    narrow = _run(tmp_path / "c", [A, A], widths=(1,))
+    narrow._cache["requests"] = narrow.requests.with_columns(arm=pl.when(pl.col("slot") == 1).then(pl.lit("mixed")).otherwise(pl.lit("copies")))
+    assert certificate(narrow).select("arm", "verdict", "bands_unformed").rows() == [("copies", "UNVERIFIED", 1), ("mixed", "UNVERIFIED", 1)]
 
 
 def test_bad_arguments_are_named_before_the_run_is_read(tmp_path):

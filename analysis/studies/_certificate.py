@@ -52,7 +52,7 @@ def layout_arm(run: Run) -> str:
 
 
 def _with_arm(frame: pl.DataFrame, run: Run) -> pl.DataFrame:
-    """``frame`` (slot or band rows) with its string ``arm`` column: its own, else its requests', else the run's layout.
+    """``frame`` (slot rows) with its string ``arm`` column: its own, else its requests', else the run's layout.
 
     Runs gain an ``arm`` column per request and band with issue 24's arms; until then a run is one arm named after its
     layout. This is the one place that reads arms, so that change lands here alone.
@@ -64,6 +64,15 @@ def _with_arm(frame: pl.DataFrame, run: Run) -> pl.DataFrame:
         arms = requests.select("source", "record", "arm").unique(["source", "record"], keep="first")
         return frame.join(arms, on=["source", "record"], how="left", maintain_order="left")
     return frame.with_columns(arm=pl.lit(layout_arm(run), dtype=pl.String))
+
+
+def _band_arms(bands: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
+    """The bands with their ``arm``: their own column, else the arms of their requests (a band whose requests were fired in
+    two arms stands in each), so that every arm's requests meet their bands' width evidence."""
+    if "arm" in bands.columns:
+        return bands
+    arms = states.select("arm", "prompt_id", "band_c", "repeat").unique(maintain_order=True)
+    return bands.join(arms, on=["prompt_id", "band_c", "repeat"], how="inner", nulls_equal=True, maintain_order="left")
 
 
 def request_states(slots: pl.DataFrame, reference_lengths: pl.DataFrame) -> pl.DataFrame:
@@ -124,7 +133,7 @@ def certificate(run: Any, *, target_rate: float = 0.01, confidence: float = 0.95
     lengths = pl.DataFrame([(prompt, len(stream)) for prompt, stream in references(run, "ref1").items()],
                            schema={"prompt_id": pl.String, "reference_length": pl.Int64}, orient="row")
     states = request_states(_with_arm(slot_table(run), run), lengths)
-    bands = band_formation(_with_arm(band_table(run), run))
+    bands = band_formation(_band_arms(band_table(run), states))
     return judge(states, bands, target_rate=target_rate, confidence=confidence, needed=needed,
                  name=str(run.path) if run.path else "assembled run")
 
