@@ -57,6 +57,18 @@ def test_the_bound_for_divergences_is_the_beta_quantile():
         assert float(mpmath.betainc(k + 1, n - k, 0, upper, regularized=True)) == pytest.approx(confidence, abs=1e-9), (k, n)
 
 
+def test_the_bound_is_the_first_float_where_the_tail_is_at_most_alpha():
+    # bisection ends on two neighbouring floats: the bound is the upper one, so k or fewer part with probability at most
+    # alpha there, and more than alpha one float below it (a conservative bound, never one float too low)
+    from analysis.metrics._bounds import _binomial_cdf
+
+    alpha = 1 - 0.95  # 0.050000000000000044 in floats, as the bound computes it
+    for k, n in [(1, 2), (3, 100), (50, 1000), (1, 299)]:
+        upper = divergence_bound(k, n)
+        below = math.nextafter(upper, 0.0)
+        assert _binomial_cdf(k, n, upper) <= alpha < _binomial_cdf(k, n, below), (k, n)
+
+
 def test_requests_needed_is_the_first_count_whose_bound_is_below_the_rate():
     for rate in (0.5, 0.2, 0.1, 0.05, 0.03, 0.01, 0.005, 0.001):
         for method in ("clopper-pearson", "rule-of-three"):

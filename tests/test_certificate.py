@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from analysis import RunError, assemble_run, certificate, read_run
-from analysis.studies._certificate import band_formation, judge, request_states, worst
+from analysis.studies._certificate import band_formation, certificate_document, judge, request_states, worst
 
 CP = {"target_rate": 0.01, "confidence": 0.95}
 
@@ -127,6 +127,27 @@ def test_worst_verdict():
     assert worst(["AMBER", "GREEN"]) == "AMBER"
     assert worst(["AMBER", "UNVERIFIED"]) == "UNVERIFIED"
     assert worst(["UNVERIFIED", "RED", "AMBER"]) == "RED"
+    assert worst(["RED", "GREEN"]) == "RED"
+    assert worst([]) == "GREEN"  # nothing certified fails nothing; bia certify refuses an input with no run before this
+
+
+def test_the_certificate_document_holds_every_arm_under_the_worst_verdict():
+    slots = pl.concat([_slots(4, arm="copies"), _slots(4, arm="mixed", bitwise_prefix={3: 1})])
+    lengths = pl.DataFrame({"prompt_id": ["p"], "reference_length": [5]})
+    tables = [judge(request_states(slots, lengths), band_formation(_bands(slots)), **CP, needed=299, name=name) for name in ("a", "b")]
+    document = certificate_document(tables, target_rate=0.01, confidence=0.95)
+    assert {k: v for k, v in document.items() if k != "arms"} == {
+        "certificate_version": 1, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95,
+        "bound": "one-sided exact Clopper-Pearson upper bound on the divergence rate", "requests_needed": 299}
+    assert [(arm["run"], arm["arm"], arm["verdict"]) for arm in document["arms"]] == [
+        ("a", "copies", "AMBER"), ("a", "mixed", "RED"), ("b", "copies", "AMBER"), ("b", "mixed", "RED")]
+    assert document["arms"][1]["first"] == {"prompt_id": "p", "band_c": 4, "repeat": 0, "slot": 3, "parted": "bits", "at": 1, "max_ulp": 0}
+    json.dumps(document)  # plain JSON types all through
+    amber = certificate_document(tables[:1], target_rate=0.05, confidence=0.9)
+    # 1 - 0.1^(1/n) < 0.05 first at n = 45 (ln 0.1 / ln 0.95 = 44.9)
+    assert (amber["verdict"], amber["exit_code"], amber["requests_needed"]) == ("RED", 5, 45)
+    only_amber = certificate_document([tables[0].filter(pl.col("arm") == "copies")], target_rate=0.01, confidence=0.95)
+    assert (only_amber["verdict"], only_amber["exit_code"]) == ("AMBER", 8)
 
 
 # --- runs assembled from streams written by hand ---------------------------------------------------

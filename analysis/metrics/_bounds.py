@@ -136,13 +136,11 @@ def _binomial_cdf(k: int, n: int, p: float) -> float:
 def _binomial_upper(k: int, n: int, alpha: float) -> float:
     """The rate p at which k or fewer of n part with probability alpha (0 < k < n): the Clopper-Pearson upper bound.
 
-    The probability falls as p rises from 1 (at p = 0) to 0 (at p = 1), so bisection finds where it crosses alpha.
+    The probability falls as p rises from 1 (at p = 0) to 0 (at p = 1), so bisection finds where it crosses alpha, down
+    to two neighbouring floats; the bound is the upper one, where the probability is at most alpha (never below the bound).
     """
     low, high = 0.0, 1.0
-    while high - low > 1e-15:
-        middle = (low + high) / 2
-        if middle in (low, high):  # the floats between them are exhausted
-            break
+    while (middle := (low + high) / 2) not in (low, high):
         if _binomial_cdf(k, n, middle) > alpha:
             low = middle
         else:

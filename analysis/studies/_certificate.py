@@ -28,7 +28,6 @@ from ..run import Run, band_table, read_run, references, slot_table
 VERDICTS = ("GREEN", "AMBER", "UNVERIFIED", "RED")
 # bia's exit codes 2, 3, 4 and 6 say the input was bad (docs/cli.md); 5 is a check that failed, as shape-check's NOT ADMISSIBLE
 EXIT_CODES = {"GREEN": 0, "RED": 5, "UNVERIFIED": 7, "AMBER": 8}
-_BAND = ["arm", "prompt_id", "band_c", "repeat"]
 _ORDER = ["band_c", "prompt_id", "repeat", "slot"]
 _FIRST = pl.Struct({"prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "parted": pl.String,
                     "at": pl.Int64, "max_ulp": pl.Int64})
@@ -55,7 +54,7 @@ def _with_arm(frame: pl.DataFrame, run: Run) -> pl.DataFrame:
     """``frame`` (slot rows) with its string ``arm`` column: its own, else its requests', else the run's layout.
 
     Runs gain an ``arm`` column per request and band with issue 24's arms; until then a run is one arm named after its
-    layout. This is the one place that reads arms, so that change lands here alone.
+    layout. This and :func:`_band_arms` are the only places that read arms, so that change lands here alone.
     """
     if "arm" in frame.columns:
         return frame
