@@ -10,7 +10,8 @@ import pytest
 from conftest import ROOT
 
 from analysis import RunError, assemble_run, certificate, read_run
-from analysis.studies._certificate import band_formation, certificate_document, judge, request_states, worst
+from analysis.studies._certificate import (_band_arms, _with_arm, band_formation, certificate_document, judge, request_states,
+                                           worst)
 
 CP = {"target_rate": 0.01, "confidence": 0.95}
 
@@ -220,6 +221,7 @@ def test_bad_arguments_are_named_before_the_run_is_read(tmp_path):
 def test_the_bundled_runs():
     # llama.cpp on CPU with its prompt cache: even c=1 differs from m=1 in bits (26 ULP at token 0), never in tokens
     cached = certificate(ROOT / "data" / "llamacpp-cpu" / "cache-prompt").row(0, named=True)
+    assert cached["run"] == str(ROOT / "data" / "llamacpp-cpu" / "cache-prompt")
     assert (cached["verdict"], cached["requests"], cached["tokens_parted"], cached["bits_only"]) == ("RED", 58, 0, 58)
     assert cached["first"] == {"prompt_id": "p0", "band_c": 1, "repeat": 0, "slot": 0, "parted": "bits", "at": 0, "max_ulp": 26}
     # without it, c=1 is bit-identical, and the batched path differs from c=4 on
@@ -247,3 +249,58 @@ def test_the_report_s_verdict_cards_open_with_the_certificate(tmp_path):
     # the certificate comes first on the card, before the bits line
     vllm = page.split("vllm-cpu/prefix-cache")[1]
     assert vllm.index('<dt>certificate (copies)</dt><dd class="bia-warn">UNVERIFIED at a 1% target: no request parts from m=1') < vllm.index("<dt>bits</dt>")
+
+
+def test_the_first_request_is_the_smallest_c_whatever_the_row_order():
+    # the c=4 rows come first; the c=2 request that parts in bits (max_ulp unknown: no "up to" in the reason) is still the first
+    slots = pl.concat([_slots(4, diverged={3: True}, divergence_at={3: 0}),
+                       _slots(2, c=2, bitwise_prefix={1: 2}, max_ulp={1: None})])
+    red = _judge(slots)
+    assert red["first"] == {"prompt_id": "p", "band_c": 2, "repeat": 0, "slot": 1, "parted": "bits", "at": 2, "max_ulp": None}
+    assert red["reason"].endswith("the first is p c=2 repeat 0 slot 1: only its logprob bits differ, from token 2")
+
+
+def test_request_states_by_hand():
+    slots = _slots(5, length={1: 0, 2: 5, 3: 5}, bitwise_prefix={1: 0, 2: None}, max_ulp={1: None, 2: None}, prompt_id={4: "q"})
+    lengths = pl.DataFrame({"prompt_id": ["p"], "reference_length": [5]}).vstack(pl.DataFrame({"prompt_id": ["z"], "reference_length": [0]}))
+    states = request_states(slots, lengths).select("tokens_parted", "bits_parted", "bits_unknown", "at").rows()
+    assert states == [
+        (False, False, False, None),  # bit-identical
+        (True, False, False, 0),      # empty where m=1 has 5 tokens: parts in tokens at 0
+        (False, False, True, None),   # the same tokens, no bit comparison at all
+        (False, False, False, None),
+        (True, False, False, 5),      # prompt q has no m=1 length: it cannot be shown identical (at its own end)
+    ]
+    # an empty completion against an empty m=1 is identical: nothing to record, nothing unknown
+    empty = _slots(1, length={0: 0}, bitwise_prefix={0: 0}, max_ulp={0: None})
+    zero = pl.DataFrame({"prompt_id": ["p"], "reference_length": [0]})
+    assert request_states(empty, zero).select("tokens_parted", "bits_parted", "bits_unknown").row(0) == (False, False, False)
+
+
+def test_the_widest_width_of_any_evidence_counts():
+    bands = pl.DataFrame({"prompt_id": ["p"] * 3, "band_c": [4, 4, 8], "repeat": [0, 1, 0], "m_formed": [2, None, 8],
+                          "width_evidence": ["log; metrics 3; streams 4", None, "log"]})
+    assert band_formation(bands).select("widest_seen", "formed").rows() == [(4, True), (None, False), (8, True)]
+
+
+def test_arms_already_in_the_tables_are_kept(tmp_path):
+    run = _run(tmp_path, [A, A])
+    slots = pl.DataFrame({"source": ["x"], "record": [0], "arm": ["prefix"]})
+    assert _with_arm(slots, run)["arm"].to_list() == ["prefix"]
+    assert _with_arm(slots.drop("arm"), run)["arm"].to_list() == ["copies"]
+    bands = pl.DataFrame({"arm": ["cache"], "prompt_id": ["p"], "band_c": [2], "repeat": [None]}, schema_overrides={"repeat": pl.Int64})
+    assert _band_arms(bands, pl.DataFrame({"arm": ["copies"], "prompt_id": ["p"], "band_c": [2], "repeat": [None]}))["arm"].to_list() == ["cache"]
+
+
+def test_an_arm_with_bands_and_no_request_and_both_unverified_reasons():
+    slots = _slots(4, max_ulp={2: None})
+    bands = pl.concat([_bands(slots, r0=(2, "metrics")), _bands(_slots(4, arm="cache"))])
+    lengths = pl.DataFrame({"prompt_id": ["p"], "reference_length": [5]})
+    table = judge(request_states(slots, lengths), band_formation(bands), target_rate=0.01, confidence=0.9, needed=22, name="hand")
+    cache, copies = table.sort("arm").rows(named=True)
+    assert (cache["arm"], cache["verdict"], cache["requests"], cache["upper_bound"], cache["rule_of_three"]) == ("cache", "UNVERIFIED", 0, None, None)
+    assert cache["reason"] == "no batched request came back: nothing to compare with m=1"
+    assert copies["verdict"] == "UNVERIFIED" and copies["rule_of_three"] is None  # the rule of three is the 95% bound only
+    assert copies["upper_bound"] == pytest.approx(1 - 0.1 ** (1 / 4))  # 0 of 4 at 90%: 1 - 0.1^(1/4) = 0.4377
+    assert copies["reason"] == ("no request parts from m=1, but 1 of 1 bands never seen formed at their c (the first p c=4 repeat 0: the widest "
+                                "seen m=2) and 1 of 4 requests have no logprobs recorded, so their bits are unknown")
