@@ -1,17 +1,18 @@
-"""The certificate (analysis.certificate): each verdict on requests and bands written by hand, then on runs assembled from
-hand-written streams and on the bundled real runs."""
+"""The certificate (analysis.certificate): each verdict on requests and bands written by hand, and one run assembled from
+hand-written streams. Fast enough for mutation testing; tests/test_certificate_runs.py reads whole runs."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
 from conftest import ROOT
 
 from analysis import RunError, assemble_run, certificate, read_run
-from analysis.studies._certificate import (_band_arms, _with_arm, band_formation, certificate_document, judge, request_states,
-                                           worst)
+from analysis.studies._certificate import (_band_arms, _with_arm, band_formation, certificate_document, judge, layout_arm,
+                                           request_states, worst)
 
 CP = {"target_rate": 0.01, "confidence": 0.95}
 
@@ -188,67 +189,11 @@ def test_a_run_with_one_bit_difference_is_red(tmp_path):
     assert row["reason"].endswith("the first is p c=2 slot 1: only its logprob bits differ, from token 1 (up to 3 ULP)")
 
 
-def test_a_run_bit_identical_to_m1_is_amber_and_unverified_without_its_batch(tmp_path):
-    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    amber = certificate(_run(tmp_path / "a", [A, A])).row(0, named=True)
-    # 0 of 2: 1 - 0.05^(1/2) = 1 - 0.2236 = 0.7764
-    assert amber["verdict"] == "AMBER" and amber["upper_bound"] == pytest.approx(0.7764, abs=1e-4)
-    assert certificate(_run(tmp_path / "b", [A, A], widths=(1, 1))).row(0, named=True)["verdict"] == "UNVERIFIED"
-
-
-def test_a_needle_run_is_its_own_arm_and_arms_come_from_the_requests(tmp_path):
-    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    assert certificate(_run(tmp_path / "a", [A, A], layout="needle"))["arm"].to_list() == ["needle"]
-    run = _run(tmp_path / "b", [A, [("a", -0.5), ("x", -0.25), ("c", -0.125)]])
-    # a run whose requests carry arms (issue 24's arms): slot 1 was fired in the "mixed" arm
-    run._cache["requests"] = run.requests.with_columns(arm=pl.when(pl.col("slot") == 1).then(pl.lit("mixed")).otherwise(pl.lit("copies")))
-    table = certificate(run)
-    assert table.select("arm", "verdict", "requests", "tokens_parted", "bands").rows() == [("copies", "AMBER", 1, 0, 1), ("mixed", "RED", 1, 1, 1)]
-    # the band's width evidence stands for both arms: seen at width 1 only, the copies arm is unverified too
-    (tmp_path / "c").mkdir()
-    narrow = _run(tmp_path / "c", [A, A], widths=(1,))
-    narrow._cache["requests"] = narrow.requests.with_columns(arm=pl.when(pl.col("slot") == 1).then(pl.lit("mixed")).otherwise(pl.lit("copies")))
-    assert certificate(narrow).select("arm", "verdict", "bands_unformed").rows() == [("copies", "UNVERIFIED", 1), ("mixed", "UNVERIFIED", 1)]
-
-
 def test_bad_arguments_are_named_before_the_run_is_read(tmp_path):
     with pytest.raises(ValueError, match=r"max_rate must be a rate in \(0, 1\], got 0"):
         certificate(tmp_path / "nothing-here", target_rate=0)
     with pytest.raises(RunError, match="no manifest.json"):
         certificate(tmp_path)
-
-
-def test_the_bundled_runs():
-    # llama.cpp on CPU with its prompt cache: even c=1 differs from m=1 in bits (26 ULP at token 0), never in tokens
-    cached = certificate(ROOT / "data" / "llamacpp-cpu" / "cache-prompt").row(0, named=True)
-    assert cached["run"] == str(ROOT / "data" / "llamacpp-cpu" / "cache-prompt")
-    assert (cached["verdict"], cached["requests"], cached["tokens_parted"], cached["bits_only"]) == ("RED", 58, 0, 58)
-    assert cached["first"] == {"prompt_id": "p0", "band_c": 1, "repeat": 0, "slot": 0, "parted": "bits", "at": 0, "max_ulp": 26}
-    # without it, c=1 is bit-identical, and the batched path differs from c=4 on
-    uncached = certificate(read_run(ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt")).row(0, named=True)
-    assert uncached["verdict"] == "RED" and uncached["first"]["band_c"] == 4 and uncached["bits_only"] == 56
-    # vLLM's CPU build: bit-identical at every c, but the gauge and the streams never saw some batches whole
-    vllm = certificate(ROOT / "data" / "vllm-cpu" / "prefix-cache").row(0, named=True)
-    assert (vllm["verdict"], vllm["divergent"], vllm["bands_unformed"]) == ("UNVERIFIED", 0, 2)
-    assert vllm["unformed"][0] == {"prompt_id": "p0", "band_c": 8, "repeat": 0, "widest_seen": 4}
-    # the torch experiment's batch-invariant mode: every batch formed and bit-identical, 58 requests: too few for 1%
-    invariant = certificate(ROOT / "data" / "experiment-cpu" / "batch-invariant", target_rate=0.06).row(0, named=True)
-    assert invariant["verdict"] == "GREEN"  # 0 of 58 bounds the rate at 5.03%, below 6%
-
-
-def test_the_report_s_verdict_cards_open_with_the_certificate(tmp_path):
-    from analysis import read_witnesses
-    from analysis.report import reviews_html
-
-    # a prompt id is untrusted text: the card escapes it
-    run = _run(tmp_path, [A, [("a", -0.5), ("b", -0.2500001), ("c", -0.125)]], prompt="<b>p</b>")
-    page = reviews_html(read_witnesses([], progress=False), [run, read_run(ROOT / "data" / "vllm-cpu" / "prefix-cache")], epsilon=0.05)
-    assert ('<dt>certificate (copies)</dt><dd class="bia-fail">RED at a 1% target: 1 of 2 requests part from m=1 (0 in tokens, 1 only in '
-            'bits); the first is &lt;b&gt;p&lt;/b&gt; c=2 slot 1: only its logprob bits differ, from token 1 (up to 3 ULP).</dd>') in page
-    assert "<b>p</b>" not in page
-    # the certificate comes first on the card, before the bits line
-    vllm = page.split("vllm-cpu/prefix-cache")[1]
-    assert vllm.index('<dt>certificate (copies)</dt><dd class="bia-warn">UNVERIFIED at a 1% target: no request parts from m=1') < vllm.index("<dt>bits</dt>")
 
 
 def test_the_first_request_is_the_smallest_c_whatever_the_row_order():
@@ -283,13 +228,24 @@ def test_the_widest_width_of_any_evidence_counts():
     assert band_formation(bands).select("widest_seen", "formed").rows() == [(4, True), (None, False), (8, True)]
 
 
-def test_arms_already_in_the_tables_are_kept(tmp_path):
-    run = _run(tmp_path, [A, A])
-    slots = pl.DataFrame({"source": ["x"], "record": [0], "arm": ["prefix"]})
-    assert _with_arm(slots, run)["arm"].to_list() == ["prefix"]
-    assert _with_arm(slots.drop("arm"), run)["arm"].to_list() == ["copies"]
+def test_arms_come_from_the_tables_else_the_requests_else_the_layout():
+    # a stand-in for a run: what _with_arm reads of one (its requests and its manifest)
+    plain = SimpleNamespace(requests=pl.DataFrame({"source": ["x", "y"], "record": [0, 0]}), manifest={})
+    slots = pl.DataFrame({"source": ["y", "x"], "record": [0, 0], "arm": ["prefix", "cache"]})
+    assert _with_arm(slots, plain)["arm"].to_list() == ["prefix", "cache"]
+    assert _with_arm(slots.drop("arm"), plain)["arm"].to_list() == ["copies", "copies"]
+    needle = SimpleNamespace(requests=plain.requests, manifest={"requested": {"layout": "needle"}})
+    assert _with_arm(slots.drop("arm"), needle)["arm"].to_list() == ["needle", "needle"]
+    assert layout_arm(SimpleNamespace(manifest={"requested": None})) == layout_arm(SimpleNamespace(manifest={"requested": {"layout": "copies"}})) == "copies"
+    # requests that carry arms (issue 24's arms) give them to their rows, matched by source and record, in the rows' order
+    armed = SimpleNamespace(requests=plain.requests.with_columns(arm=pl.Series(["mixed", "repeat"])), manifest={})
+    assert _with_arm(slots.drop("arm"), armed)["arm"].to_list() == ["repeat", "mixed"]
+    # a band keeps its own arm, else takes each arm its requests were fired in
     bands = pl.DataFrame({"arm": ["cache"], "prompt_id": ["p"], "band_c": [2], "repeat": [None]}, schema_overrides={"repeat": pl.Int64})
-    assert _band_arms(bands, pl.DataFrame({"arm": ["copies"], "prompt_id": ["p"], "band_c": [2], "repeat": [None]}))["arm"].to_list() == ["cache"]
+    states = pl.DataFrame({"arm": ["copies", "mixed", "copies"], "prompt_id": ["p"] * 3, "band_c": [2] * 3, "repeat": [None] * 3},
+                          schema_overrides={"repeat": pl.Int64})
+    assert _band_arms(bands, states)["arm"].to_list() == ["cache"]
+    assert _band_arms(bands.drop("arm"), states)["arm"].to_list() == ["copies", "mixed"]  # a null repeat matches a null repeat
 
 
 def test_an_arm_with_bands_and_no_request_and_both_unverified_reasons():
