@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from conftest import ROOT
 
-from analysis import RunError, assemble_run, certificate, read_run
+from analysis import RunError, assemble_run, certificate, write_run
 from analysis.studies._certificate import (_band_arms, _with_arm, band_formation, certificate_document, judge, layout_arm,
                                            request_states, worst)
 
@@ -189,9 +189,27 @@ def test_a_run_with_one_bit_difference_is_red(tmp_path):
     assert row["reason"].endswith("the first is p c=2 slot 1: only its logprob bits differ, from token 1 (up to 3 ULP)")
 
 
+def test_a_run_read_from_its_folder_with_two_prompts(tmp_path):
+    # prompts p and q, each with two m=1 references and a band of c=2, all bit-identical, both batches seen whole
+    mapping = []
+    for prompt in ("p", "q"):
+        mapping += [{"source": _chat(tmp_path / f"{prompt}r{k}.json", A), "prompt_id": prompt, "role": "reference", "slot": k} for k in (0, 1)]
+        mapping += [{"source": _chat(tmp_path / f"{prompt}b{k}.json", A), "prompt_id": prompt, "role": "band", "band_c": 2, "slot": k} for k in (0, 1)]
+    manifest = {"ladder": [2], "prompts": [{"prompt_id": p, "text": p} for p in ("p", "q")],
+                "m_formed": [{"prompt_id": p, "band_c": 2, "widths": [2]} for p in ("p", "q")]}
+    folder = write_run(assemble_run(mapping, manifest), tmp_path / "run")
+    row = certificate(folder, target_rate=0.05, confidence=0.9).row(0, named=True)
+    assert (row["run"], row["verdict"], row["requests"], row["bands"]) == (str(folder), "AMBER", 4, 2)
+    # at 90%: 0 of 4 bounds the rate at 1 - 0.1^(1/4) = 0.4377; 1 - 0.1^(1/n) < 5% first at n = 45 (ln 0.1 / ln 0.95 = 44.9)
+    assert row["upper_bound"] == pytest.approx(0.43766, abs=1e-5) and row["requests_needed"] == 45
+    assert row["reason"].endswith("the 90% upper bound on the divergence rate is 43.8%, not below the 5% target: 45 requests would do (41 more)")
+
+
 def test_bad_arguments_are_named_before_the_run_is_read(tmp_path):
     with pytest.raises(ValueError, match=r"max_rate must be a rate in \(0, 1\], got 0"):
         certificate(tmp_path / "nothing-here", target_rate=0)
+    with pytest.raises(ValueError, match=r"confidence must lie in \(0, 1\), got 1"):
+        certificate(tmp_path / "nothing-here", confidence=1)
     with pytest.raises(RunError, match="no manifest.json"):
         certificate(tmp_path)
 
