@@ -4,6 +4,7 @@ hand-written streams. Fast enough for mutation testing; tests/test_certificate_r
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import polars as pl
@@ -273,8 +274,40 @@ def test_an_arm_with_bands_and_no_request_and_both_unverified_reasons():
     table = judge(request_states(slots, lengths), band_formation(bands), target_rate=0.01, confidence=0.9, needed=22, name="hand")
     cache, copies = table.sort("arm").rows(named=True)
     assert (cache["arm"], cache["verdict"], cache["requests"], cache["upper_bound"], cache["rule_of_three"]) == ("cache", "UNVERIFIED", 0, None, None)
+    assert (cache["tokens_parted"], cache["bits_only"], cache["bits_unknown"], cache["divergent"], cache["first"]) == (0, 0, 0, 0, None)
+    # the other way round: requests of an arm no band stands for count no band
+    lone = judge(request_states(_slots(2, arm="lone"), lengths), band_formation(bands), **CP, needed=299, name="hand")
+    assert lone.filter(pl.col("arm") == "lone").select("requests", "bands", "bands_unformed").row(0) == (2, 0, 0)
     assert cache["reason"] == "no batched request came back: nothing to compare with m=1"
     assert copies["verdict"] == "UNVERIFIED" and copies["rule_of_three"] is None  # the rule of three is the 95% bound only
     assert copies["upper_bound"] == pytest.approx(1 - 0.1 ** (1 / 4))  # 0 of 4 at 90%: 1 - 0.1^(1/4) = 0.4377
     assert copies["reason"] == ("no request parts from m=1, but 1 of 1 bands never seen formed at their c (the first p c=4 repeat 0: the widest "
                                 "seen m=2) and 1 of 4 requests have no logprobs recorded, so their bits are unknown")
+
+
+def test_the_rows_carry_their_target_and_schema_and_the_bound_must_be_below_the_target():
+    from analysis.metrics._bounds import divergence_bound
+    from analysis.studies._certificate import SCHEMA
+
+    slots = _slots(4)
+    lengths = pl.DataFrame({"prompt_id": ["p"], "reference_length": [5]})
+    states, bands = request_states(slots, lengths), band_formation(_bands(slots))
+    # a target equal to the bound itself (0 of 4: 1 - 0.05^(1/4) = 0.5271) is not "below": AMBER
+    at = divergence_bound(0, 4)
+    table = judge(states, bands, target_rate=at, confidence=0.95, needed=5, name="hand")
+    assert table.schema == pl.Schema(SCHEMA)
+    row = table.row(0, named=True)
+    assert (row["verdict"], row["target_rate"], row["confidence"], row["requests_needed"]) == ("AMBER", at, 0.95, 5)
+    assert judge(states, bands, target_rate=math.nextafter(at, 1.0), confidence=0.95, needed=4, name="hand")["verdict"].to_list() == ["GREEN"]
+    empty = judge(states.clear(), bands.clear(), target_rate=0.01, confidence=0.95, needed=299, name="hand")
+    assert empty.height == 0 and empty.schema == pl.Schema(SCHEMA)
+
+
+def test_unformed_bands_are_listed_by_c_then_prompt_then_repeat():
+    bands = pl.DataFrame({"arm": ["copies"] * 5, "prompt_id": ["q", "p", "p", "p", "p"], "band_c": [4, 8, 4, 4, 2], "repeat": [0, 0, 1, 0, 0],
+                          "m_formed": [None, 4, 2, 3, 2], "width_evidence": [None, "log", "log", "log", "log"]})
+    states = request_states(_slots(2, c=2), pl.DataFrame({"prompt_id": ["p"], "reference_length": [5]}))
+    row = judge(states, band_formation(bands), **CP, needed=299, name="hand").row(0, named=True)
+    assert [(b["prompt_id"], b["band_c"], b["repeat"], b["widest_seen"]) for b in row["unformed"]] == [
+        ("p", 4, 0, 3), ("p", 4, 1, 2), ("q", 4, 0, None), ("p", 8, 0, 4)]
+    assert (row["bands"], row["bands_unformed"]) == (5, 4)
