@@ -91,6 +91,8 @@ def test_more_divergences_or_fewer_requests_raise_the_bound():
     (lambda: divergence_bound(0, 2.0), "total must be a whole number of requests, got 2.0"),
     (lambda: divergence_bound(0, 10, 1.0), r"confidence must lie in \(0, 1\), got 1.0"),
     (lambda: divergence_bound(0, 10, 0), r"confidence must lie in \(0, 1\), got 0"),
+    (lambda: divergence_bound(0, 10, "0.9"), r"confidence must lie in \(0, 1\), got '0.9'"),
+    (lambda: divergence_bound(0, 10, True), r"confidence must lie in \(0, 1\), got True"),
     (lambda: divergence_bound(0, 10, method="wilson"), "method must be one of clopper-pearson, rule-of-three, got 'wilson'"),
     (lambda: divergence_bound(1, 10, method="rule-of-three"), "the rule of three bounds a rate with 0 divergences, got 1 of 10"),
     (lambda: divergence_bound(0, 10, 0.9, method="rule-of-three"), "the rule of three is the 95% bound, got confidence=0.9"),

@@ -311,3 +311,17 @@ def test_unformed_bands_are_listed_by_c_then_prompt_then_repeat():
     assert [(b["prompt_id"], b["band_c"], b["repeat"], b["widest_seen"]) for b in row["unformed"]] == [
         ("p", 4, 0, 3), ("p", 4, 1, 2), ("q", 4, 0, None), ("p", 8, 0, 4)]
     assert (row["bands"], row["bands_unformed"]) == (5, 4)
+
+
+def test_edges_of_the_request_states_and_band_formation():
+    lengths = pl.DataFrame({"prompt_id": ["p"], "reference_length": [5]})
+    # one token long, the same token, no logprob recorded: unknown bits (a single token is as unknown as five)
+    one = _slots(1, length={0: 1}, bitwise_prefix={0: 1}, max_ulp={0: None})
+    assert request_states(one, pl.DataFrame({"prompt_id": ["p"], "reference_length": [1]}))["bits_unknown"].to_list() == [True]
+    # a stream that runs past m=1's end parts where m=1 ended (token 5), not at its own end (6)
+    longer = request_states(_slots(1, length={0: 6}, bitwise_prefix={0: 5}), lengths)
+    assert longer.select("tokens_parted", "at").row(0) == (True, 5)
+    # a band of 2 with no width evidence was never seen formed; only c = 1 needs none
+    bands = pl.DataFrame({"prompt_id": ["p", "p"], "band_c": [2, 1], "repeat": [0, 0], "m_formed": [None, None], "width_evidence": [None, None]},
+                         schema_overrides={"m_formed": pl.Int64, "width_evidence": pl.String})
+    assert band_formation(bands)["formed"].to_list() == [False, True]
