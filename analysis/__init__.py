@@ -20,6 +20,7 @@ from .core._version import __version__
 from .io._bundled import default_runs, default_sources
 from .io._sources import SourceError, expand_sources, fetch_url
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
+from .metrics._bounds import divergence_bound, requests_needed
 from .metrics._rl import mismatch_summary, mismatch_table
 from .metrics._support import SamplingMaskError
 from .verdicts._regressions import REGRESSION_RULES, Rule
@@ -28,7 +29,7 @@ from .verdicts._witness_rules import derive_band_result, derive_run_verdict
 from .witness import WitnessSet, read_witness, read_witnesses
 from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, first_op_table, flip_table, observer_table,
                   prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_run, write_witness)
-from .studies import (RESULT_SETTINGS, History, HistoryError, Study, append_history, attribution_shares, attribution_table, engine_table, mode_comparison, read_history, scan_study, study_tables,
+from .studies import (RESULT_SETTINGS, History, HistoryError, Study, append_history, attribution_shares, attribution_table, certificate, engine_table, mode_comparison, read_history, scan_study, study_tables,
                       write_dataset)
 from .views.plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,
                           plot_fork_tree, plot_margin_at_divergence, plot_margin_trace, plot_run_decode_rate, plot_run_divergence,
@@ -53,6 +54,8 @@ __all__ = sorted([
     "band_forks", "reference_margins", "mode_comparison", "engine_table", "attribution_table", "attribution_shares", "to_witness", "write_witness",
     "shape_check", "shape_check_data",
     "shape_check_text", "derive_band_result", "derive_run_verdict",
+    # certificates: bounds on the divergence rate, and how many requests a study needs
+    "certificate", "divergence_bound", "requests_needed",
     # RL: the sampler-trainer mismatch as each framework logs it
     "mismatch_summary", "mismatch_table", "SamplingMaskError",
     # plots

@@ -82,7 +82,7 @@ def test_a_url_nothing_answers_at_exits_6_not_the_missing_paths_3(tmp_path):
     assert bia("witness", str(tmp_path / "absent.json")).returncode == 3  # a path that does not exist keeps its own code
 
 
-COMMANDS = ("shape-check", "witness", "assemble", "report", "experiment", "probe", "serve", "history", "trend")
+COMMANDS = ("shape-check", "witness", "assemble", "report", "experiment", "probe", "serve", "certify", "history", "trend")
 
 
 def test_help_names_values_in_words_and_lists_whole_descriptions():
@@ -104,3 +104,4 @@ def test_help_names_values_in_words_and_lists_whole_descriptions():
     assert usages["probe"] == "Usage: bia probe [OPTIONS] URL"
     assert usages["report"] == "Usage: bia report [OPTIONS] [SOURCE...]"
     assert usages["shape-check"] == "Usage: bia shape-check [OPTIONS] WITNESS"
+    assert usages["certify"] == "Usage: bia certify [OPTIONS] RUN..."

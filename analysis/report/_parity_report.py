@@ -31,6 +31,7 @@ from ..studies._engines import batch_invariant_engines, default_engine_reference
 from ..studies._modes import _engine_label, mode_comparison
 from ..run import RunError
 from ._attribution import attribution_html
+from ._certificate_card import with_certificate
 from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
 from ._first_op import first_op_html
 
@@ -127,13 +128,14 @@ def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any
     Returns
     -------
     str
-        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``),
-        then, for runs probed with control arms, why their streams part (``analysis.report._attribution``).
+        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``); each run's card
+        opens with its certificate, one line per arm (:func:`analysis.certificate` at a 1% target). Then, for runs probed
+        with control arms, why their streams part (``analysis.report._attribution``).
     """
     from ..views._review import run_review, witness_reviews
 
     runs = list(runs)
-    reviews = [run_review(run, epsilon=epsilon, reference=reference) for run in runs]
+    reviews = [with_certificate(run_review(run, epsilon=epsilon, reference=reference), run) for run in runs]
     witnesses = witness_reviews(ws, epsilon=epsilon) if ws.sources else []
     if not reviews and not witnesses:
         return '<p class="bia-fail">Nothing to judge: no run and no witness was read.</p>'

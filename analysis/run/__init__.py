@@ -24,6 +24,7 @@ directory that :func:`read_run` reads back to the same frames.
 """
 
 
+from ._arms import legacy_arm
 from ._assemble import assemble_dumps, read_mapping
 from ._export import to_witness, write_witness
 from ._first_ops import first_op_table
@@ -36,5 +37,5 @@ from ._tables import (accuracy_table, band_forks, band_table, drift_table, flip_
                       slot_table, width_table)
 
 __all__ = ["Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_dumps", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table",
-           "first_op_table", "flip_table", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_run", "reference_margins", "references", "slot_table",
+           "first_op_table", "flip_table", "legacy_arm", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_run", "reference_margins", "references", "slot_table",
            "to_witness", "width_table", "write_run", "write_witness"]

@@ -1,0 +1,77 @@
+"""``bia certify``: a GREEN/AMBER/RED/UNVERIFIED certificate per run and arm, written as certificate.json, with an exit code for CI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..core._output import OutputExists
+from ..verdicts._v3 import EXIT_MISSING, EXIT_RED
+from ._args import _fail
+
+_STYLE = {"GREEN": "green", "AMBER": "yellow", "UNVERIFIED": "magenta", "RED": "red"}
+
+
+def certify_command(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run directories, or folders that hold them.")],
+    target_rate: Annotated[float, typer.Option(metavar="RATE", help="GREEN needs the upper bound on the divergence rate "
+                                                                    "below this rate (0.01: 1%).")] = 0.01,
+    confidence: Annotated[float, typer.Option(metavar="P", help="The confidence of that one-sided bound (0.95: 95%).")] = 0.95,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The certificate to write (JSON).")] = Path("certificate.json"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
+) -> None:
+    """Certify runs batch invariant: one verdict per run and arm, GREEN, AMBER, RED or UNVERIFIED, written as certificate.json.
+
+    GREEN: every request bit-identical to m=1, every batch seen formed at its c, and enough requests that the
+    one-sided upper bound on the divergence rate (exact Clopper-Pearson) is below --target-rate. AMBER: the same,
+    with too few requests for that bound. RED: a request's tokens or logprob bits part from m=1 (the first named).
+    UNVERIFIED: nothing parted, but a batch was never seen formed at its c, or the bits were not recorded.
+
+    Exit 0 all GREEN; else the worst verdict's: 5 RED, 7 UNVERIFIED, 8 AMBER. Exit 2 a bad option or an occupied
+    output, 3 no such path, 4 not a run bia reads.
+    """
+    from ..core._output import claim_output
+    from ..report._inputs import run_directories
+    from ..run import RunError, read_run
+    from ..studies._certificate import certificate, certificate_document
+
+    if not (math.isfinite(target_rate) and 0 < target_rate <= 1):
+        raise _fail(f"--target-rate takes a rate in (0, 1], got {target_rate!r}")
+    if not (math.isfinite(confidence) and 0 < confidence < 1):
+        raise _fail(f"--confidence takes a probability in (0, 1), got {confidence!r}")
+    try:
+        claim_output(output, force=force, what="-o")
+    except OutputExists as exc:
+        raise _fail(exc) from None
+    tables = []
+    for given in runs:
+        if not given.exists():
+            raise _fail(f"{given}: no such file or directory", EXIT_MISSING)
+        folders = run_directories(given) if given.is_dir() else [given]
+        if not folders:
+            raise _fail(f"{given}: holds no run directory (a folder with manifest.json and captures/)", EXIT_RED)
+        for folder in folders:
+            try:
+                tables.append(certificate(read_run(folder), target_rate=target_rate, confidence=confidence))
+            except RunError as exc:
+                raise _fail(f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED) from None
+    document = certificate_document(tables, target_rate=target_rate, confidence=confidence)
+    output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    _print_lines(document, output)
+    raise typer.Exit(document["exit_code"])
+
+
+def _print_lines(document: dict, output: Path) -> None:
+    """One line per run and arm, its verdict coloured, then where the certificate went."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(soft_wrap=True)
+    for arm in document["arms"]:
+        verdict = arm["verdict"]
+        console.print(f"[{_STYLE[verdict]}]{verdict}[/] {escape(arm['run'])} ({escape(arm['arm'])}): {escape(arm['reason'])}")
+    console.print(f"wrote {escape(str(output))}: {document['verdict']}, exit {document['exit_code']}")

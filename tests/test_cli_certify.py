@@ -1,0 +1,69 @@
+"""``bia certify`` end to end on the bundled real runs: its lines, certificate.json, and its exit codes for CI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from typer.testing import CliRunner
+
+from analysis.cli import app
+
+DATA = ROOT / "data"
+
+
+def certify(*args):
+    return CliRunner().invoke(app, ["certify", *map(str, args)])
+
+
+def test_a_real_llamacpp_run_is_red_and_the_exit_code_says_so(tmp_path):
+    # the console script itself, as CI runs it: the folder data/llamacpp-cpu holds two runs, both RED in bits only
+    out = tmp_path / "certificate.json"
+    run = subprocess.run([sys.executable, "-m", "analysis", "certify", str(DATA / "llamacpp-cpu"), "-o", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 5, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == (f"RED {DATA / 'llamacpp-cpu' / 'cache-prompt'} (copies): 58 of 58 requests part from m=1 (0 in tokens, 58 only in "
+                        "bits); the first is p0 c=1 repeat 0 slot 0: only its logprob bits differ, from token 0 (up to 26 ULP)")
+    assert lines[1].startswith(f"RED {DATA / 'llamacpp-cpu' / 'no-cache-prompt'} (copies): 56 of 58 requests part from m=1")
+    assert lines[2] == f"wrote {out}: RED, exit 5"
+    document = json.loads(out.read_text())
+    assert {k: document[k] for k in ("certificate_version", "verdict", "exit_code", "target_rate", "confidence", "requests_needed")} == {
+        "certificate_version": 1, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95, "requests_needed": 299}
+    assert [(a["arm"], a["verdict"], a["first"]["band_c"], a["first"]["parted"]) for a in document["arms"]] == [
+        ("copies", "RED", 1, "bits"), ("copies", "RED", 4, "bits")]
+
+
+def test_amber_green_and_unverified_exit_codes(tmp_path):
+    out = tmp_path / "c.json"
+    invariant = DATA / "experiment-cpu" / "batch-invariant"
+    # bit-identical, every batch formed, 58 requests: the bound 5.03% is not below 1% (AMBER), but is below 6% (GREEN)
+    amber = certify(invariant, "-o", out)
+    assert amber.exit_code == 8 and amber.stdout.startswith("AMBER ") and "299 requests would do (241 more)" in amber.stdout
+    # 0 of 58: 1 - 0.05^(1/58) = 1 - e^(-2.9957323/58) = 1 - e^-0.0516506 = 0.0503393
+    assert json.loads(out.read_text())["arms"][0]["upper_bound"] == pytest.approx(0.0503393, abs=1e-7)
+    green = certify(invariant, "--target-rate", "0.06", "-o", out, "--force")
+    assert green.exit_code == 0 and green.stdout.startswith("GREEN ") and json.loads(out.read_text())["verdict"] == "GREEN"
+    # vLLM's CPU build: bit-identical, but some bands never seen formed at their c; the worst verdict sets the exit code
+    both = certify(invariant, DATA / "vllm-cpu" / "no-prefix-cache", "-o", out, "--force")
+    assert both.exit_code == 7 and [line.split()[0] for line in both.stdout.splitlines()] == ["AMBER", "UNVERIFIED", "wrote"]
+
+
+def test_bad_input_is_named_with_bia_s_exit_codes(tmp_path):
+    out = tmp_path / "c.json"
+    missing = certify(tmp_path / "nothing", "-o", out)
+    assert missing.exit_code == 3 and f"error: {tmp_path / 'nothing'}: no such file or directory" in missing.output
+    (tmp_path / "empty").mkdir()
+    empty = certify(tmp_path / "empty", "-o", out)
+    assert empty.exit_code == 4 and "holds no run directory" in empty.output
+    not_a_run = certify(ROOT / "README.md", "-o", out)
+    assert not_a_run.exit_code == 4 and "README.md: no manifest.json" in not_a_run.output
+    assert certify(DATA / "llamacpp-cpu", "--target-rate", "0", "-o", out).exit_code == 2
+    assert "--confidence takes a probability in (0, 1), got 1.0" in certify(DATA / "llamacpp-cpu", "--confidence", "1", "-o", out).output
+    out.write_text("{}")
+    occupied = certify(DATA / "llamacpp-cpu", "-o", out)
+    assert occupied.exit_code == 2 and "give --force" in occupied.output and out.read_text() == "{}"
+    assert not (tmp_path / "certificate.json").exists()
