@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.dumps._liveness import LIVE_SHARE, LIVE_SPAN, liveness, timing_columns
+from analysis.dumps._liveness import LIVE_SHARE, LIVE_SPAN, RUSH_GAP_S, liveness, timing_columns
 
 
 def test_the_thresholds():
-    assert (LIVE_SHARE, LIVE_SPAN) == (0.5, 0.2)
+    assert (LIVE_SHARE, LIVE_SPAN, RUSH_GAP_S) == (0.5, 0.2, 0.001)
 
 
 @pytest.mark.parametrize("declared, verdict", [
@@ -54,6 +54,32 @@ def test_at_least_two_known_times_are_needed(times, verdict):
     ([0.5, 0.25], ("observed burst", False)),
 ])
 def test_observed_live_or_burst(times, verdict):
+    assert liveness(None, times) == verdict
+
+
+RUSH, LIVE = ("observed rush", False), ("observed live", True)
+
+
+@pytest.mark.parametrize("times, verdict", [
+    # 4 chunks 20 us apart after a second of silence (vLLM's front end, lagging its engine): span 6e-5 s < 0.2 * 1.00006
+    # and < 1e-3 * 3 gaps
+    ([1.0, 1.00002, 1.00004, 1.00006], RUSH),
+    # 0.9 ms apart on average (span 2.7 ms < 3 gaps * 1 ms), late: a rush
+    ([1.0, 1.0009, 1.0018, 1.0027], RUSH),
+    # 1.1 ms apart (span 3.3 ms >= 3 ms): a fast decode, live
+    ([1.0, 1.0011, 1.0022, 1.0033], LIVE),
+    # 20 us apart from 40 us after the send: span 6e-5 >= 0.2 * 1e-4, a fast engine streaming from the start, live
+    ([0.00004, 0.00006, 0.00008, 0.0001], LIVE),
+    # 20 us apart but over a fifth of the time to the last: span 6e-5 >= 0.2 * 2.6e-4 = 5.2e-5
+    ([0.0002, 0.00022, 0.00024, 0.00026], LIVE),
+    # ... and just under a fifth: span 6e-5 < 0.2 * 3.1e-4 = 6.2e-5
+    ([0.00025, 0.00027, 0.00029, 0.00031], RUSH),
+    # mostly one time: a burst stays a burst (2 distinct of 4, span 6e-5 < 0.2)
+    ([1.0, 1.0, 1.0, 1.00006], ("observed burst", False)),
+    # a rush over two chunks: span 1e-5 < 1e-3 * 1
+    ([0.5, 0.50001], RUSH),
+])
+def test_a_rush_is_not_live(times, verdict):
     assert liveness(None, times) == verdict
 
 

@@ -9,6 +9,10 @@ from typing import Any
 
 LIVE_SHARE = 0.5  # observed live: more than half the content chunks arrived at a time of their own (read as produced) ...
 LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the time from the send to the last of them
+# A rush: chunks read microseconds apart, late in the request's life (a front end that lags its engine, as vLLM's does on a
+# busy CPU, sends a finished request's tokens at once). 1 ms a chunk is 1,000 tokens/s for one sequence, faster than engines
+# decode one stream, and the span short against the time to the last chunk rules out a fast engine that streamed from the start.
+RUSH_GAP_S = 0.001
 
 
 def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None]:
@@ -16,10 +20,13 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
 
     A ``stream_mode`` the server sent decides: "live" is ``declared live``, any other value
     ``declared replay`` (never live). Otherwise the content chunks' arrival times (seconds since
-    the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live``
-    when they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their
-    own or a span of at least ``LIVE_SPAN`` of the time to the last one); else ``observed burst``,
-    the whole answer released at once after the last token (never live).
+    the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live`` when
+    they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their own or a
+    span of at least ``LIVE_SPAN`` of the time to the last one), unless they came less than
+    ``RUSH_GAP_S`` apart on average and spread over less than ``LIVE_SPAN`` of the time to the last
+    one: then ``observed rush`` (never live), read from one buffer, so their times show when they
+    were sent, not when they were decoded; else ``observed burst``, the whole answer released at
+    once after the last token (never live).
 
     Examples
     --------
@@ -27,6 +34,8 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
     ('observed live', True)
     >>> liveness(None, [2.0, 2.0, 2.0, 2.0001])  # buffered, then sent in one write
     ('observed burst', False)
+    >>> liveness(None, [1.0, 1.00002, 1.00004, 1.00006])  # 20 us apart after a second of silence: a rush
+    ('observed rush', False)
     >>> liveness("replay", [0.1, 0.2]), liveness(None, [None, None])
     (('declared replay', False), ('untimed', None))
     """
@@ -37,6 +46,8 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
         return "untimed", None
     span = known[-1] - known[0]
     if span > 0 and (len(set(known)) > LIVE_SHARE * len(known) or span >= LIVE_SPAN * known[-1]):
+        if span < LIVE_SPAN * known[-1] and span < RUSH_GAP_S * (len(known) - 1):
+            return "observed rush", False
         return "observed live", True
     return "observed burst", False
 
