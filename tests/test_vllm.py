@@ -12,6 +12,11 @@ Where each name checked here comes from, in vLLM 0.32.0's source (the installed 
 - ``vllm:num_requests_running`` (gauge), ``vllm:prefix_cache_queries`` and ``vllm:prefix_cache_hits`` (counters,
   in tokens; prometheus_client exports them with ``_total``), ``vllm:kv_cache_usage_perc`` (gauge):
   ``v1/metrics/loggers.py``, ``PrometheusStatLogger``; every sample is labelled ``engine`` and ``model_name``.
+- ``vllm:generation_tokens_total`` (counter), ``vllm:iteration_tokens_total`` (histogram: ``_count`` is the engine
+  steps that had output, since ``v1/engine/async_llm.py``'s output handler makes ``IterationStats`` only then) and
+  ``vllm:request_time_per_output_token_seconds`` (histogram of each finished request's decode time / (tokens - 1),
+  timed by the engine core's own timestamps: ``v1/metrics/stats.py``): same file, ``PrometheusStatLogger.record``,
+  which the output handler calls before it yields, so they are counted before the client sees the last token.
 - ``return_tokens_as_token_ids`` (tokens as ``token_id:N``) and ``return_token_ids`` (``prompt_token_ids`` in the
   stream's first chunk, ``token_ids`` in each later one): ``entrypoints/openai/chat_completion/protocol.py``.
 - ``GET /version`` answers ``{"version": ...}``; ``/v1/models`` says ``owned_by: "vllm"``.
