@@ -83,6 +83,23 @@ def test_a_rush_is_not_live(times, verdict):
     assert liveness(None, times) == verdict
 
 
+@pytest.mark.parametrize("times, tokens, verdict", [
+    # vLLM's front end packed 64 tokens in 2 chunks 2.3 ms apart, 1.65 s after the send: 2.3 ms < 1 ms * 63 tokens' gaps
+    ([1.6475, 1.6498], 64, RUSH),
+    # the same 2 chunks counted as 2 tokens: 2.3 ms >= 1 ms * 1, live
+    ([1.6475, 1.6498], 2, LIVE),
+    ([1.6475, 1.6498], None, LIVE),
+    # fewer tokens than chunks (chunks without logprob entries) count the chunks: 6e-5 < 1e-3 * 3
+    ([1.0, 1.00002, 1.00004, 1.00006], 1, RUSH),
+    # 0.07 s for 64 tokens is 1.1 ms a token: live (0.07 >= 1e-3 * 63)
+    ([1.0, 1.07], 64, LIVE),
+    # 0.06 s for 64 tokens is under 1 ms a token (0.06 < 0.063), late: a rush
+    ([1.0, 1.06], 64, RUSH),
+])
+def test_the_rush_counts_the_tokens_the_chunks_carried(times, tokens, verdict):
+    assert liveness(None, times, tokens) == verdict
+
+
 def test_timing_columns():
     assert timing_columns(None, [None, 0.25, 0.5, None]) == {
         "ttft_s": 0.25, "t_last_content": None, "n_content_chunks": 4, "liveness": "observed live", "stream_live": True}

@@ -301,7 +301,8 @@ def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
 def _liveness() -> pl.Expr:
     """``_liveness.liveness`` as an expression over a choice's aggregated content-chunk times."""
     span = pl.col("last_known_t") - pl.col("first_t")
-    rush = (span < LIVE_SPAN * pl.col("last_known_t")) & (span < RUSH_GAP_S * (pl.col("n_timed") - 1))
+    steps = pl.max_horizontal(pl.col("n_timed"), pl.col("n").fill_null(0))  # the tokens the chunks carried, when more than the chunks
+    rush = (span < LIVE_SPAN * pl.col("last_known_t")) & (span < RUSH_GAP_S * (steps - 1))
     observed_live = (span > 0) & ((pl.col("distinct_t") > LIVE_SHARE * pl.col("n_timed")) | (span >= LIVE_SPAN * pl.col("last_known_t")))
     return (pl.when(pl.col("declared").is_not_null()).then(pl.when(pl.col("declared") == "live").then(pl.lit("declared live"))
                                                            .otherwise(pl.lit("declared replay")))

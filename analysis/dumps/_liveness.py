@@ -15,7 +15,7 @@ LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the
 RUSH_GAP_S = 0.001
 
 
-def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None]:
+def liveness(declared: Any, times: list[float | None], tokens: int | None = None) -> tuple[str, bool | None]:
     """How a stream's liveness is known, and whether it is live (``stream_live``).
 
     A ``stream_mode`` the server sent decides: "live" is ``declared live``, any other value
@@ -23,8 +23,9 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
     the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live`` when
     they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their own or a
     span of at least ``LIVE_SPAN`` of the time to the last one), unless they came less than
-    ``RUSH_GAP_S`` apart on average and spread over less than ``LIVE_SPAN`` of the time to the last
-    one: then ``observed rush`` (never live), read from one buffer, so their times show when they
+    ``RUSH_GAP_S`` a token apart on average (over ``tokens``, the completion's tokens the chunks
+    carried, when more than the chunks: a lagging front end packs several in one chunk) and spread
+    over less than ``LIVE_SPAN`` of the time to the last one: then ``observed rush`` (never live), read from one buffer, so their times show when they
     were sent, not when they were decoded; else ``observed burst``, the whole answer released at
     once after the last token (never live).
 
@@ -36,6 +37,8 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
     ('observed burst', False)
     >>> liveness(None, [1.0, 1.00002, 1.00004, 1.00006])  # 20 us apart after a second of silence: a rush
     ('observed rush', False)
+    >>> liveness(None, [1.0, 1.002]), liveness(None, [1.0, 1.002], tokens=64)  # 2 ms for 1 token is live; for 63, a rush
+    (('observed live', True), ('observed rush', False))
     >>> liveness("replay", [0.1, 0.2]), liveness(None, [None, None])
     (('declared replay', False), ('untimed', None))
     """
@@ -46,15 +49,15 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
         return "untimed", None
     span = known[-1] - known[0]
     if span > 0 and (len(set(known)) > LIVE_SHARE * len(known) or span >= LIVE_SPAN * known[-1]):
-        if span < LIVE_SPAN * known[-1] and span < RUSH_GAP_S * (len(known) - 1):
+        if span < LIVE_SPAN * known[-1] and span < RUSH_GAP_S * (max(len(known), tokens or 0) - 1):
             return "observed rush", False
         return "observed live", True
     return "observed burst", False
 
 
-def timing_columns(declared: Any, times: list[float | None]) -> dict[str, Any]:
-    """A stream's timing columns from the arrival times of its content chunks: the first known one, the
-    last one, how many there were, and its liveness."""
-    how, live = liveness(declared, times)
+def timing_columns(declared: Any, times: list[float | None], tokens: int | None = None) -> dict[str, Any]:
+    """A stream's timing columns from the arrival times of its content chunks (which carried ``tokens`` tokens,
+    when known): the first known one, the last one, how many there were, and its liveness."""
+    how, live = liveness(declared, times, tokens)
     return {"ttft_s": next((t for t in times if t is not None), None), "t_last_content": times[-1] if times else None,
             "n_content_chunks": len(times), "liveness": how, "stream_live": live}
