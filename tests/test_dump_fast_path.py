@@ -263,7 +263,7 @@ def _stream_envelopes():
     packed = [_chunk("packed", [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]),
               _chunk("packed", [_delta(0, "".join(TEXTS[:4]), _entries(TEXTS[:4]))]),
               _chunk("packed", [_delta(0, "".join(TEXTS[4:8]), _entries(TEXTS[4:8], 1), "length")])]
-    lines.append({"sse": _sse(packed), "arrival_times": [0.25, 1.0, 1.002, 1.0021], "prompt_id": "p5"})  # 8 tokens in 2 chunks 2 ms apart
+    lines.append({"sse": _sse(packed), "arrival_times": [0.25, 1.0, 1.0002, 1.0003], "prompt_id": "p5"})  # 8 tokens in 2 chunks 0.2 ms apart
     return lines
 
 
@@ -276,9 +276,9 @@ def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
     assert no_mode["liveness"].to_list() == ["observed live"] * 2 and no_mode["stream_live"].to_list() == [True, True]
     assert requests.filter(pl.col("record") == 10)["liveness"].to_list() == ["declared replay"] * 2  # stream_mode "buffered"
     assert requests.filter(pl.col("record") == 10)["choice_index"].to_list() == [0, 1]
-    # 4 content chunks 1.0 .. 1.00006 s: span 6e-5 < 0.2 * 1.00006 and < 1 ms * 3 gaps
+    # 4 content chunks 1.0 .. 1.00006 s: span 6e-5 < 0.2 * 1.00006 and < 0.1 ms * 3 gaps
     assert requests.filter(pl.col("record") == 11)["liveness"].to_list() == ["observed rush"]
-    # 8 tokens in 2 content chunks at 1.0 and 1.002 s: 2 ms < 1 ms * 7 tokens' gaps, and < 0.2 * 1.002
+    # 8 tokens in 2 content chunks at 1.0 and 1.0002 s: 0.2 ms < 0.1 ms * 7 tokens' gaps, and < 0.2 * 1.0002
     assert requests.filter(pl.col("record") == 12)["liveness"].to_list() == ["observed rush"]
     assert tokens.filter(pl.col("record") == 10)["request_id"].to_list() == ["odd2", "odd2"]
     assert tokens["t_arrival"].null_count() > 0 and tokens["stream_chunk"].null_count() == 0

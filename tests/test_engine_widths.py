@@ -92,3 +92,18 @@ def test_a_stream_with_its_own_rate_keeps_it_and_the_others_take_the_servers():
     own, rush, bare, untimed = rates["decode_tok_s"].to_list()
     assert own == pytest.approx(100.0) and (rush, bare, untimed) == (80.0, None, 80.0)
     assert rates["decode_rate_origin"].to_list() == ["stream", "server: m, band mean", None, "server: m, band mean"]
+
+
+def test_a_stream_faster_than_its_engine_takes_the_engines_rate():
+    """A client cannot receive tokens faster than the engine made them: 32 tokens in 0.32 s is 100 tok/s, more than
+    3 x 30 = 90 from the engine's own histogram, so that stream's times show a buffer, not the decode; at 34 (102)
+    it stands."""
+    from analysis.metrics._rates import FASTER_THAN_ENGINE, request_decode_rates
+
+    assert FASTER_THAN_ENGINE == 3.0
+    extra = [f'{{"server_decode": {{"tok_s": {rate}, "over": "band", "metric": "m"}}}}' for rate in (30.0, 34.0)]
+    requests = pl.DataFrame({"completion_tokens": [33, 33], "ttft_s": [0.5, 0.5], "t_last_content": [0.82, 0.82], "n_content_chunks": [33, 33],
+                             "stream_live": [True, True], "extra": extra})
+    rates = request_decode_rates(requests)
+    assert rates["decode_tok_s"][0] == 30.0 and rates["decode_tok_s"][1] == pytest.approx(100.0)
+    assert rates["decode_rate_origin"].to_list() == ["server: m, band mean", "stream"]
