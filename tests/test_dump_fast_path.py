@@ -257,6 +257,13 @@ def _stream_envelopes():
            _chunk("odd2", [_delta(1, "A", _entries(["A"])), _delta(0, "B", None, "stop")]), _chunk("odd2", [_delta(1, None, _entries(["C"]), "length")]),
            _chunk("odd2", [{"delta": {"content": "D"}, "logprobs": {"content": []}}])]  # index omitted: its position, 0
     lines.append({"sse": _sse(odd), "arrival_times": [0.5, None, 0.75, 1.0, 1.25, 1.5], "prompt_id": "p3"})
+    rushed = _stream_envelope("rushed", TEXTS[:4], live=False, prompt_id="p4", arrivals=False)
+    rushed["arrival_times"] = [0.25, 1.0, 1.00002, 1.00004, 1.00006, 1.00008, 1.0001]  # role chunk, 4 tokens 20 us apart after 1 s, usage, [DONE]
+    lines.append(rushed)
+    packed = [_chunk("packed", [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]),
+              _chunk("packed", [_delta(0, "".join(TEXTS[:4]), _entries(TEXTS[:4]))]),
+              _chunk("packed", [_delta(0, "".join(TEXTS[4:8]), _entries(TEXTS[4:8], 1), "length")])]
+    lines.append({"sse": _sse(packed), "arrival_times": [0.25, 1.0, 1.0002, 1.0003], "prompt_id": "p5"})  # 8 tokens in 2 chunks 0.2 ms apart
     return lines
 
 
@@ -269,6 +276,10 @@ def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
     assert no_mode["liveness"].to_list() == ["observed live"] * 2 and no_mode["stream_live"].to_list() == [True, True]
     assert requests.filter(pl.col("record") == 10)["liveness"].to_list() == ["declared replay"] * 2  # stream_mode "buffered"
     assert requests.filter(pl.col("record") == 10)["choice_index"].to_list() == [0, 1]
+    # 4 content chunks 1.0 .. 1.00006 s: span 6e-5 < 0.2 * 1.00006 and < 0.1 ms * 3 gaps
+    assert requests.filter(pl.col("record") == 11)["liveness"].to_list() == ["observed rush"]
+    # 8 tokens in 2 content chunks at 1.0 and 1.0002 s: 0.2 ms < 0.1 ms * 7 tokens' gaps, and < 0.2 * 1.0002
+    assert requests.filter(pl.col("record") == 12)["liveness"].to_list() == ["observed rush"]
     assert tokens.filter(pl.col("record") == 10)["request_id"].to_list() == ["odd2", "odd2"]
     assert tokens["t_arrival"].null_count() > 0 and tokens["stream_chunk"].null_count() == 0
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.dumps._liveness import LIVE_SHARE, LIVE_SPAN, liveness, timing_columns
+from analysis.dumps._liveness import LIVE_SHARE, LIVE_SPAN, RUSH_GAP_S, liveness, timing_columns
 
 
 def test_the_thresholds():
-    assert (LIVE_SHARE, LIVE_SPAN) == (0.5, 0.2)
+    assert (LIVE_SHARE, LIVE_SPAN, RUSH_GAP_S) == (0.5, 0.2, 0.0001)
 
 
 @pytest.mark.parametrize("declared, verdict", [
@@ -55,6 +55,51 @@ def test_at_least_two_known_times_are_needed(times, verdict):
 ])
 def test_observed_live_or_burst(times, verdict):
     assert liveness(None, times) == verdict
+
+
+RUSH, LIVE = ("observed rush", False), ("observed live", True)
+
+
+@pytest.mark.parametrize("times, verdict", [
+    # 4 chunks 20 us apart after a second of silence (vLLM's front end, lagging its engine): span 6e-5 s < 0.2 * 1.00006
+    # and < 1e-4 * 3 gaps
+    ([1.0, 1.00002, 1.00004, 1.00006], RUSH),
+    # 0.08 ms apart on average (span 0.24 ms < 3 gaps * 0.1 ms), late: a rush
+    ([1.0, 1.00008, 1.00016, 1.00024], RUSH),
+    # 0.12 ms apart (span 0.36 ms >= 0.3 ms): a fast decode, live
+    ([1.0, 1.00012, 1.00024, 1.00036], LIVE),
+    # llama.cpp decoding bia's tiny model at 0.38 ms a token after a first token the loaded machine delayed: live
+    ([1.0, 1.00038, 1.00076, 1.00114], LIVE),
+    # 20 us apart from 40 us after the send: span 6e-5 >= 0.2 * 1e-4, a fast engine streaming from the start, live
+    ([0.00004, 0.00006, 0.00008, 0.0001], LIVE),
+    # 20 us apart but over a fifth of the time to the last: span 6e-5 >= 0.2 * 2.6e-4 = 5.2e-5
+    ([0.0002, 0.00022, 0.00024, 0.00026], LIVE),
+    # ... and just under a fifth: span 6e-5 < 0.2 * 3.1e-4 = 6.2e-5
+    ([0.00025, 0.00027, 0.00029, 0.00031], RUSH),
+    # mostly one time: a burst stays a burst (2 distinct of 4, span 6e-5 < 0.2)
+    ([1.0, 1.0, 1.0, 1.00006], ("observed burst", False)),
+    # a rush over two chunks: span 1e-5 < 1e-3 * 1
+    ([0.5, 0.50001], RUSH),
+])
+def test_a_rush_is_not_live(times, verdict):
+    assert liveness(None, times) == verdict
+
+
+@pytest.mark.parametrize("times, tokens, verdict", [
+    # vLLM's front end packed 64 tokens in 2 chunks 2.3 ms apart, 1.65 s after the send: 2.3 ms < 0.1 ms * 63 tokens' gaps
+    ([1.6475, 1.6498], 64, RUSH),
+    # the same 2 chunks counted as 2 tokens: 2.3 ms >= 0.1 ms * 1, live
+    ([1.6475, 1.6498], 2, LIVE),
+    ([1.6475, 1.6498], None, LIVE),
+    # fewer tokens than chunks (chunks without logprob entries) count the chunks: 6e-5 < 1e-4 * 3
+    ([1.0, 1.00002, 1.00004, 1.00006], 1, RUSH),
+    # 7 ms for 64 tokens is 0.11 ms a token: live (0.007 >= 1e-4 * 63)
+    ([1.0, 1.007], 64, LIVE),
+    # 6 ms for 64 tokens is under 0.1 ms a token (0.006 < 0.0063), late: a rush
+    ([1.0, 1.006], 64, RUSH),
+])
+def test_the_rush_counts_the_tokens_the_chunks_carried(times, tokens, verdict):
+    assert liveness(None, times, tokens) == verdict
 
 
 def test_timing_columns():

@@ -494,8 +494,9 @@ def test_request_decode_rates_per_row():
     names = ["completion_tokens", "ttft_s", "t_last_content", "n_content_chunks", "stream_live"]
     requests = pl.DataFrame(rows, schema=dict(zip(names, (pl.Int64, pl.Float64, pl.Float64, pl.Int64, pl.Boolean))), orient="row")
     out = request_decode_rates(requests)
-    assert out.columns == [*names, "decode_tok_s"]
+    assert out.columns == [*names, "decode_tok_s", "decode_rate_origin"]
     assert out["decode_tok_s"].to_list() == [4.0, 2.0, None, None, None, None, None, None, None, None]
+    assert out["decode_rate_origin"].to_list() == ["stream", "stream", *[None] * 8]  # no extra: no server rate to fall back on
     assert out["decode_tok_s"].to_list() == [decode_rate(*row) for row in rows]  # the same rule as decode_rate
 
 

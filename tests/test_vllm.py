@@ -12,6 +12,11 @@ Where each name checked here comes from, in vLLM 0.32.0's source (the installed 
 - ``vllm:num_requests_running`` (gauge), ``vllm:prefix_cache_queries`` and ``vllm:prefix_cache_hits`` (counters,
   in tokens; prometheus_client exports them with ``_total``), ``vllm:kv_cache_usage_perc`` (gauge):
   ``v1/metrics/loggers.py``, ``PrometheusStatLogger``; every sample is labelled ``engine`` and ``model_name``.
+- ``vllm:generation_tokens_total`` (counter), ``vllm:iteration_tokens_total`` (histogram: ``_count`` is the engine
+  steps that had output, since ``v1/engine/async_llm.py``'s output handler makes ``IterationStats`` only then) and
+  ``vllm:request_time_per_output_token_seconds`` (histogram of each finished request's decode time / (tokens - 1),
+  timed by the engine core's own timestamps: ``v1/metrics/stats.py``): same file, ``PrometheusStatLogger.record``,
+  which the output handler calls before it yields, so they are counted before the client sees the last token.
 - ``return_tokens_as_token_ids`` (tokens as ``token_id:N``) and ``return_token_ids`` (``prompt_token_ids`` in the
   stream's first chunk, ``token_ids`` in each later one): ``entrypoints/openai/chat_completion/protocol.py``.
 - ``GET /version`` answers ``{"version": ...}``; ``/v1/models`` says ``owned_by: "vllm"``.
@@ -41,15 +46,18 @@ from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
 from analysis.experiment.decode import decode  # noqa: E402
 from analysis.experiment.hf import byte_tokenizer_json, hf_tensor_names, write_hf_checkpoint  # noqa: E402
 from analysis.experiment.model import load_model  # noqa: E402
+from analysis.experiment.rl_pair import sample_rollouts, trainer_logprobs, write_pair  # noqa: E402
 from analysis.experiment.vllm import MODEL_ALIAS, VllmServerError, find_vllm_python, vllm_server  # noqa: E402
 from analysis.probe import probe  # noqa: E402
-from analysis.run import band_table, read_run, slot_table, width_table  # noqa: E402
+from analysis.run import band_table, read_run, slot_table, to_witness, width_table  # noqa: E402
+from analysis.run._layout import engine_steps  # noqa: E402
 
 MAX_TOKENS = 32
 PARITY_TOKENS = 48
 # 161 bytes, one token each: a whole 128-token block of vLLM's CPU KV cache is shared by every copy, so it can hit
 LONG_PROMPT = ("Return a new list containing all items from the iterable in ascending order. A custom key function can be "
                "supplied to customize the sort order, and the")
+PAIR_PROMPTS = (*DEFAULT_PROMPTS, LONG_PROMPT)
 LOGPROB_TOLERANCE = 1e-4  # vLLM's float32 CPU kernels against torch's, over 48 greedy steps (seen: under 2e-5)
 TIMINGS: dict[str, float] = {}
 
@@ -84,7 +92,7 @@ def _stream(url: str, prompt: str, **extra) -> str:
 @pytest.fixture(scope="module")
 def served(vllm_python, checkpoint, tmp_path_factory):
     """Everything the tests need from the two servers (prefix cache on, then off), gathered in one start of each."""
-    out = SimpleNamespace(runs={}, said={}, parity={}, shapes={}, metrics_text=None)
+    out = SimpleNamespace(runs={}, said={}, parity={}, shapes={}, metrics_text=None, rollouts=None)
     folder = tmp_path_factory.mktemp("vllm-runs")
 
     def probed(url, name, **settings):
@@ -99,6 +107,7 @@ def served(vllm_python, checkpoint, tmp_path_factory):
         TIMINGS["server start (prefix cache on)"] = time.monotonic() - started
         for prompt in DEFAULT_PROMPTS:  # the first logprobs request compiles a kernel (cached by torch inductor)
             out.parity[prompt] = _chat(url, prompt, max_tokens=PARITY_TOKENS, logprobs=True, top_logprobs=2)
+        out.rollouts = sample_rollouts(url, PAIR_PROMPTS, max_tokens=PARITY_TOKENS)  # an RL rollout batch, all at once
         out.shapes["stream"] = _stream(url, DEFAULT_PROMPTS[0], max_tokens=4, logprobs=True, top_logprobs=3,
                                        return_tokens_as_token_ids=True, return_token_ids=True)
         out.shapes["nonstream"] = _chat(url, DEFAULT_PROMPTS[0], max_tokens=4, logprobs=True, top_logprobs=3)
@@ -177,6 +186,39 @@ def test_vllm_decodes_the_checkpoint_as_torch_decodes_the_model(served):
         assert worst < LOGPROB_TOLERANCE, worst
 
 
+def test_a_real_sampler_trainer_pair(served, checkpoint, tmp_path):
+    """vLLM samples a rollout batch, transformers recomputes the same tokens in one teacher-forced pass per batch, as an
+    RL trainer does; bia reads the pair as prime-rl's export and scores it in every framework's terms. Same weights in
+    float32 on two engines: the logprobs differ by float rounding only, and the metrics are those of the numbers."""
+    pytest.importorskip("transformers")
+    np = pytest.importorskip("numpy")
+    from analysis import mismatch_summary, read_dumps
+
+    model = load_model(bundled_model())
+    for prompt, rollout in zip(PAIR_PROMPTS, served.rollouts):
+        assert rollout["prompt_ids"] == list(prompt.encode()) and rollout["finish_reason"] == "length"
+        (mine,) = decode(model, [rollout["prompt_ids"]], mode="default", max_tokens=PARITY_TOKENS, top_k=2)
+        assert rollout["token_ids"] == mine.token_ids  # vLLM's greedy tokens are torch's
+    trainer = trainer_logprobs(checkpoint, served.rollouts, batch_size=2)  # a batch of two (padded to 209 tokens), then one
+    assert [len(t) for t in trainer] == [PARITY_TOKENS] * len(PAIR_PROMPTS)
+    path = write_pair(tmp_path / "pairs.jsonl", served.rollouts, trainer)
+    r = [np.array(rollout["logprobs"]) for rollout in served.rollouts]
+    t = [np.array(scored) for scored in trainer]
+    delta = np.concatenate(t) - np.concatenate(r)
+    assert np.abs(delta).max() < LOGPROB_TOLERANCE, np.abs(delta).max()
+    summary = mismatch_summary(read_dumps(path)).row(0, named=True)
+    print("vLLM vs transformers:", {k: summary[k] for k in ("bia:tokens", "openrlhf:vllm_kl", "prime-rl:mismatch_kl/all/max")},
+          "max |delta|", np.abs(delta).max(), "exact", int((delta == 0).sum()), "of", delta.size)
+    assert summary["bia:tokens"] == summary["bia:masked_tokens"] == len(PAIR_PROMPTS) * PARITY_TOKENS
+    # each metric straight from the numbers, as the spec writes it: OpenRLHF's K1 token mean; slime's per-sequence mean
+    # of |t - r|; prime-rl's K3 over tokens; SkyRL's largest |r - t|
+    assert summary["openrlhf:vllm_kl"] == pytest.approx(-delta.mean(), rel=1e-9, abs=1e-15)
+    assert summary["slime:train/train_rollout_logprob_abs_diff"] == pytest.approx(
+        np.mean([np.abs(a - b).mean() for a, b in zip(t, r)]), rel=1e-9, abs=1e-15)
+    assert summary["prime-rl:mismatch_kl/all/mean"] == pytest.approx((np.exp(delta) - 1 - delta).mean(), rel=1e-6, abs=1e-15)
+    assert summary["skyrl:policy/rollout_train_logprobs_abs_diff_max"] == pytest.approx(np.abs(delta).max(), rel=1e-12)
+
+
 def test_real_shapes_of_vllm_answers(served):
     """The shapes bia's readers meet from vLLM 0.32: token ids as token_id:N, the first chunk's empty delta with
     prompt_token_ids, the usage chunk with no choices; and bia reads both forms."""
@@ -232,38 +274,71 @@ def test_probe_detects_vllm_and_captures_every_band(served):
         assert requests.filter(pl.col("role") == "band").height == len(DEFAULT_PROMPTS) * (sum(ladder) if name == "copies" else len(ladder))
         assert requests["completion_tokens"].to_list() == [MAX_TOKENS] * requests.height
         assert (run.dump.tokens.group_by("source", "record").len()["len"] == MAX_TOKENS).all()
-        # vLLM declares nothing about liveness: every stream is judged from its arrival times, and each has a rate
-        assert requests["decode_tok_s"].null_count() == 0 and (requests["decode_tok_s"] > 0).all()
+        # vLLM declares nothing about liveness: every stream is judged from its arrival times; a live one has its own rate,
+        # one that came in a rush (vLLM's front end lagging its engine) takes the engine's, named
+        assert set(requests["liveness"]) <= {"observed live", "observed rush", "observed burst", "untimed"}
+        assert requests["decode_tok_s"].null_count() == 0, requests.filter(pl.col("decode_tok_s").is_null()).select("liveness", "extra").rows()
+        assert requests["decode_rate_origin"].null_count() == 0
+        # plausible: vLLM's CPU engine decodes this model at about 300 tok/s at c=1 on an idle machine; a rushed stream's own
+        # times gave 5,000-50,000. Above 2,000 a token would take under half a millisecond
+        assert ((requests["decode_tok_s"] > 1) & (requests["decode_tok_s"] < 2000)).all(), requests["decode_tok_s"].max()
+        # a stream not live has no rate of its own; a live one keeps its own unless it beat the engine's 3 times over
+        live = pl.col("liveness") == "observed live"
+        assert (requests.filter(~live)["decode_rate_origin"] != "stream").all()
+        server = requests.filter(pl.col("decode_rate_origin") != "stream")["decode_rate_origin"].to_list()
+        assert all(origin.startswith("server: vllm:request_time_per_output_token_seconds_sum / vllm:request_time_per_output_token_seconds_count, ")
+                   for origin in server), server
+        # the references' engine rate is their own (over one request); a band's is its mean
+        for extra, role in requests.select("extra", "role").rows():
+            decode = json.loads(extra)["server_decode"]
+            assert decode["over"] == ("request" if role == "reference" else "band")
+            assert decode["tok_s"] == pytest.approx(1 / decode["tpot_s"], rel=1e-5)
+        print(name, "decode rates by origin:", requests.group_by("decode_rate_origin").agg(pl.len(), pl.col("decode_tok_s").median()).rows())
 
 
 def test_every_band_has_a_width_and_its_evidence(served):
-    """Widths from vllm:num_requests_running where the gauge caught the band busy, else from the streams' co-residency;
-    never above the requests in flight, never 0, and each says where it comes from. A band neither shows stays
-    unknown: on a busy 2-core machine vLLM's front end can lag its engine so far that the gauge reads 0 throughout a
-    short band and every stream arrives in one rush (both seen here), and then nothing shows a width."""
-    sources, unknown = set(), 0
+    """Every band has a width, from vllm:num_requests_running where the gauge caught it busy or from vLLM's own counters
+    (tokens generated / engine steps, diffed around the band), whichever shows the wider batch; never above the
+    requests in flight, never 0, and each says where it comes from. On a busy 2-core machine vLLM's front end lags its
+    engine, so the gauge can read 0 through a short band and the streams arrive in one rush; the counters are the
+    engine's own and hold."""
+    sources = set()
     for name in ("copies", "needle"):
         run = read_run(served.runs[name], cache=False)
         bands = band_table(run)
         entries = {(e["prompt_id"], e["band_c"], e["repeat"]): e for e in run.manifest["m_formed"]}
-        for prompt, c, repeat, m, evidence in bands.select("prompt_id", "band_c", "repeat", "m_formed", "width_evidence").rows():
+        for prompt, c, repeat, m, evidence, seen in bands.select("prompt_id", "band_c", "repeat", "m_formed", "width_evidence", "widths_seen").rows():
             entry = entries[(prompt, c, repeat)]
-            if m is None:  # unknown only when nothing showed a width
-                assert evidence is None and not any(entry["running"]) and "streams" not in entry
-                unknown += 1
-                continue
-            assert 1 <= m <= c, (name, c, m, evidence)
-            assert evidence.split(";")[0] in ("metrics", "streams")
-            sources.add(evidence.split(";")[0])
+            assert m is not None and 1 <= m <= c, (name, c, m, evidence)
+            origin = evidence.split(";")[0]
+            assert origin in ("metrics", "engine"), evidence
+            sources.add(origin)
+            # every request of the band (the needle's fillers too) generated MAX_TOKENS tokens, each in an engine step of
+            # its own: c * MAX_TOKENS tokens in at least MAX_TOKENS steps (all c in one batch) and at most c * MAX_TOKENS
+            generated, steps = engine_steps(entry)
+            assert generated == c * MAX_TOKENS, (name, c, entry["engine"])
+            assert MAX_TOKENS <= steps <= c * MAX_TOKENS, (name, c, entry["engine"])
+            assert entry["engine"]["steps"]["metric"] == "vllm:iteration_tokens_total_count"
+            if c == 1:  # one request: one token a step, width 1
+                assert (steps, m) == (MAX_TOKENS, 1), entry
+            engine = -(-generated // steps)
+            assert f"engine {engine}" in evidence or (origin == "engine" and m == engine), evidence
+            if origin == "engine":
+                assert seen == f"m>={engine} ({generated} tokens in {steps} engine steps, {generated / steps:.2f} a step)"
+                assert engine >= max([w for w in entry["running"] if w], default=0)
+            else:
+                assert m == max(entry["running"]) >= engine
         for entry in run.manifest["m_formed"]:
             assert entry["running_metric"] == "vllm:num_requests_running"
             assert len(entry["running"]) == len(entry["running_t_s"]) >= 1
             streams = entry.get("streams")
             if streams:
                 assert streams["of"] == entry["band_c"] and 1 <= streams["co_resident"] <= streams["timed"] <= streams["of"]
-        assert set(width_table(run)["origin"]) <= {"metrics", "streams"}
-    print(f"bands without a width: {unknown} of {2 * 9}")
-    assert "metrics" in sources  # the gauge caught some band busy
+        assert set(width_table(run)["origin"]) <= {"metrics", "engine"}
+        witness = to_witness(run, "p0")  # the witness names each band's evidence
+        assert [band["m_formed_evidence"] for band in witness["bands"]] == [
+            e.split(";")[0] for e in bands.filter(pl.col("prompt_id") == "p0").sort("band_c")["width_evidence"]]
+    print("width evidence chosen:", sorted(sources))
     bands = pl.concat([band_table(read_run(served.runs[name], cache=False)) for name in ("copies", "needle")])
     assert bands.filter(pl.col("band_c") >= 8)["m_formed"].max() >= 8  # a batch as wide as c formed somewhere
 
@@ -301,7 +376,7 @@ def test_report_shows_the_vllm_run(served, tmp_path):
     page = render_report(runs=[served.runs["copies"]], output=tmp_path / "report.html").read_text(encoding="utf-8")
     (served.shape_files / "report.html").write_text(page)
     text = re.sub(r"<[^>]+>", " ", page)
-    assert "width evidence" in text and re.search(r"m=\d+ x\d+ \(running-requests gauge samples\)", text)
+    assert "width evidence" in text and re.search(r"m=\d+ x\d+ \(running-requests gauge samples\)|m>=\d+ \(\d+ tokens in \d+ engine steps", text)
     assert re.search(r"c=4 decodes each request at [0-9.]+× the rate of c=1 \(", text)
 
 

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from ._openai import USAGE_FIELDS
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, classified, conform
-from ._liveness import LIVE_SHARE, LIVE_SPAN
+from ._liveness import LIVE_SHARE, LIVE_SPAN, RUSH_GAP_S
 from ._values import MAX_LOGPROB
 
 from ._fastkit import Frames, _CHUNK_GUARD, _CHUNK_SCHEMA, _Line, _LineMeta, _Unsupported, _binary, _check_text, _column, _field, _flatten, _placeholder_ids, _table, _token_ids
@@ -301,10 +301,13 @@ def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
 def _liveness() -> pl.Expr:
     """``_liveness.liveness`` as an expression over a choice's aggregated content-chunk times."""
     span = pl.col("last_known_t") - pl.col("first_t")
+    steps = pl.max_horizontal(pl.col("n_timed"), pl.col("n").fill_null(0))  # the tokens the chunks carried, when more than the chunks
+    rush = (span < LIVE_SPAN * pl.col("last_known_t")) & (span < RUSH_GAP_S * (steps - 1))
     observed_live = (span > 0) & ((pl.col("distinct_t") > LIVE_SHARE * pl.col("n_timed")) | (span >= LIVE_SPAN * pl.col("last_known_t")))
     return (pl.when(pl.col("declared").is_not_null()).then(pl.when(pl.col("declared") == "live").then(pl.lit("declared live"))
                                                            .otherwise(pl.lit("declared replay")))
             .when(pl.col("n_timed") < 2).then(pl.lit("untimed"))
+            .when(observed_live & rush).then(pl.lit("observed rush"))
             .when(observed_live).then(pl.lit("observed live"))
             .otherwise(pl.lit("observed burst")))
 

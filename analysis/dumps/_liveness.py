@@ -9,17 +9,28 @@ from typing import Any
 
 LIVE_SHARE = 0.5  # observed live: more than half the content chunks arrived at a time of their own (read as produced) ...
 LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the time from the send to the last of them
+# A rush: tokens read microseconds apart, late in the request's life (a front end that lags its engine, as vLLM's does on a
+# busy CPU, sends a finished request's tokens at once). 0.1 ms a token is 10,000 tokens/s for one sequence, faster than
+# engines decode one (llama.cpp decodes bia's tiny model at 0.26-0.38 ms a token on this CPU, and a loaded machine can
+# delay its first token, so 1 ms called live llama.cpp streams rushes); the span short against the time to the last chunk
+# rules out a fast engine that streamed from the start. A stream slower than that yet faster than its engine decoded it
+# is caught where the engine's rate is known (analysis.metrics._rates.request_decode_rates).
+RUSH_GAP_S = 0.0001
 
 
-def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None]:
+def liveness(declared: Any, times: list[float | None], tokens: int | None = None) -> tuple[str, bool | None]:
     """How a stream's liveness is known, and whether it is live (``stream_live``).
 
     A ``stream_mode`` the server sent decides: "live" is ``declared live``, any other value
     ``declared replay`` (never live). Otherwise the content chunks' arrival times (seconds since
-    the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live``
-    when they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their
-    own or a span of at least ``LIVE_SPAN`` of the time to the last one); else ``observed burst``,
-    the whole answer released at once after the last token (never live).
+    the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live`` when
+    they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their own or a
+    span of at least ``LIVE_SPAN`` of the time to the last one), unless they came less than
+    ``RUSH_GAP_S`` a token apart on average (over ``tokens``, the completion's tokens the chunks
+    carried, when more than the chunks: a lagging front end packs several in one chunk) and spread
+    over less than ``LIVE_SPAN`` of the time to the last one: then ``observed rush`` (never live), read from one buffer, so their times show when they
+    were sent, not when they were decoded; else ``observed burst``, the whole answer released at
+    once after the last token (never live).
 
     Examples
     --------
@@ -27,6 +38,10 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
     ('observed live', True)
     >>> liveness(None, [2.0, 2.0, 2.0, 2.0001])  # buffered, then sent in one write
     ('observed burst', False)
+    >>> liveness(None, [1.0, 1.00002, 1.00004, 1.00006])  # 20 us apart after a second of silence: a rush
+    ('observed rush', False)
+    >>> liveness(None, [1.0, 1.002]), liveness(None, [1.0, 1.002], tokens=64)  # 2 ms for 1 token is live; for 63, a rush
+    (('observed live', True), ('observed rush', False))
     >>> liveness("replay", [0.1, 0.2]), liveness(None, [None, None])
     (('declared replay', False), ('untimed', None))
     """
@@ -37,13 +52,15 @@ def liveness(declared: Any, times: list[float | None]) -> tuple[str, bool | None
         return "untimed", None
     span = known[-1] - known[0]
     if span > 0 and (len(set(known)) > LIVE_SHARE * len(known) or span >= LIVE_SPAN * known[-1]):
+        if span < LIVE_SPAN * known[-1] and span < RUSH_GAP_S * (max(len(known), tokens or 0) - 1):
+            return "observed rush", False
         return "observed live", True
     return "observed burst", False
 
 
-def timing_columns(declared: Any, times: list[float | None]) -> dict[str, Any]:
-    """A stream's timing columns from the arrival times of its content chunks: the first known one, the
-    last one, how many there were, and its liveness."""
-    how, live = liveness(declared, times)
+def timing_columns(declared: Any, times: list[float | None], tokens: int | None = None) -> dict[str, Any]:
+    """A stream's timing columns from the arrival times of its content chunks (which carried ``tokens`` tokens,
+    when known): the first known one, the last one, how many there were, and its liveness."""
+    how, live = liveness(declared, times, tokens)
     return {"ttft_s": next((t for t in times if t is not None), None), "t_last_content": times[-1] if times else None,
             "n_content_chunks": len(times), "liveness": how, "stream_live": live}

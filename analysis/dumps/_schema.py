@@ -91,7 +91,7 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "t_last_content": pl.Float64,  # arrival of the last content-bearing chunk
     "n_content_chunks": pl.Int64,
     "stream_live": pl.Boolean,  # live: declared ("stream_mode": "live") or observed from the arrival times (_liveness.liveness)
-    "liveness": pl.String,  # how that is known: declared live | declared replay | observed live | observed burst | untimed
+    "liveness": pl.String,  # how that is known: declared live | declared replay | observed live | observed burst | observed rush | untimed
     "raw_sha256": pl.String,
     "extra": pl.String,  # JSON of what the schema has no column for (routed experts, usage, ...)
 }

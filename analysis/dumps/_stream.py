@@ -128,7 +128,7 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
                      prompt_tokens=usage.get("prompt_tokens") if usage else None,
                      completion_tokens=completion_tokens if len(choices) == 1 else None,
                      n_prompt_scored=0, n_completion_scored=acc.n, completion_text="".join(acc.text),
-                     **timing_columns(declared, acc.content_times), extra={**meta.extra, **({"usage": usage} if usage else {})})
+                     **timing_columns(declared, acc.content_times, acc.n), extra={**meta.extra, **({"usage": usage} if usage else {})})
 
 
 def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -155,7 +155,7 @@ def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = 
     rows.request(**meta.request_columns(), choice_index=0, model=last.get("model"), endpoint="completion", stream=True,
                  finish_reason=last.get("stop_type"), prompt_tokens=last.get("tokens_evaluated"), completion_tokens=last.get("tokens_predicted"),
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 **timing_columns(None, times), extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
+                 **timing_columns(None, times, n), extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
 
 
 def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -207,7 +207,7 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
     rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, endpoint="generate", stream=True,
                  finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
                  completion_tokens=completion_tokens, n_prompt_scored=0, n_completion_scored=n, completion_text="".join(texts),
-                 **timing_columns(None, times), extra={**meta.extra, "resent": resent})
+                 **timing_columns(None, times, n), extra={**meta.extra, "resent": resent})
 
 
 RESPONSES_ROUNDING = 1e-3  # the done and completed events repeat the deltas' logprobs, rounded
@@ -264,7 +264,7 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
     rows.request(**meta.request_columns(), choice_index=0, request_id=response.get("id"), model=response.get("model"), endpoint="responses",
                  stream=True, finish_reason=finish, prompt_tokens=usage.get("input_tokens"), completion_tokens=completion_tokens,
                  n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 **timing_columns(None, times), extra={**meta.extra, **({"usage": usage} if usage else {}), **gap})
+                 **timing_columns(None, times, n), extra={**meta.extra, **({"usage": usage} if usage else {}), **gap})
 
 
 END_OF_MESSAGE = "the end-of-message token: usage.output_tokens counts it, the stream never sends it"

@@ -54,3 +54,15 @@ def default_runs() -> list[str]:
     """
     return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu", "data/vllm-cpu")
             for p in sorted(bundled(folder).glob("*/manifest.json"))]
+
+
+def default_rl_pairs() -> list[str]:
+    """The embedded sampler-trainer pairs: a real vLLM server's greedy rollouts and their recompute by transformers
+    from the same checkpoint (``data/vllm-hf-pair``, prime-rl's token export; ``analysis.mismatch_summary`` reads it).
+
+    Examples
+    --------
+    >>> [path.rsplit("/", 2)[-2:] for path in default_rl_pairs()]
+    [['vllm-hf-pair', 'pairs.jsonl']]
+    """
+    return [_shown(bundled("data/vllm-hf-pair/pairs.jsonl"))]

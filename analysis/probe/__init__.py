@@ -48,7 +48,8 @@ from ._capture import EventClock, fetch_stream, open_partial, stream_problem
 from ._checks import check_address, check_first_answer, check_open_files, check_settings, check_slots, check_timeout
 from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine
 from ._rundir import ProbeError, _drop_partial, _load_for_resume, _now, _RunWriter, _supersede
-from ._widths import BATCH_LINE, LogWatcher, MetricsPoller, co_resident, metrics_snapshot, running_requests, stream_evidence
+from ._widths import (BATCH_LINE, LogWatcher, MetricsPoller, co_resident, engine_growth, metrics_snapshot, running_requests, server_decode,
+                      stream_evidence)
 
 # Fillers for the needle layout when none are given and the prompt set holds a single prompt.
 DEFAULT_FILLERS = (
@@ -270,6 +271,7 @@ async def probe(
             say(line)
         writer = _RunWriter(folder, manifest)
         writer.cache_metrics = detection.profile.cache_metrics if metrics and detection.metrics else ()
+        writer.engine_metrics = dict(detection.profile.engine_metrics) if metrics and detection.metrics else {}
         discard = False
         try:
             await _fire_plan(client, endpoint, base, writer, detection, metrics, metrics_interval, progress, say, timeout)
@@ -413,9 +415,13 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
                 if tag:  # a run with arms: m=1 is alone and cold, so the cache arm alone says what a warm cache does
                     body = {**body, **cold_fields(detection.profile)}
                 partial = writer.partial(unit, slot, "reference")
+                before = await _engine_snapshot(client, base, writer.engine_metrics)
                 results = [await fetch_stream(client, endpoint, body, partial, writer.origin, deadline)]
                 _stop_if_gone(endpoint, results, [partial])
-                refusals = [writer.keep(results[0], partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot, **tag)]
+                decode = server_decode(engine_growth(writer.engine_metrics, before, await _engine_snapshot(client, base, writer.engine_metrics)),
+                                       "request")
+                refusals = [writer.keep(results[0], partial, unit=unit.key, prompt_id=unit.prompt_id, role="reference", slot=slot, **tag,
+                                        **({"server_decode": decode} if decode else {}))]
             elif unit.role == "prefill":
                 results, refusals = await _fire_prefill(client, endpoint, writer, unit, body, detection.profile, texts[unit.prompt_id], deadline)
             else:
@@ -528,7 +534,8 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     partials = [writer.partial(unit, slot, role) for role, slot in roles]
     watcher.mark()
     cache_names = writer.cache_metrics
-    cache_before = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
+    watched = (*cache_names, *writer.engine_metrics.values())  # one GET of /metrics reads both, before and after
+    cache_before = await metrics_snapshot(client, f"{base}/metrics", watched) if watched else None
     poller = MetricsPoller(client, f"{base}/metrics", gauge, interval, writer.origin) if gauge else None
     async with poller or contextlib.nullcontext():
         if unit.arm == "serial":  # one after another: the same c requests as the copies band, never two in flight
@@ -539,10 +546,15 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
                                              for b, p, f in zip(bodies, partials, opened)))
     _stop_if_gone(endpoint, results, partials)
     await asyncio.sleep(0.05)  # let the server's last log line land
-    cache_after = await metrics_snapshot(client, f"{base}/metrics", cache_names) if cache_names else None
+    cache_after = await metrics_snapshot(client, f"{base}/metrics", watched) if watched else None
+    engine = engine_growth(writer.engine_metrics, cache_before, cache_after)
+    decode = server_decode(engine, "band")
     refusals = [writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat,
-                            batch_row=row, **tag) for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))]
+                            batch_row=row, **tag, **({"server_decode": decode} if decode else {}))
+                for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))]
     entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "band_c": c, "repeat": unit.repeat, **tag, "widths": watcher.widths()}
+    if engine:
+        entry["engine"] = engine
     streams = stream_evidence([writer.live.pop(partial, None) for partial in partials], c)  # fillers too: they share the batch
     if streams is not None:
         entry["streams"] = streams
@@ -555,6 +567,11 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
                           for name in cache_names if name in cache_before or name in cache_after}
     manifest["m_formed"].append(entry)
     return results, refusals
+
+
+async def _engine_snapshot(client, base: str, roles: dict[str, str]) -> dict[str, float] | None:
+    """The engine's counters now (see ``EngineProfile.engine_metrics``); None when the profile has none or /metrics fails."""
+    return await metrics_snapshot(client, f"{base}/metrics", tuple(roles.values())) if roles else None
 
 
 __all__ = ["BATCH_LINE", "DEFAULT_FILLERS", "PROFILES", "Detection", "EngineProfile", "EventClock", "LogWatcher", "MetricsPoller", "ProbeError",

@@ -54,6 +54,13 @@ class EngineProfile:
         ``"assistant"`` (the tokens as a last assistant message, which the server continues),
         ``"continue"`` (the same, with vLLM's ``continue_final_message``), ``"concat"`` (appended to
         the prompt: bia serve applies no chat template). None where it cannot: the arm is refused.
+    engine_metrics : dict
+        The engine's own counters, read before and after each band and each reference, by role:
+        ``generated`` (tokens generated), ``steps`` (engine steps that produced output),
+        ``tpot_sum`` and ``tpot_count`` (a histogram of each finished request's mean time per
+        output token, timed by the engine). Their growth is evidence that survives a front end
+        lagging its engine: the batch width (generated / steps, see
+        ``analysis.run.width_evidence``) and the server's decode rate.
     """
 
     name: str
@@ -65,6 +72,7 @@ class EngineProfile:
     cache_metrics: tuple[str, ...] = ()
     cold: dict[str, Any] | None = None
     prefill: str | None = None
+    engine_metrics: dict[str, str] = field(default_factory=dict)
 
     def effective(self, info: Any) -> dict[str, Any]:
         """The settings this server reports about itself, from its description (missing ones left out).
@@ -90,7 +98,11 @@ class EngineProfile:
 #   and the counters vllm:prefix_cache_hits / vllm:prefix_cache_queries (tokens; exported with _total,
 #   since v0.9). vllm:gpu_prefix_cache_hit_rate is the V0 engine's gauge (deprecated in 0.8, gone with V0),
 #   kept for old servers. GET /version answers {"version": ...} (vllm/entrypoints/.../basic.py); /v1/models
-#   says owned_by "vllm" (ModelCard).
+#   says owned_by "vllm" (ModelCard). The engine's counters, same file: vllm:generation_tokens (counter,
+#   IterationStats.num_generation_tokens per step), vllm:iteration_tokens_total (histogram, one observation per
+#   engine step with output: vllm/v1/engine/async_llm.py makes IterationStats only when a step has outputs),
+#   vllm:request_time_per_output_token_seconds (histogram of each finished request's decode time / (tokens - 1),
+#   from the engine core's own timestamps: vllm/v1/metrics/stats.py, update_from_finished_request).
 # - SGLang: python/sglang/srt/observability/metrics_collector.py: the gauges sglang:num_running_reqs and
 #   sglang:cache_hit_rate, the counters sglang:cached_tokens_total and sglang:prompt_tokens_total (labelled by
 #   cache_source in newer releases; the labels are summed). Server info: /server_info (current) and
@@ -110,7 +122,10 @@ PROFILES: dict[str, EngineProfile] = {
     for profile in (
         EngineProfile("vllm", "vLLM", {"ignore_eos": True, "return_tokens_as_token_ids": True}, "vllm:num_requests_running", ("/version",),
                       {"version": ("version",)}, ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_hit_rate"),
-                      {"cache_salt": "{salt}"}, "continue"),
+                      {"cache_salt": "{salt}"}, "continue",
+                      {"generated": "vllm:generation_tokens_total", "steps": "vllm:iteration_tokens_total_count",
+                       "tpot_sum": "vllm:request_time_per_output_token_seconds_sum",
+                       "tpot_count": "vllm:request_time_per_output_token_seconds_count"}),
         EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs", ("/server_info", "/get_server_info"),
                       {"deterministic_inference": ("enable_deterministic_inference",), "radix_cache_disabled": ("disable_radix_cache",),
                        "attention_backend": ("attention_backend",), "max_running_requests": ("max_running_requests",), "tp_size": ("tp_size",),

@@ -33,6 +33,7 @@ class _RunWriter:
         self.folder, self.manifest = folder, manifest
         self.origin = time.monotonic()  # captures' sent_at_s count from here (this session, when a run is resumed)
         self.cache_metrics: tuple[str, ...] = ()  # set by the probe from the engine profile when /metrics answers
+        self.engine_metrics: dict[str, str] = {}  # role -> the engine's counter, likewise
         self.reference_tokens: dict[str, tuple] = {}  # unit key -> token identities of the references kept this session
         self.reference_pieces: dict[str, list] = {}  # prompt id -> ref #1's completion tokens as bytes, for the prefill arm
         self.live: dict[Path, tuple[float, float]] = {}  # partial path -> (first, last content chunk) on the run's clock, for kept streams

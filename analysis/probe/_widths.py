@@ -191,3 +191,44 @@ class MetricsPoller:
                 await asyncio.wait_for(self._stop.wait(), max(0.0, self.interval * self.concurrency - (time.monotonic() - started)))
             except TimeoutError:
                 pass
+
+
+def engine_growth(roles: dict[str, str], before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, dict] | None:
+    """The engine's counters around a band or a reference, as the manifest keeps them: each role (see
+    ``EngineProfile.engine_metrics``) with its metric's name and values before and after. None when either snapshot
+    is missing or the server exports none of them.
+
+    Examples
+    --------
+    >>> engine_growth({"generated": "g_total"}, {"g_total": 10.0}, {"g_total": 74.0})
+    {'generated': {'metric': 'g_total', 'before': 10.0, 'after': 74.0}}
+    >>> engine_growth({"generated": "g_total"}, None, {"g_total": 74.0}) is None
+    True
+    """
+    if before is None or after is None:
+        return None
+    out = {role: {"metric": name, "before": before.get(name), "after": after.get(name)} for role, name in roles.items()
+           if name in before or name in after}
+    return out or None
+
+
+def server_decode(engine: dict[str, dict] | None, unit: str) -> dict | None:
+    """The server's own decode rate over a band's (or a reference's) requests: 1 / their mean time per output token,
+    the engine's histogram (``tpot_sum`` / ``tpot_count``) diffed around them. Timed by the engine, it holds when the
+    streams arrive in a rush. ``unit`` says what it averages over ("band" or "request"). None without the histogram
+    or without a finished request with two tokens.
+
+    Examples
+    --------
+    >>> engine = {"tpot_sum": {"metric": "t_sum", "before": 1.0, "after": 1.04}, "tpot_count": {"metric": "t_count", "before": 3, "after": 7}}
+    >>> server_decode(engine, "band")  # 4 requests, 0.04 s of mean times per token: 0.01 s each, 100 tokens/s
+    {'tok_s': 100.0, 'tpot_s': 0.01, 'requests': 4, 'over': 'band', 'metric': 't_sum / t_count'}
+    """
+    engine = engine or {}
+    grown = {role: (engine[role]["after"] - engine[role]["before"]) for role in ("tpot_sum", "tpot_count")
+             if role in engine and engine[role]["before"] is not None and engine[role]["after"] is not None}
+    if len(grown) < 2 or grown["tpot_count"] < 1 or grown["tpot_sum"] <= 0:
+        return None
+    tpot = grown["tpot_sum"] / grown["tpot_count"]
+    return {"tok_s": round(1 / tpot, 6), "tpot_s": round(tpot, 9), "requests": round(grown["tpot_count"]), "over": unit,
+            "metric": f"{engine['tpot_sum']['metric']} / {engine['tpot_count']['metric']}"}

@@ -15,7 +15,7 @@ from ..metrics import _columnar, parity
 from ..core._output import claim_output
 from ..verdicts._witness_rules import derive_run_verdict
 from ._arms import main_arm
-from ._layout import _DEFAULTS, RunError, _m_formed
+from ._layout import _DEFAULTS, RunError, band_widths
 from ._steps import _numbered
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
@@ -63,9 +63,10 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     if reference["stable"]:
         runs = _constant_runs(run)
         for c, (chosen, rows) in band_rows.items():
-            m_formed = _m_formed(manifest, prompt_id, c, chosen, arm)
+            widths, evidence = band_widths(manifest, prompt_id, c, chosen, arm=arm)
             expected = 1 if arm == "mixed" else c  # needle: only the target is recorded
-            bands.append(_band(c, m_formed, rows, facts, runs, refs[0], n_predict, declared_min, max_run, expected))
+            band = _band(c, max(widths, default=None), rows, facts, runs, refs[0], n_predict, declared_min, max_run, expected)
+            bands.append({**band, "m_formed_evidence": evidence})  # log, metrics, engine or streams (see band_widths); aprender ignores it
     result = derive_run_verdict(reference["stable"], [(b["c"], b["result"]) for b in bands])
     prompt_text = next((p.get("text") for p in manifest.get("prompts", []) if str(p.get("prompt_id")) == prompt_id), None)
     identity = manifest.get("identity", {})
@@ -138,7 +139,7 @@ def _band(c, m_formed, rows, facts, runs, ref_row, n_predict, declared_min, max_
     slots = []
     for i, row in enumerate(rows):
         slots.append({"i": i, "completion_tokens": row["completion_tokens"], "finish_reason": row["finish_reason"], "refused": _refusal(row, n_predict),
-                      "decode_tok_s": row["decode_tok_s"]})
+                      "decode_tok_s": row["decode_tok_s"], "decode_rate_origin": row.get("decode_rate_origin")})
     band = {"c": c, "m_formed": m_formed, "result": "UNMEASURABLE", "divergence_at": None, "intra_agree_to": None, "max_constant_run": None,
             "declared_min": declared_min, "max_constant_run_declared": max_run, "reason": None,
             "decode_tok_s": parity.band_decode_rate([s["decode_tok_s"] for s in slots]), "slots": slots}

@@ -95,15 +95,18 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
                 arm: str | None = None) -> tuple[list[int], str | None]:
     """Every batch width a run recorded for one band, and the evidence they come from.
 
-    The server log's per-step widths when there are any (``"log"``), else the running-requests
-    gauge sampled during the band (``"metrics"``), else the band's own streams (``"streams"``): how
-    many of its requests were decoding at the same time, their live windows (first to last content
-    chunk) overlapping, which the probe records as ``streams.co_resident``. A gauge sample of 0
-    caught the server idle (before the band's requests arrived, or after they finished): it is no
-    batch width, so a band whose samples are all 0 and whose streams show nothing has no width
-    observed, which is unknown (``([], None)``), not 0. ``width_evidence()`` gives every kind of
-    evidence a band has, not only the one chosen. ``arm`` picks the band of that control arm in a run
-    probed with arms (an entry without ``arm``, from a run made before arms, matches any).
+    The server log's per-step widths when there are any (``"log"``); else whichever of the
+    running-requests gauge sampled during the band (``"metrics"``) and the engine's own counters
+    (``"engine"``: at least ceil(tokens generated / engine steps) requests decoded in one step) shows
+    the wider batch, the gauge at a tie; else the band's own streams (``"streams"``): how many of its
+    requests were decoding at the same time, their live windows (first to last content chunk)
+    overlapping, which the probe records as ``streams.co_resident``. The gauge and the counters are
+    each a lower bound of the widest batch formed; a front end that lags its engine (vLLM's on a busy
+    CPU) samples the gauge late, while the counters are the engine's. A gauge sample of 0 caught the
+    server idle (before the band's requests arrived, or after they finished): it is no batch width,
+    so a band with nothing else has no width observed, which is unknown (``([], None)``), not 0.
+    ``width_evidence()`` gives every kind of evidence a band has, not only the one chosen. ``arm`` picks the band of that
+    control arm in a run probed with arms (an entry without ``arm``, from a run made before arms, matches any).
 
     Examples
     --------
@@ -112,21 +115,30 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     ([4, 4, 2], 'metrics')
     >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "running": [0], "streams": {"co_resident": 4}}]}, "p0", 4, 0)
     ([4], 'streams')
+    >>> engine = {"generated": {"metric": "g", "before": 0, "after": 128}, "steps": {"metric": "s", "before": 0, "after": 33}}
+    >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "running": [0, 1], "engine": engine}]}, "p0", 4, 0)
+    ([4], 'engine')
     >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": [0]}]}, "p0", 1, 0)
     ([], None)
     """
     evidence = width_evidence(manifest, prompt_id, c, repeat, role, arm)
-    for origin in ("log", "metrics", "streams"):
-        if evidence.get(origin):
-            return evidence[origin], origin
+    if evidence.get("log"):
+        return evidence["log"], "log"
+    engine_sides = [kind for kind in ("metrics", "engine") if evidence.get(kind)]
+    if engine_sides:
+        origin = max(engine_sides, key=lambda kind: (max(evidence[kind]), kind == "metrics"))
+        return evidence[origin], origin
+    if evidence.get("streams"):
+        return evidence["streams"], "streams"
     return [], None
 
 
 def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
                    arm: str | None = None) -> dict[str, list[int]]:
     """Each kind of evidence of a band's batch width, with the widths it shows: ``log`` (the server log's per-step
-    widths, or the ``max`` a witness recorded), ``metrics`` (the gauge's busy samples), ``streams`` (the
-    co-residency of the band's streams, one width). Kinds the run has nothing of are left out.
+    widths, or the ``max`` a witness recorded), ``metrics`` (the gauge's busy samples), ``engine`` (one width: see
+    :func:`engine_steps`), ``streams`` (the co-residency of the band's streams, one width). Kinds the run has
+    nothing of are left out.
 
     Examples
     --------
@@ -143,10 +155,36 @@ def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     busy = [int(w) for w in entry.get("running") or [] if w]
     if busy:
         out["metrics"] = busy
+    steps = engine_steps(entry)
+    if steps is not None:
+        generated, count = steps
+        out["engine"] = [-(-generated // count)]  # ceil: some step decoded at least the mean
     streams = (entry.get("streams") or {}).get("co_resident")
     if streams:
         out["streams"] = [int(streams)]
     return out
+
+
+def engine_steps(entry: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The tokens a band generated and the engine steps that generated them, from the engine's counters diffed
+    around the band (the probe's ``engine`` record: vLLM's ``vllm:generation_tokens_total`` and
+    ``vllm:iteration_tokens_total_count``). Each step with output gives each request in its batch one token, so
+    generated / steps is the mean batch width, and some step held at least its ceiling. None without both
+    counters or without a step.
+
+    Examples
+    --------
+    >>> engine_steps({"engine": {"generated": {"metric": "g", "before": 64, "after": 192}, "steps": {"metric": "s", "before": 64, "after": 97}}})
+    (128, 33)
+    >>> engine_steps({"engine": {"generated": {"metric": "g", "before": 64, "after": 64}, "steps": {"metric": "s", "before": 9, "after": 9}}}) is None
+    True
+    """
+    engine = entry.get("engine") or {}
+    grown = [round(engine[role]["after"] - engine[role]["before"]) for role in ("generated", "steps") if role in engine
+             and engine[role].get("before") is not None and engine[role].get("after") is not None]
+    if len(grown) < 2 or grown[0] < 1 or grown[1] < 1:
+        return None
+    return grown[0], grown[1]
 
 
 def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
@@ -157,19 +195,6 @@ def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
                 and entry.get("role", "band") == role and (arm is None or entry.get("arm", arm) == arm)):
             return entry
     return None
-
-
-def _m_formed(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, arm: str | None = None) -> int | None:
-    """The largest batch width the server formed in a band, as the run recorded it; None when no width
-    was observed (no log line, no gauge sample in its window): unknown, which is not 0.
-
-    Examples
-    --------
-    >>> _m_formed({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": []}]}, "p0", 1, 0) is None
-    True
-    """
-    widths, _ = band_widths(manifest, prompt_id, c, repeat, arm=arm)
-    return max(widths, default=None)
 
 
 def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, arm: str | None = None) -> str | None:

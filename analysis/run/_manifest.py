@@ -75,6 +75,9 @@ _BAND = {
     "streams": ("an object with co_resident an integer >= 0", lambda v: isinstance(v, dict) and _int(0)(v.get("co_resident"))),
     "cache": ("an object of {before, after} numbers", lambda v: isinstance(v, dict) and all(
         isinstance(e, dict) and all(x is None or _number(x) for x in e.values()) for e in v.values())),
+    "engine": ("an object of {metric, before, after}: a name and two numbers", lambda v: isinstance(v, dict) and all(
+        isinstance(e, dict) and isinstance(e.get("metric"), str) and all(e.get(k) is None or _number(e.get(k)) for k in ("before", "after"))
+        for e in v.values())),
 }
 _ENTRY = {"prompt_id": ("a string or an integer", _ID), "band_c": ("an integer >= 1 or null", lambda v: v is None or _int(1)(v)),
           "slot": ("an integer >= 0 or null", lambda v: v is None or _int(0)(v))}

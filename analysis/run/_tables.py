@@ -10,7 +10,7 @@ import polars as pl
 
 from ..metrics import _columnar, parity
 from ._arms import legacy_arm, main_arm
-from ._layout import RunError, band_widths, width_evidence, _cache_summary
+from ._layout import RunError, _band_entry, _cache_summary, band_widths, engine_steps, width_evidence
 from ._steps import _numbered, _BAND_ORDER, _band_pairs
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
@@ -123,9 +123,12 @@ def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
     for prompt, arm, c, repeat in bands.select(_BAND).rows():
         widths, origin = band_widths(run.manifest, prompt, c, repeat, arm=arm)
         seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
+        if origin == "engine":  # a bound from a mean, said as such
+            generated, steps = engine_steps(_band_entry(run.manifest, prompt, c, repeat, arm=arm) or {})
+            seen = f"m>={widths[0]} ({generated} tokens in {steps} engine steps, {generated / steps:.2f} a step)"
         others = [f"{kind} {max(found)}" for kind, found in width_evidence(run.manifest, prompt, c, repeat, arm=arm).items() if kind != origin]
         out.append({"m_formed": max(widths) if widths else None,
-                    "widths_seen": (seen + _EVIDENCE_NOTE.get(origin or "", "")) or None,
+                    "widths_seen": (seen + ("" if origin == "engine" else _EVIDENCE_NOTE.get(origin or "", ""))) or None,
                     "width_evidence": "; ".join([origin, *others]) if origin else None})
     return out
 

@@ -362,6 +362,10 @@ def _grey_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: Mapp
         _label_points(ax, sorted(dots))
 
 
+_WIDTH_ORIGINS = {"log": ("server log (per step)", "o"), "metrics": ("running-requests gauge (samples)", "s"),
+                  "engine": ("engine counters (tokens / steps, at least)", "^"), "streams": ("streams decoding at once", "D")}
+
+
 def plot_band_widths(widths: Any, *, ax=None):
     """Which batch widths the server formed in each band: one dot per (c, width), its area the share of
     the band's steps (or gauge samples) at that width, with the m = c line the band asked for.
@@ -374,9 +378,8 @@ def plot_band_widths(widths: Any, *, ax=None):
         return _empty(ax, "The run recorded no batch widths (no server log, no gauge).")
     cs = sorted(set(widths["band_c"].to_list()))
     for (origin,), group in widths.group_by(["origin"], maintain_order=True):
-        label = "server log (per step)" if origin == "log" else "running-requests gauge (samples)"
-        ax.scatter(group["band_c"], group["width"], s=[20 + 400 * share for share in group["share"]], alpha=0.5,
-                   marker="o" if origin == "log" else "s", label=label)
+        label, marker = _WIDTH_ORIGINS.get(origin, (str(origin), "x"))
+        ax.scatter(group["band_c"], group["width"], s=[20 + 400 * share for share in group["share"]], alpha=0.5, marker=marker, label=label)
     ax.plot(cs, cs, color="black", linestyle="--", linewidth=1, label="m = c (the shape asked for)")
     _set_c_axis(ax, cs)
     ax.set_ylabel("batch width m formed")
