@@ -69,8 +69,9 @@ CELLS = [
     ),
     (
         "code",
-        "# The sampler-trainer pairs bia experiment --trainer writes beside the runs: every RL framework's mismatch metrics.\n"
-        "pairs = report.trainer_pairs(run_paths)\n"
+        "# The sampler-trainer pairs bia experiment --trainer writes beside the runs (and, in the embedded default, a real vLLM\n"
+        "# sampler's rollouts recomputed by transformers): every RL framework's mismatch metrics.\n"
+        "pairs = report.trainer_pairs(run_paths) + (report.default_rl_pairs() if default else [])\n"
         "if pairs:\n"
         "    display(HTML(report.rl_mismatch_html(pairs)))\n"
         "    for fig, alt in report.rl_mismatch_figures(pairs):\n"
@@ -753,7 +754,7 @@ RL_MISMATCH = [
           sampler's top-1/top-2 margin, and the sequences with the largest K3.
 
         Run it in JupyterLab or with papermill (`-y 'pairs: [runs/exp/trainer/default.jsonl]'` for your own pairs).""")),
-    ("parameters", "# Sampler-trainer pairs (prime-rl token exports); empty: the bundled experiment runs' pairs.\npairs: list = []"),
+    ("parameters", "# Sampler-trainer pairs (prime-rl token exports); empty: the bundled experiment runs' pairs and the vLLM-transformers pair.\npairs: list = []"),
     ("code", _src("""
         from pathlib import Path
 
@@ -763,7 +764,7 @@ RL_MISMATCH = [
         import analysis
         from analysis import report
 
-        PAIRS = [Path(p) for p in pairs] or report.trainer_pairs(analysis.default_runs())  # data/experiment-cpu/trainer/ by default
+        PAIRS = [Path(p) for p in pairs] or [*report.trainer_pairs(analysis.default_runs()), *map(Path, report.default_rl_pairs())]  # bundled
         summaries = {path.stem: analysis.mismatch_summary(analysis.read_dump(path)) for path in PAIRS}
         pl.concat([s.select("bia:sequences", "bia:masked_tokens", "verl:rollout_corr/k3_kl", "prime-rl:mismatch_kl/all/max",
                             "slime:train/train_rollout_logprob_abs_diff", "openrlhf:vllm_kl").with_columns(run=pl.lit(name))

@@ -82,6 +82,9 @@ def test_report_opens_with_the_verdicts_and_keeps_the_detail_below(default_repor
                      ("witness", "witness-variant-batched-prefill-0.json (v1)"), ("witness", "witness@464c168e62.json (v2)")]
     text = " ".join(visible_text(page).split())
     assert "(none given: the embedded default)" in text
+    sampler = text[text.index("Sampler and trainer"):text.index("Figures")]
+    # the experiment's pairs per kernel mode, and the real vLLM sampler against the transformers trainer
+    assert all(name in sampler for name in ("experiment-cpu/default", "experiment-cpu/fixed-tiles", "vllm-hf-pair/pairs")), sampler[:400]
     runs = text[text.index("Parameters sources"):text.index("epsilon 0.05")]
     assert runs.endswith(" ".join(f"data/{run}" for run in RUNS) + " (the embedded default) ")  # the runs read, not "none"
     assert "Real perf041 batch-parity witnesses" in text  # the provenance README travels with the data

@@ -5,7 +5,7 @@ The notebook stays thin: it calls the ``*_html`` functions here, which render es
 fragments with jinja2, and the ``plot_*`` functions of :mod:`analysis.plots`.
 """
 
-from ..io._bundled import default_runs, default_sources
+from ..io._bundled import default_rl_pairs, default_runs, default_sources
 from ..studies._modes import mode_comparison
 from ..views._details import markers_html, negative_control, run_html, run_tables_html, table_html
 from ._first_op import first_op_html, plot_first_ops
@@ -16,7 +16,7 @@ from ._parity_report import (admission_html, bands_html, engines_html, header_ht
 from ._rl_mismatch import (largest_k3, mismatch_summaries, mismatch_tokens, rl_mismatch_figures, rl_mismatch_html, stale_pairs,
                            trainer_pairs)
 
-__all__ = ["DEFAULT_TITLE", "ReportError", "admission_html", "bands_html", "default_runs", "default_sources", "engines_html",
+__all__ = ["DEFAULT_TITLE", "ReportError", "admission_html", "bands_html", "default_rl_pairs", "default_runs", "default_sources", "engines_html",
            "execute_to_html", "export_html", "first_op_html", "header_html", "heading_html", "largest_k3", "markers_html",
            "mismatch_summaries", "mismatch_tokens", "mode_comparison", "mode_comparison_html", "negative_control", "notebook_path",
            "plot_first_ops", "provenance_html", "render_report", "reviews_html", "rl_mismatch_figures", "rl_mismatch_html", "rounded",

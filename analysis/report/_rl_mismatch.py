@@ -48,8 +48,17 @@ def _read_once(path: str, mtime_ns: int):
 
 
 def _label(path: Path) -> str:
-    """A pairs file by the run it scores: ``experiment-cpu/default`` for ``experiment-cpu/trainer/default.jsonl``."""
-    return f"{path.parent.parent.name}/{path.stem}" if path.parent.name == "trainer" else path.stem
+    """A pairs file by the run it scores: ``experiment-cpu/default`` for ``experiment-cpu/trainer/default.jsonl``; else
+    by its folder and name (``vllm-hf-pair/pairs``).
+
+    Examples
+    --------
+    >>> _label(Path("data/experiment-cpu/trainer/default.jsonl")), _label(Path("data/vllm-hf-pair/pairs.jsonl")), _label(Path("p.jsonl"))
+    ('experiment-cpu/default', 'vllm-hf-pair/pairs', 'p')
+    """
+    if path.parent.name == "trainer":
+        return f"{path.parent.parent.name}/{path.stem}"
+    return f"{path.parent.name}/{path.stem}" if path.parent.name else path.stem
 
 
 def mismatch_tokens(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
