@@ -32,6 +32,10 @@ from ._mismatch import ADV_SUMS, GLOBAL_MAX, GLOBAL_SUMS, SEQ_SUMS, Constants, m
 #: Rows per numpy block: a block's twenty-odd float64 rows (16 Ki x 8 bytes = 128 KiB each) stay in a core's L2 cache.
 BLOCK_ROWS = 1 << 14
 
+#: Whether the per-token pass runs compiled (numba, :mod:`~analysis.metrics._mismatch_kernel`) where numba is installed;
+#: False runs the numpy pass (the tests compare the two).
+COMPILED = True
+
 #: The per-sequence sums that count tokens, stored as Int64.
 _COUNTS = frozenset(name for name in (*SEQ_SUMS, *ADV_SUMS) if not name.startswith("s_"))
 
@@ -262,6 +266,10 @@ def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarra
     inputs = ("mask", "r", "t", "advantage", "has_support")
     columns = {name: batch[name].to_numpy() for name in inputs if name in batch.columns}
     starts = _run_starts(batch)
+    from . import _mismatch_kernel  # imports numba, where installed: only when there are tokens to sum
+
+    if COMPILED and _mismatch_kernel.AVAILABLE:
+        return _compiled_sums(batch, starts, columns, c)
     firsts, runs, rows = [], [], []  # each block's first row starts a run (a piece of one), besides the batch's own
     for begin in range(0, batch.height, BLOCK_ROWS):
         end = min(begin + BLOCK_ROWS, batch.height)
@@ -271,3 +279,14 @@ def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarra
         runs.append(run)
         rows.append(row)
     return batch["sequence"].gather(np.concatenate(firsts)), np.concatenate(runs, axis=1), np.stack(rows)
+
+
+def _compiled_sums(batch: pl.DataFrame, starts: np.ndarray, columns: dict, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+    """:func:`_batch_sums` in one compiled loop: the same runs (a block's first row starts one) and the same block rows."""
+    firsts = np.union1d(starts, np.arange(0, batch.height, BLOCK_ROWS))
+    inputs = ("mask", "r", "t", "advantage", "has_support")
+    from . import _mismatch_kernel
+
+    runs, rows = _mismatch_kernel.batch_sums(firsts, BLOCK_ROWS, *(columns.get(name) for name in inputs), c,
+                                             len(run_fields("advantage" in columns)), len(ROW_FIELDS))
+    return batch["sequence"].gather(firsts), runs, rows
