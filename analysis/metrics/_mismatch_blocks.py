@@ -265,11 +265,11 @@ def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarra
         return None
     inputs = ("mask", "r", "t", "advantage", "has_support")
     columns = {name: batch[name].to_numpy() for name in inputs if name in batch.columns}
-    starts = _run_starts(batch)
     from . import _mismatch_kernel  # imports numba, where installed: only when there are tokens to sum
 
     if COMPILED and _mismatch_kernel.AVAILABLE:
-        return _compiled_sums(batch, starts, columns, c)
+        return _compiled_sums(batch, columns, c)
+    starts = _run_starts(batch)
     firsts, runs, rows = [], [], []  # each block's first row starts a run (a piece of one), besides the batch's own
     for begin in range(0, batch.height, BLOCK_ROWS):
         end = min(begin + BLOCK_ROWS, batch.height)
@@ -281,12 +281,16 @@ def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarra
     return batch["sequence"].gather(np.concatenate(firsts)), np.concatenate(runs, axis=1), np.stack(rows)
 
 
-def _compiled_sums(batch: pl.DataFrame, starts: np.ndarray, columns: dict, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+def _compiled_sums(batch: pl.DataFrame, columns: dict, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray]:
     """:func:`_batch_sums` in one compiled loop: the same runs (a block's first row starts one) and the same block rows."""
-    firsts = np.union1d(starts, np.arange(0, batch.height, BLOCK_ROWS))
-    inputs = ("mask", "r", "t", "advantage", "has_support")
     from . import _mismatch_kernel
 
-    runs, rows = _mismatch_kernel.batch_sums(firsts, BLOCK_ROWS, *(columns.get(name) for name in inputs), c,
-                                             len(run_fields("advantage" in columns)), len(ROW_FIELDS))
-    return batch["sequence"].gather(firsts), runs, rows
+    key = batch["sequence"]
+    if key.dtype.is_integer() and not key.null_count():  # the loop finds the runs itself, on the key's own buffer
+        keys, firsts = key.to_numpy(), None
+    else:  # any other key: polars finds where it changes
+        keys, firsts = None, np.union1d(_run_starts(batch), np.arange(0, batch.height, BLOCK_ROWS))
+    inputs = ("mask", "r", "t", "advantage", "has_support")
+    firsts, runs, rows = _mismatch_kernel.batch_sums(keys, firsts, BLOCK_ROWS, *(columns.get(name) for name in inputs), c,
+                                                     len(run_fields("advantage" in columns)), len(ROW_FIELDS))
+    return key.gather(firsts), runs, rows

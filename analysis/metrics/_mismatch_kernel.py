@@ -66,6 +66,27 @@ def _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at):
     return k
 
 
+def _compact_keyed(keys, block_rows, mask, r, t, adv, d, tt, rr, aa, firsts, at):
+    """:func:`_compact` finding the runs itself: a run starts where the integer key changes and at each multiple of
+    ``block_rows``; their first rows go to ``firsts``. Returns the masked tokens' count and the runs'."""
+    has_adv = aa.shape[0] > 0
+    k, j, block_end = 0, 0, 0
+    for i in range(mask.shape[0]):
+        if i == block_end or keys[i] != keys[i - 1]:  # a counter, not i % block_rows: a division per row costs
+            firsts[j], at[j] = i, k
+            j += 1
+            if i == block_end:
+                block_end += block_rows
+        if mask[i]:
+            ri, ti = np.float64(r[i]), np.float64(t[i])
+            d[k], tt[k], rr[k] = ti - ri, ti, ri
+            if has_adv:
+                aa[k] = adv[i]
+            k += 1
+    at[j] = k
+    return k, j
+
+
 def _run_sums(lo, hi, d, tt, rr, aa, rho, p, q, c, runs, j):
     """Run j's sums over its loss-masked tokens (``lo`` to ``hi`` of the compacted arrays) into ``runs[:, j]``;
     returns the batch-wide sums they add to (verl's weights, SkyRL's count, Σ exp(clip(δ)))."""
@@ -194,6 +215,7 @@ if AVAILABLE:
     _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
     _clip = _jit(_clip)
     _compact = _jit(_compact)
+    _compact_keyed = _jit(_compact_keyed)
     _run_sums = _jit(_run_sums)
     _finish_block = _jit(_finish_block)
     _batch_kernel = _jit(_batch_kernel)
@@ -212,12 +234,15 @@ def _buffers(rows: int, advantage: bool) -> tuple[np.ndarray, ...]:
     return d, tt, rr, aa if advantage else aa[:0], rho, p, q
 
 
-def batch_sums(firsts: np.ndarray, block_rows: int, mask: np.ndarray, r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None,
-               support: np.ndarray | None, constants, n_fields: int, n_row: int) -> tuple[np.ndarray, np.ndarray]:
-    """A batch's per-run sums (``n_fields`` x runs) and per-block rows (blocks x ``n_row``), compiled.
+def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: int, mask: np.ndarray, r: np.ndarray, t: np.ndarray,
+               advantage: np.ndarray | None, support: np.ndarray | None, constants, n_fields: int,
+               n_row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's run starts, per-run sums (``n_fields`` x runs) and per-block rows (blocks x ``n_row``), compiled.
 
-    ``firsts`` are the rows where a run starts, every multiple of ``block_rows`` among them (runs do
-    not cross blocks); the fields are :func:`~analysis.metrics._mismatch_blocks.run_fields` and
+    The runs are either found from integer ``keys`` (a run where the key stays the same, cut at each
+    multiple of ``block_rows``), or given as ``firsts``, the rows where one starts, every multiple of
+    ``block_rows`` among them (runs do not cross blocks). The fields are
+    :func:`~analysis.metrics._mismatch_blocks.run_fields` and
     :data:`~analysis.metrics._mismatch_blocks.ROW_FIELDS`, in their order.
 
     Examples
@@ -225,26 +250,31 @@ def batch_sums(firsts: np.ndarray, block_rows: int, mask: np.ndarray, r: np.ndar
     >>> from analysis.metrics._mismatch import Constants
     >>> mask = np.array([True, True, True, False])
     >>> r, t = np.log([0.25, 0.5, 0.8, 1.0]), np.log([0.75, 0.5, 0.2, 1.0])
-    >>> runs, rows = batch_sums(np.array([0, 2]), 1 << 14, mask, r, t, None, None, Constants(), 13, 22)
-    >>> runs[0].tolist(), runs[1].tolist(), runs[8].round(12).tolist()  # rows, masked tokens, Σρ = 3 + 1 | 1/4
-    ([2.0, 2.0], [2.0, 1.0], [4.0, 0.25])
+    >>> firsts, runs, rows = batch_sums(np.array([7, 7, 9, 9]), None, 1 << 14, mask, r, t, None, None, Constants(), 13, 22)
+    >>> firsts.tolist(), runs[0].tolist(), runs[1].tolist(), runs[8].round(12).tolist()  # rows, masked, Σρ = 3 + 1 | 1/4
+    ([0, 2], [2.0, 2.0], [2.0, 1.0], [4.0, 0.25])
     >>> rows[0, 0], rows[0, 5]  # three masked tokens, one with ρ above SkyRL's clip 2
     (3.0, 1.0)
     """
     c = constants
     packed = np.array([c.safety_bound, c.miles_kl_clamp, c.slime_tis_clip, c.slime_tis_clip_low, c.prime_rl_dppo_mask_high,
                        c.prime_rl_dppo_mask_low, c.verl_is_threshold, c.skyrl_token_tis_ratio_clip_high])
-    blocks = -(-len(mask) // block_rows)
-    runs = np.zeros((n_fields, len(firsts)))
-    rows = np.zeros((blocks, n_row))
-    firsts = firsts.astype(np.int64, copy=False)
-    d, tt, rr, aa, rho, p, q = _buffers(len(mask), advantage is not None)
-    at = np.empty(len(firsts) + 1, dtype=np.int64)
-    m = _compact(firsts, mask, r, t, np.zeros(0) if advantage is None else advantage, d, tt, rr, aa, at)
+    height = len(mask)
+    d, tt, rr, aa, rho, p, q = _buffers(height, advantage is not None)
+    adv = np.zeros(0) if advantage is None else advantage
+    if keys is not None:
+        firsts, at = np.empty(height, dtype=np.int64), np.empty(height + 1, dtype=np.int64)
+        m, n_runs = _compact_keyed(keys, block_rows, mask, r, t, adv, d, tt, rr, aa, firsts, at)
+        firsts, at = firsts[:n_runs].copy(), at[:n_runs + 1]
+    else:
+        firsts = firsts.astype(np.int64, copy=False)
+        at = np.empty(len(firsts) + 1, dtype=np.int64)
+        m = _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at)
     # numpy's exp, not a compiled loop's: numpy's is vectorised (AVX-512 here), six times as fast as libm's one at a time,
     # and gives the numpy pass's very bits
     with np.errstate(all="ignore"):
         rho, p, q = np.exp(d[:m], out=rho[:m]), np.exp(tt[:m], out=p[:m]), np.exp(rr[:m], out=q[:m])
-    _batch_kernel(firsts, block_rows, len(mask), at, d, tt, rr, aa, rho, p, q,
+    runs, rows = np.zeros((n_fields, len(firsts))), np.zeros((-(-height // block_rows), n_row))
+    _batch_kernel(firsts, block_rows, height, at, d, tt, rr, aa, rho, p, q,
                   np.zeros(0, dtype=np.bool_) if support is None else support, packed, c.verl_rollout_is == "token", runs, rows)
-    return runs, rows
+    return firsts, runs, rows
