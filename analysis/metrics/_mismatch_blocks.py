@@ -11,7 +11,9 @@ stay in a core's cache, which is what makes the pass cheap: measured on 10 M tok
 CPU time (and numpy's ``exp`` over a cached block is ten times as fast as polars'); with the thirty
 per-token polars expressions this pass replaces, the summary took 16x the bare scan of the two
 logprob columns, and now about 5x. The blocks of the batches in flight run on a thread per core:
-numpy releases the GIL inside its loops.
+numpy releases the GIL inside its loops. Where numba is installed (the ``fast`` extra) the same sums
+come from one compiled loop instead (:mod:`~analysis.metrics._mismatch_kernel`, :data:`COMPILED`),
+which releases the GIL too; this numpy pass is the fallback and the reference the tests compare it with.
 
 A sequence cut across blocks or batches gets one partial row per piece, which
 :func:`~analysis.metrics._mismatch.merge_sequences` adds; the blocks' batch-wide rows merge with

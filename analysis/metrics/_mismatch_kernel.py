@@ -1,20 +1,23 @@
-"""The per-token pass of the mismatch metrics as one compiled loop (numba), the same sums as :func:`~analysis.metrics._mismatch_blocks.block_sums`.
+"""The per-token pass of the mismatch metrics compiled (numba): the sums of :func:`~analysis.metrics._mismatch_blocks.block_sums` without its ~70 numpy passes per block.
 
-The numpy pass makes about seventy passes over each 16 Ki-row block (a temporary row per
-quantity); this loop reads each token once, computes ``δ``, the three ``exp`` and every derived
-quantity in registers, and adds them to its run's sums. Only the five quantities whose second
-moments the batch-wide row needs are kept, in a block-sized scratch array (640 KiB, in a core's
-cache), so that they are centred on the block's own mean in a second pass, exactly as the numpy
-pass does: the merged moments (Chan's formula) see the same per-block rows.
+Three steps per batch: a compiled loop finds the runs of equal ``sequence`` (an integer key's own
+buffer; polars finds them for any other key) and copies the loss-masked tokens' ``δ``, ``t`` and
+``r``, widened to float64, side by side; numpy takes their three ``exp`` (vectorised, AVX-512 here,
+six times as fast as libm's ``exp`` one value at a time in a compiled loop, and the numpy pass's
+very bits); a second compiled loop adds each run's sums in registers and takes each block's
+moments in two fused passes (Σ, then M2 about the block's mean, the co-moment and the extremes),
+as the numpy pass does, so the merged rows (Chan's formula) are those of the same blocks. The
+seven batch-sized float64 arrays are kept per thread: fresh ones page-faulted for as long as the
+loops ran.
 
 numba is an optional dependency (``pip install 'bia[fast]'``): it caps numpy's version and brings
-LLVM (about 50 MB), which the report does not need. Without it the numpy pass runs. The compiled
-code is cached on disk (``cache=True``), so only the first process after an install pays the
-compile (about 2 s of CPU).
+LLVM (about 50 MB), which the report does not need, and without it the numpy pass runs, with the
+same values. The compiled code is cached on disk (``cache=True``, beside this file or in
+``NUMBA_CACHE_DIR``): only the first process after an install compiles (about 2.4 s of CPU); each
+later one pays the import and the cache load (about 0.6 s).
 
-Each value is the numpy pass's up to rounding: a run's sums and the batch-wide sums add the same
-terms, sequentially here and pairwise in numpy (tests/test_mismatch_kernel.py checks the two agree
-to 1e-12 relative).
+Every value is the numpy pass's up to the order of the additions (in turn here, pairwise in numpy):
+tests/test_mismatch_kernel.py checks the two agree to 1e-11 relative.
 """
 
 from __future__ import annotations
@@ -47,11 +50,12 @@ def _clip(v, lo, hi):
     return lo if v < lo else (hi if v > hi else v)
 
 
-def _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at):
+def _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at, safety):
     """The loss-masked tokens' δ, t, r (and advantage) side by side in ``d``, ``tt``, ``rr`` (``aa``), widened to
-    float64; ``at[j]`` is where run j's begin among them (``at[-1]`` their count)."""
+    float64; ``at[j]`` is where run j's begin among them (``at[-1]`` their count). Returns their count and how many
+    have |δ| past ``safety``."""
     has_adv = aa.shape[0] > 0
-    k, j = 0, 0
+    k, j, clipped = 0, 0, 0
     for i in range(mask.shape[0]):
         while j < firsts.shape[0] and firsts[j] == i:
             at[j] = k
@@ -59,18 +63,19 @@ def _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at):
         if mask[i]:
             ri, ti = np.float64(r[i]), np.float64(t[i])
             d[k], tt[k], rr[k] = ti - ri, ti, ri
+            clipped += 1 if abs(ti - ri) > safety else 0
             if has_adv:
                 aa[k] = adv[i]
             k += 1
     at[firsts.shape[0]] = k
-    return k
+    return k, clipped
 
 
-def _compact_keyed(keys, block_rows, mask, r, t, adv, d, tt, rr, aa, firsts, at):
+def _compact_keyed(keys, block_rows, mask, r, t, adv, d, tt, rr, aa, firsts, at, safety):
     """:func:`_compact` finding the runs itself: a run starts where the integer key changes and at each multiple of
-    ``block_rows``; their first rows go to ``firsts``. Returns the masked tokens' count and the runs'."""
+    ``block_rows``; their first rows go to ``firsts``. Returns the masked tokens' count, the runs' and the clipped ones'."""
     has_adv = aa.shape[0] > 0
-    k, j, block_end = 0, 0, 0
+    k, j, block_end, clipped = 0, 0, 0, 0
     for i in range(mask.shape[0]):
         if i == block_end or keys[i] != keys[i - 1]:  # a counter, not i % block_rows: a division per row costs
             firsts[j], at[j] = i, k
@@ -80,16 +85,20 @@ def _compact_keyed(keys, block_rows, mask, r, t, adv, d, tt, rr, aa, firsts, at)
         if mask[i]:
             ri, ti = np.float64(r[i]), np.float64(t[i])
             d[k], tt[k], rr[k] = ti - ri, ti, ri
+            clipped += 1 if abs(ti - ri) > safety else 0
             if has_adv:
                 aa[k] = adv[i]
             k += 1
     at[j] = k
-    return k, j
+    return k, j, clipped
 
 
-def _run_sums(lo, hi, d, tt, rr, aa, rho, p, q, c, runs, j):
+def _run_sums(lo, hi, d, tt, rr, aa, rho, rc_all, p, q, c, runs, j):
     """Run j's sums over its loss-masked tokens (``lo`` to ``hi`` of the compacted arrays) into ``runs[:, j]``;
-    returns the batch-wide sums they add to (verl's weights, SkyRL's count, Σ exp(clip(δ)))."""
+    returns the batch-wide sums they add to (verl's weights, SkyRL's count, Σ exp(clip(δ))).
+
+    ``rc_all`` is exp(clip(δ)) (``rho`` itself when no token is clipped). No branch and no call in the loop: it is
+    vectorised, its sums reassociated (the ``reassoc`` fast-math flag alone: NaN and infinities keep their IEEE rules)."""
     safety, clamp, tis_hi, tis_lo, dppo_hi, dppo_lo, verl_thr, sky_hi = c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
     verl_lo = 1.0 / verl_thr
     has_adv = aa.shape[0] > 0
@@ -98,16 +107,11 @@ def _run_sums(lo, hi, d, tt, rr, aa, rho, p, q, c, runs, j):
     c_pm = c_ph = c_pl = s_k3m = s_k3k = 0.0
     s_w = s_w2 = c_hi = c_lo = c_sky = s_rc = 0.0
     for k in range(lo, hi):
-        dk, rhok = d[k], rho[k]
+        dk, rhok, rc = d[k], rho[k], rc_all[k]
         k3 = (rhok - 1.0) - dk
         absd = abs(dk)
-        if absd > safety:  # verl's, slime's, SkyRL's and miles' clip of the log-ratio (rare: scalar exp)
-            dc = _clip(dk, -safety, safety)
-            rc = math.exp(dc)
-            miles = _clip((rc - 1.0) - dc, -clamp, clamp)
-        else:
-            rc = rhok
-            miles = _clip(k3, -clamp, clamp)
+        # verl's, slime's, SkyRL's and miles' clip of the log-ratio; unclipped, (rc − 1) − clip(δ) is K3 itself
+        miles = _clip((rc - 1.0) - _clip(dk, -safety, safety), -clamp, clamp)
         s_r += rr[k]
         s_t += tt[k]
         s_d += dk
@@ -187,7 +191,7 @@ def _finish_block(row, lo, hi, d, rho, p, q, verl_token):
     row[_G_MAX], row[_G_MAX + 1], row[_G_MAX + 2], row[_G_MIN] = top0, top1, top2, low0
 
 
-def _batch_kernel(firsts, block_rows, height, at, d, tt, rr, aa, rho, p, q, support, c, verl_token, runs, rows):
+def _batch_kernel(firsts, block_rows, height, at, d, tt, rr, aa, rho, rc, p, q, support, c, verl_token, runs, rows):
     """Every run's sums (``runs[:, j]`` for the run starting at row ``firsts[j]``) and every block's row (``rows[b]``)."""
     block, block_lo = 0, 0
     for j in range(firsts.shape[0]):
@@ -196,7 +200,7 @@ def _batch_kernel(firsts, block_rows, height, at, d, tt, rr, aa, rho, p, q, supp
         if begin // block_rows != block:  # a new block: the previous one's moments
             _finish_block(rows[block], block_lo, at[j], d, rho, p, q, verl_token)
             block, block_lo = begin // block_rows, at[j]
-        s_w, s_w2, c_hi, c_lo, c_sky, s_rc = _run_sums(at[j], at[j + 1], d, tt, rr, aa, rho, p, q, c, runs, j)
+        s_w, s_w2, c_hi, c_lo, c_sky, s_rc = _run_sums(at[j], at[j + 1], d, tt, rr, aa, rho, rc, p, q, c, runs, j)
         n_support = 0.0
         for i in range(begin, min(end, support.shape[0])):
             n_support += 1.0 if support[i] else 0.0
@@ -216,7 +220,7 @@ if AVAILABLE:
     _clip = _jit(_clip)
     _compact = _jit(_compact)
     _compact_keyed = _jit(_compact_keyed)
-    _run_sums = _jit(_run_sums)
+    _run_sums = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(_run_sums)
     _finish_block = _jit(_finish_block)
     _batch_kernel = _jit(_batch_kernel)
 
@@ -264,17 +268,19 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     adv = np.zeros(0) if advantage is None else advantage
     if keys is not None:
         firsts, at = np.empty(height, dtype=np.int64), np.empty(height + 1, dtype=np.int64)
-        m, n_runs = _compact_keyed(keys, block_rows, mask, r, t, adv, d, tt, rr, aa, firsts, at)
+        m, n_runs, clipped = _compact_keyed(keys, block_rows, mask, r, t, adv, d, tt, rr, aa, firsts, at, c.safety_bound)
         firsts, at = firsts[:n_runs].copy(), at[:n_runs + 1]
     else:
         firsts = firsts.astype(np.int64, copy=False)
         at = np.empty(len(firsts) + 1, dtype=np.int64)
-        m = _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at)
+        m, clipped = _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at, c.safety_bound)
     # numpy's exp, not a compiled loop's: numpy's is vectorised (AVX-512 here), six times as fast as libm's one at a time,
     # and gives the numpy pass's very bits
     with np.errstate(all="ignore"):
         rho, p, q = np.exp(d[:m], out=rho[:m]), np.exp(tt[:m], out=p[:m]), np.exp(rr[:m], out=q[:m])
+        # exp(clip(δ)): ρ itself unless a token is past the clip (the numpy pass's np.where gives the same bits)
+        rc = np.exp(np.clip(d[:m], -c.safety_bound, c.safety_bound)) if clipped else rho
     runs, rows = np.zeros((n_fields, len(firsts))), np.zeros((-(-height // block_rows), n_row))
-    _batch_kernel(firsts, block_rows, height, at, d, tt, rr, aa, rho, p, q,
+    _batch_kernel(firsts, block_rows, height, at, d, tt, rr, aa, rho, rc, p, q,
                   np.zeros(0, dtype=np.bool_) if support is None else support, packed, c.verl_rollout_is == "token", runs, rows)
     return firsts, runs, rows
