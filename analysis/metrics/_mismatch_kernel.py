@@ -1,22 +1,22 @@
 """The per-token pass of the mismatch metrics compiled (numba): the sums of :func:`~analysis.metrics._mismatch_blocks.block_sums` without its ~70 numpy passes per block.
 
-Three steps per batch: a compiled loop finds the runs of equal ``sequence`` (an integer key's own
-buffer; polars finds them for any other key) and copies the loss-masked tokens' ``δ``, ``t`` and
-``r``, widened to float64, side by side; numpy takes their three ``exp`` (vectorised, AVX-512 here,
-six times as fast as libm's ``exp`` one value at a time in a compiled loop, and the numpy pass's
-very bits); a second compiled loop adds each run's sums in registers and takes each block's
-moments in two fused passes (Σ, then M2 about the block's mean, the co-moment and the extremes),
-as the numpy pass does, so the merged rows (Chan's formula) are those of the same blocks. The
-seven batch-sized float64 arrays are kept per thread: fresh ones page-faulted for as long as the
-loops ran.
+Per block of ``BLOCK_ROWS`` rows, three steps while the block's arrays stay in a core's cache: a
+compiled loop copies the loss-masked tokens' ``δ``, ``t`` and ``r``, widened to float64, side by
+side (the runs of equal ``sequence`` are found beforehand, by a compiled loop on an integer key's
+own buffer, by polars for any other key); numpy takes their three ``exp`` (vectorised, AVX-512
+here, six times as fast as libm's ``exp`` one value at a time in a compiled loop, and the numpy
+pass's very bits); branch-free compiled loops, which vectorise, add each run's sums and take the
+block's moments (Σ, then M2 about the block's mean, the co-moment and the extremes), as the numpy
+pass does, so the merged rows (Chan's formula) are those of the same blocks. The seven block-sized
+float64 arrays are kept per thread.
 
 numba is an optional dependency (``pip install 'bia[fast]'``): it caps numpy's version and brings
 LLVM (about 50 MB), which the report does not need, and without it the numpy pass runs, with the
 same values. The compiled code is cached on disk (``cache=True``, beside this file or in
-``NUMBA_CACHE_DIR``): only the first process after an install compiles (about 2.4 s of CPU); each
+``NUMBA_CACHE_DIR``): only the first process after an install compiles (about 3 s of CPU); each
 later one pays the import and the cache load (about 0.6 s).
 
-Every value is the numpy pass's up to the order of the additions (in turn here, pairwise in numpy):
+Every value is the numpy pass's up to the order of the additions (in vector lanes here, pairwise in numpy):
 tests/test_mismatch_kernel.py checks the two agree to 1e-11 relative.
 """
 
@@ -264,8 +264,8 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     >>> firsts, runs, rows = batch_sums(np.array([7, 7, 9, 9]), None, 1 << 14, mask, r, t, None, None, Constants(), 13, 22)
     >>> firsts.tolist(), runs[0].tolist(), runs[1].tolist(), runs[8].round(12).tolist()  # rows, masked, Σρ = 3 + 1 | 1/4
     ([0, 2], [2.0, 2.0], [2.0, 1.0], [4.0, 0.25])
-    >>> rows[0, 0], rows[0, 5]  # three masked tokens, one with ρ above SkyRL's clip 2
-    (3.0, 1.0)
+    >>> rows[0, [0, 5]].tolist()  # three masked tokens, one with ρ above SkyRL's clip 2
+    [3.0, 1.0]
     """
     c = constants
     packed = np.array([c.safety_bound, c.miles_kl_clamp, c.slime_tis_clip, c.slime_tis_clip_low, c.prime_rl_dppo_mask_high,
