@@ -282,18 +282,19 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     at = np.empty(len(firsts) + 1, dtype=np.int64)
     bounds = np.searchsorted(firsts, np.arange(0, height + block_rows, block_rows)[:len(rows) + 1])
     no_support = np.zeros(0, dtype=np.bool_)
-    for b in range(len(rows)):
-        begin, end, j0, j1 = b * block_rows, min((b + 1) * block_rows, height), bounds[b], bounds[b + 1]
-        starts = firsts[j0:j1] - begin
-        m, clipped = _compact(starts, mask[begin:end], r[begin:end], t[begin:end], aa if advantage is None else advantage[begin:end],
-                              d, tt, rr, aa, at, c.safety_bound)
-        # numpy's exp, not a compiled loop's: vectorised (AVX-512 here), six times as fast as libm's one value at a
-        # time, and the numpy pass's very bits
-        with np.errstate(all="ignore"):
+    relative = firsts % block_rows  # each run's first row within its block
+    verl_token = c.verl_rollout_is == "token"
+    with np.errstate(all="ignore"):  # once per batch: entering it per block cost as much as the block's exp
+        for b in range(len(rows)):
+            begin, end, j0, j1 = b * block_rows, min((b + 1) * block_rows, height), bounds[b], bounds[b + 1]
+            starts = relative[j0:j1]
+            m, clipped = _compact(starts, mask[begin:end], r[begin:end], t[begin:end],
+                                  aa if advantage is None else advantage[begin:end], d, tt, rr, aa, at, c.safety_bound)
+            # numpy's exp, not a compiled loop's: vectorised (AVX-512 here), six times as fast as libm's one value at
+            # a time, and the numpy pass's very bits
             rho_, p_, q_ = np.exp(d[:m], out=rho[:m]), np.exp(tt[:m], out=p[:m]), np.exp(rr[:m], out=q[:m])
             # exp(clip(δ)): ρ itself unless a token is past the clip (the numpy pass's np.where gives the same bits)
             rc = np.exp(np.clip(d[:m], -c.safety_bound, c.safety_bound)) if clipped else rho_
-        _batch_kernel(starts, block_rows, end - begin, at, d, tt, rr, aa, rho_, rc, p_, q_,
-                      no_support if support is None else support[begin:end], packed, c.verl_rollout_is == "token",
-                      runs[:, j0:j1], rows[b:b + 1])
+            _batch_kernel(starts, block_rows, end - begin, at, d, tt, rr, aa, rho_, rc, p_, q_,
+                          no_support if support is None else support[begin:end], packed, verl_token, runs[:, j0:j1], rows[b:b + 1])
     return firsts, runs, rows
