@@ -13,7 +13,7 @@ float64 arrays are kept per thread.
 numba is an optional dependency (``pip install 'bia[fast]'``): it caps numpy's version and brings
 LLVM (about 50 MB), which the report does not need, and without it the numpy pass runs, with the
 same values. The compiled code is cached on disk (``cache=True``, beside this file or in
-``NUMBA_CACHE_DIR``): only the first process after an install compiles (about 3 s of CPU); each
+``NUMBA_CACHE_DIR``): only the first process after an install compiles (about 2.5 s of CPU); each
 later one pays the import and the cache load (about 0.6 s).
 
 Every value is the numpy pass's up to the order of the additions (in vector lanes here, pairwise in numpy):
