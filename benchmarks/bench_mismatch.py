@@ -7,7 +7,11 @@ loss mask, a per-sequence advantage), then runs each step in a fresh child proce
 is its own) and reports wall time, peak RSS and the ratio to the bare scan:
 
   bare     polars' streaming engine summing the two logprob columns (the floor for reading them)
-  summary  analysis.mismatch_summary(folder): every metric, out of core (streamed batches)
+  cold     analysis.mismatch_summary(folder) in a process that compiles the per-token pass (numba,
+           the 'fast' extra) into an empty cache: what the first run after an install pays
+  summary  the same, every metric out of core (streamed batches), in a fresh process that loads the
+           compiled pass from the disk cache the cold run wrote (numba's cache=True): what every
+           later run pays, the import and the cache load counted; its ratio is the headline
   ray      the same with engine="ray" on a local Ray instance (ray.init inside the timing); results compared
 
 Run: .venv/bin/python benchmarks/bench_mismatch.py [--sequences 100000] [--tokens 1000] [--folder DIR --reuse] [--skip-ray]
@@ -65,13 +69,17 @@ def summary(folder: str) -> dict:
     return {"result": analysis.mismatch_summary(f"{folder}/*.parquet").row(0, named=True)}
 
 
+def cold(folder: str) -> dict:
+    return summary(folder)
+
+
 def ray(folder: str) -> dict:
     import analysis
 
     return {"result": analysis.mismatch_summary(f"{folder}/*.parquet", engine="ray").row(0, named=True)}
 
 
-_IMPORTS = {"bare": "polars", "summary": "analysis", "ray": "analysis"}
+_IMPORTS = {"bare": "polars", "cold": "analysis", "summary": "analysis", "ray": "analysis"}
 
 
 def main() -> None:
@@ -90,7 +98,10 @@ def main() -> None:
         print(f"generated in {time.perf_counter() - start:.1f} s")
     size = sum(p.stat().st_size for p in folder.glob("*.parquet"))
     print(f"{args.sequences} sequences x {args.tokens} tokens: {size / 1e9:.2f} GB of Parquet in {folder}; load average {os.getloadavg()[0]:.1f}")
-    results = {name: measure(globals()[name], str(folder), imports=_IMPORTS[name]) for name in ("bare", "summary", *(() if args.skip_ray else ("ray",)))}
+    # the children inherit an empty numba cache: the cold step compiles into it, the later ones load from it
+    os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="bia-bench-numba-")
+    steps = ("bare", "cold", "summary", *(() if args.skip_ray else ("ray",)))
+    results = {name: measure(globals()[name], str(folder), imports=_IMPORTS[name]) for name in steps}
     floor, cpu_floor = results["bare"]["seconds"], results["bare"]["cpu_seconds"]
     for name, r in results.items():
         print(f"  {name:8s} {r['seconds']:8.2f} s  {r['seconds'] / floor:5.2f}x bare  peak RSS {r['peak_rss'] / 1e9:5.2f} GB"

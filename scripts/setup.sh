@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Create .venv and install bia with the extras asked for (default: what the tests need). Idempotent: installs
 # only when pyproject.toml changed since the last install, or when an extra asked for is not installed yet.
-#   bash scripts/setup.sh                  # the test suite's: test, torch, hf, ray and docs extras (about 2.3 GB)
+#   bash scripts/setup.sh                  # the test suite's: test, torch, hf, ray, fast and docs extras (about 2.3 GB)
 #   BIA_EXTRAS= bash scripts/setup.sh      # bia alone: what the report, witness, dumps and probe commands need
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-extras="${BIA_EXTRAS-test,torch,hf,ray,docs}"
+extras="${BIA_EXTRAS-test,torch,hf,ray,fast,docs}"
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi

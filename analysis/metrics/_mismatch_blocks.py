@@ -11,7 +11,9 @@ stay in a core's cache, which is what makes the pass cheap: measured on 10 M tok
 CPU time (and numpy's ``exp`` over a cached block is ten times as fast as polars'); with the thirty
 per-token polars expressions this pass replaces, the summary took 16x the bare scan of the two
 logprob columns, and now about 5x. The blocks of the batches in flight run on a thread per core:
-numpy releases the GIL inside its loops.
+numpy releases the GIL inside its loops. Where numba is installed (the ``fast`` extra) the same sums
+come from one compiled loop instead (:mod:`~analysis.metrics._mismatch_kernel`, :data:`COMPILED`),
+which releases the GIL too; this numpy pass is the fallback and the reference the tests compare it with.
 
 A sequence cut across blocks or batches gets one partial row per piece, which
 :func:`~analysis.metrics._mismatch.merge_sequences` adds; the blocks' batch-wide rows merge with
@@ -31,6 +33,10 @@ from ._mismatch import ADV_SUMS, GLOBAL_MAX, GLOBAL_SUMS, SEQ_SUMS, Constants, m
 
 #: Rows per numpy block: a block's twenty-odd float64 rows (16 Ki x 8 bytes = 128 KiB each) stay in a core's L2 cache.
 BLOCK_ROWS = 1 << 14
+
+#: Whether the per-token pass runs compiled (numba, :mod:`~analysis.metrics._mismatch_kernel`) where numba is installed;
+#: False runs the numpy pass (the tests compare the two).
+COMPILED = True
 
 #: The per-sequence sums that count tokens, stored as Int64.
 _COUNTS = frozenset(name for name in (*SEQ_SUMS, *ADV_SUMS) if not name.startswith("s_"))
@@ -261,6 +267,10 @@ def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarra
         return None
     inputs = ("mask", "r", "t", "advantage", "has_support")
     columns = {name: batch[name].to_numpy() for name in inputs if name in batch.columns}
+    from . import _mismatch_kernel  # imports numba, where installed: only when there are tokens to sum
+
+    if COMPILED and _mismatch_kernel.AVAILABLE:
+        return _compiled_sums(batch, columns, c)
     starts = _run_starts(batch)
     firsts, runs, rows = [], [], []  # each block's first row starts a run (a piece of one), besides the batch's own
     for begin in range(0, batch.height, BLOCK_ROWS):
@@ -271,3 +281,18 @@ def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarra
         runs.append(run)
         rows.append(row)
     return batch["sequence"].gather(np.concatenate(firsts)), np.concatenate(runs, axis=1), np.stack(rows)
+
+
+def _compiled_sums(batch: pl.DataFrame, columns: dict, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+    """:func:`_batch_sums` in one compiled loop: the same runs (a block's first row starts one) and the same block rows."""
+    from . import _mismatch_kernel
+
+    key = batch["sequence"]
+    if key.dtype.is_integer() and not key.null_count():  # the loop finds the runs itself, on the key's own buffer
+        keys, firsts = key.to_numpy(), None
+    else:  # any other key: polars finds where it changes
+        keys, firsts = None, np.union1d(_run_starts(batch), np.arange(0, batch.height, BLOCK_ROWS))
+    inputs = ("mask", "r", "t", "advantage", "has_support")
+    firsts, runs, rows = _mismatch_kernel.batch_sums(keys, firsts, BLOCK_ROWS, *(columns.get(name) for name in inputs), c,
+                                                     len(run_fields("advantage" in columns)), len(ROW_FIELDS))
+    return key.gather(firsts), runs, rows

@@ -1,0 +1,300 @@
+"""The per-token pass of the mismatch metrics compiled (numba): the sums of :func:`~analysis.metrics._mismatch_blocks.block_sums` without its ~70 numpy passes per block.
+
+Per block of ``BLOCK_ROWS`` rows, three steps while the block's arrays stay in a core's cache: a
+compiled loop copies the loss-masked tokens' ``δ``, ``t`` and ``r``, widened to float64, side by
+side (the runs of equal ``sequence`` are found beforehand, by a compiled loop on an integer key's
+own buffer, by polars for any other key); numpy takes their three ``exp`` (vectorised, AVX-512
+here, six times as fast as libm's ``exp`` one value at a time in a compiled loop, and the numpy
+pass's very bits); branch-free compiled loops, which vectorise, add each run's sums and take the
+block's moments (Σ, then M2 about the block's mean, the co-moment and the extremes), as the numpy
+pass does, so the merged rows (Chan's formula) are those of the same blocks. The seven block-sized
+float64 arrays are kept per thread.
+
+numba is an optional dependency (``pip install 'bia[fast]'``): it caps numpy's version and brings
+LLVM (about 50 MB), which the report does not need, and without it the numpy pass runs, with the
+same values. The compiled code is cached on disk (``cache=True``, beside this file or in
+``NUMBA_CACHE_DIR``): only the first process after an install compiles (about 2.5 s of CPU); each
+later one pays the import and the cache load (about 0.6 s).
+
+Every value is the numpy pass's up to the order of the additions (in vector lanes here, pairwise in numpy):
+tests/test_mismatch_kernel.py checks the two agree to 1e-11 relative.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+try:
+    import numba
+except ImportError:  # the numpy pass runs instead
+    numba = None
+
+#: Whether the compiled pass is available (numba importable).
+AVAILABLE = numba is not None
+
+# Where each quantity goes in a run's row of sums: the order of _mismatch_blocks.run_fields, the prime-rl ADV_SUMS
+# (present with an advantage) between s_tisabs and s_absd.
+_N_ROWS, _N, _N_SUPPORT, _S_R, _S_T, _S_D, _S_MILES, _S_RHO2, _S_TIS, _C_TISCLIP, _S_TISABS = range(11)
+# The entries of the batch-wide row (_mismatch_blocks.ROW_FIELDS): GLOBAL_SUMS, then Σ and M2 of absd, k3, x, p, q,
+# then c2_pq, the maxima of absd, k3, x and the minimum of absd.
+_G_N, _G_SW, _G_SW2, _G_CHI, _G_CLO, _G_CSKY, _G_SRC = range(7)
+_G_TOTALS, _G_M2, _G_C2, _G_MAX, _G_MIN = 7, 12, 17, 18, 21
+_ROW_WIDTH = 22
+
+
+def _clip(v, lo, hi):
+    # NaN passes through, as with np.clip
+    return lo if v < lo else (hi if v > hi else v)
+
+
+def _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at, safety):
+    """The loss-masked tokens' δ, t, r (and advantage) side by side in ``d``, ``tt``, ``rr`` (``aa``), widened to
+    float64; ``at[j]`` is where run j's begin among them (``at[-1]`` their count). Returns their count and how many
+    have |δ| past ``safety``."""
+    has_adv = aa.shape[0] > 0
+    k, j, clipped = 0, 0, 0
+    for i in range(mask.shape[0]):
+        while j < firsts.shape[0] and firsts[j] == i:
+            at[j] = k
+            j += 1
+        if mask[i]:
+            ri, ti = np.float64(r[i]), np.float64(t[i])
+            d[k], tt[k], rr[k] = ti - ri, ti, ri
+            clipped += 1 if abs(ti - ri) > safety else 0
+            if has_adv:
+                aa[k] = adv[i]
+            k += 1
+    at[firsts.shape[0]] = k
+    return k, clipped
+
+
+def _run_firsts(keys, block_rows, firsts):
+    """Where a run starts: where the integer key changes, and at each multiple of ``block_rows``; returns their count."""
+    j, block_end = 0, 0
+    for i in range(keys.shape[0]):
+        if i == block_end or keys[i] != keys[i - 1]:  # a counter, not i % block_rows: a division per row costs
+            firsts[j] = i
+            j += 1
+            if i == block_end:
+                block_end += block_rows
+    return j
+
+
+def _run_sums(lo, hi, d, tt, rr, aa, rho, rc_all, p, q, c, runs, j):
+    """Run j's sums over its loss-masked tokens (``lo`` to ``hi`` of the compacted arrays) into ``runs[:, j]``;
+    returns the batch-wide sums they add to (verl's weights, SkyRL's count, Σ exp(clip(δ))).
+
+    ``rc_all`` is exp(clip(δ)) (``rho`` itself when no token is clipped). No branch and no call in the loop: it is
+    vectorised, its sums reassociated (the ``reassoc`` fast-math flag alone: NaN and infinities keep their IEEE rules)."""
+    safety, clamp, tis_hi, tis_lo, dppo_hi, dppo_lo, verl_thr, sky_hi = c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+    verl_lo = 1.0 / verl_thr
+    has_adv = aa.shape[0] > 0
+    # the sums live in registers while the run's tokens stream past, and are stored once at its end
+    s_r = s_t = s_d = s_miles = s_rho2 = s_tis = c_tisclip = s_tisabs = s_absd = s_k3 = 0.0
+    c_pm = c_ph = c_pl = s_k3m = s_k3k = 0.0
+    s_w = s_w2 = c_hi = c_lo = c_sky = s_rc = 0.0
+    # views from 0: an index that cannot be negative needs no wraparound check, and the loop vectorises
+    d, tt, rr, rho, rc_all, p, q = d[lo:hi], tt[lo:hi], rr[lo:hi], rho[lo:hi], rc_all[lo:hi], p[lo:hi], q[lo:hi]
+    if has_adv:
+        aa = aa[lo:hi]
+    # three loops, not one: each has few enough sums to keep them in vector registers (one loop of twenty-one sums
+    # was 7 ns a token, not vectorised)
+    for k in range(hi - lo):
+        dk, rhok, rc = d[k], rho[k], rc_all[k]
+        k3 = (rhok - 1.0) - dk
+        # verl's, slime's, SkyRL's and miles' clip of the log-ratio; unclipped, (rc − 1) − clip(δ) is K3 itself
+        miles = _clip((rc - 1.0) - _clip(dk, -safety, safety), -clamp, clamp)
+        s_r += rr[k]
+        s_t += tt[k]
+        s_d += dk
+        s_miles += miles
+        s_rho2 += rc * rc
+        s_tis += rhok
+        c_tisclip += 1.0 if (rhok > tis_hi or rhok < tis_lo) else 0.0
+        s_tisabs += abs(rhok - 1.0)
+        s_absd += abs(dk)
+        s_k3 += k3
+    for k in range(hi - lo):
+        rc = rc_all[k]
+        w = verl_thr if rc > verl_thr else rc  # np.minimum: NaN stays NaN
+        s_w += w
+        s_w2 += w * w
+        c_hi += 1.0 if rc > verl_thr else 0.0
+        c_lo += 1.0 if rc < verl_lo else 0.0
+        c_sky += 1.0 if rc > sky_hi else 0.0
+        s_rc += rc
+    if has_adv:  # prime-rl: masked when Δp > high for a positive advantage, Δp < −low otherwise
+        for k in range(hi - lo):
+            k3 = (rho[k] - 1.0) - d[k]
+            a, pminus = aa[k], p[k] - q[k]
+            high, low = pminus > dppo_hi, pminus < -dppo_lo
+            dropped = high if a > 0 else low
+            c_pm += 1.0 if dropped else 0.0
+            c_ph += 1.0 if (a > 0 and high) else 0.0
+            c_pl += 1.0 if (a < 0 and low) else 0.0
+            s_k3m += (1.0 if dropped else 0.0) * k3  # a product: an infinite K3 gives NaN as numpy does
+            s_k3k += (0.0 if dropped else 1.0) * k3
+    runs[_N, j] = hi - lo
+    runs[_S_R, j], runs[_S_T, j], runs[_S_D, j], runs[_S_MILES, j] = s_r, s_t, s_d, s_miles
+    runs[_S_RHO2, j], runs[_S_TIS, j], runs[_C_TISCLIP, j], runs[_S_TISABS, j] = s_rho2, s_tis, c_tisclip, s_tisabs
+    if has_adv:
+        runs[_S_TISABS + 1, j], runs[_S_TISABS + 2, j], runs[_S_TISABS + 3, j] = c_pm, c_ph, c_pl
+        runs[_S_TISABS + 4, j], runs[_S_TISABS + 5, j] = s_k3m, s_k3k
+    runs[runs.shape[0] - 2, j], runs[runs.shape[0] - 1, j] = s_absd, s_k3  # the last two rows
+    return s_w, s_w2, c_hi, c_lo, c_sky, s_rc
+
+
+def _finish_block(row, lo, hi, d, rho, p, q, verl_token):
+    """A block's moments over its loss-masked tokens (``lo`` to ``hi``): Σ, M2 about the block's mean, the co-moment
+    of p and q, the extremes, of |δ|, K3, |p − q|, p and q.
+
+    Two loops, each with its independent sums side by side, vectorised with their sums reassociated (the ``reassoc``
+    fast-math flag alone); a loop per sum in turn waited on each add's latency."""
+    n = hi - lo
+    row[_G_N] = n
+    if not verl_token:
+        row[_G_SW] = row[_G_SW2] = row[_G_CHI] = row[_G_CLO] = np.nan
+    if n == 0:  # numpy's: zero sums and moments, no extreme
+        for m in range(4):
+            row[_G_MAX + m] = np.nan
+        return
+    # views from 0: an index that cannot be negative needs no wraparound check, and the loops vectorise (5x faster)
+    d, rho, p, q = d[lo:hi], rho[lo:hi], p[lo:hi], q[lo:hi]
+    t0 = t1 = t2 = t3 = t4 = 0.0
+    for k in range(n):
+        t0 += abs(d[k])
+        t1 += (rho[k] - 1.0) - d[k]
+        t2 += abs(p[k] - q[k])
+        t3 += p[k]
+        t4 += q[k]
+    m0, m1, m2, m3, m4 = t0 / n, t1 / n, t2 / n, t3 / n, t4 / n
+    v0 = v1 = v2 = v3 = v4 = c2 = 0.0
+    top0 = top1 = top2 = -np.inf
+    low0 = np.inf
+    nan0 = nan1 = nan2 = 0  # np.max and np.min give NaN where there is one: counted apart, so that the loop vectorises
+    for k in range(n):
+        a, b, x, pk, qk = abs(d[k]), (rho[k] - 1.0) - d[k], abs(p[k] - q[k]), p[k], q[k]
+        v0 += (a - m0) * (a - m0)
+        v1 += (b - m1) * (b - m1)
+        v2 += (x - m2) * (x - m2)
+        v3 += (pk - m3) * (pk - m3)
+        v4 += (qk - m4) * (qk - m4)
+        c2 += (pk - m3) * (qk - m4)
+        top0 = a if a > top0 else top0
+        top1 = b if b > top1 else top1
+        top2 = x if x > top2 else top2
+        low0 = a if a < low0 else low0
+        nan0 += 0 if a == a else 1
+        nan1 += 0 if b == b else 1
+        nan2 += 0 if x == x else 1
+    row[_G_TOTALS], row[_G_TOTALS + 1], row[_G_TOTALS + 2], row[_G_TOTALS + 3], row[_G_TOTALS + 4] = t0, t1, t2, t3, t4
+    row[_G_M2], row[_G_M2 + 1], row[_G_M2 + 2], row[_G_M2 + 3], row[_G_M2 + 4] = v0, v1, v2, v3, v4
+    row[_G_C2] = c2
+    row[_G_MAX] = np.nan if nan0 else top0
+    row[_G_MAX + 1] = np.nan if nan1 else top1
+    row[_G_MAX + 2] = np.nan if nan2 else top2
+    row[_G_MIN] = np.nan if nan0 else low0
+
+
+def _batch_kernel(firsts, block_rows, height, at, d, tt, rr, aa, rho, rc, p, q, support, c, verl_token, runs, rows):
+    """Every run's sums (``runs[:, j]`` for the run starting at row ``firsts[j]``) and every block's row (``rows[b]``)."""
+    block, block_lo = 0, 0
+    for j in range(firsts.shape[0]):
+        begin = firsts[j]
+        end = firsts[j + 1] if j + 1 < firsts.shape[0] else height
+        if begin // block_rows != block:  # a new block: the previous one's moments
+            _finish_block(rows[block], block_lo, at[j], d, rho, p, q, verl_token)
+            block, block_lo = begin // block_rows, at[j]
+        s_w, s_w2, c_hi, c_lo, c_sky, s_rc = _run_sums(at[j], at[j + 1], d, tt, rr, aa, rho, rc, p, q, c, runs, j)
+        n_support = 0.0
+        for i in range(begin, min(end, support.shape[0])):
+            n_support += 1.0 if support[i] else 0.0
+        runs[_N_ROWS, j], runs[_N_SUPPORT, j] = end - begin, n_support
+        row = rows[block]
+        row[_G_SW] += s_w
+        row[_G_SW2] += s_w2
+        row[_G_CHI] += c_hi
+        row[_G_CLO] += c_lo
+        row[_G_CSKY] += c_sky
+        row[_G_SRC] += s_rc
+    _finish_block(rows[block], block_lo, at[firsts.shape[0]], d, rho, p, q, verl_token)
+
+
+if AVAILABLE:
+    _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+    _clip = _jit(_clip)
+    _compact = _jit(_compact)
+    _run_firsts = _jit(_run_firsts)
+    _run_sums = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(_run_sums)
+    _finish_block = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(_finish_block)
+    _batch_kernel = _jit(_batch_kernel)
+
+
+_local = threading.local()
+
+
+def _buffers(rows: int, advantage: bool) -> tuple[np.ndarray, ...]:
+    """This thread's seven float64 arrays of at least ``rows`` (the advantage's empty without one), kept between calls."""
+    held = getattr(_local, "arrays", None)
+    if held is None or len(held[0]) < rows:
+        held = _local.arrays = [np.empty(rows) for _ in range(7)]
+    d, tt, rr, aa, rho, p, q = held
+    return d, tt, rr, aa if advantage else aa[:0], rho, p, q
+
+
+def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: int, mask: np.ndarray, r: np.ndarray, t: np.ndarray,
+               advantage: np.ndarray | None, support: np.ndarray | None, constants, n_fields: int,
+               n_row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's run starts, per-run sums (``n_fields`` x runs) and per-block rows (blocks x ``n_row``), compiled.
+
+    The runs are either found from integer ``keys`` (a run where the key stays the same, cut at each
+    multiple of ``block_rows``), or given as ``firsts``, the rows where one starts, every multiple of
+    ``block_rows`` among them (runs do not cross blocks). The fields are
+    :func:`~analysis.metrics._mismatch_blocks.run_fields` and
+    :data:`~analysis.metrics._mismatch_blocks.ROW_FIELDS`, in their order.
+
+    Examples
+    --------
+    >>> from analysis.metrics._mismatch import Constants
+    >>> mask = np.array([True, True, True, False])
+    >>> r, t = np.log([0.25, 0.5, 0.8, 1.0]), np.log([0.75, 0.5, 0.2, 1.0])
+    >>> firsts, runs, rows = batch_sums(np.array([7, 7, 9, 9]), None, 1 << 14, mask, r, t, None, None, Constants(), 13, 22)
+    >>> firsts.tolist(), runs[0].tolist(), runs[1].tolist(), runs[8].round(12).tolist()  # rows, masked, Σρ = 3 + 1 | 1/4
+    ([0, 2], [2.0, 2.0], [2.0, 1.0], [4.0, 0.25])
+    >>> rows[0, [0, 5]].tolist()  # three masked tokens, one with ρ above SkyRL's clip 2
+    [3.0, 1.0]
+    """
+    c = constants
+    packed = np.array([c.safety_bound, c.miles_kl_clamp, c.slime_tis_clip, c.slime_tis_clip_low, c.prime_rl_dppo_mask_high,
+                       c.prime_rl_dppo_mask_low, c.verl_is_threshold, c.skyrl_token_tis_ratio_clip_high])
+    height = len(mask)
+    if keys is not None:
+        firsts = np.empty(height, dtype=np.int64)
+        firsts = firsts[:_run_firsts(keys, block_rows, firsts)].copy()
+    firsts = firsts.astype(np.int64, copy=False)
+    runs, rows = np.zeros((n_fields, len(firsts))), np.zeros((-(-height // block_rows), n_row))
+    # block by block: a block's seven float64 arrays stay in a core's cache between the three steps (batch-sized
+    # ones streamed through memory, which cost as much as the arithmetic)
+    d, tt, rr, aa, rho, p, q = _buffers(min(block_rows, height), advantage is not None)
+    at = np.empty(len(firsts) + 1, dtype=np.int64)
+    bounds = np.searchsorted(firsts, np.arange(0, height + block_rows, block_rows)[:len(rows) + 1])
+    no_support = np.zeros(0, dtype=np.bool_)
+    relative = firsts % block_rows  # each run's first row within its block
+    verl_token = c.verl_rollout_is == "token"
+    with np.errstate(all="ignore"):  # once per batch: entering it per block cost as much as the block's exp
+        for b in range(len(rows)):
+            begin, end, j0, j1 = b * block_rows, min((b + 1) * block_rows, height), bounds[b], bounds[b + 1]
+            starts = relative[j0:j1]
+            m, clipped = _compact(starts, mask[begin:end], r[begin:end], t[begin:end],
+                                  aa if advantage is None else advantage[begin:end], d, tt, rr, aa, at, c.safety_bound)
+            # numpy's exp, not a compiled loop's: vectorised (AVX-512 here), six times as fast as libm's one value at
+            # a time, and the numpy pass's very bits
+            rho_, p_, q_ = np.exp(d[:m], out=rho[:m]), np.exp(tt[:m], out=p[:m]), np.exp(rr[:m], out=q[:m])
+            # exp(clip(δ)): ρ itself unless a token is past the clip (the numpy pass's np.where gives the same bits)
+            rc = np.exp(np.clip(d[:m], -c.safety_bound, c.safety_bound)) if clipped else rho_
+            _batch_kernel(starts, block_rows, end - begin, at, d, tt, rr, aa, rho_, rc, p_, q_,
+                          no_support if support is None else support[begin:end], packed, verl_token, runs[:, j0:j1], rows[b:b + 1])
+    return firsts, runs, rows

@@ -1,0 +1,106 @@
+"""The compiled per-token pass (analysis.metrics._mismatch_kernel, numba) against the numpy pass it replaces
+(_mismatch_blocks.block_sums): the same per-run sums and block rows, and the same table and summary end to end,
+up to the order of the additions (numpy adds pairwise, the loop in turn)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from analysis import mismatch_summary, mismatch_table
+from analysis.metrics import _mismatch_blocks
+from analysis.metrics._mismatch import Constants
+
+kernel = pytest.importorskip("analysis.metrics._mismatch_kernel")
+if not kernel.AVAILABLE:
+    pytest.skip("numba is not installed (pip install 'bia[fast]')", allow_module_level=True)
+
+RUN_FIELDS = len(_mismatch_blocks.run_fields(True))
+ROW_FIELDS = len(_mismatch_blocks.ROW_FIELDS)
+
+
+def _tokens(rng, sequences: int, key=int) -> pl.DataFrame:
+    lengths = rng.integers(1, 40, sequences)
+    n = int(lengths.sum())
+    r = -rng.exponential(0.7, n)
+    # most tokens a few 1e-3 apart, some far off, a few past the log-ratio clip of 20 (verl's, slime's, SkyRL's, miles')
+    t = r + rng.normal(0, 1e-3, n) + (rng.random(n) < 0.05) * rng.normal(0, 2.0, n) + (rng.random(n) < 0.01) * 25.0
+    mask = rng.random(n) < 0.8
+    mask[np.cumsum(lengths)[:3] - 1] = False  # some sequences end on unmasked tokens
+    keys = np.repeat(np.arange(sequences), lengths)
+    return pl.DataFrame({
+        "sequence": [key(k) for k in keys] if key is not int else keys, "position": np.arange(n),
+        "rollout_logprob": pl.Series(r, dtype=pl.Float32), "trainer_logprob": t, "mask": mask,
+        "advantage": np.repeat(rng.normal(0, 1, sequences), lengths)})
+
+
+def _same(a, b):
+    # the same value up to the order of additions; a None (no masked token) on both sides
+    if a is None or b is None or (isinstance(a, float) and math.isnan(a)):
+        return (a is None and b is None) or (isinstance(b, float) and math.isnan(b))
+    return a == pytest.approx(b, rel=1e-11, abs=1e-13)
+
+
+@pytest.mark.parametrize("key", [int, str], ids=["integer key: the loop finds the runs", "string key: polars does"])
+@pytest.mark.parametrize("rollout_is", ["sequence", "token"])
+def test_compiled_and_numpy_passes_agree(monkeypatch, key, rollout_is):
+    tokens = _tokens(np.random.default_rng(7), 300, key)
+    # blocks of 64 rows and batches of 1000: sequences cut across both
+    monkeypatch.setattr(_mismatch_blocks, "BLOCK_ROWS", 64)
+    out = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(_mismatch_blocks, "COMPILED", compiled)
+        out[compiled] = (mismatch_table(tokens, chunk_size=1000),
+                         mismatch_summary(tokens, chunk_size=1000, verl_rollout_is=rollout_is).row(0, named=True))
+    table, numpy_table = out[True][0], out[False][0]
+    assert table["sequence"].to_list() == numpy_table["sequence"].to_list()
+    for name in table.columns[1:]:
+        assert all(_same(a, b) for a, b in zip(table[name].to_list(), numpy_table[name].to_list())), name
+    summary, numpy_summary = out[True][1], out[False][1]
+    assert summary.keys() == numpy_summary.keys()
+    for name in summary:
+        assert _same(summary[name], numpy_summary[name]), (name, summary[name], numpy_summary[name])
+
+
+def test_block_sums_agree_with_support_and_nan():
+    rng = np.random.default_rng(3)
+    n = 200
+    r = -rng.exponential(0.7, n)
+    t = r + rng.normal(0, 0.5, n)
+    mask, support = rng.random(n) < 0.7, rng.random(n) < 0.5
+    advantage = rng.normal(0, 1, n)
+    starts = np.array([0, 5, 6, 60, 61, 150])  # one block of 200 rows; run 1 is a single row
+    c = Constants(verl_rollout_is="token")
+    firsts, runs, rows = kernel.batch_sums(None, starts, 1 << 14, mask, r, t, advantage, support, c, RUN_FIELDS, ROW_FIELDS)
+    numpy_runs, numpy_row = _mismatch_blocks.block_sums(starts, mask, r, t, advantage, support, c)
+    assert firsts.tolist() == starts.tolist()
+    np.testing.assert_allclose(runs, numpy_runs, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(rows[0], numpy_row, rtol=1e-12, atol=1e-14)
+    # a NaN logprob on a loss-masked token: numpy's max and min give NaN, and so does the loop
+    r[np.flatnonzero(mask)[10]] = np.nan
+    _, _, rows = kernel.batch_sums(None, starts, 1 << 14, mask, r, t, advantage, support, c, RUN_FIELDS, ROW_FIELDS)
+    _, numpy_row = _mismatch_blocks.block_sums(starts, mask, r, t, advantage, support, c)
+    assert np.isnan(rows[0, -4:]).all() and np.isnan(numpy_row[-4:]).all()
+
+
+def test_a_run_by_hand():
+    # keys 4, 4, 4 | 5 in blocks of 2 rows: runs at rows 0 and 2 (a block's first row starts one), 3 (key 5).
+    # Tokens: rho = exp(t - r) = 2, 1, 1/2 (all masked), the last row not masked.
+    r = np.log([0.25, 0.5, 0.8, 1.0])
+    t = np.log([0.5, 0.5, 0.4, 1.0])
+    mask = np.array([True, True, True, False])
+    firsts, runs, rows = kernel.batch_sums(np.array([4, 4, 4, 5]), None, 2, mask, r, t, None, None, Constants(), 13, ROW_FIELDS)
+    assert firsts.tolist() == [0, 2, 3]
+    fields = dict(zip(_mismatch_blocks.run_fields(False), runs))
+    assert fields["n_rows"].tolist() == [2, 1, 1] and fields["n"].tolist() == [2, 1, 0]
+    assert fields["s_tis"] == pytest.approx([3.0, 0.5, 0.0], rel=1e-15)  # Σρ: 2 + 1 | 1/2 | none
+    # K3 = ρ − 1 − δ: (1 − ln 2) + 0 | −1/2 + ln 2
+    assert fields["s_k3"] == pytest.approx([1 - math.log(2), math.log(2) - 0.5, 0.0], rel=1e-12)
+    block0, block1 = (dict(zip(_mismatch_blocks.ROW_FIELDS, row)) for row in rows)
+    assert (block0["n"], block1["n"]) == (2, 1)
+    assert block0["max_absd"] == pytest.approx(math.log(2)) and block0["min_absd"] == 0.0
+    assert block0["m2_absd"] == pytest.approx(math.log(2) ** 2 / 2)  # |δ| = ln 2, 0 about their mean ln 2 / 2
+    assert block1["m2_absd"] == 0.0 and block1["max_absd"] == pytest.approx(math.log(2))
