@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-KERNEL_MODES = ("default", "one-by-one", "fixed-tiles")
+KERNEL_MODES = ("default", "one-by-one", "fixed-tiles", "row-invariant")
+INVARIANT_MODES = ("one-by-one", "fixed-tiles", "row-invariant")  # the modes that claim every row's bits independent of its batch
 MODE_ALIASES = {"batch-invariant": "one-by-one"}  # the one-by-one mode's name before fixed-tiles existed
 
 SETTING_ALIASES: Mapping[str, Mapping[str, str]] = {"kernel_mode": MODE_ALIASES}  # per setting: requested name -> canonical name
