@@ -52,7 +52,7 @@ def _cases(f: dict[str, Path]) -> list[tuple[list[str], int, str]]:
         (experiment + ["--device", "tpu"], 2, "--device: expected cpu, cuda or cuda:N, got 'tpu'"),
         (experiment + ["--max-tokens", "0"], 2, "--max-tokens: expected an integer >= 1, got 0"),
         (["serve", "--port", "99999"], 2, "Invalid value for '--port'"),
-        (["serve", "--mode", "foo"], 2, "--mode takes one of default, one-by-one, fixed-tiles (batch-invariant is one-by-one's old name), got 'foo'"),
+        (["serve", "--mode", "foo"], 2, "--mode takes one of default, one-by-one, fixed-tiles, row-invariant (batch-invariant is one-by-one's old name), got 'foo'"),
         (["serve", "--model", "/nonexistent/m.safetensors"], 2, "--model /nonexistent/m.safetensors: no such file"),
         (["serve", "--log-file", str(f["missing"].parent / "no-such-folder" / "serve.log")], 2, "does not exist"),
         (["serve", "--device", "tpu"], 2, "--device: expected cpu"),
