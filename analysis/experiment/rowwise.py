@@ -22,10 +22,13 @@ CPU the row-count dependence is a matter of which code path the BLAS picks:
   small path again (measured: 5, 6 and 7 rows on 2 threads), so the mode computes on one thread
   (:func:`one_thread`). ``tests/test_kernels.py`` checks the property for 4 to 600 rows at several
   offsets, so a BLAS that breaks it fails there first, naming the shape.
-- attention: each query alone (a product of shape ``[1, head_dim] @ [head_dim, KV_SPLIT]`` per
-  split of the keys, ``KV_SPLIT`` fixed), the splits' sums combined over the model's whole
-  context in splits, so a split a neighbour needs and this row does not adds exact zeros
-  (:func:`.kernels._attend`, the same arithmetic as ``fixed-tiles``' decode step).
+- attention: each query alone against a window of its own sequence's keys whose length is its
+  own position rounded up to whole splits of :data:`~.kernels.KV_SPLIT` keys (vLLM's and SGLang's
+  fixed split *size*, here one split per query): one product ``[1, head_dim] @ [head_dim, W]``,
+  a softmax over those W scores (the keys past the query masked to weight 0) and one product
+  ``[1, W] @ [W, head_dim]``, all of a shape that depends on the query's position alone, never on
+  a neighbour's length or on how many queries share the call (queries of one window length share
+  one batched call; a batched product runs each entry as its own GEMM).
 - LayerNorm, GELU, additions, embeddings and the float32 log-softmax are per row or per element.
 
 A prefill runs the prompt's tokens as rows of the same GEMMs and each token's query alone against
@@ -38,12 +41,14 @@ model. The cost over ``default`` is measured by ``benchmarks/bench_kernels.py``.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
 
-from .kernels import KV_SPLIT, TiledCache, _attention, _step_plan
+from .kernels import KV_SPLIT, TiledCache
 
 MIN_ROWS = 4  # fewest rows any GEMM here sees: MKL's sgemm sums in one order from 4 rows up
 
@@ -138,10 +143,9 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
 
 def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tensor:
     n = ids.shape[0]
-    limits = [p + 1 for p in positions.tolist()]
-    cache.reserve(max(limits))
+    cache.reserve(int(positions.max()) + 1)
     slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
-    plan = _step_plan(rows, limits, model.cfg.context, model.cfg.n_heads)  # every query alone, as a decode step
+    plan = _windows(rows, positions, model.cfg.n_heads)
     x = pad_to_min_rows(model.tok(ids) + model.pos(positions))
     last = len(model.blocks) - 1
     for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
@@ -177,3 +181,71 @@ def _block(block, x: torch.Tensor, n: int, slots, keys, values, plan, keep=None)
         y = pad_to_min_rows(y)
     x = x + _linear(block.out, y)
     return x + _linear(block.proj, F.gelu(_linear(block.fc, _layer_norm(block.ln2, x))))
+
+
+QUERY_GROUP = 256  # queries per attention call: bounds the keys gathered at once (it changes no query's bits)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when they are
+    all the call's), the cache row each reads (a slice when consecutive) and the additive mask
+    ``[queries * heads, 1, splits * KV_SPLIT]``: 0 for a key at or before the query's position, -inf past it."""
+
+    take: torch.Tensor | slice
+    rows: torch.Tensor | slice
+    splits: int
+    mask: torch.Tensor
+
+
+def _windows(rows: torch.Tensor, positions: torch.Tensor, heads: int) -> list[_Window]:
+    """The attention calls of one forward: queries grouped by window length, at most :data:`QUERY_GROUP` to a call."""
+    splits = positions // KV_SPLIT + 1
+    lengths = splits.unique().tolist()
+    calls = []
+    for length in lengths:
+        chosen = torch.arange(len(positions), device=positions.device) if len(lengths) == 1 else (splits == length).nonzero()[:, 0]
+        for start in range(0, len(chosen), QUERY_GROUP):
+            take = chosen[start: start + QUERY_GROUP]
+            seen = torch.arange(length * KV_SPLIT, device=positions.device) <= positions[take, None]  # [queries, W]
+            mask = torch.zeros(seen.shape, device=positions.device).masked_fill_(~seen, -math.inf)
+            calls.append(_Window(_as_slice(take), _as_slice(rows[take]), length,
+                                 mask[:, None, None].expand(-1, heads, 1, -1).reshape(-1, 1, seen.shape[1])))
+    return calls
+
+
+def _as_slice(index: torch.Tensor) -> torch.Tensor | slice:
+    """``index`` as a slice when it counts up by one (a view rather than a copy), else itself."""
+    first = int(index[0])
+    if torch.equal(index, torch.arange(first, first + len(index), device=index.device)):
+        return slice(first, first + len(index))
+    return index
+
+
+def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[_Window], heads: int) -> torch.Tensor:
+    """Every packed query's attention output ``[N, d]`` in float32, window by window."""
+    n, d = q.shape
+    hd = d // heads
+    if len(plan) == 1 and isinstance(plan[0].take, slice) and plan[0].take == slice(0, n):
+        return _attend(q, keys, values, plan[0], heads)
+    y = q.new_empty((n, d), dtype=torch.float32)
+    for window in plan:
+        y[window.take] = _attend(q[window.take], keys, values, window, heads)
+    return y
+
+
+def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _Window, heads: int) -> torch.Tensor:
+    """Queries ``[Q, d]`` each against its own row's first ``window.splits`` splits of keys: one ``[1, hd] @ [hd, W]``
+    product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product."""
+    count, d = q.shape
+    hd = d // heads
+    k, v = _read(keys, window, hd), _read(values, window, hd)  # [Q * H, W, hd]
+    scores = torch.baddbmm(window.mask, q.float().reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd))
+    return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
+
+
+def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
+    """The window's rows of one layer's keys or values, ``[Q * H, W, hd]`` in float32 (from ``[splits, rows, H, KV_SPLIT, hd]``)."""
+    block = cache[: window.splits]
+    rows = block[:, window.rows] if isinstance(window.rows, slice) else block.index_select(1, window.rows)
+    return rows.permute(1, 2, 0, 3, 4).reshape(-1, window.splits * KV_SPLIT, hd).float()
