@@ -111,6 +111,20 @@ def test_a_hugging_face_model_is_refused(mode):
         decode(Other(), [[1, 2]], mode=mode, max_tokens=1, top_k=1)
 
 
+def test_row_invariant_is_refused_off_the_cpu():
+    """It rests on MKL's CPU GEMM; a model elsewhere (here on torch's meta device, which no GPU needs) is refused by name."""
+    from analysis.experiment.model import ModelConfig, TinyLM
+
+    with pytest.raises(ValueError, match="the row-invariant mode rests on MKL's CPU GEMM; on meta use fixed-tiles"):
+        decode(TinyLM(ModelConfig(n_layers=1)).to("meta"), [[1, 2]], mode="row-invariant", max_tokens=1, top_k=1)
+
+
+def test_row_invariant_refuses_mkls_compatible_branch(float32_model, monkeypatch):
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    with pytest.raises(ValueError, match="MKL_CBWR=COMPATIBLE does not: set MKL_CBWR=AVX2"):
+        decode(float32_model, [[1, 2]], mode="row-invariant", max_tokens=1, top_k=1)
+
+
 # --- row-invariant: what it rests on, and the prefill ---------------------------------------------------------------
 
 

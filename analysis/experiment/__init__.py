@@ -105,6 +105,8 @@ def run_experiment(
             check_blas()
         except ValueError as exc:
             raise ExperimentError(f"--modes: {exc}") from None
+        if device != "cpu":
+            raise ExperimentError(f"--modes: the row-invariant mode rests on MKL's CPU GEMM; on --device {device} use fixed-tiles")
     own = [kernel_mode(m) for m in modes if kernel_mode(m) in ("fixed-tiles", "row-invariant")]
     if model_path.is_dir() and own:
         raise ExperimentError(f"--modes: {' and '.join(own)} run{'s' if len(own) == 1 else ''} bia's own model's layers, not a Hugging Face "

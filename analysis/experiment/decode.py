@@ -80,6 +80,9 @@ def check_tiled(model, mode: str) -> None:
         raise ValueError(f"the {mode} mode runs bia's own TinyLM layers; {type(model).__name__} has its own kernels")
     if mode == "row-invariant":
         rowwise.check_blas()
+        device = next(model.parameters()).device
+        if device.type != "cpu":
+            raise ValueError(f"the row-invariant mode rests on MKL's CPU GEMM; on {device} use fixed-tiles")
 
 
 def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float) -> list[Decoded]:

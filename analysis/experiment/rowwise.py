@@ -14,8 +14,8 @@ CPU the row-count dependence is a matter of which code path the BLAS picks:
   sum differently (measured for this model's shapes from 4 to 8,192 rows at several row offsets
   and buffer alignments, with MKL's own code branch and with ``MKL_CBWR=AVX2`` or ``AVX512``;
   bfloat16 GEMMs go to oneDNN, invariant from 1 row). MKL's ``COMPATIBLE`` branch does not have
-  the property (a row's sums change every 4 rows), so the mode refuses it (:func:`check_blas`). So every Linear here is one plain GEMM over
-  all of the call's rows, the rows padded with zero rows to at least :data:`MIN_ROWS`: a lone
+  the property (a row's sums change every 4 rows), so the mode refuses it (:func:`check_blas`).
+  So every Linear here is one plain GEMM over all of the call's rows, the rows padded with zero rows to at least :data:`MIN_ROWS`: a lone
   decode row pays for three zero rows of one GEMM, about what its GEMV costs, never a 16-row
   tile (``fixed-tiles``, :mod:`.kernels`); a batch of 4 or more pays nothing. With several
   threads MKL splits a GEMM's rows between them, and a share of fewer than 4 rows takes the
@@ -36,6 +36,10 @@ its own sequence's keys up to its position, so a teacher-forced forward over pro
 gives every token the bits the decode step gave it (the same GEMM order for any row count >= 4,
 the same attention product per query). The attention computes in float32, also for a bfloat16
 model. The cost over ``default`` is measured by ``benchmarks/bench_kernels.py``.
+
+What this does not have: a kernel of its own. The GEMM property is measured, for MKL on x86 (its
+AVX2 and AVX512 branches); another BLAS (OpenBLAS, Accelerate) is untested, and on a GPU cuBLAS
+picks its kernels by shape, so the mode runs on the CPU only (``fixed-tiles`` runs anywhere).
 """
 
 from __future__ import annotations
@@ -150,7 +154,7 @@ def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tens
     last = len(model.blocks) - 1
     for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
         x = _block(block, x, n, slots, keys, values, plan, want if layer == last else None)
-    return _linear(model.head, F.layer_norm(x, x.shape[-1:], model.ln_f.weight, model.ln_f.bias, model.ln_f.eps))[: want.shape[0]]
+    return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
 
 
 def _linear(layer, x: torch.Tensor) -> torch.Tensor:
@@ -225,7 +229,6 @@ def _as_slice(index: torch.Tensor) -> torch.Tensor | slice:
 def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[_Window], heads: int) -> torch.Tensor:
     """Every packed query's attention output ``[N, d]`` in float32, window by window."""
     n, d = q.shape
-    hd = d // heads
     if len(plan) == 1 and isinstance(plan[0].take, slice) and plan[0].take == slice(0, n):
         return _attend(q, keys, values, plan[0], heads)
     y = q.new_empty((n, d), dtype=torch.float32)
