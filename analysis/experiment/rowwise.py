@@ -152,8 +152,9 @@ def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tens
     plan = _windows(rows, positions, model.cfg.n_heads)
     x = pad_to_min_rows(model.tok(ids) + model.pos(positions))
     last = len(model.blocks) - 1
+    every = want.shape[0] == n and torch.equal(want, torch.arange(n, device=want.device))  # a decode step wants every row
     for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
-        x = _block(block, x, n, slots, keys, values, plan, want if layer == last else None)
+        x = _block(block, x, n, slots, keys, values, plan, want if layer == last and not every else None)
     return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
 
 
@@ -178,7 +179,8 @@ def _block(block, x: torch.Tensor, n: int, slots, keys, values, plan, keep=None)
     q, k, v = _linear(block.qkv, _layer_norm(block.ln1, x)).split(d, dim=-1)
     keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
     values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
-    y = _attention(q[:n], keys, values, plan, heads).to(x.dtype)
+    y = _attention(q[:n], keys, values, plan, heads)
+    y = y if y.dtype == x.dtype else y.to(x.dtype)
     if keep is not None:
         x, y = pad_to_min_rows(x[keep]), pad_to_min_rows(y[keep])
     elif y.shape[0] < x.shape[0]:
@@ -213,7 +215,8 @@ def _windows(rows: torch.Tensor, positions: torch.Tensor, heads: int) -> list[_W
             take = chosen[start: start + QUERY_GROUP]
             seen = torch.arange(length * KV_SPLIT, device=positions.device) <= positions[take, None]  # [queries, W]
             mask = torch.zeros(seen.shape, device=positions.device).masked_fill_(~seen, -math.inf)
-            calls.append(_Window(_as_slice(take), _as_slice(rows[take]), length,
+            whole = len(lengths) == 1 and len(chosen) <= QUERY_GROUP  # every query in this one call, in order
+            calls.append(_Window(slice(0, len(chosen)) if whole else _as_slice(take), _as_slice(rows[take]), length,
                                  mask[:, None, None].expand(-1, heads, 1, -1).reshape(-1, 1, seen.shape[1])))
     return calls
 
@@ -243,7 +246,7 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _
     count, d = q.shape
     hd = d // heads
     k, v = _read(keys, window, hd), _read(values, window, hd)  # [Q * H, W, hd]
-    scores = torch.baddbmm(window.mask, q.float().reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd))
+    scores = torch.baddbmm(window.mask, _float(q).reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd))
     return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
 
 
@@ -251,4 +254,9 @@ def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
     """The window's rows of one layer's keys or values, ``[Q * H, W, hd]`` in float32 (from ``[splits, rows, H, KV_SPLIT, hd]``)."""
     block = cache[: window.splits]
     rows = block[:, window.rows] if isinstance(window.rows, slice) else block.index_select(1, window.rows)
-    return rows.permute(1, 2, 0, 3, 4).reshape(-1, window.splits * KV_SPLIT, hd).float()
+    return _float(rows.permute(1, 2, 0, 3, 4).reshape(-1, window.splits * KV_SPLIT, hd))
+
+
+def _float(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 (itself when it is: a float32 model pays no conversion call)."""
+    return t if t.dtype == torch.float32 else t.float()
