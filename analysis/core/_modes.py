@@ -8,6 +8,9 @@ from typing import Any
 
 KERNEL_MODES = ("default", "one-by-one", "fixed-tiles", "row-invariant")
 INVARIANT_MODES = ("one-by-one", "fixed-tiles", "row-invariant")  # the modes that claim every row's bits independent of its batch
+# of those, the modes whose one-pass forward over prompt and completion (prefill) claims the decode steps' bits: one-by-one
+# runs a prompt as one [1, T] forward and fixed-tiles its queries in tiles of 16, where a decode step runs one row or query
+PREFILL_INVARIANT_MODES = ("row-invariant",)
 MODE_ALIASES = {"batch-invariant": "one-by-one"}  # the one-by-one mode's name before fixed-tiles existed
 
 SETTING_ALIASES: Mapping[str, Mapping[str, str]] = {"kernel_mode": MODE_ALIASES}  # per setting: requested name -> canonical name
