@@ -202,6 +202,7 @@ class _Window:
     rows: torch.Tensor | slice
     splits: int
     mask: torch.Tensor
+    span: tuple[int, int] = (0, 0)  # the cache rows from the first to past the last that ``rows`` names, when a tensor
 
 
 def _windows(rows: torch.Tensor, positions: torch.Tensor, heads: int) -> list[_Window]:
@@ -216,8 +217,10 @@ def _windows(rows: torch.Tensor, positions: torch.Tensor, heads: int) -> list[_W
             seen = torch.arange(length * KV_SPLIT, device=positions.device) <= positions[take, None]  # [queries, W]
             mask = torch.zeros(seen.shape, device=positions.device).masked_fill_(~seen, -math.inf)
             whole = len(lengths) == 1 and len(chosen) <= QUERY_GROUP  # every query in this one call, in order
-            calls.append(_Window(slice(0, len(chosen)) if whole else _as_slice(take), _as_slice(rows[take]), length,
-                                 mask[:, None, None].expand(-1, heads, 1, -1).reshape(-1, 1, seen.shape[1])))
+            read = _as_slice(rows[take])
+            span = (0, 0) if isinstance(read, slice) else (int(read.min()), int(read.max()) + 1)
+            calls.append(_Window(slice(0, len(chosen)) if whole else _as_slice(take), read, length,
+                                 mask[:, None, None].expand(-1, heads, 1, -1).reshape(-1, 1, seen.shape[1]), span))
     return calls
 
 
@@ -251,10 +254,16 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _
 
 
 def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
-    """The window's rows of one layer's keys or values, ``[Q * H, W, hd]`` in float32 (from ``[splits, rows, H, KV_SPLIT, hd]``)."""
-    block = cache[: window.splits]
-    rows = block[:, window.rows] if isinstance(window.rows, slice) else block.index_select(1, window.rows)
-    return _float(rows.permute(1, 2, 0, 3, 4).reshape(-1, window.splits * KV_SPLIT, hd))
+    """The window's rows of one layer's keys or values, ``[Q * H, W, hd]`` in float32 (from ``[splits, rows, H, KV_SPLIT, hd]``).
+
+    A prefill's queries repeat their sequences' rows: the rows they span are laid out by row first (a copy of a few
+    rows), then each query's taken from there (one copy per query, not two)."""
+    block, width = cache[: window.splits], window.splits * KV_SPLIT
+    if isinstance(window.rows, slice):
+        return _float(block[:, window.rows].permute(1, 2, 0, 3, 4).reshape(-1, width, hd))
+    first, last = window.span
+    by_row = block[:, first:last].permute(1, 2, 0, 3, 4).reshape(last - first, -1, width, hd)
+    return _float(by_row.index_select(0, window.rows - first).view(-1, width, hd))
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:
