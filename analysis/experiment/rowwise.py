@@ -146,10 +146,10 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
 
 
 def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tensor:
-    n = ids.shape[0]
-    cache.reserve(int(positions.max()) + 1)
+    n, at = ids.shape[0], positions.tolist()  # one read of the positions serves the plan (a step's calls are its cost)
+    cache.reserve(max(at) + 1)
     slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
-    plan = _windows(rows, positions, model.cfg.n_heads)
+    plan = _windows(rows, positions, at, model.cfg.n_heads)
     x = pad_to_min_rows(model.tok(ids) + model.pos(positions))
     last = len(model.blocks) - 1
     every = want.shape[0] == n and torch.equal(want, torch.arange(n, device=want.device))  # a decode step wants every row
@@ -205,13 +205,14 @@ class _Window:
     span: tuple[int, int] = (0, 0)  # the cache rows from the first to past the last that ``rows`` names, when a tensor
 
 
-def _windows(rows: torch.Tensor, positions: torch.Tensor, heads: int) -> list[_Window]:
-    """The attention calls of one forward: queries grouped by window length, at most :data:`QUERY_GROUP` to a call."""
-    splits = positions // KV_SPLIT + 1
-    lengths = splits.unique().tolist()
+def _windows(rows: torch.Tensor, positions: torch.Tensor, at: list[int], heads: int) -> list[_Window]:
+    """The attention calls of one forward: queries grouped by window length, at most :data:`QUERY_GROUP` to a call
+    (``at``: the positions as a list)."""
+    lengths = sorted({p // KV_SPLIT + 1 for p in at})
     calls = []
     for length in lengths:
-        chosen = torch.arange(len(positions), device=positions.device) if len(lengths) == 1 else (splits == length).nonzero()[:, 0]
+        chosen = torch.arange(len(at), device=positions.device) if len(lengths) == 1 else \
+            torch.tensor([i for i, p in enumerate(at) if p // KV_SPLIT + 1 == length], device=positions.device)
         for start in range(0, len(chosen), QUERY_GROUP):
             take = chosen[start: start + QUERY_GROUP]
             seen = torch.arange(length * KV_SPLIT, device=positions.device) <= positions[take, None]  # [queries, W]
