@@ -7,7 +7,8 @@ layer together (KV caches left-padded to the longest), so a row's bits depend on
 ``one-by-one`` mode (alias ``batch-invariant``) each row steps as its own batch of one; in
 ``fixed-tiles`` mode the step runs every active row together on fixed row tiles and attention
 splits (``analysis.experiment.kernels``), so the batch is kept and a row's bits are still those
-it would have alone. Each step logs one line in
+it would have alone; ``row-invariant`` mode does the same on GEMMs whose per-row order does not
+depend on the row count (``analysis.experiment.rowwise``), at about the default mode's cost. Each step logs one line in
 aprender's form, ``[PMAT-044] Batch m=N done in X ms (Y tok/s/slot)``, which both bia's probe and
 aprender's read. Streams declare ``"stream_mode": "live"`` and carry logprobs with top_logprobs.
 """
@@ -27,7 +28,7 @@ import torch
 
 from .core import _strictjson
 from .experiment import kernels
-from .experiment.decode import step_outputs, check_tiled
+from .experiment.decode import PACKED_KERNELS, check_tiled, step_outputs
 from .experiment.modes import kernel_mode
 
 LOG = logging.getLogger("bia.serve")
@@ -42,13 +43,13 @@ class _Request:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     generated: int = 0
     last: Any = None  # logits for the next token
-    cache: Any = None  # per layer (k, v), shape [1, H, S, hd]; fixed-tiles: a TiledCache until it joins the engine's
+    cache: Any = None  # per layer (k, v), shape [1, H, S, hd]; fixed-tiles, row-invariant: a TiledCache until it joins the engine's
     length: int = 0  # tokens in the cache
 
 
 @dataclass(eq=False)
 class _Pool:
-    """fixed-tiles: one :class:`~analysis.experiment.kernels.TiledCache` for the requests stepped last, in their order."""
+    """fixed-tiles and row-invariant: one :class:`~analysis.experiment.kernels.TiledCache` for the requests stepped last, in their order."""
 
     members: list = field(default_factory=list)
     cache: Any = None
@@ -109,7 +110,7 @@ class Engine:
 
     def _prefill(self, request: _Request) -> None:
         n = len(request.prompt)
-        if self.mode == "fixed-tiles":
+        if self.mode in PACKED_KERNELS:
             return self._prefill_tiled(request)
         with torch.no_grad():
             logits, cache = self.model(torch.tensor([request.prompt], device=self.device), torch.arange(n, device=self.device)[None],
@@ -129,7 +130,7 @@ class Engine:
                 going.append((request, chosen[0]))
         if going:
             with torch.no_grad():
-                {"default": self._advance_together, "one-by-one": self._advance_alone, "fixed-tiles": self._advance_tiled}[self.mode](going)
+                (self._advance_tiled if self.mode in PACKED_KERNELS else {"default": self._advance_together, "one-by-one": self._advance_alone}[self.mode])(going)
         return emitted
 
     def _prefill_tiled(self, request: _Request) -> None:
@@ -138,16 +139,16 @@ class Engine:
         with torch.no_grad():
             ids, positions = torch.tensor(request.prompt, device=device), torch.arange(n, device=device)
             rows, last = torch.zeros(n, dtype=torch.long, device=device), torch.tensor([n - 1], device=device)
-            logits = kernels.forward(self.model, ids, positions, rows, cache, want=last, prefill=True)
+            logits = PACKED_KERNELS[self.mode].forward(self.model, ids, positions, rows, cache, want=last, prefill=True)
         request.last, request.cache, request.length = logits, cache, n
 
     def _advance_tiled(self, going) -> None:
-        """Every continuing row in one batch on fixed tiles; each reads its own row of the engine's pool."""
+        """Every continuing row in one batch on the mode's kernels; each reads its own row of the engine's pool."""
         requests = [r for r, _ in going]
         cache = self._pool.regroup(requests)
         rows = torch.arange(len(requests), device=self.device)
         positions = torch.tensor([r.length for r in requests], device=self.device)
-        logits = kernels.forward(self.model, torch.stack([t for _, t in going]), positions, rows, cache, want=rows)
+        logits = PACKED_KERNELS[self.mode].forward(self.model, torch.stack([t for _, t in going]), positions, rows, cache, want=rows)
         for row, request in enumerate(requests):
             request.last, request.length = logits[row:row + 1], request.length + 1
 

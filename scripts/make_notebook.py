@@ -403,7 +403,7 @@ DUMPS_AND_RUNS = [
 
         A *run directory* is what bia's probe or its torch experiment writes: a `manifest.json` and raw captures of
         every request, each token with its float32 logprob and top-k candidates. This notebook reads the embedded runs:
-        the CPU torch experiment in its three kernel modes (`data/experiment-cpu/`) and a real llama.cpp server with and
+        the CPU torch experiment in its four kernel modes (`data/experiment-cpu/`) and a real llama.cpp server with and
         without its prompt cache (`data/llamacpp-cpu/`).
 
         You will learn to:

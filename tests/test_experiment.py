@@ -1,5 +1,5 @@
-"""The torch experiment: batch-invariant bits at every c in the one-by-one and fixed-tiles modes, default-mode drift
-detected, reruns identical."""
+"""The torch experiment: batch-invariant bits at every c in the one-by-one, fixed-tiles and row-invariant modes,
+default-mode drift detected, reruns identical."""
 
 from __future__ import annotations
 
@@ -15,16 +15,17 @@ from analysis.experiment import ExperimentError, bundled_model, run_experiment  
 from analysis.run import read_run, slot_table, to_witness  # noqa: E402
 
 SMALL = {"prompts": ["Return a new list"], "ladder": (1, 2, 4), "max_tokens": 8, "top_k": 3}
+MODES = ("default", "one-by-one", "fixed-tiles", "row-invariant")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """default, one-by-one and fixed-tiles runs of one experiment."""
+    """default, one-by-one, fixed-tiles and row-invariant runs of one experiment."""
     out = tmp_path_factory.mktemp("experiment")
-    return tuple(read_run(folder) for folder in run_experiment(out, **SMALL))
+    return tuple(read_run(folder) for folder in run_experiment(out, modes=MODES, **SMALL))
 
 
-@pytest.mark.parametrize("index", [1, 2], ids=["one-by-one", "fixed-tiles"])
+@pytest.mark.parametrize("index", [1, 2, 3], ids=["one-by-one", "fixed-tiles", "row-invariant"])
 def test_invariant_modes_are_bitwise_identical_at_every_c(runs, index):
     table = slot_table(runs[index])
     assert table.height == 1 + 2 + 4
@@ -52,7 +53,7 @@ def test_rerun_gives_identical_bits(runs, tmp_path):
 def test_manifest_and_witness(runs):
     manifest = runs[0].manifest
     assert manifest["requested"]["kernel_mode"] == "default" and manifest["effective"]["dtype"] == "float32"
-    assert [run.manifest["effective"]["kernel_mode"] for run in runs] == ["default", "one-by-one", "fixed-tiles"]
+    assert [run.manifest["effective"]["kernel_mode"] for run in runs] == list(MODES)
     assert manifest["identity"]["model"]["path"] == bundled_model().name
     assert manifest["environment"]["torch"] == torch.__version__
     w = to_witness(runs[1], "p0")
@@ -63,10 +64,10 @@ def test_manifest_and_witness(runs):
 
 
 def test_needle_layout_and_bfloat16(tmp_path):
-    """The old name of one-by-one still works (its folder keeps the name asked for); fixed-tiles beside it."""
-    folders = run_experiment(tmp_path, modes=("batch-invariant", "fixed-tiles"), layout="needle", dtype="bfloat16",
+    """The old name of one-by-one still works (its folder keeps the name asked for); fixed-tiles and row-invariant beside it."""
+    folders = run_experiment(tmp_path, modes=("batch-invariant", "fixed-tiles", "row-invariant"), layout="needle", dtype="bfloat16",
                              **{**SMALL, "prompts": ["Return a new list", "The default value is", "Raise"]})
-    assert [f.name for f in folders] == ["batch-invariant", "fixed-tiles"]
+    assert [f.name for f in folders] == ["batch-invariant", "fixed-tiles", "row-invariant"]
     for folder in folders:
         run = read_run(folder)
         table = slot_table(run)
@@ -83,6 +84,8 @@ def test_needle_layout_and_bfloat16(tmp_path):
     ({"dtype": "float64"}, "--dtype: expected 'float32' or 'bfloat16', got 'float64'"),
     ({"modes": ("fast",)}, "--modes: expected distinct kernel modes"),
     ({"modes": ("one-by-one", "batch-invariant")}, "--modes: expected distinct kernel modes"),  # one mode under two names
+    ({"modes": ("row-invariant",), "environ": {"MKL_CBWR": "COMPATIBLE"}},
+     "--modes: the row-invariant mode needs MKL's GEMM to sum each row alike whatever the row count, which MKL_CBWR=COMPATIBLE does not"),
     ({"device": "tpu"}, "--device: expected cpu, cuda or cuda:N, got 'tpu'"),
     ({"max_tokens": 0}, "--max-tokens: expected an integer >= 1, got 0"),
     ({"max_tokens": -1}, "--max-tokens: expected an integer >= 1, got -1"),
@@ -94,7 +97,10 @@ def test_needle_layout_and_bfloat16(tmp_path):
     ({"ladder": [4, 4]}, "--ladder: expected distinct batch sizes >= 1"),
     ({"model_path": "/nonexistent/m.safetensors"}, "--model /nonexistent/m.safetensors: no such file or folder"),
 ])
-def test_bad_settings_are_refused_before_anything_is_written(tmp_path, settings, words):
+def test_bad_settings_are_refused_before_anything_is_written(tmp_path, monkeypatch, settings, words):
+    settings = dict(settings)
+    for name, value in settings.pop("environ", {}).items():
+        monkeypatch.setenv(name, value)
     with pytest.raises(ExperimentError) as caught:
         run_experiment(tmp_path / "out", **settings)
     assert words in str(caught.value)
@@ -124,7 +130,7 @@ def test_modes_side_by_side(runs):
 
     table = mode_comparison(runs)
     by_mode = {(r["kernel_mode"], r["band_c"]): r for r in table.iter_rows(named=True)}
-    assert by_mode[("one-by-one", 4)]["bit_identical_share"] == 1.0 and by_mode[("fixed-tiles", 4)]["bit_identical_share"] == 1.0
+    assert [by_mode[(mode, 4)]["bit_identical_share"] for mode in MODES[1:]] == [1.0, 1.0, 1.0]
     assert by_mode[("default", 4)]["bit_identical_share"] < 1.0
     assert by_mode[("default", 1)]["bit_identical_share"] == 1.0
     assert all(r["median_decode_tok_s"] > 0 for r in by_mode.values())
@@ -154,6 +160,9 @@ def test_a_local_hugging_face_model(tmp_path):
     transformers.GPT2LMHeadModel(config).save_pretrained(folder)
     with pytest.raises(ExperimentError, match="fixed-tiles runs bia's own model's layers"):
         run_experiment(tmp_path / "runs", model_path=folder, prompts=["if the argument is"], max_tokens=6, top_k=3)
+    with pytest.raises(ExperimentError, match="--modes: fixed-tiles and row-invariant run bia's own model's layers, not a Hugging Face "
+                                              "model's .*; leave them out of --modes"):
+        run_experiment(tmp_path / "runs", model_path=folder, modes=MODES, prompts=["if the argument is"], max_tokens=6, top_k=3)
     default, invariant = run_experiment(tmp_path / "runs", model_path=folder, modes=("default", "one-by-one"),
                                         prompts=["if the argument is"], ladder=(1, 2, 4), max_tokens=6, top_k=3)
     assert (slot_table(read_run(invariant))["bitwise_prefix"] == 6).all()

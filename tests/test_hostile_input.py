@@ -55,7 +55,7 @@ def _cases(f: dict[str, Path]) -> list[tuple[list[str], int, str]]:
         (experiment + ["--trainer", "--trainer-batch", "0"], 2, "--trainer-batch: expected an integer >= 1, got 0"),
         (experiment + ["--recompute", str(f["folder"])], 2, "--recompute: give --trainer too"),
         (["serve", "--port", "99999"], 2, "Invalid value for '--port'"),
-        (["serve", "--mode", "foo"], 2, "--mode takes one of default, one-by-one, fixed-tiles (batch-invariant is one-by-one's old name), got 'foo'"),
+        (["serve", "--mode", "foo"], 2, "--mode takes one of default, one-by-one, fixed-tiles, row-invariant (batch-invariant is one-by-one's old name), got 'foo'"),
         (["serve", "--model", "/nonexistent/m.safetensors"], 2, "--model /nonexistent/m.safetensors: no such file"),
         (["serve", "--log-file", str(f["missing"].parent / "no-such-folder" / "serve.log")], 2, "does not exist"),
         (["serve", "--device", "tpu"], 2, "--device: expected cpu"),

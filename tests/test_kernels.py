@@ -1,15 +1,20 @@
-"""The fixed-tiles kernel mode: every request's bits equal its own decode alone (m=1) at every batch size c
-in 1..32, at every slot position, in both layouts, in float32 and bfloat16, with prompt lengths mixed in one
-batch; the same check finds the drift with the mode off, and with plain matmuls in place of the tiles."""
+"""The fixed-tiles and row-invariant kernel modes: every request's bits equal its own decode alone (m=1) at every
+batch size c in 1..32, at every slot position, in both layouts, in float32 and bfloat16, with prompt lengths mixed in
+one batch; the same check finds the drift with the mode off, with plain matmuls in place of the tiles, and with lone
+rows handed to the BLAS's GEMV. row-invariant's one-pass forward over prompt and completion gives every token the
+bits its decode step gave."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from analysis.experiment import bundled_model  # noqa: E402
-from analysis.experiment import kernels  # noqa: E402
+from analysis.experiment import kernels, rowwise  # noqa: E402
+from analysis.experiment.modes import INVARIANT_MODES, PREFILL_INVARIANT_MODES  # noqa: E402
 from analysis.experiment.decode import decode  # noqa: E402
 from analysis.experiment.model import load_model  # noqa: E402
 
@@ -58,9 +63,15 @@ def float32_model():
     return load_model(bundled_model(), torch.float32)
 
 
+@pytest.mark.parametrize("mode", ["fixed-tiles", "row-invariant"])
 @pytest.mark.parametrize("layout", ["copies", "needle"])
-def test_fixed_tiles_rows_equal_m1_at_every_c_and_position(model, layout):
-    assert _mismatches(model, "fixed-tiles", layout) == []
+def test_packed_modes_rows_equal_m1_at_every_c_and_position(model, mode, layout):
+    assert _mismatches(model, mode, layout) == []
+
+
+def test_the_invariant_modes_are_named():
+    assert INVARIANT_MODES == ("one-by-one", "fixed-tiles", "row-invariant")
+    assert PREFILL_INVARIANT_MODES == ("row-invariant",)
 
 
 def test_the_same_check_finds_the_default_modes_drift(float32_model):
@@ -76,23 +87,103 @@ def test_the_same_check_fails_with_plain_matmuls_in_place_of_the_tiles(float32_m
     assert len(_mismatches(float32_model, "fixed-tiles", "needle")) > 0
 
 
-def test_a_rerun_is_bit_identical(model):
+@pytest.mark.parametrize("mode", ["fixed-tiles", "row-invariant"])
+def test_a_rerun_is_bit_identical(model, mode):
     encoded = [model.encode(PROMPTS[i]) for i in _batch("needle", 32)]
-    first, again = (decode(model, encoded, mode="fixed-tiles", max_tokens=TOKENS, top_k=3) for _ in range(2))
+    first, again = (decode(model, encoded, mode=mode, max_tokens=TOKENS, top_k=3) for _ in range(2))
     assert [_bits(o) for o in first] == [_bits(o) for o in again]
 
 
-def test_rows_match_the_default_mode_within_rounding(float32_model):
+@pytest.mark.parametrize("mode", ["fixed-tiles", "row-invariant"])
+def test_rows_match_the_default_mode_within_rounding(float32_model, mode):
     """The same model, other summation orders: the logprobs of a request alone agree to float32 rounding."""
     prompt = float32_model.encode(PROMPTS[2])
-    tiled, plain = (decode(float32_model, [prompt], mode=mode, max_tokens=TOKENS, top_k=3)[0] for mode in ("fixed-tiles", "default"))
-    assert tiled.token_ids == plain.token_ids
-    assert max(abs(a - b) for a, b in zip(tiled.logprobs, plain.logprobs)) < 1e-4
+    packed, plain = (decode(float32_model, [prompt], mode=m, max_tokens=TOKENS, top_k=3)[0] for m in (mode, "default"))
+    assert packed.token_ids == plain.token_ids
+    assert max(abs(a - b) for a, b in zip(packed.logprobs, plain.logprobs)) < 1e-4
 
 
-def test_a_hugging_face_model_is_refused():
+@pytest.mark.parametrize("mode", ["fixed-tiles", "row-invariant"])
+def test_a_hugging_face_model_is_refused(mode):
     class Other(torch.nn.Module):
         pass
 
-    with pytest.raises(ValueError, match="the fixed-tiles mode runs bia.s own TinyLM layers"):
-        decode(Other(), [[1, 2]], mode="fixed-tiles", max_tokens=1, top_k=1)
+    with pytest.raises(ValueError, match=f"the {mode} mode runs bia.s own TinyLM layers"):
+        decode(Other(), [[1, 2]], mode=mode, max_tokens=1, top_k=1)
+
+
+def test_row_invariant_is_refused_off_the_cpu():
+    """It rests on MKL's CPU GEMM; a model elsewhere (here on torch's meta device, which no GPU needs) is refused by name."""
+    from analysis.experiment.model import ModelConfig, TinyLM
+
+    with pytest.raises(ValueError, match="the row-invariant mode rests on MKL's CPU GEMM; on meta use fixed-tiles"):
+        decode(TinyLM(ModelConfig(n_layers=1)).to("meta"), [[1, 2]], mode="row-invariant", max_tokens=1, top_k=1)
+
+
+def test_row_invariant_refuses_mkls_compatible_branch(float32_model, monkeypatch):
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    with pytest.raises(ValueError, match="MKL_CBWR=COMPATIBLE does not: set MKL_CBWR=AVX2"):
+        decode(float32_model, [[1, 2]], mode="row-invariant", max_tokens=1, top_k=1)
+
+
+# --- row-invariant: what it rests on, and the prefill ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_blas_sums_every_row_alike_from_min_rows_up(float32_model, dtype):
+    """The property row-invariant rests on, for each of the model's Linear shapes: on one thread, a row's GEMM
+    result is the same bits whether it shares the call with 3 zero rows or sits anywhere among 4..600 rows. If a BLAS
+    breaks it, this names the shape and the row count before the decode tests fail."""
+    torch.manual_seed(0)
+    layers = [float32_model.head, *(getattr(b, name) for b in float32_model.blocks[:1] for name in ("qkv", "out", "fc", "proj"))]
+    for layer in layers:
+        layer = copy.deepcopy(layer).to(getattr(torch, dtype))  # a copy: .to() on a module changes it in place
+        x = torch.randn(640, layer.weight.shape[1], dtype=layer.weight.dtype)
+        with torch.no_grad(), rowwise.one_thread():  # as the mode runs: MKL's threads would split the rows
+            alone = torch.cat([rowwise._linear(layer, rowwise.pad_to_min_rows(x[i:i + 1]))[:1] for i in range(len(x))])
+            parted = [(n, start) for n in (*range(4, 41), 64, 333, 600) for start in (0, 1, 3, 13)
+                      if not torch.equal(rowwise._linear(layer, x[start:start + n]), alone[start:start + n])]
+        assert parted == [], f"{tuple(layer.weight.shape)} {dtype}: (rows, first row) whose bits moved: {parted[:5]}"
+
+
+def test_lone_rows_on_the_gemv_part_from_m1(float32_model, monkeypatch):
+    """row-invariant with no padding to MIN_ROWS: a lone request's rows go to the BLAS's GEMV, which sums in
+    another order than its GEMM, and the check above finds the batches that part from m=1 (float32; MKL)."""
+    monkeypatch.setattr(rowwise, "MIN_ROWS", 1)
+    assert len(_mismatches(float32_model, "row-invariant", "needle")) > 0
+
+
+def _teacher_forced(model, sequences: list[list[int]]) -> list[list[float]]:
+    """One row-invariant forward over every sequence at once (a trainer's recompute): per sequence, the float32
+    logprob of each token after the first, given the tokens before it."""
+    lengths = torch.tensor([len(s) for s in sequences])
+    cache = rowwise.TiledCache.empty(model, len(sequences), int(lengths.max()))
+    ids = torch.tensor([t for s in sequences for t in s])
+    positions = torch.cat([torch.arange(len(s)) for s in sequences])
+    with torch.no_grad():
+        logits = rowwise.forward(model, ids, positions, torch.arange(len(sequences)).repeat_interleave(lengths), cache,
+                                 want=torch.arange(len(ids)), prefill=True)
+    logprobs = logits.float().log_softmax(dim=-1).gather(-1, ids.roll(-1)[:, None])[:, 0].tolist()
+    starts = [0, *lengths.cumsum(0).tolist()]
+    return [logprobs[a: b - 1] for a, b in zip(starts, starts[1:])]
+
+
+def test_row_invariant_prefill_gives_the_decode_steps_bits(model):
+    """Sequences of mixed lengths decoded together (c=3), then prompt and completion scored in one forward at
+    another batch size (the three plus a fourth): each completion token's logprob is the decode step's, bit for bit."""
+    prompts = [model.encode(p) for p in PROMPTS[:3]]
+    outs = decode(model, prompts, mode="row-invariant", max_tokens=TOKENS, top_k=3)
+    sequences = [p + o.token_ids for p, o in zip(prompts, outs)]
+    scored = _teacher_forced(model, sequences + [model.encode(PROMPTS[3])])
+    for prompt, out, row in zip(prompts, outs, scored):
+        assert row[len(prompt) - 1:] == out.logprobs
+
+
+def test_prefill_on_the_gemv_parts_from_decode(float32_model, monkeypatch):
+    """The check above with lone decode rows on the GEMV (no MIN_ROWS padding): the decode of one request and its
+    one-pass recompute no longer agree in every bit."""
+    monkeypatch.setattr(rowwise, "MIN_ROWS", 1)
+    prompt = float32_model.encode(PROMPTS[1])
+    out = decode(float32_model, [prompt], mode="row-invariant", max_tokens=TOKENS, top_k=3)[0]
+    (row,) = _teacher_forced(float32_model, [prompt + out.token_ids])
+    assert row[len(prompt) - 1:] != out.logprobs

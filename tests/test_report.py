@@ -66,7 +66,8 @@ def test_report_shows_every_verdict_and_reason(default_report):
     assert "marker@7e1b6e213b.json" in text
 
 
-RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "experiment-cpu/fixed-tiles", "llamacpp-cpu/cache-prompt",
+RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "experiment-cpu/fixed-tiles", "experiment-cpu/row-invariant",
+        "llamacpp-cpu/cache-prompt",
         "llamacpp-cpu/no-cache-prompt", "vllm-cpu/no-prefix-cache", "vllm-cpu/prefix-cache")
 
 

@@ -47,7 +47,7 @@ def _bits(sse: str) -> list[tuple[int, float]]:
     return list(zip(tokens["token_id"].to_list(), tokens["raw_value"].to_list()))
 
 
-@pytest.mark.parametrize("mode", ["default", "one-by-one", "fixed-tiles"])
+@pytest.mark.parametrize("mode", ["default", "one-by-one", "fixed-tiles", "row-invariant"])
 def test_batched_streams_against_a_request_alone(mode, batch_log):
     server = Server(mode)
     try:
@@ -78,12 +78,13 @@ async def _fire_mixed(url: str, bodies: list[dict], stagger: float) -> list[list
         return await asyncio.gather(*(one(k, b) for k, b in enumerate(bodies)))
 
 
-def test_fixed_tiles_keeps_each_requests_bits_as_requests_join_and_leave(batch_log):
+@pytest.mark.parametrize("mode", ["fixed-tiles", "row-invariant"])
+def test_packed_modes_keep_each_requests_bits_as_requests_join_and_leave(batch_log, mode):
     """Prompts of mixed lengths and completions, arriving while others decode and leaving at other steps: the
     engine's cache is regrouped at every change, and each stream stays bit-identical to the same request alone."""
     prompts = ["Raise", "If the argument is", "Return a new list of the values in the order given", "This function returns"]
     bodies = [{**BODY, "messages": [{"role": "user", "content": p}], "max_tokens": 6 + 5 * k} for k, p in enumerate(prompts * 2)]
-    with Server("fixed-tiles") as server:
+    with Server(mode) as server:
         alone = [asyncio.run(_fire_mixed(server.url, [body], 0))[0] for body in bodies]
         batch_log.clear()
         together = asyncio.run(_fire_mixed(server.url, bodies, 0.01))

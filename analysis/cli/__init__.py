@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -258,13 +259,20 @@ def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilo
     typer.echo(f"wrote {written}")
 
 
+def _row_invariant_blas(modes: list[str]) -> None:
+    """For the row-invariant mode, MKL's AVX2 branch unless one is chosen: set before torch loads (MKL reads it once),
+    it makes runs repeat bit for bit and keeps the row-count-independent GEMM the mode rests on (rowwise.check_blas)."""
+    if "row-invariant" in modes:
+        os.environ.setdefault("MKL_CBWR", "AVX2")
+
+
 @app.command("experiment", cls=Command)
 def experiment_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the runs (one per kernel mode).")] = Path("runs/experiment"),
     prompts: Annotated[Optional[Path], typer.Option(help="A text file of prompts, one per line.")] = None,
     ladder: Annotated[str, typer.Option(metavar="C,C,...", help="Batch sizes, comma separated.")] = "1,4,8,16",
-    modes: Annotated[str, typer.Option(metavar="MODE,MODE,...", help="Kernel modes, comma separated: default, one-by-one, fixed-tiles "
-                                            "(batch-invariant: one-by-one's old name).")] = "default,one-by-one,fixed-tiles",
+    modes: Annotated[str, typer.Option(metavar="MODE,MODE,...", help="Kernel modes, comma separated: default, one-by-one, fixed-tiles, "
+                                            "row-invariant (batch-invariant: one-by-one's old name).")] = "default,one-by-one,fixed-tiles",
     layout: Annotated[str, typer.Option(metavar="LAYOUT", help="copies (c copies of one prompt) or needle (the prompt among others).")] = "copies",
     dtype: Annotated[str, typer.Option(metavar="DTYPE", help="float32 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, or cuda when torch sees a GPU.")] = "cpu",
@@ -289,6 +297,8 @@ def experiment_command(
         raise _fail(ExperimentError("--recompute: give --trainer too (it recomputes runs as a trainer does)"))
     if trainer_batch < 1:  # said before any decoding, not after it
         raise _fail(ExperimentError(f"--trainer-batch: expected an integer >= 1, got {trainer_batch}"))
+    _row_invariant_blas(modes.split(","))
+
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
     try:
         folders = list(recompute) if recompute else run_experiment(
@@ -410,8 +420,8 @@ def probe_command(
 def serve_command(
     host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    mode: Annotated[str, typer.Option(metavar="MODE", help="Kernel mode: default, one-by-one or fixed-tiles "
-                                           "(batch-invariant: one-by-one's old name).")] = "default",
+    mode: Annotated[str, typer.Option(metavar="MODE", help="Kernel mode: default, one-by-one, fixed-tiles or "
+                                           "row-invariant (batch-invariant: one-by-one's old name).")] = "default",
     dtype: Annotated[str, typer.Option(metavar="DTYPE", help="float32 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, or cuda when torch sees a GPU.")] = "cpu",
     model: Annotated[Optional[Path], typer.Option(help="Model weights; the bundled tiny model by default.")] = None,
@@ -419,6 +429,8 @@ def serve_command(
 ) -> None:
     """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching."""
     import logging
+
+    _row_invariant_blas([mode])
 
     from ..experiment import ExperimentError, bundled_model
     from ..experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
@@ -430,8 +442,8 @@ def serve_command(
     weights = model or bundled_model()
     if not weights.exists():
         raise _fail(f"--model {weights}: no such file or folder")
-    if weights.is_dir() and kernel_mode(mode) == "fixed-tiles":
-        raise _fail(f"--mode fixed-tiles runs bia's own model's layers, not a Hugging Face model's ({weights})")
+    if weights.is_dir() and kernel_mode(mode) in ("fixed-tiles", "row-invariant"):
+        raise _fail(f"--mode {kernel_mode(mode)} runs bia's own model's layers, not a Hugging Face model's ({weights})")
     if log_file is not None and not log_file.parent.is_dir():
         raise _fail(f"--log-file {log_file}: its folder {log_file.parent} does not exist")
     if log_file is not None and log_file.is_dir():

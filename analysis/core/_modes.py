@@ -6,7 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-KERNEL_MODES = ("default", "one-by-one", "fixed-tiles")
+KERNEL_MODES = ("default", "one-by-one", "fixed-tiles", "row-invariant")
+INVARIANT_MODES = ("one-by-one", "fixed-tiles", "row-invariant")  # the modes that claim every row's bits independent of its batch
+# of those, the modes whose one-pass forward over prompt and completion (prefill) claims the decode steps' bits: one-by-one
+# runs a prompt as one [1, T] forward and fixed-tiles its queries in tiles of 16, where a decode step runs one row or query
+PREFILL_INVARIANT_MODES = ("row-invariant",)
 MODE_ALIASES = {"batch-invariant": "one-by-one"}  # the one-by-one mode's name before fixed-tiles existed
 #: The modes that claim batch invariance: a row's bits do not depend on the rows computed with it.
 INVARIANT_MODES = ("one-by-one", "fixed-tiles")

@@ -102,9 +102,19 @@ def run_experiment(
     model_path = Path(model_path) if model_path else bundled_model()
     if not model_path.exists():
         raise ExperimentError(f"--model {model_path}: no such file or folder")
-    if model_path.is_dir() and any(kernel_mode(m) == "fixed-tiles" for m in modes):
-        raise ExperimentError(f"--modes: fixed-tiles runs bia's own model's layers, not a Hugging Face model's ({model_path}); "
-                              "leave it out of --modes")
+    if any(kernel_mode(m) == "row-invariant" for m in modes):
+        from .rowwise import check_blas
+
+        try:
+            check_blas()
+        except ValueError as exc:
+            raise ExperimentError(f"--modes: {exc}") from None
+        if device != "cpu":
+            raise ExperimentError(f"--modes: the row-invariant mode rests on MKL's CPU GEMM; on --device {device} use fixed-tiles")
+    own = [kernel_mode(m) for m in modes if kernel_mode(m) in ("fixed-tiles", "row-invariant")]
+    if model_path.is_dir() and own:
+        raise ExperimentError(f"--modes: {' and '.join(own)} run{'s' if len(own) == 1 else ''} bia's own model's layers, not a Hugging Face "
+                              f"model's ({model_path}); leave {'it' if len(own) == 1 else 'them'} out of --modes")
     if not force:  # refused before the model is loaded; with force, cleared only once it has loaded
         for mode in modes:
             claim_output(Path(out) / mode, what=f"the {mode} run", folder=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import kernels
+from . import kernels, rowwise
 from .model import TinyLM, kernel_mode
 
 
@@ -62,19 +62,27 @@ def decode(model, prompts: list[list[int]], *, mode: str, max_tokens: int, top_k
     ``default`` runs the batch together; ``one-by-one`` runs each request as its own batch of one
     through every layer, one step of every request after another, so the batch still advances in
     lockstep but no row shares a kernel call with another; ``fixed-tiles`` runs the batch together
-    on :mod:`.kernels` (a :class:`TinyLM` only). ``mode`` may be an alias (:func:`.model.kernel_mode`).
+    on :mod:`.kernels` and ``row-invariant`` on :mod:`.rowwise` (a :class:`TinyLM` only). ``mode`` may be an
+    alias (:func:`.model.kernel_mode`).
     """
     mode = kernel_mode(mode)
     check_tiled(model, mode)
     start = time.perf_counter()
-    run = {"default": _decode_together, "one-by-one": _decode_row_by_row, "fixed-tiles": _decode_tiled}[mode]
-    return run(model, prompts, max_tokens, top_k, start)
+    if mode in ("default", "one-by-one"):
+        return {"default": _decode_together, "one-by-one": _decode_row_by_row}[mode](model, prompts, max_tokens, top_k, start)
+    return _decode_packed(model, prompts, max_tokens, top_k, start, PACKED_KERNELS[mode])
 
 
 def check_tiled(model, mode: str) -> None:
-    """Refuse ``fixed-tiles`` for a model whose layers :mod:`.kernels` does not know (a Hugging Face model)."""
-    if mode == "fixed-tiles" and not isinstance(model, TinyLM):
-        raise ValueError(f"the fixed-tiles mode runs bia's own TinyLM layers; {type(model).__name__} has its own kernels")
+    """Refuse ``fixed-tiles`` or ``row-invariant`` for a model whose layers :mod:`.kernels` and :mod:`.rowwise` do not
+    know (a Hugging Face model), and ``row-invariant`` on a BLAS branch it cannot use (:func:`.rowwise.check_blas`)."""
+    if mode in PACKED_KERNELS and not isinstance(model, TinyLM):
+        raise ValueError(f"the {mode} mode runs bia's own TinyLM layers; {type(model).__name__} has its own kernels")
+    if mode == "row-invariant":
+        rowwise.check_blas()
+        device = next(model.parameters()).device
+        if device.type != "cpu":
+            raise ValueError(f"the row-invariant mode rests on MKL's CPU GEMM; on {device} use fixed-tiles")
 
 
 def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float) -> list[Decoded]:
@@ -104,23 +112,25 @@ def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: 
     return outs
 
 
-def _decode_tiled(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float) -> list[Decoded]:
-    """The whole batch through every layer, on :mod:`.kernels`' fixed tiles: prompts packed into one
-    prefill, then one token of every request per step."""
+PACKED_KERNELS = {"fixed-tiles": kernels, "row-invariant": rowwise}  # the modes that pack the batch's tokens as rows: their module
+
+
+def _decode_packed(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float, kernel) -> list[Decoded]:
+    """The whole batch through every layer on ``kernel`` (:mod:`.kernels`' fixed tiles or :mod:`.rowwise`): prompts
+    packed into one prefill, then one token of every request per step."""
     device = next(model.parameters()).device
     lengths = torch.tensor([len(p) for p in prompts], device=device)
     rows = torch.arange(len(prompts), device=device)
-    cache = kernels.TiledCache.empty(model, len(prompts), int(lengths.max()) + max_tokens)
+    cache = kernel.TiledCache.empty(model, len(prompts), int(lengths.max()) + max_tokens)
     ids = torch.tensor([t for p in prompts for t in p], device=device)
     positions = torch.cat([torch.arange(len(p), device=device) for p in prompts])
     outs = [Decoded(p) for p in prompts]
     with torch.no_grad():
-        last = kernels.forward(model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1,
-                               prefill=True)
+        last = kernel.forward(model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1, prefill=True)
         for step in range(max_tokens):
             chosen = _record(outs, step_outputs(last, top_k), start)
             if step < max_tokens - 1:
-                last = kernels.forward(model, chosen, lengths + step, rows, cache, want=rows)
+                last = kernel.forward(model, chosen, lengths + step, rows, cache, want=rows)
     return outs
 
 

@@ -12,13 +12,21 @@ Kernel modes:
 - ``fixed-tiles``: the batch runs through every layer together, on kernels whose every reduction
   has a shape fixed in advance (row tiles, attention splits; :mod:`.kernels`), so a row's bits are
   independent of the batch and the batch keeps its matmuls.
+- ``row-invariant``: the batch runs through every layer together, each Linear one GEMM over all of
+  its rows (at least 4, where the BLAS sums every row in one order) and each query alone against
+  its own keys in fixed splits (:mod:`.rowwise`): a row's bits are independent of the batch, and a
+  prompt's one-pass forward (prefill) gives every token the bits its decode step gave, at about
+  the default mode's cost.
+
+:data:`INVARIANT_MODES` names the modes that claim batch invariance, :data:`PREFILL_INVARIANT_MODES` those of them
+whose one-pass forward over prompt and completion also claims the decode steps' bits (tests parametrize over them).
 """
 
 from __future__ import annotations
 
-from ..core._modes import KERNEL_MODES, MODE_ALIASES
+from ..core._modes import INVARIANT_MODES, KERNEL_MODES, MODE_ALIASES, PREFILL_INVARIANT_MODES
 
-__all__ = ["KERNEL_MODES", "MODE_ALIASES", "kernel_mode"]
+__all__ = ["INVARIANT_MODES", "KERNEL_MODES", "MODE_ALIASES", "PREFILL_INVARIANT_MODES", "kernel_mode"]
 
 
 def kernel_mode(name: str) -> str:
@@ -31,7 +39,7 @@ def kernel_mode(name: str) -> str:
     >>> kernel_mode("fast")
     Traceback (most recent call last):
     ...
-    ValueError: mode must be one of default, one-by-one, fixed-tiles (or batch-invariant for one-by-one), got 'fast'
+    ValueError: mode must be one of default, one-by-one, fixed-tiles, row-invariant (or batch-invariant for one-by-one), got 'fast'
     """
     if name in KERNEL_MODES:
         return name

@@ -42,7 +42,7 @@ def _shown(path: Path) -> str:
 
 
 def default_runs() -> list[str]:
-    """The embedded default runs: the torch experiment on CPU in its three kernel modes (``data/experiment-cpu``),
+    """The embedded default runs: the torch experiment on CPU in its four kernel modes (``data/experiment-cpu``),
     then a real llama.cpp server on CPU with and without its prompt cache (``data/llamacpp-cpu``), then a real
     vLLM server (its CPU build) with and without its prefix cache (``data/vllm-cpu``).
 
@@ -50,7 +50,7 @@ def default_runs() -> list[str]:
     --------
     >>> [run.rsplit("/", 2)[-2:] for run in default_runs()]  # doctest: +NORMALIZE_WHITESPACE
     [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'], ['experiment-cpu', 'fixed-tiles'],
-     ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt'], ['vllm-cpu', 'no-prefix-cache'], ['vllm-cpu', 'prefix-cache']]
+     ['experiment-cpu', 'row-invariant'], ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt'], ['vllm-cpu', 'no-prefix-cache'], ['vllm-cpu', 'prefix-cache']]
     """
     return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu", "data/vllm-cpu")
             for p in sorted(bundled(folder).glob("*/manifest.json"))]

@@ -74,7 +74,7 @@ def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os
     >>> import tempfile
     >>> folder = write_dataset("data/experiment-cpu", tempfile.mkdtemp())
     >>> sorted(scan_study(folder).runs["run"].to_list())
-    ['batch-invariant', 'default', 'fixed-tiles']
+    ['batch-invariant', 'default', 'fixed-tiles', 'row-invariant']
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -199,7 +199,7 @@ def study_tables(path: str | os.PathLike[str], *, engine: str = "polars", epsilo
     >>> import tempfile
     >>> tables = study_tables(write_dataset("data/experiment-cpu", tempfile.mkdtemp()))
     >>> tables["slots"].group_by("run").len().sort("run").rows()
-    [('batch-invariant', 58), ('default', 58), ('fixed-tiles', 58)]
+    [('batch-invariant', 58), ('default', 58), ('fixed-tiles', 58), ('row-invariant', 58)]
     """
     path = os.fspath(path)
     if engine not in ("polars", "ray"):

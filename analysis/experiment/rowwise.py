@@ -1,0 +1,272 @@
+"""The ``row-invariant`` kernel mode: :class:`~analysis.experiment.model.TinyLM` run on the whole batch at
+once, each row's reductions in an order that does not depend on how many rows share the call, and a
+prompt's one-pass forward (prefill) computing every token exactly as the decode step that made it.
+
+The idea, from the batch-invariant kernels of Thinking Machines' batch_invariant_ops, vLLM's
+batch-invariant mode and SGLang's deterministic mode: a matmul is batch-invariant when the order
+in which it sums each output over the reduction dimension never changes with the number of rows
+(on a GPU: one tile configuration and no split-K whatever M), and attention is when it splits
+the keys by a fixed split *size* rather than into a number of splits chosen by the batch. On a
+CPU the row-count dependence is a matter of which code path the BLAS picks:
+
+- matmuls: torch's float32 GEMM (MKL) sums each output in one order for every row count of
+  :data:`MIN_ROWS` (4) and more; only its small cases (a GEMV at 1 row, another kernel at 2 and 3)
+  sum differently (measured for this model's shapes from 4 to 8,192 rows at several row offsets
+  and buffer alignments, with MKL's own code branch and with ``MKL_CBWR=AVX2`` or ``AVX512``;
+  bfloat16 GEMMs go to oneDNN, invariant from 1 row). MKL's ``COMPATIBLE`` branch does not have
+  the property (a row's sums change every 4 rows), so the mode refuses it (:func:`check_blas`).
+  So every Linear here is one plain GEMM over all of the call's rows, the rows padded with zero rows to at least :data:`MIN_ROWS`: a lone
+  decode row pays for three zero rows of one GEMM, about what its GEMV costs, never a 16-row
+  tile (``fixed-tiles``, :mod:`.kernels`); a batch of 4 or more pays nothing. With several
+  threads MKL splits a GEMM's rows between them, and a share of fewer than 4 rows takes the
+  small path again (measured: 5, 6 and 7 rows on 2 threads), so the mode computes on one thread
+  (:func:`one_thread`). ``tests/test_kernels.py`` checks the property for 4 to 600 rows at several
+  offsets, so a BLAS that breaks it fails there first, naming the shape.
+- attention: each query alone against a window of its own sequence's keys whose length is its
+  own position rounded up to whole splits of :data:`~.kernels.KV_SPLIT` keys (vLLM's and SGLang's
+  fixed split *size*, here one split per query): one product ``[1, head_dim] @ [head_dim, W]``,
+  a softmax over those W scores (the keys past the query masked to weight 0) and one product
+  ``[1, W] @ [W, head_dim]``, all of a shape that depends on the query's position alone, never on
+  a neighbour's length or on how many queries share the call (queries of one window length share
+  one batched call; a batched product runs each entry as its own GEMM).
+- LayerNorm, GELU, additions, embeddings and the float32 log-softmax are per row or per element.
+
+A prefill runs the prompt's tokens as rows of the same GEMMs and each token's query alone against
+its own sequence's keys up to its position, so a teacher-forced forward over prompt and completion
+gives every token the bits the decode step gave it (the same GEMM order for any row count >= 4,
+the same attention product per query). The attention computes in float32, also for a bfloat16
+model. The cost over ``default`` is measured by ``benchmarks/bench_kernels.py``.
+
+What this does not have: a kernel of its own. The GEMM property is measured, for MKL on x86 (its
+AVX2 and AVX512 branches); another BLAS (OpenBLAS, Accelerate) is untested, and on a GPU cuBLAS
+picks its kernels by shape, so the mode runs on the CPU only (``fixed-tiles`` runs anywhere).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from .kernels import KV_SPLIT, TiledCache
+
+MIN_ROWS = 4  # fewest rows any GEMM here sees: MKL's sgemm sums in one order from 4 rows up
+
+__all__ = ["MIN_ROWS", "TiledCache", "check_blas", "forward", "one_thread", "pad_to_min_rows"]
+
+
+def check_blas(environ=None) -> None:
+    """Refuse MKL's ``COMPATIBLE`` code branch (``MKL_CBWR``), whose GEMM sums a row in an order that
+    changes with the row count; ValueError naming the variable.
+
+    Examples
+    --------
+    >>> check_blas({"MKL_CBWR": "AVX2"})
+    >>> check_blas({"MKL_CBWR": "COMPATIBLE"})
+    Traceback (most recent call last):
+    ...
+    ValueError: the row-invariant mode needs MKL's GEMM to sum each row alike whatever the row count, which MKL_CBWR=COMPATIBLE does not: set MKL_CBWR=AVX2 (or leave it unset) before torch loads
+    """
+    import os
+
+    branch = (os.environ if environ is None else environ).get("MKL_CBWR", "")
+    if branch.upper().startswith("COMPATIBLE"):
+        raise ValueError("the row-invariant mode needs MKL's GEMM to sum each row alike whatever the row count, which "
+                         f"MKL_CBWR={branch} does not: set MKL_CBWR=AVX2 (or leave it unset) before torch loads")
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch (and so MKL) on one intra-op thread inside, as many as before outside.
+
+    MKL splits a GEMM's rows between its threads, and a thread's share of fewer than
+    :data:`MIN_ROWS` rows is summed in the small kernel's order, so more threads would let a row's
+    bits depend on the row count again.
+
+    Examples
+    --------
+    >>> before = torch.get_num_threads()
+    >>> with one_thread():
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def pad_to_min_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with zero rows appended up to :data:`MIN_ROWS` rows; ``x`` itself when it has that many.
+
+    Examples
+    --------
+    >>> pad_to_min_rows(torch.ones(1, 3)).shape, pad_to_min_rows(torch.ones(9, 3)).shape
+    (torch.Size([4, 3]), torch.Size([9, 3]))
+    """
+    missing = MIN_ROWS - x.shape[0]
+    return torch.cat([x, x.new_zeros((missing, *x.shape[1:]))]) if missing > 0 else x
+
+
+def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: TiledCache,
+            want: torch.Tensor, *, prefill: bool = False) -> torch.Tensor:
+    """Logits at the packed tokens ``want`` indexes, after writing every token's keys and values to ``cache``.
+
+    ``ids``, ``positions`` and ``rows`` (the cache row of each token's sequence) are 1-D, one entry
+    per token; a token attends to its sequence's positions up to its own. Prompts (a prefill, any
+    number of tokens per sequence) and one new token per request (a decode step) go through the
+    same arithmetic per token, so a token's logits are the same bits either way: ``prefill`` changes
+    nothing here (it is taken so that this and :func:`.kernels.forward` are called alike).
+
+    Examples
+    --------
+    >>> from analysis.experiment.model import ModelConfig, TinyLM
+    >>> _ = torch.manual_seed(0)
+    >>> model = TinyLM(ModelConfig(d_model=16, n_heads=2, n_layers=1, context=64)).eval()
+    >>> cache = TiledCache.empty(model, 1, 8)
+    >>> with torch.no_grad():
+    ...     logits = forward(model, torch.tensor([5, 6, 7]), torch.arange(3), torch.zeros(3, dtype=torch.long), cache,
+    ...                      want=torch.tensor([2]))
+    >>> logits.shape
+    torch.Size([1, 256])
+    """
+    with one_thread():
+        return _forward(model, ids, positions, rows, cache, want)
+
+
+def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tensor:
+    n, at = ids.shape[0], positions.tolist()  # one read of the positions serves the plan (a step's calls are its cost)
+    cache.reserve(max(at) + 1)
+    slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
+    plan = _windows(rows, positions, at, model.cfg.n_heads)
+    x = pad_to_min_rows(model.tok(ids) + model.pos(positions))
+    last = len(model.blocks) - 1
+    every = want.shape[0] == n and torch.equal(want, torch.arange(n, device=want.device))  # a decode step wants every row
+    for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
+        x = _block(block, x, n, slots, keys, values, plan, want if layer == last and not every else None)
+    return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
+
+
+def _linear(layer, x: torch.Tensor) -> torch.Tensor:
+    """``layer`` on ``x [N, d]`` (N >= :data:`MIN_ROWS`): one plain GEMM over every row."""
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def _layer_norm(ln, x: torch.Tensor) -> torch.Tensor:
+    """Per row: LayerNorm's mean and variance run within each row, whatever the number of rows."""
+    return F.layer_norm(x, x.shape[-1:], ln.weight, ln.bias, ln.eps)
+
+
+def _block(block, x: torch.Tensor, n: int, slots, keys, values, plan, keep=None) -> torch.Tensor:
+    """One pre-norm block on the packed rows (the first ``n`` real, the rest zero padding); the real
+    tokens' keys and values are written before any query reads them.
+
+    ``keep``: only these rows go on past the attention, padded again to :data:`MIN_ROWS` (a row's
+    result does not depend on which others go with it).
+    """
+    d, heads = x.shape[-1], block.n_heads
+    q, k, v = _linear(block.qkv, _layer_norm(block.ln1, x)).split(d, dim=-1)
+    keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
+    values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
+    y = _attention(q[:n], keys, values, plan, heads)
+    y = y if y.dtype == x.dtype else y.to(x.dtype)
+    if keep is not None:
+        x, y = pad_to_min_rows(x[keep]), pad_to_min_rows(y[keep])
+    elif y.shape[0] < x.shape[0]:
+        y = pad_to_min_rows(y)
+    x = x + _linear(block.out, y)
+    return x + _linear(block.proj, F.gelu(_linear(block.fc, _layer_norm(block.ln2, x))))
+
+
+QUERY_GROUP = 256  # queries per attention call: bounds the keys gathered at once (it changes no query's bits)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when they are
+    all the call's), the cache row each reads (a slice when consecutive) and the additive mask
+    ``[queries * heads, 1, splits * KV_SPLIT]``: 0 for a key at or before the query's position, -inf past it."""
+
+    take: torch.Tensor | slice
+    rows: torch.Tensor | slice
+    splits: int
+    mask: torch.Tensor
+    span: tuple[int, int] = (0, 0)  # the cache rows from the first to past the last that ``rows`` names, when a tensor
+
+
+def _windows(rows: torch.Tensor, positions: torch.Tensor, at: list[int], heads: int) -> list[_Window]:
+    """The attention calls of one forward: queries grouped by window length, at most :data:`QUERY_GROUP` to a call
+    (``at``: the positions as a list)."""
+    lengths = sorted({p // KV_SPLIT + 1 for p in at})
+    calls = []
+    for length in lengths:
+        chosen = torch.arange(len(at), device=positions.device) if len(lengths) == 1 else \
+            torch.tensor([i for i, p in enumerate(at) if p // KV_SPLIT + 1 == length], device=positions.device)
+        for start in range(0, len(chosen), QUERY_GROUP):
+            take = chosen[start: start + QUERY_GROUP]
+            seen = torch.arange(length * KV_SPLIT, device=positions.device) <= positions[take, None]  # [queries, W]
+            mask = torch.zeros(seen.shape, device=positions.device).masked_fill_(~seen, -math.inf)
+            whole = len(lengths) == 1 and len(chosen) <= QUERY_GROUP  # every query in this one call, in order
+            read = _as_slice(rows[take])
+            span = (0, 0) if isinstance(read, slice) else (int(read.min()), int(read.max()) + 1)
+            calls.append(_Window(slice(0, len(chosen)) if whole else _as_slice(take), read, length,
+                                 mask[:, None, None].expand(-1, heads, 1, -1).reshape(-1, 1, seen.shape[1]), span))
+    return calls
+
+
+def _as_slice(index: torch.Tensor) -> torch.Tensor | slice:
+    """``index`` as a slice when it counts up by one (a view rather than a copy), else itself."""
+    first = int(index[0])
+    if torch.equal(index, torch.arange(first, first + len(index), device=index.device)):
+        return slice(first, first + len(index))
+    return index
+
+
+def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[_Window], heads: int) -> torch.Tensor:
+    """Every packed query's attention output ``[N, d]`` in float32, window by window."""
+    n, d = q.shape
+    if len(plan) == 1 and isinstance(plan[0].take, slice) and plan[0].take == slice(0, n):
+        return _attend(q, keys, values, plan[0], heads)
+    y = q.new_empty((n, d), dtype=torch.float32)
+    for window in plan:
+        y[window.take] = _attend(q[window.take], keys, values, window, heads)
+    return y
+
+
+def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _Window, heads: int) -> torch.Tensor:
+    """Queries ``[Q, d]`` each against its own row's first ``window.splits`` splits of keys: one ``[1, hd] @ [hd, W]``
+    product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product."""
+    count, d = q.shape
+    hd = d // heads
+    k, v = _read(keys, window, hd), _read(values, window, hd)  # [Q * H, W, hd]
+    scores = torch.baddbmm(window.mask, _float(q).reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd))
+    return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
+
+
+def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
+    """The window's rows of one layer's keys or values, ``[Q * H, W, hd]`` in float32 (from ``[splits, rows, H, KV_SPLIT, hd]``).
+
+    A prefill's queries repeat their sequences' rows: the rows they span are laid out by row first (a copy of a few
+    rows), then each query's taken from there (one copy per query, not two)."""
+    block, width = cache[: window.splits], window.splits * KV_SPLIT
+    if isinstance(window.rows, slice):
+        return _float(block[:, window.rows].permute(1, 2, 0, 3, 4).reshape(-1, width, hd))
+    first, last = window.span
+    by_row = block[:, first:last].permute(1, 2, 0, 3, 4).reshape(last - first, -1, width, hd)
+    return _float(by_row.index_select(0, window.rows - first).view(-1, width, hd))
+
+
+def _float(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 (itself when it is: a float32 model pays no conversion call)."""
+    return t if t.dtype == torch.float32 else t.float()
