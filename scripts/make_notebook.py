@@ -130,7 +130,7 @@ WALKTHROUGH = [
         "parameters",
         "# An OpenAI-compatible server (vLLM, SGLang, llama.cpp, apr serve, ...); empty starts bia serve in this kernel.\n"
         'url: str = ""\n'
-        '# bia serve\'s kernel mode when url is empty: "default", "one-by-one" or "fixed-tiles".\n'
+        '# bia serve\'s kernel mode when url is empty: "default", "one-by-one", "fixed-tiles" or "row-invariant".\n'
         'mode: str = "default"\n'
         "# The server's log, for the batch width of every decode step (bia serve started here writes one next to the run).\n"
         'server_log: str = ""\n'

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from analysis.experiment import bundled_model  # noqa: E402
 from analysis.experiment import kernels, rowwise  # noqa: E402
-from analysis.experiment.modes import INVARIANT_MODES, PREFILL_INVARIANT_MODES  # noqa: E402
+from analysis.experiment.modes import INVARIANT_MODES, PREFILL_DECODE_MODES  # noqa: E402
 from analysis.experiment.decode import decode  # noqa: E402
 from analysis.experiment.model import load_model  # noqa: E402
 
@@ -71,7 +71,7 @@ def test_packed_modes_rows_equal_m1_at_every_c_and_position(model, mode, layout)
 
 def test_the_invariant_modes_are_named():
     assert INVARIANT_MODES == ("one-by-one", "fixed-tiles", "row-invariant")
-    assert PREFILL_INVARIANT_MODES == ("row-invariant",)
+    assert PREFILL_DECODE_MODES == ("fixed-tiles", "row-invariant")
 
 
 def test_the_same_check_finds_the_default_modes_drift(float32_model):

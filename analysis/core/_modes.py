@@ -7,17 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 KERNEL_MODES = ("default", "one-by-one", "fixed-tiles", "row-invariant")
-INVARIANT_MODES = ("one-by-one", "fixed-tiles", "row-invariant")  # the modes that claim every row's bits independent of its batch
-# of those, the modes whose one-pass forward over prompt and completion (prefill) claims the decode steps' bits: one-by-one
-# runs a prompt as one [1, T] forward and fixed-tiles its queries in tiles of 16, where a decode step runs one row or query
-PREFILL_INVARIANT_MODES = ("row-invariant",)
 MODE_ALIASES = {"batch-invariant": "one-by-one"}  # the one-by-one mode's name before fixed-tiles existed
 #: The modes that claim batch invariance: a row's bits do not depend on the rows computed with it.
-INVARIANT_MODES = ("one-by-one", "fixed-tiles")
+INVARIANT_MODES = ("one-by-one", "fixed-tiles", "row-invariant")
 #: The invariant modes that also claim prefill == decode: a token's logprob from one forward pass over the whole
-#: sequence (an RL trainer's recompute) has the bits its decode step gave. one-by-one does not: a lone row's
+#: sequence (an RL trainer's recompute) has the bits its decode step gave (fixed-tiles meets a prefill's queries one
+#: at a time, as a decode step's; row-invariant computes every token alike). one-by-one does not: a lone row's
 #: matmuls still take the sequence's length as their shape, so a prompt's pass and a decode step sum differently.
-PREFILL_DECODE_MODES = ("fixed-tiles",)
+PREFILL_DECODE_MODES = ("fixed-tiles", "row-invariant")
 
 SETTING_ALIASES: Mapping[str, Mapping[str, str]] = {"kernel_mode": MODE_ALIASES}  # per setting: requested name -> canonical name
 

@@ -18,15 +18,15 @@ Kernel modes:
   prompt's one-pass forward (prefill) gives every token the bits its decode step gave, at about
   the default mode's cost.
 
-:data:`INVARIANT_MODES` names the modes that claim batch invariance, :data:`PREFILL_INVARIANT_MODES` those of them
+:data:`INVARIANT_MODES` names the modes that claim batch invariance, :data:`PREFILL_DECODE_MODES` those of them
 whose one-pass forward over prompt and completion also claims the decode steps' bits (tests parametrize over them).
 """
 
 from __future__ import annotations
 
-from ..core._modes import INVARIANT_MODES, KERNEL_MODES, MODE_ALIASES, PREFILL_INVARIANT_MODES
+from ..core._modes import INVARIANT_MODES, KERNEL_MODES, MODE_ALIASES, PREFILL_DECODE_MODES
 
-__all__ = ["INVARIANT_MODES", "KERNEL_MODES", "MODE_ALIASES", "PREFILL_INVARIANT_MODES", "kernel_mode"]
+__all__ = ["INVARIANT_MODES", "KERNEL_MODES", "MODE_ALIASES", "PREFILL_DECODE_MODES", "kernel_mode"]
 
 
 def kernel_mode(name: str) -> str:

@@ -17,18 +17,20 @@ How each mode batches the trainer's forward:
 - ``one-by-one``: each sequence its own batch of one;
 - ``fixed-tiles``: ``batch_size`` sequences packed token after token into whole tiles
   (:mod:`.kernels`, as packing trainers such as prime-rl's pack), each token attending to its own
-  sequence.
+  sequence;
+- ``row-invariant``: the same packing, as plain GEMMs of at least 4 rows on one thread (:mod:`.rowwise`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from . import kernels
+from . import kernels, rowwise
 from .decode import check_tiled
 from .modes import kernel_mode
 
@@ -47,7 +49,7 @@ def recompute_logprobs(model, sequences: Sequence[tuple[Sequence[int], Sequence[
         The sampled sequences; each prompt holds at least one token (the first completion token is
         predicted from the prompt's last).
     mode : str
-        The kernel mode of the forward pass (``default``, ``one-by-one``, ``fixed-tiles`` or an alias);
+        The kernel mode of the forward pass (``default``, ``one-by-one``, ``fixed-tiles``, ``row-invariant`` or an alias);
         the module's docstring says how each batches.
     batch_size : int
         Sequences per forward pass (a trainer's micro-batch).
@@ -75,7 +77,8 @@ def recompute_logprobs(model, sequences: Sequence[tuple[Sequence[int], Sequence[
     _check_sequences(model, sequences, batch_size)
     if mode == "one-by-one":
         batch_size = 1
-    forward = _packed_logprobs if mode == "fixed-tiles" else _padded_logprobs
+    forward = {"fixed-tiles": functools.partial(_packed_logprobs, kernels), "row-invariant": functools.partial(_packed_logprobs, rowwise)
+               }.get(mode, _padded_logprobs)
     out: list[list[float]] = []
     with torch.no_grad():
         for start in range(0, len(sequences), batch_size):
@@ -117,15 +120,16 @@ def _padded_logprobs(model, batch: list[tuple[list[int], list[int]]]) -> list[li
     return [scored[row][len(p) - 1: n - 1] for row, ((p, _), n) in enumerate(zip(batch, lengths))]
 
 
-def _packed_logprobs(model, batch: list[tuple[list[int], list[int]]]) -> list[list[float]]:
-    """One forward over the batch's tokens packed into whole tiles (:func:`.kernels.forward`)."""
+def _packed_logprobs(packed, model, batch: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+    """One forward over the batch's tokens packed as rows, by a packed kernel module (:mod:`.kernels`: whole tiles;
+    :mod:`.rowwise`: plain GEMMs of at least 4 rows), as its decode steps run them."""
     device = next(model.parameters()).device
     lengths = torch.tensor([len(p) + len(c) for p, c in batch], device=device)
     ids = torch.tensor([t for p, c in batch for t in p + c], device=device)
     positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])
     rows = torch.arange(len(batch), device=device).repeat_interleave(lengths)
-    cache = kernels.TiledCache.empty(model, len(batch), int(lengths.max()))
-    logits = kernels.forward(model, ids, positions, rows, cache, want=torch.arange(ids.shape[0], device=device), prefill=True)
+    cache = packed.TiledCache.empty(model, len(batch), int(lengths.max()))
+    logits = packed.forward(model, ids, positions, rows, cache, want=torch.arange(ids.shape[0], device=device), prefill=True)
     scored = _scored(logits, ids).tolist()  # across a sequence's end these score the next sequence's first token: never read
     starts = [0, *lengths.cumsum(0).tolist()]
     return [scored[start + len(p) - 1: start + n - 1] for (p, _), start, n in zip(batch, starts, lengths.tolist())]
