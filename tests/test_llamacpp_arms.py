@@ -90,3 +90,21 @@ def test_the_prompt_cache_is_named_for_the_c1_drift_and_only_when_it_is_on(probe
         # the batched path still differs from the single one: the copies arm keeps its divergence at c=4
         batched = table.filter((pl.col("arm") == "copies") & (pl.col("band_c") == 4))
         assert batched.height >= 1 and set(batched["cause"]) <= {"prefill path", "co-batching"}
+
+
+def test_bia_certify_exits_non_zero_on_red_and_writes_its_certificate(probed, tmp_path):
+    """The issue's CI gate: bia certify on the arms run. With the cache on, c=1 already parts (bits) in the copies arm;
+    without it the batched copies still part at c=4: RED either way (exit 5), named in certificate.json."""
+    import json
+
+    run, cache_prompt = probed
+    out = tmp_path / "certificate.json"
+    done = subprocess.run([sys.executable, "-m", "analysis", "certify", str(run.path), "-o", str(out)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 5, done.stdout + done.stderr
+    certificate = json.loads(out.read_text())
+    assert certificate["verdict"] == "RED" and certificate["exit_code"] == 5
+    arms = {row["arm"]: row for row in certificate["arms"]}
+    assert set(arms) >= {"copies", "repeat", "cache"}
+    assert arms["copies"]["verdict"] == "RED" and arms["copies"]["first"]["band_c"] == (1 if cache_prompt else 4)
+    assert arms["repeat"]["verdict"] != "RED"  # alone and cold, the repeats are m=1 bit for bit
