@@ -45,13 +45,13 @@ FINDINGS = {
     "02_dumps_and_runs.ipynb": [
         "3968 tokens, the same as the run's: True",
         "default c=1: 2 of 2 token-identical, bit-identical",
-        "default c=4: 8 of 8 token-identical, 0 bit-identical; logprobs first differ at token 1, by up to 126 ULP",
+        "default c=4: 8 of 8 token-identical, 0 bit-identical; logprobs first differ at token 1, by up to 127 ULP",
         "the drift is far too small to flip a token, so no token flips.",
         "no-cache-prompt c=1: 2 of 2 token-identical, bit-identical",
         "no-cache-prompt c=4: 8 of 8 token-identical, 0 bit-identical; logprobs first differ at token 0, by up to 27615 ULP",
         "cache-prompt c=1: 2 of 2 token-identical, 0 bit-identical; logprobs first differ at token 0, by up to 26 ULP",
         "Finding: batch invariant (every request at every c bit-identical to m=1): one-by-one, fixed-tiles; not: default.",
-        "0 token flips, up to 126 ULP",
+        "0 token flips, up to 127 ULP",
     ],
     "04_trend.ipynb": [
         "Finding: the embedded history holds 3 witnesses, dated 2026-09-02 14:59 by the marker of server commit a765c86; 0 regressions",

@@ -88,7 +88,7 @@ def run_experiment(
     mode's run directory that already holds something is refused unless ``force`` (then replaced).
 
     With ``taps``, each run is then replayed with taps on every op and its ``first_ops.json`` written
-    (:func:`write_first_ops`): for every batched step that differs from m=1, the first op that does.
+    (``write_first_ops``): for every batched step that differs from m=1, the first op that does.
 
     Returns the run directories, which :func:`analysis.run.read_run` reads.
     """
@@ -274,7 +274,7 @@ def _layout(prompt: list[int], prompts: list[list[int]], c: int, layout: str, rn
 
 def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path | None = None) -> Path:
     """Replay an experiment run with taps on every op and write its ``first_ops.json``, which
-    :func:`analysis.first_op_table` reads (see :func:`analysis.experiment._first_ops.write_first_ops`;
+    :func:`analysis.first_op_table` reads (see ``analysis.experiment._first_ops.write_first_ops``;
     imported here when called, as torch is).
 
     Examples

@@ -207,7 +207,7 @@ async def probe(
 
     ``arms`` (any of ``repeat``, ``copies``, ``mixed``, ``prefix``, ``cache``, ``serial``,
     ``prefill``) fires those control arms for each prompt instead of the one ``layout``, in one run
-    whose requests carry their arm (see :mod:`analysis.run._arms`); the m=1 references are then
+    whose requests carry their arm (see ``analysis.run._arms``); the m=1 references are then
     fired cold where the engine can skip its prompt cache per request.
     :func:`analysis.attribution_table` puts each divergence on the first arm that reproduces it.
     An arm the engine cannot run (the cache arm without a per-request cold switch, the prefill arm

@@ -162,7 +162,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     ``sent_at_s`` says when it was sent on that clock, so the release skew of a band's requests can
     be read. With ``partial``, the raw bytes go to ``partial`` (``.sse``) and the arrival times to
     its ``.times`` sibling as they arrive, so a probe killed mid-stream leaves them; ``opened`` gives those two files
-    already open (:func:`open_partial`), and they are closed here all the same.
+    already open (``open_partial``), and they are closed here all the same.
 
     ``deadline`` covers the whole request, the stream included: httpx's time-out is per read, so a
     server that trickles bytes or keep-alive comments would never trip it. A request past its

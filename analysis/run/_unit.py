@@ -13,7 +13,7 @@ class Unit:
 
     ``slots`` are the requests recorded as the unit's own: all c in the copies layout, the target
     (slot 0) alone in the needle layout, where the others are fillers. ``arm`` names the control arm
-    of a run probed with ``arms`` (see :mod:`analysis.run._arms`); None in a run made before arms
+    of a run probed with ``arms`` (see ``analysis.run._arms``); None in a run made before arms
     existed, and for the m=1 references, which every arm shares.
     """
 

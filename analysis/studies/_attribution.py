@@ -3,7 +3,7 @@
 A run probed with arms (:mod:`analysis.run._arms`) holds, beside its batched requests, controls that
 each change one thing from "alone, cold" m=1. For every request that parts from ref #1 of its prompt
 (in bits or in tokens), :func:`attribution_table` names as its cause the first rung of
-:data:`LADDER` whose control parts from m=1 at or before the request's own first differing step:
+``LADDER`` whose control parts from m=1 at or before the request's own first differing step:
 
 =============  ===================  ===============================================================
 cause          control (arm)        what the control changes from m=1
@@ -75,7 +75,7 @@ def prefill_table(run: Run) -> pl.DataFrame:
 
 
 def attribution_table(run: Run) -> pl.DataFrame:
-    """Each request of a run that parts from m=1, with the first control of :data:`LADDER` that reproduces it.
+    """Each request of a run that parts from m=1, with the first control of ``LADDER`` that reproduces it.
 
     One row per batched request (of any arm) whose logprob bits or tokens part from ref #1 of its
     prompt: where (``bitwise_prefix``: steps equal bit for bit; ``divergence_at``: the first token
