@@ -765,7 +765,8 @@ RL_MISMATCH = [
         from analysis import report
 
         PAIRS = [Path(p) for p in pairs] or [*report.trainer_pairs(analysis.default_runs()), *map(Path, report.default_rl_pairs())]  # bundled
-        summaries = {path.stem: analysis.mismatch_summary(analysis.read_dump(path)) for path in PAIRS}
+        name_of = lambda path: path.stem if path.parent.name == "trainer" else f"{path.parent.name}/{path.stem}"  # noqa: E731
+        summaries = {name_of(path): analysis.mismatch_summary(analysis.read_dump(path)) for path in PAIRS}
         pl.concat([s.select("bia:sequences", "bia:masked_tokens", "verl:rollout_corr/k3_kl", "prime-rl:mismatch_kl/all/max",
                             "slime:train/train_rollout_logprob_abs_diff", "openrlhf:vllm_kl").with_columns(run=pl.lit(name))
                    for name, s in summaries.items()]).select("run", pl.exclude("run"))""")),
@@ -788,7 +789,7 @@ RL_MISMATCH = [
 
 
         for path in PAIRS:
-            name, summary = path.stem, summaries[path.stem]
+            name, summary = name_of(path), summaries[name_of(path)]
             exact = summary.drop("bia:sequences").rows() == no_mismatch(path).drop("bia:sequences").rows()
             k3 = summary["verl:rollout_corr/k3_kl"].item()
             print(f"Finding: {name}: " + ("every metric exactly at its no-mismatch value (K3 0.0)" if exact

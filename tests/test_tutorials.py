@@ -73,10 +73,12 @@ FINDINGS = {
     "03_probe.ipynb": [],
     "rl_mismatch.ipynb": [
         "Finding: fixed-tiles: every metric exactly at its no-mismatch value (K3 0.0)",
-        "Finding: default: not zero: verl's K3 1.86e-13, SkyRL's max |delta| 3.34e-06",
-        "Finding: batch-invariant: not zero: verl's K3 2.28e-13, SkyRL's max |delta| 2.5e-06",
+        "Finding: row-invariant: every metric exactly at its no-mismatch value (K3 0.0)",
+        "Finding: default: not zero: verl's K3 1.28e-13, SkyRL's max |delta| 2.32e-06",
+        "Finding: batch-invariant: not zero: verl's K3 2.2e-13, SkyRL's max |delta| 2.32e-06",
+        "Finding: vllm-hf-pair/pairs: not zero: verl's K3 2.51e-13, SkyRL's max |delta| 4.05e-06",
         "experiment-cpu/fixed-tiles: 0 of 3968 tokens part",
-        "experiment-cpu/default: 2696 of 3968 tokens part, by up to 3.3e-06 nats",
+        "experiment-cpu/default: 2535 of 3968 tokens part, by up to 2.3e-06 nats",
         "the smallest sampler margin where a token parts is 0.0125 nats",
     ],
 }
