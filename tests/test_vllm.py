@@ -377,6 +377,13 @@ def test_every_arm_runs_against_vllm(served):
     assert run.manifest["arms"] == list(ARMS) and run.manifest["complete"] and run.manifest["refused"] == [] and run.missing() == []
     requests = run.requests
     assert set(requests["arm"]) == {"reference", *ARMS}
+    # per prompt: 2 references; repeat 3 alone; copies 1 + 4; mixed 2 targets and 3 fillers (c=4); prefix a primer and the
+    # prompt per share (3); cache a primer and the prompt; serial 4 one after another; prefill one per position 1..15
+    counts = dict(requests.group_by("arm", "role").len().select(pl.concat_str("arm", "role", separator="/"), "len").rows())
+    assert counts == {f"{arm}/{role}": len(ARMS_PROMPTS) * n for arm, role, n in (
+        ("reference", "reference", 2), ("repeat", "band", 3), ("copies", "band", 5), ("mixed", "band", 2), ("mixed", "filler", 3),
+        ("prefix", "band", 3), ("prefix", "filler", 3), ("cache", "band", 1), ("cache", "filler", 1), ("serial", "band", 4),
+        ("prefill", "prefill", ARMS_TOKENS - 1))}, counts
     assert set(band_table(run)["arm"]) == set(ARMS) - {"prefill"}
     assert requests.filter(pl.col("role") != "prefill")["completion_tokens"].to_list() == [ARMS_TOKENS] * requests.filter(pl.col("role") != "prefill").height
 
