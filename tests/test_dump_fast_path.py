@@ -370,7 +370,10 @@ def test_read_dumps_and_read_run_take_it(tmp_path, monkeypatch):
     monkeypatch.setattr(reader, "parse_source", general_only)
     dump = read_run(run).dump
     assert dump.formats == {str(run / "captures" / "requests.jsonl"): ["openai_chat_sse"], str(run / "captures" / "responses.jsonl"): ["openai_chat"]}
-    for i, frame in enumerate((dump.tokens, dump.candidates, dump.requests)):
+    # a run's requests also carry the control arm each was fired in (read from its envelope; here a run made before
+    # arms: its references, and copies for the rest); the rest is the general path's, column for column
+    assert dump.requests.select(pl.col("arm") == pl.when(pl.col("role") == "reference").then(pl.lit("reference")).otherwise(pl.lit("copies")))["arm"].all()
+    for i, frame in enumerate((dump.tokens, dump.candidates, dump.requests.drop("arm"))):
         assert_frame_equal(frame, pl.concat([expected["requests.jsonl"][i], expected["responses.jsonl"][i]]), check_exact=True)
 
 
