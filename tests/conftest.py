@@ -62,6 +62,20 @@ def pytest_runtest_call(item):
             path.unlink()
 
 
+@pytest.fixture(scope="module")
+def server_binary():
+    """The llama-server binary scripts/build_llama_server.sh built (tests/test_llamacpp*.py): skipped without it,
+    except under CI, where a missing server is a failure."""
+    from analysis.experiment.llamacpp import find_llama_server
+
+    found = find_llama_server()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have llama-server: scripts/test.sh builds it with scripts/build_llama_server.sh")
+        pytest.skip("no llama-server here: run scripts/build_llama_server.sh (about 7 minutes, once per machine)")
+    return found
+
+
 @pytest.fixture
 def control() -> dict:
     return copy.deepcopy(CONTROL)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 
 import httpx
@@ -22,22 +21,12 @@ torch = pytest.importorskip("torch")
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
 from analysis.experiment.decode import decode  # noqa: E402
 from analysis.experiment.gguf import byte_tokens, gguf_tensor_names, write_gguf  # noqa: E402
-from analysis.experiment.llamacpp import MODEL_ALIAS, LlamaServerError, find_llama_server, llama_server  # noqa: E402
+from analysis.experiment.llamacpp import MODEL_ALIAS, LlamaServerError, llama_server  # noqa: E402
 from analysis.experiment.model import load_model  # noqa: E402
 from analysis.probe import probe  # noqa: E402
 from analysis.run import band_table, read_run, slot_table, to_witness  # noqa: E402
 
 MAX_TOKENS = 64
-
-
-@pytest.fixture(scope="module")
-def server_binary():
-    found = find_llama_server()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must have llama-server: scripts/test.sh builds it with scripts/build_llama_server.sh")
-        pytest.skip("no llama-server here: run scripts/build_llama_server.sh (about 7 minutes, once per machine)")
-    return found
 
 
 @pytest.fixture(scope="module")

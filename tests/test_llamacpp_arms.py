@@ -10,7 +10,6 @@ Skipped on a machine without the build, except under CI, where a missing server 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,23 +23,13 @@ pytest.importorskip("torch")
 from analysis import attribution_table, read_run  # noqa: E402
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
 from analysis.experiment.gguf import write_gguf  # noqa: E402
-from analysis.experiment.llamacpp import find_llama_server, llama_server  # noqa: E402
+from analysis.experiment.llamacpp import llama_server  # noqa: E402
 from analysis.run import band_table, slot_table  # noqa: E402
 from analysis.studies import prefill_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = "repeat,copies,mixed,prefix,cache,serial,prefill"
 MAX_TOKENS = 16  # small for CI: two prompts, every arm, c = 1 and 4, about a minute per cache setting on 2 cores
-
-
-@pytest.fixture(scope="module")
-def server_binary():
-    found = find_llama_server()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must have llama-server: scripts/test.sh builds it with scripts/build_llama_server.sh")
-        pytest.skip("no llama-server here: run scripts/build_llama_server.sh (about 7 minutes, once per machine)")
-    return found
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["cache-prompt", "no-cache-prompt"])

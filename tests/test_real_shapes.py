@@ -303,6 +303,18 @@ def test_a_responses_count_that_lost_entries_stays_an_error(tmp_path, change):
     assert len(d.skipped) == 1 and "usage_minus_entries" not in json.loads(d.requests["extra"][0])
 
 
+def _reasoning_stream(tmp_path, counted: int, status: str):
+    """The recorded Responses stream (3 entries) as a reasoning model's: 64 reasoning tokens, ``counted`` output tokens."""
+    events = _responses_events(open(RESPONSES, encoding="utf-8").read())
+    response = _completed(events)
+    response["usage"].update(output_tokens=counted, output_tokens_details={"reasoning_tokens": 64})
+    if status == "incomplete":
+        response.update(status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+    path = tmp_path / "responses.sse"
+    _write_responses(path, events)
+    return path
+
+
 @pytest.mark.parametrize(("counted", "status", "gap", "reasons"), [
     (3 + 64 + 1, "completed", 65, ["64 reasoning tokens", "end-of-message token"]),
     (3 + 64, "completed", 64, ["64 reasoning tokens"]),  # a count that leaves the end token out
@@ -311,14 +323,7 @@ def test_a_responses_count_that_lost_entries_stays_an_error(tmp_path, change):
 def test_a_reasoning_models_unstreamed_tokens_are_recorded_not_refused(tmp_path, counted, status, gap, reasons):
     """A reasoning model's usage.output_tokens counts its reasoning tokens (output_tokens_details.reasoning_tokens),
     which the stream never sends with logprobs: 3 entries + 64 reasoning (+ 1 end token when completed) is a fact."""
-    events = _responses_events(open(RESPONSES, encoding="utf-8").read())
-    response = _completed(events)
-    response["usage"].update(output_tokens=counted, output_tokens_details={"reasoning_tokens": 64})
-    if status == "incomplete":
-        response.update(status="incomplete", incomplete_details={"reason": "max_output_tokens"})
-    path = tmp_path / "responses.sse"
-    _write_responses(path, events)
-    extra = json.loads(read_dump(path).requests["extra"][0])
+    extra = json.loads(read_dump(_reasoning_stream(tmp_path, counted, status)).requests["extra"][0])
     assert extra["usage_minus_entries"] == gap
     assert [r in extra["usage_minus_entries_reason"] for r in reasons] == [True] * len(reasons)
     assert ("end-of-message" in extra["usage_minus_entries_reason"]) == (gap == 65)
@@ -326,15 +331,8 @@ def test_a_reasoning_models_unstreamed_tokens_are_recorded_not_refused(tmp_path,
 
 @pytest.mark.parametrize(("counted", "status"), [(3 + 63, "completed"), (3 + 66, "completed"), (3 + 65, "incomplete")])
 def test_a_reasoning_count_that_does_not_add_up_stays_an_error(tmp_path, counted, status):
-    events = _responses_events(open(RESPONSES, encoding="utf-8").read())
-    response = _completed(events)
-    response["usage"].update(output_tokens=counted, output_tokens_details={"reasoning_tokens": 64})
-    if status == "incomplete":
-        response.update(status="incomplete", incomplete_details={"reason": "max_output_tokens"})
-    path = tmp_path / "responses.sse"
-    _write_responses(path, events)
     with pytest.raises(DumpError, match=rf"usage\.output_tokens: says {counted} tokens but the stream carried 3 logprob entries"):
-        read_dump(path)
+        read_dump(_reasoning_stream(tmp_path, counted, status))
 
 
 def test_a_llamacpp_chat_stream_that_lost_a_byte_token_entry_stays_an_error(tmp_path):
