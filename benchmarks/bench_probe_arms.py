@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,32 +33,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_probe_events import _payload  # noqa: E402  (the same chat chunks with logprobs)
-
-
-async def _serve(events: int, port_file: Path) -> None:
-    """Answer every POST with the same stream, and every GET with a 404 (no engine to detect: a plain OpenAI server)."""
-    frames = [part + b"\n\n" for part in _payload(events).split(b"\n\n")[:-1]]
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
-        await reader.readexactly(length)
-        if head.startswith(b"GET"):
-            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
-        else:
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
-            for k, frame in enumerate(frames):
-                writer.write(frame)
-                if k % 64 == 63:
-                    await writer.drain()
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=512)
-    port_file.write_text(str(server.sockets[0].getsockname()[1]))
-    async with server:
-        await server.serve_forever()
+from bench_probe_events import _serve, served  # noqa: E402  (the same server of chat chunks with logprobs)
 
 
 async def _bare(url: str, band: int) -> float:
@@ -105,28 +79,19 @@ def main() -> None:
     if args.serve:
         asyncio.run(_serve(args.events, args.serve))
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        port_file = Path(tmp) / "port"
-        server = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file), "--events", str(args.events)])
-        try:
-            while not port_file.exists() or not port_file.read_text():
-                time.sleep(0.05)
-            url = f"http://127.0.0.1:{port_file.read_text()}"
-            asyncio.run(_bare(url + "/v1/chat/completions", args.band))  # warm both paths once
-            _probe(url, args.band, Path(tmp) / "warm")
-            bare, window, wall, counted = [], [], [], set()
-            for k in range(args.rounds):
-                for kind in ("bare", "probe") if k % 2 == 0 else ("probe", "bare"):
-                    if kind == "bare":
-                        bare.append(asyncio.run(_bare(url + "/v1/chat/completions", args.band)))
-                    else:
-                        seconds, whole, events = _probe(url, args.band, Path(tmp) / f"r{k}")
-                        window.append(seconds)
-                        wall.append(whole)
-                        counted.add(events)
-        finally:
-            server.terminate()
-            server.wait()
+    with tempfile.TemporaryDirectory() as tmp, served(__file__, args.events, Path(tmp)) as url:
+        asyncio.run(_bare(url + "/v1/chat/completions", args.band))  # warm both paths once
+        _probe(url, args.band, Path(tmp) / "warm")
+        bare, window, wall, counted = [], [], [], set()
+        for k in range(args.rounds):
+            for kind in ("bare", "probe") if k % 2 == 0 else ("probe", "bare"):
+                if kind == "bare":
+                    bare.append(asyncio.run(_bare(url + "/v1/chat/completions", args.band)))
+                else:
+                    seconds, whole, events = _probe(url, args.band, Path(tmp) / f"r{k}")
+                    window.append(seconds)
+                    wall.append(whole)
+                    counted.add(events)
     events = args.band * (args.events + 2)  # content chunks, usage, [DONE]
     assert counted == {events}, counted
     rates = {"bare": events / statistics.median(bare), "probe": events / statistics.median(window)}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import subprocess
@@ -50,27 +51,43 @@ def _payload(events: int) -> bytes:
 
 
 async def _serve(events: int, port_file: Path) -> None:
-    """Answer every POST with the same stream, written event by event (a drain every 64 events)."""
-    payload = _payload(events)
-    parts = payload.split(b"\n\n")[:-1]
-    frames = [part + b"\n\n" for part in parts]
+    """Answer every POST with the same stream, written event by event (a drain every 64 events), and every GET with a
+    404 (no engine to detect: a plain OpenAI server, for bench_probe_arms' detection)."""
+    frames = [part + b"\n\n" for part in _payload(events).split(b"\n\n")[:-1]]
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
         await reader.readexactly(length)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
-        for k, frame in enumerate(frames):
-            writer.write(frame)
-            if k % 64 == 63:
-                await writer.drain()
+        if head.startswith(b"GET"):
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            for k, frame in enumerate(frames):
+                writer.write(frame)
+                if k % 64 == 63:
+                    await writer.drain()
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=256)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=512)
     port_file.write_text(str(server.sockets[0].getsockname()[1]))
     async with server:
         await server.serve_forever()
+
+
+@contextlib.contextmanager
+def served(script: str, events: int, folder: Path):
+    """Run ``script --serve`` (which calls :func:`_serve`) in a child process; yields its base URL, stops it after."""
+    port_file = folder / "port"
+    server = subprocess.Popen([sys.executable, script, "--serve", str(port_file), "--events", str(events)])
+    try:
+        while not port_file.exists() or not port_file.read_text():
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port_file.read_text()}"
+    finally:
+        server.terminate()
+        server.wait()
 
 
 async def _bare(client: httpx.AsyncClient, url: str, body: dict) -> int:
@@ -122,24 +139,16 @@ def main() -> None:
     if args.serve:
         asyncio.run(_serve(args.events, args.serve))
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        port_file = Path(tmp) / "port"
-        server = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file), "--events", str(args.events)])
-        try:
-            while not port_file.exists() or not port_file.read_text():
-                time.sleep(0.05)
-            url = f"http://127.0.0.1:{port_file.read_text()}/v1/chat/completions"
-            total = args.streams * (args.events + 2)  # content chunks, usage, [DONE]
-            asyncio.run(_round("bare", url, args.streams, Path(tmp) / "warm"))  # warm up both paths once
-            asyncio.run(_round("probe", url, args.streams, Path(tmp) / "warm"))
-            times: dict[str, list[float]] = {"bare": [], "probe": []}
-            for k in range(args.rounds):
-                for kind in ("bare", "probe") if k % 2 == 0 else ("probe", "bare"):
-                    times[kind].append(asyncio.run(_round(kind, url, args.streams, Path(tmp) / f"r{k}")))
-            checked = [asyncio.run(_round("probe+parse", url, args.streams, Path(tmp) / f"c{k}")) for k in range(3)]
-        finally:
-            server.terminate()
-            server.wait()
+    with tempfile.TemporaryDirectory() as tmp, served(__file__, args.events, Path(tmp)) as base:
+        url = base + "/v1/chat/completions"
+        total = args.streams * (args.events + 2)  # content chunks, usage, [DONE]
+        asyncio.run(_round("bare", url, args.streams, Path(tmp) / "warm"))  # warm up both paths once
+        asyncio.run(_round("probe", url, args.streams, Path(tmp) / "warm"))
+        times: dict[str, list[float]] = {"bare": [], "probe": []}
+        for k in range(args.rounds):
+            for kind in ("bare", "probe") if k % 2 == 0 else ("probe", "bare"):
+                times[kind].append(asyncio.run(_round(kind, url, args.streams, Path(tmp) / f"r{k}")))
+        checked = [asyncio.run(_round("probe+parse", url, args.streams, Path(tmp) / f"c{k}")) for k in range(3)]
     rates = {kind: total / statistics.median(seconds) for kind, seconds in times.items()}
     print(f"{args.streams} streams x {args.events} events, {args.rounds} alternating rounds, medians:")
     for kind in ("bare", "probe"):
