@@ -15,8 +15,9 @@ import time
 from typing import Any, Callable
 
 
-def _child(step: Callable[[Any], dict], argument: Any, imports: str, queue) -> None:
-    __import__(imports)  # time the work, not the interpreter's imports
+def _child(step: Callable[[Any], dict], argument: Any, imports: str | tuple[str, ...], queue) -> None:
+    for module in (imports,) if isinstance(imports, str) else imports:
+        __import__(module)  # time the work, not the interpreter's imports
     start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     out = step(argument)
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -26,11 +27,11 @@ def _child(step: Callable[[Any], dict], argument: Any, imports: str, queue) -> N
     queue.put(out)
 
 
-def measure(step: Callable[[Any], dict], argument: Any, *, imports: str) -> dict:
+def measure(step: Callable[[Any], dict], argument: Any, *, imports: str | tuple[str, ...]) -> dict:
     """Run ``step(argument)`` (a module-level function returning a dict) in a fresh child process.
 
     Returns its dict with ``seconds`` (wall), ``cpu_seconds`` and ``peak_rss`` (bytes) added;
-    ``imports`` names the module to import before the clock starts.
+    ``imports`` names the module (or modules) to import before the clock starts.
     """
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

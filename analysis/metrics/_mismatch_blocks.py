@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -228,20 +229,46 @@ def partials(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: boo
     >>> seqs["n"].item(), round(seqs["s_d"].item(), 6), round(glob["max_absd"].item(), 6)
     (2, 0.08, 0.1)
     """
-    fields = run_fields(advantage)
-    keys, runs, rows = [], [], []
-    batches = token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming")
-    # numpy releases the GIL inside its loops: the batches' blocks run on all cores while polars reads the next
-    # batches, a bounded number in flight so that memory stays a few batches whatever the input's size
+    return next(iter(piece_partials([(tokens, advantage)], c, chunk_size=chunk_size)))
+
+
+def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = Constants(), *,
+                   chunk_size: int = 1_000_000) -> list[tuple[pl.DataFrame, pl.DataFrame]]:
+    """:func:`partials` of each ``(tokens, advantage)`` piece, in order, the pieces read one after another in one pipeline.
+
+    The threads never wait at a piece's end: while the last batches of one piece are summed, polars
+    already reads the next piece's (each piece on its own would leave a core idle at its end).
+
+    Examples
+    --------
+    >>> tokens = pl.LazyFrame({"sequence": [0, 0, 1], "rollout_logprob": [-0.1, -2.0, -0.5],
+    ...                        "trainer_logprob": [-0.12, -1.9, -0.5], "mask": [True, True, True]})
+    >>> [seqs["n"].to_list() for seqs, _ in piece_partials([(tokens.head(2), False), (tokens.tail(1), False)])]
+    [[2], [1]]
+    """
+    pieces = list(pieces)
+    collected = [([], [], []) for _ in pieces]
+    # numpy and the compiled pass release the GIL inside their loops: the batches' blocks run on all cores while
+    # polars reads the next batches, a bounded number in flight so that memory stays a few batches whatever the size
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: deque = deque()
-        for batch in batches:
-            pending.append(pool.submit(_batch_sums, batch, c))
-            while len(pending) > workers:
-                _collect(pending.popleft().result(), keys, runs, rows)
+        for index, (tokens, advantage) in enumerate(pieces):
+            for batch in token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming"):
+                pending.append((index, pool.submit(_batch_sums, batch, c)))
+                while len(pending) > workers:
+                    done, future = pending.popleft()
+                    _collect(future.result(), *collected[done])
         while pending:
-            _collect(pending.popleft().result(), keys, runs, rows)
+            done, future = pending.popleft()
+            _collect(future.result(), *collected[done])
+    return [_merged(tokens, advantage, *sums, c) for (tokens, advantage), sums in zip(pieces, collected)]
+
+
+def _merged(tokens: pl.LazyFrame, advantage: bool, keys: list, runs: list, rows: list,
+            c: Constants) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One piece's merged per-sequence sums and batch-wide row from its batches' keys, runs and rows."""
+    fields = run_fields(advantage)
     key_dtype = token_columns(tokens).collect_schema()["sequence"]
     sums = np.concatenate(runs, axis=1) if runs else np.zeros((len(fields), 0))
     seqs = pl.DataFrame({"sequence": pl.concat(keys) if keys else pl.Series([], dtype=key_dtype), **dict(zip(fields, sums))})
@@ -261,38 +288,58 @@ def _collect(result, keys: list, runs: list, rows: list) -> None:
         rows.append(result[2])
 
 
+#: The per-token columns the pass reads besides the sequence key, in the order the block functions take them.
+_INPUTS = ("mask", "r", "t", "advantage", "has_support")
+
+
+def _numpy_columns(batch: pl.DataFrame) -> dict[str, np.ndarray]:
+    return {name: batch[name].to_numpy() for name in _INPUTS if name in batch.columns}
+
+
 def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray] | None:
     """A batch's run keys, per-run sums and batch-wide rows, one of each per block of :data:`BLOCK_ROWS` rows."""
     if not batch.height:
         return None
-    inputs = ("mask", "r", "t", "advantage", "has_support")
-    columns = {name: batch[name].to_numpy() for name in inputs if name in batch.columns}
     from . import _mismatch_kernel  # imports numba, where installed: only when there are tokens to sum
 
     if COMPILED and _mismatch_kernel.AVAILABLE:
-        return _compiled_sums(batch, columns, c)
+        return _compiled_sums(batch, c)
+    columns = _numpy_columns(batch)
     starts = _run_starts(batch)
     firsts, runs, rows = [], [], []  # each block's first row starts a run (a piece of one), besides the batch's own
     for begin in range(0, batch.height, BLOCK_ROWS):
         end = min(begin + BLOCK_ROWS, batch.height)
         block_starts = np.concatenate(([begin], starts[np.searchsorted(starts, begin, "right"):np.searchsorted(starts, end)]))
-        run, row = block_sums(block_starts - begin, *(columns[name][begin:end] if name in columns else None for name in inputs), c)
+        run, row = block_sums(block_starts - begin, *(columns[name][begin:end] if name in columns else None for name in _INPUTS), c)
         firsts.append(block_starts)
         runs.append(run)
         rows.append(row)
     return batch["sequence"].gather(np.concatenate(firsts)), np.concatenate(runs, axis=1), np.stack(rows)
 
 
-def _compiled_sums(batch: pl.DataFrame, columns: dict, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+def _compiled_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray]:
     """:func:`_batch_sums` in one compiled loop: the same runs (a block's first row starts one) and the same block rows."""
     from . import _mismatch_kernel
 
     key = batch["sequence"]
-    if key.dtype.is_integer() and not key.null_count():  # the loop finds the runs itself, on the key's own buffer
-        keys, firsts = key.to_numpy(), None
-    else:  # any other key: polars finds where it changes
-        keys, firsts = None, np.union1d(_run_starts(batch), np.arange(0, batch.height, BLOCK_ROWS))
-    inputs = ("mask", "r", "t", "advantage", "has_support")
-    firsts, runs, rows = _mismatch_kernel.batch_sums(keys, firsts, BLOCK_ROWS, *(columns.get(name) for name in inputs), c,
-                                                     len(run_fields("advantage" in columns)), len(ROW_FIELDS))
-    return key.gather(firsts), runs, rows
+    sizes = len(run_fields("advantage" in batch.columns)), len(ROW_FIELDS)
+    if not key.dtype.is_integer() or key.null_count():  # any other key: polars finds where it changes
+        columns = _numpy_columns(batch)
+        firsts = np.union1d(_run_starts(batch), np.arange(0, batch.height, BLOCK_ROWS))
+        firsts, runs, rows = _mismatch_kernel.batch_sums(None, firsts, BLOCK_ROWS, *(columns.get(name) for name in _INPUTS), c, *sizes)
+        return key.gather(firsts), runs, rows
+    # An integer key: each of the batch's Arrow chunks as it lies in memory, its blocks counted from the chunk's
+    # start (a batch of several chunks, as the streaming engine gives, is otherwise copied whole into one array per
+    # column first: a tenth of the pass's time), the loop finding the runs on the key's own buffer.
+    firsts, runs, rows, offset = [], [], [], 0
+    for chunk in batch.to_arrow().to_batches():
+        if not chunk.num_rows:
+            continue
+        names = chunk.schema.names
+        columns = {name: chunk.column(name).to_numpy(zero_copy_only=False) for name in ("sequence", *_INPUTS) if name in names}
+        f, r, w = _mismatch_kernel.batch_sums(columns["sequence"], None, BLOCK_ROWS, *(columns.get(name) for name in _INPUTS), c, *sizes)
+        firsts.append(f + offset)
+        runs.append(r)
+        rows.append(w)
+        offset += chunk.num_rows
+    return key.gather(np.concatenate(firsts)), np.concatenate(runs, axis=1), np.concatenate(rows)

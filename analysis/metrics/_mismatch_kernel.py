@@ -1,20 +1,23 @@
 """The per-token pass of the mismatch metrics compiled (numba): the sums of :func:`~analysis.metrics._mismatch_blocks.block_sums` without its ~70 numpy passes per block.
 
-Per block of ``BLOCK_ROWS`` rows, three steps while the block's arrays stay in a core's cache: a
+Per chunk of a batch (the streaming engine's Arrow chunks, about 100 K rows), three steps: a
 compiled loop copies the loss-masked tokens' ``δ``, ``t`` and ``r``, widened to float64, side by
-side (the runs of equal ``sequence`` are found beforehand, by a compiled loop on an integer key's
-own buffer, by polars for any other key); numpy takes their three ``exp`` (vectorised, AVX-512
-here, six times as fast as libm's ``exp`` one value at a time in a compiled loop, and the numpy
-pass's very bits); branch-free compiled loops, which vectorise, add each run's sums and take the
-block's moments (Σ, then M2 about the block's mean, the co-moment and the extremes), as the numpy
-pass does, so the merged rows (Chan's formula) are those of the same blocks. The seven block-sized
-float64 arrays are kept per thread.
+side, one branch-free copy per stretch of loss-masked tokens (the runs of equal ``sequence`` are
+found beforehand, by a compiled loop on an integer key's own buffer, by polars for any other key);
+numpy takes their three ``exp`` (vectorised, AVX-512 here, six times as fast as libm's ``exp`` one
+value at a time in a compiled loop, and the numpy pass's very bits); branch-free compiled loops,
+which vectorise, add each run's sums and take each block's moments (Σ, then M2 about the block's
+mean, the co-moment and the extremes), as the numpy pass does, so the merged rows (Chan's formula)
+are those of the same blocks of ``BLOCK_ROWS`` rows. The seven float64 arrays are kept per thread.
+Two compiled calls per chunk, not per block: numba's dispatch of a call with a dozen array
+arguments cost more than a block's arithmetic.
 
 numba is an optional dependency (``pip install 'bia[fast]'``): it caps numpy's version and brings
 LLVM (about 50 MB), which the report does not need, and without it the numpy pass runs, with the
 same values. The compiled code is cached on disk (``cache=True``, beside this file or in
 ``NUMBA_CACHE_DIR``): only the first process after an install compiles (about 2.5 s of CPU); each
-later one pays the import and the cache load (about 0.6 s).
+later one pays numba's import (about 0.8 s, once per process, as for any library) and the cache load
+(about 0.2 s).
 
 Every value is the numpy pass's up to the order of the additions (in vector lanes here, pairwise in numpy):
 tests/test_mismatch_kernel.py checks the two agree to 1e-11 relative.
@@ -53,21 +56,40 @@ def _clip(v, lo, hi):
 def _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at, safety):
     """The loss-masked tokens' δ, t, r (and advantage) side by side in ``d``, ``tt``, ``rr`` (``aa``), widened to
     float64; ``at[j]`` is where run j's begin among them (``at[-1]`` their count). Returns their count and how many
-    have |δ| past ``safety``."""
+    have |δ| past ``safety``.
+
+    The mask is scanned for its stretches of loss-masked tokens (a completion is one), and each stretch is copied
+    by a loop without a branch, which vectorises: a branch per token cost twice the time."""
     has_adv = aa.shape[0] > 0
-    k, j, clipped = 0, 0, 0
-    for i in range(mask.shape[0]):
-        while j < firsts.shape[0] and firsts[j] == i:
+    n, runs = mask.shape[0], firsts.shape[0]
+    k, clipped = 0, 0
+    for j in range(-1, runs):  # the rows before the first run's (none when a block starts one), then each run's
+        begin = 0 if j < 0 else firsts[j]
+        end = firsts[j + 1] if j + 1 < runs else n
+        if j >= 0:
             at[j] = k
-            j += 1
-        if mask[i]:
-            ri, ti = np.float64(r[i]), np.float64(t[i])
-            d[k], tt[k], rr[k] = ti - ri, ti, ri
-            clipped += 1 if abs(ti - ri) > safety else 0
+        i = begin
+        while i < end:
+            if not mask[i]:
+                i += 1
+                continue
+            stop = i + 1
+            while stop < end and mask[stop]:
+                stop += 1
+            m = stop - i
+            # views from 0: the copy loop then needs no wraparound check and vectorises
+            rs, ts, dd, t2, r2 = r[i:stop], t[i:stop], d[k:k + m], tt[k:k + m], rr[k:k + m]
+            for x in range(m):
+                ri, ti = np.float64(rs[x]), np.float64(ts[x])
+                dd[x], t2[x], r2[x] = ti - ri, ti, ri
+                clipped += 1 if abs(ti - ri) > safety else 0
             if has_adv:
-                aa[k] = adv[i]
-            k += 1
-    at[firsts.shape[0]] = k
+                src, dst = adv[i:stop], aa[k:k + m]
+                for x in range(m):
+                    dst[x] = src[x]
+            k += m
+            i = stop
+    at[runs] = k
     return k, clipped
 
 
@@ -276,25 +298,17 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
         firsts = firsts[:_run_firsts(keys, block_rows, firsts)].copy()
     firsts = firsts.astype(np.int64, copy=False)
     runs, rows = np.zeros((n_fields, len(firsts))), np.zeros((-(-height // block_rows), n_row))
-    # block by block: a block's seven float64 arrays stay in a core's cache between the three steps (batch-sized
-    # ones streamed through memory, which cost as much as the arithmetic)
-    d, tt, rr, aa, rho, p, q = _buffers(min(block_rows, height), advantage is not None)
+    # the whole batch in three steps, two compiled calls and numpy's exp between: calling per block cost more in
+    # numba's dispatch than the block's arithmetic (a chunk of the streaming engine's 100 K rows stays in L3)
+    d, tt, rr, aa, rho, p, q = _buffers(height, advantage is not None)
     at = np.empty(len(firsts) + 1, dtype=np.int64)
-    bounds = np.searchsorted(firsts, np.arange(0, height + block_rows, block_rows)[:len(rows) + 1])
-    no_support = np.zeros(0, dtype=np.bool_)
-    relative = firsts % block_rows  # each run's first row within its block
-    verl_token = c.verl_rollout_is == "token"
-    with np.errstate(all="ignore"):  # once per batch: entering it per block cost as much as the block's exp
-        for b in range(len(rows)):
-            begin, end, j0, j1 = b * block_rows, min((b + 1) * block_rows, height), bounds[b], bounds[b + 1]
-            starts = relative[j0:j1]
-            m, clipped = _compact(starts, mask[begin:end], r[begin:end], t[begin:end],
-                                  aa if advantage is None else advantage[begin:end], d, tt, rr, aa, at, c.safety_bound)
-            # numpy's exp, not a compiled loop's: vectorised (AVX-512 here), six times as fast as libm's one value at
-            # a time, and the numpy pass's very bits
-            rho_, p_, q_ = np.exp(d[:m], out=rho[:m]), np.exp(tt[:m], out=p[:m]), np.exp(rr[:m], out=q[:m])
-            # exp(clip(δ)): ρ itself unless a token is past the clip (the numpy pass's np.where gives the same bits)
-            rc = np.exp(np.clip(d[:m], -c.safety_bound, c.safety_bound)) if clipped else rho_
-            _batch_kernel(starts, block_rows, end - begin, at, d, tt, rr, aa, rho_, rc, p_, q_,
-                          no_support if support is None else support[begin:end], packed, verl_token, runs[:, j0:j1], rows[b:b + 1])
+    with np.errstate(all="ignore"):
+        m, clipped = _compact(firsts, mask, r, t, aa if advantage is None else advantage, d, tt, rr, aa, at, c.safety_bound)
+        # numpy's exp, not a compiled loop's: vectorised (AVX-512 here), six times as fast as libm's one value at a
+        # time, and the numpy pass's very bits
+        rho_, p_, q_ = np.exp(d[:m], out=rho[:m]), np.exp(tt[:m], out=p[:m]), np.exp(rr[:m], out=q[:m])
+        # exp(clip(δ)): ρ itself unless a token is past the clip (the numpy pass's np.where gives the same bits)
+        rc = np.exp(np.clip(d[:m], -c.safety_bound, c.safety_bound)) if clipped else rho_
+        _batch_kernel(firsts, block_rows, height, at, d, tt, rr, aa, rho_, rc, p_, q_,
+                      np.zeros(0, dtype=np.bool_) if support is None else support, packed, c.verl_rollout_is == "token", runs, rows)
     return firsts, runs, rows

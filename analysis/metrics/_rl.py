@@ -136,8 +136,10 @@ def _partials(data: Any, constants: _mismatch.Constants, *, engine: str, replay:
         pieces = _pieces(paths, piece_rows)
         if engine == "ray":
             results = _on_ray(pieces, constants, replay, chunk_size)
-        else:
-            results = [_piece_partials(*piece, constants, replay, chunk_size) for piece in pieces]
+        else:  # one pipeline over every piece, so that no core waits at a piece's end
+            prepared = [_prepare(pl.scan_parquet(path).slice(offset, length), replay) for path, offset, length in pieces]
+            sums = _mismatch_blocks.piece_partials(prepared, constants, chunk_size=chunk_size)
+            results = list(zip(sums, (advantage for _, advantage in prepared)))
         if not results:
             lf, advantage = _prepare(pl.scan_parquet(paths), replay)
             return (*_mismatch_blocks.partials(lf, constants, advantage=advantage), advantage)
