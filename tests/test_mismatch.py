@@ -17,6 +17,9 @@ from analysis.metrics import _mismatch
 
 LN = math.log
 
+# every test on both per-token passes, compiled and numpy (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("per_token_pass")
+
 
 def frame(rows, advantage=False):
     cols = ["sequence", "position", "rollout_logprob", "trainer_logprob", "mask"] + (["advantage"] if advantage else [])

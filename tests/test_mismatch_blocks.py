@@ -17,6 +17,9 @@ from analysis.metrics import _mismatch_blocks
 
 LN = math.log
 
+# every test on both per-token passes, compiled and numpy (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("per_token_pass")
+
 # Seven rows, cut into blocks of 3 (BLOCK_ROWS patched): block 0 = rows 0-2, block 1 = rows 3-5, block 2 = row 6.
 # A: one masked token, rho = 1 (0.5 -> 0.5). B: no masked token, in the middle of block 0.
 # C: rho = 3 (0.25 -> 0.75) in block 0 and rho = 1/4 (0.8 -> 0.2) in block 1: cut across blocks.

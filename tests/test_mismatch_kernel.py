@@ -104,3 +104,23 @@ def test_a_run_by_hand():
     assert block0["max_absd"] == pytest.approx(math.log(2)) and block0["min_absd"] == 0.0
     assert block0["m2_absd"] == pytest.approx(math.log(2) ** 2 / 2)  # |δ| = ln 2, 0 about their mean ln 2 / 2
     assert block1["m2_absd"] == 0.0 and block1["max_absd"] == pytest.approx(math.log(2))
+
+
+def test_batches_of_several_arrow_chunks_are_summed_chunk_by_chunk(monkeypatch, tmp_path):
+    # A Parquet file of 250-row row groups read in batches of 1000 rows: each batch holds several Arrow chunks, which
+    # the compiled pass sums one by one where they lie (blocks counted from each chunk's start); a frame concatenated
+    # without rechunking does the same in memory. Both must give the numpy pass's values, which rechunks each batch.
+    tokens = _tokens(np.random.default_rng(11), 400)
+    path = tmp_path / "step.parquet"
+    tokens.write_parquet(path, row_group_size=250)
+    pieces = pl.concat([tokens.slice(i, 333) for i in range(0, tokens.height, 333)], rechunk=False)
+    assert pieces.n_chunks() > 1
+    monkeypatch.setattr(_mismatch_blocks, "BLOCK_ROWS", 64)
+    for data in (str(path), pieces):
+        out = {}
+        for compiled in (True, False):
+            monkeypatch.setattr(_mismatch_blocks, "COMPILED", compiled)
+            out[compiled] = mismatch_summary(data, chunk_size=1000).row(0, named=True)
+        assert out[True]["bia:tokens"] == tokens.height
+        for name in out[True]:
+            assert _same(out[True][name], out[False][name]), (data if isinstance(data, str) else "concat", name)
