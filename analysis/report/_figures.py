@@ -103,7 +103,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[A
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         left(axes[0])
         right(axes[1])
-        out.append((fig, f"{run.path}: {alt}"))
+        out.append((fig, f"{run.label}: {alt}"))
     return out
 
 

@@ -170,7 +170,7 @@ def run_admission(run, policy) -> list[dict[str, Any]]:
     groups: dict[tuple, dict[str, Any]] = {}
     for prompt in sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None}):
         witness = to_witness(run, prompt)
-        verdict = shape_check_data(witness, source=f"{run.path or 'run'} prompt {prompt}", policy=policy)
+        verdict = shape_check_data(witness, source=f"{run.label} prompt {prompt}", policy=policy)
         key = (verdict.status, verdict.reasons, witness["result"])
         group = groups.setdefault(key, {"verdict": verdict, "result": witness["result"], "prompts": []})
         group["prompts"].append(prompt)
@@ -182,7 +182,7 @@ def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     and accuracy checks when the run has them."""
     from ..run import accuracy_table, observer_table
 
-    against = reference if isinstance(reference, str) else f"ref #1 of {reference.path}"
+    against = reference if isinstance(reference, str) else f"ref #1 of {reference.label}"
     return (_prompts_html(run, reference) + _bands_html(run, epsilon, reference, against) + _requests_html(run, epsilon, reference, against)
             + _observer_html(observer_table(run)) + _accuracy_html(*accuracy_table(run)))
 
