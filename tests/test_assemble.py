@@ -248,3 +248,25 @@ def test_a_run_is_called_by_its_manifest_label_where_it_has_one(tmp_path):
     assert labelled.label == "my <dumps>"
     for page in (labelled._repr_html_(), report.run_details_html(labelled, epsilon=0.05), report.mode_comparison_html([labelled, run])):
         assert "my &lt;dumps&gt;" in page and str(tmp_path / "labelled") not in page  # escaped, and the folder is not named
+
+
+def test_a_witness_needs_the_max_tokens_an_assembled_run_does_not_know(tmp_path):
+    """bia witness RUN_DIR points at write_witness; on a run assembled from dumps it wrote a witness of no bands, every request
+    refused as "completion_tokens=10 != n_predict=0", and bia shape-check said "RED: the witness measured no bands"."""
+    from analysis import write_witness
+    from analysis.run import to_witness
+
+    folder = band_dumps(tmp_path / "dumps")
+    with pytest.raises(RunError, match=r"records no max_tokens .*sampler.*max_tokens"):
+        write_witness(read_run(write_run(assemble_dumps(folder), tmp_path / "run")))
+    assert not (tmp_path / "run" / "witness.json").exists()
+    # told the request's length (the sample's 10 completion tokens) and a declared_min within it, the same dumps make bands
+    witness = to_witness(assemble_dumps(folder, manifest={"sampler": {"max_tokens": 10}, "declared_min": 8}))
+    assert witness["reference"]["stable"] and [band["c"] for band in witness["bands"]] == [1, 4]
+
+
+def test_the_report_gate_says_why_an_assembled_run_has_no_witness(tmp_path):
+    """bia report DUMPS --admission judges each prompt's witness; with no max_tokens there is none, and the gate says so."""
+    result = bia("report", str(band_dumps(tmp_path / "dumps")), "--admission", "-o", str(tmp_path / "r.html"))
+    assert result.returncode == 0, result.stderr
+    assert "RED: no witness: dumps (assembled): the manifest records no max_tokens" in _text(tmp_path / "r.html")
