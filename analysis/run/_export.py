@@ -31,6 +31,13 @@ def _refusal(row: Mapping[str, Any], n_predict: int) -> str | None:
     return None
 
 
+def _env_strings(environment: Mapping[str, Any]) -> dict[str, str | None]:
+    """A run's environment as a witness's ``env`` holds it: strings or null (aprender's kernel knobs), another value as
+    JSON spells it (``true``, ``1``), so that bia reads back the witness it writes."""
+    return {key: value if value is None or isinstance(value, str) else json.dumps(value, sort_keys=True)
+            for key, value in environment.items()}
+
+
 def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = None) -> dict[str, Any]:
     """An aprender ``witness_version`` 3 for one prompt of the run, by the probe's rules.
 
@@ -86,7 +93,7 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
         "model": {"path": (identity.get("model") or {}).get("path"), "sha256": (identity.get("model") or {}).get("sha256")},
         "sampler": sampler,
         "declared_min": declared_min,
-        "env": manifest.get("environment", {}),
+        "env": _env_strings(manifest.get("environment") or {}),
         "reference": reference,
         "bands": bands,
         "result": result,
