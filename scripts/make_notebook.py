@@ -85,7 +85,7 @@ CELLS = [
         "    for fig, alt in report.witness_figures(ws):\n"
         "        report.show_figure(fig, alt)\n"
         "for run in run_objects:\n"
-        '    display(HTML(report.heading_html("Run", str(run.path))))\n'
+        '    display(HTML(report.heading_html("Run", run.label)))\n'
         "    for fig, alt in report.run_figures(run, epsilon=epsilon, reference=against):\n"
         "        report.show_figure(fig, alt)",
     ),
@@ -102,8 +102,9 @@ CELLS = [
         "code",
         "if ws.sources or judge_runs:\n"
         "    display(HTML(report.admission_html(ws, ws.shape_checks(v3_policy), run_objects if judge_runs else [], v3_policy)))\n"
-        'parameters = {"sources": witness_sources, "runs": run_paths, "epsilon": epsilon, "reference": reference, "policy": policy,\n'
-        '              "admission": judge_runs}\n'
+        "# a run is named by its label: a run bia report assembled from dumps, by what was given, not its scratch folder\n"
+        'parameters = {"sources": witness_sources, "runs": [run.label for run in run_objects], "epsilon": epsilon,\n'
+        '              "reference": reference, "policy": policy, "admission": judge_runs}\n'
         "display(HTML(report.provenance_html(parameters, ws, v3_policy, run_objects, default=default)))",
     ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -205,6 +206,8 @@ def test_bia_report_on_a_folder_of_dumps_with_band_metadata(tmp_path):
     assert "Token-identical, not bit-identical: the logprobs differ from m=1 from c=4." in text
     assert "4 4 75% (3 of 4) 100% (4 of 4)" in text  # c=4: three of four requests bit-identical, all token-identical
     assert f"assembled from {folder / 'c1.json'}" in text
+    # the run is named by what was given, not by the scratch folder it was written to and that is gone (issue 22 item 3)
+    assert "run dumps (assembled) Token-identical" in text and "bia-report-" not in (tmp_path / "r.html").read_text()
 
 
 def test_bia_report_on_a_lone_dump_says_what_it_cannot_judge(tmp_path):
@@ -213,6 +216,7 @@ def test_bia_report_on_a_lone_dump_says_what_it_cannot_judge(tmp_path):
     assert "one request allows no batch comparison" in result.stderr
     text = _text(tmp_path / "r.html")
     assert "One request: no batch comparison." in text
+    assert f"run {CHAT.name} (assembled) One request" in text and "bia-report-" not in (tmp_path / "r.html").read_text()
     assert "read one request (openai_chat, test): 10 completion token(s), 10 with a logprob" in text
     assert "cannot judge batch invariance." in text
 
@@ -232,3 +236,37 @@ def test_bia_report_refuses_dumps_it_cannot_place_before_the_notebook(tmp_path):
     (tmp_path / "b.json").write_text(CHAT.read_text())
     result = CliRunner().invoke(app, ["report", str(tmp_path), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2 and f'{tmp_path / "a.json"}: field "role" missing' in result.stderr
+
+
+def test_a_run_is_called_by_its_manifest_label_where_it_has_one(tmp_path):
+    """What bia report sets on a run it assembles from dumps: the card, the detail and the side-by-side table name it."""
+    from analysis import report
+
+    run = read_run(write_run(assemble_dumps(band_dumps(tmp_path / "dumps")), tmp_path / "scratch" / "run"))
+    assert run.label == str(tmp_path / "scratch" / "run")  # no label: the path, as before
+    labelled = read_run(write_run(dataclasses.replace(run, manifest={**run.manifest, "label": "my <dumps>"}), tmp_path / "labelled"))
+    assert labelled.label == "my <dumps>"
+    for page in (labelled._repr_html_(), report.run_details_html(labelled, epsilon=0.05), report.mode_comparison_html([labelled, run])):
+        assert "my &lt;dumps&gt;" in page and str(tmp_path / "labelled") not in page  # escaped, and the folder is not named
+
+
+def test_a_witness_needs_the_max_tokens_an_assembled_run_does_not_know(tmp_path):
+    """bia witness RUN_DIR points at write_witness; on a run assembled from dumps it wrote a witness of no bands, every request
+    refused as "completion_tokens=10 != n_predict=0", and bia shape-check said "RED: the witness measured no bands"."""
+    from analysis import write_witness
+    from analysis.run import to_witness
+
+    folder = band_dumps(tmp_path / "dumps")
+    with pytest.raises(RunError, match=r"records no max_tokens .*sampler.*max_tokens"):
+        write_witness(read_run(write_run(assemble_dumps(folder), tmp_path / "run")))
+    assert not (tmp_path / "run" / "witness.json").exists()
+    # told the request's length (the sample's 10 completion tokens) and a declared_min within it, the same dumps make bands
+    witness = to_witness(assemble_dumps(folder, manifest={"sampler": {"max_tokens": 10}, "declared_min": 8}))
+    assert witness["reference"]["stable"] and [band["c"] for band in witness["bands"]] == [1, 4]
+
+
+def test_the_report_gate_says_why_an_assembled_run_has_no_witness(tmp_path):
+    """bia report DUMPS --admission judges each prompt's witness; with no max_tokens there is none, and the gate says so."""
+    result = bia("report", str(band_dumps(tmp_path / "dumps")), "--admission", "-o", str(tmp_path / "r.html"))
+    assert result.returncode == 0, result.stderr
+    assert "RED: no witness: dumps (assembled): the manifest records no max_tokens" in _text(tmp_path / "r.html")

@@ -67,3 +67,13 @@ def test_bad_input_is_named_with_bia_s_exit_codes(tmp_path):
     occupied = certify(DATA / "llamacpp-cpu", "-o", out)
     assert occupied.exit_code == 2 and "give --force" in occupied.output and out.read_text() == "{}"
     assert not (tmp_path / "certificate.json").exists()
+
+
+def test_a_url_is_named_as_a_url_bia_certify_does_not_fetch(tmp_path):
+    """Issue 22 item 8 (a URL's exit code is not a missing path's): certify took its runs as paths, so a URL read as the path
+    http:/127.0.0.1:9/run (one slash gone) that does not exist, exit 3."""
+    out = tmp_path / "c.json"
+    url = certify("http://127.0.0.1:9/run", "-o", out)
+    assert url.exit_code == 2, url.output
+    assert "error: http://127.0.0.1:9/run: bia certify reads run directories on this machine, not URLs" in url.output
+    assert not out.exists()

@@ -105,3 +105,28 @@ def test_help_names_values_in_words_and_lists_whole_descriptions():
     assert usages["report"] == "Usage: bia report [OPTIONS] [SOURCE...]"
     assert usages["shape-check"] == "Usage: bia shape-check [OPTIONS] WITNESS"
     assert usages["certify"] == "Usage: bia certify [OPTIONS] RUN..."
+
+
+def test_following_the_advice_for_a_run_directory_works(tmp_path):
+    """Each command bia witness RUN_DIR gives, run as given, on a copy of the bundled fixed-tiles run: the Python line writes the
+    witness, then bia witness and bia shape-check read it. The witness once carried the run's environment as it stood (a bool
+    and an integer), where a witness's env holds strings or null, so bia could not read back what it wrote (exit 4)."""
+    import shutil
+
+    from conftest import ROOT
+
+    import analysis
+
+    run_dir = tmp_path / "ft"
+    shutil.copytree(ROOT / "data" / "experiment-cpu" / "fixed-tiles", run_dir, ignore=shutil.ignore_patterns("derived"))
+    advice = bia("witness", str(run_dir)).stderr
+    write = re.search(r'\(python -c "(.*?)"\)', advice).group(1)
+    assert subprocess.run([sys.executable, "-c", write], capture_output=True, text=True, timeout=120).returncode == 0
+    advice = bia("witness", str(run_dir)).stderr
+    assert f"its witness is {run_dir / 'witness.json'}: bia witness {run_dir / 'witness.json'}" in advice
+    table = bia("witness", str(run_dir / "witness.json"))
+    assert table.returncode == 0, table.stderr
+    witnesses = analysis.read_witnesses([str(run_dir / "witness.json")], progress=False).witnesses
+    # the manifest's environment: deterministic_algorithms true (a bool), threads 1 (an integer), cuda null, as JSON spells them
+    assert witnesses.select("env_deterministic_algorithms", "env_threads", "env_cuda").row(0) == ("true", "1", None)
+    assert bia("shape-check", str(run_dir / "witness.json")).returncode == 5  # read and judged: not aprender's blessed model

@@ -107,6 +107,7 @@ def _run_with(tmp_path: Path, **fields) -> Path:
     ({"m_formed": "garbage"}, "field \"m_formed\": expected a list of objects, got 'garbage'"),
     ({"m_formed": [{"prompt_id": "p0", "band_c": -4, "widths": [4]}]}, 'field "m_formed[0].band_c": expected an integer >= 1, got -4'),
     ({"prompts": [{"prompt_id": "p0", "text": 7}]}, 'field "prompts[0].text": expected a string, got 7'),
+    ({"label": ["a", "b"]}, "field \"label\": expected a string, got ['a', 'b']"),
 ])
 def test_a_manifest_of_wrong_types_names_its_field(tmp_path, fields, words):
     folder = _run_with(tmp_path, **fields)

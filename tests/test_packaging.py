@@ -180,3 +180,14 @@ def test_the_html_the_documented_commands_write_is_ignored_by_git():
     assert "experiment.html" in written
     shown = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True).stdout.split()
     assert [name for name in written if name not in shown] == []
+
+
+def test_readme_says_which_command_installs_which_extras():
+    """README's Install names the bare install the report uses and every extra scripts/setup.sh adds by default (it once left out
+    fast and offered '.[test]' as the pip command, issue 22 item 5)."""
+    defaults = re.search(r'extras="\$\{BIA_EXTRAS-([\w,]+)\}"', (ROOT / "scripts" / "setup.sh").read_text()).group(1).split(",")
+    install = (ROOT / "README.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    bare, tests = (line for line in install.split("\n- ") if "setup.sh" in line)
+    assert ".venv/bin/pip install -e .`" in bare and "BIA_EXTRAS= bash scripts/setup.sh" in bare and "scripts/report.sh" in bare
+    assert 'BIA_EXTRAS="${BIA_EXTRAS-}" bash scripts/setup.sh' in (ROOT / "scripts" / "report.sh").read_text()  # none unless asked
+    assert sorted(re.findall(r"`(\w+)`", tests.split("(about")[0].split("adds the", 1)[1])) == sorted(defaults)

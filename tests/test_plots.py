@@ -143,3 +143,24 @@ def test_margin_axes_start_at_zero(tmp_path):
     ax = plots.plot_margin_trace({"p0": [0.5, 0.0, 2.0]}, {"p0": [1]})
     _save(ax, "margin-trace", tmp_path)
     assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 2.0
+
+
+def test_a_witness_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
+    """The witness figure's twin of the run figure's fix (issue 22 item 8): bia's witness of the bundled fixed-tiles run holds
+    every band's slot 0 to the reference's full 64 tokens, so divergence_at = 64 = declared_min at c = 1, 4, 8, 16; drawn on a
+    y-axis of 60.5 to 67.5, the points sat on the declared_min line and nothing said they never parted."""
+    from analysis import write_witness
+    from conftest import ROOT
+
+    witness = write_witness(read_run(ROOT / "data" / "experiment-cpu" / "fixed-tiles"), tmp_path / "w.json", prompt_id="p0")
+    ws = read_witnesses([str(witness)], progress=False)
+    assert ws.bands["divergence_at"].to_list() == [64] * 4 and ws.witnesses["reference_tokens"].to_list() == [64]
+    ax = plots.plot_divergence(ws.bands, witnesses=ws.witnesses)
+    _save(ax, "witness-nothing-parted", tmp_path)
+    bottom, top = ax.get_ylim()
+    assert bottom == 0 and top > 64 * 1.1
+    assert [t.get_text() for t in ax.texts] == ["Nothing parted: in every band (4), slot 0 agrees\nwith the m=1 reference to its end (64 tokens)."]
+    # aprender's witnesses part at token 3 (and c=1 of one at 100): nothing to say, and the axis still starts at 0
+    lambda_set = read_witnesses(LAMBDA)
+    ax = plots.plot_divergence(lambda_set.bands, witnesses=lambda_set.witnesses)
+    assert list(ax.texts) == [] and ax.get_ylim()[0] == 0

@@ -168,3 +168,14 @@ def test_a_tutorial_runs_from_the_repository_root_too(tmp_path):
     text, outputs = _outputs(executed)
     assert [o for o in outputs if o.get("output_type") == "error"] == []
     assert FINDINGS["01_witnesses.ipynb"][0] in text
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_a_report_template_opens_with_prose_and_calls_only_public_names(name):
+    """Issue 22 item 8: trend_report called the private analysis._show.cell and neither template said what it is. The
+    templates' prose is one line (their output is the report itself; 04_trend and 05_report teach them)."""
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    first = notebook.cells[0]
+    assert first.cell_type == "markdown" and "Run it with `bia " in first.source
+    code = "".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+    assert not re.search(r"analysis\.(\w+\.)*_\w", code) and "_show" not in code

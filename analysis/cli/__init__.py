@@ -188,6 +188,7 @@ def report_command(
     judges the witnesses, and the runs too when --policy, --model-prefix or --bands is given.
     Dumps are assembled into a run first, as bia assemble does (--mapping, --band-per-file).
     """
+    import dataclasses
     import tempfile
 
     _go_offline(offline)
@@ -219,8 +220,9 @@ def report_command(
         if assembled is not None:
             from ..run import write_run
 
-            name = Path(dumps[0]).name if len(dumps) == 1 and mapping is None else "dumps"
-            runs.append(str(write_run(assembled, Path(scratch) / f"{name} (assembled)")))
+            name = f"{Path(dumps[0]).name if len(dumps) == 1 and mapping is None else 'dumps'} (assembled)"
+            labelled = dataclasses.replace(assembled, manifest={**assembled.manifest, "label": name})  # the scratch folder goes
+            runs.append(str(write_run(labelled, Path(scratch) / name)))
         _report(runs, witness_sources, output=output, epsilon=epsilon, reference=reference, title=title, notebook=notebook, policy=policy,
                 policy_file=policy_file, model_prefix=model_prefix, bands=bands, admission=admission)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +18,7 @@ _STYLE = {"GREEN": "green", "AMBER": "yellow", "UNVERIFIED": "magenta", "RED": "
 
 
 def certify_command(
-    runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run directories, or folders that hold them.")],
+    runs: Annotated[list[str], typer.Argument(metavar="RUN...", help="Run directories, or folders that hold them.")],
     target_rate: Annotated[float, typer.Option(metavar="RATE", help="GREEN needs the upper bound on the divergence rate "
                                                                     "below this rate (0.01: 1%).")] = 0.01,
     confidence: Annotated[float, typer.Option(metavar="P", help="The confidence of that one-sided bound (0.95: 95%).")] = 0.95,
@@ -32,7 +33,7 @@ def certify_command(
     UNVERIFIED: nothing parted, but a batch was never seen formed at its c, or the bits were not recorded.
 
     Exit 0 all GREEN; else the worst verdict's: 5 RED, 7 UNVERIFIED, 8 AMBER. Exit 2 a bad option or an occupied
-    output, 3 no such path, 4 not a run bia reads.
+    output or a URL, 3 no such path, 4 not a run bia reads.
     """
     from ..core._output import claim_output
     from ..report._inputs import run_directories
@@ -43,12 +44,15 @@ def certify_command(
         raise _fail(f"--target-rate takes a rate in (0, 1], got {target_rate!r}")
     if not (math.isfinite(confidence) and 0 < confidence < 1):
         raise _fail(f"--confidence takes a probability in (0, 1), got {confidence!r}")
+    for given in runs:  # taken as text: a Path would fold a URL's "//" into a path that does not exist (exit 3)
+        if re.match(r"[a-z][a-z0-9+.-]*://", given, flags=re.I):
+            raise _fail(f"{given}: bia certify reads run directories on this machine, not URLs (bia probe URL writes one)")
     try:
         claim_output(output, force=force, what="-o")
     except OutputExists as exc:
         raise _fail(exc) from None
     tables = []
-    for given in runs:
+    for given in map(Path, runs):
         if not given.exists():
             raise _fail(f"{given}: no such file or directory", EXIT_MISSING)
         folders = run_directories(given) if given.is_dir() else [given]

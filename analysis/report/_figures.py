@@ -47,7 +47,7 @@ def witness_figures(ws) -> list[tuple[Any, str]]:
 
     bands = ws.to_backend("polars").bands
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    plots.plot_divergence(bands, ax=axes[0])
+    plots.plot_divergence(bands, witnesses=ws.to_backend("polars").witnesses, ax=axes[0])
     plots.plot_decode_rate(bands, ax=axes[1])
     out = [(fig, "divergence_at against batch size c for each witness, with declared_min marked; "
                  "per-request decode rate against c, with the 50%-of-c=1 line")]
@@ -103,7 +103,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[A
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         left(axes[0])
         right(axes[1])
-        out.append((fig, f"{run.path}: {alt}"))
+        out.append((fig, f"{run.label}: {alt}"))
     return out
 
 

@@ -125,9 +125,9 @@ def first_op_html(run) -> str:
         words = (f"{table.height} batched decode steps differ from m=1, but this kernel mode ({mode}) runs kernels without taps: "
                  "the op where they start is not known.")
     else:
-        words, alt = _words(table, mode), f"{run.path}: the first op that differs from m=1, by layer and op, in the {mode} kernel mode"
+        words, alt = _words(table, mode), f"{run.label}: the first op that differs from m=1, by layer and op, in the {mode} kernel mode"
         png, rows = _png(run), _table(record["ops"], table)
-    return render("first_ops.html.j2", path=str(run.path), words=words, png=png, alt=alt, table=rows)
+    return render("first_ops.html.j2", path=run.label, words=words, png=png, alt=alt, table=rows)
 
 
 def _words(table: pl.DataFrame, mode: str) -> str:

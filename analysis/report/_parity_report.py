@@ -67,7 +67,7 @@ def provenance_html(parameters: Mapping[str, Any], ws, policy: V3Policy, runs: I
     for run in runs:
         identity = run.manifest.get("identity", {}) or {}
         manifest = (run.path / "manifest.json").read_bytes() if run.path else b""
-        files.append({"source": str(run.path), "kind": "run", "version": cell(run.manifest.get("run_version", 1)), "host": cell(identity.get("host")),
+        files.append({"source": run.label, "kind": "run", "version": cell(run.manifest.get("run_version", 1)), "host": cell(identity.get("host")),
                       "commit": _short(identity.get("commit")), "sha256": hashlib.sha256(manifest).hexdigest()[:16] + " (manifest)"})
     overrides = [(k, cell(v)) for k, v in (parameters.get("policy") or {}).items()]
     return render("provenance.html.j2", sources=list(parameters.get("sources") or []), runs=[str(r) for r in parameters.get("runs") or []],
@@ -196,7 +196,7 @@ def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any]
     judged = []
     for run in runs:
         groups = run_admission(run, policy)
-        judged.append({"path": str(run.path), "groups": [_group(run, g) for g in groups]})
+        judged.append({"path": run.label, "groups": [_group(run, g) for g in groups]})
     return render("admission.html.j2", policy=policy, bands=cell(list(policy.bands)), ratio=f"{policy.s7_ratio:.0%}",
                   witnesses=verdicts_html(ws, verdicts) if ws.sources else "", runs=judged)
 
@@ -204,7 +204,7 @@ def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any]
 def _group(run, group: Mapping[str, Any]) -> dict[str, Any]:
     """Prompts with one V3 verdict, the verdict named after all of them."""
     names = _names(group["prompts"])
-    verdict = {**_for_people(group["verdict"]), "source": f"{run.path or 'run'}, prompt{'s' if len(group['prompts']) > 1 else ''} {names}"}
+    verdict = {**_for_people(group["verdict"]), "source": f"{run.label}, prompt{'s' if len(group['prompts']) > 1 else ''} {names}"}
     return {**group, "verdict": verdict, "names": names}
 
 
@@ -240,7 +240,7 @@ def run_details_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """A run's detail, collapsed: provenance, settings, what it lacks, negative control, forks, and its
     prompt, band and request tables cut to their worst rows; before it, for an experiment run replayed with taps,
     where its drift from m=1 starts."""
-    return first_op_html(run) + _collapsed(f"Run detail: {run.path}", run_html(run) + run_tables_html(run, epsilon=epsilon, reference=reference))
+    return first_op_html(run) + _collapsed(f"Run detail: {run.label}", run_html(run) + run_tables_html(run, epsilon=epsilon, reference=reference))
 
 
 def _collapsed(summary: str, body: str) -> str:
@@ -287,7 +287,7 @@ def engines_html(runs: Iterable[Any]) -> str:
                      "token-identical to the reference's m=1": " / ".join(f"{s} of {n}" for s, n in bands.select("token_identical", "requests").rows()),
                      "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"]),
                      "batch invariant by itself": "yes" if invariant.get(engine) else "no"})
-    caption = (f"The reference engine is {_engine_label(reference)} ({reference.path}): each run's m=1 stream and its batched requests "
+    caption = (f"The reference engine is {_engine_label(reference)} ({reference.label}): each run's m=1 stream and its batched requests "
                "are compared with the reference's m=1 stream of the same prompt. 'Bits from token' is the shortest prefix of float32 "
                "logprobs bit-identical to it (the length of the stream when every bit matches); 'batch invariant by itself' means every "
                "batched request is bit-identical to the run's own m=1.")

@@ -31,11 +31,20 @@ def _refusal(row: Mapping[str, Any], n_predict: int) -> str | None:
     return None
 
 
+def _env_strings(environment: Mapping[str, Any]) -> dict[str, str | None]:
+    """A run's environment as a witness's ``env`` holds it: strings or null (aprender's kernel knobs), another value as
+    JSON spells it (``true``, ``1``), so that bia reads back the witness it writes."""
+    return {key: value if value is None or isinstance(value, str) else json.dumps(value, sort_keys=True)
+            for key, value in environment.items()}
+
+
 def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = None) -> dict[str, Any]:
     """An aprender ``witness_version`` 3 for one prompt of the run, by the probe's rules.
 
     ``bia shape-check`` reads it back, so a run bia collected is judged by aprender's V3.
-    With repeated bands, ``repeat`` chooses which (the first by default).
+    With repeated bands, ``repeat`` chooses which (the first by default). A run whose manifest records
+    no ``sampler.max_tokens`` (one assembled from dumps) is a ``RunError``: aprender holds every request
+    to that length.
     """
     manifest = run.manifest
     steps, requests, _ = _numbered(run)
@@ -47,6 +56,10 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     requests = requests.filter(pl.col("prompt_id") == prompt_id)
     sampler = dict(manifest.get("sampler", {}))
     n_predict = int(sampler.get("max_tokens", sampler.get("n_predict", 0)) or 0)
+    if n_predict < 1:  # aprender refuses every request whose completion_tokens is not n_predict (PP-28): 0 would refuse them all
+        raise RunError(f"{run.label}: the manifest records no max_tokens (sampler.max_tokens), the length aprender's witness holds "
+                       "every request to (PP-28); a run assembled from dumps does not know it: give it in the manifest "
+                       "(assemble_dumps(..., manifest={'sampler': {'max_tokens': N}}))")
     declared_min, max_run = run.declared_min, int(manifest.get("max_constant_run", _DEFAULTS["max_constant_run"]))
     refs = requests.filter(pl.col("role") == "reference").sort("slot").to_dicts()
     band_rows = {}
@@ -80,7 +93,7 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
         "model": {"path": (identity.get("model") or {}).get("path"), "sha256": (identity.get("model") or {}).get("sha256")},
         "sampler": sampler,
         "declared_min": declared_min,
-        "env": manifest.get("environment", {}),
+        "env": _env_strings(manifest.get("environment") or {}),
         "reference": reference,
         "bands": bands,
         "result": result,

@@ -50,6 +50,7 @@ _TOP: dict[str, tuple[str, Check]] = {
     "refused": ("a list of objects", _list_of(_OBJECT)),
     "skipped": ("a list of objects", _list_of(_OBJECT)),
     "done": ("a list of strings", _list_of(_is(str))),
+    "label": ("a string", _is(str)),
     "arms": (f"a list of distinct arm names ({', '.join(ARM_NAMES)})",
              lambda v: isinstance(v, list) and all(isinstance(a, str) and a in ARM_NAMES for a in v) and len(set(v)) == len(v)),
     "prefill_skipped": ("a list of objects", _list_of(_OBJECT)),

@@ -66,6 +66,19 @@ class Run:
         return self.dump.candidates
 
     @property
+    def label(self) -> str:
+        """What reports call the run: its manifest's ``label`` when it has one (``bia report`` names the run it assembles
+        from dumps by what it was given, as its scratch folder is gone once the report is written), else its path.
+
+        Examples
+        --------
+        >>> from analysis import read_run
+        >>> read_run("data/experiment-cpu/default").label
+        'data/experiment-cpu/default'
+        """
+        return str(self.manifest.get("label") or self.path or "assembled run")
+
+    @property
     def prompts(self) -> list[str]:
         """The prompt ids the captures hold, sorted."""
         return sorted({p for p in self.dump.requests["prompt_id"].to_list() if p is not None})
@@ -144,4 +157,4 @@ def _card(run: Run) -> str:
             words = f"{arm + ' ' if arm else ''}c={c}: {bitwise} of {requests} requests bit-identical to ref #1, {same} token-identical"
             words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
             lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))
-    return summary_html("bia run", str(run.path) if run.path else "assembled", facts, lines)
+    return summary_html("bia run", run.label, facts, lines)

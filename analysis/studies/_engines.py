@@ -92,7 +92,7 @@ def _check_same_prompts(run: Any, base: Any) -> None:
 def _engine_rows(run: Any, base: Any) -> pl.DataFrame:
     """The m=1 row and one row per c of one run, against ``base``'s ref #1 and its own."""
     label = _engine_label(run)
-    where = str(run.path) if run.path else "assembled run"
+    where = run.label
     against, own = slot_table(run, reference=base), slot_table(run)
     own_c = own.group_by("band_c").agg((pl.col("bitwise_prefix") == pl.col("length")).mean().alias("own_m1_bit_identical"))
     bands = (against.group_by("band_c").agg(

@@ -24,7 +24,7 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
         mode = (run.manifest.get("effective") or {}).get("kernel_mode") or _engine_label(run)
         for (c,), group in slots.group_by(["band_c"], maintain_order=True):
             rates = group["decode_tok_s"].drop_nulls()
-            rows.append({"run": str(run.path), "kernel_mode": mode, "band_c": c, "requests": group.height,
+            rows.append({"run": run.label, "kernel_mode": mode, "band_c": c, "requests": group.height,
                          "bit_identical_share": float((group["bitwise_prefix"] == group["length"]).mean()),
                          "token_flips": int(group["diverged"].sum()), "max_ulp": group["max_ulp"].max(),
                          "median_decode_tok_s": float(rates.median()) if rates.len() else None})

@@ -164,15 +164,20 @@ def _refused(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def run_admission(run, policy) -> list[dict[str, Any]]:
     """aprender's V3 verdict of each prompt's witness, prompts with the same verdict and reasons grouped."""
-    from ..verdicts._v3 import shape_check_data
-    from ..run import to_witness
+    from ..verdicts._v3 import ShapeVerdict, shape_check_data
+    from ..run import RunError, to_witness
 
     groups: dict[tuple, dict[str, Any]] = {}
     for prompt in sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None}):
-        witness = to_witness(run, prompt)
-        verdict = shape_check_data(witness, source=f"{run.path or 'run'} prompt {prompt}", policy=policy)
-        key = (verdict.status, verdict.reasons, witness["result"])
-        group = groups.setdefault(key, {"verdict": verdict, "result": witness["result"], "prompts": []})
+        source = f"{run.label} prompt {prompt}"
+        try:
+            witness = to_witness(run, prompt)
+        except RunError as exc:  # no witness to judge (a run assembled from dumps records no max_tokens): red, saying why
+            verdict, result = ShapeVerdict("RED", (f"RED: no witness: {exc}",), source, policy), "UNMEASURABLE"
+        else:
+            verdict, result = shape_check_data(witness, source=source, policy=policy), witness["result"]
+        key = (verdict.status, verdict.reasons, result)
+        group = groups.setdefault(key, {"verdict": verdict, "result": result, "prompts": []})
         group["prompts"].append(prompt)
     return list(groups.values())
 
@@ -182,7 +187,7 @@ def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     and accuracy checks when the run has them."""
     from ..run import accuracy_table, observer_table
 
-    against = reference if isinstance(reference, str) else f"ref #1 of {reference.path}"
+    against = reference if isinstance(reference, str) else f"ref #1 of {reference.label}"
     return (_prompts_html(run, reference) + _bands_html(run, epsilon, reference, against) + _requests_html(run, epsilon, reference, against)
             + _observer_html(observer_table(run)) + _accuracy_html(*accuracy_table(run)))
 

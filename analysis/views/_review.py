@@ -195,7 +195,7 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
     lines = [_bits_line(counts, slots["max_ulp"].max(), no_bits), _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
              _near_tie_line(counts, epsilon), _cost_line(*_rates(bands, "band_c")), _run_completeness(run)]
     lines[1:1] = [line for line in [_run_to_run_line(spans, slots)] if line]
-    return Review("run", str(run.path) if run.path else "assembled run", _run_about(run), headline, css, _per_c_table(counts, no_bits), lines)
+    return Review("run", run.label, _run_about(run), headline, css, _per_c_table(counts, no_bits), lines)
 
 
 _NO_SPANS = pl.DataFrame(schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64})
@@ -267,7 +267,7 @@ def _lone_review(run) -> Review:
                               "with it sent in a batch of c, and one request has nothing to compare with. Give the batched requests' dumps "
                               "too, with prompt_id, role, band_c and slot in their capture envelopes (or bia assemble --mapping).", "warn"),
              _run_completeness(run)]
-    return Review("run", str(run.path) if run.path else "assembled run", _run_about(run),
+    return Review("run", run.label, _run_about(run),
                   "One request: no batch comparison. A single request reads, but batch invariance needs the same prompt "
                   "also sent in a batch of c.", "warn", _per_c_table(pl.DataFrame()), lines)
 

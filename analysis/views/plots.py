@@ -129,12 +129,14 @@ def _identical(labels: Sequence[str]) -> str:
     return f"{names} ({len(labels)} identical series)"
 
 
-def plot_divergence(bands: Any, *, ax=None):
-    """divergence_at against c, one line per witness, declared_min marked.
+def plot_divergence(bands: Any, *, witnesses: Any = None, ax=None):
+    """divergence_at against c, one line per witness, declared_min marked, on an axis from 0.
 
     Marker shape shows the band's recorded result (o PASS, X FAIL, s UNMEASURABLE). A point that one drawn
     before it would hide (the same c and divergence_at; the results may differ) is nudged right of it and its
-    line dashed; a witness whose every point repeats an earlier one's says whose in the legend.
+    line dashed; a witness whose every point repeats an earlier one's says whose in the legend. Given the
+    ``witnesses`` frame, a band whose divergence_at reaches its reference's length never parted, and when no
+    band parted the plot says so.
 
     Examples
     --------
@@ -165,13 +167,31 @@ def plot_divergence(bands: Any, *, ax=None):
             part = group.filter(pl.col("result") == result)
             if part.height:
                 ax.plot(part["x"], part["divergence_at"], marker, color=line.get_color(), markersize=8, linestyle="none")
-    for declared in sorted(set(measured["declared_min"].drop_nulls().to_list())):
+    declared_mins = sorted(set(measured["declared_min"].drop_nulls().to_list()))
+    for declared in declared_mins:
         ax.axhline(declared, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared}")
     _set_c_axis(ax, measured["c"].to_list())
+    # from 0, so that where the bands sit shows against the whole stream (not 60.5 to 67.5 around declared_min = 64)
+    ax.set_ylim(0, max([*measured["divergence_at"].to_list(), *declared_mins, 1]) * 1.25)
+    lengths = _never_parted_lengths(measured, witnesses)
+    if lengths:
+        ax.text(0.5, 0.4, f"Nothing parted: in every band ({measured.height}), slot 0 agrees\nwith the m=1 reference to its end "
+                          f"({', '.join(map(str, lengths))} tokens).", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("divergence_at (tokens agreeing with m=1)")
     ax.set_title("Where each batch size parts from the m=1 reference")
     _legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: long file names would cover the lines
     return ax
+
+
+def _never_parted_lengths(measured: pl.DataFrame, witnesses: Any) -> list[int]:
+    """The reference lengths when every measured band's divergence_at reaches its witness's (none parted), else []."""
+    if witnesses is None:
+        return []
+    tokens = as_polars(witnesses).select("source", "reference_tokens").unique("source")
+    joined = measured.join(tokens, on="source", how="left")
+    if joined["reference_tokens"].null_count() or (joined["divergence_at"] < joined["reference_tokens"]).any():
+        return []
+    return sorted(set(joined["reference_tokens"].to_list()))
 
 
 def plot_decode_rate(bands: Any, *, ax=None):
