@@ -112,6 +112,22 @@ def test_a_hugging_face_model_is_refused(mode):
         decode(Other(), [[1, 2]], mode=mode, max_tokens=1, top_k=1)
 
 
+def test_row_invariant_reads_the_models_weights_as_they_are_now(float32_model):
+    """The mode looks a model's parameters up once and keeps them: a weight changed in place, a Parameter replaced
+    and a layer replaced are each decoded as a fresh copy of the changed model decodes (one the mode never saw)."""
+    model = copy.deepcopy(float32_model)
+    prompt = model.encode(PROMPTS[1])
+    run = lambda m: _bits(decode(m, [prompt], mode="row-invariant", max_tokens=TOKENS, top_k=3)[0])  # noqa: E731
+    seen = [run(model)]
+    changes = [lambda: model.head.weight.data.copy_(model.head.weight.data.flip(0)),  # in place: token k scores as 255 - k
+               lambda: setattr(model.head, "weight", torch.nn.Parameter(model.head.weight.data.flip(0))),  # undone, replaced
+               lambda: setattr(model.blocks[0], "fc", copy.deepcopy(model.blocks[1].fc))]  # a layer swapped for a copy
+    for change in changes:
+        change()
+        seen.append(run(model))
+        assert seen[-1] == run(copy.deepcopy(model)) and seen[-1] != seen[-2]
+
+
 def test_row_invariant_is_refused_off_the_cpu():
     """It rests on MKL's CPU GEMM; a model elsewhere (here on torch's meta device, which no GPU needs) is refused by name."""
     from analysis.experiment.model import ModelConfig, TinyLM

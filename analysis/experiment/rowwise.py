@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -146,16 +147,70 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
 
 
 def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tensor:
-    n, at = ids.shape[0], positions.tolist()  # one read of the positions serves the plan (a step's calls are its cost)
+    # A decode step at a small c is all call overhead (each torch call costs about as much as its arithmetic), so the
+    # plan is worked out on Python lists read once, and the parameters are looked up once per model (_Weights).
+    n, at, order = ids.shape[0], positions.tolist(), rows.tolist()
     cache.reserve(max(at) + 1)
+    weights = _weights(model)
     slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
-    plan = _windows(rows, positions, at, model.cfg.n_heads)
-    x = pad_to_min_rows(model.tok(ids) + model.pos(positions))
-    last = len(model.blocks) - 1
-    every = want.shape[0] == n and torch.equal(want, torch.arange(n, device=want.device))  # a decode step wants every row
-    for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
-        x = _block(block, x, n, slots, keys, values, plan, want if layer == last and not every else None)
-    return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
+    plan = _windows(order, at, positions, weights.heads, cache.splits * KV_SPLIT)
+    x = pad_to_min_rows(F.embedding(ids, weights.tok) + F.embedding(positions, weights.pos))
+    # the attention's output, padded to the rows of x: the out GEMM reads it as it is (its padding rows stay zero)
+    y = x.new_zeros((x.shape[0], x.shape[1]), dtype=torch.float32)
+    last = len(weights.blocks) - 1
+    every = want.shape[0] == n and want.tolist() == list(range(n))  # a decode step wants every row
+    for layer, (block, keys, values) in enumerate(zip(weights.blocks, cache.keys, cache.values)):
+        x = _block(block, x, y, n, slots, keys, values, plan, want if layer == last and not every else None)
+    return F.linear(_layer_norm(weights.ln_f, x), weights.head)[: want.shape[0]]
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """A TinyLM's parameters as the forward reads them: each Linear ``(weight, bias)``, each LayerNorm ``(weight, bias,
+    eps)``, per block ``(ln1, qkv, out, ln2, fc, proj)``. Looking them up once saves the forward about 70 calls to
+    ``nn.Module.__getattr__`` per step; the tensors are the model's own, so an in-place update (``load_state_dict``,
+    an optimizer step, ``.to()``) is seen, and a layer or Parameter replaced by another is picked up by :func:`_weights`."""
+
+    tok: torch.Tensor
+    pos: torch.Tensor
+    blocks: tuple
+    ln_f: tuple
+    head: torch.Tensor
+    heads: int
+    params: tuple  # (the parent's dict, name, object) of each submodule and Parameter, to notice one replaced
+
+
+_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _weights(model) -> _Weights:
+    """``model``'s :class:`_Weights`, made on first use and again when one of its layers or Parameters was replaced."""
+    known = _WEIGHTS.get(model)
+    if known is not None and all(table.get(name) is param for table, name, param in known.params):
+        return known
+    linear = lambda m: (m.weight, m.bias)  # noqa: E731
+    norm = lambda m: (m.weight, m.bias, m.eps)  # noqa: E731
+    blocks = tuple((norm(b.ln1), linear(b.qkv), linear(b.out), norm(b.ln2), linear(b.fc), linear(b.proj), b.n_heads)
+                   for b in model.blocks)
+    made = _Weights(model.tok.weight, model.pos.weight, blocks, norm(model.ln_f), model.head.weight, model.cfg.n_heads,
+                    _parameters(model))
+    _WEIGHTS[model] = made
+    return made
+
+
+def _parameters(model) -> tuple:
+    """``(dict, name, object)`` for every submodule and Parameter of ``model``, ``dict`` the one of its parent that holds
+    it: the check that none was replaced is then one lookup each, cheaper than walking ``parameters()``."""
+    entries = []
+
+    def walk(module) -> None:
+        for name, child in module._modules.items():
+            entries.append((module._modules, name, child))
+            walk(child)
+        entries.extend((module._parameters, name, param) for name, param in module._parameters.items())
+
+    walk(model)
+    return tuple(entries)
 
 
 def _linear(layer, x: torch.Tensor) -> torch.Tensor:
@@ -163,95 +218,113 @@ def _linear(layer, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, layer.weight, layer.bias)
 
 
-def _layer_norm(ln, x: torch.Tensor) -> torch.Tensor:
-    """Per row: LayerNorm's mean and variance run within each row, whatever the number of rows."""
-    return F.layer_norm(x, x.shape[-1:], ln.weight, ln.bias, ln.eps)
+def _layer_norm(ln: tuple, x: torch.Tensor) -> torch.Tensor:
+    """Per row: LayerNorm's mean and variance run within each row, whatever the number of rows (``ln``: weight, bias, eps)."""
+    return F.layer_norm(x, x.shape[-1:], ln[0], ln[1], ln[2])
 
 
-def _block(block, x: torch.Tensor, n: int, slots, keys, values, plan, keep=None) -> torch.Tensor:
+def _block(block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, keys, values, plan, keep=None) -> torch.Tensor:
     """One pre-norm block on the packed rows (the first ``n`` real, the rest zero padding); the real
-    tokens' keys and values are written before any query reads them.
+    tokens' keys and values are written before any query reads them, and the attention's output to ``y``'s first ``n`` rows.
 
     ``keep``: only these rows go on past the attention, padded again to :data:`MIN_ROWS` (a row's
     result does not depend on which others go with it).
     """
-    d, heads = x.shape[-1], block.n_heads
-    q, k, v = _linear(block.qkv, _layer_norm(block.ln1, x)).split(d, dim=-1)
+    ln1, qkv, out, ln2, fc, proj, heads = block
+    d = x.shape[-1]
+    q, k, v = F.linear(_layer_norm(ln1, x), *qkv).split(d, dim=-1)
     keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
     values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
-    y = _attention(q[:n], keys, values, plan, heads)
-    y = y if y.dtype == x.dtype else y.to(x.dtype)
+    _attention(q[:n], keys, values, plan, heads, y[:n])
+    z = y if y.dtype == x.dtype else y.to(x.dtype)
     if keep is not None:
-        x, y = pad_to_min_rows(x[keep]), pad_to_min_rows(y[keep])
-    elif y.shape[0] < x.shape[0]:
-        y = pad_to_min_rows(y)
-    x = x + _linear(block.out, y)
-    return x + _linear(block.proj, F.gelu(_linear(block.fc, _layer_norm(block.ln2, x))))
+        x, z = pad_to_min_rows(x[keep]), pad_to_min_rows(z[keep])
+    x = x + F.linear(z, *out)
+    return x + F.linear(F.gelu(F.linear(_layer_norm(ln2, x), *fc)), *proj)
 
 
 QUERY_GROUP = 256  # queries per attention call: bounds the keys gathered at once (it changes no query's bits)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Window:
-    """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when they are
-    all the call's), the cache row each reads (a slice when consecutive) and the additive mask
-    ``[queries * heads, 1, splits * KV_SPLIT]``: 0 for a key at or before the query's position, -inf past it."""
+    """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when consecutive),
+    the cache row each reads (a slice when consecutive), the additive mask ``[queries * heads, 1, splits * KV_SPLIT]``:
+    0 for a key at or before the query's position, -inf past it, and the cache rows from the first to past the last
+    that ``rows`` names, when a tensor."""
 
     take: torch.Tensor | slice
     rows: torch.Tensor | slice
     splits: int
     mask: torch.Tensor
-    span: tuple[int, int] = (0, 0)  # the cache rows from the first to past the last that ``rows`` names, when a tensor
+    span: tuple[int, int] = (0, 0)
 
 
-def _windows(rows: torch.Tensor, positions: torch.Tensor, at: list[int], heads: int) -> list[_Window]:
+def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: int, room: int) -> list[_Window]:
     """The attention calls of one forward: queries grouped by window length, at most :data:`QUERY_GROUP` to a call
-    (``at``: the positions as a list)."""
+    (``order``, ``at``: the cache rows and positions as lists; ``room``: the cache's keys per row)."""
+    table = _mask_table(heads, room, positions.device)
     lengths = sorted({p // KV_SPLIT + 1 for p in at})
     calls = []
     for length in lengths:
-        chosen = torch.arange(len(at), device=positions.device) if len(lengths) == 1 else \
-            torch.tensor([i for i, p in enumerate(at) if p // KV_SPLIT + 1 == length], device=positions.device)
+        chosen = range(len(at)) if len(lengths) == 1 else [i for i, p in enumerate(at) if p // KV_SPLIT + 1 == length]
         for start in range(0, len(chosen), QUERY_GROUP):
             take = chosen[start: start + QUERY_GROUP]
-            seen = torch.arange(length * KV_SPLIT, device=positions.device) <= positions[take, None]  # [queries, W]
-            mask = torch.zeros(seen.shape, device=positions.device).masked_fill_(~seen, -math.inf)
-            whole = len(lengths) == 1 and len(chosen) <= QUERY_GROUP  # every query in this one call, in order
-            read = _as_slice(rows[take])
-            span = (0, 0) if isinstance(read, slice) else (int(read.min()), int(read.max()) + 1)
-            calls.append(_Window(slice(0, len(chosen)) if whole else _as_slice(take), read, length,
-                                 mask[:, None, None].expand(-1, heads, 1, -1).reshape(-1, 1, seen.shape[1]), span))
+            index = _as_slice(take) or torch.tensor(take, device=positions.device)
+            width = length * KV_SPLIT
+            mask = table[positions[index], :, :width].reshape(-1, 1, width)  # [queries * heads, 1, W], a view of the rows taken
+            read = [order[i] for i in take]
+            span = (min(read), max(read) + 1)
+            rows = _as_slice(read) or torch.tensor(read, device=positions.device)
+            calls.append(_Window(index, rows, length, mask, span))
     return calls
 
 
-def _as_slice(index: torch.Tensor) -> torch.Tensor | slice:
-    """``index`` as a slice when it counts up by one (a view rather than a copy), else itself."""
-    first = int(index[0])
-    if torch.equal(index, torch.arange(first, first + len(index), device=index.device)):
+_MASKS: dict = {}
+
+
+def _mask_table(heads: int, room: int, device) -> torch.Tensor:
+    """``[P, heads, P]`` (P >= ``room``): row p is 0 up to key p and -inf past it, once per head; made once and kept
+    (the largest asked for), so that a step's mask is one lookup rather than a dozen calls."""
+    key = (heads, device)
+    table = _MASKS.get(key)
+    if table is None or table.shape[0] < room:
+        keys = torch.arange(room, device=device)
+        table = torch.zeros(room, room, device=device).masked_fill_(keys[None, :] > keys[:, None], -math.inf)
+        table = _MASKS[key] = table[:, None].expand(-1, heads, -1).contiguous()
+    return table
+
+
+def _as_slice(index) -> slice | None:
+    """``index`` (a sequence of ints) as a slice when it counts up by one, else None."""
+    first = index[0]
+    if index[-1] - first == len(index) - 1 and all(b - a == 1 for a, b in zip(index, index[1:])):
         return slice(first, first + len(index))
-    return index
+    return None
 
 
-def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[_Window], heads: int) -> torch.Tensor:
-    """Every packed query's attention output ``[N, d]`` in float32, window by window."""
-    n, d = q.shape
-    if len(plan) == 1 and isinstance(plan[0].take, slice) and plan[0].take == slice(0, n):
-        return _attend(q, keys, values, plan[0], heads)
-    y = q.new_empty((n, d), dtype=torch.float32)
+def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[_Window], heads: int,
+               y: torch.Tensor) -> None:
+    """Every packed query's attention output ``[N, d]`` in float32 into ``y``, window by window."""
     for window in plan:
-        y[window.take] = _attend(q[window.take], keys, values, window, heads)
-    return y
+        if isinstance(window.take, slice):
+            _attend(q[window.take], keys, values, window, heads, y[window.take])
+        else:
+            y[window.take] = _attend(q[window.take], keys, values, window, heads)
 
 
-def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _Window, heads: int) -> torch.Tensor:
+def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _Window, heads: int,
+            out: torch.Tensor | None = None) -> torch.Tensor:
     """Queries ``[Q, d]`` each against its own row's first ``window.splits`` splits of keys: one ``[1, hd] @ [hd, W]``
-    product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product."""
+    product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product (into ``out`` when given)."""
     count, d = q.shape
     hd = d // heads
     k, v = _read(keys, window, hd), _read(values, window, hd)  # [Q * H, W, hd]
     scores = torch.baddbmm(window.mask, _float(q).reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd))
-    return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
+    if out is None:
+        return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
+    torch.bmm(scores.softmax(dim=-1), v, out=out.view(count * heads, 1, hd))
+    return out
 
 
 def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
