@@ -161,15 +161,18 @@ def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tens
     every = want.shape[0] == n and want.tolist() == list(range(n))  # a decode step wants every row
     for layer, (block, keys, values) in enumerate(zip(weights.blocks, cache.keys, cache.values)):
         x = _block(block, x, y, n, slots, keys, values, plan, want if layer == last and not every else None)
-    return F.linear(_layer_norm(weights.ln_f, x), weights.head)[: want.shape[0]]
+    return _linear(_layer_norm(weights.ln_f, x), weights.head)[: want.shape[0]]
 
 
 @dataclass(frozen=True)
 class _Weights:
-    """A TinyLM's parameters as the forward reads them: each Linear ``(weight, bias)``, each LayerNorm ``(weight, bias,
-    eps)``, per block ``(ln1, qkv, out, ln2, fc, proj)``. Looking them up once saves the forward about 70 calls to
-    ``nn.Module.__getattr__`` per step; the tensors are the model's own, so an in-place update (``load_state_dict``,
-    an optimizer step, ``.to()``) is seen, and a layer or Parameter replaced by another is picked up by :func:`_weights`."""
+    """A TinyLM's parameters as the forward reads them: each Linear as :func:`_linear_weights` gives it, each LayerNorm
+    ``(weight, bias, eps)``, per block ``(ln1, qkv, out, ln2, fc, proj, heads)``. Looking them up once saves the forward
+    about 70 calls to ``nn.Module.__getattr__`` per step. The LayerNorms and embeddings are the model's own tensors;
+    the float32 Linear weights are transposed copies, made again by :func:`_weights` when a weight changed in place
+    (its version counter: ``load_state_dict``, an optimizer step, any in-place op under ``no_grad``) or moved (``.to()``),
+    or when a layer or Parameter was replaced by another. (A change through ``weight.data`` bumps no version and would
+    go unseen; nothing in bia makes one.)"""
 
     tok: torch.Tensor
     pos: torch.Tensor
@@ -178,6 +181,8 @@ class _Weights:
     head: torch.Tensor
     heads: int
     params: tuple  # (the parent's dict, name, object) of each submodule and Parameter, to notice one replaced
+    stamp: tuple  # each Linear weight's (version, address) when copied, to notice one changed
+    sources: tuple  # those weights
 
 
 _WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -186,14 +191,15 @@ _WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _weights(model) -> _Weights:
     """``model``'s :class:`_Weights`, made on first use and again when one of its layers or Parameters was replaced."""
     known = _WEIGHTS.get(model)
-    if known is not None and all(table.get(name) is param for table, name, param in known.params):
+    if known is not None and all(table.get(name) is param for table, name, param in known.params) \
+            and _stamp(known.sources) == known.stamp:
         return known
-    linear = lambda m: (m.weight, m.bias)  # noqa: E731
+    sources = tuple(layer.weight for layer in model.modules() if isinstance(layer, torch.nn.Linear))
     norm = lambda m: (m.weight, m.bias, m.eps)  # noqa: E731
-    blocks = tuple((norm(b.ln1), linear(b.qkv), linear(b.out), norm(b.ln2), linear(b.fc), linear(b.proj), b.n_heads)
-                   for b in model.blocks)
-    made = _Weights(model.tok.weight, model.pos.weight, blocks, norm(model.ln_f), model.head.weight, model.cfg.n_heads,
-                    _parameters(model))
+    blocks = tuple((norm(b.ln1), _linear_weights(b.qkv), _linear_weights(b.out), norm(b.ln2), _linear_weights(b.fc),
+                    _linear_weights(b.proj), b.n_heads) for b in model.blocks)
+    made = _Weights(model.tok.weight, model.pos.weight, blocks, norm(model.ln_f), _linear_weights(model.head), model.cfg.n_heads,
+                    _parameters(model), _stamp(sources), sources)
     _WEIGHTS[model] = made
     return made
 
@@ -213,9 +219,24 @@ def _parameters(model) -> tuple:
     return tuple(entries)
 
 
-def _linear(layer, x: torch.Tensor) -> torch.Tensor:
-    """``layer`` on ``x [N, d]`` (N >= :data:`MIN_ROWS`): one plain GEMM over every row."""
-    return F.linear(x, layer.weight, layer.bias)
+def _stamp(weights) -> tuple:
+    """Each weight's version counter and address: what changes when it is written to in place or moved."""
+    return tuple((weight._version, weight.data_ptr()) for weight in weights)
+
+
+def _linear_weights(layer) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(weight, bias)`` for :func:`_linear`: the weight as ``[in, out]``. In float32 a contiguous copy: MKL's GEMM
+    then reads it untransposed, about a tenth faster for a few rows than ``F.linear``'s transposed view, and sums each
+    row in the same order, so gives the same bits from :data:`MIN_ROWS` rows up (``tests/test_kernels.py``); in
+    bfloat16 (oneDNN) the view ``F.linear`` itself takes."""
+    weight = layer.weight.detach()
+    return (weight.t().contiguous() if weight.dtype == torch.float32 else weight.t()), layer.bias
+
+
+def _linear(x: torch.Tensor, weights: tuple) -> torch.Tensor:
+    """A Linear on ``x [N, d]`` (N >= :data:`MIN_ROWS`): one plain GEMM over every row (``weights`` from :func:`_linear_weights`)."""
+    weight, bias = weights
+    return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
 
 
 def _layer_norm(ln: tuple, x: torch.Tensor) -> torch.Tensor:
@@ -232,15 +253,15 @@ def _block(block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, keys, 
     """
     ln1, qkv, out, ln2, fc, proj, heads = block
     d = x.shape[-1]
-    q, k, v = F.linear(_layer_norm(ln1, x), *qkv).split(d, dim=-1)
+    q, k, v = _linear(_layer_norm(ln1, x), qkv).split(d, dim=-1)
     keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
     values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
     _attention(q[:n], keys, values, plan, heads, y[:n])
     z = y if y.dtype == x.dtype else y.to(x.dtype)
     if keep is not None:
         x, z = pad_to_min_rows(x[keep]), pad_to_min_rows(z[keep])
-    x = x + F.linear(z, *out)
-    return x + F.linear(F.gelu(F.linear(_layer_norm(ln2, x), *fc)), *proj)
+    x = x + _linear(z, out)
+    return x + _linear(F.gelu(_linear(_layer_norm(ln2, x), fc)), proj)
 
 
 QUERY_GROUP = 256  # queries per attention call: bounds the keys gathered at once (it changes no query's bits)
