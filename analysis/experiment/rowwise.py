@@ -37,6 +37,14 @@ gives every token the bits the decode step gave it (the same GEMM order for any 
 the same attention product per query). The attention computes in float32, also for a bfloat16
 model. The cost over ``default`` is measured by ``benchmarks/bench_kernels.py``.
 
+What a step costs: at a small batch a decode step is mostly torch's per-call overhead, so the mode
+keeps its calls few. The keys and values live in a :class:`RowCache` laid out by row (a decode
+step's window is a view, one store per layer writes every token's key and value), the step's
+attention mask is one lookup in a table kept per head count, the plan is worked out on Python
+lists, the parameters are looked up once per model, and a float32 Linear's weight is transposed
+once so that MKL reads it untransposed (the same bits, a tenth faster for a few rows). None of
+this changes a bit of the arithmetic above.
+
 What this does not have: a kernel of its own. The GEMM property is measured, for MKL on x86 (its
 AVX2 and AVX512 branches); another BLAS (OpenBLAS, Accelerate) is untested, and on a GPU cuBLAS
 picks its kernels by shape, so the mode runs on the CPU only (``fixed-tiles`` runs anywhere).
@@ -53,11 +61,11 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from .kernels import KV_SPLIT, TiledCache
+from .kernels import KV_SPLIT
 
 MIN_ROWS = 4  # fewest rows any GEMM here sees: MKL's sgemm sums in one order from 4 rows up
 
-__all__ = ["MIN_ROWS", "TiledCache", "check_blas", "forward", "one_thread", "pad_to_min_rows"]
+__all__ = ["MIN_ROWS", "RowCache", "TiledCache", "check_blas", "forward", "one_thread", "pad_to_min_rows"]
 
 
 def check_blas(environ=None) -> None:
@@ -120,7 +128,68 @@ def pad_to_min_rows(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x, x.new_zeros((missing, *x.shape[1:]))]) if missing > 0 else x
 
 
-def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: TiledCache,
+@dataclass
+class RowCache:
+    """Keys and values of ``count`` sequences, per layer one tensor ``[2, rows, heads, room, head_dim]`` (the keys, then
+    the values), laid out by row: a decode step's window of keys is a view of its rows, and one indexed store per layer
+    writes every new token's key and value. ``room`` comes in whole splits of :data:`~.kernels.KV_SPLIT`; positions past
+    a sequence's length hold zeros, never written, so a masked key's value is finite.
+
+    Examples
+    --------
+    >>> from analysis.experiment.model import ModelConfig, TinyLM
+    >>> cache = RowCache.empty(TinyLM(ModelConfig(d_model=16, n_heads=2, n_layers=1)), 3, 40)
+    >>> cache.layers[0].shape, cache.room
+    (torch.Size([2, 3, 2, 64, 8]), 64)
+    >>> RowCache.join([cache.select([2, 0]), cache]).layers[0].shape
+    torch.Size([2, 5, 2, 64, 8])
+    """
+
+    layers: list[torch.Tensor]
+    count: int
+
+    @classmethod
+    def empty(cls, model, count: int, length: int) -> RowCache:
+        """Room for ``count`` sequences of up to ``length`` tokens."""
+        cfg, p = model.cfg, next(model.parameters())
+        shape = (2, count, cfg.n_heads, _room(length), cfg.d_model // cfg.n_heads)
+        return cls([torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in model.blocks], count)
+
+    @property
+    def room(self) -> int:
+        """Positions each sequence has room for."""
+        return self.layers[0].shape[3]
+
+    def reserve(self, length: int) -> None:
+        """Grow every sequence's room to at least ``length`` tokens."""
+        more = _room(length) - self.room
+        if more > 0:
+            self.layers = [torch.cat([t, t.new_zeros((*t.shape[:3], more, t.shape[4]))], dim=3) for t in self.layers]
+
+    def select(self, rows: list[int]) -> RowCache:
+        """These sequences, in this order."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.layers[0].device)
+        return RowCache([t.index_select(1, index) for t in self.layers], len(rows))
+
+    @classmethod
+    def join(cls, caches: list[RowCache]) -> RowCache:
+        """The sequences of every cache, one cache after another, with the room of the longest."""
+        room = max(c.room for c in caches)
+        for cache in caches:
+            cache.reserve(room)
+        return cls([torch.cat([c.layers[i][:, : c.count] for c in caches], dim=1) for i in range(len(caches[0].layers))],
+                   sum(c.count for c in caches))
+
+
+TiledCache = RowCache  # the name decode.py, trainer.py and serve.py call a packed mode's cache by (kernels.TiledCache)
+
+
+def _room(length: int) -> int:
+    """Positions in whole splits that hold ``length`` tokens (at least one split)."""
+    return max(1, math.ceil(length / KV_SPLIT)) * KV_SPLIT
+
+
+def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: RowCache,
             want: torch.Tensor, *, prefill: bool = False) -> torch.Tensor:
     """Logits at the packed tokens ``want`` indexes, after writing every token's keys and values to ``cache``.
 
@@ -135,7 +204,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     >>> from analysis.experiment.model import ModelConfig, TinyLM
     >>> _ = torch.manual_seed(0)
     >>> model = TinyLM(ModelConfig(d_model=16, n_heads=2, n_layers=1, context=64)).eval()
-    >>> cache = TiledCache.empty(model, 1, 8)
+    >>> cache = RowCache.empty(model, 1, 8)
     >>> with torch.no_grad():
     ...     logits = forward(model, torch.tensor([5, 6, 7]), torch.arange(3), torch.zeros(3, dtype=torch.long), cache,
     ...                      want=torch.tensor([2]))
@@ -146,21 +215,21 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
         return _forward(model, ids, positions, rows, cache, want)
 
 
-def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tensor:
+def _forward(model, ids, positions, rows, cache: RowCache, want) -> torch.Tensor:
     # A decode step at a small c is all call overhead (each torch call costs about as much as its arithmetic), so the
     # plan is worked out on Python lists read once, and the parameters are looked up once per model (_Weights).
     n, at, order = ids.shape[0], positions.tolist(), rows.tolist()
     cache.reserve(max(at) + 1)
     weights = _weights(model)
-    slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
-    plan = _windows(order, at, positions, weights.heads, cache.splits * KV_SPLIT)
+    slots = (slice(None), rows, slice(None), positions)  # where each token's key and value go
+    plan = _windows(order, at, positions, weights.heads, cache.room)
     x = pad_to_min_rows(F.embedding(ids, weights.tok) + F.embedding(positions, weights.pos))
     # the attention's output, padded to the rows of x: the out GEMM reads it as it is (its padding rows stay zero)
     y = x.new_zeros((x.shape[0], x.shape[1]), dtype=torch.float32)
     last = len(weights.blocks) - 1
     every = want.shape[0] == n and want.tolist() == list(range(n))  # a decode step wants every row
-    for layer, (block, keys, values) in enumerate(zip(weights.blocks, cache.keys, cache.values)):
-        x = _block(block, x, y, n, slots, keys, values, plan, want if layer == last and not every else None)
+    for layer, (block, kv) in enumerate(zip(weights.blocks, cache.layers)):
+        x = _block(block, x, y, n, slots, kv, plan, want if layer == last and not every else None)
     return _linear(_layer_norm(weights.ln_f, x), weights.head)[: want.shape[0]]
 
 
@@ -244,19 +313,19 @@ def _layer_norm(ln: tuple, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, x.shape[-1:], ln[0], ln[1], ln[2])
 
 
-def _block(block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, keys, values, plan, keep=None) -> torch.Tensor:
-    """One pre-norm block on the packed rows (the first ``n`` real, the rest zero padding); the real
-    tokens' keys and values are written before any query reads them, and the attention's output to ``y``'s first ``n`` rows.
+def _block(block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, kv: torch.Tensor, plan, keep=None) -> torch.Tensor:
+    """One pre-norm block on the packed rows (the first ``n`` real, the rest zero padding); the real tokens' keys and
+    values are written to ``kv`` (one layer of a :class:`RowCache`) before any query reads them, and the attention's
+    output to ``y``'s first ``n`` rows.
 
     ``keep``: only these rows go on past the attention, padded again to :data:`MIN_ROWS` (a row's
     result does not depend on which others go with it).
     """
     ln1, qkv, out, ln2, fc, proj, heads = block
     d = x.shape[-1]
-    q, k, v = _linear(_layer_norm(ln1, x), qkv).split(d, dim=-1)
-    keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
-    values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
-    _attention(q[:n], keys, values, plan, heads, y[:n])
+    mixed = _linear(_layer_norm(ln1, x), qkv)
+    kv[slots] = mixed[:n, d:].view(n, 2, heads, -1)  # each token's key and value, [n, 2, H, hd], in one store
+    _attention(mixed[:n, :d], kv, plan, heads, y[:n])
     z = y if y.dtype == x.dtype else y.to(x.dtype)
     if keep is not None:
         x, z = pad_to_min_rows(x[keep]), pad_to_min_rows(z[keep])
@@ -270,15 +339,13 @@ QUERY_GROUP = 256  # queries per attention call: bounds the keys gathered at onc
 @dataclass
 class _Window:
     """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when consecutive),
-    the cache row each reads (a slice when consecutive), the additive mask ``[queries * heads, 1, splits * KV_SPLIT]``:
-    0 for a key at or before the query's position, -inf past it, and the cache rows from the first to past the last
-    that ``rows`` names, when a tensor."""
+    the cache row each reads (a slice when consecutive) and the additive mask ``[queries * heads, 1, splits * KV_SPLIT]``:
+    0 for a key at or before the query's position, -inf past it."""
 
     take: torch.Tensor | slice
     rows: torch.Tensor | slice
     splits: int
     mask: torch.Tensor
-    span: tuple[int, int] = (0, 0)
 
 
 def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: int, room: int) -> list[_Window]:
@@ -295,9 +362,8 @@ def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: in
             width = length * KV_SPLIT
             mask = table[positions[index], :, :width].reshape(-1, 1, width)  # [queries * heads, 1, W], a view of the rows taken
             read = [order[i] for i in take]
-            span = (min(read), max(read) + 1)
             rows = _as_slice(read) or torch.tensor(read, device=positions.device)
-            calls.append(_Window(index, rows, length, mask, span))
+            calls.append(_Window(index, rows, length, mask))
     return calls
 
 
@@ -324,23 +390,21 @@ def _as_slice(index) -> slice | None:
     return None
 
 
-def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[_Window], heads: int,
-               y: torch.Tensor) -> None:
+def _attention(q: torch.Tensor, kv: torch.Tensor, plan: list[_Window], heads: int, y: torch.Tensor) -> None:
     """Every packed query's attention output ``[N, d]`` in float32 into ``y``, window by window."""
     for window in plan:
         if isinstance(window.take, slice):
-            _attend(q[window.take], keys, values, window, heads, y[window.take])
+            _attend(q[window.take], kv, window, heads, y[window.take])
         else:
-            y[window.take] = _attend(q[window.take], keys, values, window, heads)
+            y[window.take] = _attend(q[window.take], kv, window, heads)
 
 
-def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _Window, heads: int,
-            out: torch.Tensor | None = None) -> torch.Tensor:
+def _attend(q: torch.Tensor, kv: torch.Tensor, window: _Window, heads: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Queries ``[Q, d]`` each against its own row's first ``window.splits`` splits of keys: one ``[1, hd] @ [hd, W]``
     product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product (into ``out`` when given)."""
     count, d = q.shape
     hd = d // heads
-    k, v = _read(keys, window, hd), _read(values, window, hd)  # [Q * H, W, hd]
+    k, v = _read(kv[0], window, hd), _read(kv[1], window, hd)  # [Q * H, W, hd]
     scores = torch.baddbmm(window.mask, _float(q).reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd))
     if out is None:
         return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
@@ -349,16 +413,14 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _
 
 
 def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
-    """The window's rows of one layer's keys or values, ``[Q * H, W, hd]`` in float32 (from ``[splits, rows, H, KV_SPLIT, hd]``).
-
-    A prefill's queries repeat their sequences' rows: the rows they span are laid out by row first (a copy of a few
-    rows), then each query's taken from there (one copy per query, not two)."""
-    block, width = cache[: window.splits], window.splits * KV_SPLIT
+    """The window's keys or values of each query's row, ``[Q * H, W, hd]`` in float32, from one layer's
+    ``[rows, H, room, hd]``: a view when the queries' rows are consecutive (a decode step), else one copy per query
+    (a prefill's queries repeat their sequences' rows), taken from the windows made contiguous first (two fifths of
+    the time of a gather from the strided cache)."""
+    width = window.splits * KV_SPLIT
     if isinstance(window.rows, slice):
-        return _float(block[:, window.rows].permute(1, 2, 0, 3, 4).reshape(-1, width, hd))
-    first, last = window.span
-    by_row = block[:, first:last].permute(1, 2, 0, 3, 4).reshape(last - first, -1, width, hd)
-    return _float(by_row.index_select(0, window.rows - first).view(-1, width, hd))
+        return _float(cache[window.rows, :, :width].reshape(-1, width, hd))
+    return _float(cache[:, :, :width].contiguous().index_select(0, window.rows).view(-1, width, hd))
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:
