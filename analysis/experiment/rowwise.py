@@ -333,19 +333,21 @@ def _block(block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, kv: to
     return x + _linear(F.gelu(_linear(_layer_norm(ln2, x), fc)), proj)
 
 
-QUERY_GROUP = 256  # queries per attention call: bounds the keys gathered at once (it changes no query's bits)
+QUERY_GROUP = 64  # queries per attention call: their copied windows (about 1 MB) stay in the cache (256: a quarter slower at c = 32)
 
 
 @dataclass
 class _Window:
     """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when consecutive),
-    the cache row each reads (a slice when consecutive) and the additive mask ``[queries * heads, 1, splits * KV_SPLIT]``:
-    0 for a key at or before the query's position, -inf past it."""
+    the cache row each reads (a slice when consecutive; else counted from ``first``, the first of the rows it spans)
+    and the additive mask ``[queries * heads, 1, splits * KV_SPLIT]``: 0 for a key at or before the query's position,
+    -inf past it."""
 
     take: torch.Tensor | slice
     rows: torch.Tensor | slice
     splits: int
     mask: torch.Tensor
+    span: slice  # the cache rows ``rows`` counts within, when a tensor
 
 
 def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: int, room: int) -> list[_Window]:
@@ -362,8 +364,10 @@ def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: in
             width = length * KV_SPLIT
             mask = table[positions[index], :, :width].reshape(-1, 1, width)  # [queries * heads, 1, W], a view of the rows taken
             read = [order[i] for i in take]
-            rows = _as_slice(read) or torch.tensor(read, device=positions.device)
-            calls.append(_Window(index, rows, length, mask))
+            rows, span = _as_slice(read), slice(min(read), max(read) + 1)
+            if rows is None:
+                rows = torch.tensor([r - span.start for r in read], device=positions.device)
+            calls.append(_Window(index, rows, length, mask, span))
     return calls
 
 
@@ -415,12 +419,12 @@ def _attend(q: torch.Tensor, kv: torch.Tensor, window: _Window, heads: int, out:
 def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
     """The window's keys or values of each query's row, ``[Q * H, W, hd]`` in float32, from one layer's
     ``[rows, H, room, hd]``: a view when the queries' rows are consecutive (a decode step), else one copy per query
-    (a prefill's queries repeat their sequences' rows), taken from the windows made contiguous first (two fifths of
-    the time of a gather from the strided cache)."""
+    (a prefill's queries repeat their sequences' rows), taken from the windows of the rows they span made contiguous
+    first (two fifths of the time of a gather from the strided cache)."""
     width = window.splits * KV_SPLIT
     if isinstance(window.rows, slice):
         return _float(cache[window.rows, :, :width].reshape(-1, width, hd))
-    return _float(cache[:, :, :width].contiguous().index_select(0, window.rows).view(-1, width, hd))
+    return _float(cache[window.span, :, :width].contiguous().index_select(0, window.rows).view(-1, width, hd))
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:
