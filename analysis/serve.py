@@ -43,18 +43,20 @@ class _Request:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     generated: int = 0
     last: Any = None  # logits for the next token
-    cache: Any = None  # per layer (k, v), shape [1, H, S, hd]; fixed-tiles, row-invariant: a TiledCache until it joins the engine's
+    cache: Any = None  # per layer (k, v), shape [1, H, S, hd]; fixed-tiles, row-invariant: its mode's cache until it joins the engine's
     length: int = 0  # tokens in the cache
 
 
 @dataclass(eq=False)
 class _Pool:
-    """fixed-tiles and row-invariant: one :class:`~analysis.experiment.kernels.TiledCache` for the requests stepped last, in their order."""
+    """fixed-tiles and row-invariant: one cache of the mode's (:class:`~analysis.experiment.kernels.TiledCache`,
+    :class:`~analysis.experiment.rowwise.RowCache`) for the requests stepped last, in their order."""
 
+    kind: Any = kernels.TiledCache  # the mode's cache class
     members: list = field(default_factory=list)
     cache: Any = None
 
-    def regroup(self, requests: list[_Request]) -> kernels.TiledCache:
+    def regroup(self, requests: list[_Request]) -> Any:
         """The cache with a row per request, in this order: rows kept, newly prefilled caches joined,
         finished requests' rows dropped (copied only when the membership changes)."""
         if [id(r) for r in requests] == [id(r) for r in self.members]:
@@ -62,7 +64,7 @@ class _Pool:
         index = {id(r): row for row, r in enumerate(self.members)}
         fresh = [r for r in requests if id(r) not in index]
         index.update({id(r): len(self.members) + k for k, r in enumerate(fresh)})
-        joined = kernels.TiledCache.join(([self.cache] if self.members else []) + [r.cache for r in fresh])
+        joined = self.kind.join(([self.cache] if self.members else []) + [r.cache for r in fresh])
         cache = joined.select([index[id(r)] for r in requests])
         for request in fresh:
             request.cache = None  # its rows live in the pool now
@@ -77,7 +79,7 @@ class Engine:
         mode = kernel_mode(mode)
         check_tiled(model, mode)
         self.model, self.mode = model, mode
-        self._pool = _Pool()
+        self._pool = _Pool(PACKED_KERNELS[mode].TiledCache) if mode in PACKED_KERNELS else _Pool()
         self.waiting: asyncio.Queue[_Request] = asyncio.Queue()
         self.active: list[_Request] = []
         self.device = next(model.parameters()).device
@@ -135,7 +137,7 @@ class Engine:
 
     def _prefill_tiled(self, request: _Request) -> None:
         n, device = len(request.prompt), self.device
-        cache = kernels.TiledCache.empty(self.model, 1, n)
+        cache = PACKED_KERNELS[self.mode].TiledCache.empty(self.model, 1, n)
         with torch.no_grad():
             ids, positions = torch.tensor(request.prompt, device=device), torch.arange(n, device=device)
             rows, last = torch.zeros(n, dtype=torch.long, device=device), torch.tensor([n - 1], device=device)

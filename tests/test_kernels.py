@@ -112,6 +112,28 @@ def test_a_hugging_face_model_is_refused(mode):
         decode(Other(), [[1, 2]], mode=mode, max_tokens=1, top_k=1)
 
 
+def _in_place(param: torch.Tensor, value: torch.Tensor) -> None:
+    """``param`` overwritten as ``load_state_dict`` or an optimizer step does it (in place, under no_grad)."""
+    with torch.no_grad():
+        param.copy_(value)
+
+
+def test_row_invariant_reads_the_models_weights_as_they_are_now(float32_model):
+    """The mode looks a model's parameters up once and keeps them: a weight changed in place, a Parameter replaced
+    and a layer replaced are each decoded as a fresh copy of the changed model decodes (one the mode never saw)."""
+    model = copy.deepcopy(float32_model)
+    prompt = model.encode(PROMPTS[1])
+    run = lambda m: _bits(decode(m, [prompt], mode="row-invariant", max_tokens=TOKENS, top_k=3)[0])  # noqa: E731
+    seen = [run(model)]
+    changes = [lambda: _in_place(model.head.weight, model.head.weight.flip(0)),  # in place: token k scores as 255 - k
+               lambda: setattr(model.head, "weight", torch.nn.Parameter(model.head.weight.data.flip(0))),  # undone, replaced
+               lambda: setattr(model.blocks[0], "fc", copy.deepcopy(model.blocks[1].fc))]  # a layer swapped for a copy
+    for change in changes:
+        change()
+        seen.append(run(model))
+        assert seen[-1] == run(copy.deepcopy(model)) and seen[-1] != seen[-2]
+
+
 def test_row_invariant_is_refused_off_the_cpu():
     """It rests on MKL's CPU GEMM; a model elsewhere (here on torch's meta device, which no GPU needs) is refused by name."""
     from analysis.experiment.model import ModelConfig, TinyLM
@@ -133,17 +155,22 @@ def test_row_invariant_refuses_mkls_compatible_branch(float32_model, monkeypatch
 def test_the_blas_sums_every_row_alike_from_min_rows_up(float32_model, dtype):
     """The property row-invariant rests on, for each of the model's Linear shapes: on one thread, a row's GEMM
     result is the same bits whether it shares the call with 3 zero rows or sits anywhere among 4..600 rows. If a BLAS
-    breaks it, this names the shape and the row count before the decode tests fail."""
+    breaks it, this names the shape and the row count before the decode tests fail. The mode's GEMM reads a float32
+    weight transposed once (``_linear_weights``): it also gives ``F.linear``'s bits, those the bundled runs were made with."""
     torch.manual_seed(0)
     layers = [float32_model.head, *(getattr(b, name) for b in float32_model.blocks[:1] for name in ("qkv", "out", "fc", "proj"))]
     for layer in layers:
         layer = copy.deepcopy(layer).to(getattr(torch, dtype))  # a copy: .to() on a module changes it in place
         x = torch.randn(640, layer.weight.shape[1], dtype=layer.weight.dtype)
+        weights = rowwise._linear_weights(layer)
         with torch.no_grad(), rowwise.one_thread():  # as the mode runs: MKL's threads would split the rows
-            alone = torch.cat([rowwise._linear(layer, rowwise.pad_to_min_rows(x[i:i + 1]))[:1] for i in range(len(x))])
-            parted = [(n, start) for n in (*range(4, 41), 64, 333, 600) for start in (0, 1, 3, 13)
-                      if not torch.equal(rowwise._linear(layer, x[start:start + n]), alone[start:start + n])]
+            alone = torch.cat([rowwise._linear(rowwise.pad_to_min_rows(x[i:i + 1]), weights)[:1] for i in range(len(x))])
+            ladder = [(n, start) for n in (*range(4, 41), 64, 333, 600) for start in (0, 1, 3, 13)]
+            parted = [(n, start) for n, start in ladder if not torch.equal(rowwise._linear(x[start:start + n], weights), alone[start:start + n])]
+            unlike = [(n, start) for n, start in ladder
+                      if not torch.equal(torch.nn.functional.linear(x[start:start + n], layer.weight, layer.bias), alone[start:start + n])]
         assert parted == [], f"{tuple(layer.weight.shape)} {dtype}: (rows, first row) whose bits moved: {parted[:5]}"
+        assert unlike == [], f"{tuple(layer.weight.shape)} {dtype}: (rows, first row) where F.linear sums otherwise: {unlike[:5]}"
 
 
 def test_lone_rows_on_the_gemv_part_from_m1(float32_model, monkeypatch):

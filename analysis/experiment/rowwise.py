@@ -37,6 +37,14 @@ gives every token the bits the decode step gave it (the same GEMM order for any 
 the same attention product per query). The attention computes in float32, also for a bfloat16
 model. The cost over ``default`` is measured by ``benchmarks/bench_kernels.py``.
 
+What a step costs: at a small batch a decode step is mostly torch's per-call overhead, so the mode
+keeps its calls few. The keys and values live in a :class:`RowCache` laid out by row (a decode
+step's window is a view, one store per layer writes every token's key and value), the step's
+attention mask is one lookup in a table kept per head count, the plan is worked out on Python
+lists, the parameters are looked up once per model, and a float32 Linear's weight is transposed
+once so that MKL reads it untransposed (the same bits, a tenth faster for a few rows). None of
+this changes a bit of the arithmetic above.
+
 What this does not have: a kernel of its own. The GEMM property is measured, for MKL on x86 (its
 AVX2 and AVX512 branches); another BLAS (OpenBLAS, Accelerate) is untested, and on a GPU cuBLAS
 picks its kernels by shape, so the mode runs on the CPU only (``fixed-tiles`` runs anywhere).
@@ -46,17 +54,18 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
 
-from .kernels import KV_SPLIT, TiledCache
+from .kernels import KV_SPLIT
 
 MIN_ROWS = 4  # fewest rows any GEMM here sees: MKL's sgemm sums in one order from 4 rows up
 
-__all__ = ["MIN_ROWS", "TiledCache", "check_blas", "forward", "one_thread", "pad_to_min_rows"]
+__all__ = ["MIN_ROWS", "RowCache", "TiledCache", "check_blas", "forward", "one_thread", "pad_to_min_rows"]
 
 
 def check_blas(environ=None) -> None:
@@ -119,7 +128,68 @@ def pad_to_min_rows(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x, x.new_zeros((missing, *x.shape[1:]))]) if missing > 0 else x
 
 
-def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: TiledCache,
+@dataclass
+class RowCache:
+    """Keys and values of ``count`` sequences, per layer one tensor ``[2, rows, heads, room, head_dim]`` (the keys, then
+    the values), laid out by row: a decode step's window of keys is a view of its rows, and one indexed store per layer
+    writes every new token's key and value. ``room`` comes in whole splits of :data:`~.kernels.KV_SPLIT`; positions past
+    a sequence's length hold zeros, never written, so a masked key's value is finite.
+
+    Examples
+    --------
+    >>> from analysis.experiment.model import ModelConfig, TinyLM
+    >>> cache = RowCache.empty(TinyLM(ModelConfig(d_model=16, n_heads=2, n_layers=1)), 3, 40)
+    >>> cache.layers[0].shape, cache.room
+    (torch.Size([2, 3, 2, 64, 8]), 64)
+    >>> RowCache.join([cache.select([2, 0]), cache]).layers[0].shape
+    torch.Size([2, 5, 2, 64, 8])
+    """
+
+    layers: list[torch.Tensor]
+    count: int
+
+    @classmethod
+    def empty(cls, model, count: int, length: int) -> RowCache:
+        """Room for ``count`` sequences of up to ``length`` tokens."""
+        cfg, p = model.cfg, next(model.parameters())
+        shape = (2, count, cfg.n_heads, _room(length), cfg.d_model // cfg.n_heads)
+        return cls([torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in model.blocks], count)
+
+    @property
+    def room(self) -> int:
+        """Positions each sequence has room for."""
+        return self.layers[0].shape[3]
+
+    def reserve(self, length: int) -> None:
+        """Grow every sequence's room to at least ``length`` tokens."""
+        more = _room(length) - self.room
+        if more > 0:
+            self.layers = [torch.cat([t, t.new_zeros((*t.shape[:3], more, t.shape[4]))], dim=3) for t in self.layers]
+
+    def select(self, rows: list[int]) -> RowCache:
+        """These sequences, in this order."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.layers[0].device)
+        return RowCache([t.index_select(1, index) for t in self.layers], len(rows))
+
+    @classmethod
+    def join(cls, caches: list[RowCache]) -> RowCache:
+        """The sequences of every cache, one cache after another, with the room of the longest."""
+        room = max(c.room for c in caches)
+        for cache in caches:
+            cache.reserve(room)
+        return cls([torch.cat([c.layers[i][:, : c.count] for c in caches], dim=1) for i in range(len(caches[0].layers))],
+                   sum(c.count for c in caches))
+
+
+TiledCache = RowCache  # the name decode.py, trainer.py and serve.py call a packed mode's cache by (kernels.TiledCache)
+
+
+def _room(length: int) -> int:
+    """Positions in whole splits that hold ``length`` tokens (at least one split)."""
+    return max(1, math.ceil(length / KV_SPLIT)) * KV_SPLIT
+
+
+def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: RowCache,
             want: torch.Tensor, *, prefill: bool = False) -> torch.Tensor:
     """Logits at the packed tokens ``want`` indexes, after writing every token's keys and values to ``cache``.
 
@@ -134,7 +204,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     >>> from analysis.experiment.model import ModelConfig, TinyLM
     >>> _ = torch.manual_seed(0)
     >>> model = TinyLM(ModelConfig(d_model=16, n_heads=2, n_layers=1, context=64)).eval()
-    >>> cache = TiledCache.empty(model, 1, 8)
+    >>> cache = RowCache.empty(model, 1, 8)
     >>> with torch.no_grad():
     ...     logits = forward(model, torch.tensor([5, 6, 7]), torch.arange(3), torch.zeros(3, dtype=torch.long), cache,
     ...                      want=torch.tensor([2]))
@@ -145,126 +215,216 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
         return _forward(model, ids, positions, rows, cache, want)
 
 
-def _forward(model, ids, positions, rows, cache: TiledCache, want) -> torch.Tensor:
-    n, at = ids.shape[0], positions.tolist()  # one read of the positions serves the plan (a step's calls are its cost)
+def _forward(model, ids, positions, rows, cache: RowCache, want) -> torch.Tensor:
+    # A decode step at a small c is all call overhead (each torch call costs about as much as its arithmetic), so the
+    # plan is worked out on Python lists read once, and the parameters are looked up once per model (_Weights).
+    n, at, order = ids.shape[0], positions.tolist(), rows.tolist()
     cache.reserve(max(at) + 1)
-    slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go
-    plan = _windows(rows, positions, at, model.cfg.n_heads)
-    x = pad_to_min_rows(model.tok(ids) + model.pos(positions))
-    last = len(model.blocks) - 1
-    every = want.shape[0] == n and torch.equal(want, torch.arange(n, device=want.device))  # a decode step wants every row
-    for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
-        x = _block(block, x, n, slots, keys, values, plan, want if layer == last and not every else None)
-    return _linear(model.head, _layer_norm(model.ln_f, x))[: want.shape[0]]
+    weights = _weights(model)
+    slots = (slice(None), rows, slice(None), positions)  # where each token's key and value go
+    plan = _windows(order, at, positions, weights.heads, cache.room)
+    x = pad_to_min_rows(F.embedding(ids, weights.tok) + F.embedding(positions, weights.pos))
+    # the attention's output, padded to the rows of x: the out GEMM reads it as it is (its padding rows stay zero)
+    y = x.new_zeros((x.shape[0], x.shape[1]), dtype=torch.float32)
+    last = len(weights.blocks) - 1
+    every = want.shape[0] == n and want.tolist() == list(range(n))  # a decode step wants every row
+    for layer, (block, kv) in enumerate(zip(weights.blocks, cache.layers)):
+        x = _block(block, x, y, n, slots, kv, plan, want if layer == last and not every else None)
+    return _linear(_layer_norm(weights.ln_f, x), weights.head)[: want.shape[0]]
 
 
-def _linear(layer, x: torch.Tensor) -> torch.Tensor:
-    """``layer`` on ``x [N, d]`` (N >= :data:`MIN_ROWS`): one plain GEMM over every row."""
-    return F.linear(x, layer.weight, layer.bias)
+@dataclass(frozen=True)
+class _Weights:
+    """A TinyLM's parameters as the forward reads them: each Linear as :func:`_linear_weights` gives it, each LayerNorm
+    ``(weight, bias, eps)``, per block ``(ln1, qkv, out, ln2, fc, proj, heads)``. Looking them up once saves the forward
+    about 70 calls to ``nn.Module.__getattr__`` per step. The LayerNorms and embeddings are the model's own tensors;
+    the float32 Linear weights are transposed copies, made again by :func:`_weights` when a weight changed in place
+    (its version counter: ``load_state_dict``, an optimizer step, any in-place op under ``no_grad``) or moved (``.to()``),
+    or when a layer or Parameter was replaced by another. (A change through ``weight.data`` bumps no version and would
+    go unseen; nothing in bia makes one.)"""
+
+    tok: torch.Tensor
+    pos: torch.Tensor
+    blocks: tuple
+    ln_f: tuple
+    head: torch.Tensor
+    heads: int
+    params: tuple  # (the parent's dict, name, object) of each submodule and Parameter, to notice one replaced
+    stamp: tuple  # each Linear weight's (version, address) when copied, to notice one changed
+    sources: tuple  # those weights
 
 
-def _layer_norm(ln, x: torch.Tensor) -> torch.Tensor:
-    """Per row: LayerNorm's mean and variance run within each row, whatever the number of rows."""
-    return F.layer_norm(x, x.shape[-1:], ln.weight, ln.bias, ln.eps)
+_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _block(block, x: torch.Tensor, n: int, slots, keys, values, plan, keep=None) -> torch.Tensor:
-    """One pre-norm block on the packed rows (the first ``n`` real, the rest zero padding); the real
-    tokens' keys and values are written before any query reads them.
+def _weights(model) -> _Weights:
+    """``model``'s :class:`_Weights`, made on first use and again when one of its layers or Parameters was replaced."""
+    known = _WEIGHTS.get(model)
+    if known is not None and all(table.get(name) is param for table, name, param in known.params) \
+            and _stamp(known.sources) == known.stamp:
+        return known
+    sources = tuple(layer.weight for layer in model.modules() if isinstance(layer, torch.nn.Linear))
+    norm = lambda m: (m.weight, m.bias, m.eps)  # noqa: E731
+    blocks = tuple((norm(b.ln1), _linear_weights(b.qkv), _linear_weights(b.out), norm(b.ln2), _linear_weights(b.fc),
+                    _linear_weights(b.proj), b.n_heads) for b in model.blocks)
+    made = _Weights(model.tok.weight, model.pos.weight, blocks, norm(model.ln_f), _linear_weights(model.head), model.cfg.n_heads,
+                    _parameters(model), _stamp(sources), sources)
+    _WEIGHTS[model] = made
+    return made
+
+
+def _parameters(model) -> tuple:
+    """``(dict, name, object)`` for every submodule and Parameter of ``model``, ``dict`` the one of its parent that holds
+    it: the check that none was replaced is then one lookup each, cheaper than walking ``parameters()``."""
+    entries = []
+
+    def walk(module) -> None:
+        for name, child in module._modules.items():
+            entries.append((module._modules, name, child))
+            walk(child)
+        entries.extend((module._parameters, name, param) for name, param in module._parameters.items())
+
+    walk(model)
+    return tuple(entries)
+
+
+def _stamp(weights) -> tuple:
+    """Each weight's version counter and address: what changes when it is written to in place or moved."""
+    return tuple((weight._version, weight.data_ptr()) for weight in weights)
+
+
+def _linear_weights(layer) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(weight, bias)`` for :func:`_linear`: the weight as ``[in, out]``. In float32 a contiguous copy: MKL's GEMM
+    then reads it untransposed, about a tenth faster for a few rows than ``F.linear``'s transposed view, and sums each
+    row in the same order, so gives the same bits from :data:`MIN_ROWS` rows up (``tests/test_kernels.py``); in
+    bfloat16 (oneDNN) the view ``F.linear`` itself takes."""
+    weight = layer.weight.detach()
+    return (weight.t().contiguous() if weight.dtype == torch.float32 else weight.t()), layer.bias
+
+
+def _linear(x: torch.Tensor, weights: tuple) -> torch.Tensor:
+    """A Linear on ``x [N, d]`` (N >= :data:`MIN_ROWS`): one plain GEMM over every row (``weights`` from :func:`_linear_weights`)."""
+    weight, bias = weights
+    return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+
+
+def _layer_norm(ln: tuple, x: torch.Tensor) -> torch.Tensor:
+    """Per row: LayerNorm's mean and variance run within each row, whatever the number of rows (``ln``: weight, bias, eps)."""
+    return F.layer_norm(x, x.shape[-1:], ln[0], ln[1], ln[2])
+
+
+def _block(block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, kv: torch.Tensor, plan, keep=None) -> torch.Tensor:
+    """One pre-norm block on the packed rows (the first ``n`` real, the rest zero padding); the real tokens' keys and
+    values are written to ``kv`` (one layer of a :class:`RowCache`) before any query reads them, and the attention's
+    output to ``y``'s first ``n`` rows.
 
     ``keep``: only these rows go on past the attention, padded again to :data:`MIN_ROWS` (a row's
     result does not depend on which others go with it).
     """
-    d, heads = x.shape[-1], block.n_heads
-    q, k, v = _linear(block.qkv, _layer_norm(block.ln1, x)).split(d, dim=-1)
-    keys[slots[0], slots[1], :, slots[2]] = k[:n].view(n, heads, -1)
-    values[slots[0], slots[1], :, slots[2]] = v[:n].view(n, heads, -1)
-    y = _attention(q[:n], keys, values, plan, heads)
-    y = y if y.dtype == x.dtype else y.to(x.dtype)
+    ln1, qkv, out, ln2, fc, proj, heads = block
+    d = x.shape[-1]
+    mixed = _linear(_layer_norm(ln1, x), qkv)
+    kv[slots] = mixed[:n, d:].view(n, 2, heads, -1)  # each token's key and value, [n, 2, H, hd], in one store
+    _attention(mixed[:n, :d], kv, plan, heads, y[:n])
+    z = y if y.dtype == x.dtype else y.to(x.dtype)
     if keep is not None:
-        x, y = pad_to_min_rows(x[keep]), pad_to_min_rows(y[keep])
-    elif y.shape[0] < x.shape[0]:
-        y = pad_to_min_rows(y)
-    x = x + _linear(block.out, y)
-    return x + _linear(block.proj, F.gelu(_linear(block.fc, _layer_norm(block.ln2, x))))
+        x, z = pad_to_min_rows(x[keep]), pad_to_min_rows(z[keep])
+    x = x + _linear(z, out)
+    return x + _linear(F.gelu(_linear(_layer_norm(ln2, x), fc)), proj)
 
 
-QUERY_GROUP = 256  # queries per attention call: bounds the keys gathered at once (it changes no query's bits)
+QUERY_GROUP = 64  # queries per attention call: their copied windows (about 1 MB) stay in the cache (256: a quarter slower at c = 32)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Window:
-    """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when they are
-    all the call's), the cache row each reads (a slice when consecutive) and the additive mask
-    ``[queries * heads, 1, splits * KV_SPLIT]``: 0 for a key at or before the query's position, -inf past it."""
+    """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when consecutive),
+    the cache row each reads (a slice when consecutive; else counted from ``first``, the first of the rows it spans)
+    and the additive mask ``[queries * heads, 1, splits * KV_SPLIT]``: 0 for a key at or before the query's position,
+    -inf past it."""
 
     take: torch.Tensor | slice
     rows: torch.Tensor | slice
     splits: int
     mask: torch.Tensor
-    span: tuple[int, int] = (0, 0)  # the cache rows from the first to past the last that ``rows`` names, when a tensor
+    span: slice  # the cache rows ``rows`` counts within, when a tensor
 
 
-def _windows(rows: torch.Tensor, positions: torch.Tensor, at: list[int], heads: int) -> list[_Window]:
+def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: int, room: int) -> list[_Window]:
     """The attention calls of one forward: queries grouped by window length, at most :data:`QUERY_GROUP` to a call
-    (``at``: the positions as a list)."""
+    (``order``, ``at``: the cache rows and positions as lists; ``room``: the cache's keys per row)."""
+    table = _mask_table(heads, room, positions.device)
     lengths = sorted({p // KV_SPLIT + 1 for p in at})
     calls = []
     for length in lengths:
-        chosen = torch.arange(len(at), device=positions.device) if len(lengths) == 1 else \
-            torch.tensor([i for i, p in enumerate(at) if p // KV_SPLIT + 1 == length], device=positions.device)
+        chosen = range(len(at)) if len(lengths) == 1 else [i for i, p in enumerate(at) if p // KV_SPLIT + 1 == length]
         for start in range(0, len(chosen), QUERY_GROUP):
             take = chosen[start: start + QUERY_GROUP]
-            seen = torch.arange(length * KV_SPLIT, device=positions.device) <= positions[take, None]  # [queries, W]
-            mask = torch.zeros(seen.shape, device=positions.device).masked_fill_(~seen, -math.inf)
-            whole = len(lengths) == 1 and len(chosen) <= QUERY_GROUP  # every query in this one call, in order
-            read = _as_slice(rows[take])
-            span = (0, 0) if isinstance(read, slice) else (int(read.min()), int(read.max()) + 1)
-            calls.append(_Window(slice(0, len(chosen)) if whole else _as_slice(take), read, length,
-                                 mask[:, None, None].expand(-1, heads, 1, -1).reshape(-1, 1, seen.shape[1]), span))
+            index = _as_slice(take) or torch.tensor(take, device=positions.device)
+            width = length * KV_SPLIT
+            mask = table[positions[index], :, :width].reshape(-1, 1, width)  # [queries * heads, 1, W], a view of the rows taken
+            read = [order[i] for i in take]
+            rows, span = _as_slice(read), slice(min(read), max(read) + 1)
+            if rows is None:
+                rows = torch.tensor([r - span.start for r in read], device=positions.device)
+            calls.append(_Window(index, rows, length, mask, span))
     return calls
 
 
-def _as_slice(index: torch.Tensor) -> torch.Tensor | slice:
-    """``index`` as a slice when it counts up by one (a view rather than a copy), else itself."""
-    first = int(index[0])
-    if torch.equal(index, torch.arange(first, first + len(index), device=index.device)):
+_MASKS: dict = {}
+
+
+def _mask_table(heads: int, room: int, device) -> torch.Tensor:
+    """``[P, heads, P]`` (P >= ``room``): row p is 0 up to key p and -inf past it, once per head; made once and kept
+    (the largest asked for), so that a step's mask is one lookup rather than a dozen calls."""
+    key = (heads, device)
+    table = _MASKS.get(key)
+    if table is None or table.shape[0] < room:
+        keys = torch.arange(room, device=device)
+        table = torch.zeros(room, room, device=device).masked_fill_(keys[None, :] > keys[:, None], -math.inf)
+        table = _MASKS[key] = table[:, None].expand(-1, heads, -1).contiguous()
+    return table
+
+
+def _as_slice(index) -> slice | None:
+    """``index`` (a sequence of ints) as a slice when it counts up by one, else None."""
+    first = index[0]
+    if index[-1] - first == len(index) - 1 and all(b - a == 1 for a, b in zip(index, index[1:])):
         return slice(first, first + len(index))
-    return index
+    return None
 
 
-def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[_Window], heads: int) -> torch.Tensor:
-    """Every packed query's attention output ``[N, d]`` in float32, window by window."""
-    n, d = q.shape
-    if len(plan) == 1 and isinstance(plan[0].take, slice) and plan[0].take == slice(0, n):
-        return _attend(q, keys, values, plan[0], heads)
-    y = q.new_empty((n, d), dtype=torch.float32)
+def _attention(q: torch.Tensor, kv: torch.Tensor, plan: list[_Window], heads: int, y: torch.Tensor) -> None:
+    """Every packed query's attention output ``[N, d]`` in float32 into ``y``, window by window."""
     for window in plan:
-        y[window.take] = _attend(q[window.take], keys, values, window, heads)
-    return y
+        if isinstance(window.take, slice):
+            _attend(q[window.take], kv, window, heads, y[window.take])
+        else:
+            y[window.take] = _attend(q[window.take], kv, window, heads)
 
 
-def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, window: _Window, heads: int) -> torch.Tensor:
+def _attend(q: torch.Tensor, kv: torch.Tensor, window: _Window, heads: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Queries ``[Q, d]`` each against its own row's first ``window.splits`` splits of keys: one ``[1, hd] @ [hd, W]``
-    product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product."""
+    product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product (into ``out`` when given)."""
     count, d = q.shape
     hd = d // heads
-    k, v = _read(keys, window, hd), _read(values, window, hd)  # [Q * H, W, hd]
+    k, v = _read(kv[0], window, hd), _read(kv[1], window, hd)  # [Q * H, W, hd]
     scores = torch.baddbmm(window.mask, _float(q).reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd))
-    return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
+    if out is None:
+        return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
+    torch.bmm(scores.softmax(dim=-1), v, out=out.view(count * heads, 1, hd))
+    return out
 
 
 def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
-    """The window's rows of one layer's keys or values, ``[Q * H, W, hd]`` in float32 (from ``[splits, rows, H, KV_SPLIT, hd]``).
-
-    A prefill's queries repeat their sequences' rows: the rows they span are laid out by row first (a copy of a few
-    rows), then each query's taken from there (one copy per query, not two)."""
-    block, width = cache[: window.splits], window.splits * KV_SPLIT
+    """The window's keys or values of each query's row, ``[Q * H, W, hd]`` in float32, from one layer's
+    ``[rows, H, room, hd]``: a view when the queries' rows are consecutive (a decode step), else one copy per query
+    (a prefill's queries repeat their sequences' rows), taken from the windows of the rows they span made contiguous
+    first (two fifths of the time of a gather from the strided cache)."""
+    width = window.splits * KV_SPLIT
     if isinstance(window.rows, slice):
-        return _float(block[:, window.rows].permute(1, 2, 0, 3, 4).reshape(-1, width, hd))
-    first, last = window.span
-    by_row = block[:, first:last].permute(1, 2, 0, 3, 4).reshape(last - first, -1, width, hd)
-    return _float(by_row.index_select(0, window.rows - first).view(-1, width, hd))
+        return _float(cache[window.rows, :, :width].reshape(-1, width, hd))
+    return _float(cache[window.span, :, :width].contiguous().index_select(0, window.rows).view(-1, width, hd))
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:
