@@ -78,6 +78,9 @@ def test_no_token_at_all():
     assert (s["bia:sequences"], s["bia:tokens"], s["bia:masked_tokens"]) == (0, 0, 0)
     assert s["verl:rollout_corr/kl"] is None and s["skyrl:policy/rollout_train_logprobs_abs_diff_max"] is None
     assert mismatch_table(STEP.head(0)).height == 0
+    # an empty table keeps the key's type, and the counts stay integers
+    assert mismatch_table(STEP.head(0)).schema["sequence"] == pl.String
+    assert all(type(s[name]) is int for name in ("bia:sequences", "bia:tokens", "bia:masked_tokens"))
 
 
 def test_a_block_of_unmasked_rows_only_has_no_extremes():
@@ -111,3 +114,48 @@ def test_blocks_and_batches_do_not_change_the_moments(monkeypatch, seqs, block_r
         p, q = np.exp(t), np.exp(r)
         if p.std() > 1e-6 and q.std() > 1e-6:
             assert cut["verl:training/rollout_actor_probs_pearson_corr"] == pytest.approx(np.corrcoef(p, q)[0, 1], rel=1e-7, abs=1e-9)
+
+
+def test_clip_counts_at_their_thresholds_count_nothing():
+    # Every token has t = r (delta = 0, rho = exp(0) = 1 exactly, p - q = 0) and every threshold sits exactly there:
+    # each framework counts only ratios strictly past its clip (rho > 1, rho < 1, p - q > 0, p - q < -0), so every
+    # clip and mask count is 0. A ">=" anywhere would count all four tokens.
+    tokens = pl.DataFrame({"sequence": ["a", "a", "b", "b"], "position": [0, 1, 0, 1], "rollout_logprob": [-0.5, -1.0, -0.25, -2.0],
+                           "trainer_logprob": [-0.5, -1.0, -0.25, -2.0], "mask": [True] * 4, "advantage": [1.0, 1.0, -1.0, 0.0]})
+    s = mismatch_summary(tokens, slime_tis_clip=1.0, slime_tis_clip_low=1.0, verl_is_threshold=1.0, verl_rollout_is="token",
+                         skyrl_token_tis_ratio_clip_high=1.0, prime_rl_dppo_mask_high=0.0, prime_rl_dppo_mask_low=0.0).row(0, named=True)
+    zero = {name: s[name] for name in ("slime:train/tis_clipfrac", "verl:rollout_corr/rollout_is_ratio_fraction_high",
+                                       "verl:rollout_corr/rollout_is_ratio_fraction_low", "skyrl:tis_token_clip_high_ratio",
+                                       "prime-rl:is_masked/mean", "prime-rl:is_masked_high/mean", "prime-rl:is_masked_low/mean")}
+    assert zero == dict.fromkeys(zero, 0.0)
+    assert s["bia:masked_tokens"] == 4
+
+
+def test_a_log_ratio_below_minus_the_safety_bound_is_clipped_there():
+    # One token with delta = t - r = -25, past the safety bound of 20 on the low side: verl, slime, SkyRL and miles clip
+    # it to -20 first, so rho_c = exp(-20) and the clipped K3 is (exp(-20) - 1) + 20 = 19 + exp(-20), which miles then
+    # clamps to its 10; |delta| itself is not clipped: 25.
+    tokens = pl.DataFrame({"sequence": ["a"], "position": [0], "rollout_logprob": [-0.5], "trainer_logprob": [-25.5], "mask": [True]})
+    table = mismatch_table(tokens)
+    s = mismatch_summary(tokens).row(0, named=True)
+    assert s["slime:train/train_rollout_logprob_abs_diff"] == pytest.approx(25.0)
+    assert s["skyrl:policy/rollout_train_logprobs_abs_diff_max"] == pytest.approx(25.0)
+    rho_c = math.exp(-20.0)
+    assert s["verl:rollout_corr/rollout_is_mean"] == pytest.approx(rho_c, rel=1e-12), "rho_c is exp(-20), not exp(-25)"
+    assert table.height == 1
+
+
+def test_a_null_mask_is_out_of_the_loss_and_a_reappearing_sequence_is_one_sequence():
+    # mask None counts as False (not in the loss); the key "a" comes back after "b" in the next row but one, and
+    # is one sequence of two loss-masked tokens (rho = 2 and 1/2), not part of b's run.
+    tokens = pl.DataFrame({"sequence": ["a", "b", "a", "b"], "position": [0, 0, 1, 1], "rollout_logprob": [LN(0.25), -1.0, LN(0.8), -3.0],
+                           "trainer_logprob": [LN(0.5), -1.0, LN(0.4), -1.0], "mask": [True, True, True, None]})
+    table = mismatch_table(tokens).sort("sequence")
+    assert table["sequence"].to_list() == ["a", "b"]
+    assert table["masked_tokens"].to_list() == [2, 1], "b's last token has a null mask: out of the loss"
+    assert table["tokens"].to_list() == [2, 2]
+    s = mismatch_summary(tokens).row(0, named=True)
+    assert s["bia:masked_tokens"] == 3
+    # slime averages |delta| per sequence, then over sequences: a's (ln 2 + ln 2) / 2 and b's 0 give ln 2 / 2 (a run
+    # split at b would make three sequences' worth)
+    assert s["slime:train/train_rollout_logprob_abs_diff"] == pytest.approx(LN(2.0) / 2)

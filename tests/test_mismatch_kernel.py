@@ -124,3 +124,16 @@ def test_batches_of_several_arrow_chunks_are_summed_chunk_by_chunk(monkeypatch, 
         assert out[True]["bia:tokens"] == tokens.height
         for name in out[True]:
             assert _same(out[True][name], out[False][name]), (data if isinstance(data, str) else "concat", name)
+
+
+def test_the_numpy_pass_runs_when_the_compiled_one_is_switched_off(monkeypatch):
+    # COMPILED = False is how the tests compare the two passes: it must not reach the compiled one at all
+    def compiled(*args, **kwargs):
+        raise AssertionError("the compiled pass ran")
+
+    monkeypatch.setattr(kernel, "batch_sums", compiled)
+    tokens = _tokens(np.random.default_rng(3), 20)
+    with pytest.raises(AssertionError, match="the compiled pass ran"):
+        mismatch_summary(tokens)
+    monkeypatch.setattr(_mismatch_blocks, "COMPILED", False)
+    assert mismatch_summary(tokens)["bia:tokens"].item() == tokens.height
