@@ -142,6 +142,9 @@ def test_a_log_ratio_below_minus_the_safety_bound_is_clipped_there():
     assert s["skyrl:policy/rollout_train_logprobs_abs_diff_max"] == pytest.approx(25.0)
     rho_c = math.exp(-20.0)
     assert s["verl:rollout_corr/rollout_is_mean"] == pytest.approx(rho_c, rel=1e-12), "rho_c is exp(-20), not exp(-25)"
+    # verl's token-level weights are rho_c itself, token by token: exp(-20) again, from the per-token pass's sums
+    token = mismatch_summary(tokens, verl_rollout_is="token").row(0, named=True)
+    assert token["verl:rollout_corr/rollout_is_mean"] == pytest.approx(rho_c, rel=1e-12)
     assert table.height == 1
 
 
