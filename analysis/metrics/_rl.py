@@ -118,8 +118,13 @@ def _pieces(paths: list[str], piece_rows: int) -> list[tuple[str, int, int]]:
     return out
 
 
+def _piece_tokens(path: str, offset: int, length: int, replay: bool) -> tuple[pl.LazyFrame, bool]:
+    """One piece's token frame, prepared, and whether it has an advantage."""
+    return _prepare(pl.scan_parquet(path).slice(offset, length), replay)
+
+
 def _piece_partials(path: str, offset: int, length: int, constants: _mismatch.Constants, replay: bool, chunk_size: int):
-    lf, advantage = _prepare(pl.scan_parquet(path).slice(offset, length), replay)
+    lf, advantage = _piece_tokens(path, offset, length, replay)
     return _mismatch_blocks.partials(lf, constants, advantage=advantage, chunk_size=chunk_size), advantage
 
 
@@ -137,7 +142,7 @@ def _partials(data: Any, constants: _mismatch.Constants, *, engine: str, replay:
         if engine == "ray":
             results = _on_ray(pieces, constants, replay, chunk_size)
         else:  # one pipeline over every piece, so that no core waits at a piece's end
-            prepared = [_prepare(pl.scan_parquet(path).slice(offset, length), replay) for path, offset, length in pieces]
+            prepared = [_piece_tokens(*piece, replay) for piece in pieces]
             sums = _mismatch_blocks.piece_partials(prepared, constants, chunk_size=chunk_size)
             results = list(zip(sums, (advantage for _, advantage in prepared)))
         if not results:
