@@ -162,3 +162,19 @@ def test_a_null_mask_is_out_of_the_loss_and_a_reappearing_sequence_is_one_sequen
     # slime averages |delta| per sequence, then over sequences: a's (ln 2 + ln 2) / 2 and b's 0 give ln 2 / 2 (a run
     # split at b would make three sequences' worth)
     assert s["slime:train/train_rollout_logprob_abs_diff"] == pytest.approx(LN(2.0) / 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, width=32)), min_size=1, max_size=40),
+       kind=st.sampled_from(["float32", "float64", "int64", "int32", "uint8"]), data=st.data())
+def test_an_arrow_chunk_is_read_as_pyarrow_reads_it(values, kind, data):
+    # _chunk_array views a chunk's buffer where it has no null, from the chunk's offset (a slice of a longer array)
+    import pyarrow as pa
+
+    if kind.startswith(("int", "uint")):
+        values = [None if v is None else int(abs(v)) % 200 for v in values]
+    array = pa.array(values, type=getattr(pa, kind)())
+    start = data.draw(st.integers(0, len(values) - 1))
+    chunk = array.slice(start, data.draw(st.integers(0, len(values) - start)))
+    got, want = _mismatch_blocks._chunk_array(chunk), chunk.to_numpy(zero_copy_only=False)
+    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)

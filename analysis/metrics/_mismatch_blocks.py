@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from ._mismatch import ADV_SUMS, GLOBAL_MAX, GLOBAL_SUMS, SEQ_SUMS, Constants, merge_globals, merge_sequences
 
@@ -46,18 +47,20 @@ _COUNTS = frozenset(name for name in (*SEQ_SUMS, *ADV_SUMS) if not name.startswi
 def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFrame:
     """The columns the per-token pass reads, in the types it reads them.
 
-    ``mask`` becomes a boolean with null read as False; ``r`` and ``t`` are the rollout and trainer
+    ``mask`` becomes 0 or 1 (UInt8, one byte a row) with null read as 0, and so does ``has_support``,
+    present only when ``tokens`` has it: numpy and the compiled pass read bytes as they lie, where
+    polars' booleans, a bit a row, would be unpacked into new memory per chunk of a batch (which cost
+    more than the whole compiled pass of the same rows, in page faults). ``r`` and ``t`` are the rollout and trainer
     logprobs with null read as NaN (a loss-masked token without a logprob then makes its sequence's
     sums NaN, which the caller names), as float32 where they are float32 (numpy widens a block's
-    loss-masked ones, exactly, which costs less than widening every row here) and float64 otherwise;
-    ``has_support`` is present only when ``tokens`` has it.
+    loss-masked ones, exactly, which costs less than widening every row here) and float64 otherwise.
 
     Examples
     --------
     >>> tokens = pl.LazyFrame({"sequence": [0, 0], "rollout_logprob": [-0.1, None],
     ...                        "trainer_logprob": [-0.12, None], "mask": [True, None]})
     >>> token_columns(tokens).collect().rows()
-    [(0, True, -0.1, -0.12), (0, False, nan, nan)]
+    [(0, 1, -0.1, -0.12), (0, 0, nan, nan)]
     """
     schema = tokens.collect_schema()
 
@@ -67,10 +70,10 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
     logprob = {"r": "rollout_logprob", "t": "trainer_logprob"}
     names = schema.names()
     return tokens.select(
-        "sequence", pl.col("mask").cast(pl.Boolean).fill_null(False),
+        "sequence", pl.col("mask").cast(pl.Boolean).fill_null(False).cast(pl.UInt8),
         *(real(name).fill_null(float("nan")).alias(short) for short, name in logprob.items()),
         *([real("advantage")] if advantage else []),
-        *([pl.col("has_support").cast(pl.Boolean).fill_null(False)] if "has_support" in names else []),
+        *([pl.col("has_support").cast(pl.Boolean).fill_null(False).cast(pl.UInt8)] if "has_support" in names else []),
     )
 
 
@@ -143,7 +146,8 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
         runs[3:] = np.add.reduceat(rows[:len(fields) - 3], at, axis=1)
     elif some.any():  # reduceat gives an empty run the next run's first value: it sees the non-empty runs only
         runs[3:, some] = np.add.reduceat(rows[:len(fields) - 3], at[some], axis=1)
-    return runs, _batch_row(rows[-len(_MOMENT_ROWS) - 1:-1], rc, c)
+    with np.errstate(all="ignore"):  # inf − inf in a moment is NaN, as in the sums
+        return runs, _batch_row(rows[-len(_MOMENT_ROWS) - 1:-1], rc, c)
 
 
 def _token_rows(r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: Constants) -> tuple[np.ndarray, np.ndarray]:
@@ -248,21 +252,37 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
     """
     pieces = list(pieces)
     collected = [([], [], []) for _ in pieces]
+    outstanding = [0] * len(pieces)  # each piece's batches submitted and not yet collected
+    read = [False] * len(pieces)  # each piece's batches all submitted
+    merged: list = [None] * len(pieces)  # each piece's _merged, a future submitted once it is read and summed whole
     # numpy and the compiled pass release the GIL inside their loops: the batches' blocks run on all cores while
     # polars reads the next batches, a bounded number in flight so that memory stays a few batches whatever the size
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
+
+        def merge_when_whole(index: int) -> None:  # merged on a worker while the later pieces are read, not after all
+            if read[index] and not outstanding[index]:
+                merged[index] = pool.submit(_merged, *pieces[index], *collected[index], c)
+
+        def collect(index: int, future) -> None:
+            _collect(future.result(), *collected[index])
+            outstanding[index] -= 1
+            merge_when_whole(index)
+
+        if pieces:  # numba's first use in a process (~0.3 s) while polars starts reading, not after its first batch
+            pool.submit(_warm_up, token_columns(pieces[0][0], advantage=pieces[0][1]).collect_schema(), c)
         pending: deque = deque()
         for index, (tokens, advantage) in enumerate(pieces):
             for batch in token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming"):
                 pending.append((index, pool.submit(_batch_sums, batch, c)))
+                outstanding[index] += 1
                 while len(pending) > workers:
-                    done, future = pending.popleft()
-                    _collect(future.result(), *collected[done])
+                    collect(*pending.popleft())
+            read[index] = True
+            merge_when_whole(index)
         while pending:
-            done, future = pending.popleft()
-            _collect(future.result(), *collected[done])
-    return [_merged(tokens, advantage, *sums, c) for (tokens, advantage), sums in zip(pieces, collected)]
+            collect(*pending.popleft())
+        return [future.result() for future in merged]
 
 
 def _merged(tokens: pl.LazyFrame, advantage: bool, keys: list, runs: list, rows: list,
@@ -279,6 +299,22 @@ def _merged(tokens: pl.LazyFrame, advantage: bool, keys: list, runs: list, rows:
     glob = pl.DataFrame(np.concatenate([np.atleast_2d(r) for r in rows]), schema=list(ROW_FIELDS), orient="row").with_columns(
         pl.col("n").cast(pl.Int64), pl.col("^(max|min)_.*$").fill_nan(None))  # no masked token: no extreme
     return merge_sequences(seqs), merge_globals(glob)
+
+
+def _warm_up(schema: pl.Schema, c: Constants) -> None:
+    """Sum one token of ``schema``'s types, so that the compiled pass is loaded (numba's first use in a process) while
+    polars starts reading; a key that is not an integer takes the general path, as a string.
+
+    Examples
+    --------
+    >>> _warm_up(pl.Schema({"sequence": pl.Categorical(), "mask": pl.UInt8, "r": pl.Float32, "t": pl.Float32}), Constants())
+    """
+    def zero(name: str, dtype: pl.DataType) -> pl.Expr:
+        if name == "sequence" and not dtype.is_integer():
+            return pl.lit("0")
+        return pl.lit(0).cast(dtype)
+
+    _batch_sums(pl.select(*(zero(name, dtype).alias(name) for name, dtype in schema.items())), c)
 
 
 def _collect(result, keys: list, runs: list, rows: list) -> None:
@@ -336,10 +372,27 @@ def _compiled_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.nda
         if not chunk.num_rows:
             continue
         names = chunk.schema.names
-        columns = {name: chunk.column(name).to_numpy(zero_copy_only=False) for name in ("sequence", *_INPUTS) if name in names}
+        columns = {name: _chunk_array(chunk.column(name)) for name in ("sequence", *_INPUTS) if name in names}
         f, r, w = _mismatch_kernel.batch_sums(columns["sequence"], None, BLOCK_ROWS, *(columns.get(name) for name in _INPUTS), c, *sizes)
         firsts.append(f + offset)
         runs.append(r)
         rows.append(w)
         offset += chunk.num_rows
     return key.gather(np.concatenate(firsts)), np.concatenate(runs, axis=1), np.concatenate(rows)
+
+
+def _chunk_array(array: pa.Array) -> np.ndarray:
+    """An Arrow array of numbers as numpy, its buffer viewed where it has no null (a float's null becomes NaN otherwise).
+
+    pyarrow's own ``to_numpy`` takes longer for the same view, on the streaming engine's thousand chunks per 100 M rows.
+
+    Examples
+    --------
+    >>> _chunk_array(pa.array([1.5, 2.5, 3.5], pa.float32()).slice(1)).tolist()
+    [2.5, 3.5]
+    >>> _chunk_array(pa.array([1.5, None])).tolist()
+    [1.5, nan]
+    """
+    if array.null_count or not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
+        return array.to_numpy(zero_copy_only=False)
+    return np.frombuffer(array.buffers()[1], dtype=array.type.to_pandas_dtype(), count=array.offset + len(array))[array.offset:]
