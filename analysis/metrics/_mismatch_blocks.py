@@ -256,7 +256,7 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
     read = [False] * len(pieces)  # each piece's batches all submitted
     merged: list = [None] * len(pieces)  # each piece's _merged, a future submitted once it is read and summed whole
     # numpy and the compiled pass release the GIL inside their loops: the batches' blocks run on all cores while
-    # polars reads the next batches, a bounded number in flight so that memory stays a few batches whatever the size
+    # polars reads the next batches, a bounded number in flight; polars' own buffer holds a few more per query
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
 
@@ -271,9 +271,20 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
 
         if pieces:  # numba's first use in a process (~0.3 s) while polars starts reading, not after its first batch
             pool.submit(_warm_up, token_columns(pieces[0][0], advantage=pieces[0][1]).collect_schema(), c)
+
+        def batches(index: int):  # polars starts the query at once and reads ahead of the consumer (a bounded buffer)
+            if index < len(pieces):
+                tokens, advantage = pieces[index]
+                return token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming")
+            return None
+
         pending: deque = deque()
-        for index, (tokens, advantage) in enumerate(pieces):
-            for batch in token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming"):
+        upcoming = batches(0)
+        for index in range(len(pieces)):
+            # the next piece's query starts as this one's begins, so that its first batches are read by the time this
+            # one ends: a query started then left the cores idle while it opened its file, at each of 20 pieces
+            current, upcoming = upcoming, batches(index + 1)
+            for batch in current:
                 pending.append((index, pool.submit(_batch_sums, batch, c)))
                 outstanding[index] += 1
                 while len(pending) > workers:
@@ -367,18 +378,17 @@ def _compiled_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.nda
     # An integer key: each of the batch's Arrow chunks as it lies in memory, its blocks counted from the chunk's
     # start (a batch of several chunks, as the streaming engine gives, is otherwise copied whole into one array per
     # column first: a tenth of the pass's time), the loop finding the runs on the key's own buffer.
-    firsts, runs, rows, offset = [], [], [], 0
+    keys, runs, rows = [], [], []
     for chunk in batch.to_arrow().to_batches():
         if not chunk.num_rows:
             continue
         names = chunk.schema.names
         columns = {name: _chunk_array(chunk.column(name)) for name in ("sequence", *_INPUTS) if name in names}
         f, r, w = _mismatch_kernel.batch_sums(columns["sequence"], None, BLOCK_ROWS, *(columns.get(name) for name in _INPUTS), c, *sizes)
-        firsts.append(f + offset)
+        keys.append(columns["sequence"][f])  # numpy's gather: polars' Series.gather runs a query (0.4 ms a batch)
         runs.append(r)
         rows.append(w)
-        offset += chunk.num_rows
-    return key.gather(np.concatenate(firsts)), np.concatenate(runs, axis=1), np.concatenate(rows)
+    return pl.Series("sequence", np.concatenate(keys), dtype=key.dtype), np.concatenate(runs, axis=1), np.concatenate(rows)
 
 
 def _chunk_array(array: pa.Array) -> np.ndarray:
