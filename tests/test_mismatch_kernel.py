@@ -9,6 +9,8 @@ import math
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysis import mismatch_summary, mismatch_table
 from analysis.metrics import _mismatch_blocks
@@ -163,3 +165,32 @@ def test_prime_rl_counts_with_a_zero_or_null_advantage_and_a_nan_in_one_quantity
     for name in ("max_absd", "max_k3", "min_absd"):
         assert got[name] == pytest.approx(want[name], rel=1e-15), name
     assert (got["max_absd"], got["min_absd"]) == (0.5, 0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.floats(allow_nan=False), b=st.floats(allow_nan=False))
+def test_the_extremes_integer_order_is_the_floats_order(a, b):
+    # the loop takes maxima and minima on the floats' bits as integers (it vectorises): that order must be the floats'
+    # own, negatives, zeros of either sign, subnormals and infinities included, and the key must give the float back
+    ka, kb = kernel._ordered(a), kernel._ordered(b)
+    if a < b:
+        assert ka < kb
+    elif a > b:
+        assert ka > kb
+    else:  # equal floats: the same key, but for 0.0 and -0.0, which differ in bits and are both given back
+        assert ka == kb or (a == 0.0 and b == 0.0)
+    assert math.copysign(1.0, kernel._unordered(ka)) == math.copysign(1.0, a) and kernel._unordered(ka) == a
+
+
+def test_extremes_of_a_block_whose_k3_are_all_negative():
+    # ρ − 1 − δ rounds below 0 for some tiny δ: a block of such tokens has a negative maximum K3, which numpy gives
+    r = np.zeros(8)
+    t = np.array([2.739233746429086e-09, -4.6042657247225936e-09, 8.255111545554435e-09, 8.701448475755365e-09,
+                  7.148085531751389e-09, 7.263578446997732e-09, -7.514334470008722e-09, 3.412488293872606e-09])
+    k3 = (np.exp(t - r) - 1.0) - (t - r)
+    assert (k3 < 0).all()
+    mask = np.ones(8, dtype=bool)
+    _, _, rows = kernel.batch_sums(None, np.array([0]), 1 << 14, mask, r, t, None, None, Constants(), 13, ROW_FIELDS)
+    got = dict(zip(_mismatch_blocks.ROW_FIELDS, rows[0]))
+    assert got["max_k3"] == k3.max() < 0
+    assert got["max_absd"] == np.abs(t).max() and got["min_absd"] == np.abs(t).min()

@@ -191,7 +191,7 @@ def _finish_block(row, lo, hi, d, rho, p, q, verl_token):
 
     Two loops: the second moments, their independent sums side by side, vectorised with the sums reassociated (the
     ``reassoc`` fast-math flag alone; a loop per sum in turn waited on each add's latency), then the extremes, which
-    stay scalar whatever the flags and, in the same loop, kept the moments scalar too (twice the time)."""
+    in the same loop kept the moments scalar (twice the time)."""
     n = hi - lo
     row[_G_N] = n
     if not verl_token:
@@ -217,20 +217,35 @@ def _finish_block(row, lo, hi, d, rho, p, q, verl_token):
         nan0 += 0 if a == a else 1
         nan1 += 0 if b == b else 1
         nan2 += 0 if x == x else 1
-    top0 = top1 = top2 = -np.inf
-    low0 = np.inf
+    # The extremes compare the values' bits as integers, in an order that is the floats' (see _ordered): a float
+    # maximum stays scalar whatever the fast-math flags, as numba writes the comparison; an integer one vectorises
+    # (2.5x faster). A NaN's place in that order does not matter: where there is one, the extreme is NaN below.
+    top0 = top1 = top2 = np.int64(-0x7FFFFFFFFFFFFFFF)
+    low0 = np.int64(0x7FFFFFFFFFFFFFFF)
     for k in range(n):
-        a, b, x = abs(d[k]), (rho[k] - 1.0) - d[k], abs(p[k] - q[k])
-        top0 = a if a > top0 else top0
-        top1 = b if b > top1 else top1
-        top2 = x if x > top2 else top2
-        low0 = a if a < low0 else low0
+        a, b, x = _ordered(abs(d[k])), _ordered((rho[k] - 1.0) - d[k]), _ordered(abs(p[k] - q[k]))
+        top0 = max(top0, a)
+        top1 = max(top1, b)
+        top2 = max(top2, x)
+        low0 = min(low0, a)
     row[_G_M2], row[_G_M2 + 1], row[_G_M2 + 2], row[_G_M2 + 3], row[_G_M2 + 4] = v0, v1, v2, v3, v4
     row[_G_C2] = c2
-    row[_G_MAX] = np.nan if nan0 else top0
-    row[_G_MAX + 1] = np.nan if nan1 else top1
-    row[_G_MAX + 2] = np.nan if nan2 else top2
-    row[_G_MIN] = np.nan if nan0 else low0
+    row[_G_MAX] = np.nan if nan0 else _unordered(top0)
+    row[_G_MAX + 1] = np.nan if nan1 else _unordered(top1)
+    row[_G_MAX + 2] = np.nan if nan2 else _unordered(top2)
+    row[_G_MIN] = np.nan if nan0 else _unordered(low0)
+
+
+def _ordered(v):
+    """A float64's bits as an int64 whose order is the floats' (−inf < … < −0.0 < 0.0 < … < inf): a negative's bits
+    but the sign are flipped, as their integer order is the reverse of their magnitudes'."""
+    bits = np.float64(v).view(np.int64)
+    return bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
+
+
+def _unordered(key):
+    """The float64 of an :func:`_ordered` key (the same flip undoes it)."""
+    return np.int64(key ^ ((key >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))).view(np.float64)
 
 
 def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support, c, verl_token, runs, rows):
@@ -267,6 +282,8 @@ def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support,
 if AVAILABLE:
     _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
     _clip = _jit(_clip)
+    _ordered = _jit(_ordered)
+    _unordered = _jit(_unordered)
     _compact = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(_compact)
     _run_firsts = _jit(_run_firsts)
     _run_sums = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(_run_sums)
