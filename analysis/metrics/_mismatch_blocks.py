@@ -47,10 +47,8 @@ _COUNTS = frozenset(name for name in (*SEQ_SUMS, *ADV_SUMS) if not name.startswi
 def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFrame:
     """The columns the per-token pass reads, in the types it reads them.
 
-    ``mask`` becomes 0 or 1 (UInt8, one byte a row) with null read as 0, and so does ``has_support``,
-    present only when ``tokens`` has it: numpy and the compiled pass read bytes as they lie, where
-    polars' booleans, a bit a row, would be unpacked into new memory per chunk of a batch (which cost
-    more than the whole compiled pass of the same rows, in page faults). ``r`` and ``t`` are the rollout and trainer
+    ``mask`` becomes a boolean with null read as False, and so does ``has_support``, present only
+    when ``tokens`` has it (the compiled pass reads their bits where they lie). ``r`` and ``t`` are the rollout and trainer
     logprobs with null read as NaN (a loss-masked token without a logprob then makes its sequence's
     sums NaN, which the caller names), as float32 where they are float32 (numpy widens a block's
     loss-masked ones, exactly, which costs less than widening every row here) and float64 otherwise.
@@ -60,7 +58,7 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
     >>> tokens = pl.LazyFrame({"sequence": [0, 0], "rollout_logprob": [-0.1, None],
     ...                        "trainer_logprob": [-0.12, None], "mask": [True, None]})
     >>> token_columns(tokens).collect().rows()
-    [(0, 1, -0.1, -0.12), (0, 0, nan, nan)]
+    [(0, True, -0.1, -0.12), (0, False, nan, nan)]
     """
     schema = tokens.collect_schema()
 
@@ -70,10 +68,10 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
     logprob = {"r": "rollout_logprob", "t": "trainer_logprob"}
     names = schema.names()
     return tokens.select(
-        "sequence", pl.col("mask").cast(pl.Boolean).fill_null(False).cast(pl.UInt8),
+        "sequence", pl.col("mask").cast(pl.Boolean).fill_null(False),
         *(real(name).fill_null(float("nan")).alias(short) for short, name in logprob.items()),
         *([real("advantage")] if advantage else []),
-        *([pl.col("has_support").cast(pl.Boolean).fill_null(False).cast(pl.UInt8)] if "has_support" in names else []),
+        *([pl.col("has_support").cast(pl.Boolean).fill_null(False)] if "has_support" in names else []),
     )
 
 
@@ -318,7 +316,7 @@ def _warm_up(schema: pl.Schema, c: Constants) -> None:
 
     Examples
     --------
-    >>> _warm_up(pl.Schema({"sequence": pl.Categorical(), "mask": pl.UInt8, "r": pl.Float32, "t": pl.Float32}), Constants())
+    >>> _warm_up(pl.Schema({"sequence": pl.Categorical(), "mask": pl.Boolean, "r": pl.Float32, "t": pl.Float32}), Constants())
     """
     def zero(name: str, dtype: pl.DataType) -> pl.Expr:
         if name == "sequence" and not dtype.is_integer():
@@ -391,10 +389,13 @@ def _compiled_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.nda
     return pl.Series("sequence", np.concatenate(keys), dtype=key.dtype), np.concatenate(runs, axis=1), np.concatenate(rows)
 
 
-def _chunk_array(array: pa.Array) -> np.ndarray:
-    """An Arrow array of numbers as numpy, its buffer viewed where it has no null (a float's null becomes NaN otherwise).
+def _chunk_array(array: pa.Array) -> np.ndarray | tuple[np.ndarray, int]:
+    """An Arrow array as the compiled pass reads it, without a copy where it has no null: a number's buffer as numpy,
+    a boolean's bitmap with the bit of its row 0 (``_mismatch_kernel.Bits``); nulls take pyarrow's way (a float's
+    become NaN).
 
-    pyarrow's own ``to_numpy`` takes longer for the same view, on the streaming engine's thousand chunks per 100 M rows.
+    pyarrow's own ``to_numpy`` takes longer for the same view, on the streaming engine's thousand chunks per 100 M
+    rows, and unpacks booleans into new memory per chunk, which cost more than the compiled pass itself in page faults.
 
     Examples
     --------
@@ -402,7 +403,12 @@ def _chunk_array(array: pa.Array) -> np.ndarray:
     [2.5, 3.5]
     >>> _chunk_array(pa.array([1.5, None])).tolist()
     [1.5, nan]
+    >>> packed, offset = _chunk_array(pa.array([True, False, True, True]).slice(1))
+    >>> [bool(packed[(offset + i) // 8] >> ((offset + i) % 8) & 1) for i in range(3)]
+    [False, True, True]
     """
+    if not array.null_count and pa.types.is_boolean(array.type):
+        return np.frombuffer(array.buffers()[1], dtype=np.uint8), array.offset
     if array.null_count or not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
         return array.to_numpy(zero_copy_only=False)
     return np.frombuffer(array.buffers()[1], dtype=array.type.to_pandas_dtype(), count=array.offset + len(array))[array.offset:]

@@ -58,16 +58,23 @@ def _clip(v, lo, hi):
     return lo if v < lo else (hi if v > hi else v)
 
 
-def _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at, runs, safety):
+def _bit(bits, offset, i):
+    """Row i's flag in an Arrow bitmap (least significant bit first) whose row 0 is bit ``offset``."""
+    at = offset + i
+    return (bits[at >> 3] >> (at & 7)) & 1
+
+
+def _compact(firsts, n, mask, mask_offset, r, t, adv, d, tt, rr, aa, at, runs, safety):
     """The loss-masked tokens' δ, t, r (and advantage) side by side in ``d``, ``tt``, ``rr`` (``aa``), widened to
     float64, and each run's Σr and Σt into ``runs``; ``at[j]`` is where run j's begin among them (``at[-1]`` their
-    count). Returns their count and how many have |δ| past ``safety``.
+    count). Returns their count and how many have |δ| past ``safety``. ``mask`` is the ``n`` rows' loss mask as an
+    Arrow bitmap from bit ``mask_offset``.
 
     The mask is scanned for its stretches of loss-masked tokens (a completion is one), and each stretch is copied
     by a loop without a branch, which vectorises: a branch per token cost twice the time. The sums are taken here,
     while t and r pass by, so that the later loops need not read them again (numpy's exp then overwrites them)."""
     has_adv = aa.shape[0] > 0
-    n, runs_count = mask.shape[0], firsts.shape[0]
+    runs_count = firsts.shape[0]
     k, clipped = 0, 0
     for j in range(-1, runs_count):  # the rows before the first run's (none when a block starts one), then each run's
         begin = 0 if j < 0 else firsts[j]
@@ -77,11 +84,11 @@ def _compact(firsts, mask, r, t, adv, d, tt, rr, aa, at, runs, safety):
         s_r = s_t = 0.0
         i = begin
         while i < end:
-            if not mask[i]:
+            if not _bit(mask, mask_offset, i):
                 i += 1
                 continue
             stop = i + 1
-            while stop < end and mask[stop]:
+            while stop < end and _bit(mask, mask_offset, stop):
                 stop += 1
             m = stop - i
             # views from 0: the copy loop then needs no wraparound check and vectorises
@@ -248,7 +255,8 @@ def _unordered(key):
     return np.int64(key ^ ((key >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))).view(np.float64)
 
 
-def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support, c, verl_token, runs, rows):
+def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support, support_offset, support_rows, c, verl_token,
+                  runs, rows):
     """Every run's sums (``runs[:, j]`` for the run starting at row ``firsts[j]``) and every block's row (``rows[b]``)."""
     block, block_lo = 0, 0
     last = runs.shape[0] - 1
@@ -260,8 +268,8 @@ def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support,
             block, block_lo = begin // block_rows, at[j]
         s_w, s_w2, c_hi, c_lo, c_sky, s_rc, s_x, s_p, s_q = _run_sums(at[j], at[j + 1], d, aa, rho, rc, p, q, c, runs, j)
         n_support = 0.0
-        for i in range(begin, min(end, support.shape[0])):
-            n_support += 1.0 if support[i] else 0.0
+        for i in range(begin, min(end, support_rows)):
+            n_support += _bit(support, support_offset, i)
         runs[_N_ROWS, j], runs[_N_SUPPORT, j] = end - begin, n_support
         row = rows[block]
         row[_G_SW] += s_w
@@ -282,6 +290,7 @@ def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support,
 if AVAILABLE:
     _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
     _clip = _jit(_clip)
+    _bit = _jit(_bit)
     _ordered = _jit(_ordered)
     _unordered = _jit(_unordered)
     _compact = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})(_compact)
@@ -304,8 +313,27 @@ def _buffers(rows: int, advantage: bool) -> tuple[np.ndarray, ...]:
     return d, p, q, aa if advantage else aa[:0], rho
 
 
-def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: int, mask: np.ndarray, r: np.ndarray, t: np.ndarray,
-               advantage: np.ndarray | None, support: np.ndarray | None, constants, n_fields: int,
+#: A flag column as an Arrow bitmap: its bytes (least significant bit first) and the bit of its row 0.
+Bits = tuple[np.ndarray, int]
+
+
+def bits(flags: np.ndarray | Bits) -> Bits:
+    """A flag column as an Arrow bitmap: given as one (from an Arrow array's buffer, read where it lies), or packed from
+    numpy booleans.
+
+    Examples
+    --------
+    >>> packed, offset = bits(np.array([True, False, True]))
+    >>> packed.tolist(), offset
+    ([5], 0)
+    """
+    if isinstance(flags, tuple):
+        return flags
+    return np.packbits(np.asarray(flags, dtype=bool), bitorder="little"), 0
+
+
+def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: int, mask: np.ndarray | Bits, r: np.ndarray,
+               t: np.ndarray, advantage: np.ndarray | None, support: np.ndarray | Bits | None, constants, n_fields: int,
                n_row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A batch's run starts, per-run sums (``n_fields`` x runs) and per-block rows (blocks x ``n_row``), compiled.
 
@@ -313,7 +341,9 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     multiple of ``block_rows``), or given as ``firsts``, the rows where one starts, every multiple of
     ``block_rows`` among them (runs do not cross blocks). The fields are
     :func:`~analysis.metrics._mismatch_blocks.run_fields` and
-    :data:`~analysis.metrics._mismatch_blocks.ROW_FIELDS`, in their order.
+    :data:`~analysis.metrics._mismatch_blocks.ROW_FIELDS`, in their order. ``mask`` and ``support``
+    are numpy booleans or :data:`Bits` (an Arrow bitmap, read without unpacking it: polars' booleans
+    as bytes cost its cast, and their reading, more than the bits).
 
     Examples
     --------
@@ -329,7 +359,9 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     c = constants
     packed = np.array([c.safety_bound, c.miles_kl_clamp, c.slime_tis_clip, c.slime_tis_clip_low, c.prime_rl_dppo_mask_high,
                        c.prime_rl_dppo_mask_low, c.verl_is_threshold, c.skyrl_token_tis_ratio_clip_high])
-    height = len(mask)
+    height = len(r)
+    mask_bits, mask_offset = bits(mask)
+    support_bits, support_offset = bits(support) if support is not None else (np.zeros(0, dtype=np.uint8), 0)
     if keys is not None:
         firsts = np.empty(height, dtype=np.int64)
         firsts = firsts[:_run_firsts(keys, block_rows, firsts)].copy()
@@ -341,12 +373,13 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     at = np.empty(len(firsts) + 1, dtype=np.int64)
     with np.errstate(all="ignore"):
         # t and r go into p and q, which their exp then overwrites: two arrays fewer to pass through the caches
-        m, clipped = _compact(firsts, mask, r, t, aa if advantage is None else advantage, d, p, q, aa, at, runs, c.safety_bound)
+        m, clipped = _compact(firsts, height, mask_bits, mask_offset, r, t, aa if advantage is None else advantage, d, p, q, aa, at,
+                              runs, c.safety_bound)
         # numpy's exp, not a compiled loop's: vectorised (AVX-512 here), six times as fast as libm's one value at a
         # time, and the numpy pass's very bits
         rho_, p_, q_ = np.exp(d[:m], out=rho[:m]), np.exp(p[:m], out=p[:m]), np.exp(q[:m], out=q[:m])
         # exp(clip(δ)): ρ itself unless a token is past the clip (the numpy pass's np.where gives the same bits)
         rc = np.exp(np.clip(d[:m], -c.safety_bound, c.safety_bound)) if clipped else rho_
-        _batch_kernel(firsts, block_rows, height, at, d, aa, rho_, rc, p_, q_,
-                      np.zeros(0, dtype=np.uint8) if support is None else support, packed, c.verl_rollout_is == "token", runs, rows)
+        _batch_kernel(firsts, block_rows, height, at, d, aa, rho_, rc, p_, q_, support_bits, support_offset,
+                      height if support is not None else 0, packed, c.verl_rollout_is == "token", runs, rows)
     return firsts, runs, rows
