@@ -267,8 +267,9 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
             outstanding[index] -= 1
             merge_when_whole(index)
 
+        warm = None
         if pieces:  # numba's first use in a process (~0.3 s) while polars starts reading, not after its first batch
-            pool.submit(_warm_up, token_columns(pieces[0][0], advantage=pieces[0][1]).collect_schema(), c)
+            warm = pool.submit(_warm_up, token_columns(pieces[0][0], advantage=pieces[0][1]).collect_schema(), c)
 
         def batches(index: int):  # polars starts the query at once and reads ahead of the consumer (a bounded buffer)
             if index < len(pieces):
@@ -291,6 +292,8 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
             merge_when_whole(index)
         while pending:
             collect(*pending.popleft())
+        if warm is not None:
+            warm.result()  # a warm-up that failed says so, rather than leaving the pass only slower
         return [future.result() for future in merged]
 
 
@@ -386,7 +389,7 @@ def _compiled_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.nda
         keys.append(columns["sequence"][f])  # numpy's gather: polars' Series.gather runs a query (0.4 ms a batch)
         runs.append(r)
         rows.append(w)
-    return pl.Series("sequence", np.concatenate(keys), dtype=key.dtype), np.concatenate(runs, axis=1), np.concatenate(rows)
+    return pl.Series("sequence", np.concatenate(keys)), np.concatenate(runs, axis=1), np.concatenate(rows)
 
 
 def _chunk_array(array: pa.Array) -> np.ndarray | tuple[np.ndarray, int]:
@@ -406,6 +409,8 @@ def _chunk_array(array: pa.Array) -> np.ndarray | tuple[np.ndarray, int]:
     >>> packed, offset = _chunk_array(pa.array([True, False, True, True]).slice(1))
     >>> [bool(packed[(offset + i) // 8] >> ((offset + i) % 8) & 1) for i in range(3)]
     [False, True, True]
+    >>> _chunk_array(pa.array(["a", "b"])).tolist()  # any other type: pyarrow's way
+    ['a', 'b']
     """
     if not array.null_count and pa.types.is_boolean(array.type):
         return np.frombuffer(array.buffers()[1], dtype=np.uint8), array.offset
