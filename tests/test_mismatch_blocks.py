@@ -185,3 +185,10 @@ def test_an_arrow_chunk_is_read_as_pyarrow_reads_it(values, kind, data):
         packed, offset = got
         got = np.array([packed[(offset + i) >> 3] >> ((offset + i) & 7) & 1 for i in range(len(chunk))], dtype=bool)
     assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=got.dtype.kind == "f")
+
+
+def test_a_column_of_any_other_type_takes_pyarrows_way():
+    # only numbers are viewed in place; anything else (a string key on the general path) is pyarrow's to_numpy
+    import pyarrow as pa
+
+    assert _mismatch_blocks._chunk_array(pa.array(["a", "b", "c"]).slice(1)).tolist() == ["b", "c"]
