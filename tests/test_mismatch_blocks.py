@@ -83,6 +83,22 @@ def test_no_token_at_all():
     assert all(type(s[name]) is int for name in ("bia:sequences", "bia:tokens", "bia:masked_tokens"))
 
 
+def test_an_empty_parquet_file_has_no_token(tmp_path):
+    # a file of no rows has no piece: the pipeline runs with nothing to read (and no warm-up to wait for)
+    path = tmp_path / "empty.parquet"
+    STEP.head(0).write_parquet(path)
+    s = mismatch_summary(str(path)).row(0, named=True)
+    assert (s["bia:sequences"], s["bia:tokens"], s["bia:masked_tokens"]) == (0, 0, 0)
+    assert _mismatch_blocks.piece_partials([]) == []
+
+
+def test_per_sequence_counts_are_integers():
+    # the pass sums counts in float64 arrays; the table gives them as integers
+    table = mismatch_table(STEP)
+    assert [table.schema[name] for name in ("tokens", "masked_tokens", "support_tokens")] == [pl.Int64] * 3
+    assert table["tokens"].to_list() == [1, 1, 2, 2, 1] and table["masked_tokens"].to_list() == [1, 0, 2, 0, 0]
+
+
 def test_a_block_of_unmasked_rows_only_has_no_extremes():
     runs, row = _mismatch_blocks.block_sums(np.array([0, 1]), np.array([False, False]), np.zeros(2), np.zeros(2), None, None)
     row = dict(zip(_mismatch_blocks.ROW_FIELDS, row.tolist()))
