@@ -64,17 +64,17 @@ def _bit(bits, offset, i):
     return (bits[at >> 3] >> (at & 7)) & 1
 
 
-def _compact(firsts, n, mask, mask_offset, r, t, adv, d, tt, rr, aa, at, runs, safety):
+def _compact(firsts, mask, mask_offset, r, t, adv, d, tt, rr, aa, at, runs, safety):
     """The loss-masked tokens' δ, t, r (and advantage) side by side in ``d``, ``tt``, ``rr`` (``aa``), widened to
     float64, and each run's Σr and Σt into ``runs``; ``at[j]`` is where run j's begin among them (``at[-1]`` their
-    count). Returns their count and how many have |δ| past ``safety``. ``mask`` is the ``n`` rows' loss mask as an
+    count). Returns their count and how many have |δ| past ``safety``. ``mask`` is the rows' loss mask as an
     Arrow bitmap from bit ``mask_offset``.
 
     The mask is scanned for its stretches of loss-masked tokens (a completion is one), and each stretch is copied
     by a loop without a branch, which vectorises: a branch per token cost twice the time. The sums are taken here,
     while t and r pass by, so that the later loops need not read them again (numpy's exp then overwrites them)."""
     has_adv = aa.shape[0] > 0
-    runs_count = firsts.shape[0]
+    n, runs_count = r.shape[0], firsts.shape[0]
     k, clipped = 0, 0
     for j in range(-1, runs_count):  # the rows before the first run's (none when a block starts one), then each run's
         begin = 0 if j < 0 else firsts[j]
@@ -373,7 +373,7 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     at = np.empty(len(firsts) + 1, dtype=np.int64)
     with np.errstate(all="ignore"):
         # t and r go into p and q, which their exp then overwrites: two arrays fewer to pass through the caches
-        m, clipped = _compact(firsts, height, mask_bits, mask_offset, r, t, aa if advantage is None else advantage, d, p, q, aa, at,
+        m, clipped = _compact(firsts, mask_bits, mask_offset, r, t, aa if advantage is None else advantage, d, p, q, aa, at,
                               runs, c.safety_bound)
         # numpy's exp, not a compiled loop's: vectorised (AVX-512 here), six times as fast as libm's one value at a
         # time, and the numpy pass's very bits
