@@ -29,7 +29,7 @@ from .verdicts._witness_rules import derive_band_result, derive_run_verdict
 from .witness import WitnessSet, read_witness, read_witnesses
 from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, first_op_table, flip_table, observer_table,
                   prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_run, write_witness)
-from .studies import (RESULT_SETTINGS, History, HistoryError, Study, append_history, attribution_shares, attribution_table, certificate, engine_table, mode_comparison, read_history, scan_study, study_tables,
+from .studies import (RESULT_SETTINGS, History, HistoryError, Judgement, Study, append_history, attribution_shares, attribution_table, certificate, engine_table, judge, mode_comparison, read_history, scan_study, study_tables,
                       write_dataset)
 from .views.plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,
                           plot_fork_tree, plot_margin_at_divergence, plot_margin_trace, plot_run_decode_rate, plot_run_divergence,
@@ -38,7 +38,7 @@ from .report import render_report
 from .report.trend import plot_trend, render_trend
 from .experiment import ExperimentError, run_experiment
 from .probe import ProbeError  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
-from . import dumps, parity, plots, report, run, trend  # the public modules, bound by name
+from . import dumps, parity, plots, report, run, trend, views  # the public modules, bound by name
 
 # The flow a notebook walks, in one namespace: read -> tables -> plots -> report.
 __all__ = sorted([
@@ -54,8 +54,8 @@ __all__ = sorted([
     "band_forks", "reference_margins", "mode_comparison", "engine_table", "attribution_table", "attribution_shares", "to_witness", "write_witness",
     "shape_check", "shape_check_data",
     "shape_check_text", "derive_band_result", "derive_run_verdict",
-    # certificates: bounds on the divergence rate, and how many requests a study needs
-    "certificate", "divergence_bound", "requests_needed",
+    # the one judgement every surface renders, its certificate, bounds on the divergence rate, and how many requests a study needs
+    "judge", "Judgement", "certificate", "divergence_bound", "requests_needed",
     # RL: the sampler-trainer mismatch as each framework logs it
     "mismatch_summary", "mismatch_table", "SamplingMaskError",
     # plots
@@ -65,6 +65,9 @@ __all__ = sorted([
     # report, and making runs
     "render_report", "render_trend", "default_sources", "default_runs", "run_experiment", "write_run",
 ], key=str)
+
+# A run's card opens with its verdict: the judgement sits above the run's floor, so the face gives Run its card.
+Run._repr_html_ = views.run_card
 
 # Public classes say they belong to the package face, as httpx's do: reprs, tracebacks and pickles name
 # ``analysis.Run`` rather than the private module that happens to define it today.

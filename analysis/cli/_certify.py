@@ -30,7 +30,9 @@ def certify_command(
     GREEN: every request bit-identical to m=1, every batch seen formed at its c, and enough requests that the
     one-sided upper bound on the divergence rate (exact Clopper-Pearson) is below --target-rate. AMBER: the same,
     with too few requests for that bound. RED: a request's tokens or logprob bits part from m=1 (the first named).
-    UNVERIFIED: nothing parted, but a batch was never seen formed at its c, or the bits were not recorded.
+    UNVERIFIED: nothing parted, but a c > 1 of the ladder is missing or incomplete, a batch was never seen formed at its c,
+    or the bits were not recorded. A server that differs from itself alone (its m=1 references, or c=1) is RED for
+    run-to-run drift, and its batching is not judged. Only batched requests (c > 1) count toward the bound.
 
     Exit 0 all GREEN; else the worst verdict's: 5 RED, 7 UNVERIFIED, 8 AMBER. Exit 2 a bad option or an occupied
     output or a URL, 3 no such path, 4 not a run bia reads.
@@ -38,7 +40,8 @@ def certify_command(
     from ..core._output import claim_output
     from ..report._inputs import run_directories
     from ..run import RunError, read_run
-    from ..studies._certificate import certificate, certificate_document
+    from ..studies._certificate import certificate_document
+    from ..studies._judgement import judge_runs
 
     if not (math.isfinite(target_rate) and 0 < target_rate <= 1):
         raise _fail(f"--target-rate takes a rate in (0, 1], got {target_rate!r}")
@@ -51,7 +54,7 @@ def certify_command(
         claim_output(output, force=force, what="-o")
     except OutputExists as exc:
         raise _fail(exc) from None
-    tables = []
+    runs = []
     for given in map(Path, runs):
         if not given.exists():
             raise _fail(f"{given}: no such file or directory", EXIT_MISSING)
@@ -60,10 +63,11 @@ def certify_command(
             raise _fail(f"{given}: holds no run directory (a folder with manifest.json and captures/)", EXIT_RED)
         for folder in folders:
             try:
-                tables.append(certificate(read_run(folder), target_rate=target_rate, confidence=confidence))
+                runs.append(read_run(folder))
             except RunError as exc:
                 raise _fail(f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED) from None
-    document = certificate_document(tables, target_rate=target_rate, confidence=confidence)
+    judgement = judge_runs(runs, target_rate=target_rate, confidence=confidence)
+    document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
     output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     _print_lines(document, output)
     raise typer.Exit(document["exit_code"])
@@ -78,4 +82,5 @@ def _print_lines(document: dict, output: Path) -> None:
     for arm in document["arms"]:
         verdict = arm["verdict"]
         console.print(f"[{_STYLE[verdict]}]{verdict}[/] {escape(arm['run'])} ({escape(arm['arm'])}): {escape(arm['reason'])}")
+        console.print(f"  next: {escape(arm['next_step'])}")
     console.print(f"wrote {escape(str(output))}: {document['verdict']}, exit {document['exit_code']}")

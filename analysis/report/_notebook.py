@@ -62,6 +62,7 @@ def export_html(notebook: str | os.PathLike[str]) -> str:
         template_name="bia",
         extra_template_basedirs=[str(PACKAGE / "templates" / "nbconvert")],
         exclude_input=True,
+        exclude_markdown=True,  # the notebook's opening words are for the reader of the .ipynb: the HTML opens with its answer
         exclude_input_prompt=True,
         exclude_output_prompt=True,
     )

@@ -27,11 +27,10 @@ from ..core._cells import MISSING, cell, pairs, percent
 from ..verdicts._v3 import ShapeVerdict, V3Policy
 from ..core._version import __version__
 from ..io._bundled import bundled
-from ..studies._engines import batch_invariant_engines, default_engine_reference, engine_table
+from ..studies._engines import default_engine_reference, engine_table
 from ..studies._modes import _engine_label, mode_comparison
 from ..run import RunError
 from ._attribution import attribution_html
-from ._certificate_card import with_certificate
 from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
 from ._first_op import first_op_html
 
@@ -111,7 +110,36 @@ def heading_html(words: str, name: str, level: int = 3) -> str:
     return f"<h{level}>{escape(words)} <code>{escape(name)}</code></h{level}>"
 
 
-def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any = "ref1") -> str:
+def judge_report(ws, runs: Iterable[Any] = ()) -> Any:
+    """The report's one judgement: every run's rows (:func:`analysis.judge`, at ``bia certify``'s default 1% target), then every
+    witness's. The answer table, the verdict cards and the sections side by side all render these rows."""
+    from ..studies import judge
+
+    return judge([*runs, *([ws] if ws.sources else [])])
+
+
+def answer_section_html(judgement: Any) -> str:
+    """The answer the report opens with: one row per run and arm (and witness), verdict, cause, cost, evidence and next step.
+
+    Examples
+    --------
+    >>> from analysis import judge
+    >>> html = answer_section_html(judge("data/experiment-cpu/default"))
+    >>> '<table id="answer"' in html, 'data-verdict="RED"' in html
+    (True, True)
+    """
+    from ..studies import answer_html
+
+    if not len(judgement):
+        return '<p class="bia-fail">Nothing to judge: no run and no witness was read.</p>'
+    verdicts = judgement.frame["verdict"].value_counts(sort=True)
+    counted = ", ".join(f"{n} {v}" for v, n in verdicts.iter_rows())
+    return (f"<h2>The answer</h2><p>Does a request batched with others (c &gt; 1) give the bits it gives alone (m=1)? {counted}. "
+            "A server that differs from itself alone is RED (run-to-run) before batching is judged; GREEN needs every c complete and "
+            "formed and the 95% bound on the divergence rate below 1%. Hover a row for its full reason.</p>" + answer_html(judgement))
+
+
+def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any = "ref1", judgement: Any = None) -> str:
     """The verdict cards: one per run and per witness, in the study's engine-neutral words.
 
     Parameters
@@ -124,19 +152,22 @@ def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any
         The near-tie epsilon: a margin below it explains a divergence.
     reference : str or Run
         What batched requests are compared with ("ref1", "ref2", or another run's ref #1).
+    judgement : Judgement, optional
+        :func:`judge_report`'s judgement of the same runs and witnesses (judged here when not given).
 
     Returns
     -------
     str
-        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``); each run's card
-        opens with its certificate, one line per arm (:func:`analysis.certificate` at a 1% target). Then, for runs probed
-        with control arms, why their streams part (``analysis.report._attribution``).
+        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``); each card's headline
+        is its judgement's verdict and reason, the rest collapsed. Then, for runs probed with control arms, why their
+        streams part (``analysis.report._attribution``).
     """
     from ..views._review import run_review, witness_reviews
 
     runs = list(runs)
-    reviews = [with_certificate(run_review(run, epsilon=epsilon, reference=reference), run) for run in runs]
-    witnesses = witness_reviews(ws, epsilon=epsilon) if ws.sources else []
+    judgement = judge_report(ws, runs) if judgement is None else judgement
+    reviews = [run_review(run, epsilon=epsilon, reference=reference, judgement=judgement) for run in runs]
+    witnesses = witness_reviews(ws, epsilon=epsilon, judgement=judgement) if ws.sources else []
     if not reviews and not witnesses:
         return '<p class="bia-fail">Nothing to judge: no run and no witness was read.</p>'
     return render("review.html.j2", runs=reviews, witnesses=witnesses, epsilon=cell(epsilon)) + attribution_html(runs)
@@ -247,25 +278,46 @@ def _collapsed(summary: str, body: str) -> str:
     return render("details.html.j2", summary=summary, body=body)
 
 
-def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1") -> str:
-    """:func:`mode_comparison` for people: one row per run, each measure listed over the ladder's c."""
+def _verdicts(judgement: Any, runs: list[Any]) -> dict[str, dict[str, Any]]:
+    """Each run's judgement in one row: the worst arm's verdict and cause, and the run's one ULP figure (batched against m=1)."""
+    from ..studies import judge
+
+    judgement = judge(runs) if judgement is None else judgement
+    out: dict[str, dict[str, Any]] = {}
+    for row in judgement:
+        held = out.get(row["run"])
+        if held is None or _WORSE.index(row["verdict"]) > _WORSE.index(held["verdict"]):
+            out[row["run"]] = {**row, "max_ulp": max([u for u in (row["max_ulp"], (held or {}).get("max_ulp")) if u is not None], default=None)}
+    return out
+
+
+_WORSE = ("GREEN", "AMBER", "UNVERIFIED", "RED")
+
+
+def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1", judgement: Any = None) -> str:
+    """:func:`mode_comparison` for people: one row per run, its verdict and its one ULP figure (:func:`analysis.judge`'s),
+    then each measure listed over the ladder's c."""
+    runs = list(runs)
+    verdicts = _verdicts(judgement, runs)
     frame = mode_comparison(runs, reference=reference)
     if frame.is_empty():
         return table_html(frame, empty="No batched requests in the runs.")
     rows = []
     for (run, mode), group in frame.sort("band_c").group_by(["run", "kernel_mode"], maintain_order=True):
-        rows.append({"run": run, "kernel mode or engine": mode, "c": " / ".join(str(c) for c in group["band_c"]),
+        judged = verdicts.get(run) or {}
+        rows.append({"run": run, "verdict": judged.get("verdict", MISSING), "kernel mode or engine": mode, "c": " / ".join(str(c) for c in group["band_c"]),
                      "bit-identical to m=1": " / ".join(percent(round(f * n), n) for f, n in group.select("bit_identical_share", "requests").rows()),
-                     "token flips": int(group["token_flips"].sum()), "max ULP": group["max_ulp"].max(),
+                     "token flips": int(group["token_flips"].sum()), "max ULP, batched against m=1": cell(judged.get("max_ulp")),
                      "median decode tok/s": " / ".join(cell(None if r is None else round(r)) for r in group["median_decode_tok_s"]),
                      "rate over the default mode's": _rate_vs_default(group["rate_vs_default"])})
-    caption = ("Each measure is listed in the order of the c column. The rate over the default mode's is the run's median decode rate "
+    caption = ("The verdict and max ULP are the run's judgement (the answer above): the largest ULP distance of a batched request's "
+               "logprob from its m=1 reference. Each measure is listed in the order of the c column. The rate over the default mode's is the run's median decode rate "
                "over that of the default-mode run in the same folder at the same c: it needs such a run beside it, which a run that names "
                "no kernel mode (llama.cpp's, for one) does not have.")
     return table_html(pl.DataFrame(rows).sort("run"), caption=caption)
 
 
-def engines_html(runs: Iterable[Any]) -> str:
+def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
     """:func:`analysis.engine_table` for people, when the runs come from more than one engine: one row per run, against
     the reference engine (torch in its default kernel mode where there is one), and whether each is batch invariant by itself.
     Empty when the runs come from one engine or hold no prompt in common."""
@@ -277,20 +329,21 @@ def engines_html(runs: Iterable[Any]) -> str:
         table = engine_table(runs, reference=reference)
     except RunError as exc:  # runs of other prompts: nothing to put side by side, and the reason is said
         return table_html(pl.DataFrame(), empty=f"The engines cannot be compared: {exc}")
-    invariant = batch_invariant_engines(table)
+    verdicts = _verdicts(judgement, runs)
     rows = []
     for (engine, run), group in table.group_by(["engine", "run"], maintain_order=True):
         alone = group.filter(pl.col("role") == "m=1").row(0, named=True)
         bands = group.filter(pl.col("role") == "band").sort("c")
-        rows.append({"engine (run)": f"{engine}: {run}", "m=1 against the reference's": _against_reference(alone),
+        judged = verdicts.get(run) or {}
+        rows.append({"engine (run)": f"{engine}: {run}", "verdict (its own m=1)": judged.get("verdict", MISSING),
+                     "m=1 against the reference engine's m=1": _against_reference(alone),
                      "c": " / ".join(str(c) for c in bands["c"]),
                      "token-identical to the reference's m=1": " / ".join(f"{s} of {n}" for s, n in bands.select("token_identical", "requests").rows()),
-                     "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"]),
-                     "batch invariant by itself": "yes" if invariant.get(engine) else "no"})
+                     "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"])})
     caption = (f"The reference engine is {_engine_label(reference)} ({reference.label}): each run's m=1 stream and its batched requests "
                "are compared with the reference's m=1 stream of the same prompt. 'Bits from token' is the shortest prefix of float32 "
-               "logprobs bit-identical to it (the length of the stream when every bit matches); 'batch invariant by itself' means every "
-               "batched request is bit-identical to the run's own m=1.")
+               "logprobs bit-identical to it (the length of the stream when every bit matches); its ULP figures are engine against "
+               "engine, not the run's own. The verdict is the run's judgement against its own m=1 (the answer above).")
     return table_html(pl.DataFrame(rows), caption=caption)
 
 
@@ -300,7 +353,7 @@ def _against_reference(row: dict[str, Any]) -> str:
               else f"{row['token_identical']} of {row['requests']} token-identical, the first parting at token {row['earliest_divergence']}")
     if not row["max_ulp"]:
         return tokens + "; every logprob bit-identical"
-    return (f"{tokens}; bits from token {row['min_bitwise_prefix']}, up to {row['max_ulp']:,} ULP "
+    return (f"{tokens}; bits from token {row['min_bitwise_prefix']}, up to {row['max_ulp']:,} ULP against the reference engine "
             f"(|delta logprob| up to {cell(row['max_abs_delta'])})")
 
 

@@ -20,7 +20,8 @@ _SLOT_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "r
                 "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
                 "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
                 "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
-                "kl_topk_max": pl.Float64, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64}
+                "kl_topk_max": pl.Float64, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64,
+                "decode_rate_origin": pl.String, "reference_length": pl.Int64}
 
 
 def _slot_comparisons(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
@@ -52,6 +53,32 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     (1, 0, True, 0)
     """
     return _slot_comparisons(run, epsilon, reference).select([pl.col(n).cast(t) for n, t in _SLOT_SCHEMA.items()])
+
+
+_REFERENCE_SCHEMA = {"prompt_id": pl.String, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64,
+                     "length": pl.Int64, "reference_length": pl.Int64, "max_ulp": pl.Int64, "max_abs_delta": pl.Float64}
+
+
+def reference_table(run: Run) -> pl.DataFrame:
+    """One row per prompt: its m=1 ref #2 against its ref #1, what the server does alone, run to run.
+
+    ``diverged`` and ``divergence_at`` (the first token they differ at, or a length that differs), ``bitwise_prefix`` (the steps
+    whose float32 logprobs are bit-identical; null when none was recorded), ``length`` (ref #2's) and ``reference_length``
+    (ref #1's), ``max_ulp`` and ``max_abs_delta`` over the agreeing tokens. Prompts without both references have no row.
+
+    Examples
+    --------
+    >>> from analysis import read_run
+    >>> reference_table(read_run("data/llamacpp-cpu/cache-prompt")).select("prompt_id", "diverged", "bitwise_prefix", "max_ulp").rows()
+    [('p0', False, 0, 26), ('p1', False, 0, 21)]
+    """
+    steps, _, first = _numbered(run, "ref1")
+    second = _numbered(run, "ref2")[2]
+    pairs = (first.join(second.rename({"ref": "other"}), on="prompt_id", how="inner").sort("prompt_id")
+             .with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
+    compared = _columnar.compare_pairs(steps, pairs.select("pair", "ref", "other"), epsilon=parity.NEAR_TIE_EPSILON)
+    joined = pairs.select("pair", "prompt_id").join(compared, on="pair", how="left", maintain_order="left")
+    return joined.select([pl.col(n).cast(t) for n, t in _REFERENCE_SCHEMA.items()])
 
 
 _BAND = ["prompt_id", "arm", "band_c", "repeat"]

@@ -199,6 +199,7 @@ def _run_digest(folder: Path) -> str:
 def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     """The entry and bands of one run directory."""
     from ..run import band_table, read_run, slot_table
+    from ._judgement import judge_runs
 
     run = read_run(folder)
     manifest = run.manifest
@@ -208,7 +209,7 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     key = {"entry": _run_digest(folder), "time": when or appended, "host": identity.get("host"), "engine": identity.get("engine"),
            "model": (identity.get("model") or {}).get("path"), "commit": identity.get("commit")}
     entry = {**key, "kind": "run", "source": str(folder), "time_origin": "manifest" if when else "appended",
-             "settings": json.dumps(settings, sort_keys=True, default=str), "verdict": None, "appended": appended}
+             "settings": json.dumps(settings, sort_keys=True, default=str), "verdict": judge_runs(run).verdict, "appended": appended}
     slots = slot_table(run)
     unique = band_table(run).group_by("band_c").agg(pl.col("unique_completions").max())
     rates = {c: group["decode_tok_s"].drop_nulls().to_list() for (c,), group in slots.group_by(["band_c"])}

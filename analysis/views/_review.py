@@ -9,7 +9,6 @@ the evidence complete. Every value is formatted for people here; the templates e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Any
 
 import polars as pl
@@ -17,7 +16,6 @@ import polars as pl
 from ..core._cells import MISSING, cell, few, share
 from ..metrics._counts import per_c_counts, run_counts
 
-BASE_C, BATCHED_C = 1, 4  # the decode cost compares these bands, as the study does
 NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
 
 
@@ -40,7 +38,10 @@ class Review:
     per_c : pl.DataFrame
         One row per c, every cell a string.
     lines : list of (str, str, str or None)
-        (question, answer, css) for bits, tokens, near-tie, decode cost and completeness.
+        (question, answer, css): the judgement's cause, next step, cost and evidence, then bits, tokens, near-tie and
+        completeness.
+    verdict : str
+        The judgement's verdict (:func:`analysis.judge`), the worst of the card's arms: the card's ``data-verdict``.
     """
 
     kind: str
@@ -50,6 +51,27 @@ class Review:
     css: str
     per_c: pl.DataFrame
     lines: list[tuple[str, str, str | None]] = field(default_factory=list)
+    verdict: str = "UNVERIFIED"
+
+
+def _judged(rows: list[dict[str, Any]]) -> tuple[str, str, str, list[tuple[str, str, str | None]]]:
+    """The card's verdict, headline, colour and judgement lines from its judgement rows (one per arm): the worst arm heads it."""
+    from ..studies._judgement import CSS, VERDICTS
+
+    if not rows:
+        return "UNVERIFIED", "UNVERIFIED: nothing to judge.", "warn", []
+    head = max(rows, key=lambda row: VERDICTS.index(row["verdict"]))
+    cause = f" ({head['cause']})" if head["cause"] else ""
+    headline = f"{head['verdict']}{cause}: {head['reason']}."
+    lines: list[tuple[str, str, str | None]] = []
+    for row in rows:
+        arm = f" ({row['arm']})" if len(rows) > 1 else ""
+        if len(rows) > 1:
+            lines.append((f"verdict{arm}", f"{row['verdict']}: {row['reason']}.", CSS[row["verdict"]]))
+        lines.append((f"next step{arm}", row["next_step"], None))
+        lines.append((f"decode cost{arm}", row["cost"] or "unmeasured: no decode rate timed the same way at c=1 and at a batched c.", None))
+        lines.append((f"evidence{arm}", row["evidence"], None))
+    return head["verdict"], headline, CSS[head["verdict"]], lines
 
 
 def _per_c_table(counts: pl.DataFrame, no_bits: str = NOT_RECORDED) -> pl.DataFrame:
@@ -72,33 +94,6 @@ def _explained(row: dict[str, Any]) -> str:
     if row["no_margin"] == row["parted"]:
         return "no margin recorded"
     return f"{row['near_tie']} of {row['parted']}"
-
-
-def _first_c(counts: pl.DataFrame, condition: pl.Expr) -> int | None:
-    hit = counts.filter(condition)["c"]
-    return int(hit.min()) if hit.len() else None
-
-
-def _at(c: int) -> str:
-    return "already at c=1, alone" if c == 1 else f"from c={c}"
-
-
-def _headline(counts: pl.DataFrame, no_bits: str = NOT_RECORDED) -> tuple[str, str]:
-    """The answer to "is it batch invariant", with its colour (``no_bits``: why no request's bits can be judged)."""
-    if counts.is_empty() or counts["requests"].sum() == 0:
-        return "Nothing to judge: no batched request came back.", "fail"
-    parted_at = _first_c(counts, pl.col("parted") > 0)
-    if parted_at is not None:
-        every = counts["parted"].sum() == counts["near_tie"].sum()
-        return f"Not batch invariant: tokens part from m=1 {_at(parted_at)}" + ("; a near-tie explains every divergence." if every else "."), "fail"
-    if counts["bits_known"].sum() == 0:
-        if no_bits == NOT_RECORDED:
-            return f"Token-identical to m=1 at every c ({no_bits}).", "pass"
-        return f"Token-identical to m=1 at every c (bits not judged: {no_bits}).", "warn"
-    drift_at = _first_c(counts, pl.col("bitwise") < pl.col("bits_known"))
-    if drift_at is None:
-        return "Batch invariant: every request is bit-identical to m=1.", "pass"
-    return f"Token-identical, not bit-identical: the logprobs differ from m=1 {_at(drift_at)}.", "warn"
 
 
 def _bits_line(counts: pl.DataFrame, max_ulp: int | None, no_bits: str = NOT_RECORDED) -> tuple[str, str, str | None]:
@@ -132,45 +127,22 @@ def _near_tie_line(counts: pl.DataFrame, epsilon: float) -> tuple[str, str, str 
     return "near-tie", words + ".", "pass" if explained == parted else "fail"
 
 
-def _cost_line(base: list[float], batched: list[float], why: str | None) -> tuple[str, str, str | None]:
-    """c=4 against c=1's per-request decode rate, with its bootstrap interval, or why it is unmeasured."""
-    from ..metrics.parity import ratio_interval
-
-    if why is not None:
-        return "decode cost", f"unmeasured: {why}.", None
-    ratio, low, high = ratio_interval(base, batched)
-    interval = f"95% interval {low:.2f}–{high:.2f}" if len(base) + len(batched) > 2 else "one band each, no interval"
-    return "decode cost", (f"c={BATCHED_C} decodes each request at {ratio:.2f}× the rate of c={BASE_C} ({interval}; "
-                           f"median {median(batched):,.0f} against {median(base):,.0f} tok/s)."), None
-
-
-def _rates(frame: pl.DataFrame, c_column: str) -> tuple[list[float], list[float], str | None]:
-    """The positive rates at c=1 and c=4, or why there are none."""
-    cs = set(frame[c_column].to_list())
-    missing = [c for c in (BASE_C, BATCHED_C) if c not in cs]
-    if missing:
-        return [], [], f"no band at c={missing[0]}"
-    timed = frame.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0))
-    base, batched = (timed.filter(pl.col(c_column) == c)["decode_tok_s"].to_list() for c in (BASE_C, BATCHED_C))
-    if not base or not batched:
-        return [], [], f"no decode rate at c={BASE_C if not base else BATCHED_C} (no live arrival times were recorded)"
-    return base, batched, None
-
-
 # --- runs ----------------------------------------------------------------------------------------
 
 
-def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
-    """The card of one run.
+def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any = None) -> Review:
+    """The card of one run: its judgement's verdict and reason as the headline, then what the counts per c show.
 
     Parameters
     ----------
     run : Run
-        The run: its batched requests are compared with ``reference`` per c, its bands give the rates.
+        The run: its batched requests are compared with ``reference`` per c.
     epsilon : float
         A divergence is explained by a near-tie when the reference's top-1/top-2 margin there is below it.
     reference : str or Run
-        "ref1", "ref2", or another run (its ref #1).
+        "ref1", "ref2", or another run (its ref #1), for the per-c table and lines; the verdict is always against m=1.
+    judgement : Judgement, optional
+        The judgement holding this run's rows (the report judges every run once); judged here when not given.
 
     Returns
     -------
@@ -179,23 +151,27 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1") -> Review:
     Examples
     --------
     >>> from analysis.run import read_run
-    >>> run_review(read_run("data/experiment-cpu/batch-invariant"), epsilon=0.05).headline
-    'Batch invariant: every request is bit-identical to m=1.'
+    >>> run_review(read_run("data/experiment-cpu/default"), epsilon=0.05).headline[:60]
+    'RED (co-batching): 56 of 56 batched requests part from m=1 ('
     """
-    from ..run import band_table, slot_table
+    from ..run import slot_table
+    from ..studies._judgement import judge_runs
 
+    if judgement is None:
+        judgement = judge_runs(run)
+    verdict, headline, css, judged = _judged(judgement.frame.filter(pl.col("run") == run.label).to_dicts())
     if run.dump.requests.unique(["source", "record"]).height == 1:
-        return _lone_review(run)
+        return _lone_review(run, verdict)
     slots = slot_table(run, epsilon=epsilon, reference=reference)
     spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
     counts = per_c_counts(_within_spans(slots, spans))
     no_bits = _bits_not_judged(spans)
-    headline, css = _headline(counts, no_bits)
-    bands = band_table(run, epsilon=epsilon, reference=reference)
-    lines = [_bits_line(counts, slots["max_ulp"].max(), no_bits), _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
-             _near_tie_line(counts, epsilon), _cost_line(*_rates(bands, "band_c")), _run_completeness(run)]
-    lines[1:1] = [line for line in [_run_to_run_line(spans, slots)] if line]
-    return Review("run", run.label, _run_about(run), headline, css, _per_c_table(counts, no_bits), lines)
+    lines = [*judged, _bits_line(counts, slots["max_ulp"].max(), no_bits),
+             _tokens_line(counts) if counts.height else ("tokens", MISSING, None), _near_tie_line(counts, epsilon), _run_completeness(run)]
+    run_to_run = _run_to_run_line(spans, slots)
+    if run_to_run:
+        lines.insert(len(judged) + 1, run_to_run)
+    return Review("run", run.label, _run_about(run), headline, css, _per_c_table(counts, no_bits), lines, verdict)
 
 
 _NO_SPANS = pl.DataFrame(schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64})
@@ -253,7 +229,7 @@ def _run_to_run_line(spans: pl.DataFrame, slots: pl.DataFrame) -> tuple[str, str
             f"Batching is judged only where they agree{left}.", "warn")
 
 
-def _lone_review(run) -> Review:
+def _lone_review(run, verdict: str) -> Review:
     """The card of a run of one request (a lone dump): what one request shows, and that it allows no batch comparison."""
     request = run.dump.requests.row(0, named=True)
     tokens = run.dump.tokens.filter(pl.col("segment") == "completion")
@@ -268,8 +244,8 @@ def _lone_review(run) -> Review:
                               "too, with prompt_id, role, band_c and slot in their capture envelopes (or bia assemble --mapping).", "warn"),
              _run_completeness(run)]
     return Review("run", run.label, _run_about(run),
-                  "One request: no batch comparison. A single request reads, but batch invariance needs the same prompt "
-                  "also sent in a batch of c.", "warn", _per_c_table(pl.DataFrame()), lines)
+                  f"{verdict}: one request, no batch comparison. A single request reads, but batch invariance needs the same prompt "
+                  "also sent in a batch of c.", "warn", _per_c_table(pl.DataFrame()), lines, verdict)
 
 
 def _run_about(run) -> list[tuple[str, str]]:
@@ -305,7 +281,7 @@ def _run_completeness(run) -> tuple[str, str, str | None]:
 # --- witnesses -----------------------------------------------------------------------------------
 
 
-def witness_reviews(ws, *, epsilon: float) -> list[Review]:
+def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review]:
     """One card per witness file of a witness set (markers have none).
 
     A witness keeps tokens, not logprobs: its bits are "not recorded", its near-tie comes from
@@ -317,13 +293,19 @@ def witness_reviews(ws, *, epsilon: float) -> list[Review]:
         The witnesses.
     epsilon : float
         The near-tie epsilon.
+    judgement : Judgement, optional
+        The judgement holding each witness's row (:func:`analysis.judge` of the set); judged here when not given.
 
     Returns
     -------
     list of Review
-        In the order the witnesses were read.
+        In the order the witnesses were read, each headed by its judgement's verdict.
     """
+    from ..studies._witness_judgement import judge_witnesses
     from .plots import witness_label
+
+    if judgement is None:
+        judgement = judge_witnesses(ws)
 
     polars_set = ws.to_backend("polars")
     out = []
@@ -331,11 +313,12 @@ def witness_reviews(ws, *, epsilon: float) -> list[Review]:
         source = row["source"]
         slots = polars_set.slots.filter(pl.col("source") == source)
         bands = polars_set.bands.filter(pl.col("source") == source)
-        out.append(_witness_review(witness_label(source, row["witness_version"]), row, slots, bands, epsilon))
+        judged = _judged(judgement.frame.filter(pl.col("run") == source).to_dicts())
+        out.append(_witness_review(witness_label(source, row["witness_version"]), row, slots, bands, epsilon, judged))
     return out
 
 
-def _witness_review(name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float) -> Review:
+def _witness_review(name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float, judged: tuple) -> Review:
     margins = bands.select("band_index", margin="top2_margin_at_divergence")
     length = pl.min_horizontal(pl.col("completion_tokens").fill_null(witness["reference_tokens"]), pl.lit(witness["reference_tokens"]))
     span = _witness_span(witness)
@@ -346,20 +329,20 @@ def _witness_review(name: str, witness: dict[str, Any], slots: pl.DataFrame, ban
         divergence_at="agree_to", near_tie=((pl.col("margin") >= 0) & (pl.col("margin") < epsilon)).fill_null(False),
         margin_known=pl.col("margin").is_not_null(), where=pl.format("slot {}", "i"))
     counts = per_c_counts(rows)
-    headline, css = _headline(counts)
-    lines = [_bits_line(counts, None), _tokens_line(counts) if counts.height else ("tokens", MISSING, None), _near_tie_line(counts, epsilon),
-             _cost_line(*_witness_rates(witness, slots, bands)), _witness_completeness(witness, slots, bands)]
+    verdict, headline, css, judgement_lines = judged
+    lines = [*judgement_lines, _bits_line(counts, None), _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
+             _near_tie_line(counts, epsilon), _witness_completeness(witness, slots, bands)]
     if span is not None:
         late = slots.filter(parted & (pl.col("agree_to") >= span)).select("c").to_series().to_list()
         left = f"; {len(late)} request(s) parting at or after it (c={', '.join(str(c) for c in sorted(set(late)))}) count as run-to-run, not batching" if late else ""
-        lines.insert(1, ("run-to-run", f"the two m=1 references agree only to token {span} of {witness['reference_tokens']}: the server is not "
+        lines.insert(len(judgement_lines) + 1, ("run-to-run", f"the two m=1 references agree only to token {span} of {witness['reference_tokens']}: the server is not "
                                        f"deterministic even alone. Batching is judged on the tokens before {span}{left}.", "warn"))
     differs = _against_aprender(witness, bands, css)
     if differs:
         lines.append(differs)
     about = [("source", witness["source"]), ("witness_version", cell(witness["witness_version"])), ("host", cell(witness["host"])),
              ("server commit", cell((witness["commit"] or "")[:10] or None)), ("model", cell(witness["model_path"]))]
-    return Review("witness", name, about, headline, css, _per_c_table(counts), lines)
+    return Review("witness", name, about, headline, css, _per_c_table(counts), lines, verdict)
 
 
 def _witness_span(witness: dict[str, Any]) -> int | None:
@@ -371,7 +354,7 @@ def _witness_span(witness: dict[str, Any]) -> int | None:
 def _against_aprender(witness: dict[str, Any], bands: pl.DataFrame, css: str) -> tuple[str, str, None] | None:
     """One line, when aprender's recorded verdict and this card disagree, saying why: its rules judge other things than m=1."""
     recorded, version = witness["recorded_verdict"], witness["witness_version"]
-    if (recorded == "PASS") == (css == "pass") or recorded not in ("PASS", "FAIL"):
+    if (recorded == "PASS") == (css != "fail") or recorded not in ("PASS", "FAIL"):
         return None
     if recorded == "PASS" and version in (2, 3):
         batched = bands.filter(pl.col("c") > 1)
@@ -382,17 +365,6 @@ def _against_aprender(witness: dict[str, Any], bands: pl.DataFrame, css: str) ->
                             "this card compares every request with m=1.", None)
     return ("aprender", f"records {recorded} by witness_version {version}'s rules (a band passes when it agrees with m=1 to "
                         "declared_min); this card asks whether every request matches m=1 over its whole length.", None)
-
-
-def _witness_rates(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame) -> tuple[list[float], list[float], str | None]:
-    """Per-slot rates when the witness kept them (an interval over slots), else its band rates."""
-    base, batched, why = _rates(slots, "c")
-    if why is None:
-        return base, batched, None
-    base, batched, why = _rates(bands, "c")
-    if why is not None and "no decode rate" in why and (witness["witness_version"] or 0) < 3:
-        why = f"witness_version {witness['witness_version']} does not time requests"
-    return base, batched, why
 
 
 def _witness_completeness(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame) -> tuple[str, str, str | None]:

@@ -1,0 +1,57 @@
+"""``analysis.judge``: the one judgement of runs and witness sets, which every surface of bia renders."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..run import RunLike
+from ..witness import WitnessSet
+from ._judgement import Judgement, judge_runs
+from ._witness_judgement import judge_witnesses
+
+
+def judge(subjects: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> Judgement:
+    """Is it batch invariant? One row per run and arm (and per witness of a witness set): GREEN, AMBER, RED or UNVERIFIED,
+    with its cause, reason, evidence, cost, first request that parts, max ULP and next step.
+
+    The rules (``docs/verdicts.md``): a server that differs from itself alone is RED for run-to-run drift, and batching is
+    not judged; else a batched request (c > 1) that parts from m=1 makes it RED; else GREEN or AMBER need every c > 1 of
+    the ladder complete and seen formed, with bits recorded (otherwise UNVERIFIED); GREEN when the one-sided upper bound on
+    the divergence rate over the batched requests is below ``target_rate``.
+
+    Parameters
+    ----------
+    subjects : Run, WitnessSet, path, or an iterable of them
+        What to judge: runs (run directories are read) and witness sets.
+    target_rate : float
+        The divergence rate to bound below for GREEN, in (0, 1].
+    confidence : float
+        The confidence of that one-sided bound, in (0, 1).
+
+    Returns
+    -------
+    Judgement
+        Its ``.frame`` (polars) and ``.to_dicts()``; it shows in Jupyter as the verdict card.
+
+    Examples
+    --------
+    >>> from analysis import read_witnesses
+    >>> j = judge(["data/experiment-cpu/default", read_witnesses("data/aprender-lambda/witness@464c168e62.json")])
+    >>> j.frame.select("arm", "verdict", "cause").rows()
+    [('copies', 'RED', 'co-batching'), ('witness', 'RED', 'co-batching')]
+    """
+    if isinstance(subjects, (RunLike, WitnessSet, str, os.PathLike)):
+        subjects = [subjects]
+    judgement = Judgement(judge_runs([], target_rate=target_rate, confidence=confidence).frame)
+    runs: list[Any] = []
+    for subject in [*subjects, None]:  # runs are judged together (a fix measured beside a run), witness sets where they stand
+        if subject is not None and not isinstance(subject, WitnessSet):
+            runs.append(subject)
+            continue
+        if runs:
+            judgement = judgement + judge_runs(runs, target_rate=target_rate, confidence=confidence)
+            runs = []
+        if subject is not None:
+            judgement = judgement + judge_witnesses(subject, target_rate=target_rate, confidence=confidence)
+    return judgement
