@@ -54,7 +54,7 @@ def certify_command(
         claim_output(output, force=force, what="-o")
     except OutputExists as exc:
         raise _fail(exc) from None
-    runs = []
+    read = []
     for given in map(Path, runs):
         if not given.exists():
             raise _fail(f"{given}: no such file or directory", EXIT_MISSING)
@@ -63,10 +63,10 @@ def certify_command(
             raise _fail(f"{given}: holds no run directory (a folder with manifest.json and captures/)", EXIT_RED)
         for folder in folders:
             try:
-                runs.append(read_run(folder))
+                read.append(read_run(folder))
             except RunError as exc:
                 raise _fail(f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED) from None
-    judgement = judge_runs(runs, target_rate=target_rate, confidence=confidence)
+    judgement = judge_runs(read, target_rate=target_rate, confidence=confidence)
     document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
     output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     _print_lines(document, output)

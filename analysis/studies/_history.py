@@ -4,7 +4,7 @@
 either, and history folders) into one :class:`History` of three frames keyed by time, host,
 engine, model, server commit and settings:
 
-- ``entries``: one row per witness or run, with its verdict and settings;
+- ``entries``: one row per witness or run, with its verdict (:func:`analysis.judge`'s) and settings;
 - ``bands``: one row per entry and batch size c: the earliest divergence from m=1, the share of
   requests bit-identical and token-identical to m=1, unique completions, the median decode rate and
   the c/c=1 decode ratio with its interval;
@@ -159,8 +159,10 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
 def _witness_rows(sources: list[str], appended: dt.datetime) -> tuple[list[dict], list[dict], list[dict]]:
     """Entries, bands and markers of witness and marker files (or URLs)."""
     from ..witness import read_witnesses
+    from ._witness_judgement import judge_witnesses
 
     ws = read_witnesses(sources, progress=False)
+    verdict_of = dict(judge_witnesses(ws).frame.select("run", "verdict").iter_rows())  # the judgement every surface renders
     entry_of = {source: _digest(text.encode("utf-8")) for source, text in ws.texts.items()}
     markers = [{"entry": entry_of[m["source"]], "source": m["source"], "time": m["started_utc"], "host": m["host"], "commit": m["commit"],
                 "status": m["status"], "max_m": m["max_m"], "cc": m["cc"]} for m in ws.markers.iter_rows(named=True)]
@@ -173,7 +175,7 @@ def _witness_rows(sources: list[str], appended: dt.datetime) -> tuple[list[dict]
         key = {"entry": entry_of[w["source"]], "time": when or appended, "host": w["host"], "engine": f"aprender {w['probe']}",
                "model": w["model_path"], "commit": w["commit"]}
         entries.append({**key, "kind": "witness", "source": w["source"], "time_origin": "release marker" if when else "appended",
-                        "settings": json.dumps(settings, sort_keys=True), "verdict": w["derived_verdict"], "appended": appended})
+                        "settings": json.dumps(settings, sort_keys=True), "verdict": verdict_of[w["source"]], "appended": appended})
         mine = ws.bands.filter(pl.col("source") == w["source"])
         rates = dict(zip(mine["c"].to_list(), mine["decode_tok_s"].to_list()))
         for b in mine.iter_rows(named=True):

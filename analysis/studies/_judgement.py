@@ -129,7 +129,7 @@ class Judgement:
         return "\n".join(lines) if lines else "Judgement(nothing judged)"
 
     def _repr_html_(self) -> str:
-        return answer_html(self)
+        return answer_html(self, table_id=None, full=True)
 
 
 def worst(verdicts: Iterable[str]) -> str:
@@ -514,6 +514,10 @@ def _short_cost(cost: list[Mapping[str, Any]] | None) -> str:
     return f"{ratios} at c={' / '.join(str(c['c']) for c in cost)}"
 
 
+def _full_why(row: Mapping[str, Any]) -> str:
+    return f"{row['cause']}: {row['reason']}" if row["cause"] else row["reason"]
+
+
 def _short_why(row: Mapping[str, Any]) -> str:
     """The answer table's why: the cause and the first request that parts, or what the evidence lacks, in a line."""
     first = row["first_request"]
@@ -528,11 +532,13 @@ def _short_why(row: Mapping[str, Any]) -> str:
     return f"0/{row['requests']} batched part; bound {_rate(row['upper_bound'])} {'<' if row['verdict'] == 'GREEN' else '≥'} {_rate(row['target_rate'])}"
 
 
-def answer_html(judgement: Judgement, *, table_id: str | None = "answer") -> str:
+def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: bool = False) -> str:
     """The answer: one row per run and arm, its verdict, why (cause and first request), the cost of batching, the evidence and
     the next step; the full reason is each row's tooltip and its card's headline.
 
-    Each row carries ``data-run``, ``data-arm`` and ``data-verdict``; every value is escaped.
+    Each row carries ``data-run``, ``data-arm`` and ``data-verdict``; every value is escaped. ``full``: the why column holds the
+    cause and the whole reason (Jupyter's view of a :class:`Judgement`), not its one-line summary (the report's answer, which
+    must fit a screen).
 
     Examples
     --------
@@ -546,7 +552,7 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer") -> str
         evidence = f"{row['requests']} batched, {row['bands'] - row['bands_unformed']}/{row['bands']} bands formed"
         rows.append(f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
                     f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
-                    f'<td><code>{escape(row["run"])}</code> ({escape(row["arm"])})</td><td>{escape(_short_why(row))}</td>'
+                    f'<td><code>{escape(row["run"])}</code> ({escape(row["arm"])})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>'
                     f'<td>{escape(_short_cost(row["cost_by_c"]))}</td><td>{escape(evidence)}</td><td>{escape(row["next_step"] or "")}</td></tr>')
     ident = f' id="{escape(table_id)}"' if table_id else ""
     return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'

@@ -20,4 +20,4 @@ def run_card(run: Any) -> str:
     """
     from ..run._model import _card
 
-    return answer_html(judge_runs(run), table_id=None) + _card(run)
+    return answer_html(judge_runs(run), table_id=None, full=True) + _card(run)
