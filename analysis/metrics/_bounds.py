@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 METHODS = ("clopper-pearson", "rule-of-three")
 _RULE_OF_THREE_CONFIDENCE = 0.95  # 3 is -ln(0.05) rounded: the rule is the 95% bound, and no other
 
@@ -128,9 +130,24 @@ def _alpha(confidence: float) -> float:
 
 def _binomial_cdf(k: int, n: int, p: float) -> float:
     """P(X <= k) for X ~ Binomial(n, p), 0 < p < 1: each term in logs, so that large n neither overflows nor underflows early."""
-    log_p, log_q = math.log(p), math.log1p(-p)
+    return _cdf(_log_binomials(k, n), n, p)
+
+
+def _log_binomials(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``log C(n, i)`` for i = 0..k, as ``lgamma(n + 1) - lgamma(i + 1) - lgamma(n - i + 1)`` in that order, and i: the terms
+    of :func:`_cdf` that do not depend on p, worked out once for every p a bisection tries."""
     head = math.lgamma(n + 1)
-    return math.fsum(math.exp(head - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q) for i in range(k + 1))
+    return np.array([head - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(k + 1)], dtype=np.float64), np.arange(k + 1, dtype=np.float64)
+
+
+def _cdf(terms: tuple[np.ndarray, np.ndarray], n: int, p: float) -> float:
+    """P(X <= k) from :func:`_log_binomials`: each term's exponent ``log C(n, i) + i log p + (n - i) log(1 - p)``, added in that
+    order as float64 (the bits Python's floats give), then ``math.exp`` of each and their exact sum (``math.fsum``)."""
+    log_binomial, i = terms
+    log_p, log_q = math.log(p), math.log1p(-p)
+    with np.errstate(invalid="ignore"):  # 0 * -inf is nan, as in Python
+        exponents = log_binomial + i * log_p + (n - i) * log_q
+    return math.fsum(map(math.exp, exponents.tolist()))
 
 
 def _binomial_upper(k: int, n: int, alpha: float) -> float:
@@ -139,9 +156,10 @@ def _binomial_upper(k: int, n: int, alpha: float) -> float:
     The probability falls as p rises from 1 (at p = 0) to 0 (at p = 1), so bisection finds where it crosses alpha, down
     to two neighbouring floats; the bound is the upper one, where the probability is at most alpha (never below the bound).
     """
+    terms = _log_binomials(k, n)
     low, high = 0.0, 1.0
     while (middle := (low + high) / 2) not in (low, high):
-        if _binomial_cdf(k, n, middle) > alpha:
+        if _cdf(terms, n, middle) > alpha:
             low = middle
         else:
             high = middle

@@ -121,7 +121,11 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": [0]}]}, "p0", 1, 0)
     ([], None)
     """
-    evidence = width_evidence(manifest, prompt_id, c, repeat, role, arm)
+    return _chosen_widths(width_evidence(manifest, prompt_id, c, repeat, role, arm))
+
+
+def _chosen_widths(evidence: Mapping[str, list[int]]) -> tuple[list[int], str | None]:
+    """:func:`band_widths` of a band's :func:`width_evidence`."""
     if evidence.get("log"):
         return evidence["log"], "log"
     engine_sides = [kind for kind in ("metrics", "engine") if evidence.get(kind)]
@@ -146,7 +150,12 @@ def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     >>> width_evidence({"m_formed": [entry]}, "p0", 8, 0)
     {'metrics': [8, 7], 'streams': [8]}
     """
-    entry = _band_entry(manifest, prompt_id, c, repeat, role, arm) or {}
+    return _entry_evidence(_band_entry(manifest, prompt_id, c, repeat, role, arm))
+
+
+def _entry_evidence(entry: Mapping[str, Any] | None) -> dict[str, list[int]]:
+    """:func:`width_evidence` of a band's ``m_formed`` entry (None: the band has none)."""
+    entry = entry or {}
     out: dict[str, list[int]] = {}
     if entry.get("widths"):
         out["log"] = [int(w) for w in entry["widths"]]
@@ -191,10 +200,61 @@ def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
                 arm: str | None = None) -> dict[str, Any] | None:
     """The manifest's record of one band (its ``m_formed`` entry: widths, gauge samples, cache metrics)."""
     for entry in manifest.get("m_formed", []):
-        if (entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
-                and entry.get("role", "band") == role and (arm is None or entry.get("arm", arm) == arm)):
+        if _matches(entry, prompt_id, c, repeat, role, arm):
             return entry
     return None
+
+
+def _matches(entry: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str, arm: str | None) -> bool:
+    """Whether an ``m_formed`` entry records this band: an entry without ``prompt_id``, ``repeat`` (or a null one) or ``arm``
+    matches any, one without ``role`` is a band's."""
+    return (entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
+            and entry.get("role", "band") == role and (arm is None or entry.get("arm", arm) == arm))
+
+
+_ANY = object()  # an entry field left out (or a null repeat): it matches any value asked for
+
+
+class _BandEntries:
+    """The manifest's ``m_formed`` entries indexed by band, for tables that look up every band of a run: ``entry()`` finds
+    what :func:`_band_entry` finds (the first entry in the manifest's order that matches), by a few dictionary lookups
+    rather than a pass over every entry (a run of 1,024 prompts has 4,096 bands and as many entries).
+
+    Examples
+    --------
+    >>> manifest = {"m_formed": [{"band_c": 4, "repeat": 0, "widths": [4]}, {"prompt_id": "p1", "band_c": 4, "repeat": 0, "widths": [3]}]}
+    >>> entries = _BandEntries(manifest)
+    >>> entries.entry("p1", 4, 0) is _band_entry(manifest, "p1", 4, 0), entries.entry("p1", 8, 0)
+    (True, None)
+    """
+
+    def __init__(self, manifest: Mapping[str, Any]) -> None:
+        self._manifest = manifest
+        self._entries = list(manifest.get("m_formed", []))
+        self._by_arm: dict[tuple, int] | None = {}
+        self._any_arm: dict[tuple, int] = {}
+        try:
+            for position, entry in enumerate(self._entries):
+                repeat = entry.get("repeat")
+                band = (entry.get("band_c"), str(entry["prompt_id"]) if "prompt_id" in entry else _ANY, _ANY if repeat is None else repeat,
+                        entry.get("role", "band"))
+                self._by_arm.setdefault((*band, entry["arm"] if "arm" in entry else _ANY), position)
+                self._any_arm.setdefault(band, position)
+        except (TypeError, AttributeError):  # a value that cannot be a key (a list where a number belongs): look each band up in turn
+            self._by_arm = None
+
+    def entry(self, prompt_id: str, c: int, repeat: int | None, role: str = "band", arm: str | None = None) -> dict[str, Any] | None:
+        """The band's ``m_formed`` entry, as :func:`_band_entry` finds it."""
+        if self._by_arm is None or not isinstance(prompt_id, str):
+            return _band_entry(self._manifest, prompt_id, c, repeat, role, arm)
+        try:
+            keys = [(c, p, r, role) for p in (prompt_id, _ANY) for r in ((_ANY,) if repeat is None else (repeat, _ANY))]
+            found = ([self._any_arm.get(key) for key in keys] if arm is None
+                     else [self._by_arm.get((*key, a)) for key in keys for a in (arm, _ANY)])
+        except TypeError:
+            return _band_entry(self._manifest, prompt_id, c, repeat, role, arm)
+        positions = [p for p in found if p is not None]
+        return self._entries[min(positions)] if positions else None
 
 
 def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, arm: str | None = None) -> str | None:
@@ -207,8 +267,13 @@ def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     >>> _cache_summary({"m_formed": [entry]}, "p0", 4, 0)
     'vllm:prefix_cache_hits_total +12; sglang:cache_hit_rate 0.5'
     """
+    return _entry_cache_summary(_band_entry(manifest, prompt_id, c, repeat, arm=arm))
+
+
+def _entry_cache_summary(entry: Mapping[str, Any] | None) -> str | None:
+    """:func:`_cache_summary` of a band's ``m_formed`` entry (None: the band has none)."""
     parts = []
-    for name, values in ((_band_entry(manifest, prompt_id, c, repeat, arm=arm) or {}).get("cache") or {}).items():
+    for name, values in ((entry or {}).get("cache") or {}).items():
         before, after = values.get("before"), values.get("after")
         if name.endswith("_total") and before is not None and after is not None:
             parts.append(f"{name} +{after - before:g}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ import polars as pl
 
 from ..metrics import _columnar, parity
 from ._arms import legacy_arm, main_arm
-from ._layout import RunError, _band_entry, _cache_summary, band_widths, engine_steps, width_evidence
+from ._layout import RunError, _BandEntries, _chosen_widths, _entry_cache_summary, _entry_evidence, engine_steps
 from ._steps import _numbered, _BAND_ORDER, _band_pairs
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
@@ -72,6 +73,12 @@ def reference_table(run: Run) -> pl.DataFrame:
     >>> reference_table(read_run("data/llamacpp-cpu/cache-prompt")).select("prompt_id", "diverged", "bitwise_prefix", "max_ulp").rows()
     [('p0', False, 0, 26), ('p1', False, 0, 21)]
     """
+    if "references" not in run._cache:
+        run._cache["references"] = _reference_table(run)
+    return run._cache["references"].clone()
+
+
+def _reference_table(run: Run) -> pl.DataFrame:
     steps, _, first = _numbered(run, "ref1")
     second = _numbered(run, "ref2")[2]
     pairs = (first.join(second.rename({"ref": "other"}), on="prompt_id", how="inner").sort("prompt_id")
@@ -94,7 +101,15 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate,
     seconds per 1000 sequences (the band's wall time from its first send to its last token, per
     request) and the release skew (first to last send); the last two for probe runs only, which
-    record when each request was sent. Each column is :func:`analysis.parity.band_summary`'s, as group-bys."""
+    record when each request was sent. Each column is :func:`analysis.parity.band_summary`'s, as group-bys.
+    Computed once per run, epsilon and reference (the verdict, the cards, the figures and the detail all read it)."""
+    key = ("bands", epsilon, reference if isinstance(reference, str) else id(reference))
+    if key not in run._cache:
+        run._cache[key] = _band_table(run, epsilon, reference)
+    return run._cache[key].clone()  # a cheap copy (its columns are shared): what a caller does to it stays with it
+
+
+def _band_table(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
     slots = _slot_comparisons(run, epsilon, reference)
     if slots.height == 0:
         return pl.DataFrame(schema=_BAND_SCHEMA)
@@ -127,8 +142,8 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     return bands.with_columns(pl.Series("m_formed", [w["m_formed"] for w in widths], dtype=pl.Int64),
                               pl.Series("widths_seen", [w["widths_seen"] for w in widths], dtype=pl.String),
                               pl.Series("width_evidence", [w["width_evidence"] for w in widths], dtype=pl.String),
-                              pl.Series("prefix_cache", [_cache_summary(run.manifest, p, c, r, a) for p, a, c, r in bands.select(_BAND).rows()],
-                                        dtype=pl.String)).select([pl.col(n).cast(t) for n, t in _BAND_SCHEMA.items()])
+                              pl.Series("prefix_cache", [w["prefix_cache"] for w in widths], dtype=pl.String),
+                              ).select([pl.col(n).cast(t) for n, t in _BAND_SCHEMA.items()])
 
 
 def _with_agreement_to_slot_0(steps: _columnar.Steps, bands: pl.DataFrame, name: str) -> pl.DataFrame:
@@ -145,18 +160,21 @@ _EVIDENCE_NOTE = {"metrics": " (running-requests gauge samples)", "streams": " (
 def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
     """Each band's largest width formed, its widths as text and the evidence behind them, from the manifest (one entry
     per band, not per request). ``width_evidence`` names the evidence the width comes from first, then what the
-    other kinds show (``"metrics; streams 16"``); null when nothing shows a width."""
+    other kinds show (``"metrics; streams 16"``); null when nothing shows a width. ``prefix_cache``: its cache metrics as text."""
     out = []
+    entries = _BandEntries(run.manifest)
     for prompt, arm, c, repeat in bands.select(_BAND).rows():
-        widths, origin = band_widths(run.manifest, prompt, c, repeat, arm=arm)
-        seen = ", ".join(f"m={w} x{widths.count(w)}" for w in sorted(set(widths), reverse=True))
+        entry = entries.entry(prompt, c, repeat, arm=arm)
+        evidence = _entry_evidence(entry)
+        widths, origin = _chosen_widths(evidence)
+        seen = ", ".join(f"m={w} x{n}" for w, n in sorted(Counter(widths).items(), reverse=True))
         if origin == "engine":  # a bound from a mean, said as such
-            generated, steps = engine_steps(_band_entry(run.manifest, prompt, c, repeat, arm=arm) or {})
+            generated, steps = engine_steps(entry or {})
             seen = f"m>={widths[0]} ({generated} tokens in {steps} engine steps, {generated / steps:.2f} a step)"
-        others = [f"{kind} {max(found)}" for kind, found in width_evidence(run.manifest, prompt, c, repeat, arm=arm).items() if kind != origin]
+        others = [f"{kind} {max(found)}" for kind, found in evidence.items() if kind != origin]
         out.append({"m_formed": max(widths) if widths else None,
                     "widths_seen": (seen + ("" if origin == "engine" else _EVIDENCE_NOTE.get(origin or "", ""))) or None,
-                    "width_evidence": "; ".join([origin, *others]) if origin else None})
+                    "width_evidence": "; ".join([origin, *others]) if origin else None, "prefix_cache": _entry_cache_summary(entry)})
     return out
 
 
@@ -366,14 +384,15 @@ def width_table(run: Run) -> pl.DataFrame:
     [(4, 4, 3, 0.75), (4, 3, 1, 0.25)]
     """
     rows = []
+    entries = _BandEntries(run.manifest)
     for entry in run.manifest.get("m_formed", []):
         if entry.get("role", "band") != "band":
             continue
         prompt, c, repeat, arm = str(entry.get("prompt_id")), entry.get("band_c"), entry.get("repeat"), entry.get("arm", legacy_arm(run.manifest))
-        widths, origin = band_widths(run.manifest, prompt, c, repeat, arm=arm)
-        for width in sorted(set(widths), reverse=True):
-            rows.append({"prompt_id": prompt, "arm": arm, "band_c": c, "repeat": repeat, "width": width, "steps": widths.count(width),
-                         "share": widths.count(width) / len(widths), "origin": origin})
+        widths, origin = _chosen_widths(_entry_evidence(entries.entry(prompt, c, repeat, arm=arm)))
+        for width, steps in sorted(Counter(widths).items(), reverse=True):
+            rows.append({"prompt_id": prompt, "arm": arm, "band_c": c, "repeat": repeat, "width": width, "steps": steps,
+                         "share": steps / len(widths), "origin": origin})
     schema = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "width": pl.Int64, "steps": pl.Int64,
               "share": pl.Float64, "origin": pl.String}
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)

@@ -86,7 +86,13 @@ def negative_control(run, prompt_id: str) -> dict[str, Any]:
     refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
     row = refs.row(0, named=True)
     one = pl.col("source").eq_missing(row["source"]) & pl.col("record").eq_missing(row["record"]) & pl.col("choice_index").eq_missing(row["choice_index"])
-    reference = next(iter(parity.streams(run.dump.tokens.filter(one)).values()), parity.Stream(("none",), ()))
+    return _planted(next(iter(parity.streams(run.dump.tokens.filter(one)).values()), parity.Stream(("none",), ())), prompt_id)
+
+
+def _planted(reference, prompt_id: str) -> dict[str, Any]:
+    """:func:`negative_control` of a prompt's ref #1 stream."""
+    from ..metrics import parity
+
     at = len(reference) // 2
     planted = list(reference.identities)
     if planted:
@@ -96,16 +102,20 @@ def negative_control(run, prompt_id: str) -> dict[str, Any]:
 
 
 def _controls(run, prompts: list[str]) -> dict[str, Any]:
-    """The negative control of every prompt with a reference: the missed ones first, then a few found, and the count."""
-    controls = [negative_control(run, p) for p in prompts if _has_reference(run, p)]
+    """The negative control of every prompt with a reference: the missed ones first, then a few found, and the count.
+    Each prompt's first reference (lowest slot) as :func:`negative_control` takes it, their streams built in one pass."""
+    from ..metrics import parity
+
+    key = ["source", "record", "choice_index"]
+    firsts = (run.dump.requests.filter(pl.col("role") == "reference").sort("prompt_id", "slot", maintain_order=True)
+              .unique("prompt_id", keep="first", maintain_order=True).select("prompt_id", *key))
+    tokens = run.dump.tokens.join(firsts.select(key), on=key, how="semi", nulls_equal=True)
+    streams = parity.streams(tokens)
+    first_of = {prompt: (source, record, choice) for prompt, source, record, choice in firsts.iter_rows()}
+    controls = [_planted(streams.get(first_of[p], parity.Stream(("none",), ())), p) for p in prompts if p in first_of]
     missed = [c for c in controls if not c["detected"]]
     shown = (missed + [c for c in controls if c["detected"]])[:max(FEW, len(missed))]
     return {"shown": shown, "total": len(controls), "detected": len(controls) - len(missed)}
-
-
-def _has_reference(run, prompt: str) -> bool:
-    requests = run.dump.requests
-    return requests.filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt)).height > 0
 
 
 def _forks(run) -> dict[str, Any]:

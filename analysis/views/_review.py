@@ -179,18 +179,14 @@ _NO_SPANS = pl.DataFrame(schema={"prompt_id": pl.String, "token_span": pl.Int64,
 
 def _reference_spans(run) -> pl.DataFrame:
     """Per prompt, where its two m=1 references part: ``token_span`` (the first token they differ at) and ``bit_span``
-    (the first position whose logprob bits differ), each null where they never do: what the server does alone, run to run."""
-    from ..metrics.parity import compare
-    from ..run import references
+    (the first position whose logprob bits differ), each null where they never do: what the server does alone, run to run.
+    From :func:`analysis.run.reference_table` (ref #2 against ref #1, every prompt at once)."""
+    from ..run import reference_table
 
-    first, second = references(run, "ref1"), references(run, "ref2")
-    rows = []
-    for prompt in sorted(first.keys() & second.keys()):
-        seen = compare(first[prompt], second[prompt])
-        length = min(seen.length, seen.reference_length)
-        rows.append({"prompt_id": prompt, "token_span": seen.divergence_at if seen.diverged else None,
-                     "bit_span": seen.bitwise_prefix if seen.bitwise_prefix < length else None, "length": length})
-    return pl.DataFrame(rows, schema=_NO_SPANS.schema)
+    length = pl.min_horizontal("length", "reference_length")
+    return reference_table(run).select(
+        "prompt_id", token_span=pl.when(pl.col("diverged")).then("divergence_at"),
+        bit_span=pl.when(pl.col("bitwise_prefix") < length).then("bitwise_prefix"), length=length).cast(_NO_SPANS.schema)
 
 
 def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
