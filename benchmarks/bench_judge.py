@@ -11,7 +11,7 @@ its imports happen before its clock), and prints wall and CPU seconds, peak RSS 
            it shares with the tables are cached on the run (target <= 0.5x the tables, in this process)
   judge    read_run, then analysis.judge(run) alone: judge from a fresh read, computing every table it needs itself
            (against the tables step's time)
-  report   ``python -m analysis report --runs RUN -o X.html`` (bia report: papermill runs the notebook in a Jupyter
+  report   ``python -m analysis report RUN -o X.html`` (bia report, the run as its source: papermill runs the notebook in a Jupyter
            kernel): wall time, the largest process's peak RSS (wait4's rusage, which takes in the reaped kernel) and the
            process tree's peak (psutil, every 0.2 s) (targets <= 60 s and <= 3 GB)
 
@@ -19,7 +19,7 @@ its imports happen before its clock), and prints wall and CPU seconds, peak RSS 
 process without papermill, to DIR (``judge.prof``, ``report.prof`` and their top functions as text).
 
 Run: .venv/bin/python benchmarks/bench_judge.py [--prompts 1024] [--tokens 32] [--top 5] [--folder DIR --reuse]
-       [--skip-report] [--profile DIR]
+       [--steps open,tables,judged,judge,report] [--skip-report] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def step_report(arguments: tuple[str, str]) -> dict:
 
     run_dir, html = arguments
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "analysis", "report", "--runs", run_dir, "-o", html]
+    command = [sys.executable, "-m", "analysis", "report", run_dir, "-o", html]  # a run directory is a source: bia report RUN
     Path(html).unlink(missing_ok=True)
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     peak, stop = [0], threading.Event()
@@ -234,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folder", type=Path, help="keep the generated run here (run/, report.html)")
     parser.add_argument("--reuse", action="store_true", help="measure the run already in --folder when it matches the settings")
+    parser.add_argument("--steps", type=lambda s: s.split(","), default=["open", "tables", "judged", "judge", "report"],
+                        help="comma-separated, of open,tables,judged,judge,report (default all; open writes derived/ first)")
     parser.add_argument("--skip-report", action="store_true")
     parser.add_argument("--profile", type=Path, help="also write cProfile output of judge and of the report's calls here")
     args = parser.parse_args(argv)
@@ -248,18 +250,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"run: {args.prompts} prompts x (2 + {' + '.join(map(str, args.ladder))}) requests x {args.tokens} tokens x top-{args.top} "
           f"({args.kind}): {_describe_data(run_dir)}")
     print(f"{'step':10s} {'wall':>9s} {'CPU':>9s}  {'peak RSS':>8s}  {'ratio':>26s}")
-    r = measure(step_open, str(run_dir), imports="analysis.run")
-    print(_line("open", r, "", f"first read_run, derived/ written; {r.get('rows', '')}"))
-    tables = measure(step_tables, str(run_dir), imports="analysis.run")
-    parts = ", ".join(f"{n} {tables[n]:.2f} s" for n in ("read_run", "slot_table", "band_table"))
-    print(_line("tables", tables, "1.00x", parts))
-    judged = measure(step_judged, str(run_dir), imports=("analysis", "analysis.run"))
-    ratio = f"judge {judged['judge']:.2f} s = {judged['judge'] / judged['tables']:.2f}x"
-    print(_line("judged", judged, ratio, f"its tables {judged['tables']:.2f} s; incremental, same process (<= 0.5x); {judged['verdicts']}"))
-    fresh = measure(step_judge, str(run_dir), imports=("analysis", "analysis.run"))
-    ratio = f"judge {fresh['judge']:.2f} s = {fresh['judge'] / tables['tables']:.2f}x"
-    print(_line("judge", fresh, ratio, f"from a fresh read (read_run {fresh['read_run']:.2f} s), against the tables step"))
-    if not args.skip_report:
+    tables: dict[str, Any] = {}
+    if "open" in args.steps:
+        r = measure(step_open, str(run_dir), imports="analysis.run")
+        print(_line("open", r, "", f"first read_run, derived/ written; {r.get('rows', '')}"))
+    if "tables" in args.steps:
+        tables = measure(step_tables, str(run_dir), imports="analysis.run")
+        parts = ", ".join(f"{n} {tables[n]:.2f} s" for n in ("read_run", "slot_table", "band_table"))
+        print(_line("tables", tables, "1.00x", parts))
+    if "judged" in args.steps:
+        judged = measure(step_judged, str(run_dir), imports=("analysis", "analysis.run"))
+        ratio = f"judge {judged['judge']:.2f} s = {judged['judge'] / judged['tables']:.2f}x"
+        print(_line("judged", judged, ratio, f"its tables {judged['tables']:.2f} s; incremental, same process (<= 0.5x); {judged['verdicts']}"))
+    if "judge" in args.steps:
+        fresh = measure(step_judge, str(run_dir), imports=("analysis", "analysis.run"))
+        ratio = f"judge {fresh['judge']:.2f} s = {fresh['judge'] / tables['tables']:.2f}x" if tables else f"judge {fresh['judge']:.2f} s"
+        print(_line("judge", fresh, ratio, f"from a fresh read (read_run {fresh['read_run']:.2f} s), against the tables step"))
+    if "report" in args.steps and not args.skip_report:
         html = folder / "report.html"
         r = measure(step_report, (str(run_dir), str(html)), imports="psutil")
         r["peak_rss"] = r.get("max_process_rss")

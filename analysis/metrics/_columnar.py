@@ -63,6 +63,13 @@ class Steps:
     packed: bool = False  # ``key`` packs (step, token id) into one integer
 
 
+def of_requests(steps: Steps, reqs: pl.Series) -> Steps:
+    """The same steps, only those of the requests ``reqs``: a few pairs among many requests (each prompt's references among
+    a run's bands) are compared on these as on the whole, reading a fraction of the rows."""
+    keep = pl.col("req").is_in(reqs.unique())
+    return Steps(steps.steps.filter(keep), steps.cands.filter(keep), steps.requests.filter(keep), steps.firsts.filter(keep), steps.packed)
+
+
 def _lazy(frame: Any, schema: dict) -> pl.LazyFrame:
     if isinstance(frame, pl.LazyFrame):
         return frame

@@ -106,9 +106,8 @@ class Run:
         """
         legacy = legacy_arm(self.manifest)
         requests = self.dump.requests if isinstance(self.dump.requests, pl.DataFrame) else pl.from_pandas(self.dump.requests)
-        have = {(r["prompt_id"], r["role"], r["band_c"], r["slot"], r["repeat"] or 0, r.get("arm"))
-                for r in requests.select("prompt_id", "role", "band_c", "slot", "repeat", *(["arm"] if "arm" in requests.columns else []))
-                .iter_rows(named=True)}
+        arm_column = pl.col("arm") if "arm" in requests.columns else pl.lit(None, pl.String)
+        have = set(requests.select("prompt_id", "role", "band_c", "slot", pl.col("repeat").fill_null(0), arm_column).rows())  # repeat null: 0
         have |= {(r.get("prompt_id"), r.get("role"), r.get("band_c"), r.get("slot"), r.get("repeat") or 0,
                   r.get("arm", REFERENCE_ARM if r.get("role") == "reference" else legacy)) for r in self.manifest.get("refused", [])}
         passed = {(str(s.get("prompt_id")), s.get("slot")) for s in self.manifest.get("prefill_skipped", [])}  # positions no request can word

@@ -83,6 +83,7 @@ def _reference_table(run: Run) -> pl.DataFrame:
     second = _numbered(run, "ref2")[2]
     pairs = (first.join(second.rename({"ref": "other"}), on="prompt_id", how="inner").sort("prompt_id")
              .with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
+    steps = _columnar.of_requests(steps, pl.concat([pairs["ref"], pairs["other"]]))  # the references' steps, not every band's
     compared = _columnar.compare_pairs(steps, pairs.select("pair", "ref", "other"), epsilon=parity.NEAR_TIE_EPSILON)
     joined = pairs.select("pair", "prompt_id").join(compared, on="pair", how="left", maintain_order="left")
     return joined.select([pl.col(n).cast(t) for n, t in _REFERENCE_SCHEMA.items()])
@@ -220,11 +221,12 @@ def _s7(bands: pl.DataFrame) -> pl.DataFrame:
     """S7's c=4 / c=1 decode-rate ratio per prompt, with its bootstrap interval over each band's repeats."""
     rates = (bands.filter(pl.col("band_c").is_in([1, 4])).group_by("prompt_id", "band_c", "repeat")
              .agg(rate=_columnar.band_rate(pl.col("decode_tok_s"))).sort("prompt_id", "band_c", "repeat"))
+    sides = rates.group_by("prompt_id", maintain_order=True).agg(  # each prompt's c=1 and c=4 rates, in repeat order
+        base=pl.col("rate").filter(pl.col("band_c") == 1), batched=pl.col("rate").filter(pl.col("band_c") == 4))
     rows = []
-    for (prompt,), group in rates.group_by(["prompt_id"], maintain_order=True):  # one bootstrap per prompt
-        base, batched = (group.filter(pl.col("band_c") == c)["rate"] for c in (1, 4))
-        if base.len() and batched.len() and base.null_count() == 0 and batched.null_count() == 0:
-            ratio, low, high = parity.ratio_interval(base.to_list(), batched.to_list())
+    for prompt, base, batched in sides.rows():  # one bootstrap per prompt
+        if base and batched and None not in base and None not in batched:
+            ratio, low, high = parity.ratio_interval(base, batched)
             rows.append({"prompt_id": prompt, "s7_ratio": ratio, "s7_low": low, "s7_high": high})
     return pl.DataFrame(rows, schema={"prompt_id": pl.String, "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64}, orient="row")
 

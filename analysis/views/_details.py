@@ -63,13 +63,10 @@ def worst_html(frame: pl.DataFrame, *, by: Sequence[str], descending: Sequence[b
 
 def _token_labels(run) -> dict[Any, str]:
     """A readable label for each token identity: its text when the dump had one, else ``id N``."""
-    labels: dict[Any, str] = {}
-    for token_id, text, data in run.dump.tokens.select("token_id", "token_text", "token_bytes").iter_rows():
-        if token_id is not None and text is not None:
-            labels.setdefault(token_id, text)
-        elif token_id is not None and data is not None:
-            labels.setdefault(token_id, data.decode("utf-8", errors="replace"))
-    return labels
+    labelled = (run.dump.tokens.select("token_id", "token_text", "token_bytes")  # each id's first row with a text or bytes
+                .filter(pl.col("token_id").is_not_null() & (pl.col("token_text").is_not_null() | pl.col("token_bytes").is_not_null()))
+                .unique("token_id", keep="first", maintain_order=True))
+    return {token_id: text if text is not None else data.decode("utf-8", errors="replace") for token_id, text, data in labelled.rows()}
 
 
 def _label(identity: Any, labels: Mapping[Any, str]) -> str:
