@@ -257,8 +257,9 @@ def _topk_kl(steps: Steps, at: pl.DataFrame) -> pl.DataFrame:
     if steps.packed:  # packed keys: each candidate of the other's list found by one integer
         at = (at.join(steps.steps.select(ref="req", idx="idx", ref_step="step"), on=["ref", "idx"])
               .join(steps.steps.select(other="req", idx="idx", other_step="step"), on=["other", "idx"]))
-        joined = (at.join(firsts.select(ref_step="step", ident="ident", p="prob"), on="ref_step")
-                  .with_columns(key=pl.col("other_step") * _PACK + pl.col("ident"))
+        # only the columns the sums need travel through the joins of every candidate (a few rows per step of every pair)
+        joined = (at.select("pair", "idx", "ref_step", "other_step").join(firsts.select(ref_step="step", ident="ident", p="prob"), on="ref_step")
+                  .select("pair", "idx", "p", key=pl.col("other_step") * _PACK + pl.col("ident"))
                   .join(firsts.select("key", q="prob"), on="key", how="left"))
     else:
         joined = (at.join(firsts.select(ref="req", idx="idx", ident="ident", p="prob"), on=["ref", "idx"])
