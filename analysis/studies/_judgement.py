@@ -199,11 +199,13 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
 
 def _states(rows: pl.DataFrame) -> pl.DataFrame:
     """Each request against m=1: ``tokens_parted`` (a different token, or a different length), ``bits_parted`` (the same
-    tokens, a logprob whose bits differ), ``bits_unknown`` (the same tokens, no logprob recorded), ``at`` (where it parts)."""
+    tokens, a logprob whose bits differ), ``bits_unknown`` (the same tokens, no step with a logprob on both sides to
+    compare), ``at`` (where it parts)."""
     shorter = pl.col("length") != pl.col("reference_length")  # a stream that ends early took another token (its end) there
     tokens = (pl.col("diverged") | shorter).fill_null(True)
-    bits = ~tokens & (pl.col("bitwise_prefix") < pl.col("length")).fill_null(False)
+    # no step with a logprob on both sides (max_ulp null): the bits are unknown, not different
     unrecorded = pl.col("bitwise_prefix").is_null() | (pl.col("max_ulp").is_null() & (pl.col("length") > 0))
+    bits = ~tokens & (pl.col("bitwise_prefix") < pl.col("length")).fill_null(False) & ~unrecorded
     at = (pl.when(pl.col("diverged")).then("divergence_at")
           .when(tokens).then(pl.min_horizontal("length", "reference_length"))
           .when(bits).then("bitwise_prefix"))
