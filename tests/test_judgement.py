@@ -1,5 +1,5 @@
 """The judgement (analysis.judge, analysis.studies._judgement): each rule on request, reference and band rows written by hand,
-and runs assembled from hand-written streams. Fast enough for mutation testing; tests/test_certificate_runs.py reads whole
+and runs assembled from hand-written streams. Fast enough for mutation testing; tests/test_judgement_surfaces.py reads whole
 runs and holds every surface to the same verdict."""
 
 from __future__ import annotations
