@@ -229,12 +229,14 @@ def test_the_cost_compares_rates_of_one_origin_with_an_interval_from_three_each(
     assert cost_words(two["cost_by_c"]) == "c=4 0.50× of c=1’s decode rate per request (streams’ timings)"
 
 
-def test_an_amber_run_says_how_many_more_repeats_would_do():
-    # 56 batched requests in one repeat: 299 needs ceil(299 / 56) = 6 repeats
+def test_an_amber_run_says_how_many_more_repeats_or_prompts_would_do():
+    # 56 batched requests in one repeat: 299 needs ceil(299 / 56) = 6 repeats, in a new run (a resume keeps its repeats)
     probe = Subject("runs/p", {"url": "http://h:1/v1/chat/completions", "repeats": 1}, [1, 4])
-    assert _judge(_slots(56), subject=probe)["next_step"] == "243 more batched requests: bia probe http://h:1 -o runs/p --resume --repeats 6"
-    experiment = Subject("runs/e", {"producer": "bia experiment"}, [1, 4])
-    assert _judge(_slots(56), subject=experiment)["next_step"] == "243 more batched requests: bia experiment --repeats 6"
+    assert _judge(_slots(56), subject=probe)["next_step"] == ("243 more batched requests: a new run, bia probe http://h:1 -o runs/p-more "
+                                                              "--prompts FILE --repeats 6 (its prompts, one per line)")
+    # the experiment has no repeats: 2 prompts of 28 batched requests each, so ceil(299 / 28) = 11 prompts
+    experiment = Subject("runs/e", {"producer": "bia experiment", "prompts": [{"prompt_id": "p0"}, {"prompt_id": "p1"}]}, [1, 4])
+    assert _judge(_slots(56), subject=experiment)["next_step"] == "243 more batched requests: bia experiment --prompts FILE of 11 prompts"
 
 
 def test_the_rows_carry_their_target_and_the_bound_must_be_below_it():

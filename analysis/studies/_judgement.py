@@ -450,15 +450,18 @@ def _family(engine: str) -> str:
     return "server"
 
 
-def _probe_command(subject: Subject, extra: str) -> str:
+def _probe_command(subject: Subject, extra: str, *, resume: bool = True) -> str:
+    """The probe that finishes the run (``--resume``), or a new run beside it with its prompts (a resume keeps its repeats)."""
     url = subject.manifest.get("url")
     base = re.sub(r"/v1/.*$", "", str(url)) if url else "URL"
-    return f"bia probe {base} -o {subject.label} --resume{extra}"
+    if resume:
+        return f"bia probe {base} -o {subject.label} --resume{extra}"
+    return f"bia probe {base} -o {subject.label}-more --prompts FILE{extra} (its prompts, one per line)"
 
 
 _CACHE_OFF = {"llama.cpp": "llama-server --no-cache-prompt", "vllm": "vLLM --no-enable-prefix-caching",
               "sglang": "SGLang --disable-radix-cache"}
-_ALONE = {"bia torch": "bia experiment --modes batch-invariant", "vllm": "VLLM_BATCH_INVARIANT=1 and --no-enable-prefix-caching",
+_ALONE = {"bia torch": "bia experiment --modes row-invariant", "vllm": "VLLM_BATCH_INVARIANT=1 and --no-enable-prefix-caching",
           "sglang": "SGLang --enable-deterministic-inference", "llama.cpp": "llama-server --no-cache-prompt"}
 _INVARIANT = {"llama.cpp": "llama-server --parallel 1 (it has no batch-invariant kernels)", "vllm": "VLLM_BATCH_INVARIANT=1",
               "sglang": "SGLang --enable-deterministic-inference", "bia torch": "bia experiment --modes row-invariant",
@@ -486,12 +489,13 @@ def _next_step(subject: Subject, row: dict[str, Any]) -> str:
             return "probe with logprobs (bia probe keeps them unless the server drops them)"
         return "probe a ladder of batch sizes above 1: bia probe URL --ladder 1,4,8,16"
     if verdict == "AMBER":
+        more = row["requests_needed"] - row["requests"]
+        if subject.manifest.get("producer") == "bia experiment":  # more batched requests come from more prompts
+            per_prompt = max(1, row["requests"] // max(1, len(subject.manifest.get("prompts") or []) or 1))
+            return f"{more} more batched requests: bia experiment --prompts FILE of {math.ceil(row['requests_needed'] / per_prompt)} prompts"
         per_repeat = max(1, row["requests"] // max(1, int(subject.manifest.get("repeats") or 1)))
         repeats = math.ceil(row["requests_needed"] / per_repeat)
-        more = row["requests_needed"] - row["requests"]
-        if subject.manifest.get("producer") == "bia experiment":
-            return f"{more} more batched requests: bia experiment --repeats {repeats}"
-        return f"{more} more batched requests: {_probe_command(subject, f' --repeats {repeats}')}"
+        return f"{more} more batched requests: a new run, {_probe_command(subject, f' --repeats {repeats}', resume=False)}"
     return "none: keep it in CI with bia certify"
 
 
