@@ -55,16 +55,19 @@ CELLS = [
         "run_objects = [read_run(path) for path in run_paths]\n"
         'against = reference if reference in ("ref1", "ref2") else read_run(reference)\n'
         "display(HTML(report.header_html(title, ws, run_objects, default=default, admission=bool(ws.sources) or judge_runs)))\n"
-        "display(HTML(report.reviews_html(ws, run_objects, epsilon=epsilon, reference=against)))\n"
+        "# One judgement (analysis.judge): the answer table, the cards and the sections below all render its rows.\n"
+        "judgement = report.judge_report(ws, run_objects)\n"
+        "display(HTML(report.answer_section_html(judgement)))\n"
+        "display(HTML(report.reviews_html(ws, run_objects, epsilon=epsilon, reference=against, judgement=judgement)))\n"
         "if len(run_objects) > 1:\n"
         '    display(HTML("<h2>Runs side by side</h2><p>Per run and batch size: the share of requests whose float32 logprobs are bit-identical to '
-        "the reference, token flips, the largest ULP distance, the median decode rate and that rate over the default mode's in the same folder: "
-        "the parity a kernel mode buys and what it costs.</p>\"))\n"
-        "    display(HTML(report.mode_comparison_html(run_objects, reference=against)))\n"
-        "engines = report.engines_html(run_objects)\n"
+        "the reference, token flips, the run's verdict and its largest ULP distance from m=1, the median decode rate and that rate over the "
+        "default mode's in the same folder: the parity a kernel mode buys and what it costs.</p>\"))\n"
+        "    display(HTML(report.mode_comparison_html(run_objects, reference=against, judgement=judgement)))\n"
+        "engines = report.engines_html(run_objects, judgement=judgement)\n"
         "if engines:\n"
         '    display(HTML("<h2>Engines side by side</h2><p>One model served by several engines: where each engine\'s streams part from '
-        "the reference engine's m=1 stream of the same prompt, and whether each engine is batch invariant by itself.</p>\"))\n"
+        "the reference engine's m=1 stream of the same prompt, and each run's verdict against its own m=1 (the answer above).</p>\"))\n"
         "    display(HTML(engines))",
     ),
     (
@@ -74,20 +77,17 @@ CELLS = [
         "pairs = report.trainer_pairs(run_paths) + (report.default_rl_pairs() if default else [])\n"
         "if pairs:\n"
         "    display(HTML(report.rl_mismatch_html(pairs)))\n"
-        "    for fig, alt in report.rl_mismatch_figures(pairs):\n"
-        "        report.show_figure(fig, alt)",
+        '    display(HTML(report.figures_html(report.rl_mismatch_figures(pairs), "Sampler-trainer mismatch figures")))',
     ),
     (
         "code",
-        'display(HTML("<h2>Figures</h2>"))\n'
+        'display(HTML("<h2>Figures</h2><p>Each run\'s and the witnesses\' figures, collapsed: open one to see where its requests part, '
+        'the margins there, the widths formed and the decode rates.</p>"))\n'
         "if ws.sources:\n"
-        '    display(HTML("<h3>Witnesses</h3>"))\n'
-        "    for fig, alt in report.witness_figures(ws):\n"
-        "        report.show_figure(fig, alt)\n"
+        '    display(HTML(report.figures_html(report.witness_figures(ws), "Witnesses: divergence and decode rate against c, and the env knobs '
+        'that differ")))\n'
         "for run in run_objects:\n"
-        '    display(HTML(report.heading_html("Run", run.label)))\n'
-        "    for fig, alt in report.run_figures(run, epsilon=epsilon, reference=against):\n"
-        "        report.show_figure(fig, alt)",
+        '    display(HTML(report.figures_html(report.run_figures(run, epsilon=epsilon, reference=against), f"Run {run.label}")))',
     ),
     (
         "code",

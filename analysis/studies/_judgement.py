@@ -93,7 +93,8 @@ class Judgement:
 
     Examples
     --------
-    >>> j = judge_runs("data/experiment-cpu/default")
+    >>> from analysis import judge
+    >>> j = judge("data/experiment-cpu/default")
     >>> j.verdict, j.exit_code, j.frame.select("arm", "cause").row(0)
     ('RED', 5, ('copies', 'co-batching'))
     """
