@@ -706,8 +706,9 @@ REPORT_TUTORIAL = [
         print(f"{path.name}: {len(page) / 1e6:.1f} MB")""")),
     ("markdown", _src("""
         The page opens offline: no script or stylesheet comes from the network, and every figure is inlined. Its
-        sections are in the order a reviewer reads: verdicts first, then figures, detail (collapsed), aprender's V3
-        release gate, and parameters and provenance.""")),
+        sections are in the order a reviewer reads: the answer first (one row per run and witness, from
+        `analysis.judge`), then the verdict cards, the figures and detail (collapsed), aprender's V3 release gate, and
+        parameters and provenance.""")),
     ("code", _src("""
         def text(fragment: str) -> str:
             \"\"\"The words of an HTML fragment.\"\"\"
@@ -720,9 +721,16 @@ REPORT_TUTORIAL = [
         remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(?:https?:)?//', page)
         print(f"title: {text(re.search(r'<title>(.*?)</title>', page, flags=re.S).group(1))}")
         print(f"sections: {' | '.join(sections)}")
-        print(f"collapsed parts ({len(collapsed)}): {' | '.join(collapsed)}")
+        print(f"collapsed parts: {len(collapsed)}")
         print(f"{figures} figures inlined as PNG; {len(remote)} scripts or stylesheets from the network")""")),
-    ("markdown", "Each run and each witness file gets a verdict card; its headline is the finding in words."),
+    ("markdown", _src("""
+        The answer table opens the page: each row carries its run, arm and verdict as `data-` attributes, the same
+        verdict `bia certify` exits with. Each run and each witness file then gets a card whose headline is that
+        verdict and its reason.""")),
+    ("code", _src("""
+        rows = re.findall(r"<tr ([^>]*data-verdict[^>]*)>", page)
+        answer = [dict(re.findall(r'([\\w-]+)="([^"]*)"', attributes)) for attributes in rows]
+        print("Finding: the answer says " + ", ".join(f"{Path(row['data-run']).name} {row['data-verdict']}" for row in answer))""")),
     ("code", _src("""
         cards = re.findall(r'<article class="bia-card bia-review.*?<code>(.*?)</code>.*?<p class="bia-headline[^"]*">(.*?)</p>', page, flags=re.S)
         print(f"Finding: the report's {len(cards)} verdict cards say")
