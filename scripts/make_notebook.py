@@ -55,16 +55,19 @@ CELLS = [
         "run_objects = [read_run(path) for path in run_paths]\n"
         'against = reference if reference in ("ref1", "ref2") else read_run(reference)\n'
         "display(HTML(report.header_html(title, ws, run_objects, default=default, admission=bool(ws.sources) or judge_runs)))\n"
-        "display(HTML(report.reviews_html(ws, run_objects, epsilon=epsilon, reference=against)))\n"
+        "# One judgement (analysis.judge): the answer table, the cards and the sections below all render its rows.\n"
+        "judgement = report.judge_report(ws, run_objects)\n"
+        "display(HTML(report.answer_section_html(judgement)))\n"
+        "display(HTML(report.reviews_html(ws, run_objects, epsilon=epsilon, reference=against, judgement=judgement)))\n"
         "if len(run_objects) > 1:\n"
         '    display(HTML("<h2>Runs side by side</h2><p>Per run and batch size: the share of requests whose float32 logprobs are bit-identical to '
-        "the reference, token flips, the largest ULP distance, the median decode rate and that rate over the default mode's in the same folder: "
-        "the parity a kernel mode buys and what it costs.</p>\"))\n"
-        "    display(HTML(report.mode_comparison_html(run_objects, reference=against)))\n"
-        "engines = report.engines_html(run_objects)\n"
+        "the reference, token flips, the run's verdict and its largest ULP distance from m=1, the median decode rate and that rate over the "
+        "default mode's in the same folder: the parity a kernel mode buys and what it costs.</p>\"))\n"
+        "    display(HTML(report.mode_comparison_html(run_objects, reference=against, judgement=judgement)))\n"
+        "engines = report.engines_html(run_objects, judgement=judgement)\n"
         "if engines:\n"
         '    display(HTML("<h2>Engines side by side</h2><p>One model served by several engines: where each engine\'s streams part from '
-        "the reference engine's m=1 stream of the same prompt, and whether each engine is batch invariant by itself.</p>\"))\n"
+        "the reference engine's m=1 stream of the same prompt, and each run's verdict against its own m=1 (the answer above).</p>\"))\n"
         "    display(HTML(engines))",
     ),
     (
@@ -74,20 +77,17 @@ CELLS = [
         "pairs = report.trainer_pairs(run_paths) + (report.default_rl_pairs() if default else [])\n"
         "if pairs:\n"
         "    display(HTML(report.rl_mismatch_html(pairs)))\n"
-        "    for fig, alt in report.rl_mismatch_figures(pairs):\n"
-        "        report.show_figure(fig, alt)",
+        '    display(HTML(report.figures_html(report.rl_mismatch_figures(pairs), "Sampler-trainer mismatch figures")))',
     ),
     (
         "code",
-        'display(HTML("<h2>Figures</h2>"))\n'
+        'display(HTML("<h2>Figures</h2><p>Each run\'s and the witnesses\' figures, collapsed: open one to see where its requests part, '
+        'the margins there, the widths formed and the decode rates.</p>"))\n'
         "if ws.sources:\n"
-        '    display(HTML("<h3>Witnesses</h3>"))\n'
-        "    for fig, alt in report.witness_figures(ws):\n"
-        "        report.show_figure(fig, alt)\n"
+        '    display(HTML(report.figures_html(report.witness_figures(ws), "Witnesses: divergence and decode rate against c, and the env knobs '
+        'that differ")))\n'
         "for run in run_objects:\n"
-        '    display(HTML(report.heading_html("Run", run.label)))\n'
-        "    for fig, alt in report.run_figures(run, epsilon=epsilon, reference=against):\n"
-        "        report.show_figure(fig, alt)",
+        '    display(HTML(report.figures_html(report.run_figures(run, epsilon=epsilon, reference=against), f"Run {run.label}")))',
     ),
     (
         "code",
@@ -706,8 +706,9 @@ REPORT_TUTORIAL = [
         print(f"{path.name}: {len(page) / 1e6:.1f} MB")""")),
     ("markdown", _src("""
         The page opens offline: no script or stylesheet comes from the network, and every figure is inlined. Its
-        sections are in the order a reviewer reads: verdicts first, then figures, detail (collapsed), aprender's V3
-        release gate, and parameters and provenance.""")),
+        sections are in the order a reviewer reads: the answer first (one row per run and witness, from
+        `analysis.judge`), then the verdict cards, the figures and detail (collapsed), aprender's V3 release gate, and
+        parameters and provenance.""")),
     ("code", _src("""
         def text(fragment: str) -> str:
             \"\"\"The words of an HTML fragment.\"\"\"
@@ -720,9 +721,16 @@ REPORT_TUTORIAL = [
         remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(?:https?:)?//', page)
         print(f"title: {text(re.search(r'<title>(.*?)</title>', page, flags=re.S).group(1))}")
         print(f"sections: {' | '.join(sections)}")
-        print(f"collapsed parts ({len(collapsed)}): {' | '.join(collapsed)}")
+        print(f"collapsed parts: {len(collapsed)}")
         print(f"{figures} figures inlined as PNG; {len(remote)} scripts or stylesheets from the network")""")),
-    ("markdown", "Each run and each witness file gets a verdict card; its headline is the finding in words."),
+    ("markdown", _src("""
+        The answer table opens the page: each row carries its run, arm and verdict as `data-` attributes, the same
+        verdict `bia certify` exits with. Each run and each witness file then gets a card whose headline is that
+        verdict and its reason.""")),
+    ("code", _src("""
+        rows = re.findall(r"<tr ([^>]*data-verdict[^>]*)>", page)
+        answer = [dict(re.findall(r'([\\w-]+)="([^"]*)"', attributes)) for attributes in rows]
+        print("Finding: the answer says " + ", ".join(f"{Path(row['data-run']).name} {row['data-verdict']}" for row in answer))""")),
     ("code", _src("""
         cards = re.findall(r'<article class="bia-card bia-review.*?<code>(.*?)</code>.*?<p class="bia-headline[^"]*">(.*?)</p>', page, flags=re.S)
         print(f"Finding: the report's {len(cards)} verdict cards say")

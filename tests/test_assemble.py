@@ -203,11 +203,12 @@ def test_bia_report_on_a_folder_of_dumps_with_band_metadata(tmp_path):
     result = bia("report", str(folder), "-o", str(tmp_path / "r.html"))
     assert result.returncode == 0, result.stderr
     text = _text(tmp_path / "r.html")
-    assert "Token-identical, not bit-identical: the logprobs differ from m=1 from c=4." in text
+    assert ("RED (co-batching): 1 of 4 batched requests part from m=1 (0 in tokens, 1 only in bits); the first is p0 c=4 repeat 0 slot 2: "
+            "its logprob bits differ from ref #1 from token 3") in text
     assert "4 4 75% (3 of 4) 100% (4 of 4)" in text  # c=4: three of four requests bit-identical, all token-identical
     assert f"assembled from {folder / 'c1.json'}" in text
     # the run is named by what was given, not by the scratch folder it was written to and that is gone (issue 22 item 3)
-    assert "run dumps (assembled) Token-identical" in text and "bia-report-" not in (tmp_path / "r.html").read_text()
+    assert "run dumps (assembled) RED (co-batching)" in text and "bia-report-" not in (tmp_path / "r.html").read_text()
 
 
 def test_bia_report_on_a_lone_dump_says_what_it_cannot_judge(tmp_path):
@@ -215,8 +216,8 @@ def test_bia_report_on_a_lone_dump_says_what_it_cannot_judge(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "one request allows no batch comparison" in result.stderr
     text = _text(tmp_path / "r.html")
-    assert "One request: no batch comparison." in text
-    assert f"run {CHAT.name} (assembled) One request" in text and "bia-report-" not in (tmp_path / "r.html").read_text()
+    assert "UNVERIFIED: one request, no batch comparison." in text and "its ladder holds no batch size above 1: nothing was batched" in text
+    assert f"run {CHAT.name} (assembled) UNVERIFIED: one request" in text and "bia-report-" not in (tmp_path / "r.html").read_text()
     assert "read one request (openai_chat, test): 10 completion token(s), 10 with a logprob" in text
     assert "cannot judge batch invariance." in text
 

@@ -60,14 +60,16 @@ def test_every_bia_command_in_readme_runs_as_written(words, exit_code, tmp_path)
 
 def test_the_readme_certify_example_says_what_the_bundled_runs_give(tmp_path):
     """What README says the example prints: the default mode RED (its logprobs part from m=1 from c=4), the three invariant
-    modes AMBER. Each run holds 2 prompts x (1 + 4 + 8 + 16) batched requests = 58, all bit-identical in those modes, and
-    0 divergences in 58 bound the rate only at 1 - 0.05^(1/58) = 5.03% (95%), not below the 1% target."""
+    modes AMBER. Each run holds 2 prompts x (4 + 8 + 16) batched requests = 56 (the c=1 requests are sent alone, no batch),
+    all bit-identical in those modes, and 0 divergences in 56 bound the rate only at 1 - 0.05^(1/56) = 5.21% (95%), not
+    below the 1% target; 299 would, so the next step asks ceil(299 / 28) = 11 prompts."""
     (words, _), = _readme_bia_commands()
     done = subprocess.run([sys.executable, "-m", "analysis", *words], cwd=_checkout_root(tmp_path), capture_output=True, text=True,
                           timeout=300)
     verdicts = {mode: verdict for verdict, mode in re.findall(r"^(\w+) \S*experiment-cpu/([\w-]+) ", done.stdout, flags=re.M)}
     assert verdicts == {"batch-invariant": "AMBER", "default": "RED", "fixed-tiles": "AMBER", "row-invariant": "AMBER"}
-    assert "0 of 58 requests part from m=1" in done.stdout and "5.03%" in done.stdout
+    assert "0 of 56 batched requests part from m=1" in done.stdout and "5.21%" in done.stdout
+    assert "next: 243 more batched requests: bia experiment --prompts FILE of 11 prompts" in done.stdout
     assert (tmp_path / "certificate.json").is_file() and not (ROOT / "certificate.json").exists()
 
 

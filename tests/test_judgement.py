@@ -1,5 +1,5 @@
 """The judgement (analysis.judge, analysis.studies._judgement): each rule on request, reference and band rows written by hand,
-and runs assembled from hand-written streams. Fast enough for mutation testing; tests/test_certificate_runs.py reads whole
+and runs assembled from hand-written streams. Fast enough for mutation testing; tests/test_judgement_surfaces.py reads whole
 runs and holds every surface to the same verdict."""
 
 from __future__ import annotations
@@ -152,11 +152,11 @@ def test_one_bit_difference_in_a_batch_is_red_and_named():
 
 
 def test_the_first_request_is_the_smallest_c_whatever_the_row_order():
-    # c=4 rows first; the c=2 request parts in bits (max_ulp unknown: no "up to" in its words) and is still the first
-    slots = pl.concat([_slots(4, diverged={3: True}, divergence_at={3: 0}), _slots(2, c=2, bitwise_prefix={1: 2}, max_ulp={1: None})])
+    # c=4 rows first; the c=2 request parts in bits (5 ULP before them) and is still the first
+    slots = pl.concat([_slots(4, diverged={3: True}, divergence_at={3: 0}), _slots(2, c=2, bitwise_prefix={1: 2}, max_ulp={1: 5})])
     red = _judge(slots, ladder=(1, 2, 4))
     assert red["first_request"]["c"] == 2 and red["first_request"]["slot"] == 1 and red["first_request"]["parted"] == "bits"
-    assert red["first"] == "p c=2 repeat 0 slot 1: its logprob bits differ from ref #1 from token 2"
+    assert red["first"] == "p c=2 repeat 0 slot 1: its logprob bits differ from ref #1 from token 2 (up to 5 ULP)"
     assert (red["divergent"], red["tokens_parted"], red["bits_only"]) == (2, 1, 1)
 
 
@@ -191,6 +191,9 @@ def test_a_divergence_outranks_an_unformed_band_and_unknown_bits_are_unverified(
     assert _judge(slots, bands=_bands(slots, r1=(None, None)))["verdict"] == "RED"
     unknown = _judge(_slots(4, max_ulp={0: None, 3: None}))
     assert unknown["verdict"] == "UNVERIFIED" and unknown["bits_unknown"] == 2
+    # a stream whose logprobs were dropped compares no step bit for bit: its prefix stops at 0, its bits are unknown, not parted
+    dropped = _judge(_slots(4, bitwise_prefix={1: 0}, max_ulp={1: None}))
+    assert (dropped["verdict"], dropped["bits_unknown"], dropped["divergent"]) == ("UNVERIFIED", 1, 0)
     assert unknown["reason"] == "no request parts from m=1, but 2 of 4 batched requests have no logprobs recorded, so their bits are unknown"
 
 
@@ -226,12 +229,14 @@ def test_the_cost_compares_rates_of_one_origin_with_an_interval_from_three_each(
     assert cost_words(two["cost_by_c"]) == "c=4 0.50× of c=1’s decode rate per request (streams’ timings)"
 
 
-def test_an_amber_run_says_how_many_more_repeats_would_do():
-    # 56 batched requests in one repeat: 299 needs ceil(299 / 56) = 6 repeats
+def test_an_amber_run_says_how_many_more_repeats_or_prompts_would_do():
+    # 56 batched requests in one repeat: 299 needs ceil(299 / 56) = 6 repeats, in a new run (a resume keeps its repeats)
     probe = Subject("runs/p", {"url": "http://h:1/v1/chat/completions", "repeats": 1}, [1, 4])
-    assert _judge(_slots(56), subject=probe)["next_step"] == "243 more batched requests: bia probe http://h:1 -o runs/p --resume --repeats 6"
-    experiment = Subject("runs/e", {"producer": "bia experiment"}, [1, 4])
-    assert _judge(_slots(56), subject=experiment)["next_step"] == "243 more batched requests: bia experiment --repeats 6"
+    assert _judge(_slots(56), subject=probe)["next_step"] == ("243 more batched requests: a new run, bia probe http://h:1 -o runs/p-more "
+                                                              "--prompts FILE --repeats 6 (its prompts, one per line)")
+    # the experiment has no repeats: 2 prompts of 28 batched requests each, so ceil(299 / 28) = 11 prompts
+    experiment = Subject("runs/e", {"producer": "bia experiment", "prompts": [{"prompt_id": "p0"}, {"prompt_id": "p1"}]}, [1, 4])
+    assert _judge(_slots(56), subject=experiment)["next_step"] == "243 more batched requests: bia experiment --prompts FILE of 11 prompts"
 
 
 def test_the_rows_carry_their_target_and_the_bound_must_be_below_it():

@@ -99,8 +99,11 @@ def test_objects_show_one_line_and_html(tmp_path):
     for obj in (run, dump, ws):
         assert "\n" not in repr(obj) and len(repr(obj)) < 300
         page = obj._repr_html_()
-        assert page.startswith('<div class="bia-summary">') and "None" not in page and "True" not in page
+        # a run's card opens with its verdict (its row of analysis.judge), then its summary
+        opening = '<table class="bia-table bia-answer">' if obj is run else '<div class="bia-summary">'
+        assert page.startswith(opening) and '<div class="bia-summary">' in page and "None" not in page and "True" not in page
     assert repr(run).endswith("2 prompt(s), ladder [1, 4, 8, 16], 62 requests, complete)")
+    assert 'data-verdict="RED"' in run._repr_html_() and "co-batching" in run._repr_html_()
     assert "c=1: 2 of 2 requests bit-identical to ref #1, 2 token-identical" in run._repr_html_()  # no prompt cache: alone is exact
     assert "c=4: 0 of 8 requests bit-identical to ref #1, 8 token-identical" in run._repr_html_()
     assert run.requests.height == 62 and run.tokens is run.dump.tokens

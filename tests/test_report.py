@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from conftest import LAMBDA, ROOT, V2_WITNESS, write_json
 
-from analysis import render_report
+from analysis import judge, render_report
 from analysis.report import ReportError
 
 EVIL_HOST = "<script>window.__pwned = 1</script>"
@@ -69,15 +69,27 @@ def test_report_shows_every_verdict_and_reason(default_report):
 RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "experiment-cpu/fixed-tiles", "experiment-cpu/row-invariant",
         "llamacpp-cpu/cache-prompt",
         "llamacpp-cpu/no-cache-prompt", "vllm-cpu/no-prefix-cache", "vllm-cpu/prefix-cache")
+WITNESSES = ("witness-v3.0-rule.json", "witness-variant-batched-prefill-0.json", "witness@464c168e62.json")
 
 
 def test_report_opens_with_the_verdicts_and_keeps_the_detail_below(default_report):
     page = default_report[0].read_text()
     headings = [" ".join(visible_text(h).split()) for h in re.findall(r"<(?:h1|h2|summary)\b.*?</(?:h1|h2|summary)>", page, flags=re.S)]
-    assert headings[:7] == ["Batch-parity report", "Verdicts", "Runs side by side", "Engines side by side", "Sampler and trainer", "Figures",
-                            "Detail"]
-    assert headings[7:] == [*(f"Run detail: data/{run}" for run in RUNS), "Witness detail: bands, env knobs and release markers of 3 witnesses",
+    card_bodies = [h for h in headings if h == "next step, cost, evidence, and per c: bits, tokens, near-ties, completeness"]
+    assert len(card_bodies) == len(RUNS) + 3  # each card's body collapsed under its headline
+    headings = [h for h in headings if h not in card_bodies and not re.fullmatch(r"\d+ reason\(s\)", h)]  # V3's reasons collapsed too
+    assert headings[:9] == ["Batch-parity report", "The answer", "Verdicts", "Runs side by side", "Engines side by side", "Sampler and trainer",
+                            "Sampler-trainer mismatch figures", "Figures",
+                            "Witnesses: divergence and decode rate against c, and the env knobs that differ"]
+    assert headings[9:] == [*(f"Run data/{run}" for run in RUNS), "Detail", *(f"Run detail: data/{run}" for run in RUNS),
+                            "Witness detail: bands, env knobs and release markers of 3 witnesses",
                             "aprender's V3 release gate", "Parameters and provenance", "Provenance notes: data/aprender-lambda/README.md"]
+    # the answer: one row per run and witness, in the order read, each with the verdict its card carries
+    answer = tagged(page, "tr")
+    assert [row["data-run"] for row in answer] == [*(f"data/{run}" for run in RUNS), *(f"data/aprender-lambda/{w}" for w in WITNESSES)]
+    cards = tagged(page, "article")
+    assert [row["data-verdict"] for row in answer] == [card["data-verdict"] for card in cards]
+    assert [row["data-verdict"] for row in answer] == judge([ROOT / "data" / run for run in RUNS]).frame["verdict"].to_list() + ["RED"] * 3
     cards = re.findall(r'<h3><span class="bia-muted">(run|witness)</span> <code>([^<]*)</code>', page)
     assert cards == [*(("run", f"data/{run}") for run in RUNS), ("witness", "witness-v3.0-rule.json (v1)"),
                      ("witness", "witness-variant-batched-prefill-0.json (v1)"), ("witness", "witness@464c168e62.json (v2)")]
@@ -91,9 +103,17 @@ def test_report_opens_with_the_verdicts_and_keeps_the_detail_below(default_repor
     assert "Real perf041 batch-parity witnesses" in text  # the provenance README travels with the data
 
 
+def tagged(page: str, tag: str) -> list[dict[str, str]]:
+    """The attributes of every ``tag`` element that carries ``data-verdict``, in page order (nbconvert orders attributes its own way)."""
+    found = []
+    for attributes in re.findall(rf"<{tag}\b([^>]*\bdata-verdict=[^>]*)>", page):
+        found.append({name: html.unescape(value) for name, value in re.findall(r'([\w-]+)="([^"]*)"', attributes)})
+    return found
+
+
 def _card(page: str, name: str) -> str:
     """One verdict card's HTML."""
-    start = page.index(f"<code>{html.escape(name)}</code>")
+    start = page.index(f"</span> <code>{html.escape(name)}</code>")  # the card's heading, not the answer table's row
     return page[start:page.index("</article>", start)]
 
 
@@ -114,19 +134,19 @@ def test_each_run_card_answers_from_the_runs_own_requests(default_report):
             same = sum(not d for d in group["diverged"])
             bits = f"{c} {group.height} not judged" if refs_differ_in_bits else f"({bitwise} of {group.height})"
             assert f"{c} {group.height} " in card and bits in card and f"({same} of {group.height})" in card
-        identical = all(b == n for b, n in zip(slots["bitwise_prefix"], slots["length"]))
-        assert ("Batch invariant: every request is bit-identical to m=1." in card) == identical
+        row = judge(run).frame.row(0, named=True)  # the card's headline and its cost are the run's judgement
+        assert f"{row['verdict']}" in card.split(" engine ")[0] and row["reason"] in card
+        assert f"decode cost {row['cost']}" in card and f"next step {row['next_step']}" in card
         assert ("bits not judged: the two m=1 references differ in their logprob bits from the first token on" in card) == refs_differ_in_bits
-        assert "decode cost c=4 decodes each request at" in card and "95% interval" in card
         assert "completeness complete: 62 request(s) read, none missing, none refused." in card
 
 
 def test_each_witness_card_says_what_a_witness_cannot_show(default_report):
     page = default_report[0].read_text()
     card = " ".join(visible_text(_card(page, "witness@464c168e62.json (v2)")).split())
-    assert "Not batch invariant: tokens part from m=1" in card
+    assert "RED (run-to-run): not reproducible alone (run to run): the two m=1 references part at token 100 of 128" in card
     assert "bits not recorded: only tokens were kept" in card
-    assert "decode cost unmeasured: witness_version 2 does not time requests." in card
+    assert "decode cost unmeasured: no decode rate timed the same way at c=1 and at a batched c." in card
     assert "near-tie unknown: no reference margin was recorded" in card
     assert "token 3 (slot 0)" in card  # the band's first divergence, from its slots
 
@@ -246,8 +266,10 @@ def open_offline(report: Path, *, open_details: bool = False):
             """() => ({
                 pwned: window.__pwned === undefined ? null : window.__pwned,
                 images: Array.from(document.images).map(i => ({ok: i.complete && i.naturalWidth > 0,
-                    visible: i.getBoundingClientRect().width > 100})),
+                    visible: i.getBoundingClientRect().width > 100 && i.checkVisibility()})),
                 text: document.body.innerText,
+                height: document.documentElement.scrollHeight,
+                answer_bottom: (t => t ? t.getBoundingClientRect().bottom + window.scrollY : null)(document.getElementById('answer')),
             })"""
         )
         verdicts = page.get_by_text("NOT ADMISSIBLE", exact=False)
@@ -262,11 +284,18 @@ def test_report_in_chromium_offline(default_report):
     assert problems == []
     assert all(url.startswith(("file:", "data:")) for url in requests)
     assert state["verdict_visible"]
-    # the witnesses' 2, the sampler-trainer section's 2, 4 per run, and where drift starts in the one run that drifts (the default kernel mode)
-    assert len(state["images"]) == 2 + 2 + 4 * len(RUNS) + 1 and all(i["ok"] and i["visible"] for i in state["images"])
-    assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in state["text"]
-    assert "Batch invariant: every request is bit-identical to m=1." in state["text"]  # the cards are open; the detail is not
+    # a reviewer reads it to the end: the answer on the first screen, the whole page at most 12,000 px at 1200 px wide
+    assert state["answer_bottom"] <= 1000 and state["height"] <= 12_000, (state["answer_bottom"], state["height"])
+    # the witnesses' 2, the sampler-trainer section's 2, 4 per run, and where drift starts in the one run that drifts (the default
+    # kernel mode); only that one is open, the figures are collapsed
+    assert len(state["images"]) == 2 + 2 + 4 * len(RUNS) + 1 and all(i["ok"] for i in state["images"])
+    assert sum(i["visible"] for i in state["images"]) == 1
+    assert "co-batching: 56/56 batched part; first p0 c=4 slot 0, bits from token 1" in state["text"]  # the answer, in the open
+    assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" not in state["text"]  # V3's reasons, collapsed
     assert "a divergence planted at step 32 of ref #1 was detected at step 32" not in state["text"]
+    opened, problems, _ = open_offline(default_report[0], open_details=True)
+    assert problems == [] and all(i["ok"] and i["visible"] for i in opened["images"])
+    assert "c=4: diverges from m=1 at 3 < 64 with no near-tie margin recorded" in opened["text"]
 
 
 REPR = re.compile(r"\bNone\b|\bTrue\b|\bFalse\b|\{'|\['|\bnan\b|\d\.\d{7,}|datetime\.|\(1, 4, 8, 16\)")
@@ -391,7 +420,10 @@ def test_run_report_shows_the_run(evil_run_report):
     assert "batch_invariant yes no" in text  # requested and effective settings side by side
     assert "reference ref1" in text and "Prompts: the reference's tie density" in text
     assert "Requests: each batched request against ref1" in text
-    assert "Not batch invariant: tokens part from m=1 from c=2; a near-tie explains every divergence." in text and "token 1 (p slot 1)" in text
+    row = judge(evil_run_report.parent / "run").frame.row(0, named=True)
+    assert (row["verdict"], row["cause"], row["first"]) == ("RED", "co-batching", "p c=2 slot 1: its tokens part at token 1")
+    assert f"RED (co-batching): {row['reason']}." in text and "token 1 (p slot 1)" in text
+    assert "near-tie explains 1 of 1 divergence(s)" in text
     assert "aprender's V3 release gate" in text and "V3 shape check" in text  # asked for with --admission
     assert len(re.findall(r"<img\b", page)) == 4  # four figures for the run, no witness section without witnesses
     assert "Witness verdicts" not in text
@@ -452,7 +484,10 @@ def test_a_64_prompt_report_answers_first_and_summarises_the_rest(study_report):
     slots = slot_table(read_run(folder))
     parted = slots.filter(diverged=True)
     assert parted.height == 4 and set(parted["band_c"]) == {8}
-    assert "Not batch invariant: tokens part from m=1 from c=8." in text
+    row = judge(folder).frame.row(0, named=True)
+    # the default kernel mode: its bits part from c=4 on, and 4 requests part in tokens too (at c=8)
+    assert (row["verdict"], row["cause"], row["tokens_parted"], row["first_request"]["c"]) == ("RED", "co-batching", 4, 4)
+    assert f"RED (co-batching): {row['reason']}." in text
     first = parted.sort("divergence_at", "prompt_id").row(0, named=True)
     assert f"the earliest divergence is at token {first['divergence_at']} (c=8, {first['prompt_id']} slot 0)" in text
     assert f"({slots.height - 4} of {slots.height}) token-identical" in text

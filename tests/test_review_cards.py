@@ -1,8 +1,8 @@
 """The verdict cards keep run-to-run change apart from batching (issue 22, item 2), with values worked out by hand.
 
-Where a server's two m=1 references part from each other, what parts at or after that point is not the batch's doing:
-the card says where the references part, judges batching only before it, and, where it disagrees with aprender's
-recorded verdict, says why in one line.
+Each card's headline is its judgement (analysis.judge, issue 31): a server whose two m=1 references part from each other
+is RED for run-to-run drift before batching is judged. Below the headline, the card says where the references part,
+counts batching only before it, and, where it disagrees with aprender's recorded verdict, says why in one line.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ def _card(path) -> dict:
 def test_the_v2_witness_card_puts_c1_on_run_to_run_and_says_why_aprender_passes():
     # References agree to token 100 of 128; the c=1 request parts at 100 (run-to-run), every c >= 4 request at token 3.
     card = _card(V2_WITNESS)
-    assert card["headline"] == "Not batch invariant: tokens part from m=1 from c=4."
+    assert card["headline"] == ("RED (run-to-run): not reproducible alone (run to run): the two m=1 references part at token 100 of 128 "
+                                "(28 batched requests part earlier than that, the first at c=4 token 3); batching is not judged until "
+                                "the server repeats itself alone.")
     assert card["run-to-run"] == ("the two m=1 references agree only to token 100 of 128: the server is not deterministic even alone. "
                                   "Batching is judged on the tokens before 100; 1 request(s) parting at or after it (c=1) count as "
                                   "run-to-run, not batching.")
@@ -45,17 +47,19 @@ def test_a_witness_whose_only_parting_is_run_to_run_is_token_identical(tmp_path)
     path = tmp_path / "witness.json"
     path.write_text(json.dumps(witness))
     card = _card(path)
-    assert card["headline"] == "Token-identical to m=1 at every c (the logprob bits are not recorded)."
-    assert card["css"] == "pass"
-    assert card["tokens"] == "100% (29 of 29) token-identical: no request parted from m=1."
+    assert card["headline"] == ("RED (run-to-run): not reproducible alone (run to run): the two m=1 references part at token 100 of 128; "
+                                "batching is not judged until the server repeats itself alone.")
+    assert card["css"] == "fail"
+    assert card["tokens"] == "100% (29 of 29) token-identical: no request parted from m=1."  # counted only before the references part
     assert "1 request(s) parting at or after it (c=1)" in card["run-to-run"]
-    assert "aprender" not in card  # aprender records PASS too
+    assert card["aprender"].startswith("records PASS")  # aprender's rules pass it; the card says why it does not
 
 
 def test_a_witness_whose_references_agree_has_no_run_to_run_line():
     card = _card(ROOT / "data" / "aprender-lambda" / "witness-variant-batched-prefill-0.json")  # references agree to 128 of 128
-    assert "run-to-run" not in card and "aprender" not in card  # v1 records FAIL, and so does the card
-    assert card["headline"] == "Not batch invariant: tokens part from m=1 from c=4."
+    assert "run-to-run" not in card and "aprender" not in card  # v1 records FAIL, and the card is RED
+    assert card["headline"] == ("RED (co-batching): 28 of 28 batched requests part from m=1 in tokens; the first is c=4 slot 0: its tokens "
+                                "part at token 3.")
 
 
 def test_requests_are_judged_only_where_their_references_agree():
@@ -80,9 +84,9 @@ def test_the_cache_prompt_run_says_its_bits_cannot_be_judged():
     # With llama.cpp's prompt cache on, ref #2 finds ref #1's prompt cached and differs from it in the first logprob's bits.
     review = run_review(read_run(ROOT / "data" / "llamacpp-cpu" / "cache-prompt"), epsilon=0.05)
     lines = {q: a for q, a, _ in review.lines}
-    assert review.headline == ("Token-identical to m=1 at every c (bits not judged: the two m=1 references differ in their logprob bits "
-                               "from the first token on).")
-    assert review.css == "warn"
+    assert review.headline.startswith("RED (prompt cache): not reproducible alone (its prompt cache): 4 of 4 requests sent alone part "
+                                      "from ref #1 of their prompt, the first p0 ref #2, sent alone")
+    assert review.css == "fail" and review.verdict == "RED"
     assert lines["bits"] == "not judged: the two m=1 references differ in their logprob bits from the first token on."
     assert lines["run-to-run"] == ("the two m=1 references differ from each other (p0: logprob bits at token 0 of 64; p1: logprob bits at "
                                    "token 0 of 64): the server is not deterministic even alone. Batching is judged only where they agree.")
@@ -91,5 +95,6 @@ def test_the_cache_prompt_run_says_its_bits_cannot_be_judged():
 
 def test_a_run_whose_references_agree_is_judged_as_before():
     review = run_review(read_run(ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt"), epsilon=0.05)
-    assert review.headline == "Token-identical, not bit-identical: the logprobs differ from m=1 from c=4."
+    assert review.headline.startswith("RED (co-batching): 56 of 56 batched requests part from m=1 (0 in tokens, 56 only in bits); the first "
+                                      "is p0 c=4 repeat 0 slot 0")
     assert "run-to-run" not in {q for q, _, _ in review.lines}

@@ -62,13 +62,17 @@ FINDINGS = {
     ],
     "05_report.ipynb": [
         "title: Batch-parity report (tutorial)",
-        "sections: Verdicts | Runs side by side | Engines side by side | Sampler and trainer | Figures | Detail | aprender's V3 release gate",
+        "sections: The answer | Verdicts | Runs side by side | Engines side by side | Sampler and trainer | Figures | Detail | "
+        "aprender's V3 release gate",
         "0 scripts or stylesheets from the network",
+        "Finding: the answer says batch-invariant AMBER, default RED, fixed-tiles AMBER, row-invariant AMBER, cache-prompt RED, "
+        "no-cache-prompt RED, no-prefix-cache UNVERIFIED, prefix-cache UNVERIFIED, witness-v3.0-rule.json RED, "
+        "witness-variant-batched-prefill-0.json RED, witness@464c168e62.json RED",
         "Finding: the report's 11 verdict cards say",
-        "  default: Token-identical, not bit-identical: the logprobs differ from m=1 from c=4.",
-        "  fixed-tiles: Batch invariant: every request is bit-identical to m=1.",
-        "  row-invariant: Batch invariant: every request is bit-identical to m=1.",
-        "  witness@464c168e62.json (v2): Not batch invariant",
+        "  default: RED (co-batching): 56 of 56 batched requests part from m=1 (0 in tokens, 56 only in bits)",
+        "  cache-prompt: RED (prompt cache): not reproducible alone (its prompt cache)",
+        "  row-invariant: AMBER: 0 of 56 batched requests part from m=1, every band seen formed",
+        "  no-prefix-cache: UNVERIFIED (incomplete evidence): no request parts from m=1, but 3 of 6 batched bands never seen formed",
     ],
     "03_probe.ipynb": [],
     "rl_mismatch.ipynb": [

@@ -10,14 +10,15 @@ from ..views._review import run_review
 
 
 def result_line(folder: str | os.PathLike[str]) -> str:
-    """The run's verdict, as the report's card words it, and per c the share of requests bit-identical and token-identical to m=1
-    (from :func:`analysis.run.slot_table`, as the report's verdict card counts them).
+    """The run's verdict and reason (its :func:`analysis.judge` row, as the report's card heads it), its next step, and per c
+    the share of requests bit-identical and token-identical to m=1 (from :func:`analysis.run.slot_table`, as the card counts them).
 
     Examples
     --------
     >>> result_line("data/experiment-cpu/batch-invariant")  # doctest: +ELLIPSIS
-    'Batch invariant: every request is bit-identical to m=1. c=1: bits 100% (2 of 2), tokens 100% (2 of 2); c=4: bits 100% (8 of 8), ...'
+    'AMBER: 0 of 56 batched requests part from m=1, ... Next: 243 more batched requests: bia experiment --prompts FILE of 11 prompts. c=1: bits 100% (2 of 2), ...'
     """
     review = run_review(read_run(folder), epsilon=NEAR_TIE_EPSILON)
+    step = next((answer for question, answer, _ in review.lines if question.startswith("next step")), None)
     per_c = "; ".join(f"c={r['c']}: bits {r['bit-identical to m=1']}, tokens {r['token-identical']}" for r in review.per_c.iter_rows(named=True))
-    return f"{review.headline} {per_c}".rstrip()
+    return " ".join(part for part in (review.headline, f"Next: {step}." if step else "", per_c) if part)

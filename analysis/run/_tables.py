@@ -71,7 +71,7 @@ def reference_table(run: Run) -> pl.DataFrame:
     --------
     >>> from analysis import read_run
     >>> reference_table(read_run("data/llamacpp-cpu/cache-prompt")).select("prompt_id", "diverged", "bitwise_prefix", "max_ulp").rows()
-    [('p0', False, 0, 26), ('p1', False, 0, 21)]
+    [('p0', False, 0, 26), ('p1', False, 0, 19)]
     """
     if "references" not in run._cache:
         run._cache["references"] = _reference_table(run)

@@ -18,8 +18,8 @@ __all__ = ["CERTIFICATE_VERSION", "EXIT_CODES", "VERDICTS", "certificate", "cert
 CERTIFICATE_VERSION = 2  # 2: the judgement's rows (only batched requests, c > 1, count toward the bound; run-to-run first)
 
 
-def certificate(run: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> pl.DataFrame:
-    """The certificate of one run: its judgement's frame, a verdict per arm, GREEN, AMBER, RED or UNVERIFIED.
+def certificate(run: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> Judgement:
+    """The certificate of one run: its judgement, a verdict per arm, GREEN, AMBER, RED or UNVERIFIED (:func:`analysis.judge`).
 
     Parameters
     ----------
@@ -32,15 +32,16 @@ def certificate(run: Any, *, target_rate: float = 0.01, confidence: float = 0.95
 
     Returns
     -------
-    pl.DataFrame
-        :func:`analysis.judge`'s rows for the run (its columns are listed there).
+    Judgement
+        :func:`analysis.judge`'s rows for the run: it shows in Jupyter as the verdict card, and ``.frame`` is the polars frame
+        (a frame's methods, ``.row`` and ``.select`` among them, work on the judgement too).
 
     Examples
     --------
     >>> certificate("data/llamacpp-cpu/no-cache-prompt").select("arm", "verdict", "requests", "divergent", "tokens_parted").row(0)
     ('copies', 'RED', 56, 56, 0)
     """
-    return judge_runs(run, target_rate=target_rate, confidence=confidence).frame
+    return judge_runs(run, target_rate=target_rate, confidence=confidence)
 
 
 def certificate_document(judgement: Judgement | list[pl.DataFrame], *, target_rate: float, confidence: float) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def engine_table(runs: Iterable[Any], *, reference: Any = 0) -> pl.DataFrame:
         never part in tokens), ``earliest_divergence`` (null when none parts), ``min_bitwise_prefix`` (the shortest
         prefix of bit-identical logprobs), ``max_ulp`` and ``max_abs_delta`` (over the agreeing tokens).
         ``own_m1_bit_identical``: the share of the band's requests bit-identical to the run's own ref #1 (for the
-        "m=1" row, whether its ref #2 is: run to run); 1.0 at every c means batch invariant by itself.
+        "m=1" row, whether its ref #2 is: run to run). Whether a run is batch invariant is :func:`analysis.judge`'s to say.
 
     Examples
     --------
@@ -57,19 +57,6 @@ def engine_table(runs: Iterable[Any], *, reference: Any = 0) -> pl.DataFrame:
         _check_same_prompts(run, base)
     frames = [_engine_rows(run, base) for run in runs]
     return pl.concat(frames, how="vertical").select([pl.col(n).cast(t) for n, t in _SCHEMA.items()])
-
-
-def batch_invariant_engines(table: pl.DataFrame) -> dict[str, bool]:
-    """Per engine of an :func:`engine_table`, whether every band's requests are bit-identical to its own m=1.
-
-    Examples
-    --------
-    >>> batch_invariant_engines(engine_table(["data/experiment-cpu/fixed-tiles", "data/experiment-cpu/default"]))
-    {'bia torch (analysis.experiment) (fixed-tiles)': True, 'bia torch (analysis.experiment) (default)': False}
-    """
-    bands = table.filter(pl.col("role") == "band").group_by("engine", maintain_order=True).agg(
-        (pl.col("own_m1_bit_identical") == 1.0).all().alias("invariant"))
-    return dict(bands.iter_rows())
 
 
 def _as_run(run: Any) -> Any:

@@ -39,7 +39,7 @@ def judge(subjects: Any, *, target_rate: float = 0.01, confidence: float = 0.95)
     >>> from analysis import read_witnesses
     >>> j = judge(["data/experiment-cpu/default", read_witnesses("data/aprender-lambda/witness@464c168e62.json")])
     >>> j.frame.select("arm", "verdict", "cause").rows()
-    [('copies', 'RED', 'co-batching'), ('witness', 'RED', 'co-batching')]
+    [('copies', 'RED', 'co-batching'), ('witness', 'RED', 'run-to-run')]
     """
     if isinstance(subjects, (RunLike, WitnessSet, str, os.PathLike)):
         subjects = [subjects]

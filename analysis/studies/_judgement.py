@@ -24,7 +24,6 @@ arrival times, or the server's own per-token timing), with a bootstrap interval 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import statistics
@@ -39,6 +38,7 @@ from ..core._cells import cell
 from ..metrics._bounds import divergence_bound, requests_needed
 from ..metrics._rates import ratio_interval
 from ..run import Run, RunLike, band_table, legacy_arm, read_run, reference_table, run_arms, slot_table
+from ._next_steps import next_step
 
 # worst last: a run's (and a CI job's) verdict is the worst of its arms'
 VERDICTS = ("GREEN", "AMBER", "UNVERIFIED", "RED")
@@ -93,7 +93,8 @@ class Judgement:
 
     Examples
     --------
-    >>> j = judge_runs("data/experiment-cpu/default")
+    >>> from analysis import judge
+    >>> j = judge("data/experiment-cpu/default")
     >>> j.verdict, j.exit_code, j.frame.select("arm", "cause").row(0)
     ('RED', 5, ('copies', 'co-batching'))
     """
@@ -117,6 +118,15 @@ class Judgement:
 
     def __len__(self) -> int:
         return self.frame.height
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.frame[key]
+
+    def __getattr__(self, name: str) -> Any:
+        # a frame's methods (row, select, filter, ...) on its frame: certificate() returned a frame before it was a Judgement
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.frame, name)
 
     def __iter__(self):
         return iter(self.frame.iter_rows(named=True))
@@ -199,11 +209,13 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
 
 def _states(rows: pl.DataFrame) -> pl.DataFrame:
     """Each request against m=1: ``tokens_parted`` (a different token, or a different length), ``bits_parted`` (the same
-    tokens, a logprob whose bits differ), ``bits_unknown`` (the same tokens, no logprob recorded), ``at`` (where it parts)."""
+    tokens, a logprob whose bits differ), ``bits_unknown`` (the same tokens, no step with a logprob on both sides to
+    compare), ``at`` (where it parts)."""
     shorter = pl.col("length") != pl.col("reference_length")  # a stream that ends early took another token (its end) there
     tokens = (pl.col("diverged") | shorter).fill_null(True)
-    bits = ~tokens & (pl.col("bitwise_prefix") < pl.col("length")).fill_null(False)
+    # no step with a logprob on both sides (max_ulp null): the bits are unknown, not different
     unrecorded = pl.col("bitwise_prefix").is_null() | (pl.col("max_ulp").is_null() & (pl.col("length") > 0))
+    bits = ~tokens & (pl.col("bitwise_prefix") < pl.col("length")).fill_null(False) & ~unrecorded
     at = (pl.when(pl.col("diverged")).then("divergence_at")
           .when(tokens).then(pl.min_horizontal("length", "reference_length"))
           .when(bits).then("bitwise_prefix"))
@@ -282,7 +294,7 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
                                 "parted": "tokens" if first_request["tokens_parted"] else "bits"}
     row["evidence"] = _evidence(row)
     row["cost"] = cost_words(row["cost_by_c"])
-    row["next_step"] = _next_step(subject, row)
+    row["next_step"] = next_step(subject, row)
     return row
 
 
@@ -435,62 +447,6 @@ def cost_words(cost: list[Mapping[str, Any]] | None) -> str | None:
     origins = sorted({c["origin"] for c in cost})
     timing = " and ".join("streams’ timings" if o == "streams" else "the server’s timings" for o in origins)
     return f"{', '.join(parts)} of c=1’s decode rate per request ({timing})"
-
-
-# --- what to do next ----------------------------------------------------------------------------------
-
-
-def _family(engine: str) -> str:
-    lowered = engine.lower()
-    for family in ("llama.cpp", "vllm", "sglang", "bia torch", "bia serve", "transformers"):
-        if family in lowered:
-            return family
-    return "server"
-
-
-def _probe_command(subject: Subject, extra: str) -> str:
-    url = subject.manifest.get("url")
-    base = re.sub(r"/v1/.*$", "", str(url)) if url else "URL"
-    return f"bia probe {base} -o {subject.label} --resume{extra}"
-
-
-_CACHE_OFF = {"llama.cpp": "llama-server --no-cache-prompt", "vllm": "vLLM --no-enable-prefix-caching",
-              "sglang": "SGLang --disable-radix-cache"}
-_ALONE = {"bia torch": "bia experiment --modes batch-invariant", "vllm": "VLLM_BATCH_INVARIANT=1 and --no-enable-prefix-caching",
-          "sglang": "SGLang --enable-deterministic-inference", "llama.cpp": "llama-server --no-cache-prompt"}
-_INVARIANT = {"llama.cpp": "llama-server --parallel 1 (it has no batch-invariant kernels)", "vllm": "VLLM_BATCH_INVARIANT=1",
-              "sglang": "SGLang --enable-deterministic-inference", "bia torch": "bia experiment --modes row-invariant",
-              "bia serve": "bia serve --mode row-invariant"}
-_BATCH_LIMIT = {"llama.cpp": "llama-server --parallel {c}", "vllm": "vLLM --max-num-seqs {c}", "sglang": "SGLang --max-running-requests {c}"}
-
-
-def _next_step(subject: Subject, row: dict[str, Any]) -> str:
-    """The next step as a concrete command or setting, for the engine that served the run."""
-    family = _family(row["engine"])
-    verdict, cause = row["verdict"], row["cause"]
-    if verdict == "RED" and cause in ("prompt cache", "cache state", "shared prefix"):
-        return f"turn the cache off: {_CACHE_OFF.get(family, 'the server without its prompt or prefix cache')}, then probe again"
-    if verdict == "RED" and cause == "run-to-run":
-        return f"make it repeat itself alone: {_ALONE.get(family, 'no prompt cache, deterministic kernels')}, then probe again"
-    if verdict == "RED":
-        return f"batch-invariant kernels: {_INVARIANT.get(family, 'the engine batch-invariant, or one request at a time')}"
-    if verdict == "UNVERIFIED":
-        if row["missing"] or (row["cs_missing"] and row["requests"]):
-            return f"finish the run: {_probe_command(subject, '')}"
-        if row["bands_unformed"]:
-            widest = max(subject.ladder)
-            return f"raise the batch limit so each c forms: {_BATCH_LIMIT.get(family, 'a batch limit of {c}').format(c=widest)}"
-        if row["bits_unknown"]:
-            return "probe with logprobs (bia probe keeps them unless the server drops them)"
-        return "probe a ladder of batch sizes above 1: bia probe URL --ladder 1,4,8,16"
-    if verdict == "AMBER":
-        per_repeat = max(1, row["requests"] // max(1, int(subject.manifest.get("repeats") or 1)))
-        repeats = math.ceil(row["requests_needed"] / per_repeat)
-        more = row["requests_needed"] - row["requests"]
-        if subject.manifest.get("producer") == "bia experiment":
-            return f"{more} more batched requests: bia experiment --repeats {repeats}"
-        return f"{more} more batched requests: {_probe_command(subject, f' --repeats {repeats}')}"
-    return "none: keep it in CI with bia certify"
 
 
 def _with_measured_fix(frame: pl.DataFrame) -> pl.DataFrame:

@@ -28,8 +28,10 @@ def judge_witnesses(ws: Any, *, target_rate: float = 0.01, confidence: float = 0
     --------
     >>> from analysis import read_witnesses
     >>> j = judge_witnesses(read_witnesses("data/aprender-lambda"))
-    >>> j.frame.select("verdict", "cause").unique().rows()
-    [('RED', 'co-batching')]
+    >>> j.frame.select("run", "verdict", "cause").rows()  # doctest: +NORMALIZE_WHITESPACE
+    [('data/aprender-lambda/witness-v3.0-rule.json', 'RED', 'run-to-run'),
+     ('data/aprender-lambda/witness-variant-batched-prefill-0.json', 'RED', 'co-batching'),
+     ('data/aprender-lambda/witness@464c168e62.json', 'RED', 'run-to-run')]
     """
     needed = requests_needed(target_rate, confidence)
     polars_set = ws.to_backend("polars")

@@ -1,0 +1,70 @@
+"""The next step of a judgement row: a concrete command or setting for the engine that served the run."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Protocol
+
+
+class _Subject(Protocol):
+    label: str
+    manifest: Any
+    ladder: list[int]
+
+
+def _family(engine: str) -> str:
+    lowered = engine.lower()
+    for family in ("llama.cpp", "vllm", "sglang", "bia torch", "bia serve", "transformers"):
+        if family in lowered:
+            return family
+    return "server"
+
+
+def _probe_command(subject: _Subject, extra: str, *, resume: bool = True) -> str:
+    """The probe that finishes the run (``--resume``), or a new run beside it with its prompts (a resume keeps its repeats)."""
+    url = subject.manifest.get("url")
+    base = re.sub(r"/v1/.*$", "", str(url)) if url else "URL"
+    if resume:
+        return f"bia probe {base} -o {subject.label} --resume{extra}"
+    return f"bia probe {base} -o {subject.label}-more --prompts FILE{extra} (its prompts, one per line)"
+
+
+_CACHE_OFF = {"llama.cpp": "llama-server --no-cache-prompt", "vllm": "vLLM --no-enable-prefix-caching",
+              "sglang": "SGLang --disable-radix-cache"}
+_ALONE = {"bia torch": "bia experiment --modes row-invariant", "vllm": "VLLM_BATCH_INVARIANT=1 and --no-enable-prefix-caching",
+          "sglang": "SGLang --enable-deterministic-inference", "llama.cpp": "llama-server --no-cache-prompt"}
+_INVARIANT = {"llama.cpp": "llama-server --parallel 1 (it has no batch-invariant kernels)", "vllm": "VLLM_BATCH_INVARIANT=1",
+              "sglang": "SGLang --enable-deterministic-inference", "bia torch": "bia experiment --modes row-invariant",
+              "bia serve": "bia serve --mode row-invariant"}
+_BATCH_LIMIT = {"llama.cpp": "llama-server --parallel {c}", "vllm": "vLLM --max-num-seqs {c}", "sglang": "SGLang --max-running-requests {c}"}
+
+
+def next_step(subject: _Subject, row: dict[str, Any]) -> str:
+    """The next step as a concrete command or setting, for the engine that served the run."""
+    family = _family(row["engine"])
+    verdict, cause = row["verdict"], row["cause"]
+    if verdict == "RED" and cause in ("prompt cache", "cache state", "shared prefix"):
+        return f"turn the cache off: {_CACHE_OFF.get(family, 'the server without its prompt or prefix cache')}, then probe again"
+    if verdict == "RED" and cause == "run-to-run":
+        return f"make it repeat itself alone: {_ALONE.get(family, 'no prompt cache, deterministic kernels')}, then probe again"
+    if verdict == "RED":
+        return f"batch-invariant kernels: {_INVARIANT.get(family, 'the engine batch-invariant, or one request at a time')}"
+    if verdict == "UNVERIFIED":
+        if row["missing"] or (row["cs_missing"] and row["requests"]):
+            return f"finish the run: {_probe_command(subject, '')}"
+        if row["bands_unformed"]:
+            widest = max(subject.ladder)
+            return f"raise the batch limit so each c forms: {_BATCH_LIMIT.get(family, 'a batch limit of {c}').format(c=widest)}"
+        if row["bits_unknown"]:
+            return "probe with logprobs (bia probe keeps them unless the server drops them)"
+        return "probe a ladder of batch sizes above 1: bia probe URL --ladder 1,4,8,16"
+    if verdict == "AMBER":
+        more = row["requests_needed"] - row["requests"]
+        if subject.manifest.get("producer") == "bia experiment":  # more batched requests come from more prompts
+            per_prompt = max(1, row["requests"] // max(1, len(subject.manifest.get("prompts") or []) or 1))
+            return f"{more} more batched requests: bia experiment --prompts FILE of {math.ceil(row['requests_needed'] / per_prompt)} prompts"
+        per_repeat = max(1, row["requests"] // max(1, int(subject.manifest.get("repeats") or 1)))
+        repeats = math.ceil(row["requests_needed"] / per_repeat)
+        return f"{more} more batched requests: a new run, {_probe_command(subject, f' --repeats {repeats}', resume=False)}"
+    return "none: keep it in CI with bia certify"
