@@ -82,8 +82,10 @@ def test_the_prompt_cache_is_named_for_the_c1_drift_and_only_when_it_is_on(probe
 
 
 def test_bia_certify_exits_non_zero_on_red_and_writes_its_certificate(probed, tmp_path):
-    """The issue's CI gate: bia certify on the arms run. With the cache on, c=1 already parts (bits) in the copies arm;
-    without it the batched copies still part at c=4: RED either way (exit 5), named in certificate.json."""
+    """The issue's CI gate: bia certify on the arms run, one row per batched arm (copies, mixed; the other arms are controls
+    sent alone). With the cache on, the copies' c=1 already parts (bits) from the cold m=1: RED for the prompt cache, named
+    as a request sent alone, never as a batch. Without it, nothing alone parts and the batched copies part at c=4: RED for
+    what the attribution ladder names. Exit 5 either way, named in certificate.json."""
     import json
 
     run, cache_prompt = probed
@@ -94,6 +96,13 @@ def test_bia_certify_exits_non_zero_on_red_and_writes_its_certificate(probed, tm
     certificate = json.loads(out.read_text())
     assert certificate["verdict"] == "RED" and certificate["exit_code"] == 5
     arms = {row["arm"]: row for row in certificate["arms"]}
-    assert set(arms) >= {"copies", "repeat", "cache"}
-    assert arms["copies"]["verdict"] == "RED" and arms["copies"]["first"]["band_c"] == (1 if cache_prompt else 4)
-    assert arms["repeat"]["verdict"] != "RED"  # alone and cold, the repeats are m=1 bit for bit
+    assert set(arms) == {"copies", "mixed"}
+    copies = arms["copies"]
+    assert copies["verdict"] == "RED"
+    if cache_prompt:
+        assert copies["cause"] == "prompt cache" and copies["alone_parted"] >= 1 and copies["first_request"]["c"] in (None, 1)
+        assert "--no-cache-prompt" in copies["next_step"]
+    else:
+        # the repeats alone and cold, and the c=1 requests, are m=1 bit for bit: batching is judged, and parts at c=4
+        assert copies["alone_parted"] == 0 and copies["first_request"]["c"] == 4
+        assert copies["cause"] in {"prefill path", "co-batching"}
