@@ -225,8 +225,27 @@ def test_the_cost_compares_rates_of_one_origin_with_an_interval_from_three_each(
     assert _judge(pl.concat([alone, server]))["cost_by_c"] == [] and _judge(pl.concat([alone, server]))["cost"] is None
     # two rates a side: the ratio with no interval
     two = _judge(pl.concat([alone.head(2), batched.head(2)]))
-    assert two["cost_by_c"][0] | {} == {"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 2, "rates": 2}
+    assert two["cost_by_c"][0] == {"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 2, "rates": 2,
+                                   "median": 50.0, "base_median": 100.0}
     assert cost_words(two["cost_by_c"]) == "c=4 0.50× of c=1’s decode rate per request (streams’ timings)"
+
+
+def test_a_red_torch_run_is_told_what_row_invariant_cost_beside_it():
+    from analysis.studies._judgement import _with_measured_fix
+
+    def row(run, verdict, step, base, medians):
+        cost = [{"c": c, "ratio": m / base, "low": None, "high": None, "origin": "streams", "base_rates": 2, "rates": 2, "median": m,
+                 "base_median": base} for c, m in medians.items()]
+        return _judge(_slots(4)) | {"run": run, "verdict": verdict, "next_step": step, "cost_by_c": cost}
+
+    red = row("runs/x/default", "RED", "batch-invariant kernels: bia experiment --modes row-invariant", 100.0, {4: 80.0, 8: 50.0})
+    fix = row("runs/x/row-invariant", "AMBER", "more", 107.0, {4: 88.0, 8: 60.0})
+    elsewhere = row("runs/y/default", "RED", red["next_step"], 100.0, {4: 80.0})
+    frame = _with_measured_fix(pl.DataFrame([red, fix, elsewhere], schema=SCHEMA, orient="row"))
+    # 107 / 100 at c=1, 88 / 80 at c=4, 60 / 50 at c=8; a run in another folder has no row-invariant run beside it
+    assert frame["next_step"].to_list() == [
+        "batch-invariant kernels: bia experiment --modes row-invariant (measured beside it, its decode rate over this run's: 1.07× at c=1, "
+        "1.10× at c=4, 1.20× at c=8)", "more", "batch-invariant kernels: bia experiment --modes row-invariant"]
 
 
 def test_an_amber_run_says_how_many_more_repeats_or_prompts_would_do():

@@ -30,6 +30,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
+from pathlib import PurePath
 from typing import Any
 
 import polars as pl
@@ -53,7 +54,7 @@ _FIRST = pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "
                     "at": pl.Int64, "max_ulp": pl.Int64})
 _UNFORMED = pl.List(pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "widest_seen": pl.Int64}))
 _COST = pl.List(pl.Struct({"c": pl.Int64, "ratio": pl.Float64, "low": pl.Float64, "high": pl.Float64, "origin": pl.String,
-                           "base_rates": pl.Int64, "rates": pl.Int64}))
+                           "base_rates": pl.Int64, "rates": pl.Int64, "median": pl.Float64, "base_median": pl.Float64}))
 SCHEMA = {"run": pl.String, "arm": pl.String, "engine": pl.String, "verdict": pl.String, "cause": pl.String, "reason": pl.String,
           "evidence": pl.String, "cost": pl.String, "first": pl.String, "max_ulp": pl.Int64, "next_step": pl.String,
           "requests": pl.Int64, "divergent": pl.Int64, "tokens_parted": pl.Int64, "bits_only": pl.Int64, "bits_unknown": pl.Int64,
@@ -86,7 +87,7 @@ def _subject(run: Run) -> Subject:
 
 
 class Judgement:
-    """The judgement of one or more runs (or witness sets): one row per run and arm of :data:`SCHEMA`.
+    """The judgement of one or more runs (or witness sets): one row per run and arm, with the columns :func:`analysis.judge` lists.
 
     It shows in Jupyter as the verdict card every report opens with (verdict, cause, reason in full, cost, next step),
     prints as one line per row, and converts with ``.frame`` (polars) and ``.to_dicts()``.
@@ -246,7 +247,7 @@ def _formation(bands: pl.DataFrame) -> pl.DataFrame:
 
 def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFrame, bands: pl.DataFrame, missing: pl.DataFrame,
               target_rate: float, confidence: float, needed: int) -> dict[str, Any]:
-    """One arm's row of :data:`SCHEMA` from its requests' states (:func:`_states` of slot rows), what was sent alone
+    """One arm's row (the columns of ``SCHEMA``) from its requests' states (:func:`_states` of slot rows), what was sent alone
     (:func:`_alone_states`), its bands (:func:`_formation`) and the requests its plan lacks (``Run.missing``'s rows)."""
     batched = states.filter(pl.col("band_c") > 1).sort(_ORDER)
     parted = pl.col("tokens_parted") | pl.col("bits_parted")
@@ -428,7 +429,8 @@ def _cost(states: pl.DataFrame) -> list[dict[str, Any]]:
             ratio, low, high = ratio_interval(base, batched)
         else:
             ratio, low, high = statistics.median(batched) / statistics.median(base), None, None
-        out.append({"c": c, "ratio": ratio, "low": low, "high": high, "origin": kind, "base_rates": len(base), "rates": len(batched)})
+        out.append({"c": c, "ratio": ratio, "low": low, "high": high, "origin": kind, "base_rates": len(base), "rates": len(batched),
+                    "median": statistics.median(batched), "base_median": statistics.median(base)})
     return out
 
 
@@ -450,13 +452,35 @@ def cost_words(cost: list[Mapping[str, Any]] | None) -> str | None:
 
 
 def _with_measured_fix(frame: pl.DataFrame) -> pl.DataFrame:
-    """A RED torch row's next step with the cost a row-invariant run judged beside it measured (its decode rate over c=1's)."""
-    fixes = frame.filter(pl.col("run").str.contains("row-invariant") & pl.col("verdict").is_in(["GREEN", "AMBER"]) & pl.col("cost").is_not_null())
-    if fixes.is_empty():
-        return frame
-    measured = f" (measured beside it: {_short_cost(fixes.row(0, named=True)['cost_by_c'])})"
-    batching = (pl.col("verdict") == "RED") & pl.col("next_step").str.ends_with("bia experiment --modes row-invariant")
-    return frame.with_columns(next_step=pl.when(batching).then(pl.col("next_step") + measured).otherwise("next_step"))
+    """A RED row whose next step is bia's row-invariant mode, with what that mode cost where a row-invariant run was judged
+    beside it (in the same folder): its median decode rate per request over the RED run's, at each c both timed alike."""
+    rows = frame.to_dicts()
+    fixes = {str(PurePath(r["run"]).parent): r for r in rows if PurePath(r["run"]).name == "row-invariant" and r["verdict"] in ("GREEN", "AMBER")}
+    for row in rows:
+        fix = fixes.get(str(PurePath(row["run"]).parent))
+        if fix and row["verdict"] == "RED" and row["next_step"].endswith("--modes row-invariant"):
+            measured = _rate_over(fix["cost_by_c"], row["cost_by_c"])
+            if measured:
+                row["next_step"] += f" (measured beside it, its decode rate over this run's: {measured})"
+    return pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else frame
+
+
+def _rate_over(fix: list[Mapping[str, Any]], red: list[Mapping[str, Any]]) -> str | None:
+    """One run's median decode rate per request over another's at c=1 and each c, where both sides are timed the same way.
+
+    Examples
+    --------
+    >>> a = [{"c": 4, "origin": "streams", "median": 90.0, "base_median": 110.0}]
+    >>> _rate_over(a, [{"c": 4, "origin": "streams", "median": 100.0, "base_median": 100.0}])
+    '1.10× at c=1, 0.90× at c=4'
+    """
+    theirs = {c["c"]: c for c in red}
+    pairs = [(c, theirs[c["c"]]) for c in fix if c["c"] in theirs and theirs[c["c"]]["origin"] == c["origin"]]
+    if not pairs:
+        return None
+    ratios = [("1", pairs[0][0]["base_median"] / pairs[0][1]["base_median"])]
+    ratios += [(str(mine["c"]), mine["median"] / other["median"]) for mine, other in pairs]
+    return ", ".join(f"{r:.2f}× at c={c}" for c, r in ratios)
 
 
 # --- the answer card --------------------------------------------------------------------------------
