@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -271,3 +272,36 @@ def test_the_report_gate_says_why_an_assembled_run_has_no_witness(tmp_path):
     result = bia("report", str(band_dumps(tmp_path / "dumps")), "--admission", "-o", str(tmp_path / "r.html"))
     assert result.returncode == 0, result.stderr
     assert "RED: no witness: dumps (assembled): the manifest records no max_tokens" in _text(tmp_path / "r.html")
+
+
+# --- bia report on a folder that holds more than dumps (issue 32, item 4) ---------------------------------
+
+
+def test_files_in_a_folder_that_are_no_dump_are_said_and_left_out(tmp_path):
+    from analysis.report._inputs import not_a_dump, sort_sources
+
+    run = tmp_path / "runs" / "default"
+    shutil.copytree(ROOT / "data" / "experiment-cpu" / "default", run, ignore=shutil.ignore_patterns("derived"))
+    (tmp_path / "runs" / "trainer").mkdir()
+    beside = shutil.copy(ROOT / "data" / "experiment-cpu" / "trainer" / "default.jsonl", tmp_path / "runs" / "trainer" / "default.jsonl")
+    loose = shutil.copy(ROOT / "data" / "vllm-hf-pair" / "pairs.jsonl", tmp_path / "pairs.jsonl")
+    config = shutil.copy(ROOT / "data" / "tiny-model" / "tiny_lm.json", tmp_path / "config.json")
+    dump = shutil.copy(CHAT, tmp_path / "chat.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"object": "chat.completion", "choices": [')  # a dump cut short: the reader names it, it is not skipped
+    assert not_a_dump(Path(beside), [run]) == f"sampler-trainer pairs of {run}: the report's RL section reads them"
+    assert not_a_dump(Path(loose), [run]) == "sampler-trainer pairs, not a dump of a run: analysis.mismatch_summary reads them"
+    assert not_a_dump(Path(config), [run]) == "JSON that matches no dump format"
+    assert not_a_dump(Path(dump), [run]) is None and not_a_dump(broken, [run]) is None
+    runs, witnesses, dumps, skipped = sort_sources([str(tmp_path)])
+    assert runs == [str(run)] and witnesses == [] and dumps == [str(broken), str(dump)]
+    assert [Path(file).name for file, _ in skipped] == ["config.json", "pairs.jsonl", "default.jsonl"]
+
+
+def test_bia_report_on_the_bundled_experiment_folder_reads_its_runs_and_their_pairs(tmp_path):
+    result = bia("report", str(ROOT / "data" / "experiment-cpu"), "-o", str(tmp_path / "r.html"))
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 4 and all("is left out of the runs: sampler-trainer pairs of" in note for note in notes)
+    text = _text(tmp_path / "r.html")
+    assert "Sampler and trainer" in text and text.count("(copies)") >= 4  # the four kernel modes, and their pairs in the RL section

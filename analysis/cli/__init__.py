@@ -208,9 +208,11 @@ def report_command(
     for first, again in repeated:
         typer.echo(f"note: {again} is {first} given again; it is read once", err=True)
     try:
-        runs, witness_sources, dumps = sort_sources(given)
+        runs, witness_sources, dumps, skipped = sort_sources(given)
     except FileNotFoundError as exc:
         raise _fail(str(exc), EXIT_MISSING) from None
+    for file, why in skipped:
+        typer.echo(f"note: {file} is left out of the runs: {why}", err=True)
     if band_per_file and not dumps and mapping is None:
         raise _fail("--band-per-file places dumps, and no dump was given")
     assembled = _assemble(dumps, mapping, band_per_file) if dumps or mapping is not None else None

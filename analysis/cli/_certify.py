@@ -35,7 +35,8 @@ def certify_command(
     run-to-run drift, and its batching is not judged. Only batched requests (c > 1) count toward the bound.
 
     Exit 0 all GREEN; else the worst verdict's: 5 RED, 7 UNVERIFIED, 8 AMBER. Exit 2 a bad option or an occupied
-    output or a URL, 3 no such path, 4 not a run bia reads.
+    output or a URL, 3 no such path or a folder that holds no run (as bia report and bia witness say of a folder with
+    nothing to read), 4 not a run bia reads.
     """
     from ..core._output import claim_output
     from ..report._inputs import run_directories
@@ -60,7 +61,7 @@ def certify_command(
             raise _fail(f"{given}: no such file or directory", EXIT_MISSING)
         folders = run_directories(given) if given.is_dir() else [given]
         if not folders:
-            raise _fail(f"{given}: holds no run directory (a folder with manifest.json and captures/)", EXIT_RED)
+            raise _fail(f"{given}: holds no run directory (a folder with manifest.json and captures/)", EXIT_MISSING)
         for folder in folders:
             try:
                 read.append(read_run(folder))

@@ -46,15 +46,45 @@ def looks_like_witness(file: str) -> bool:
     return isinstance(data, dict) and ("witness_version" in data or MARKER_KEYS <= data.keys())
 
 
-def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """(run directories, witness and marker sources, dump files) among what ``bia report`` was given; a folder
-    contributes the run directories in it as runs, and its other files as witnesses or dumps."""
+def not_a_dump(file: Path, runs: list[Path]) -> str | None:
+    """Why a file found in a folder is no dump for a run (None when it may be one): sampler-trainer pairs (beside their runs,
+    the report's RL section reads them), or JSON that matches no dump format (a model's config, say)."""
+    from ..core import _strictjson
+    from ..dumps import DumpError
+    from ..dumps._formats import detect_format
+
+    try:
+        raw = file.read_bytes()
+        first = next((line for line in raw.decode("utf-8").splitlines() if line.strip()), "")
+    except (OSError, UnicodeDecodeError):
+        return None  # the dump reader names what is wrong with it
+    try:
+        head = _strictjson.loads(first)
+    except (ValueError, RecursionError):
+        head = None  # not JSON lines: a document, or no JSON at all
+    if isinstance(head, dict) and {"inference_logprobs", "trainer_logprobs"} <= head.keys():
+        beside = [run for run in runs if file == run.parent / "trainer" / f"{run.name}.jsonl"]
+        return ("sampler-trainer pairs of " + str(beside[0]) + ": the report's RL section reads them") if beside else (
+            "sampler-trainer pairs, not a dump of a run: analysis.mismatch_summary reads them")
+    try:
+        detect_format(raw, str(file))
+    except DumpError as exc:
+        if "matches no known dump format" in str(exc):
+            return "JSON that matches no dump format"
+    return None
+
+
+def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str], list[tuple[str, str]]]:
+    """(run directories, witness and marker sources, dump files, and the files skipped with why) among what ``bia report``
+    was given; a folder contributes the run directories in it as runs, and its other files as witnesses or dumps, but
+    not the files in it that are no dump (:func:`not_a_dump`), which are skipped and said."""
     from ..dumps import DUMP_SUFFIXES
     from ..io._sources import expand_sources, is_url
 
     runs: list[str] = []
     witnesses: list[str] = []
     dumps: list[str] = []
+    skipped: list[tuple[str, str]] = []
     for source in given:
         path = Path(source)
         if is_url(source) or (not path.exists() and not glob.has_magic(source)):
@@ -66,7 +96,7 @@ def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str]]:
             if not matches:
                 raise FileNotFoundError(f"{source}: pattern matches no file")
             more = sort_sources(matches)
-            runs, witnesses, dumps = runs + more[0], witnesses + more[1], dumps + more[2]
+            runs, witnesses, dumps, skipped = runs + more[0], witnesses + more[1], dumps + more[2], skipped + more[3]
         elif path.is_dir():
             inner = run_directories(path)
             runs += [str(p) for p in inner]
@@ -75,10 +105,15 @@ def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str]]:
             if not loose and not inner:
                 expand_sources(source, suffix=DUMP_SUFFIXES)  # says that the folder holds nothing to read
             for file in loose:
-                (witnesses if looks_like_witness(file) else dumps).append(file)
+                if looks_like_witness(file):
+                    witnesses.append(file)
+                elif (why := not_a_dump(Path(file), inner)) is not None:
+                    skipped.append((file, why))
+                else:
+                    dumps.append(file)
         else:
             (witnesses if looks_like_witness(source) else dumps).append(source)
-    return runs, witnesses, dumps
+    return runs, witnesses, dumps, skipped
 
 
 def first_prompt(run: Path) -> str | None:
