@@ -83,3 +83,16 @@ def test_a_url_is_named_as_a_url_bia_certify_does_not_fetch(tmp_path):
     assert url.exit_code == 2, url.output
     assert "error: http://127.0.0.1:9/run: bia certify reads run directories on this machine, not URLs" in url.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["serve", "experiment"])
+def test_a_command_whose_extra_is_missing_names_it_before_any_work(command, tmp_path):
+    """Issue 32, item 2: without torch, bia serve and bia experiment said ModuleNotFoundError in a traceback. Now one line,
+    exit 2, naming the extra and how to install it (torch is hidden from the child as if it were not installed)."""
+    hide = "import sys; sys.modules['torch'] = None; from analysis.cli import app; app()"
+    done = subprocess.run([sys.executable, "-c", hide, command, *(["-o", str(tmp_path / "runs")] if command == "experiment" else [])],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"error: bia {command} needs the torch extra (torch is not installed): pip install -e '.[torch]' in a checkout "
+                           "of bia (README says how a GPU user gets a CUDA build of torch instead)\n")
+    assert not (tmp_path / "runs").exists()

@@ -14,7 +14,7 @@ from ..core._output import OutputExists
 from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy, shape_check
 from ._help import Command, Group
 from ._certify import certify_command
-from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _parse_ladder, _policy, _prompt_records, _read_lines,
+from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _need_extra, _parse_ladder, _policy, _prompt_records, _read_lines,
                     _unread)
 
 app = typer.Typer(
@@ -293,6 +293,7 @@ def experiment_command(
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""
+    _need_extra("torch", "torch", "experiment")
     from ..experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
     from ..experiment.trainer import write_trainer_pairs
     from ..run import RunError
@@ -434,6 +435,7 @@ def serve_command(
     """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching."""
     import logging
 
+    _need_extra("torch", "torch", "serve")
     _row_invariant_blas([mode])
 
     from ..experiment import ExperimentError, bundled_model

@@ -53,6 +53,20 @@ def _fail(message: str | Exception, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _need_extra(module: str, extra: str, command: str) -> None:
+    """Refuse, before any work, a command whose optional extra is not installed: which extra, and the line that installs it
+    (exit 2), rather than a ModuleNotFoundError traceback mid-way."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None, or one whose spec cannot be read
+        found = False
+    if not found:
+        gpu = " (README says how a GPU user gets a CUDA build of torch instead)" if module == "torch" else ""
+        raise _fail(f"bia {command} needs the {extra} extra ({module} is not installed): pip install -e '.[{extra}]' in a checkout of bia{gpu}")
+
+
 def _unread(exc: OSError) -> typer.Exit:
     """A source not read: exit 6 for a URL that could not be fetched (SourceError), 3 for a path that does not exist."""
     from ..io._sources import SourceError
