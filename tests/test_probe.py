@@ -324,9 +324,12 @@ def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, h
             assert stopped.manifest["stopped"]["why"].startswith("cancelled (Ctrl-C")
         assert "request(s) never came back" in run_html(stopped)
 
-        refused = _bia("probe", server.url, "-o", str(folder), "--resume", "--ladder", "1,2")
-        assert refused.wait(timeout=60) == 2 and "--ladder cannot change when a run is resumed" in refused.communicate()[1]
-        resumed = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), "--resume")
+        refused = _bia("probe", server.url, "-o", str(folder), "--resume", "--ladder", "1,2", "--max-tokens", "40")
+        assert refused.wait(timeout=60) == 2 and refused.communicate()[1] == (
+            f"error: --ladder 1,2 differs from the run's 1,4,8: a resumed run keeps the settings in {folder / 'manifest.json'} (drop the "
+            "option, or write a new run with another -o)\n")  # the one that differs named; --max-tokens 40 is the run's own
+        # issue 32 item 6: the original command with --resume appended finishes the run (its settings are the manifest's)
+        resumed = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), *args, "--resume")
         _, err = resumed.communicate(timeout=120)
         assert resumed.returncode == 0, err
     run = read_run(folder)

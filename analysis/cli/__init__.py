@@ -14,7 +14,7 @@ from ..core._output import OutputExists
 from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy, shape_check
 from ._help import Command, Group
 from ._certify import certify_command
-from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _need_extra, _parse_ladder, _policy, _prompt_records, _read_lines,
+from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _need_extra, _resume_conflicts, _parse_ladder, _policy, _prompt_records, _read_lines,
                     _unread)
 
 app = typer.Typer(
@@ -362,15 +362,18 @@ def probe_command(
     from ..experiment import DEFAULT_PROMPTS
     from ..probe import ProbeError, ServerGone, ServerUnreachable, probe
 
-    if resume:  # a resumed run keeps its own settings: say so rather than ignore what was given
+    texts = DEFAULT_PROMPTS if prompts is None else _prompt_records(prompts) if prompts.suffix == ".jsonl" else _read_lines(prompts, "--prompts")
+    if resume:  # a resumed run keeps its own settings: the same ones given again are fine, one that differs is named
         kept = ("url", "output", "resume", "retry_refused", "timeout", "server_log", "metrics", "api_key")  # what may differ after a restart
         # by name: typer may carry its own copy of click's ParameterSource
         given = [name for name in ctx.params if name not in kept and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
-        if given:
-            options = ", ".join("--" + name.replace("_", "-") for name in given)
-            typer.echo(f"error: {options} cannot change when a run is resumed; it keeps the settings in {output / 'manifest.json'}", err=True)
+        values = {**ctx.params, "ladder": _parse_ladder(ladder), "prompts": texts, "fillers": _read_lines(fillers, "--fillers") if fillers else [],
+                  "arms": [a.strip() for a in arms.split(",")] if arms is not None else None}
+        differ = _resume_conflicts(output, given, values)
+        if differ:
+            typer.echo(f"error: {'; '.join(differ)}: a resumed run keeps the settings in {output / 'manifest.json'} (drop the option, or "
+                       "write a new run with another -o)", err=True)
             raise typer.Exit(2)
-    texts = DEFAULT_PROMPTS if prompts is None else _prompt_records(prompts) if prompts.suffix == ".jsonl" else _read_lines(prompts, "--prompts")
     filler_texts = _read_lines(fillers, "--fillers") if fillers else None
     try:
         re.compile(log_pattern)

@@ -132,3 +132,42 @@ def _prompt_records(path: Path) -> list[dict]:
     if not records:
         raise _fail(f"--prompts {path}: holds no prompt")
     return records
+
+
+# What a run's manifest records of each probe option that a resume keeps (the run's own settings)
+_RECORDED = {
+    "ladder": lambda m: m.get("ladder"), "repeats": lambda m: m.get("repeats"), "observer": lambda m: m.get("observer"),
+    "bands_anyway": lambda m: m.get("bands_anyway"), "declared_min": lambda m: m.get("declared_min"), "arms": lambda m: m.get("arms"),
+    "max_tokens": lambda m: (m.get("sampler") or {}).get("max_tokens"), "top_logprobs": lambda m: (m.get("sampler") or {}).get("top_logprobs"),
+    "seed": lambda m: (m.get("sampler") or {}).get("seed"), "layout": lambda m: (m.get("requested") or {}).get("layout"),
+    "engine": lambda m: (m.get("requested") or {}).get("engine"), "log_pattern": lambda m: (m.get("requested") or {}).get("log_pattern"),
+    "prompts": lambda m: [p.get("text") for p in m.get("prompts") or []], "fillers": lambda m: m.get("fillers") or [],
+    "model": lambda m: ((m.get("identity") or {}).get("model") or {}).get("path"),
+}
+
+
+def _resume_conflicts(output: Path, given: list[str], values: dict) -> list[str]:
+    """The options given with --resume whose values differ from what the run's manifest records, each named with both values
+    (an option the manifest does not record cannot be checked, and is named as such). None when the run is not there yet:
+    the probe says so itself."""
+    import json
+
+    try:
+        manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    differ = []
+    for name in given:
+        option = "--" + name.replace("_", "-")
+        if name not in _RECORDED:
+            differ.append(f"{option} cannot be given with --resume")
+            continue
+        value = values[name]
+        if name == "prompts":
+            value = [p.get("text") if isinstance(p, dict) else p for p in value]
+        recorded = _RECORDED[name](manifest)
+        if value != recorded:
+            shown = ((f"{len(value)} prompt(s)", f"{len(recorded or [])}") if name in ("prompts", "fillers")
+                     else tuple(",".join(map(str, v)) if isinstance(v, list) else v for v in (value, recorded)))
+            differ.append(f"{option} {shown[0]} differs from the run's {shown[1]}")
+    return differ
