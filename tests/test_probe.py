@@ -732,3 +732,23 @@ def test_the_reference_rule_reads_a_reference_kept_before_a_resume(tmp_path):
     run = read_run(folder)
     assert run.manifest["complete"] and run.dump.requests.height == 2
     assert run.manifest["skipped"][0]["reason"].startswith("the two m=1 references diverge at token 1 < declared_min 2")
+
+
+def test_a_url_naming_another_endpoint_or_tls_to_plain_http_says_what_it_did(tmp_path):
+    """Issue 32 item 7: http://host/v1/completions was probed at .../v1/completions/v1/chat/completions (a 404), and https:// to
+    a plain-HTTP server said "nothing answers". Now the other endpoint's path is taken off with a note, and a TLS handshake
+    that met plain HTTP is named as such (exit 6, with the http:// URL to give)."""
+    from analysis.serve import BackgroundServer
+
+    with BackgroundServer("default") as server:
+        other = _bia("probe", f"{server.url}/v1/completions", "--dry-run")
+        out, err = other.communicate(timeout=120)
+        assert other.returncode == 0, err
+        assert err.splitlines()[0] == (f"note: {server.url}/v1/completions names /v1/completions, not the chat endpoint; probing the server "
+                                       f"at {server.url} (its /v1/chat/completions): give the base URL to say so")
+        assert out.startswith("engine: bia serve")
+        tls = _bia("probe", server.url.replace("http://", "https://"), "--dry-run")
+        _, err = tls.communicate(timeout=120)
+    assert tls.returncode == 6
+    assert err.startswith(f"error: the server at {server.url.replace('http://', 'https://')} answered, but not in TLS (")
+    assert err.rstrip().endswith(f"it speaks plain HTTP; give {server.url}")

@@ -38,6 +38,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -122,17 +123,30 @@ def _new_manifest(endpoint: str, detection: Detection, prompts: Sequence[str | M
     return manifest
 
 
-def _addresses(url: str) -> tuple[str, str]:
-    """The server's base URL and its chat endpoint, from either of them.
+def _addresses(url: str) -> tuple[str, str, str | None]:
+    """The server's base URL and its chat endpoint, from either of them, and a note when the URL named another endpoint
+    (``/v1/completions``, ``/v1/models``): that path is taken off, and the server probed at its base.
 
     Examples
     --------
     >>> _addresses("http://h:8000/"), _addresses("http://h:8000/v1/chat/completions")
-    (('http://h:8000', 'http://h:8000/v1/chat/completions'), ('http://h:8000', 'http://h:8000/v1/chat/completions'))
+    (('http://h:8000', 'http://h:8000/v1/chat/completions', None), ('http://h:8000', 'http://h:8000/v1/chat/completions', None))
+    >>> _addresses("http://h:8000/proxy/v1/completions")[:2]
+    ('http://h:8000/proxy', 'http://h:8000/proxy/v1/chat/completions')
     """
-    base = url.rstrip("/").removesuffix("/v1/chat/completions").removesuffix("/chat/completions")
-    endpoint = url if url.rstrip("/").endswith("/chat/completions") else base + "/v1/chat/completions"
-    return base, endpoint
+    stripped = url.rstrip("/")
+    parts = urlsplit(stripped)
+    origin, path = f"{parts.scheme}://{parts.netloc}", parts.path
+    for tail in ("/v1/chat/completions", "/chat/completions"):
+        if path.endswith(tail):
+            return origin + path[: -len(tail)], stripped, None
+    cut = path.find("/v1")
+    if cut >= 0 and path[cut + 3: cut + 4] in ("", "/"):  # the API root, or another endpoint under it
+        base = origin + path[:cut]
+        note = None if path[cut:] == "/v1" else (f"note: {url} names {path[cut:]}, not the chat endpoint; probing the server at {base} "
+                                                 "(its /v1/chat/completions): give the base URL to say so")
+        return base, base + "/v1/chat/completions", note
+    return stripped, stripped + "/v1/chat/completions", None
 
 
 # An idle kept-alive connection is dropped after this many seconds, well before servers close their end (uvicorn, which
@@ -236,7 +250,9 @@ async def probe(
         if declared_min is not None and not 0 <= declared_min <= max_tokens:
             raise ProbeError(f"declared_min must be between 0 and max_tokens={max_tokens}, got {declared_min}: no reference could reach it")
     created = _first_missing(folder)  # what the probe may remove again when it stops having kept nothing
-    base, endpoint = _addresses(url)
+    base, endpoint, note = _addresses(url)
+    if note:
+        say(note)
     async with _client(timeout, api_key) as client:
         if resume:
             manifest = _load_for_resume(folder)
@@ -340,7 +356,9 @@ async def dry_run(
     check_timeout(timeout)
     check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
     check_arms(arms, layout=layout)
-    base, endpoint = _addresses(url)
+    base, endpoint, note = _addresses(url)
+    if note:
+        print(note, file=sys.stderr)
     async with _client(timeout, api_key) as client:
         detection = await detect_engine(client, base, engine, model)
     check_slots(ladder, detection)

@@ -18,6 +18,12 @@ import httpx
 from ._rundir import ProbeError
 
 
+def _tls_mismatch(error: Exception) -> bool:
+    """Whether a connection failed in the TLS handshake because the other side spoke plain HTTP (OpenSSL's words for it)."""
+    said = str(error).upper()
+    return any(sign in said for sign in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE"))
+
+
 class ServerUnreachable(ProbeError):
     """Nothing answers at the server's address (the connection is refused, the host not found, or no connection within the
     time-out): no engine to detect, no request fired."""
@@ -219,6 +225,9 @@ async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = 
     evidence: list[str] = []
     votes: list[str] = []
     status, models = await _get(client, f"{base}/v1/models")
+    if isinstance(models, httpx.ConnectError) and base.startswith("https://") and _tls_mismatch(models):
+        raise ServerUnreachable(f"the server at {base} answered, but not in TLS ({models}): it speaks plain HTTP; give "
+                                f"http://{base.removeprefix('https://')}")
     if isinstance(models, (httpx.ConnectError, httpx.ConnectTimeout)):  # no connection at all, not a server slow to answer
         raise ServerUnreachable(f"nothing answers at {base} ({type(models).__name__}: {models or 'no connection'}); "
                                 "is the server running, on this host and port?")
