@@ -96,3 +96,4 @@ def test_a_command_whose_extra_is_missing_names_it_before_any_work(command, tmp_
     assert done.stderr == (f"error: bia {command} needs the torch extra (torch is not installed): pip install -e '.[torch]' in a checkout "
                            "of bia (README says how a GPU user gets a CUDA build of torch instead)\n")
     assert not (tmp_path / "runs").exists()
+

@@ -411,6 +411,8 @@ def probe_command(
                                    retry_refused=retry_refused))
     except (ServerUnreachable, ServerGone) as exc:  # nothing answers, before the run or in the middle of it: exit 6 either way
         raise _fail(exc, EXIT_UNREACHABLE) from None
+    except OutputExists as exc:  # a file where the run's folder should be, or a folder that refuses writing: before any request
+        raise _fail(exc) from None
     except (ProbeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -494,8 +496,11 @@ def history_command(
     from ..io._sources import SourceError
     from ..run import RunError
 
+    from ..core._output import OutputUnwritable, check_writable
+
     _go_offline(offline)
     try:
+        check_writable(output / "history.json", "the history folder")  # before any source is read
         before = _history_size(output)
         history = append_history(sources, output)
     except (FileNotFoundError, SourceError) as exc:
@@ -503,7 +508,7 @@ def history_command(
     except (WitnessError, RunError, HistoryError) as exc:
         raise _fail(str(exc), 4) from None
     except OutputExists as exc:
-        raise _fail(f"{exc.problem}; a history folder holds history.json") from None
+        raise _fail(exc.problem if isinstance(exc, OutputUnwritable) else f"{exc.problem}; a history folder holds history.json") from None
     typer.echo(f"{output}: {history.entries.height - before} new entr{'y' if history.entries.height - before == 1 else 'ies'}, "
                f"{history.entries.height} in all")
 

@@ -38,7 +38,7 @@ def certify_command(
     output or a URL, 3 no such path or a folder that holds no run (as bia report and bia witness say of a folder with
     nothing to read), 4 not a run bia reads.
     """
-    from ..core._output import claim_output
+    from ..core._output import claim_output, write_atomic
     from ..report._inputs import run_directories
     from ..run import RunError, read_run
     from ..studies._certificate import certificate_document
@@ -69,7 +69,7 @@ def certify_command(
                 raise _fail(f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED) from None
     judgement = judge_runs(read, target_rate=target_rate, confidence=confidence)
     document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
-    output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    write_atomic(output, json.dumps(document, indent=2) + "\n")
     _print_lines(document, output)
     raise typer.Exit(document["exit_code"])
 

@@ -33,6 +33,48 @@ class OutputExists(FileExistsError):
         return self._said("--force")
 
 
+class OutputUnwritable(OutputExists):
+    """The output given cannot be written at all: a file stands where a folder above it should be, or that folder refuses
+    writing. Said before any work, as :class:`OutputExists` is (``--force`` would not help, so none is offered)."""
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Refuse ``path`` when the nearest folder above it that exists is a file, or cannot be written in."""
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise OutputUnwritable(f"{path}: {what} cannot be written: {above} is a file, not a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise OutputUnwritable(f"{path}: {what} cannot be written: {above} is not writable (permission denied)")
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file beside it, renamed into place: an error or a kill mid-way leaves
+    the old file or none, never half of the new one.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "sub" / "out.json"
+    >>> write_atomic(target, "{}").read_text(), [p.name for p in target.parent.iterdir()]
+    ('{}', ['out.json'])
+    """
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
 def claim_output(path: str | os.PathLike[str], *, force: bool = False, what: str = "output", folder: bool = False) -> Path:
     """Check that ``path`` may be written; with ``force``, clear what is there first.
 
@@ -65,8 +107,13 @@ def claim_output(path: str | os.PathLike[str], *, force: bool = False, what: str
     analysis.OutputExists: ...report.html: output already exists; give force=True to overwrite it
     >>> claim_output(target, force=True) == target
     True
+    >>> claim_output(target / "below.html")  # a file where its folder should be: said before any work
+    Traceback (most recent call last):
+    ...
+    analysis.core._output.OutputUnwritable: ...report.html/below.html: output cannot be written: ...report.html is a file, not a folder
     """
     path = Path(path)
+    check_writable(path, what)
     if folder and path.exists() and not path.is_dir():
         raise OutputExists(f"{path}: {what} must be a folder, and a file is there")
     if not folder and path.is_dir():

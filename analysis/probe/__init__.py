@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..core._output import check_writable
 from ..run import Unit, plan
 from ..run._arms import ARM_REPEATS, PREFIX_SHARES
 from ._arms import check_arms, cold_fields, completion_prefix, prefill_body, prefix_primer
@@ -244,6 +245,7 @@ async def probe(
     say = say or (lambda line: print(line, file=sys.stderr))
     check_address(url)
     check_timeout(timeout)
+    check_writable(folder, "the run directory")  # before any request: a file in the way, or a folder that refuses writing
     if not resume:
         check_settings(prompts, ladder, repeats, max_tokens, top_logprobs, layout)
         check_arms(arms, layout=layout)

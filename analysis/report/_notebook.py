@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 
+from ..core._output import write_atomic
 from ..io._bundled import PACKAGE
 
 
@@ -48,8 +49,7 @@ def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path,
         except papermill.PapermillExecutionError as exc:
             raise ReportError(f"the {what} notebook failed: {exc.ename}: {exc.evalue}") from None
         html = export_html(executed)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(html, encoding="utf-8")
+    write_atomic(output, html)  # a kill or an error while writing leaves no half-written report
     return output
 
 

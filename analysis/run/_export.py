@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..metrics import _columnar, parity
-from ..core._output import claim_output
+from ..core._output import claim_output, write_atomic
 from ..verdicts._witness_rules import derive_run_verdict
 from ._arms import main_arm
 from ._layout import _DEFAULTS, RunError, band_widths
@@ -193,5 +193,5 @@ def write_witness(run: Run, path: str | os.PathLike[str] | None = None, *, force
             raise RunError("an assembled run needs an explicit path for its witness")
         path = run.path / "witness.json"
     path = claim_output(path, force=force, what="the witness")
-    path.write_text(json.dumps(to_witness(run, **options), indent=2, sort_keys=True), encoding="utf-8")
+    write_atomic(path, json.dumps(to_witness(run, **options), indent=2, sort_keys=True))
     return path

@@ -1,0 +1,40 @@
+"""Outputs (issue 32 item 1): every command that writes checks that it can before any work, and writes through a temporary
+file renamed into place, so that an error or a kill mid-way leaves no half-written file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from analysis.core._output import write_atomic
+
+
+@pytest.mark.parametrize("command", [
+    ["report", "data/aprender-lambda", "-o", "{blocked}/r.html"],
+    ["certify", "data/experiment-cpu/default", "-o", "{blocked}/c.json"],
+    ["history", "data/experiment-cpu/default", "-o", "{blocked}/history"],
+    ["probe", "http://127.0.0.1:9", "-o", "{blocked}/run"],
+    ["experiment", "-o", "{blocked}/runs", "--modes", "default"],
+    ["assemble", "tests/samples/vllm_chat_nonstream_token_ids__OpenPipe-ART.json", "-o", "{blocked}/run", "--band-per-file"],
+])
+def test_an_output_under_a_file_is_refused_in_one_line_before_any_work(command, tmp_path):
+    """Issue 32 item 1: -o afile/r.html under a regular file ended in a FileExistsError traceback after the work. Every command
+    that writes now says so in one line, exit 2, before it reads or fires anything (the probe's port 9 is never asked)."""
+    blocked = tmp_path / "afile"
+    blocked.write_text("a file, not a folder")
+    words = [word.format(blocked=blocked) for word in command]
+    done = subprocess.run([sys.executable, "-m", "analysis", *words], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and lines[0].endswith(f"cannot be written: {blocked} is a file, not a folder")
+    assert blocked.read_text() == "a file, not a folder"
+
+
+def test_a_write_that_fails_mid_way_leaves_the_old_file_and_no_partial_one(tmp_path):
+    target = write_atomic(tmp_path / "certificate.json", '{"verdict": "GREEN"}\n')
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(target, '{"verdict": "RED", "why": "\ud800"}')  # a lone surrogate: the encoder fails part-way through the write
+    assert target.read_text() == '{"verdict": "GREEN"}\n' and [p.name for p in tmp_path.iterdir()] == ["certificate.json"]
