@@ -38,3 +38,20 @@ def test_a_write_that_fails_mid_way_leaves_the_old_file_and_no_partial_one(tmp_p
     with pytest.raises(UnicodeEncodeError):
         write_atomic(target, '{"verdict": "RED", "why": "\ud800"}')  # a lone surrogate: the encoder fails part-way through the write
     assert target.read_text() == '{"verdict": "GREEN"}\n' and [p.name for p in tmp_path.iterdir()] == ["certificate.json"]
+
+
+def test_ctrl_c_during_a_report_is_one_line_exit_130_and_leaves_the_old_report(tmp_path):
+    """Issue 32 item 3: Ctrl-C during bia report printed a 20-line zmq traceback from the kernel and no "interrupted" line."""
+    import signal
+    import time
+
+    old = tmp_path / "r.html"
+    old.write_text("yesterday's report")
+    child = subprocess.Popen([sys.executable, "-m", "analysis", "report", "-o", str(old), "--force"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    time.sleep(8)  # the notebook is running by now (its kernel starts in about 2 s)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130 and out == ""
+    assert err == "interrupted: bia report stopped before it finished; what it writes is written whole or not at all\n"
+    assert old.read_text() == "yesterday's report" and [p.name for p in tmp_path.iterdir()] == ["r.html"]

@@ -48,7 +48,18 @@ class Command(TyperCommand):
 
 
 class Group(TyperGroup):
-    """bia's command list: each command's first sentence, whole (wrapped, never cut with "...")."""
+    """bia's command list: each command's first sentence, whole (wrapped, never cut with "..."); and Ctrl-C in any command
+    ends with one line and exit 130 (typer's own handling says nothing)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        import typer
+
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            command = ctx.invoked_subcommand or "bia"
+            typer.echo(f"interrupted: bia {command} stopped before it finished; what it writes is written whole or not at all", err=True)
+            raise typer.Exit(130) from None
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         rows = [(name, command.get_short_help_str(limit=10_000)) for name in self.list_commands(ctx)

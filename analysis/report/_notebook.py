@@ -45,12 +45,30 @@ def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path,
                 # the kernel talks to this process over Unix sockets, not loopback TCP: ipykernel's "Kernel is running over TCP
                 # without encryption" warning, which every report printed, no longer applies (its own advice); its errors still show
                 config=Config({"KernelManager": {"transport": "ipc"}}) if os.name == "posix" else Config(),
+                # the kernel's own log goes to a file, not the terminal: a Ctrl-C that stops the report while the kernel is
+                # answering made it print a zmq traceback; a kernel that dies says why from that file
+                kernel_manager_class=_quiet_kernel_manager(Path(tmp) / "kernel.log"),
             )
         except papermill.PapermillExecutionError as exc:
             raise ReportError(f"the {what} notebook failed: {exc.ename}: {exc.evalue}") from None
+        except RuntimeError as exc:  # nbclient's DeadKernelError and its start-up time-out: what the kernel said, last
+            said = (Path(tmp) / "kernel.log").read_text(errors="replace").strip().splitlines()[-5:] if (Path(tmp) / "kernel.log").exists() else []
+            raise ReportError(f"the {what} notebook's kernel failed: {exc}" + (f"; it said: {' | '.join(said)}" if said else "")) from None
         html = export_html(executed)
     write_atomic(output, html)  # a kill or an error while writing leaves no half-written report
     return output
+
+
+def _quiet_kernel_manager(log: Path) -> type:
+    """The kernel manager papermill uses, with the kernel's stderr appended to ``log`` instead of the terminal's."""
+    from jupyter_client import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            with log.open("ab") as stderr:  # the kernel holds its own copy of the file once launched
+                await super()._async_launch_kernel(kernel_cmd, **{**kw, "stderr": stderr})
+
+    return QuietKernelManager
 
 
 def export_html(notebook: str | os.PathLike[str]) -> str:
