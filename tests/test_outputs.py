@@ -55,3 +55,12 @@ def test_ctrl_c_during_a_report_is_one_line_exit_130_and_leaves_the_old_report(t
     assert child.returncode == 130 and out == ""
     assert err == "interrupted: bia report stopped before it finished; what it writes is written whole or not at all\n"
     assert old.read_text() == "yesterday's report" and [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+def test_the_main_job_runs_from_any_folder_and_writes_where_the_user_stands(tmp_path):
+    """Issue 32 item 10: scripts/report.sh wrote its report into the checkout, whatever folder it was run from."""
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "report.sh"), "-o", "here.html", str(ROOT / "data" / "aprender-lambda")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "here.html").is_file() and not (ROOT / "here.html").exists()
+    assert oct((tmp_path / "here.html").stat().st_mode & 0o077) != oct(0)  # readable by others as any written file, not 0600

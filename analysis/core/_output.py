@@ -49,6 +49,13 @@ def check_writable(path: Path, what: str) -> None:
         raise OutputUnwritable(f"{path}: {what} cannot be written: {above} is not writable (permission denied)")
 
 
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it, then setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file beside it, renamed into place: an error or a kill mid-way leaves
     the old file or none, never half of the new one.
@@ -59,15 +66,19 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     >>> target = Path(tempfile.mkdtemp()) / "sub" / "out.json"
     >>> write_atomic(target, "{}").read_text(), [p.name for p in target.parent.iterdir()]
     ('{}', ['out.json'])
+    >>> oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # the mode a plain write gives, not a temporary file's 0600
+    True
     """
     import tempfile
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.is_file() else 0o666 & ~_umask()  # as a plain open() would leave it, not mkstemp's 0600
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(text)
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

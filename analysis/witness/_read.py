@@ -435,8 +435,8 @@ class WitnessSet:
     texts: dict[str, str]
     backend: str = "polars"
 
-    def __repr__(self) -> str:
-        counts = ", ".join(f"{len(getattr(self, name))} {name}" for name in _FRAME_NAMES)
+    def __repr__(self) -> str:  # "1 witness, 4 bands", as people count
+        counts = ", ".join(f"{n} {name if n != 1 else _ONE[name]}" for name in _FRAME_NAMES for n in [len(getattr(self, name))])
         return f"WitnessSet({counts}; backend={self.backend!r})"
 
     def _repr_html_(self) -> str:
@@ -463,6 +463,7 @@ class WitnessSet:
 
 
 _FRAME_NAMES = ("witnesses", "bands", "slots", "markers", "discrepancies")
+_ONE = {"witnesses": "witness", "bands": "band", "slots": "slot", "markers": "marker", "discrepancies": "discrepancy"}
 
 
 def _column(frame: Any, name: str) -> list[Any]:
