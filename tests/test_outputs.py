@@ -63,4 +63,6 @@ def test_the_main_job_runs_from_any_folder_and_writes_where_the_user_stands(tmp_
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "here.html").is_file() and not (ROOT / "here.html").exists()
-    assert oct((tmp_path / "here.html").stat().st_mode & 0o077) != oct(0)  # readable by others as any written file, not 0600
+    from analysis.core._output import _umask
+
+    assert (tmp_path / "here.html").stat().st_mode & 0o777 == 0o666 & ~_umask()  # as any written file, not a temporary file's 0600
