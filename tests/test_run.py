@@ -112,9 +112,16 @@ def test_assemble_from_loose_dumps(tmp_path):
         assemble_run([{"source": mapping[0]["source"]}])
 
 
-def test_run_errors(tmp_path):
+def test_run_errors(tmp_path, monkeypatch):
     with pytest.raises(RunError, match="no manifest.json"):
         read_run(tmp_path)
+    # issue 32 item 11: a notebook in notebooks/ reading "data/..." was told "no manifest.json"; the folder is not there
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunError) as missing:
+        read_run("data/experiment-cpu/default")
+    assert str(missing.value) == (f"data/experiment-cpu/default: no such folder (looked for in {tmp_path}); the bundled runs are "
+                                  "analysis.default_runs(), whatever the working folder")
+    monkeypatch.undo()
     write_json(tmp_path / "manifest.json", {"run_version": 9})
     with pytest.raises(RunError, match="run_version 9"):
         read_run(tmp_path)

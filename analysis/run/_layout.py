@@ -68,6 +68,9 @@ def _parse_json(text: str) -> Any:
 
 def load_manifest(path: Path) -> dict[str, Any]:
     manifest_path = path / "manifest.json"
+    if not path.exists():  # a relative path from another folder (a notebook in notebooks/, say): say where it was looked for
+        where = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
+        raise RunError(f"{path}: no such folder{where}; the bundled runs are analysis.default_runs(), whatever the working folder")
     if not manifest_path.exists():
         raise RunError(f"{path}: no manifest.json; a run directory starts with its manifest")
     try:
