@@ -32,6 +32,7 @@ from .experiment.decode import PACKED_KERNELS, check_tiled, step_outputs
 from .experiment.modes import kernel_mode
 
 LOG = logging.getLogger("bia.serve")
+REQUESTS = logging.getLogger("bia.requests")  # a line per request: what the terminal shows without -v
 MAX_TOP_LOGPROBS = 20
 
 
@@ -294,10 +295,12 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
         if not prompt:
             return _error(400, "the prompt is empty", "messages")
         want_logprobs, max_tokens = params.logprobs, params.max_tokens
+        started = time.monotonic()
         pending = await engine.submit(prompt, max_tokens, params.top_k)
         rid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
         if params.stream:
-            return StreamingResponse(_stream(pending, rid, want_logprobs, params.include_usage, len(prompt)), media_type="text/event-stream")
+            return StreamingResponse(_stream(pending, rid, want_logprobs, params.include_usage, len(prompt), started),
+                                     media_type="text/event-stream")
         entries, text = [], []
         while True:
             event = await pending.events.get()
@@ -305,12 +308,13 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
             text.append(entries[-1]["token"])
             if event["done"]:
                 break
+        _said(rid, len(prompt), len(entries), started, streamed=False)
         return JSONResponse({"id": rid, "object": "chat.completion", "model": model_name,
                              "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)}, "finish_reason": "length",
                                           "logprobs": {"content": entries} if want_logprobs else None}],
                              "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(entries), "total_tokens": len(prompt) + len(entries)}})
 
-    async def _stream(pending, rid, want_logprobs, usage, n_prompt):
+    async def _stream(pending, rid, want_logprobs, usage, n_prompt, started):
         def chunk(payload):
             return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
@@ -326,10 +330,15 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
                                       "finish_reason": "length" if event["done"] else None}]})
             if event["done"]:
                 break
+        _said(rid, n_prompt, n, started, streamed=True)
         if usage:
             yield chunk({"id": rid, "object": "chat.completion.chunk", "model": model_name, "choices": [],
                          "usage": {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}})
         yield "data: [DONE]\n\n"
+
+    def _said(rid: str, n_prompt: int, n: int, started: float, *, streamed: bool) -> None:
+        REQUESTS.info("%s: %d prompt and %d completion tokens in %.2f s%s", rid, n_prompt, n, time.monotonic() - started,
+                      " (streamed)" if streamed else "")
 
     async def health(request):
         parameter = next(model.parameters())

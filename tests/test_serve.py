@@ -318,3 +318,30 @@ def test_bia_serve_says_where_it_listens_once_it_does():
         server.communicate(timeout=30)
     assert busy.returncode == 2 and busy.stdout == ""
     assert f"error: --host 127.0.0.1 --port {port}: cannot listen there" in busy.stderr
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_bia_serve_says_a_line_per_request_and_each_step_only_with_v(tmp_path, verbose):
+    """Issue 32 item 8: bia serve wrote every decode step to stderr (3,915 lines for a few small probes). Now the terminal gets
+    one line per request, each step only with -v; --log-file keeps every step, as bia probe --server-log reads them."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "serve.log"
+    server = subprocess.Popen([sys.executable, "-m", "analysis", "serve", "--port", "0", "--log-file", str(log), *(["-v"] if verbose else [])],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url = re.search(r"http://\S+", server.stdout.readline())[0]
+        for stream in (False, True):
+            with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=30, json={
+                    "messages": [{"role": "user", "content": "If the argument is"}], "max_tokens": 6, "stream": stream}) as response:
+                assert response.status_code == 200 and response.read()
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    lines = err.splitlines()
+    requests = [line for line in lines if re.fullmatch(r"chatcmpl-\w+: \d+ prompt and 6 completion tokens in [\d.]+ s( \(streamed\))?", line)]
+    steps = [line for line in lines if "Batch m=" in line]
+    assert len(requests) == 2 and requests[1].endswith("(streamed)")
+    assert (len(steps) >= 12) if verbose else (steps == [] and len(lines) == 2)
+    assert sum("Batch m=" in line for line in log.read_text().splitlines()) >= 12  # the log file keeps every step either way

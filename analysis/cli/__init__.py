@@ -435,9 +435,13 @@ def serve_command(
     dtype: Annotated[str, typer.Option(metavar="DTYPE", help="float32 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, or cuda when torch sees a GPU.")] = "cpu",
     model: Annotated[Optional[Path], typer.Option(help="Model weights; the bundled tiny model by default.")] = None,
-    log_file: Annotated[Optional[Path], typer.Option(help="Also append the per-step batch log here.")] = None,
+    log_file: Annotated[Optional[Path], typer.Option(help="Append the per-step batch log here (what bia probe --server-log reads).")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print every decode step's batch line on the terminal.")] = False,
 ) -> None:
-    """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching."""
+    """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching.
+
+    The terminal gets a line per request (and the start-up line); every decode step's batch line goes to --log-file, and
+    to the terminal only with -v."""
     import logging
 
     _need_extra("torch", "torch", "serve")
@@ -472,7 +476,10 @@ def serve_command(
         raise _fail(str(exc)) from None
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise _fail(f"--model {weights}: cannot load it: {exc}") from None
-    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    terminal = logging.StreamHandler()
+    if not verbose:  # a step a line is thousands of lines for a few probes: the log file keeps them
+        terminal.addFilter(lambda record: record.name != "bia.serve" or record.levelno > logging.INFO)
+    handlers: list[logging.Handler] = [terminal]
     if log_file is not None:
         handlers.append(logging.FileHandler(log_file))
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
