@@ -4,16 +4,18 @@ runs and holds every surface to the same verdict."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import re
 
 import polars as pl
 import pytest
 
 from analysis import RunError, assemble_run, certificate, judge, write_run
 from analysis.studies._certificate import certificate_document
-from analysis.studies._judgement import (SCHEMA, Judgement, Subject, _alone_states, _formation, _states, answer_html, cost_words, judge_arm,
-                                         judge_runs, worst)
+from analysis.studies._judgement import (SCHEMA, Judgement, Subject, _alone_states, _formation, _states, _with_measured_fix, answer_html,
+                                         cost_words, judge_arm, judge_runs, worst)
 
 CP = {"target_rate": 0.01, "confidence": 0.95}
 _SLOT = {"arm": pl.String, "prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "diverged": pl.Boolean,
@@ -95,7 +97,7 @@ def test_a_missing_c_or_request_is_unverified_and_says_how_to_finish():
     # the ladder asks 1, 4 and 8; only c=4 came back
     row = _judge(_slots(8), ladder=(1, 4, 8), target_rate=0.9, needed=3)
     assert (row["verdict"], row["cs_missing"]) == ("UNVERIFIED", [8])
-    assert row["reason"] == "no request parts from m=1, but no batched request at c=8 of its ladder"
+    assert row["reason"] == "no request parts from m=1, but no batched request at c=8 of its ladder" and row["cause"] == "incomplete evidence"
     subject = Subject("runs/x", {"url": "http://127.0.0.1:8080/v1/chat/completions"}, [1, 4])
     gone = _judge(_slots(8), subject=subject, missing=3, target_rate=0.9, needed=3)
     assert gone["verdict"] == "UNVERIFIED" and gone["missing"] == 3
@@ -103,6 +105,10 @@ def test_a_missing_c_or_request_is_unverified_and_says_how_to_finish():
     assert gone["next_step"] == "finish the run: bia probe http://127.0.0.1:8080 -o runs/x --resume"
     stopped = _judge(_slots(8), subject=Subject("x", {"complete": False}, [1, 4]), target_rate=0.9, needed=3)
     assert stopped["verdict"] == "UNVERIFIED" and stopped["reason"].endswith("the run did not finish")
+    # each gap named, one after the other
+    both = _judge(_slots(4, max_ulp={0: None}), subject=Subject("x", {"complete": False}, [1, 4]))
+    assert both["reason"] == ("no request parts from m=1, but the run did not finish; 1 of 4 batched requests have no logprobs recorded, "
+                              "so their bits are unknown")
 
 
 # --- RED: alone first, then batched ---------------------------------------------------------------
@@ -119,6 +125,9 @@ def test_references_that_differ_are_red_run_to_run_and_name_no_batch():
     assert row["reason"] == ("not reproducible alone (run to run): 1 of 3 requests sent alone part from ref #1 of their prompt, the first "
                              "p ref #2, sent alone: its logprob bits differ from ref #1 from token 0 (up to 26 ULP); batching is not "
                              "judged until the server repeats itself alone")
+    # ref #2 and the c=1 request of repeat 1 both part: ref #2, told of first, is named
+    both = _judge(pl.concat([_slots(2, c=1, diverged={1: True}, divergence_at={1: 3}), _slots(8)]), refs=refs)
+    assert (both["alone_parted"], both["first_request"]["role"]) == (2, "ref #2")
     # the batched request that parted is still counted, but not named
     assert row["divergent"] == 1 and "c=4" not in row["first"]
     # the cache counters grew while it ran: the cause is the prompt cache, and the step turns it off
@@ -179,6 +188,7 @@ def test_a_band_never_seen_formed_is_unverified():
     assert unknown["next_step"] == "raise the batch limit so each c forms: a batch limit of 4"
     narrow = _judge(slots, bands=_bands(slots, r1=(3, "metrics")))
     assert narrow["verdict"] == "UNVERIFIED" and narrow["unformed"][0]["widest_seen"] == 3
+    assert narrow["reason"].endswith("(the first p c=4 repeat 1: the widest seen m=3)")
     # the gauge saw 1, the streams 4 at once: another kind of evidence saw it formed
     assert _judge(slots, bands=_bands(slots, r1=(1, "metrics; streams 4")))["verdict"] == "AMBER"
     # a band of one needs no width evidence: there is no batch to form
@@ -202,11 +212,44 @@ def test_edges_of_the_request_states_and_band_formation():
                             reference_length={4: None})).select("tokens_parted", "bits_parted", "bits_unknown", "at").rows()
     assert states == [(False, False, False, None), (True, False, False, 0), (False, False, True, None), (False, False, False, None),
                       (True, False, False, 5)]  # empty where m=1 has 5; bits unknown; no m=1 length: parts at its own end
+    # a stream as empty as m=1's has nothing to record; a one-token stream without its logprob has its bits unknown
+    short = _states(_slots(2, length={0: 0, 1: 1}, reference_length={0: 0, 1: 1}, bitwise_prefix={0: 0, 1: 0}, max_ulp={0: None, 1: None}))
+    assert short.select("tokens_parted", "bits_parted", "bits_unknown").rows() == [(False, False, False), (False, False, True)]
     longer = _states(_slots(1, length={0: 6}, bitwise_prefix={0: 5}))
     assert longer.select("tokens_parted", "at").row(0) == (True, 5)  # parts where m=1 ended, not at its own end
     bands = pl.DataFrame({"prompt_id": ["p"] * 4, "band_c": [4, 4, 8, 1], "repeat": [0, 1, 0, 0], "m_formed": [2, None, 8, None],
                           "width_evidence": ["log; metrics 3; streams 4", None, "log", None]})
     assert _formation(bands).select("widest_seen", "formed").rows() == [(4, True), (None, False), (8, True), (None, True)]
+
+
+
+def test_the_unformed_bands_are_listed_by_c_then_prompt_then_repeat():
+    # four batched bands never seen formed, given out of order: c=4 p repeat 1, c=8 p repeat 0, c=4 q repeat 0, c=4 p repeat 0
+    slots = pl.concat([_slots(8), _slots(8, c=8), _slots(4).with_columns(prompt_id=pl.lit("q"))])
+    bands = pl.DataFrame({"arm": ["copies"] * 4, "prompt_id": ["p", "p", "q", "p"], "band_c": [4, 8, 4, 4], "repeat": [1, 0, 0, 0],
+                          "m_formed": [None] * 4, "width_evidence": [None] * 4}, schema_overrides={"m_formed": pl.Int64, "width_evidence": pl.String})
+    row = _judge(slots, bands=bands, ladder=(1, 4, 8))
+    assert [(band["c"], band["prompt_id"], band["repeat"]) for band in row["unformed"]] == [(4, "p", 0), (4, "p", 1), (4, "q", 0), (8, "p", 0)]
+    assert row["reason"] == ("no request parts from m=1, but 4 of 4 batched bands never seen formed at their c (the first p c=4 repeat 0: "
+                             "no width seen)")
+
+
+def test_every_c_missing_from_the_ladder_is_named():
+    row = _judge(_slots(8), ladder=(1, 4, 8, 16))  # only c=4 came back
+    assert row["reason"] == "no request parts from m=1, but no batched request at c=8, 16 of its ladder"
+
+
+def test_references_that_part_in_tokens_and_a_request_alone_that_parts_in_bits_are_run_to_run():
+    # ref #2 takes another token at token 2 (its bits the same until then)
+    tokens = _judge(_slots(8), refs=_refs(diverged=True, divergence_at=2, bitwise_prefix=2, max_ulp=None))
+    assert (tokens["verdict"], tokens["cause"], tokens["alone_parted"]) == ("RED", "run-to-run", 1)
+    assert tokens["first"] == "p ref #2, sent alone: its tokens part at token 2"
+    # the c=1 request of repeat 1 has m=1's tokens, its logprob bits differ from token 3 (4 ULP)
+    bits = _judge(pl.concat([_slots(2, c=1, bitwise_prefix={1: 3}, max_ulp={1: 4}), _slots(8)]))
+    assert (bits["verdict"], bits["cause"], bits["alone_parted"], bits["alone"]) == ("RED", "run-to-run", 1, 3)
+    assert bits["first_request"] == {"prompt_id": "p", "c": 1, "repeat": 1, "slot": 0, "role": "copies c=1", "at": 3, "max_ulp": 4, "parted": "bits"}
+    assert bits["first"] == "p sent alone (copies c=1 repeat 1 slot 0): its logprob bits differ from ref #1 from token 3 (up to 4 ULP)"
+    assert bits["bands"] == 2  # c=4's two repeats; the c=1 bands batch nothing
 
 
 # --- cost, schema, documents -------------------------------------------------------------------------
@@ -227,7 +270,26 @@ def test_the_cost_compares_rates_of_one_origin_with_an_interval_from_three_each(
     two = _judge(pl.concat([alone.head(2), batched.head(2)]))
     assert two["cost_by_c"][0] == {"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 2, "rates": 2,
                                    "median": 50.0, "base_median": 100.0}
-    assert cost_words(two["cost_by_c"]) == "c=4 0.50× of c=1’s decode rate per request (streams’ timings)"
+    assert cost_words(two["cost_by_c"]) == "c=4 0.50× of c=1’s decode rate per request (streams’ timings)" == two["cost"]
+    # an interval where there is one; two origins named together (sorted: the server's first)
+    assert cost_words([{"c": 4, "ratio": 0.8, "low": 0.7, "high": 0.9, "origin": "streams"}, {"c": 8, "ratio": 0.5, "origin": "server"}]) == (
+        "c=4 0.80× (0.70–0.90), c=8 0.50× of c=1’s decode rate per request (the server’s timings and streams’ timings)")
+
+
+def test_the_cost_skips_a_c_with_no_rates_of_c1s_origin_and_unmeasured_rates():
+    # c=1: 80 tok/s and an unmeasured 0 (left out); c=2: 0.5 and 0.25 tok/s, slow but measured; c=4 timed by the server only
+    # (c=1 by the streams: no ratio, skipped); c=8: 40 tok/s
+    stream, server = "stream", "server: t_sum / t_count, band mean"
+    slots = pl.concat([_slots(2, c=1, decode_tok_s={0: 80.0, 1: 0.0}, decode_rate_origin={0: stream, 1: stream}),
+                       _slots(2, c=2, decode_tok_s={0: 0.5, 1: 0.25}, decode_rate_origin={0: stream, 1: stream}),
+                       _slots(4, decode_tok_s={0: 60.0}, decode_rate_origin={0: server}),
+                       _slots(8, c=8, decode_tok_s={0: 40.0}, decode_rate_origin={0: stream})])
+    row = _judge(slots, ladder=(1, 2, 4, 8))
+    # median(0.5, 0.25) / 80 = 0.375 / 80 = 0.0046875; 40 / 80 = 0.5
+    assert row["cost_by_c"] == [{"c": 2, "ratio": 0.0046875, "low": None, "high": None, "origin": "streams", "base_rates": 1, "rates": 2,
+                                 "median": 0.375, "base_median": 80.0},
+                                {"c": 8, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 1, "rates": 1,
+                                 "median": 40.0, "base_median": 80.0}]
 
 
 def test_a_red_torch_run_is_told_what_row_invariant_cost_beside_it():
@@ -269,13 +331,16 @@ def test_the_rows_carry_their_target_and_the_bound_must_be_below_it():
     assert frame.schema == pl.Schema(SCHEMA)
 
 
-def test_worst_verdict():
-    assert worst(["GREEN", "GREEN"]) == "GREEN"
-    assert worst(["AMBER", "GREEN"]) == "AMBER"
-    assert worst(["AMBER", "UNVERIFIED"]) == "UNVERIFIED"
-    assert worst(["UNVERIFIED", "RED", "AMBER"]) == "RED"
-    assert worst(["RED", "GREEN"]) == "RED"
-    assert worst([]) == "GREEN"  # nothing certified fails nothing; bia certify refuses an input with no run before this
+def test_the_evidence_in_a_line():
+    # 0 of 8 at c=4, repeat 1's band unformed: the bound 1 - 0.05^(1/8) = 31.2%; ref #2 matches
+    slots = _slots(8)
+    assert _judge(slots, bands=_bands(slots, r1=(None, None)))["evidence"] == (
+        "8 batched requests, 1 of 2 bands seen formed; bound 31.2% at 95% (299 needed); alone: 1 of 1 match ref #1")
+    # nothing batched: no bound; ref #2 and the three c=1 requests match
+    assert _judge(_slots(3, c=1), ladder=(1,))["evidence"] == "0 batched requests, 0 of 0 bands seen formed (299 needed); alone: 4 of 4 match ref #1"
+    # ref #2 parts: 2 of the 3 sent alone match (the two c=1 requests)
+    red = _judge(pl.concat([_slots(2, c=1), _slots(4)]), refs=_refs(bitwise_prefix=0, max_ulp=26))
+    assert red["evidence"].endswith("; alone: 2 of 3 match ref #1")
 
 
 def test_the_certificate_document_and_the_answer_hold_every_row_under_the_worst_verdict():
@@ -294,28 +359,122 @@ def test_the_certificate_document_and_the_answer_hold_every_row_under_the_worst_
     assert 'data-verdict="AMBER"' in html and 'data-verdict="RED"' in html
 
 
+
+def _answer_cells(rows: list[dict], **options) -> list[list[str]]:
+    """Each row of the answer table (or, with ``full``, Jupyter's view) as the text of its cells."""
+    html = answer_html(Judgement(pl.DataFrame(rows, schema=SCHEMA, orient="row")), **options)
+    return [re.findall(r"<td[^>]*>(.*?)</td>", tr) for tr in re.findall(r"<tr data-run=.*?</tr>", html)]
+
+
+def test_the_answer_table_is_one_row_of_six_cells_per_run_and_arm():
+    # 0 of 4 at c=4: AMBER, the bound 1 - 0.05^(1/4) = 52.7%; its cost and next step set by hand (escaped where they hold markup)
+    cost = [{"c": 4, "ratio": 0.8, "low": 0.7, "high": 0.9, "origin": "streams", "base_rates": 3, "rates": 3},
+            {"c": 8, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 3, "rates": 2}]
+    row = _judge(_slots(4)) | {"run": "r<1>", "cost_by_c": cost, "next_step": "wait & see"}
+    judgement = Judgement(pl.DataFrame([row], schema=SCHEMA, orient="row"))
+    tr = (f'<tr data-run="r&lt;1&gt;" data-arm="copies" data-verdict="AMBER" title="{row["reason"]}"><td class="bia-warn"><b>AMBER</b></td>'
+          '<td><code>r&lt;1&gt;</code> (copies)</td><td>0/4 batched part; bound 52.7% ≥ 1%</td><td>0.80× / 0.50× at c=4 / 8</td>'
+          '<td>4 batched, 1/1 bands formed</td><td>wait &amp; see</td></tr>')
+    head = ("<thead><tr><th>verdict</th><th>run (arm)</th><th>why</th><th>decode rate vs c=1</th><th>evidence</th><th>next step</th>"
+            "</tr></thead>")
+    assert answer_html(judgement) == f'<table id="answer" class="bia-table bia-answer">{head}<tbody>{tr}</tbody></table>'
+    assert answer_html(judgement, table_id="t&1").startswith('<table id="t&amp;1" class="bia-table bia-answer"><thead>')
+    # Jupyter's view: no id, and the why column holds the whole reason (AMBER has no cause)
+    full = tr.replace("0/4 batched part; bound 52.7% ≥ 1%", row["reason"])
+    assert judgement._repr_html_() == f'<table class="bia-table bia-answer">{head}<tbody>{full}</tbody></table>'
+    # two rows side by side, nothing between them; no cost measured, no next step
+    bare = row | {"run": "b", "cost_by_c": [], "next_step": None}
+    assert answer_html(Judgement(pl.DataFrame([row, bare], schema=SCHEMA, orient="row"))).count("</tr><tr data-run=") == 1
+    assert _answer_cells([bare])[0][3:] == ["unmeasured", "4 batched, 1/1 bands formed", ""]
+
+
+def test_the_answer_says_why_in_a_line_and_jupyter_says_it_in_full():
+    refs = _refs(bitwise_prefix=0, max_ulp=26)
+    alone_ref = _judge(pl.concat([_slots(2, c=1), _slots(8)]), refs=refs)  # ref #2 parts in bits from token 0
+    alone_c1 = _judge(pl.concat([_slots(2, c=1, diverged={1: True}, divergence_at={1: 3}), _slots(8)]))  # c=1 repeat 1 parts at token 3
+    batched_bits = _judge(_slots(8, bitwise_prefix={6: 3}, max_ulp={6: 2}))  # repeat 1 slot 2, bits from token 3
+    batched_tokens = _judge(_slots(4, diverged={1: True}, divergence_at={1: 0}))  # slot 1, tokens from token 0
+    slots = _slots(8)
+    unformed = _judge(slots, bands=_bands(slots, r1=(None, None)))  # repeat 1's band never seen formed: 1 of 2 formed
+    green = _judge(_slots(299))
+    rows = [alone_ref, alone_c1, batched_bits, batched_tokens, unformed, green]
+    assert [cells[2] for cells in _answer_cells(rows)] == [
+        "run-to-run: 1/3 alone part; first p ref #2 alone, bits from token 0",
+        "run-to-run: 1/3 alone part; first p alone (c=1), tokens at 3",
+        "co-batching: 1/8 batched part; first p c=4 slot 2, bits from token 3",
+        "co-batching: 1/4 batched part; first p c=4 slot 1, tokens at 0",
+        "1 of 2 batched bands never seen formed at their c (the first p c=4 repeat 1: no width seen)",
+        "0/299 batched part; bound 0.997% &lt; 1%",
+    ]
+    assert _answer_cells([unformed])[0][4] == "8 batched, 1/2 bands formed"
+    # a witness's requests have no prompt: nothing stands in for it
+    nameless = [r | {"first_request": r["first_request"] | {"prompt_id": None}} for r in (alone_ref, alone_c1, batched_bits)]
+    assert [cells[2] for cells in _answer_cells(nameless)] == [
+        "run-to-run: 1/3 alone part; first ref #2 alone, bits from token 0", "run-to-run: 1/3 alone part; first alone (c=1), tokens at 3",
+        "co-batching: 1/8 batched part; first c=4 slot 2, bits from token 3"]
+    # in full: the cause, then the whole reason; a row with no cause shows its reason alone
+    full = [cells[2] for cells in _answer_cells([batched_bits, green], table_id=None, full=True)]
+    assert full == [f"co-batching: {batched_bits['reason']}", green["reason"]]
+
+
+def test_a_judgement_prints_a_line_a_row_and_copies_like_any_object():
+    rows = [_judge(_slots(4)) | {"run": "a"}, _judge(_slots(4, bitwise_prefix={3: 1})) | {"run": "b"}]
+    judgement = Judgement(pl.DataFrame(rows, schema=SCHEMA, orient="row"))
+    assert repr(judgement) == f"AMBER a (copies): {rows[0]['reason']}\nRED b (copies): {rows[1]['reason']}"
+    assert repr(Judgement(pl.DataFrame(schema=SCHEMA))) == "Judgement(nothing judged)"
+    assert [row["run"] for row in judgement] == ["a", "b"] and (judgement + judgement)["run"].to_list() == ["a", "b", "a", "b"]
+    # the frame's public methods pass through; private names do not, so copy and pickle find no frame's state to follow
+    assert judgement.height == 2 and judgement.select("run").rows() == [("a",), ("b",)]
+    with pytest.raises(AttributeError, match="^_df$"):
+        judgement._df  # noqa: B018
+    twin = copy.deepcopy(judgement)
+    assert twin.frame.equals(judgement.frame) and twin.verdict == "RED"
+
+
+def test_a_bit_difference_with_no_ulp_and_a_request_alone_with_no_repeat_are_worded_without_them():
+    # +0.0 and -0.0: bits differ at token 1, 0 ULP apart (max_ulp 0): no "(up to 0 ULP)"
+    assert _judge(_slots(4, bitwise_prefix={0: 1}))["first"] == "p c=4 repeat 0 slot 0: its logprob bits differ from ref #1 from token 1"
+    # an assembled run's request alone has no repeat
+    row = _judge(pl.concat([_slots(1, c=1, repeat={0: None}, diverged={0: True}, divergence_at={0: 3}), _slots(8)]))
+    assert row["first"] == "p sent alone (copies c=1 slot 0): its tokens part at token 3"
+
+
+def test_the_cost_from_the_servers_timing_on_both_sides():
+    # two requests a side timed by the server (its t_sum / t_count): 40 / 80 = 0.5, no interval below three rates a side
+    origin = "server: t_sum / t_count, band mean"
+    alone = _slots(2, c=1, decode_tok_s={0: 80.0, 1: 80.0}, decode_rate_origin={0: origin, 1: origin})
+    batched = _slots(4, decode_tok_s={0: 40.0, 1: 40.0}, decode_rate_origin={0: origin, 1: origin})
+    row = _judge(pl.concat([alone, batched]))
+    assert row["cost_by_c"] == [{"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "server", "base_rates": 2, "rates": 2,
+                                 "median": 40.0, "base_median": 80.0}]
+    assert row["cost"] == "c=4 0.50× of c=1’s decode rate per request (the server’s timings)"
+
+
 # --- runs assembled from streams written by hand ---------------------------------------------------
 
 
-def _chat(path, tokens: list[tuple[str, float]]) -> str:
+def _chat(path, tokens: list[tuple[str, float]], arm: str | None = None) -> str:
+    """A chat completion of ``tokens``; with ``arm``, in the capture envelope a run with arms writes (its arm named)."""
     entries = [{"token": t, "bytes": list(t.encode()), "logprob": lp, "top_logprobs": [{"token": t, "bytes": list(t.encode()), "logprob": lp}]}
                for t, lp in tokens]
-    path.write_text(json.dumps({"id": path.stem, "object": "chat.completion", "model": "m", "choices": [{
+    payload = {"id": path.stem, "object": "chat.completion", "model": "m", "choices": [{
         "index": 0, "message": {"role": "assistant", "content": "".join(t for t, _ in tokens)}, "finish_reason": "length",
-        "logprobs": {"content": entries}}], "usage": {"prompt_tokens": 3, "completion_tokens": len(tokens), "total_tokens": 3 + len(tokens)}}))
+        "logprobs": {"content": entries}}], "usage": {"prompt_tokens": 3, "completion_tokens": len(tokens), "total_tokens": 3 + len(tokens)}}
+    path.write_text(json.dumps(payload if arm is None else {"response": payload, "arm": arm}))
     return str(path)
 
 
 A = [("a", -0.5), ("b", -0.25), ("c", -0.125)]
 
 
-def _run(tmp_path, band, *, widths=(2,), layout=None, prompt="p", second=A):
-    """A prompt: m=1 references A and ``second``, and one band of c=2 with the given streams (its widths as the server log saw them)."""
+def _run(tmp_path, band, *, widths=(2,), layout=None, prompt="p", second=A, cache=None):
+    """A prompt: m=1 references A and ``second``, and one band of c=2 with the given streams (its widths as the server log saw them,
+    and ``cache``: its cache counters before and after)."""
     mapping = [{"source": _chat(tmp_path / f"r{k}.json", s), "prompt_id": prompt, "role": "reference", "slot": k} for k, s in enumerate((A, second))]
     mapping += [{"source": _chat(tmp_path / f"b{k}.json", s), "prompt_id": prompt, "role": "band", "band_c": 2, "slot": k}
                 for k, s in enumerate(band)]
     manifest = {"ladder": [2], "prompts": [{"prompt_id": prompt, "text": "x"}],
-                "m_formed": [{"prompt_id": prompt, "band_c": 2, "widths": list(widths)}]}
+                "m_formed": [{"prompt_id": prompt, "band_c": 2, "widths": list(widths)} | ({"cache": cache} if cache else {})]}
     if layout:
         manifest["requested"] = {"layout": layout}
     return assemble_run(mapping, manifest)
@@ -366,3 +525,77 @@ def test_bad_arguments_are_named_before_the_run_is_read(tmp_path):
         certificate(tmp_path / "nothing-here", confidence=1)
     with pytest.raises(RunError, match="no manifest.json"):
         judge(tmp_path)
+
+
+B = [("a", -0.5), ("b", -0.2500001), ("c", -0.125)]  # A with token 1's float32 logprob 3 ULP away
+
+
+def test_references_that_differ_are_the_prompt_cache_only_when_its_counters_grew(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    grew = _run(tmp_path / "a", [A, A], second=B, cache={"llamacpp:prompt_tokens_cached_total": {"before": 10, "after": 11}})
+    row = judge(grew).frame.row(0, named=True)
+    assert (row["verdict"], row["cause"]) == ("RED", "prompt cache")  # 1 cached prompt token served: +1 > 0
+    assert row["reason"].startswith("not reproducible alone (its prompt cache): 1 of 1 requests sent alone part from ref #1")
+    # the counter stood still (+0): the references differ run to run, not from the cache
+    still = _run(tmp_path / "b", [A, A], second=B, cache={"llamacpp:prompt_tokens_cached_total": {"before": 10, "after": 10}})
+    row = judge(still).frame.row(0, named=True)
+    assert row["cause"] == "run-to-run" and row["reason"].startswith("not reproducible alone (run to run): ")
+
+
+def _off(k: int) -> list[tuple[str, float]]:
+    """A with token k's logprob 1e-7 lower: its float32 bits differ at token k, by 1e-7 over float32's spacing there (2^-24 on
+    [0.5, 1), 2^-25 on [0.25, 0.5), 2^-26 on [0.125, 0.25)): 1.7, 3.4 and 6.7, so 2, 3 and 7 ULP for tokens 0, 1 and 2."""
+    return [(t, lp - 1e-7 if j == k else lp) for j, (t, lp) in enumerate(A)]
+
+
+def test_a_batched_request_that_parts_takes_its_cause_from_the_attribution_ladder(tmp_path):
+    # a run with the cache, copies and mixed arms: the cache arm's request (warm, alone) parts from token 1, copies' c=2 slot 0
+    # from token 2 (so the warm cache, on the ladder before co-batching, already explains it), copies' slot 1 not at all, and
+    # mixed's slot 0 from token 0 (before the cache's part: only mixing explains it)
+    streams = {"k": (_off(1), 1, 0, "cache"), "c0": (_off(2), 2, 0, "copies"), "c1": (A, 2, 1, "copies"), "m0": (_off(0), 2, 0, "mixed")}
+    mapping = [{"source": _chat(tmp_path / f"r{k}.json", A, "reference"), "prompt_id": "p", "role": "reference", "slot": k} for k in (0, 1)]
+    mapping += [{"source": _chat(tmp_path / f"{name}.json", stream, arm), "prompt_id": "p", "role": "band", "band_c": c, "slot": slot, "repeat": 0}
+                for name, (stream, c, slot, arm) in streams.items()]
+    run = assemble_run(mapping, {"ladder": [2], "arms": ["cache", "copies", "mixed"], "prompts": [{"prompt_id": "p", "text": "x"}],
+                                 "m_formed": [{"prompt_id": "p", "band_c": 2, "widths": [2]}]})
+    rows = judge(run).frame.select("arm", "verdict", "cause", "first").rows()
+    assert rows == [("copies", "RED", "cache state", "p c=2 repeat 0 slot 0: its logprob bits differ from ref #1 from token 2 (up to 7 ULP)"),
+                    ("mixed", "RED", "mixing", "p c=2 repeat 0 slot 0: its logprob bits differ from ref #1 from token 0 (up to 2 ULP)")]
+
+
+def test_a_stream_that_ends_early_is_co_batching_or_mixing_by_its_arm(tmp_path):
+    # slot 1 stops after 2 of m=1's 3 tokens, the 2 bit for bit: the ladder (which compares bits) lists no part, so the arm names it
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    for folder, layout, cause in (("a", None, "co-batching"), ("b", "needle", "mixing")):
+        row = judge(_run(tmp_path / folder, [A, A[:2]], layout=layout)).frame.row(0, named=True)
+        assert (row["verdict"], row["cause"], row["first"]) == ("RED", cause, "p c=2 slot 1: its tokens part at token 2")
+
+
+def test_the_batched_arms_are_judged_and_a_run_with_none_is_judged_by_its_first(tmp_path):
+    # references and one c=2 band of two; the plan of each arm decides what is missing
+    def arms_of(name, arms):
+        (tmp_path / name).mkdir()
+        mapping = [{"source": _chat(tmp_path / name / f"r{k}.json", A), "prompt_id": "p", "role": "reference", "slot": k} for k in (0, 1)]
+        mapping += [{"source": _chat(tmp_path / name / f"b{k}.json", A), "prompt_id": "p", "role": "band", "band_c": 2, "slot": k, "repeat": 0}
+                    for k in (0, 1)]
+        manifest = {"ladder": [2], "arms": arms, "prompts": [{"prompt_id": "p", "text": "x"}], "m_formed": [{"prompt_id": "p", "band_c": 2, "widths": [2]}]}
+        return judge(assemble_run(mapping, manifest)).frame
+    assert arms_of("none", [])["arm"].to_list() == ["copies"]  # an empty list reads as a run made before arms
+    controls = arms_of("controls", ["cache", "repeat"])  # no batched arm: the first, once
+    assert controls["arm"].to_list() == ["cache"]
+    assert controls["missing"].to_list() == [0]  # its plan's missing request alone (c=1) is not a batched one
+    assert arms_of("cache", ["cache", "copies"])["arm"].to_list() == ["copies"]
+    both = arms_of("both", ["copies", "mixed"])
+    # the mixed arm's request (the needle, slot 0 at c=2) was never sent: 1 missing, and no batched request of its own
+    assert both.select("arm", "requests", "missing").rows() == [("copies", 2, 0), ("mixed", 0, 1)]
+    assert both["reason"][1] == ("no request parts from m=1, but no batched request came back (c > 1): nothing to compare with m=1; "
+                                 "1 batched request(s) of its plan never came back")
+
+
+
+def test_runs_judged_together_give_a_row_each_in_order(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    runs = [write_run(_run(tmp_path / "a", [A, A]), tmp_path / "a" / "run"), write_run(_run(tmp_path / "b", [A, _off(1)]), tmp_path / "b" / "run")]
+    judgement = judge_runs(runs)
+    assert judgement.frame.select("run", "verdict").rows() == [(str(runs[0]), "AMBER"), (str(runs[1]), "RED")]
+    assert judgement.verdict == "RED" and len(judge_runs([])) == 0 and judge_runs([]).frame.schema == pl.Schema(SCHEMA)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import copy
 import json
 
+import polars as pl
 import pytest
 from conftest import LAMBDA, V2_WITNESS, write_json
 
 from analysis import judge, read_witnesses
+from analysis.studies._judgement import SCHEMA
 from analysis.studies._witness_judgement import judge_witnesses
 
 V2 = json.loads(V2_WITNESS.read_text())
@@ -96,3 +98,95 @@ def test_the_cost_is_each_band_rate_over_c1s(tmp_path):
 def test_every_bundled_witness_is_judged_once(name):
     judgement = judge(read_witnesses(LAMBDA / name, progress=False))
     assert len(judgement) == 1 and judgement.verdict == "RED"
+
+
+# --- witnesses written by hand: every field of the row -----------------------------------------------
+
+
+def _slot(i, agree_to, completion_tokens=128, refused=None) -> dict:
+    return {"i": i, "agree_to": agree_to, "completion_tokens": completion_tokens, "refused": refused}
+
+
+def _witness(bands, *, span=None, tokens=128) -> dict:
+    """V2's identity with the bands (c, m_formed, decode_tok_s, slots) given, and its m=1 references parting at ``span`` of ``tokens``."""
+    data = copy.deepcopy(V2)
+    data["bands"] = [{"c": c, "m_formed": m, "result": "PASS", "declared_min": 64, "divergence_at": None, "decode_tok_s": rate, "slots": slots}
+                     for c, m, rate, slots in bands]
+    data["reference"]["self_divergence_at"], data["reference"]["tokens"] = span, tokens
+    return data
+
+
+def test_a_hand_made_witness_at_its_own_target_gives_every_field(tmp_path):
+    # c=1 (m_formed unknown: a band of one forms nothing), c=2 with m_formed unknown and slot 1 refused, c=4 formed; every slot
+    # agrees with m=1 through its length: c=4 slot 1 ran on to 130 tokens but agrees through m=1's 128, slot 2 stopped at 100
+    # tokens and agrees through all of them (the witness card's rule: a slot parts only before min(its length, m=1's)), and
+    # slot 3's agreement was not recorded (not a parting)
+    bands = [(1, None, 100.0, [_slot(0, 128)]), (2, None, 80.0, [_slot(0, 128), _slot(1, None, refused="timeout")]),
+             (4, 4, 50.0, [_slot(0, 128), _slot(1, 128, 130), _slot(2, 100, 100), _slot(3, None)])]
+    # the m=1 references agree through all 128 tokens (self_divergence_at 128 = their length): they do not part
+    path = write_json(tmp_path / "w.json", _witness(bands, span=128))
+    row = judge_witnesses(read_witnesses(path, progress=False), target_rate=0.05, confidence=0.9).frame.row(0, named=True)
+    assert (row["verdict"], row["cause"], row["first"], row["first_request"]) == ("UNVERIFIED", "incomplete evidence", None, None)
+    assert (row["run"], row["arm"], row["engine"]) == (str(path), "witness", "aprender (witness_version 2)")
+    # 5 batched requests answered (the refused one is not), none parts; c=2's 2 and c=4's 4 were asked: 1 missing
+    assert (row["requests"], row["divergent"], row["tokens_parted"], row["bits_only"], row["bits_unknown"]) == (5, 0, 0, 0, 5)
+    assert (row["alone"], row["alone_parted"], row["missing"], row["cs_missing"]) == (2, 0, 1, [])  # c=1's request and ref #2
+    # c=2's band is batched and its width unknown, so never seen formed; c=1's needs no width
+    assert (row["bands"], row["bands_unformed"]) == (2, 1)
+    assert row["unformed"] == [{"prompt_id": None, "c": 2, "repeat": None, "widest_seen": None}]
+    # 0 of 5 at 90%: 1 - 0.1^(1/5) = 0.36904; 1 - 0.1^(1/n) < 5% first at n = 45 (ln 0.1 / ln 0.95 = 44.9)
+    assert row["upper_bound"] == pytest.approx(0.369043, abs=1e-6)
+    assert (row["target_rate"], row["confidence"], row["requests_needed"]) == (0.05, 0.9, 45)
+    assert (row["rule_of_three"], row["max_ulp"]) == (None, None)
+    assert row["reason"] == ("no request parts from m=1, but a witness records tokens, not logprob bits: 5 batched requests token-identical "
+                             "to m=1, their bits unknown; 1 of 2 batched bands never seen formed at their c; 1 batched request(s) absent or refused")
+    assert row["evidence"] == "5 batched requests, 1 of 2 bands seen formed; tokens only (a witness keeps no logprobs)"
+    # the band rates over c=1's 100 tok/s: 80 / 100 and 50 / 100, one rate a side
+    assert row["cost_by_c"] == [{"c": 2, "ratio": 0.8, "low": None, "high": None, "origin": "server", "base_rates": 1, "rates": 1,
+                                 "median": 80.0, "base_median": 100.0},
+                                {"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "server", "base_rates": 1, "rates": 1,
+                                 "median": 50.0, "base_median": 100.0}]
+    assert row["cost"] == "c=2 0.80×, c=4 0.50× of c=1’s decode rate per request (the server’s timings)"
+    assert row["next_step"] == "record logprobs: bia probe keeps every logprob's bits"
+
+
+def test_the_first_batched_request_to_part_is_the_smallest_c_then_slot_whatever_the_file_order(tmp_path):
+    # c=2's slots written slot 1 first, both parting; c=4 slot 0 parts earliest in tokens but at a larger c
+    bands = [(1, 1, None, [_slot(0, 128)]), (2, 2, None, [_slot(1, 9), _slot(0, 7)]), (4, 4, None, [_slot(0, 2), *map(_slot, (1, 2, 3), [128] * 3)])]
+    row = _row(tmp_path, _witness(bands))
+    assert (row["verdict"], row["cause"], row["divergent"], row["requests"]) == ("RED", "co-batching", 3, 6)
+    assert row["first_request"] == {"prompt_id": None, "c": 2, "repeat": None, "slot": 0, "role": "c=2", "at": 7, "max_ulp": None, "parted": "tokens"}
+    assert row["first"] == "c=2 slot 0: its tokens part at token 7"
+    assert row["next_step"] == "batch-invariant kernels or build, then record again"
+
+
+def test_the_first_request_alone_to_part_is_named_with_its_slot(tmp_path):
+    # two requests sent alone, both parting (slot 0 at 7, slot 1 at 9); the batched ones agree
+    bands = [(1, 1, None, [_slot(0, 7), _slot(1, 9)]), (2, 2, None, [_slot(0, 128), _slot(1, 128)])]
+    row = _row(tmp_path, _witness(bands))
+    assert (row["verdict"], row["cause"], row["alone"], row["alone_parted"]) == ("RED", "run-to-run", 3, 2)
+    assert row["first_request"] == {"prompt_id": None, "c": 1, "repeat": None, "slot": 0, "role": "c=1", "at": 7, "max_ulp": None, "parted": "tokens"}
+    assert row["reason"] == ("not reproducible alone (run to run): the request sent alone (c=1 slot 0) parts from m=1 at token 7; "
+                             "batching is not judged until the server repeats itself alone")
+    assert row["next_step"] == "make it repeat itself alone (no prompt cache, deterministic kernels), then record again"
+
+
+def test_references_that_part_count_only_the_batches_that_part_strictly_earlier(tmp_path):
+    # the m=1 references part at token 10; c=2 slot 0 parts at 10 too (not earlier), c=2 slot 1 at 6 and c=4 slot 0 at 4 (earlier)
+    bands = [(1, 1, None, [_slot(0, 128)]), (2, 2, None, [_slot(0, 10), _slot(1, 6)]), (4, 4, None, [_slot(0, 4), *map(_slot, (1, 2, 3), [128] * 3)])]
+    row = _row(tmp_path, _witness(bands, span=10))
+    assert (row["verdict"], row["cause"], row["alone"], row["alone_parted"], row["divergent"]) == ("RED", "run-to-run", 2, 1, 3)
+    assert row["first_request"] == {"prompt_id": None, "c": None, "repeat": None, "slot": 1, "role": "ref #2", "at": 10, "max_ulp": None,
+                                    "parted": "tokens"}
+    assert row["reason"] == ("not reproducible alone (run to run): the two m=1 references part at token 10 of 128 (2 batched requests part "
+                             "earlier than that, the first at c=2 token 6); batching is not judged until the server repeats itself alone")
+    assert row["next_step"] == "make it repeat itself alone (no prompt cache, deterministic kernels), then record again"
+
+
+def test_a_witness_with_no_bands_or_reference_length_and_a_set_with_no_witness(tmp_path):
+    # nothing asked, nothing missing, nothing to bound; with no reference length there is no ref #2 to count as sent alone
+    row = _row(tmp_path, _witness([], tokens=None))
+    assert (row["verdict"], row["requests"], row["missing"], row["alone"], row["alone_parted"], row["upper_bound"]) == ("UNVERIFIED", 0, 0, 0, 0, None)
+    # a release marker carries no verdict: no row, the judgement's columns all the same
+    empty = judge_witnesses(read_witnesses(LAMBDA / "marker@7e1b6e213b.json", progress=False))
+    assert len(empty) == 0 and empty.frame.schema == pl.Schema(SCHEMA)

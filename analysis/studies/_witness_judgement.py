@@ -52,7 +52,9 @@ def _span(witness: dict[str, Any]) -> int | None:
 
 def _judge_witness(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, target_rate: float, confidence: float,
                    needed: int) -> dict[str, Any]:
-    length = pl.min_horizontal(pl.col("completion_tokens").fill_null(witness["reference_tokens"]), pl.lit(witness["reference_tokens"]))
+    # no reference length (a witness without its reference): each slot's own length; a literal, as fill_null(None) raises
+    reference = pl.lit(witness["reference_tokens"])
+    length = pl.min_horizontal(pl.col("completion_tokens").fill_null(reference), reference)
     judged = slots.filter(pl.col("refused").is_null()).with_columns(parted=(pl.col("agree_to") < length).fill_null(False)).sort("c", "i")
     batched, alone = judged.filter(pl.col("c") > 1), judged.filter(pl.col("c") == 1)
     span = _span(witness)
@@ -110,5 +112,6 @@ def _cost(bands: pl.DataFrame) -> list[dict[str, Any]]:
     """Each c's band decode rate over c=1's, as the witness recorded them (one rate a band: no interval)."""
     rates = {c: r for c, r in bands.select("c", "decode_tok_s").iter_rows() if r}
     base = rates.get(1)
-    return [{"c": c, "ratio": rate / base, "low": None, "high": None, "origin": "server", "base_rates": 1, "rates": 1}
+    return [{"c": c, "ratio": rate / base, "low": None, "high": None, "origin": "server", "base_rates": 1, "rates": 1, "median": rate,
+             "base_median": base}
             for c, rate in sorted(rates.items()) if base and c > 1]
