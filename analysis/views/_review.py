@@ -316,7 +316,8 @@ def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review
 
 def _witness_review(name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float, judged: tuple) -> Review:
     margins = bands.select("band_index", margin="top2_margin_at_divergence")
-    length = pl.min_horizontal(pl.col("completion_tokens").fill_null(witness["reference_tokens"]), pl.lit(witness["reference_tokens"]))
+    reference = pl.lit(witness["reference_tokens"], pl.Int64)  # a literal: fill_null(None) raises for a witness with no reference length
+    length = pl.min_horizontal(pl.col("completion_tokens").fill_null(reference), reference)
     span = _witness_span(witness)
     parted = (pl.col("agree_to") < length).fill_null(False)
     batching = parted & (pl.col("agree_to") < span) if span is not None else parted
