@@ -271,7 +271,7 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
     row["rule_of_three"] = 3 / n if n and not row["divergent"] and confidence == 0.95 else None
     if alone_parted.height:
         first = alone_parted.row(0, named=True)
-        row.update(verdict="RED", cause=_alone_cause(subject, first), first_request=first)
+        row.update(verdict="RED", cause=_alone_cause(subject), first_request=first)
         row["reason"] = _alone_reason(row, first)
     elif divergent.height:
         first = divergent.row(0, named=True)
@@ -321,10 +321,9 @@ def _gaps(row: dict[str, Any], ladder: list[int], subject: Subject) -> list[str]
     return gaps
 
 
-def _alone_cause(subject: Subject, first: Mapping[str, Any]) -> str:
-    """``prompt cache`` when the run's cache counters show cached prompt tokens served while it ran, else ``run-to-run``."""
-    if first["role"].startswith("cache"):
-        return "prompt cache"
+def _alone_cause(subject: Subject) -> str:
+    """``prompt cache`` when the run's cache counters show cached prompt tokens served while it ran, else ``run-to-run``.
+    (The cache arm's requests are no evidence of running alone, :data:`ALONE_ARMS`, so no first request is one of them.)"""
     return "prompt cache" if subject.cache_served() else "run-to-run"
 
 

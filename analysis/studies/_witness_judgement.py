@@ -34,13 +34,7 @@ def judge_witnesses(ws: Any, *, target_rate: float = 0.01, confidence: float = 0
      ('data/aprender-lambda/witness@464c168e62.json', 'RED', 'run-to-run')]
     """
     needed = requests_needed(target_rate, confidence)
-    polars_set = ws.to_backend("polars")
-    rows = []
-    for witness in polars_set.witnesses.iter_rows(named=True):
-        source = witness["source"]
-        slots = polars_set.slots.filter(pl.col("source") == source)
-        bands = polars_set.bands.filter(pl.col("source") == source)
-        rows.append(_judge_witness(witness, slots, bands, target_rate, confidence, needed))
+    rows = [_judge_witness(witness, slots, bands, target_rate, confidence, needed) for witness, slots, bands in ws.each_witness()]
     return Judgement(pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA))
 
 

@@ -303,14 +303,10 @@ def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review
     if judgement is None:
         judgement = judge_witnesses(ws)
 
-    polars_set = ws.to_backend("polars")
     out = []
-    for row in polars_set.witnesses.iter_rows(named=True):
-        source = row["source"]
-        slots = polars_set.slots.filter(pl.col("source") == source)
-        bands = polars_set.bands.filter(pl.col("source") == source)
-        judged = _judged(judgement.frame.filter(pl.col("run") == source).to_dicts())
-        out.append(_witness_review(witness_label(source, row["witness_version"]), row, slots, bands, epsilon, judged))
+    for row, slots, bands in ws.each_witness():
+        judged = _judged(judgement.frame.filter(pl.col("run") == row["source"]).to_dicts())
+        out.append(_witness_review(witness_label(row["source"], row["witness_version"]), row, slots, bands, epsilon, judged))
     return out
 
 

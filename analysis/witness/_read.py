@@ -456,6 +456,20 @@ class WitnessSet:
         witness_sources = _column(self.witnesses, "source")
         return {s: shape_check_text(self.texts[s], source=s, policy=policy) for s in witness_sources}
 
+    def each_witness(self):
+        """Each witness file in the order read: its ``witnesses`` row (a dict) with its own slots and bands (polars frames).
+
+        Examples
+        --------
+        >>> ws = read_witnesses("data/aprender-lambda/witness@464c168e62.json", progress=False)
+        >>> [(w["witness_version"], slots.height, bands.height) for w, slots, bands in ws.each_witness()]
+        [(2, 29, 4)]
+        """
+        polars_set = self.to_backend("polars")
+        for witness in polars_set.witnesses.iter_rows(named=True):
+            mine = pl.col("source") == witness["source"]
+            yield witness, polars_set.slots.filter(mine), polars_set.bands.filter(mine)
+
     def to_backend(self, backend: str) -> WitnessSet:
         """The same set with every frame in ``backend`` ("polars" or "pandas")."""
         frames = {name: as_polars(getattr(self, name)) for name in _FRAME_NAMES}
