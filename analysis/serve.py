@@ -10,7 +10,8 @@ splits (``analysis.experiment.kernels``), so the batch is kept and a row's bits 
 it would have alone; ``row-invariant`` mode does the same on GEMMs whose per-row order does not
 depend on the row count (``analysis.experiment.rowwise``), at about the default mode's cost. Each step logs one line in
 aprender's form, ``[PMAT-044] Batch m=N done in X ms (Y tok/s/slot)``, which both bia's probe and
-aprender's read. Streams declare ``"stream_mode": "live"`` and carry logprobs with top_logprobs.
+aprender's read. Streams declare ``"stream_mode": "live"`` and carry logprobs with top_logprobs; a response's last
+chunk (or the whole response) carries the request's ``timings`` in llama.cpp's fields (:func:`timings`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class _Request:
     last: Any = None  # logits for the next token
     cache: Any = None  # per layer (k, v), shape [1, H, S, hd]; fixed-tiles, row-invariant: its mode's cache until it joins the engine's
     length: int = 0  # tokens in the cache
+    prefill_s: float = 0.0  # the prompt pass, and when it ended (perf_counter): the start of the request's decode, as llama.cpp times it
+    decode_from: float = 0.0
 
 
 @dataclass(eq=False)
@@ -112,13 +115,17 @@ class Engine:
             await asyncio.sleep(0)
 
     def _prefill(self, request: _Request) -> None:
-        n = len(request.prompt)
+        started = time.perf_counter()
         if self.mode in PACKED_KERNELS:
-            return self._prefill_tiled(request)
-        with torch.no_grad():
-            logits, cache = self.model(torch.tensor([request.prompt], device=self.device), torch.arange(n, device=self.device)[None],
-                                       torch.ones(1, n, dtype=torch.bool, device=self.device))
-        request.last, request.cache, request.length = logits[:, -1], cache, n
+            self._prefill_tiled(request)
+        else:
+            n = len(request.prompt)
+            with torch.no_grad():
+                logits, cache = self.model(torch.tensor([request.prompt], device=self.device), torch.arange(n, device=self.device)[None],
+                                           torch.ones(1, n, dtype=torch.bool, device=self.device))
+            request.last, request.cache, request.length = logits[:, -1], cache, n
+        request.decode_from = time.perf_counter()
+        request.prefill_s = request.decode_from - started
 
     def _step(self) -> list[tuple[_Request, dict]]:
         """Choose every active row's next token, then advance the rows that continue."""
@@ -129,7 +136,9 @@ class Engine:
             event = {"token_id": int(chosen[0]), "logprob": float(own[0]), "top_ids": top_ids[0].tolist()[: request.top_k],
                      "top_logprobs": top_values[0].tolist()[: request.top_k], "done": request.generated >= request.max_tokens}
             emitted.append((request, event))
-            if not event["done"]:
+            if event["done"]:  # the request's own timing, in llama.cpp's fields, for a client that could not time it
+                event["timings"] = timings(len(request.prompt), request.prefill_s, request.generated, time.perf_counter() - request.decode_from)
+            else:
                 going.append((request, chosen[0]))
         if going:
             with torch.no_grad():
@@ -183,6 +192,24 @@ class Engine:
             start = longest - request.length
             request.cache = [(k[row:row + 1, :, start:], v[row:row + 1, :, start:]) for k, v in new]
             request.last, request.length = logits[row:row + 1, -1], request.length + 1
+
+
+def timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, float | int]:
+    """A request's timings as llama.cpp's server reports them (``timings`` in its last chunk): the prompt pass, and the
+    decode from the end of that pass to the step that chose the last token.
+
+    A client reading a stream in one burst (its tokens buffered on the way) cannot time the decode; these times it can.
+
+    Examples
+    --------
+    >>> timings(18, 0.0047, 64, 0.0205)["predicted_per_second"]
+    3121.95
+    """
+    def per_second(n: int, s: float) -> float | None:
+        return round(n / s, 2) if s > 0 else None
+
+    return {"prompt_n": prompt_n, "prompt_ms": round(1000 * prompt_s, 3), "prompt_per_second": per_second(prompt_n, prompt_s),
+            "predicted_n": predicted_n, "predicted_ms": round(1000 * predicted_s, 3), "predicted_per_second": per_second(predicted_n, predicted_s)}
 
 
 # --- the HTTP side -------------------------------------------------------------------------------------
@@ -312,7 +339,8 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
         return JSONResponse({"id": rid, "object": "chat.completion", "model": model_name,
                              "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)}, "finish_reason": "length",
                                           "logprobs": {"content": entries} if want_logprobs else None}],
-                             "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(entries), "total_tokens": len(prompt) + len(entries)}})
+                             "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(entries), "total_tokens": len(prompt) + len(entries)},
+                             "timings": event["timings"]})
 
     async def _stream(pending, rid, want_logprobs, usage, n_prompt, started):
         def chunk(payload):
@@ -327,7 +355,8 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
             n += 1
             yield chunk({"id": rid, "object": "chat.completion.chunk", "model": model_name,
                          "choices": [{"index": 0, "delta": {"content": entry["token"]}, "logprobs": {"content": [entry]} if want_logprobs else None,
-                                      "finish_reason": "length" if event["done"] else None}]})
+                                      "finish_reason": "length" if event["done"] else None}],
+                         **({"timings": event["timings"]} if event["done"] else {})})
             if event["done"]:
                 break
         _said(rid, n_prompt, n, started, streamed=True)

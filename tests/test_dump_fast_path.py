@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 from analysis import DumpError
 from analysis.dumps._fast import read_capture_jsonl, read_chat_jsonl, read_jsonl
 from analysis.dumps._read import parse_source, read_dumps
+from analysis.metrics.parity import request_decode_rates
 from analysis.run import read_run
 
 
@@ -160,10 +161,10 @@ def _entries(texts, seed=0, top=3):
     return out
 
 
-def _chat(rid, texts, *, n_choices=1, usage=True, seed=0, logprobs=True):
+def _chat(rid, texts, *, n_choices=1, usage=True, seed=0, logprobs=True, timings=None):
     choices = [{"index": c, "finish_reason": "length", "message": {"role": "assistant", "content": "".join(texts)},
                 "logprobs": {"content": _entries(texts, seed + c)} if logprobs else None} for c in range(n_choices)]
-    out = {"id": rid, "object": "chat.completion", "model": "m", "choices": choices}
+    out = {"id": rid, "object": "chat.completion", "model": "m", "choices": choices, **({"timings": timings} if timings else {})}
     if usage:
         out["usage"] = {"prompt_tokens": 5, "completion_tokens": len(texts), "total_tokens": 5 + len(texts), "prompt_tokens_details": None}
     return out
@@ -180,7 +181,8 @@ def _response_envelopes():
                   "response": _chat("multi", TEXTS[:4], n_choices=2, usage=False)})
     lines.append({"response": {"id": "", "object": "chat.completion", "model": "m", "choices": []}, "role": "band"})  # no choice: no row
     lines.append({"format": "openai_chat", "response": _chat("", TEXTS[:2], logprobs=False), "band_c": 16, "slot": 15})
-    lines.append({"response": _chat("u", TEXTS[5:8], usage=False), "arrival_times": [0.25]})  # arrival times mean nothing without a stream
+    lines.append({"response": _chat("u", TEXTS[5:8], usage=False, timings={"predicted_n": 3, "predicted_ms": 3, "prompt_n": 1}),
+                  "arrival_times": [0.25]})  # arrival times mean nothing without a stream; the server's timings are kept
     lines.append({"role": "band", "response": _chat("o", TEXTS[:3], seed=5), "sampler": {"top_k": {"n": 20}, "s": "}, \"x\": {"}, "after": {},
                   "slot": 2})  # objects after the response
     return lines
@@ -209,6 +211,7 @@ def test_response_envelopes_equal_the_general_path(tmp_path, writer):
                                                 "usage": {"completion_tokens": 12, "prompt_tokens": 5, "total_tokens": 17}}
     assert json.loads(requests["extra"][6])["usage"] == "the response's usage wins"  # no usage in that response: the envelope's stays
     assert requests["request_id"][8] is None  # "" is no id
+    assert json.loads(requests["extra"][9])["timings"] == {"predicted_n": 3, "predicted_ms": 3.0}
     assert tokens.filter(pl.col("record") == 7)["sample_key"].unique().to_list() == ["k1"]
 
 
@@ -264,6 +267,15 @@ def _stream_envelopes():
               _chunk("packed", [_delta(0, "".join(TEXTS[:4]), _entries(TEXTS[:4]))]),
               _chunk("packed", [_delta(0, "".join(TEXTS[4:8]), _entries(TEXTS[4:8], 1), "length")])]
     lines.append({"sse": _sse(packed), "arrival_times": [0.25, 1.0, 1.0002, 1.0003], "prompt_id": "p5"})  # 8 tokens in 2 chunks 0.2 ms apart
+    # said live, read 20 us a token apart; the server's own timing in the usage chunk, as llama.cpp and bia serve send it (an
+    # integer where a float is meant, and fields bia does not keep), and an empty one after it, which keeps nothing
+    timed = _stream_envelope("said-live", TEXTS[:4], prompt_id="p6", arrivals=False)
+    chunks = [json.loads(event.removeprefix("data: ")) for event in timed["sse"].split("\n\n")[:-2]]
+    chunks[-1]["timings"] = {"prompt_n": 4, "prompt_ms": 1.5, "predicted_n": 4, "predicted_ms": 2, "predicted_per_second": 2000.0, "cache_n": 0}
+    chunks.append(_chunk("said-live", [], timings={}))
+    timed["sse"] = _sse(chunks)
+    timed["arrival_times"] = [0.25, 1.0, 1.00002, 1.00004, 1.00006, 1.00008, 1.0001, 1.00012]
+    lines.append(timed)
     return lines
 
 
@@ -280,6 +292,10 @@ def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
     assert requests.filter(pl.col("record") == 11)["liveness"].to_list() == ["observed rush"]
     # 8 tokens in 2 content chunks at 1.0 and 1.0002 s: 0.2 ms < 0.1 ms * 7 tokens' gaps, and < 0.2 * 1.0002
     assert requests.filter(pl.col("record") == 12)["liveness"].to_list() == ["observed rush"]
+    said = requests.filter(pl.col("record") == 13).row(0, named=True)  # said live, read in a rush: the server's timing is its rate
+    assert said["liveness"] == "observed rush" and json.loads(said["extra"])["timings"] == {"predicted_n": 4, "predicted_ms": 2.0,
+                                                                                             "predicted_per_second": 2000.0}
+    assert request_decode_rates(requests.filter(pl.col("record") == 13))["decode_tok_s"].to_list() == [2000.0]
     assert tokens.filter(pl.col("record") == 10)["request_id"].to_list() == ["odd2", "odd2"]
     assert tokens["t_arrival"].null_count() > 0 and tokens["stream_chunk"].null_count() == 0
 
@@ -288,6 +304,14 @@ def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
 def test_committed_experiment_captures_equal_the_general_path(path):
     tokens, candidates, requests = _fast_equals_general(path)
     assert requests.height == 62 and requests["stream_live"].all() and requests["ttft_s"].null_count() == 0
+
+
+@pytest.mark.parametrize("arm", ["cache-prompt", "no-cache-prompt"])
+def test_llamacpp_captures_keep_the_servers_timings_on_both_paths(arm):
+    """Issue 32 item 9: llama.cpp times each request itself (``timings`` in its last chunk); both paths keep its decode part."""
+    requests = _fast_equals_general(ROOT / "data" / "llamacpp-cpu" / arm / "captures" / "requests.jsonl")[2]
+    timings = requests["extra"].str.json_path_match("$.timings.predicted_per_second").cast(pl.Float64)
+    assert timings.null_count() == 0 and timings.min() > 100
 
 
 def test_envelope_keys_spelled_with_escapes(tmp_path):

@@ -9,6 +9,7 @@ import json
 import pytest
 from loopback import HttpServer, routes, stream_words
 
+from analysis import judge
 from analysis.probe import probe
 from analysis.run import read_run, slot_table
 
@@ -28,6 +29,8 @@ def answering(**style):
     ({"together": 0.2}, "observed burst", False),  # 200 ms of silence, then the whole answer in one write
     ({"pause": 0.03, "stream_mode": "replay"}, "declared replay", False),  # paced, but the server says it replays a buffer
     ({"pause": 0.03, "stream_mode": "live"}, "declared live", True),
+    # issue 32 item 9: says live, but the whole answer comes in one write (as a buffer on the way does): no rate, no cost
+    ({"together": 0.2, "stream_mode": "live"}, "observed rush", False),
 ])
 def test_liveness_is_judged_per_request_from_what_arrived(tmp_path, style, liveness, live):
     with HttpServer(answering(**style)) as server:
@@ -41,3 +44,4 @@ def test_liveness_is_judged_per_request_from_what_arrived(tmp_path, style, liven
         assert rates.null_count() == 0 and (rates <= 1 / 0.03 * 1.01).all() and (rates > 0).all()
     else:
         assert rates.null_count() == rates.len()
+        assert judge(run).to_dicts()[0]["cost_by_c"] == []  # a band's cost is never computed from a burst

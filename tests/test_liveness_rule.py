@@ -20,9 +20,28 @@ def test_the_thresholds():
     ("LIVE", ("declared replay", False)),  # only the exact word is live
     ("", ("declared replay", False)),  # a declaration, even an empty one, decides
 ])
-def test_a_declared_mode_decides_whatever_the_times(declared, verdict):
+def test_a_declared_mode_decides_unless_the_times_show_a_rush(declared, verdict):
     assert liveness(declared, [0.1, 0.2, 0.3]) == verdict
     assert liveness(declared, []) == verdict
+    assert liveness(declared, [0.5]) == verdict  # one known time shows nothing
+
+
+@pytest.mark.parametrize("times, tokens, verdict", [
+    # issue 32 item 9: bia serve said "live", and its 16 tokens reached the client 27 us apart (36,453 tok/s): no engine decodes so
+    ([0.05 + 0.000027 * k for k in range(16)], None, ("observed rush", False)),
+    ([0.5, 0.5, 0.5, 0.5], None, ("observed rush", False)),  # one read: no span at all
+    # 0.12 ms apart: a fast decode, as said
+    ([1.0, 1.00012, 1.00024, 1.00036], None, ("declared live", True)),
+    # 20 us apart, but over a fifth of the time since the send: streamed from the start, as said
+    ([0.00004, 0.00006, 0.00008, 0.0001], None, ("declared live", True)),
+    # mostly one time and slow (a burst by the observed rule): the server's word stands, the times show a decode
+    ([0.9, 0.9, 1.0, 1.0], None, ("declared live", True)),
+    # 2 chunks 0.2 ms apart that carried 8 tokens: 0.2 ms < 7 gaps * 0.1 ms
+    ([1.0, 1.0002], 8, ("observed rush", False)),
+])
+def test_a_stream_said_live_and_read_in_a_rush_is_a_rush(times, tokens, verdict):
+    assert liveness("live", times, tokens) == verdict
+    assert liveness("replay", times, tokens) == ("declared replay", False)  # a replay never becomes live
 
 
 @pytest.mark.parametrize("times, verdict", [

@@ -140,6 +140,34 @@ def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
     assert [b["c"] for b in witness["bands"]] == [1, 2, 4] and witness["bands"][0]["result"] == "PASS"
 
 
+def test_bia_serve_times_each_request_and_short_streams_get_its_rate_never_a_bursts(tmp_path):
+    """Issue 32 item 9: 16-token streams from bia serve reached the client in one burst (a c=1 stream "decoded" at 36,453 tok/s)
+    and the cost read "c=4 0.00x". bia serve now times each request as llama.cpp does (``timings`` in the last chunk and in a
+    whole response), and every rate is the server's: the cost compares like with like, whatever the streams' arrival showed."""
+    import httpx
+    import polars as pl
+
+    from analysis import judge
+    from analysis.probe import probe
+    from analysis.run import read_run, slot_table
+
+    with Server("default") as server:
+        body = {"model": "m", "messages": [{"role": "user", "content": "If the"}], "max_tokens": 5}
+        whole = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30).json()
+        folder = asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is"], ladder=(1, 4), max_tokens=16, repeats=3,
+                                   declared_min=4))
+    assert whole["timings"]["predicted_n"] == 5 and whole["timings"]["prompt_n"] == whole["usage"]["prompt_tokens"]
+    assert whole["timings"]["predicted_per_second"] == pytest.approx(5 / whole["timings"]["predicted_ms"] * 1000, rel=1e-3)
+    table = slot_table(read_run(folder))
+    assert table["decode_rate_origin"].unique().to_list() == ["server: timings, request"]
+    assert table["decode_tok_s"].null_count() == 0 and table["decode_tok_s"].max() < 20_000  # no burst's 36,453 tok/s
+    cost = judge(read_run(folder)).to_dicts()[0]["cost_by_c"]
+    assert [(c["c"], c["origin"], c["base_rates"]) for c in cost] == [(4, "server", 3)]
+    assert 0.05 < cost[0]["ratio"] < 5  # c=4 shares each step among 4 rows: slower per request, never 0.00x
+    ones = table.filter(pl.col("band_c") == 1)["decode_tok_s"]
+    assert cost[0]["base_median"] == pytest.approx(ones.median())
+
+
 def test_probe_lists_refusals_and_the_run_says_unmeasurable(tmp_path):
     """A real loopback server that answers 501 (no logprobs): the first request is refused in the server's own words,
     the probe stops there (no run of refusals claims to be complete), and the run in the user's folder says unmeasurable."""

@@ -11,7 +11,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._openai import USAGE_FIELDS
+from ._openai import TIMING_FIELDS, USAGE_FIELDS
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, classified, conform
 from ._liveness import LIVE_SHARE, LIVE_SPAN, RUSH_GAP_S
 from ._values import MAX_LOGPROB
@@ -46,11 +46,17 @@ def _batch(batch: pa.RecordBatch, meta: _LineMeta, source: str) -> Frames:
     return tokens, candidates, requests
 
 
-def _extra_json(base: dict, usage: dict | None) -> str | None:
-    """requests.extra as the general path writes it: the envelope's other keys and the usage counts."""
+def _extra_json(base: dict, usage: dict | None, timings: dict | None) -> str | None:
+    """requests.extra as the general path writes it: the envelope's other keys, the usage counts and the server's timings."""
     kept = {k: usage[k] for k in USAGE_FIELDS if usage.get(k) is not None} if usage else {}
-    extra = {**base, **({"usage": kept} if kept else {})}
+    timed = {k: timings[k] for k in TIMING_FIELDS if timings.get(k) is not None} if timings else {}
+    extra = {**base, **({"usage": kept} if kept else {}), **({"timings": timed} if timed else {})}
     return json.dumps(extra, sort_keys=True, default=str) if extra else None
+
+
+def _timed() -> pl.Expr:
+    """A chunk whose ``timings`` holds one of ``TIMING_FIELDS`` (an empty object is none, as in ``_openai.server_timings``)."""
+    return pl.any_horizontal(pl.col("timings").struct.field(name).is_not_null() for name in TIMING_FIELDS)
 
 
 def _requests(batch, choices, choice_line, choice_pos, entry_choice, meta: _LineMeta, source: str) -> pl.DataFrame:
@@ -61,7 +67,8 @@ def _requests(batch, choices, choice_line, choice_pos, entry_choice, meta: _Line
         prompt_tokens=pl.from_arrow(_field(usage, "prompt_tokens")),
         completion_tokens=pl.from_arrow(_field(usage, "completion_tokens")),
         n_choices=pl.Series(np.bincount(choice_line, minlength=batch.num_rows)),
-        extra=pl.Series([_extra_json(base, u) for base, u in zip(meta.extra, usage.to_pylist())], dtype=pl.String),
+        extra=pl.Series([_extra_json(base, u, t) for base, u, t in zip(meta.extra, usage.to_pylist(), batch.column("timings").to_pylist())],
+                        dtype=pl.String),
     )
     scored = np.bincount(entry_choice, minlength=len(choices))
     frame = pl.concat([pl.DataFrame({
@@ -264,6 +271,7 @@ def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
         "u_prompt": pl.from_arrow(_field(usage, "prompt_tokens")),
         "u_completion": pl.from_arrow(_field(usage, "completion_tokens")),
         "u_total": pl.from_arrow(_field(usage, "total_tokens")),
+        "timings": pl.from_arrow(_column(table, "timings")),
         "has_choices": pc.is_valid(choices_column).to_numpy(zero_copy_only=False),
         "t": pl.Series(list(times), dtype=pl.Float64, strict=False),
     })
@@ -304,8 +312,9 @@ def _liveness() -> pl.Expr:
     steps = pl.max_horizontal(pl.col("n_timed"), pl.col("n").fill_null(0))  # the tokens the chunks carried, when more than the chunks
     rush = (span < LIVE_SPAN * pl.col("last_known_t")) & (span < RUSH_GAP_S * (steps - 1))
     observed_live = (span > 0) & ((pl.col("distinct_t") > LIVE_SHARE * pl.col("n_timed")) | (span >= LIVE_SPAN * pl.col("last_known_t")))
-    return (pl.when(pl.col("declared").is_not_null()).then(pl.when(pl.col("declared") == "live").then(pl.lit("declared live"))
-                                                           .otherwise(pl.lit("declared replay")))
+    rushed = rush & (pl.col("n_timed") >= 2)
+    return (pl.when(pl.col("declared").is_not_null() & (pl.col("declared") != "live")).then(pl.lit("declared replay"))
+            .when(pl.col("declared").is_not_null()).then(pl.when(rushed).then(pl.lit("observed rush")).otherwise(pl.lit("declared live")))
             .when(pl.col("n_timed") < 2).then(pl.lit("untimed"))
             .when(observed_live & rush).then(pl.lit("observed rush"))
             .when(observed_live).then(pl.lit("observed live"))
@@ -333,9 +342,11 @@ def _stream_requests(per_choice: pl.DataFrame, chunks: pl.DataFrame, line_meta: 
         u_prompt=pl.col("u_prompt").filter(has_usage).last(),
         u_completion=pl.col("u_completion").filter(has_usage).last(),
         u_total=pl.col("u_total").filter(has_usage).last(),
+        timings=pl.col("timings").filter(_timed()).last(),  # the general path keeps the last chunk's that has one of them
     ).sort("line")
     usages = per_line.select(prompt_tokens="u_prompt", completion_tokens="u_completion", total_tokens="u_total").to_dicts()
-    per_line = per_line.with_columns(extra=pl.Series([_extra_json(base, u) for base, u in zip(meta.extra, usages)], dtype=pl.String))
+    per_line = per_line.with_columns(extra=pl.Series([_extra_json(base, u, t) for base, u, t in zip(meta.extra, usages, per_line["timings"].to_list())],
+                                                     dtype=pl.String))
     n_indices = acc.group_by("line").len("n_indices")
     frame = acc.join(n_indices, on="line").join(per_line, on="line").join(line_meta, on="line").sort("line", "index")
     single = pl.col("n_indices") == 1

@@ -40,6 +40,9 @@ _LOGPROBS = pa.struct([("content", pa.list_(_ENTRY)), ("tokens", _NULL)])
 _USAGE = pa.struct([("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("total_tokens", pa.int64())])
 
 
+_TIMINGS = pa.struct([("predicted_n", pa.int64()), ("predicted_ms", pa.float64()), ("predicted_per_second", pa.float64())])  # _openai.TIMING_FIELDS
+
+
 _CHOICE = pa.struct([
     ("index", pa.int64()), ("finish_reason", pa.string()), ("message", pa.struct([("content", pa.string())])), ("logprobs", _LOGPROBS),
     ("token_ids", _NULL), ("compact_logprobs", _NULL), ("sampling_mask", _NULL), ("kept_tokens", _NULL), ("routed_experts", _NULL), ("text", _NULL),
@@ -48,6 +51,7 @@ _CHOICE = pa.struct([
 
 _SCHEMA = pa.schema([
     ("id", pa.string()), ("request_id", _NULL), ("model", pa.string()), ("object", pa.string()), ("choices", pa.list_(_CHOICE)), ("usage", _USAGE),
+    ("timings", _TIMINGS),
     ("prompt_logprobs", _NULL), ("nvext", _NULL), ("error", _NULL), ("response", _NULL), ("sse", _NULL), ("meta_info", _NULL), ("details", _NULL),
 ])
 # One event of a streamed chat completion (``chat.completion.chunk``).
@@ -60,7 +64,7 @@ _CHUNK_CHOICE = pa.struct([
 
 _CHUNK_SCHEMA = pa.schema([
     ("id", pa.string()), ("model", pa.string()), ("object", pa.string()), ("stream_mode", pa.string()), ("choices", pa.list_(_CHUNK_CHOICE)),
-    ("usage", _USAGE), ("error", _NULL), ("stop", _NULL), ("completion_probabilities", _NULL),
+    ("usage", _USAGE), ("timings", _TIMINGS), ("error", _NULL), ("stop", _NULL), ("completion_probabilities", _NULL),
 ])
 
 

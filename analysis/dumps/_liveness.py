@@ -21,8 +21,9 @@ RUSH_GAP_S = 0.0001
 def liveness(declared: Any, times: list[float | None], tokens: int | None = None) -> tuple[str, bool | None]:
     """How a stream's liveness is known, and whether it is live (``stream_live``).
 
-    A ``stream_mode`` the server sent decides: "live" is ``declared live``, any other value
-    ``declared replay`` (never live). Otherwise the content chunks' arrival times (seconds since
+    A ``stream_mode`` the server sent decides: "live" is ``declared live``, unless the chunks came in a rush
+    (below: a server can stream live and its tokens still reach the client in one read, when they pass a buffer
+    on the way), any other value ``declared replay`` (never live). Otherwise the content chunks' arrival times (seconds since
     the request was sent) decide: with fewer than two, ``untimed`` (unknown); ``observed live`` when
     they spread over time (some span, and more than ``LIVE_SHARE`` of them at times of their own or a
     span of at least ``LIVE_SPAN`` of the time to the last one), unless they came less than
@@ -42,20 +43,29 @@ def liveness(declared: Any, times: list[float | None], tokens: int | None = None
     ('observed rush', False)
     >>> liveness(None, [1.0, 1.002]), liveness(None, [1.0, 1.002], tokens=64)  # 2 ms for 1 token is live; for 63, a rush
     (('observed live', True), ('observed rush', False))
+    >>> liveness("live", [0.1, 0.2]), liveness("live", [0.05, 0.05002, 0.05004])  # said live; read 20 us a token apart: not decoding
+    (('declared live', True), ('observed rush', False))
     >>> liveness("replay", [0.1, 0.2]), liveness(None, [None, None])
     (('declared replay', False), ('untimed', None))
     """
-    if declared is not None:
-        return ("declared live", True) if declared == "live" else ("declared replay", False)
+    if declared is not None and declared != "live":
+        return "declared replay", False
     known = [t for t in times if t is not None]
+    rush = len(known) >= 2 and _rushed(known, tokens)
+    if declared is not None:  # a server's "live" holds unless the client read the tokens faster than any engine makes them
+        return ("observed rush", False) if rush else ("declared live", True)
     if len(known) < 2:
         return "untimed", None
     span = known[-1] - known[0]
     if span > 0 and (len(set(known)) > LIVE_SHARE * len(known) or span >= LIVE_SPAN * known[-1]):
-        if span < LIVE_SPAN * known[-1] and span < RUSH_GAP_S * (max(len(known), tokens or 0) - 1):
-            return "observed rush", False
-        return "observed live", True
+        return ("observed rush", False) if rush else ("observed live", True)
     return "observed burst", False
+
+
+def _rushed(known: list[float], tokens: int | None) -> bool:
+    """Chunks less than ``RUSH_GAP_S`` a token apart, over less than ``LIVE_SPAN`` of the time to the last of them."""
+    span = known[-1] - known[0]
+    return span < LIVE_SPAN * known[-1] and span < RUSH_GAP_S * (max(len(known), tokens or 0) - 1)
 
 
 def timing_columns(declared: Any, times: list[float | None], tokens: int | None = None) -> dict[str, Any]:

@@ -210,6 +210,36 @@ def usage_counts(usage: Any) -> dict | None:
     return kept or None
 
 
+TIMING_FIELDS = ("predicted_n", "predicted_ms", "predicted_per_second")  # llama.cpp's (and bia serve's) decode timing of one request
+
+
+def server_timings(timings: Any, source: str, where: str) -> dict | None:
+    """The decode part of a server's per-request ``timings`` (llama.cpp's fields, which bia serve also sends), or None
+    without one: counts as int, times and rates as float, so that every reader writes the same ``extra``.
+
+    Examples
+    --------
+    >>> server_timings({"prompt_n": 18, "predicted_n": 64, "predicted_ms": 20.558, "predicted_per_second": 3064.5}, "f.jsonl", "record 0")
+    {'predicted_n': 64, 'predicted_ms': 20.558, 'predicted_per_second': 3064.5}
+    >>> server_timings({"predicted_ms": "fast"}, "f.jsonl", "record 0")
+    Traceback (most recent call last):
+    analysis.DumpError: f.jsonl: record 0.timings.predicted_ms: expected a number, got 'fast'
+    """
+    if timings is None:
+        return None
+    if not isinstance(timings, dict):
+        raise DumpError(source, where, "timings", f"expected an object, got {timings!r}")
+    kept = {}
+    for name in TIMING_FIELDS:
+        value = timings.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DumpError(source, where, f"timings.{name}", f"expected a number, got {value!r}")
+        kept[name] = int(value) if name == "predicted_n" else float(value)
+    return kept or None
+
+
 def _usage(payload: dict) -> tuple[int | None, int | None, dict | None]:
     usage = usage_counts(payload.get("usage"))
     if usage is None:
@@ -230,7 +260,8 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
     choices = _list(payload.get("choices"), rows, where, "choices")
     prompt_tokens, completion_tokens, usage = _usage(payload)
     request_id = _str_or_none(payload.get("id") or payload.get("request_id"), rows, where, "id")
-    extra = {"usage": usage} if usage else {}
+    timings = server_timings(payload.get("timings"), rows.source, where)
+    extra = {**({"usage": usage} if usage else {}), **({"timings": timings} if timings else {})}
     nvext_ids = ((payload.get("nvext") or {}).get("engine_data") or {}).get("completion_token_ids")
     if isinstance(payload.get("nvext"), dict) and payload["nvext"].get("routed_experts") is not None:
         extra["routed_experts"] = validate_routed_experts(payload["nvext"]["routed_experts"], rows, f"{where}.nvext.routed_experts")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _json
-from ._openai import Meta, _list, _obj, _str_or_none, add_entry, choice_index, parse_legacy_logprobs, usage_counts
+from ._openai import Meta, _list, _obj, _str_or_none, add_entry, choice_index, parse_legacy_logprobs, server_timings, usage_counts
 from ._schema import Rows
 from ._sse import Event, parse_sse
 from ._liveness import timing_columns
@@ -81,7 +81,7 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
     events = stream_events(text, rows, meta, needs_done=True, lenient=lenient)
     n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
     choices: dict[int, _Choice] = {}
-    model = request_id = usage = None
+    model = request_id = usage = timings = None
     declared = live_seen = None
     for event, chunk in events:
         ewhere = f"record {meta.record} event {event.index} (line {event.line})"
@@ -93,6 +93,7 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
             declared, live_seen = chunk["stream_mode"], True
         if usage_counts(chunk.get("usage")) is not None:
             usage = usage_counts(chunk["usage"])
+        timings = server_timings(chunk.get("timings"), rows.source, ewhere) or timings  # llama.cpp's and bia serve's, in the last chunk
         for c, choice in enumerate(_list(chunk.get("choices", []), rows, ewhere, "choices")):
             cwhere = f"{ewhere}.choices[{c}]"
             choice = _obj(choice, rows, cwhere)
@@ -128,7 +129,8 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
                      prompt_tokens=usage.get("prompt_tokens") if usage else None,
                      completion_tokens=completion_tokens if len(choices) == 1 else None,
                      n_prompt_scored=0, n_completion_scored=acc.n, completion_text="".join(acc.text),
-                     **timing_columns(declared, acc.content_times, acc.n), extra={**meta.extra, **({"usage": usage} if usage else {})})
+                     **timing_columns(declared, acc.content_times, acc.n),
+                     extra={**meta.extra, **({"usage": usage} if usage else {}), **({"timings": timings} if timings else {})})
 
 
 def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:

@@ -18,6 +18,7 @@ import json
 import platform
 import random
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -90,10 +91,13 @@ def run_experiment(
     With ``taps``, each run is then replayed with taps on every op and its ``first_ops.json`` written
     (``write_first_ops``): for every batched step that differs from m=1, the first op that does.
 
+    With ``progress``, a bar on stderr counts the sequences decoded (and replayed with taps), with an ETA.
+
     Returns the run directories, which :func:`analysis.run.read_run` reads.
     """
     import torch
 
+    from ._first_ops import write_first_ops as replay_with_taps
     from .decode import decode
     from .model import load_model
 
@@ -129,13 +133,16 @@ def run_experiment(
     weights_sha = _sha256(model_path)
     encoded = [model.encode(p) for p in prompts]
     written = []
+    bar = _progress_bar(len(modes) * len(prompts) * (3 + sum(ladder) + (1 + sum(ladder) if taps else 0)), progress)
     for mode, folder in zip(modes, folders):
+        bar.set_description(f"{mode}: decoding")
         (folder / "captures").mkdir(parents=True, exist_ok=True)
         lines, m_formed, identical = [], [], True
         for index, prompt in enumerate(encoded):
             pid = f"p{index}"
             refs = [decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0] for _ in range(2)]
             again = decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0]
+            bar.update(3)
             identical &= again.token_ids == refs[0].token_ids and again.logprobs == refs[0].logprobs  # bits: floats compare exactly
             for slot, ref in enumerate(refs):
                 sse, times = _capture(ref, f"{pid}-ref{slot + 1}", model_path.stem, model)
@@ -150,8 +157,7 @@ def run_experiment(
                     sse, times = _capture(outs[row], f"{pid}-c{c}-s{slot}", model_path.stem, model)
                     lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "band", "band_c": c,
                                   "slot": slot, "repeat": 0, "batch_row": row})
-                if progress:
-                    print(f"{mode}: {pid} c={c} done", flush=True)
+                bar.update(c)
         (folder / "captures" / "requests.jsonl").write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n")
         settings = {"kernel_mode": mode, "dtype": dtype, "device": device, "layout": layout}  # as asked; effective below
         manifest = {
@@ -180,14 +186,23 @@ def run_experiment(
 
         read_run(folder).write_derived()  # the Parquet tables, rebuildable from captures/
         if taps:  # after the timed decode, so that the taps never slow the rates the run records
+            bar.set_description(f"{mode}: first ops")
             try:
-                write_first_ops(folder, model=model)
+                replay_with_taps(folder, model=model, advance=bar.update)
             except ExperimentError as exc:  # a decode that does not repeat bit for bit: the run stands, without first ops
                 import warnings
 
                 warnings.warn(f"no first_ops.json: {exc}", stacklevel=2)
         written.append(folder)
+    bar.close()
     return written
+
+
+def _progress_bar(total: int, show: bool):
+    """A bar over the sequences the experiment decodes (and replays with taps), with an ETA, on stderr when ``show``."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="seq", disable=not show, file=sys.stderr)
 
 
 class ExperimentError(ValueError):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,7 @@ def reference_taps(model, prompt: list[int], *, mode: str, max_tokens: int, top_
     return outs, kept, tapped
 
 
-def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path | None = None) -> Path:
+def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path | None = None, advance: Callable[[int], Any] | None = None) -> Path:
     """Replay an experiment run with taps on every op and write ``first_ops.json`` into it.
 
     Parameters
@@ -157,6 +158,8 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
     model_path : path, optional
         Otherwise the weights to load: by default the bundled model. Its sha256 must be the one the
         manifest records.
+    advance : callable, optional
+        Called with the number of sequences replayed after each band (a progress bar's ``update``).
 
     Returns
     -------
@@ -180,6 +183,7 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
     from ..run import read_run
     from . import ExperimentError, _layout
 
+    step = advance or (lambda n: None)
     run_dir = Path(run_dir)
     run = read_run(run_dir)
     s = _settings(run_dir, run.manifest, ExperimentError)
@@ -195,6 +199,7 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
             pid = f"p{index}"
             reference = reference_taps(model, prompt, mode=s["mode"], max_tokens=s["max_tokens"], top_k=s["top_k"])
             replayed.append((f"{pid}-ref1", reference[0][0]))
+            step(1)
             rng = random.Random(s["seed"] + index)  # the experiment's needle positions, band after band
             for c in s["ladder"]:
                 batch, target = _layout(prompt, encoded, c, s["layout"], rng)
@@ -209,6 +214,7 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
                 columns["slot"] += found["row"].tolist()
                 columns["step"] += found["step"].tolist()
                 columns["op_index"] += found["op_index"].tolist()
+                step(c)
     finally:
         torch.set_num_threads(threads)
     _check_replay(run_dir, run, replayed, ExperimentError)

@@ -57,34 +57,46 @@ FASTER_THAN_ENGINE = 3.0  # a band's requests share its steps: one decoding 3x f
 
 def request_decode_rates(requests: Any) -> pl.DataFrame:
     """The dump's ``requests`` with a ``decode_tok_s`` column (null where it cannot be measured) and its
-    ``decode_rate_origin``: ``"stream"`` where :func:`decode_rate` measures it from a live stream (and, where
-    the engine's rate is known, no more than ``FASTER_THAN_ENGINE`` times it), else the server's own rate
-    where the probe recorded one in the request's envelope (``extra``'s ``server_decode``: 1 / the engine's
-    mean time per output token over the band, see ``analysis.probe._widths.server_decode``), named by its
-    metric; null where neither is known.
+    ``decode_rate_origin``, the first of:
+
+    1. the server's own timing of the request, where it sent one (``extra``'s ``timings.predicted_per_second``, as
+       llama.cpp's server and ``bia serve`` do): ``"server: timings, request"``;
+    2. the stream's, ``"stream"``, where :func:`decode_rate` measures it from a live stream (and, where the engine's
+       band rate is known, no more than ``FASTER_THAN_ENGINE`` times it);
+    3. the engine's rate over the request's band where the probe recorded one (``extra``'s ``server_decode``: 1 / the
+       engine's mean time per output token, see ``analysis.probe._widths.server_decode``), named by its metric.
+
+    Null where none is known: a stream read in a burst or a rush, from a server that does not time its requests, has no rate.
 
     Examples
     --------
-    >>> requests = pl.DataFrame({"completion_tokens": [33, 33, 33], "ttft_s": [0.25, 1.0, 1.0], "t_last_content": [0.5, 1.00003, 1.00003],
-    ...                          "n_content_chunks": [33, 33, 33], "stream_live": [True, False, False],
-    ...                          "extra": [None, '{"server_decode": {"tok_s": 250.0, "over": "band", "metric": "t_sum / t_count"}}', None]})
-    >>> request_decode_rates(requests).select("decode_tok_s", "decode_rate_origin").rows()  # 32 tokens in 0.25 s; a rush; nothing
-    [(128.0, 'stream'), (250.0, 'server: t_sum / t_count, band mean'), (None, None)]
+    >>> requests = pl.DataFrame({"completion_tokens": [33, 33, 33, 33], "ttft_s": [0.25, 1.0, 1.0, 1.0],
+    ...                          "t_last_content": [0.5, 1.00003, 1.00003, 1.00003], "n_content_chunks": [33, 33, 33, 33],
+    ...                          "stream_live": [True, False, False, False],
+    ...                          "extra": [None, '{"server_decode": {"tok_s": 250.0, "over": "band", "metric": "t_sum / t_count"}}',
+    ...                                    '{"timings": {"predicted_n": 33, "predicted_ms": 110.0, "predicted_per_second": 300.0}}', None]})
+    >>> request_decode_rates(requests).select("decode_tok_s", "decode_rate_origin").rows()  # 32 tokens in 0.25 s; rushes; nothing
+    [(128.0, 'stream'), (250.0, 'server: t_sum / t_count, band mean'), (300.0, 'server: timings, request'), (None, None)]
     """
     requests = as_polars(requests)
     stream = _columnar.decode_rate(pl.col("completion_tokens"), pl.col("ttft_s"), pl.col("t_last_content"), pl.col("n_content_chunks"),
                                    pl.col("stream_live"))
     if "extra" in requests.columns:
-        server = pl.col("extra").str.json_path_match("$.server_decode.tok_s").cast(pl.Float64)
+        timed = pl.col("extra").str.json_path_match("$.timings.predicted_per_second").cast(pl.Float64)
+        timed = pl.when(timed > 0).then(timed)
+        band = pl.col("extra").str.json_path_match("$.server_decode.tok_s").cast(pl.Float64)
         named = pl.concat_str(pl.lit("server: "), pl.col("extra").str.json_path_match("$.server_decode.metric"), pl.lit(", "),
                               pl.col("extra").str.json_path_match("$.server_decode.over"), pl.lit(" mean"))
     else:
-        server, named = pl.lit(None, dtype=pl.Float64), pl.lit(None, dtype=pl.String)
+        timed = band = pl.lit(None, dtype=pl.Float64)
+        named = pl.lit(None, dtype=pl.String)
     # a client cannot receive tokens faster than the engine made them: a stream FASTER_THAN_ENGINE times quicker than the
     # engine's own rate came from a buffer (a rush slower than the liveness rule's bar), and takes the engine's
-    own = stream.is_not_null() & (server.is_null() | (stream <= FASTER_THAN_ENGINE * server)).fill_null(True)
-    return requests.with_columns(decode_tok_s=pl.when(own).then(stream).otherwise(server),
-                                 decode_rate_origin=pl.when(own).then(pl.lit("stream")).when(server.is_not_null()).then(named))
+    own = stream.is_not_null() & (band.is_null() | (stream <= FASTER_THAN_ENGINE * band)).fill_null(True)
+    return requests.with_columns(
+        decode_tok_s=pl.when(timed.is_not_null()).then(timed).when(own).then(stream).otherwise(band),
+        decode_rate_origin=pl.when(timed.is_not_null()).then(pl.lit("server: timings, request")).when(own).then(pl.lit("stream"))
+        .when(band.is_not_null()).then(named))
 
 
 def band_decode_rate(rates: Sequence[float | None]) -> float | None:
