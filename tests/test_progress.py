@@ -85,3 +85,11 @@ def test_report_shows_its_cells_on_a_terminal_and_nothing_when_piped(tmp_path):
     assert "cell" in err and "100%" in err
     code, out, err = _bia([*args, "-o", str(tmp_path / "pipe.html")], terminal=False)
     assert code == 0 and "%|" not in err, err
+
+
+def test_history_over_several_runs_shows_them_on_a_terminal_and_nothing_when_piped(tmp_path):
+    code, out, err = _bia(["history", "data/experiment-cpu", "-o", str(tmp_path / "tty")], terminal=True)
+    assert code == 0, err
+    assert "reading runs" in err and "4/4" in err
+    code, out, err = _bia(["history", "data/experiment-cpu", "-o", str(tmp_path / "pipe")], terminal=False)
+    assert code == 0 and err == "", err

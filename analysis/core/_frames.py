@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
 BACKENDS = ("polars", "pandas")
+
+T = TypeVar("T")
 
 
 def check_backend(backend: str) -> str:
@@ -36,8 +38,8 @@ def as_polars(frame: Any) -> pl.DataFrame:
     return frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
 
 
-def progress(items: list[str], show: bool | None, desc: str) -> Iterable[str]:
-    """``items`` with a progress bar on stderr: when asked, else only in a terminal and for more than one item.
+def progress(items: list[T], show: bool | None, desc: str, unit: str = "file") -> Iterable[T]:
+    """``items`` with a progress bar (and its ETA) on stderr: when asked, else only in a terminal and for more than one item.
 
     Executed notebooks never get one, since their stderr is not a terminal.
     """
@@ -45,7 +47,7 @@ def progress(items: list[str], show: bool | None, desc: str) -> Iterable[str]:
         return items
     from tqdm import tqdm
 
-    return tqdm(items, desc=desc, unit="file", file=sys.stderr)
+    return tqdm(items, desc=desc, unit=unit, file=sys.stderr)
 
 
 def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:

@@ -46,6 +46,7 @@ from typing import Any, Iterable
 import polars as pl
 
 from ..metrics import parity
+from ..core._frames import progress as show_progress
 from ..core._output import OutputExists
 from ..verdicts._regressions import REGRESSION_RULES, SERIES, Rule, regressions
 from ..io._sources import expand_sources, is_url, read_source_bytes
@@ -293,7 +294,7 @@ def _rows_of(sources: Iterable[str | os.PathLike[str]], appended: dt.datetime) -
     entries, bands, markers = [], [], []
     if documents:
         entries, bands, markers = _witness_rows(expand_sources(documents), appended)
-    for folder in runs:
+    for folder in show_progress(list(runs), None, "reading runs", unit="run"):  # each run is parsed whole: a bar on a terminal when there are several
         entry, run_bands = _run_rows(folder, appended)
         entries.append(entry)
         bands += run_bands

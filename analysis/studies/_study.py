@@ -32,6 +32,7 @@ from typing import Any
 import polars as pl
 
 from ..metrics import parity
+from ..core._frames import progress as show_progress
 from ..core._output import OutputExists
 from ..dumps import Dump
 from ..dumps._schema import REQUEST_SCHEMA, conform
@@ -87,7 +88,7 @@ def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os
             raise RunError(f"{items[i]}: two runs named {name!r}; a dataset names each run by its directory")
         if not force and name in known["run"].to_list():
             raise OutputExists(f"{folder}: the study already holds a run named {name!r}", "replace it")
-    for item, name in zip(items, names):
+    for item, name in show_progress(list(zip(items, names)), None, "writing runs", unit="run"):
         run = item if isinstance(item, Run) else read_run(item)
         _write_run(run, name, folder)
         row = pl.DataFrame({"run": [name], "manifest": [json.dumps(run.manifest, sort_keys=True)], "path": [str(run.path)]})
