@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install bia with the extras asked for (default: what the tests need). Idempotent: installs
 # only when pyproject.toml changed since the last install, or when an extra asked for is not installed yet.
-#   bash scripts/setup.sh                  # the test suite's: test, torch, hf, ray, fast and docs extras (about 2.3 GB)
+#   bash scripts/setup.sh                  # the test suite's: test, torch, hf, ray, fast and docs extras (about 2.6 GB)
 #   BIA_EXTRAS= bash scripts/setup.sh      # bia alone: what the report, witness, dumps and probe commands need
 set -euo pipefail
 cd "$(dirname "$0")/.."

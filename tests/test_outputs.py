@@ -66,3 +66,22 @@ def test_the_main_job_runs_from_any_folder_and_writes_where_the_user_stands(tmp_
     from analysis.core._output import _umask
 
     assert (tmp_path / "here.html").stat().st_mode & 0o777 == 0o666 & ~_umask()  # as any written file, not a temporary file's 0600
+
+
+def test_ctrl_c_during_an_experiment_leaves_no_half_run(tmp_path):
+    """Issue 32 item 3: a mode's run is built aside and renamed into place whole, so an interrupt leaves no folder that a
+    second try would refuse as "already exists", and no run without its manifest."""
+    import signal
+    import time
+
+    child = subprocess.Popen([sys.executable, "-m", "analysis", "experiment", "-o", str(tmp_path / "runs"), "--modes", "default"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.time() + 60
+    while not (tmp_path / "runs" / ".default.partial" / "captures").is_dir():  # decoding has begun
+        assert child.poll() is None and time.time() < deadline
+        time.sleep(0.1)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130 and out == ""
+    assert err == "interrupted: bia experiment stopped before it finished; what it writes is written whole or not at all\n"
+    assert list((tmp_path / "runs").iterdir()) == []

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import random
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,6 +99,7 @@ def run_experiment(
     """
     import torch
 
+    from ..run import read_run
     from ._first_ops import write_first_ops as replay_with_taps
     from .decode import decode
     from .model import load_model
@@ -134,66 +137,73 @@ def run_experiment(
     encoded = [model.encode(p) for p in prompts]
     written = []
     bar = _progress_bar(len(modes) * len(prompts) * (3 + sum(ladder) + (1 + sum(ladder) if taps else 0)), progress)
-    for mode, folder in zip(modes, folders):
-        bar.set_description(f"{mode}: decoding")
-        (folder / "captures").mkdir(parents=True, exist_ok=True)
-        lines, m_formed, identical = [], [], True
-        for index, prompt in enumerate(encoded):
-            pid = f"p{index}"
-            refs = [decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0] for _ in range(2)]
-            again = decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0]
-            bar.update(3)
-            identical &= again.token_ids == refs[0].token_ids and again.logprobs == refs[0].logprobs  # bits: floats compare exactly
-            for slot, ref in enumerate(refs):
-                sse, times = _capture(ref, f"{pid}-ref{slot + 1}", model_path.stem, model)
-                lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "reference", "slot": slot})
-            rng = random.Random(seed + index)
-            for c in ladder:
-                batch, target = _layout(prompt, encoded, c, layout, rng)
-                outs = decode(model, batch, mode=mode, max_tokens=max_tokens, top_k=top_k)
-                m_formed.append({"prompt_id": pid, "band_c": c, "widths": [c], "steps": max_tokens})
-                recorded = range(c) if layout == "copies" else [target]
-                for slot, row in enumerate(recorded):
-                    sse, times = _capture(outs[row], f"{pid}-c{c}-s{slot}", model_path.stem, model)
-                    lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "band", "band_c": c,
-                                  "slot": slot, "repeat": 0, "batch_row": row})
-                bar.update(c)
-        (folder / "captures" / "requests.jsonl").write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n")
-        settings = {"kernel_mode": mode, "dtype": dtype, "device": device, "layout": layout}  # as asked; effective below
-        manifest = {
-            "run_version": 1,
-            "producer": "bia experiment",
-            "identity": {"host": platform.node(), "engine": "bia torch (analysis.experiment)", "commit": None, "binary_sha256": weights_sha,
-                         "model": {"path": model_path.name, "sha256": weights_sha}},
-            "sampler": {"temperature": 0.0, "seed": seed, "ignore_eos": True, "max_tokens": max_tokens, "top_logprobs": top_k},
-            "ladder": list(ladder),
-            "declared_min": declared_min if declared_min is not None else min(64, max_tokens),
-            "max_constant_run": 16,
-            "environment": {"torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-                            "threads": torch.get_num_threads(), "deterministic_algorithms": True,
-                            "cuda": torch.version.cuda if device.startswith("cuda") else None,
-                            "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None},
-            "requested": settings,
-            "effective": {**settings, "kernel_mode": kernel_mode(mode), "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-                          "device": str(next(model.parameters()).device)},
-            "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
-            "m_formed": m_formed,
-            "determinism": {"checked": True, "identical": identical,
-                            "what": "the m=1 reference decoded a third time gave the same tokens and float32 logprob bits"},
-        }
-        (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        from ..run import read_run
+    for mode, final in zip(modes, folders):
+        folder = final.with_name(f".{final.name}.partial")  # built aside, renamed into place whole: a kill leaves no half run
+        shutil.rmtree(folder, ignore_errors=True)  # what an earlier killed attempt left
+        try:
+            bar.set_description(f"{mode}: decoding")
+            (folder / "captures").mkdir(parents=True, exist_ok=True)
+            lines, m_formed, identical = [], [], True
+            for index, prompt in enumerate(encoded):
+                pid = f"p{index}"
+                refs = [decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0] for _ in range(2)]
+                again = decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0]
+                bar.update(3)
+                identical &= again.token_ids == refs[0].token_ids and again.logprobs == refs[0].logprobs  # bits: floats compare exactly
+                for slot, ref in enumerate(refs):
+                    sse, times = _capture(ref, f"{pid}-ref{slot + 1}", model_path.stem, model)
+                    lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "reference", "slot": slot})
+                rng = random.Random(seed + index)
+                for c in ladder:
+                    batch, target = _layout(prompt, encoded, c, layout, rng)
+                    outs = decode(model, batch, mode=mode, max_tokens=max_tokens, top_k=top_k)
+                    m_formed.append({"prompt_id": pid, "band_c": c, "widths": [c], "steps": max_tokens})
+                    recorded = range(c) if layout == "copies" else [target]
+                    for slot, row in enumerate(recorded):
+                        sse, times = _capture(outs[row], f"{pid}-c{c}-s{slot}", model_path.stem, model)
+                        lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "band", "band_c": c,
+                                      "slot": slot, "repeat": 0, "batch_row": row})
+                    bar.update(c)
+            (folder / "captures" / "requests.jsonl").write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n")
+            settings = {"kernel_mode": mode, "dtype": dtype, "device": device, "layout": layout}  # as asked; effective below
+            manifest = {
+                "run_version": 1,
+                "producer": "bia experiment",
+                "identity": {"host": platform.node(), "engine": "bia torch (analysis.experiment)", "commit": None, "binary_sha256": weights_sha,
+                             "model": {"path": model_path.name, "sha256": weights_sha}},
+                "sampler": {"temperature": 0.0, "seed": seed, "ignore_eos": True, "max_tokens": max_tokens, "top_logprobs": top_k},
+                "ladder": list(ladder),
+                "declared_min": declared_min if declared_min is not None else min(64, max_tokens),
+                "max_constant_run": 16,
+                "environment": {"torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+                                "threads": torch.get_num_threads(), "deterministic_algorithms": True,
+                                "cuda": torch.version.cuda if device.startswith("cuda") else None,
+                                "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None},
+                "requested": settings,
+                "effective": {**settings, "kernel_mode": kernel_mode(mode), "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+                              "device": str(next(model.parameters()).device)},
+                "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
+                "m_formed": m_formed,
+                "determinism": {"checked": True, "identical": identical,
+                                "what": "the m=1 reference decoded a third time gave the same tokens and float32 logprob bits"},
+            }
+            (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            if taps:  # after the timed decode, so that the taps never slow the rates the run records
+                bar.set_description(f"{mode}: first ops")
+                try:
+                    replay_with_taps(folder, model=model, advance=bar.update)
+                except ExperimentError as exc:  # a decode that does not repeat bit for bit: the run stands, without first ops
+                    import warnings
 
-        read_run(folder).write_derived()  # the Parquet tables, rebuildable from captures/
-        if taps:  # after the timed decode, so that the taps never slow the rates the run records
-            bar.set_description(f"{mode}: first ops")
-            try:
-                replay_with_taps(folder, model=model, advance=bar.update)
-            except ExperimentError as exc:  # a decode that does not repeat bit for bit: the run stands, without first ops
-                import warnings
-
-                warnings.warn(f"no first_ops.json: {exc}", stacklevel=2)
-        written.append(folder)
+                    warnings.warn(f"no first_ops.json: {exc}", stacklevel=2)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if final.is_dir():  # empty: claim_output refused or cleared what was there
+            final.rmdir()
+        os.replace(folder, final)
+        read_run(final).write_derived()  # the Parquet tables, rebuildable from captures/, naming the captures where they stay
+        written.append(final)
     bar.close()
     return written
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from html import escape
 
 from pathlib import Path
@@ -195,8 +196,10 @@ def entries_html(history: History) -> str:
 
 
 def render_trend(sources: Iterable[str | os.PathLike[str]] | None = None, output: str | os.PathLike[str] = "trend.html", *,
-                 title: str = DEFAULT_TITLE, force: bool = False, timeout_s: int = 600) -> Path:
+                 title: str = DEFAULT_TITLE, force: bool = False, timeout_s: int = 600, progress: bool | None = None) -> Path:
     """Execute the trend notebook over ``sources`` (the embedded history when empty) and export one HTML file.
+
+    ``progress`` shows papermill's bar over the notebook's cells; by default only when stderr is a terminal.
 
     Examples
     --------
@@ -206,7 +209,8 @@ def render_trend(sources: Iterable[str | os.PathLike[str]] | None = None, output
     output = claim_output(output, force=force, what="the trend report")
     parameters = {"history": [os.fspath(s) for s in (sources or [])], "title": title}
     read_history(parameters["history"] or default_history_sources())  # a bad source is named here, not inside a kernel
-    return execute_to_html(bundled("notebooks/trend_report.ipynb"), parameters, output, what="trend", timeout_s=timeout_s)
+    show = progress if progress is not None else sys.stderr.isatty()
+    return execute_to_html(bundled("notebooks/trend_report.ipynb"), parameters, output, what="trend", progress=show, timeout_s=timeout_s)
 
 
 def header_html(title: str, sources: list[str], history: History) -> str:
