@@ -290,10 +290,18 @@ def experiment_command(
     trainer_batch: Annotated[int, typer.Option(help="Sequences per trainer forward pass.")] = 8,
     recompute: Annotated[Optional[list[Path]], typer.Option(metavar="RUN", help="With --trainer: recompute this experiment run "
                                                                 "instead of decoding new ones (OUTPUT/trainer/<run folder>.jsonl). Repeatable.")] = None,
+    hf: Annotated[Optional[Path], typer.Option("--hf", metavar="CHECKPOINT", help="Instead of bia's kernel modes, probe transformers' own "
+                                                "batched generate on this causal LM checkpoint folder: left-padded (OUTPUT/transformers-padded) "
+                                                "and continuous batching where the release has it (OUTPUT/transformers-continuous).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""
     _need_extra("torch", "torch", "experiment")
+    if hf is not None:
+        _need_extra("transformers", "hf", "experiment --hf")
+        from ._hf import hf_command
+
+        return hf_command(hf, output, prompts, ladder, layout, max_tokens, top_k, dtype, device, force)
     from ..experiment import DEFAULT_PROMPTS, ExperimentError, run_experiment
     from ..experiment.trainer import write_trainer_pairs
     from ..run import RunError

@@ -66,7 +66,7 @@ class Steps:
 def of_requests(steps: Steps, reqs: pl.Series) -> Steps:
     """The same steps, only those of the requests ``reqs``: a few pairs among many requests (each prompt's references among
     a run's bands) are compared on these as on the whole, reading a fraction of the rows."""
-    keep = pl.col("req").is_in(reqs.unique())
+    keep = pl.col("req").is_in(reqs.unique().implode())  # one list to look in (a bare Series of the same type is deprecated)
     return Steps(steps.steps.filter(keep), steps.cands.filter(keep), steps.requests.filter(keep), steps.firsts.filter(keep), steps.packed)
 
 

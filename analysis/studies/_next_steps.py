@@ -36,7 +36,8 @@ _ALONE = {"bia torch": "bia experiment --modes row-invariant", "vllm": "VLLM_BAT
           "sglang": "SGLang --enable-deterministic-inference", "llama.cpp": "llama-server --no-cache-prompt"}
 _INVARIANT = {"llama.cpp": "llama-server --parallel 1 (it has no batch-invariant kernels)", "vllm": "VLLM_BATCH_INVARIANT=1",
               "sglang": "SGLang --enable-deterministic-inference", "bia torch": "bia experiment --modes row-invariant",
-              "bia serve": "bia serve --mode row-invariant"}
+              "bia serve": "bia serve --mode row-invariant",
+              "transformers": "one prompt per generate call, or batch-invariant kernels (batch_invariant_ops' set_batch_invariant_mode)"}
 _BATCH_LIMIT = {"llama.cpp": "llama-server --parallel {c}", "vllm": "vLLM --max-num-seqs {c}", "sglang": "SGLang --max-running-requests {c}"}
 
 
@@ -66,5 +67,7 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
             return f"{more} more batched requests: bia experiment --prompts FILE of {math.ceil(row['requests_needed'] / per_prompt)} prompts"
         per_repeat = max(1, row["requests"] // max(1, int(subject.manifest.get("repeats") or 1)))
         repeats = math.ceil(row["requests_needed"] / per_repeat)
+        if subject.manifest.get("producer") == "bia probe_callable":  # an engine in process: called again, not probed over HTTP
+            return f"{more} more batched requests: probe_callable(generate, prompts, OUTPUT, repeats={repeats}) into a new run"
         return f"{more} more batched requests: a new run, {_probe_command(subject, f' --repeats {repeats}', resume=False)}"
     return "none: keep it in CI with bia certify"

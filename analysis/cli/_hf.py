@@ -1,0 +1,54 @@
+"""``bia experiment --hf CHECKPOINT``: transformers' own batched generation probed in process, one run per way it batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..core._output import OutputExists
+from ._args import _fail, _parse_ladder, _read_lines
+
+
+def hf_command(checkpoint: Path, output: Path, prompts: Optional[Path], ladder: str, layout: str, max_tokens: int, top_k: int, dtype: str,
+               device: str, force: bool) -> None:
+    """The command's work once its options are parsed: each run written, or the fault in one line."""
+    from ..experiment import DEFAULT_PROMPTS
+    from ..probe._callable import CallableError
+
+    texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
+    try:
+        for folder in transformers_runs(checkpoint, output, prompts=texts, ladder=_parse_ladder(ladder), layout=layout, max_tokens=max_tokens,
+                                        top_k=top_k, dtype=dtype, device=device, force=force):
+            typer.echo(f"wrote {folder}")
+    except FileNotFoundError as exc:
+        raise _fail(exc, 3) from None
+    except (CallableError, OutputExists, ValueError) as exc:
+        raise _fail(exc) from None
+
+
+def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str], ladder: Sequence[int], layout: str, max_tokens: int,
+                      top_k: int, dtype: str, device: str, force: bool) -> list[Path]:
+    """Probe each way the installed transformers batches (``padded``, and ``continuous`` where it exists) on ``checkpoint``
+    and write ``OUTPUT/transformers-<way>``; the run folders written."""
+    import transformers
+
+    from ..core._output import claim_output
+    from ..experiment._transformers import transformers_engines
+    from ..probe._callable import probe_callable
+
+    if not checkpoint.exists():
+        raise FileNotFoundError(f"--hf {checkpoint}: no such folder")
+    if not (checkpoint / "config.json").is_file():
+        raise ValueError(f"--hf {checkpoint}: not a Hugging Face checkpoint folder (no config.json)")
+    for way in ("padded", "continuous"):  # refused before the model loads, as the experiment's own runs are
+        claim_output(output / f"transformers-{way}", force=force, what=f"the transformers {way} run", folder=True)
+    engines = transformers_engines(checkpoint, max_new_tokens=max_tokens, top_k=top_k, dtype=dtype, device=device)
+    written = []
+    for way, generate in engines.items():
+        run = probe_callable(generate, prompts, output / f"transformers-{way}", ladder=ladder, layout=layout, force=force,
+                             engine=f"transformers {transformers.__version__} ({way} batching)", model=checkpoint.name)
+        written.append(run.path)
+    return written
