@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 # The public modules, in the order a reader meets them; each gets its own page.
-PUBLIC_MODULES = ["run", "dumps", "parity", "plots", "report", "trend", "probe", "experiment", "serve"]
+PUBLIC_MODULES = ["run", "dumps", "parity", "plots", "report", "trend", "probe", "experiment", "serve", "testing"]
 
 # The top-level page's sections: the first that matches a name takes it.
 SECTIONS = [

@@ -40,7 +40,7 @@ def test_every_public_name_is_in_the_api_reference():
 
 def test_every_public_module_has_a_page_in_the_reference():
     apigen = _apigen()
-    assert set(apigen.PUBLIC_MODULES) == {"run", "dumps", "report", "parity", "plots", "trend", "probe", "experiment", "serve"}
+    assert set(apigen.PUBLIC_MODULES) == {"run", "dumps", "report", "parity", "plots", "trend", "probe", "experiment", "serve", "testing"}
     toctree = (DOCS / "api" / "index.md").read_text()
     for module in apigen.PUBLIC_MODULES:
         assert f"\nanalysis.{module}\n" in toctree, module
