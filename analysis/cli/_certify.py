@@ -6,7 +6,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -24,6 +24,15 @@ def certify_command(
     confidence: Annotated[float, typer.Option(metavar="P", help="The confidence of that one-sided bound (0.95: 95%).")] = 0.95,
     output: Annotated[Path, typer.Option("-o", "--output", help="The certificate to write (JSON).")] = Path("certificate.json"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
+    run: Annotated[Path, typer.Option("--run", help="With a URL: the run directory the probe writes.")] = Path("runs/certify"),
+    ladder: Annotated[str, typer.Option(metavar="C,C,...", help="With a URL: the batch sizes.")] = "1,4,8,16",
+    prompts: Annotated[Optional[Path], typer.Option(help="With a URL: a text file of prompts, one per line (bia's two by default).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="With a URL: tokens per request.")] = 64,
+    max_requests: Annotated[Optional[int], typer.Option(metavar="N", help="With a URL: at most this many batched requests (the bound's "
+                                                                          "number by default).")] = None,
+    max_time: Annotated[Optional[float], typer.Option(metavar="SECONDS", help="With a URL: stop probing after this long and judge "
+                                                                              "what came back.")] = None,
+    server_log: Annotated[Optional[Path], typer.Option(help="With a URL: the server's log, for the batch widths it formed.")] = None,
 ) -> None:
     """Certify runs batch invariant: one verdict per run and arm, GREEN, AMBER, RED or UNVERIFIED, written as certificate.json.
 
@@ -34,8 +43,12 @@ def certify_command(
     or the bits were not recorded. A server that differs from itself alone (its m=1 references, or c=1) is RED for
     run-to-run drift, and its batching is not judged. Only batched requests (c > 1) count toward the bound.
 
+    Given a server's URL instead, it probes it first (into --run) with as many batched requests as the bound needs
+    (bia's prompts at every c of --ladder, repeated), stops at the first request that parts, or at --max-requests or
+    --max-time, and certifies what came back.
+
     Exit 0 all GREEN; else the worst verdict's: 5 RED, 7 UNVERIFIED, 8 AMBER. Exit 2 a bad option or an occupied
-    output or a URL, 3 no such path or a folder that holds no run (as bia report and bia witness say of a folder with
+    output, 6 a URL nothing answers at, 3 no such path or a folder that holds no run (as bia report and bia witness say of a folder with
     nothing to read), 4 not a run bia reads.
     """
     from ..core._output import claim_output, write_atomic
@@ -48,9 +61,15 @@ def certify_command(
         raise _fail(f"--target-rate takes a rate in (0, 1], got {target_rate!r}")
     if not (math.isfinite(confidence) and 0 < confidence < 1):
         raise _fail(f"--confidence takes a probability in (0, 1), got {confidence!r}")
-    for given in runs:  # taken as text: a Path would fold a URL's "//" into a path that does not exist (exit 3)
-        if re.match(r"[a-z][a-z0-9+.-]*://", given, flags=re.I):
-            raise _fail(f"{given}: bia certify reads run directories on this machine, not URLs (bia probe URL writes one)")
+    urls = [given for given in runs if re.match(r"[a-z][a-z0-9+.-]*://", given, flags=re.I)]  # as text: a Path folds "//"
+    if urls and (len(runs) > 1 or not urls[0].lower().startswith(("http://", "https://"))):
+        raise _fail(f"{urls[0]}: bia certify takes one http(s) URL to probe, or run directories, not both")
+    if urls:
+        from ._certify_url import certify_url
+
+        return certify_url(urls[0], run_dir=run, output=output, force=force, target_rate=target_rate, confidence=confidence, ladder=ladder,
+                           prompts=prompts, max_tokens=max_tokens, max_requests=max_requests, max_time=max_time, server_log=server_log,
+                           print_lines=_print_lines)
     try:
         claim_output(output, force=force, what="-o")
     except OutputExists as exc:

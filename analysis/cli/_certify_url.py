@@ -1,0 +1,59 @@
+"""``bia certify URL``: probe a live server with the requests the bound needs, stop once the verdict is known, certify the run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..core._output import OutputExists
+from ._args import EXIT_UNREACHABLE, _fail, _parse_ladder, _read_lines
+
+
+def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_rate: float, confidence: float, ladder: str,
+                prompts: Optional[Path], max_tokens: int, max_requests: Optional[int], max_time: Optional[float],
+                server_log: Optional[Path], print_lines: Callable[[dict, Path], None]) -> None:
+    """Probe ``url`` into ``run_dir``, write the certificate to ``output``, say it with ``print_lines`` (bia certify's) and exit
+    with the verdict's code."""
+    from ..core._output import claim_output, write_atomic
+    from ..experiment import DEFAULT_PROMPTS
+    from ..probe import ProbeError, ServerGone
+    from ..probe._certify import certify_server, planned_repeats
+    from ..probe._engines import ServerUnreachable
+    from ..studies._certificate import certificate_document
+
+    texts = list(DEFAULT_PROMPTS) if prompts is None else _read_lines(prompts, "--prompts")
+    steps = _parse_ladder(ladder)
+    try:
+        claim_output(output, force=force, what="-o")
+        claim_output(run_dir, what="--run", folder=True)  # a probe never overwrites a run
+        repeats = planned_repeats(target_rate=target_rate, confidence=confidence, ladder=steps, prompts=len(texts), max_requests=max_requests)
+    except (OutputExists, ProbeError) as exc:
+        raise _fail(exc) from None
+    batched = repeats * len(texts) * sum(c for c in steps if c > 1)
+    typer.echo(f"certifying {url}: up to {batched} batched requests ({len(texts)} prompts x c={','.join(map(str, steps))} x {repeats} "
+               f"repeats) into {run_dir}; it stops at the first request that parts", err=True)
+    try:
+        folder, judgement, stopped = asyncio.run(certify_server(
+            url, run_dir, target_rate=target_rate, confidence=confidence, prompts=texts, ladder=steps, max_requests=max_requests,
+            max_time=max_time, max_tokens=max_tokens, server_log=server_log, progress=sys.stderr.isatty()))
+    except (ServerUnreachable, ServerGone) as exc:
+        raise _fail(exc, EXIT_UNREACHABLE) from None
+    except (ProbeError, ValueError) as exc:
+        raise _fail(exc) from None
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: {run_dir} stays readable; bia certify {run_dir} judges what it holds", err=True)
+        raise typer.Exit(130) from None
+    if stopped:
+        said = "a request parted, so the verdict is RED whatever follows" if stopped == "RED" else f"--max-time {max_time:g} s ran out"
+        typer.echo(f"stopped early: {said}", err=True)
+    document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
+    document["probe"] = {"url": url, "run": str(folder), "planned_batched_requests": batched, "stopped": stopped}
+    write_atomic(output, json.dumps(document, indent=2) + "\n")
+    print_lines(document, output)
+    raise typer.Exit(document["exit_code"])

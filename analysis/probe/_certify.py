@@ -1,0 +1,92 @@
+"""Certify a live server in one call: probe it with as many batched requests as the bound needs, and stop as soon as the
+verdict is known (``bia certify URL``).
+
+The plan: bia's prompts at every c of the ladder, repeated until the batched requests (c > 1) reach
+:func:`analysis.requests_needed` for the target rate at the confidence (the fewest repeats that do), or what
+``max_requests`` allows. While the probe runs, the run written so far is judged every ``poll_s`` seconds; the first
+request that parts from m=1 (or a server that differs from itself alone) makes the verdict RED, and the probe is
+stopped there. ``max_time`` stops it too; the verdict is then the judgement of what came back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..metrics._bounds import requests_needed
+from ..run import RunError, read_run
+from ..studies import Judgement, judge
+from ._rundir import ProbeError
+
+
+def planned_repeats(*, target_rate: float, confidence: float, ladder: Sequence[int], prompts: int, max_requests: int | None = None) -> int:
+    """The fewest repeats of the plan whose batched requests (every prompt at every c > 1, c copies each) reach the number the
+    bound needs, or the most that ``max_requests`` allows.
+
+    Examples
+    --------
+    >>> planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2)  # 56 a repeat; 299 needed: 6 repeats
+    6
+    >>> planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2, max_requests=200)  # 3 repeats, 168
+    3
+    """
+    per_repeat = prompts * sum(c for c in ladder if c > 1)
+    if per_repeat == 0:
+        raise ProbeError(f"--ladder {','.join(map(str, ladder))}: a certificate needs a batch size above 1")
+    repeats = math.ceil(requests_needed(target_rate, confidence) / per_repeat)
+    if max_requests is not None:
+        if max_requests < per_repeat:
+            raise ProbeError(f"--max-requests {max_requests}: one round of the ladder sends {per_repeat} batched requests; give at least that")
+        repeats = min(repeats, max_requests // per_repeat)
+    return repeats
+
+
+async def certify_server(url: str, out: str | os.PathLike[str], *, target_rate: float = 0.01, confidence: float = 0.95,
+                         prompts: Sequence[str], ladder: Sequence[int] = (1, 4, 8, 16), max_requests: int | None = None,
+                         max_time: float | None = None, poll_s: float = 2.0, **probe_options: Any) -> tuple[Path, Judgement, str | None]:
+    """Probe ``url`` for a certificate and judge it; returns the run directory, the judgement, and why the probe was stopped
+    early (``"RED"``, ``"max-time"``) or None when it finished its plan.
+
+    ``probe_options`` go to :func:`analysis.probe.probe` (``max_tokens``, ``engine``, ``server_log``, ``progress``...).
+    """
+    from . import probe
+
+    if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
+        raise ProbeError(f"--max-time takes a positive number of seconds, got {max_time!r}")
+    repeats = planned_repeats(target_rate=target_rate, confidence=confidence, ladder=ladder, prompts=len(prompts), max_requests=max_requests)
+    out = Path(out)
+    task = asyncio.ensure_future(probe(url, out, prompts=list(prompts), ladder=tuple(ladder), repeats=repeats, **probe_options))
+    started, stopped = time.monotonic(), None
+    while not task.done():
+        await asyncio.wait({task}, timeout=poll_s)
+        if task.done():
+            break
+        if max_time is not None and time.monotonic() - started > max_time:
+            stopped = "max-time"
+        elif await asyncio.to_thread(_red_so_far, out, target_rate, confidence):
+            stopped = "RED"
+        if stopped:
+            task.cancel()
+            break
+    try:
+        await task
+    except asyncio.CancelledError:
+        if stopped is None:  # cancelled from outside (Ctrl-C): not ours to swallow
+            raise
+    return out, judge(read_run(out), target_rate=target_rate, confidence=confidence), stopped
+
+
+def _red_so_far(out: Path, target_rate: float, confidence: float) -> bool:
+    """Whether the run written so far is already RED: a batched request parted, or the server differs from itself alone."""
+    if not (out / "manifest.json").is_file():
+        return False
+    try:
+        run = read_run(out, cache=False)  # the captures grow while we read: never cache a snapshot of them
+        return judge(run, target_rate=target_rate, confidence=confidence).verdict == "RED"
+    except (RunError, OSError, ValueError):  # a manifest being replaced, a line being written: judged at the next poll
+        return False

@@ -1,0 +1,98 @@
+"""bia certify URL (issue 34 item 3): a live server probed with the requests the bound needs, stopped once the verdict is known,
+certified; against bia serve on loopback (a real server: continuous batching, its own kernels)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from analysis.probe._certify import planned_repeats
+from analysis.probe._rundir import ProbeError
+from analysis.run import read_run
+from analysis.serve import BackgroundServer
+
+
+def _certify(url, tmp_path, *options, log=None):
+    args = [sys.executable, "-m", "analysis", "certify", url, "--run", str(tmp_path / "run"), "-o", str(tmp_path / "c.json"),
+            "--prompts", str(_prompts(tmp_path)), *(["--server-log", str(log)] if log else []), *options]
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def _prompts(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("If the argument is\n")
+    return path
+
+
+def test_the_default_mode_ends_red_at_the_first_batched_request_that_parts_long_before_the_plan_ends(tmp_path):
+    with BackgroundServer("default", log_file=tmp_path / "serve.log") as server:
+        done = _certify(server.url, tmp_path, "--ladder", "1,2,4", "--max-tokens", "8", log=tmp_path / "serve.log")
+    assert done.returncode == 5, done.stderr
+    document = json.loads((tmp_path / "c.json").read_text())
+    arm = document["arms"][0]
+    assert document["verdict"] == "RED" and document["probe"]["stopped"] == "RED" and document["probe"]["planned_batched_requests"] == 300
+    assert arm["cause"] == "co-batching" and 0 < arm["requests"] < 100 and arm["missing"] > 200  # stopped within a few polls
+    assert "stopped early: a request parted, so the verdict is RED whatever follows" in done.stderr
+    assert done.stdout.splitlines()[0].startswith(f"RED {tmp_path / 'run'} (copies): ")
+    assert read_run(tmp_path / "run").manifest["repeats"] == 50  # the plan: 6 batched requests a repeat, 299 needed
+
+
+def test_fixed_tiles_end_green_at_one_percent_with_the_fewest_requests_the_bound_allows(tmp_path):
+    with BackgroundServer("fixed-tiles", log_file=tmp_path / "serve.log") as server:
+        # 16 tokens: long enough that a band's 4 requests are in the batch together (with 4, one may finish before the last joins:
+        # never seen formed at its c, and the verdict honestly UNVERIFIED)
+        done = _certify(server.url, tmp_path, "--ladder", "1,2,4", "--max-tokens", "16", log=tmp_path / "serve.log")
+    assert done.returncode == 0, done.stdout + done.stderr
+    arm = json.loads((tmp_path / "c.json").read_text())["arms"][0]
+    # 299 bit-identical batched requests bound the rate below 1% at 95%; a repeat sends 2 + 4 = 6, so 50 repeats: 300
+    assert (arm["verdict"], arm["requests"], arm["divergent"], arm["missing"], arm["bands_unformed"]) == ("GREEN", 300, 0, 0, 0)
+    assert arm["upper_bound"] < 0.01
+
+
+def test_max_requests_caps_the_plan_and_the_verdict_says_amber(tmp_path):
+    with BackgroundServer("fixed-tiles", log_file=tmp_path / "serve.log") as server:
+        done = _certify(server.url, tmp_path, "--ladder", "1,2,4", "--max-tokens", "16", "--max-requests", "20", log=tmp_path / "serve.log")
+    assert done.returncode == 8, done.stdout + done.stderr
+    arm = json.loads((tmp_path / "c.json").read_text())["arms"][0]
+    assert (arm["verdict"], arm["requests"]) == ("AMBER", 18)  # 3 whole repeats of 6 fit in 20
+
+
+def test_max_time_stops_the_probe_and_judges_what_came_back(tmp_path):
+    with BackgroundServer("fixed-tiles", log_file=tmp_path / "serve.log") as server:
+        done = _certify(server.url, tmp_path, "--ladder", "1,2,4", "--max-tokens", "32", "--max-time", "3", log=tmp_path / "serve.log")
+    document = json.loads((tmp_path / "c.json").read_text())
+    assert document["probe"]["stopped"] == "max-time" and "stopped early: --max-time 3 s ran out" in done.stderr
+    assert document["arms"][0]["missing"] > 0 and done.returncode in (7, 8)  # unfinished: UNVERIFIED (missing), never GREEN
+
+
+@pytest.mark.parametrize("options, code, words", [
+    (["--max-requests", "5"], 2, "error: --max-requests 5: one round of the ladder sends 6 batched requests; give at least that"),
+    (["--ladder", "1"], 2, "error: --ladder 1: a certificate needs a batch size above 1"),
+    (["--max-time", "0"], 2, "error: --max-time takes a positive number of seconds, got 0.0"),
+])
+def test_plans_that_cannot_certify_are_refused_before_any_request(tmp_path, options, code, words):
+    done = _certify("http://127.0.0.1:9", tmp_path, "--ladder", "1,2,4", *options)  # nothing listens on port 9: never asked
+    assert done.returncode == code and done.stderr.strip().splitlines()[-1] == words
+    assert not (tmp_path / "run").exists() and not (tmp_path / "c.json").exists()
+
+
+def test_a_url_nothing_answers_at_is_exit_6(tmp_path):
+    done = _certify("http://127.0.0.1:9", tmp_path, "--ladder", "1,2,4")
+    assert done.returncode == 6 and done.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in done.stderr
+
+
+def test_a_url_beside_run_directories_is_refused(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "analysis", "certify", "http://127.0.0.1:9", "data/experiment-cpu/default", "-o",
+                           str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and "takes one http(s) URL to probe, or run directories, not both" in done.stderr
+
+
+def test_the_plan_is_the_fewest_repeats_that_reach_the_bound():
+    assert planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2) == 6  # 56 a repeat: 5 give 280 < 299
+    assert planned_repeats(target_rate=0.05, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2) == 2  # 59 needed: 2 repeats, 112
+    with pytest.raises(ProbeError):
+        planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1], prompts=2)
