@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
@@ -37,18 +38,22 @@ def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str],
 
     from ..core._output import claim_output
     from ..experiment._transformers import transformers_engines
+    from ..experiment.hf import write_hf_checkpoint
     from ..probe._callable import probe_callable
 
     if not checkpoint.exists():
         raise FileNotFoundError(f"--hf {checkpoint}: no such folder")
-    if not (checkpoint / "config.json").is_file():
-        raise ValueError(f"--hf {checkpoint}: not a Hugging Face checkpoint folder (no config.json)")
+    own = checkpoint.is_file() and checkpoint.suffix == ".safetensors"  # bia's own model (data/tiny-model), written as GPT-2 first
+    if not own and not (checkpoint / "config.json").is_file():
+        raise ValueError(f"--hf {checkpoint}: not a Hugging Face checkpoint folder (no config.json), nor bia's model (.safetensors)")
     for way in ("padded", "continuous"):  # refused before the model loads, as the experiment's own runs are
         claim_output(output / f"transformers-{way}", force=force, what=f"the transformers {way} run", folder=True)
-    engines = transformers_engines(checkpoint, max_new_tokens=max_tokens, top_k=top_k, dtype=dtype, device=device)
+    with tempfile.TemporaryDirectory(prefix="bia-hf-") as scratch:
+        folder = write_hf_checkpoint(checkpoint, Path(scratch) / checkpoint.stem) if own else checkpoint
+        engines = transformers_engines(folder, max_new_tokens=max_tokens, top_k=top_k, dtype=dtype, device=device)
     written = []
     for way, generate in engines.items():
         run = probe_callable(generate, prompts, output / f"transformers-{way}", ladder=ladder, layout=layout, force=force,
-                             engine=f"transformers {transformers.__version__} ({way} batching)", model=checkpoint.name)
+                             engine=f"transformers {transformers.__version__} ({way} batching)", model=checkpoint.stem if own else checkpoint.name)
         written.append(run.path)
     return written

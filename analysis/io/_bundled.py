@@ -44,15 +44,17 @@ def _shown(path: Path) -> str:
 def default_runs() -> list[str]:
     """The embedded default runs: the torch experiment on CPU in its four kernel modes (``data/experiment-cpu``),
     then a real llama.cpp server on CPU with and without its prompt cache (``data/llamacpp-cpu``), then a real
-    vLLM server (its CPU build) with and without its prefix cache (``data/vllm-cpu``).
+    vLLM server (its CPU build) with and without its prefix cache (``data/vllm-cpu``), then Hugging Face transformers
+    in process, continuous and left-padded batching (``data/transformers-cpu``): one model through every engine.
 
     Examples
     --------
     >>> [run.rsplit("/", 2)[-2:] for run in default_runs()]  # doctest: +NORMALIZE_WHITESPACE
     [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'], ['experiment-cpu', 'fixed-tiles'],
-     ['experiment-cpu', 'row-invariant'], ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt'], ['vllm-cpu', 'no-prefix-cache'], ['vllm-cpu', 'prefix-cache']]
+     ['experiment-cpu', 'row-invariant'], ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt'], ['vllm-cpu', 'no-prefix-cache'], ['vllm-cpu', 'prefix-cache'],
+     ['transformers-cpu', 'transformers-continuous'], ['transformers-cpu', 'transformers-padded']]
     """
-    return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu", "data/vllm-cpu")
+    return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu", "data/vllm-cpu", "data/transformers-cpu")
             for p in sorted(bundled(folder).glob("*/manifest.json"))]
 
 

@@ -14,6 +14,7 @@ import json
 import math
 import numbers
 import os
+import platform
 import random
 import shutil
 import sys
@@ -220,10 +221,13 @@ def _envelope(out: dict[str, Any], seconds: float, **placement: Any) -> dict[str
 def _manifest(generate, prompts: list[str], ladder: list[int], layout: str, repeats: int, engine: str | None, model: str | None, seed: int,
               m_formed: list[dict[str, Any]], lines: list[dict[str, Any]]) -> dict[str, Any]:
     name = engine or getattr(generate, "__qualname__", None) or type(generate).__name__
+    entries = [entry for line in lines for entry in line["response"]["choices"][0]["logprobs"]["content"]]
     steps = max((len(line["response"]["choices"][0]["logprobs"]["content"]) for line in lines), default=0)
+    top = max((len(entry["top_logprobs"]) for entry in entries), default=0)
     return {"run_version": RUN_VERSION, "producer": "bia probe_callable",
-            "identity": {"engine": name, "model": {"path": model} if model else None, "host": None, "commit": None},
-            "sampler": {"temperature": 0.0, "seed": seed, "max_tokens": steps, "top_logprobs": None, "ignore_eos": None},
+            "identity": {"engine": name, "model": {"path": model} if model else None, "host": platform.node(), "commit": None},
+            "environment": {"python": platform.python_version(), "machine": platform.machine(), "platform": platform.platform()},
+            "sampler": {"temperature": 0.0, "seed": seed, "max_tokens": steps, "top_logprobs": top or None, "ignore_eos": None},
             "ladder": ladder, "repeats": repeats, "declared_min": min(64, steps), "max_constant_run": 16,
             "requested": {"layout": layout}, "effective": {"layout": layout},
             "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
