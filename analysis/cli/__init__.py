@@ -114,6 +114,7 @@ BandPerFile = Annotated[bool, typer.Option("--band-per-file", help="Dumps: each 
 def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, command: str = "report"):
     """The run the dumps make, or a one-line error and bia's exit code: 3 a path that does not exist (6 a URL not fetched), 4 a dump
     bia cannot read, 2 a request it cannot place."""
+    from ..core._strictjson import NOT_JSON
     from ..dumps import DumpError
     from ..io._sources import SourceError
     from ..report._inputs import ACCEPTS
@@ -124,6 +125,8 @@ def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, co
     except (FileNotFoundError, SourceError) as exc:
         raise _unread(exc) from None
     except DumpError as exc:
+        if exc.problem.startswith(NOT_JSON):  # a file broken off, not one of an unknown kind: said as bia witness says it
+            raise _fail(exc, 4) from None
         where = f"{exc.record}.{exc.field}" if exc.field else exc.record
         if command == "assemble":
             raise _fail(f"{exc.source}: not a logprob dump bia reads ({where}: {exc.problem})", 4) from None
