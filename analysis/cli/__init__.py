@@ -14,7 +14,7 @@ from ..core._output import OutputExists
 from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy, shape_check
 from ._help import Command, Group
 from ._certify import certify_command
-from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _need_extra, _resume_conflicts, _parse_ladder, _policy, _prompt_records, _read_lines,
+from ._args import (EXIT_UNREACHABLE, _check_epsilon, _check_log_file, _fail, _go_offline, _need_extra, _resume_conflicts, _parse_ladder, _policy, _prompt_records, _read_lines,
                     _unread)
 
 app = typer.Typer(
@@ -462,10 +462,8 @@ def serve_command(
         raise _fail(f"--model {weights}: no such file or folder")
     if weights.is_dir() and kernel_mode(mode) in ("fixed-tiles", "row-invariant"):
         raise _fail(f"--mode {kernel_mode(mode)} runs bia's own model's layers, not a Hugging Face model's ({weights})")
-    if log_file is not None and not log_file.parent.is_dir():
-        raise _fail(f"--log-file {log_file}: its folder {log_file.parent} does not exist")
-    if log_file is not None and log_file.is_dir():
-        raise _fail(f"--log-file {log_file}: is a folder, not a file")
+    if log_file is not None:
+        _check_log_file(log_file)
     import torch
 
     from ..experiment import check_device
@@ -484,7 +482,10 @@ def serve_command(
         terminal.addFilter(lambda record: record.name != "bia.serve" or record.levelno > logging.INFO)
     handlers: list[logging.Handler] = [terminal]
     if log_file is not None:
-        handlers.append(logging.FileHandler(log_file))
+        try:
+            handlers.append(logging.FileHandler(log_file))
+        except OSError as exc:  # checked above; this is what changed since
+            raise _fail(f"--log-file {log_file}: cannot be written: {exc.strerror or exc}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
     if not serve(create_app(loaded, mode, Path(weights).stem), host, port,
                  said=f"kernel mode {kernel_mode(mode)}, {dtype} on {device}, model {Path(weights).stem}"):

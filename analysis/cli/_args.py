@@ -67,6 +67,21 @@ def _need_extra(module: str, extra: str, command: str) -> None:
         raise _fail(f"bia {command} needs the {extra} extra ({module} is not installed): pip install -e '.[{extra}]' in a checkout of bia{gpu}")
 
 
+def _check_log_file(path: Path) -> None:
+    """Refuse, before the model loads, a --log-file that cannot be appended to: a file or a folder that refuses writing in
+    the way, a folder that does not exist, or a folder where the file should be."""
+    from ..core._output import OutputUnwritable, check_writable
+
+    try:
+        check_writable(path, "--log-file")
+    except OutputUnwritable as exc:
+        raise _fail(exc) from None
+    if not path.parent.is_dir():
+        raise _fail(f"--log-file {path}: its folder {path.parent} does not exist")
+    if path.is_dir():
+        raise _fail(f"--log-file {path}: is a folder, not a file")
+
+
 def _unread(exc: OSError) -> typer.Exit:
     """A source not read: exit 6 for a URL that could not be fetched (SourceError), 3 for a path that does not exist."""
     from ..io._sources import SourceError
