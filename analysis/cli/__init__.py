@@ -15,7 +15,7 @@ from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy, shape_check
 from ._help import Command, Group
 from ._certify import certify_command
 from ._args import (EXIT_UNREACHABLE, _check_epsilon, _check_log_file, _fail, _go_offline, _need_extra, _resume_conflicts, _parse_ladder, _policy, _prompt_records, _read_lines,
-                    _unread)
+                    _read_runs, _unread)
 
 app = typer.Typer(
     cls=Group,
@@ -305,6 +305,7 @@ def experiment_command(
         raise _fail(ExperimentError("--recompute: give --trainer too (it recomputes runs as a trainer does)"))
     if trainer_batch < 1:  # said before any decoding, not after it
         raise _fail(ExperimentError(f"--trainer-batch: expected an integer >= 1, got {trainer_batch}"))
+    _read_runs(recompute or [], "--recompute")
     _row_invariant_blas(modes.split(","))
 
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
@@ -364,6 +365,7 @@ def probe_command(
 
     from ..experiment import DEFAULT_PROMPTS
     from ..probe import ProbeError, ServerGone, ServerUnreachable, probe
+    from ..probe._rundir import NoRunToResume, RunUnreadable
 
     texts = DEFAULT_PROMPTS if prompts is None else _prompt_records(prompts) if prompts.suffix == ".jsonl" else _read_lines(prompts, "--prompts")
     if resume:  # a resumed run keeps its own settings: the same ones given again are fine, one that differs is named
@@ -414,6 +416,8 @@ def probe_command(
                                    retry_refused=retry_refused))
     except (ServerUnreachable, ServerGone) as exc:  # nothing answers, before the run or in the middle of it: exit 6 either way
         raise _fail(exc, EXIT_UNREACHABLE) from None
+    except (NoRunToResume, RunUnreadable) as exc:  # --resume: no run there (3), or one bia cannot read (4)
+        raise _fail(exc, EXIT_MISSING if isinstance(exc, NoRunToResume) else EXIT_RED) from None
     except OutputExists as exc:  # a file where the run's folder should be, or a folder that refuses writing: before any request
         raise _fail(exc) from None
     except (ProbeError, ValueError) as exc:

@@ -82,6 +82,17 @@ def _check_log_file(path: Path) -> None:
         raise _fail(f"--log-file {path}: is a folder, not a file")
 
 
+def _read_runs(paths: list[Path], option: str) -> None:
+    """Read the runs an option names before any work: exit 3 where no run is (no manifest.json), 4 for one bia cannot read."""
+    from ..run import RunError, read_run
+
+    for path in paths:
+        try:
+            read_run(path)
+        except RunError as exc:
+            raise _fail(f"{option} {exc}", EXIT_MISSING if not (path / "manifest.json").is_file() else 4) from None
+
+
 def _unread(exc: OSError) -> typer.Exit:
     """A source not read: exit 6 for a URL that could not be fetched (SourceError), 3 for a path that does not exist."""
     from ..io._sources import SourceError
