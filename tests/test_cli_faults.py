@@ -49,6 +49,7 @@ CASES = [
     # bia shape-check: aprender's RED lines for its witness (docs/v3.md), bia's error lines for its options
     _case("shape-check-mistyped-epsilon", "shape-check {witness} --epsilon abc", OPTION, USAGE, "'--epsilon'"),
     _case("shape-check-bad-bands", "shape-check {witness} --bands x", OPTION, needle="--bands"),
+    _case("shape-check-policy-cut-short", "shape-check {witness} --policy {truncated}", OPTION, needle=_TRUNCATED),
     _case("shape-check-missing", "shape-check {missing}", MISSING, RED),
     _case("shape-check-folder", "shape-check {empty}", MISSING, RED),
     _case("shape-check-truncated", "shape-check {truncated}", MALFORMED, RED),
@@ -96,6 +97,7 @@ CASES = [
     _case("probe-bad-ladder", "probe {closed} --ladder 0 -o {out}", OPTION, needle="--ladder"),
     _case("probe-mistyped-repeats", "probe {closed} --repeats abc -o {out}", OPTION, USAGE, "'--repeats'"),
     _case("probe-missing-prompts", "probe {closed} --prompts {missing} -o {out}", OPTION, needle="--prompts"),
+    _case("probe-prompts-cut-short", "probe {closed} --prompts {prompts} -o {out}", OPTION, needle="line 2: not valid JSON at line 2 column"),
     _case("probe-existing-run", "probe {closed} -o {full_runs}/default", EXISTS, needle="--resume"),
     _case("probe-output-under-file", "probe {closed} -o {afile}/run", UNDER_FILE, needle="is a file, not a folder"),
     _case("probe-output-unwritable", "probe {closed} -o {unwritable}/run", UNWRITABLE, needle="not writable"),
@@ -153,6 +155,7 @@ def places(tmp_path: Path, unwritable: Path) -> dict[str, str]:
     (tmp_path / "truncated.json").write_text('{"id": "x", "choices": [{"logprobs": ')  # a dump cut short: no format can be told
     (tmp_path / "truncated-witness.json").write_text(V2_WITNESS.read_text()[:300])
     (tmp_path / "neither.json").write_text('{"hello": 1}\n')  # valid JSON: no witness, marker, dump nor run
+    (tmp_path / "prompts.jsonl").write_text('{"text": "If the argument is"}\n{"text": ')
     (tmp_path / "broken" / "captures").mkdir(parents=True)
     (tmp_path / "broken" / "manifest.json").write_text('{"run_version": ')
     (tmp_path / "old.html").write_text("yesterday's output")
@@ -164,7 +167,7 @@ def places(tmp_path: Path, unwritable: Path) -> dict[str, str]:
     (tmp_path / "runs" / "default" / "manifest.json").write_text("{}")
     names = {"afile": "afile", "empty": "empty", "missing": "missing", "truncated": "truncated.json", "neither": "neither.json",
              "truncated_witness": "truncated-witness.json", "broken": "broken", "old": "old.html", "old_history": "old-history",
-             "full": "full", "full_runs": "runs", "out": "out"}
+             "full": "full", "full_runs": "runs", "prompts": "prompts.jsonl", "out": "out"}
     return {**{key: str(tmp_path / name) for key, name in names.items()}, "unwritable": str(unwritable),
             "witness": WITNESS, "run": RUN, "dump": DUMP, "closed": CLOSED}
 

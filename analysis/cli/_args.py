@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ..core._output import OutputExists
+from ..core._strictjson import not_json
 from ..verdicts._v3 import EXIT_MISSING, PolicyError, V3Policy
 
 EXIT_UNREACHABLE = 6  # a URL that could not be fetched, a server nothing answers at (docs/cli.md); 3 is a path that does not exist
@@ -149,8 +150,7 @@ def _prompt_records(path: Path) -> list[dict]:
         try:
             record = json.loads(line)
         except (ValueError, RecursionError) as exc:
-            typer.echo(f"error: {path}: line {number}: not JSON ({exc})", err=True)
-            raise typer.Exit(2) from None
+            raise _fail(f"{path}: line {number}: {not_json(exc, number)}") from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"]:
             typer.echo(f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True)
             raise typer.Exit(2)
