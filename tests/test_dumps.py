@@ -449,7 +449,7 @@ def test_lenient_jsonl_reports_every_skip(tmp_path):
         load(path)
     d = load(path, lenient=True)
     assert col(d.tokens, "record") == [1, 4]
-    assert [(e.record, e.problem.split(":")[0]) for e in d.skipped] == [("line 2", "not valid JSON"), ("line 3.choices[0].logprobs.content[0]", "expected a logprob <= 0, got 3.0")]
+    assert [(e.record, e.problem.split(" (")[0]) for e in d.skipped] == [("line 2", "not valid JSON at line 2 column 2"), ("line 3.choices[0].logprobs.content[0]", "expected a logprob <= 0, got 3.0")]
 
 
 # --- many files, URLs, Parquet, backends ------------------------------------------------------------

@@ -108,6 +108,20 @@ def test_a_folder_that_is_not_a_history_is_not_taken_over(tmp_path):
     assert not (tmp_path / "history.json").exists()
 
 
+def test_append_history_reads_everything_before_it_touches_the_folder(tmp_path):
+    """append_history stamped history.json (the current version) before it read anything: a folder of another version was
+    taken over, and a bad source left a new folder behind."""
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "history.json").write_text('{"history_version": 9}')
+    with pytest.raises(HistoryError, match="history_version 9 is not 1"):
+        append_history(LAMBDA, old)
+    assert [p.name for p in old.iterdir()] == ["history.json"] and (old / "history.json").read_text() == '{"history_version": 9}'
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        append_history(tmp_path / "absent.json", tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
 def test_append_history_refuses_a_folder_of_other_files_without_offering_a_force_it_does_not_take(tmp_path):
     from analysis import OutputExists, append_history
 

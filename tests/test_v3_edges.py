@@ -239,7 +239,7 @@ def test_policy_bands_and_batched_bands():
 
 @pytest.mark.parametrize("name, text, words", [
     ("p.toml", "bands = [1, 4", "p.toml: not a valid policy file: Unclosed array (at end of document)"),  # tomllib's words
-    ("p.json", '{"bands": [1, 4]', "p.json: not a valid policy file: Expecting ',' delimiter at line 1 column 17"),
+    ("p.json", '{"bands": [1, 4]', "p.json: not a valid policy file: not valid JSON at line 1 column 17 (Expecting ',' delimiter at the end of the text: cut short?)"),
     ("p.json", "[1, 4]", "p.json: a policy file holds one table of fields"),
     ("p.json", '{"s7_ratio": 0.5, "s7_ratio": 0.6}', "p.json: s7_ratio is given more than once"),
     ("p.toml", "a = " + "[" * 5000 + "]" * 5000, "p.toml: not a valid policy file: nested too deep"),

@@ -14,8 +14,8 @@ from ..core._output import OutputExists
 from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy, shape_check
 from ._help import Command, Group
 from ._certify import certify_command
-from ._args import (EXIT_UNREACHABLE, _check_epsilon, _fail, _go_offline, _need_extra, _resume_conflicts, _parse_ladder, _policy, _prompt_records, _read_lines,
-                    _unread)
+from ._args import (EXIT_UNREACHABLE, _check_epsilon, _check_log_file, _fail, _go_offline, _need_extra, _resume_conflicts, _parse_ladder, _policy, _prompt_records, _read_lines,
+                    _read_runs, _unread)
 
 app = typer.Typer(
     cls=Group,
@@ -114,6 +114,7 @@ BandPerFile = Annotated[bool, typer.Option("--band-per-file", help="Dumps: each 
 def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, command: str = "report"):
     """The run the dumps make, or a one-line error and bia's exit code: 3 a path that does not exist (6 a URL not fetched), 4 a dump
     bia cannot read, 2 a request it cannot place."""
+    from ..core._strictjson import NOT_JSON
     from ..dumps import DumpError
     from ..io._sources import SourceError
     from ..report._inputs import ACCEPTS
@@ -124,6 +125,8 @@ def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, co
     except (FileNotFoundError, SourceError) as exc:
         raise _unread(exc) from None
     except DumpError as exc:
+        if exc.problem.startswith(NOT_JSON):  # a file broken off, not one of an unknown kind: said as bia witness says it
+            raise _fail(exc, 4) from None
         where = f"{exc.record}.{exc.field}" if exc.field else exc.record
         if command == "assemble":
             raise _fail(f"{exc.source}: not a logprob dump bia reads ({where}: {exc.problem})", 4) from None
@@ -310,6 +313,7 @@ def experiment_command(
         raise _fail(ExperimentError("--recompute: give --trainer too (it recomputes runs as a trainer does)"))
     if trainer_batch < 1:  # said before any decoding, not after it
         raise _fail(ExperimentError(f"--trainer-batch: expected an integer >= 1, got {trainer_batch}"))
+    _read_runs(recompute or [], "--recompute")
     _row_invariant_blas(modes.split(","))
 
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
@@ -369,6 +373,7 @@ def probe_command(
 
     from ..experiment import DEFAULT_PROMPTS
     from ..probe import ProbeError, ServerGone, ServerUnreachable, probe
+    from ..probe._rundir import NoRunToResume, RunUnreadable
 
     texts = DEFAULT_PROMPTS if prompts is None else _prompt_records(prompts) if prompts.suffix == ".jsonl" else _read_lines(prompts, "--prompts")
     if resume:  # a resumed run keeps its own settings: the same ones given again are fine, one that differs is named
@@ -419,6 +424,8 @@ def probe_command(
                                    retry_refused=retry_refused))
     except (ServerUnreachable, ServerGone) as exc:  # nothing answers, before the run or in the middle of it: exit 6 either way
         raise _fail(exc, EXIT_UNREACHABLE) from None
+    except (NoRunToResume, RunUnreadable) as exc:  # --resume: no run there (3), or one bia cannot read (4)
+        raise _fail(exc, EXIT_MISSING if isinstance(exc, NoRunToResume) else EXIT_RED) from None
     except OutputExists as exc:  # a file where the run's folder should be, or a folder that refuses writing: before any request
         raise _fail(exc) from None
     except (ProbeError, ValueError) as exc:
@@ -467,10 +474,8 @@ def serve_command(
         raise _fail(f"--model {weights}: no such file or folder")
     if weights.is_dir() and kernel_mode(mode) in ("fixed-tiles", "row-invariant"):
         raise _fail(f"--mode {kernel_mode(mode)} runs bia's own model's layers, not a Hugging Face model's ({weights})")
-    if log_file is not None and not log_file.parent.is_dir():
-        raise _fail(f"--log-file {log_file}: its folder {log_file.parent} does not exist")
-    if log_file is not None and log_file.is_dir():
-        raise _fail(f"--log-file {log_file}: is a folder, not a file")
+    if log_file is not None:
+        _check_log_file(log_file)
     import torch
 
     from ..experiment import check_device
@@ -489,7 +494,10 @@ def serve_command(
         terminal.addFilter(lambda record: record.name != "bia.serve" or record.levelno > logging.INFO)
     handlers: list[logging.Handler] = [terminal]
     if log_file is not None:
-        handlers.append(logging.FileHandler(log_file))
+        try:
+            handlers.append(logging.FileHandler(log_file))
+        except OSError as exc:  # checked above; this is what changed since
+            raise _fail(f"--log-file {log_file}: cannot be written: {exc.strerror or exc}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
     if not serve(create_app(loaded, mode, Path(weights).stem), host, port,
                  said=f"kernel mode {kernel_mode(mode)}, {dtype} on {device}, model {Path(weights).stem}"):

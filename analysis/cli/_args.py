@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ..core._output import OutputExists
+from ..core._strictjson import not_json
 from ..verdicts._v3 import EXIT_MISSING, PolicyError, V3Policy
 
 EXIT_UNREACHABLE = 6  # a URL that could not be fetched, a server nothing answers at (docs/cli.md); 3 is a path that does not exist
@@ -67,6 +68,32 @@ def _need_extra(module: str, extra: str, command: str) -> None:
         raise _fail(f"bia {command} needs the {extra} extra ({module} is not installed): pip install -e '.[{extra}]' in a checkout of bia{gpu}")
 
 
+def _check_log_file(path: Path) -> None:
+    """Refuse, before the model loads, a --log-file that cannot be appended to: a file or a folder that refuses writing in
+    the way, a folder that does not exist, or a folder where the file should be."""
+    from ..core._output import OutputUnwritable, check_writable
+
+    try:
+        check_writable(path, "--log-file")
+    except OutputUnwritable as exc:
+        raise _fail(exc) from None
+    if not path.parent.is_dir():
+        raise _fail(f"--log-file {path}: its folder {path.parent} does not exist")
+    if path.is_dir():
+        raise _fail(f"--log-file {path}: is a folder, not a file")
+
+
+def _read_runs(paths: list[Path], option: str) -> None:
+    """Read the runs an option names before any work: exit 3 where no run is (no manifest.json), 4 for one bia cannot read."""
+    from ..run import RunError, read_run
+
+    for path in paths:
+        try:
+            read_run(path)
+        except RunError as exc:
+            raise _fail(f"{option} {exc}", EXIT_MISSING if not (path / "manifest.json").is_file() else 4) from None
+
+
 def _unread(exc: OSError) -> typer.Exit:
     """A source not read: exit 6 for a URL that could not be fetched (SourceError), 3 for a path that does not exist."""
     from ..io._sources import SourceError
@@ -123,8 +150,7 @@ def _prompt_records(path: Path) -> list[dict]:
         try:
             record = json.loads(line)
         except (ValueError, RecursionError) as exc:
-            typer.echo(f"error: {path}: line {number}: not JSON ({exc})", err=True)
-            raise typer.Exit(2) from None
+            raise _fail(f"{path}: line {number}: {not_json(exc, number)}") from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"]:
             typer.echo(f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True)
             raise typer.Exit(2)

@@ -42,9 +42,40 @@ class StrictJsonError(ValueError):
         The path of the offending key (``choices[0].logprob``) when one is to blame.
     """
 
-    def __init__(self, problem: str, field: str | None = None) -> None:
+    def __init__(self, problem: str, field: str | None = None, decode_error: json.JSONDecodeError | None = None) -> None:
         super().__init__(problem)
         self.problem, self.field = problem, field
+        self.decode_error = decode_error  # where the parser stopped, when it did: not_json says it
+
+
+NOT_JSON = "not valid JSON"  # how every reader starts to say that a file is no JSON at all (not_json)
+
+
+def not_json(exc: ValueError, line: int = 1) -> str:
+    """bia's one wording for text a JSON parser refused: ``not valid JSON at line L column C (why)``, or
+    ``not valid JSON (why)`` when the parser named no place; the caller prefixes the file and record.
+
+    Parameters
+    ----------
+    exc : ValueError
+        What :func:`loads`, ``json.loads`` or ``orjson.loads`` raised.
+    line : int
+        The file's line the parsed text starts on (a JSON-lines record's), so that the place is the file's.
+
+    Examples
+    --------
+    >>> not_json(json.JSONDecodeError("Expecting ',' delimiter", '{"a": 1\\n "b": 2}', 9))
+    "not valid JSON at line 2 column 2 (Expecting ',' delimiter)"
+    >>> not_json(json.JSONDecodeError("Expecting value", '{"a": ', 6))
+    'not valid JSON at line 1 column 7 (Expecting value at the end of the text: cut short?)'
+    >>> not_json(StrictJsonError("NaN is not a JSON number"))
+    'not valid JSON (NaN is not a JSON number)'
+    """
+    at = exc if isinstance(exc, json.JSONDecodeError) else getattr(exc, "decode_error", None)
+    if at is None:
+        return f"{NOT_JSON} ({exc})"
+    ends = not at.doc[at.pos:].strip()  # nothing after where it stopped: a file cut short, the commonest cause
+    return f"{NOT_JSON} at line {at.lineno + line - 1} column {at.colno} ({at.msg}{' at the end of the text: cut short?' if ends else ''})"
 
 
 class NestingError(StrictJsonError):
@@ -249,7 +280,7 @@ def loads(text: str) -> Any:
             parse_int=_bounded_int,
         )
     except json.JSONDecodeError as exc:
-        raise StrictJsonError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise StrictJsonError(f"{exc.msg} at line {exc.lineno} column {exc.colno}", decode_error=exc) from None
     except ValueError as exc:  # int digit limits, or our own refusals
         if isinstance(exc, StrictJsonError):
             raise

@@ -138,11 +138,15 @@ def detect_format(raw: bytes, source: str) -> str:
         if not _first_line_is_json(text):  # one (pretty-printed) document: its refusal is the answer
             raise DumpError(source, "$", *_json.refusal(exc)) from None
         return "jsonl"  # lines of JSON: each is read (and refused) on its own line
-    except ValueError:
+    except ValueError as exc:
         if "Logprob(" in text[:65536]:
             return "vllm_offline_repr"
         if _first_line_is_json(text):
             return "jsonl"
+        if text.lstrip()[:1] in ("{", "[") and getattr(exc, "msg", None) != "Extra data":
+            # one JSON document that breaks off (a dump cut short): where it breaks is the answer; after a whole first
+            # value ("Extra data") it is lines of JSON that bia cannot split, which the words below say
+            raise DumpError(source, "$", *_json.refusal(exc)) from None
         raise DumpError(source, "$", None, "neither JSON, JSON lines, SSE nor a torch file") from None
     if isinstance(payload, dict) and ("response" in payload or "sse" in payload):
         return "jsonl"  # one capture envelope: a JSON-lines file of one line

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from ..core._strictjson import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path
+from ..core._strictjson import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path, not_json
 
 __all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_depth", "check_unique_keys", "loads", "refusal"]
 
@@ -73,8 +73,8 @@ def _colons_differ(data: bytes | str, value: Any) -> bool:
     return b"\\u003" in data or data.count(b":") != written.count(b":")
 
 
-def refusal(exc: ValueError) -> tuple[str | None, str]:
-    """(field, problem) of a ``DumpError`` for what :func:`loads` raised."""
+def refusal(exc: ValueError, line: int = 1) -> tuple[str | None, str]:
+    """(field, problem) of a ``DumpError`` for what :func:`loads` raised; ``line``: the file's line the text starts on."""
     if isinstance(exc, (NestingError, DuplicateKeyError)):
         return exc.field, exc.problem
-    return None, f"not valid JSON: {exc}"
+    return None, not_json(exc, line)

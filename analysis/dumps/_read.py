@@ -89,7 +89,7 @@ def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient
     try:
         obj = _json.loads(line)
     except ValueError as exc:
-        raise DumpError(rows.source, where, *_json.refusal(exc)) from None
+        raise DumpError(rows.source, where, *_json.refusal(exc, number)) from None
     raw = line.encode("utf-8")
     if isinstance(obj, dict) and ("response" in obj or "sse" in obj):
         meta = _envelope_meta(obj, number, raw)

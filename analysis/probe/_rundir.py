@@ -22,6 +22,14 @@ class ProbeError(ValueError):
     """A probe that cannot start or resume; the message names the run directory and the setting."""
 
 
+class NoRunToResume(ProbeError):
+    """``resume`` given a folder that holds no run: a path with nothing to read (bia's exit 3)."""
+
+
+class RunUnreadable(ProbeError):
+    """``resume`` given a run whose manifest cannot be read: a malformed run (bia's exit 4)."""
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
@@ -223,11 +231,11 @@ def _load_for_resume(folder: Path) -> dict[str, Any]:
 
     path = folder / "manifest.json"
     if not path.exists():
-        raise ProbeError(f"{folder}: no manifest.json to resume")
+        raise NoRunToResume(f"{folder}: no manifest.json to resume")
     try:
         manifest = load_manifest(folder)  # JSON within the nesting guard, every field of its type
     except RunError as exc:
-        raise ProbeError(f"{exc}; it cannot be resumed") from None
+        raise RunUnreadable(f"{exc}; it cannot be resumed") from None
     if manifest.get("producer") != "bia probe" or "done" not in manifest:
         raise ProbeError(f"{path}: not a run bia probe wrote (producer {manifest.get('producer')!r}); it cannot be resumed")
     lacking = [key for key in ("requested", "ladder", "prompts", "sampler") if key not in manifest]

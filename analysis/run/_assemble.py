@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from ..core._strictjson import not_json
 from ..dumps import DUMP_SUFFIXES, Dump, read_dumps
 from ..io._sources import expand_sources, is_url
 from ._layout import _DEFAULTS, RunError, _checked_manifest
@@ -210,7 +211,7 @@ def read_mapping(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise RunError(f"{path}: not valid JSON ({exc}); a mapping is a JSON list of objects or a CSV file") from None
+            raise RunError(f"{path}: {not_json(exc)}; a mapping is a JSON list of objects or a CSV file") from None
         if isinstance(data, dict):
             data = [{"source": source, **fields} if isinstance(fields, dict) else fields for source, fields in data.items()]
         if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 from ._arms import arm_plan
 from ._manifest import manifest_problem
 from ._unit import _DEFAULTS, Unit
-from ..core._strictjson import check_depth
+from ..core._strictjson import check_depth, not_json
 
 RUN_VERSION = 1
 
@@ -78,7 +78,7 @@ def load_manifest(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise RunError(f"{manifest_path}: not UTF-8 text ({exc})") from None
     except ValueError as exc:
-        raise RunError(f"{manifest_path}: not valid JSON ({exc})") from None
+        raise RunError(f"{manifest_path}: {not_json(exc)}") from None
     return _checked_manifest(manifest, manifest_path)
 
 

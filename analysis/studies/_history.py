@@ -47,7 +47,7 @@ import polars as pl
 
 from ..metrics import parity
 from ..core._frames import progress as show_progress
-from ..core._output import OutputExists
+from ..core._output import OutputExists, write_atomic
 from ..verdicts._regressions import REGRESSION_RULES, SERIES, Rule, regressions
 from ..io._sources import expand_sources, is_url, read_source_bytes
 
@@ -283,8 +283,8 @@ def _split(sources: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[
             runs += found
             inside = [p for p in path.rglob("*.json") if p.is_file() and not any(r in p.parents for r in found)]
             documents += sorted(str(p) for p in inside)
-            if not found and not inside:
-                raise HistoryError(f"{text}: holds no run, witness or marker")
+            if not found and not inside:  # as expand_sources says of a folder with nothing to read
+                raise FileNotFoundError(f"{text}: holds no run, witness or marker")
     return histories, runs, documents
 
 
@@ -299,6 +299,11 @@ def _rows_of(sources: Iterable[str | os.PathLike[str]], appended: dt.datetime) -
         entries.append(entry)
         bands += run_bands
     return _frame(entries, ENTRY_SCHEMA), _frame(bands, BAND_SCHEMA), _frame(markers, MARKER_SCHEMA), histories
+
+
+def _empty_history() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """A new history folder's three datasets."""
+    return pl.DataFrame(schema=ENTRY_SCHEMA), pl.DataFrame(schema=BAND_SCHEMA), pl.DataFrame(schema=MARKER_SCHEMA)
 
 
 def _read_folder(folder: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -373,14 +378,16 @@ def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
         if folder.is_file() or any(folder.iterdir()):
             raise OutputExists(f"{folder}: the history folder holds something that is not a bia history (no history.json); "
                                "give a new or empty folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "history.json").write_text(json.dumps({"history_version": HISTORY_VERSION}), encoding="utf-8")
+    # the folder's version, then every source, are read before the folder is made or touched: a fault leaves it as it was
+    known = _read_folder(folder) if _is_history(folder) else _empty_history()
     sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     appended = dt.datetime.now(dt.UTC)
     entries, bands, markers, histories = _rows_of(sources, appended)
     if histories:
         raise HistoryError(f"{histories[0]}: a history folder cannot be appended to another; read both with read_history")
-    known = _read_folder(folder)
+    if not _is_history(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / "history.json", json.dumps({"history_version": HISTORY_VERSION}))
     new_entries = entries.join(known[0].select("entry"), on="entry", how="anti").unique("entry", maintain_order=True)
     new_markers = markers.join(known[2].select("entry"), on="entry", how="anti").unique("entry", maintain_order=True)
     new_bands = bands.join(new_entries.select("entry"), on="entry", how="semi").unique(["entry", "c"], maintain_order=True)

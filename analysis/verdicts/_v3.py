@@ -127,8 +127,10 @@ class V3Policy:
             raise PolicyError(f"{path}: not a valid policy file: not UTF-8 text (byte {exc.start})") from None
         try:
             data = tomllib.loads(text) if path.suffix == ".toml" else _strictjson.loads(text)
-        except (tomllib.TOMLDecodeError, _strictjson.StrictJsonError) as exc:
+        except (tomllib.TOMLDecodeError, _strictjson.NestingError) as exc:
             raise PolicyError(f"{path}: not a valid policy file: {exc}") from None
+        except _strictjson.StrictJsonError as exc:  # in the words every JSON reader uses
+            raise PolicyError(f"{path}: not a valid policy file: {_strictjson.not_json(exc)}") from None
         except RecursionError:  # tomllib recurses into nested arrays and tables
             raise PolicyError(f"{path}: not a valid policy file: nested too deep") from None
         if not isinstance(data, dict):

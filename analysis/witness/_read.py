@@ -394,7 +394,7 @@ def parse_document(raw: bytes, source: str) -> _Parsed:
     except _strictjson.NestingError as exc:
         raise WitnessError(source, "$", None, str(exc)) from None
     except _strictjson.StrictJsonError as exc:
-        raise WitnessError(source, "$", None, f"not valid JSON: {exc}") from None
+        raise WitnessError(source, "$", None, _strictjson.not_json(exc)) from None
     if isinstance(data, dict) and "witness_version" in data:
         return _parse_witness(data, source)
     if isinstance(data, dict) and MARKER_KEYS <= data.keys():
