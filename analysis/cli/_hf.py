@@ -24,9 +24,7 @@ def hf_command(checkpoint: Path, output: Path, prompts: Optional[Path], ladder: 
         for folder in transformers_runs(checkpoint, output, prompts=texts, ladder=_parse_ladder(ladder), layout=layout, max_tokens=max_tokens,
                                         top_k=top_k, dtype=dtype, device=device, force=force):
             typer.echo(f"wrote {folder}")
-    except FileNotFoundError as exc:
-        raise _fail(exc, 3) from None
-    except (CallableError, OutputExists, ValueError) as exc:
+    except (CallableError, FileNotFoundError, OutputExists, ValueError) as exc:  # a file an option reads: a bad option (docs/cli.md)
         raise _fail(exc) from None
 
 
