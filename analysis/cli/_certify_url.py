@@ -36,8 +36,10 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
     except (OutputExists, ProbeError) as exc:
         raise _fail(exc) from None
     batched = repeats * len(texts) * sum(c for c in steps if c > 1)
-    typer.echo(f"certifying {url}: up to {batched} batched requests ({len(texts)} prompts x c={','.join(map(str, steps))} x {repeats} "
-               f"repeats) into {run_dir}; it stops at the first request that parts", err=True)
+    plan = (f"up to {batched} batched requests ({len(texts)} prompts x c={','.join(map(str, steps))} x {repeats} repeats) into {run_dir}; "
+            "it stops at the first request that parts")
+    if sys.stderr.isatty():  # beside the bars; a log gets it with the verdict, so that a fault found first stays its one line
+        typer.echo(f"certifying {url}: {plan}", err=True)
     try:
         folder, judgement, stopped = asyncio.run(certify_server(
             url, run_dir, target_rate=target_rate, confidence=confidence, prompts=texts, ladder=steps, max_requests=max_requests,
@@ -49,6 +51,7 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {run_dir} stays readable; bia certify {run_dir} judges what it holds", err=True)
         raise typer.Exit(130) from None
+    typer.echo(f"probed {url}: {plan}", err=True)
     if stopped:
         said = "a request parted, so the verdict is RED whatever follows" if stopped == "RED" else f"--max-time {max_time:g} s ran out"
         typer.echo(f"stopped early: {said}", err=True)
