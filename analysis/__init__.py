@@ -28,7 +28,7 @@ from .verdicts._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shap
 from .verdicts._witness_rules import derive_band_result, derive_run_verdict
 from .witness import WitnessSet, read_witness, read_witnesses
 from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, first_op_table, flip_table, observer_table,
-                  prompt_table, read_run, reference_margins, slot_table, to_witness, width_table, write_run, write_witness)
+                  prompt_table, read_mlperf_pair, read_run, reference_margins, slot_table, to_witness, width_table, write_run, write_witness)
 from .studies import (RESULT_SETTINGS, History, HistoryError, Judgement, Study, append_history, attribution_shares, attribution_table, certificate, engine_table, judge, mode_comparison, read_history, scan_study, study_tables,
                       write_dataset)
 from .views.plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,
@@ -45,7 +45,7 @@ from . import dumps, parity, plots, report, run, trend, views  # the public modu
 __all__ = sorted([
     "__version__",
     # read
-    "read_witness", "read_witnesses", "read_dump", "read_dumps", "scan_dump", "read_run", "assemble_run", "expand_sources", "fetch_url",
+    "read_witness", "read_witnesses", "read_dump", "read_dumps", "scan_dump", "read_run", "assemble_run", "read_mlperf_pair", "expand_sources", "fetch_url",
     "scan_study", "write_dataset", "study_tables", "read_history", "append_history",
     # objects and errors
     "CallableError", "Dump", "DumpError", "ExperimentError", "OutputExists", "PolicyError", "ProbeError", "Run", "RunError", "ShapeVerdict", "SourceError",

@@ -72,12 +72,21 @@ def test_requests_are_judged_only_where_their_references_agree():
         "diverged": [True, True, False, False, True, False, False],
         "divergence_at": [12, 7, None, None, 12, None, None],
         "bitwise_prefix": [5, 5, 5, 4, 3, 20, 20],
-        "length": [20] * 7,
+        "length": [20] * 7, "max_ulp": [0] * 7,
         "near_tie": [False] * 7, "reference_margin": [0.5] * 7,
     }, schema_overrides={"divergence_at": pl.Int64})
     rows = _within_spans(slots, spans)
     assert rows["diverged"].to_list() == [False, True, False, False, True, False, False]  # 12 >= p0's 10: run-to-run; p1 has no span
     assert rows["bitwise"].to_list() == [True, True, True, False, False, True, None]  # p0 judged on its first 5 bits; p2 not at all
+
+
+def test_equal_tokens_without_logprobs_have_unknown_bits_and_parted_tokens_known_ones():
+    spans = pl.DataFrame(schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64})
+    slots = pl.DataFrame({"prompt_id": ["p0", "p0"], "band_c": [8, 8], "slot": [0, 1], "diverged": [False, True], "divergence_at": [None, 2],
+                          "bitwise_prefix": [6, 2], "length": [6, 6], "max_ulp": [None, None], "near_tie": [False] * 2,
+                          "reference_margin": [None] * 2},
+                         schema_overrides={"divergence_at": pl.Int64, "max_ulp": pl.Int64, "reference_margin": pl.Float64})
+    assert _within_spans(slots, spans)["bitwise"].to_list() == [None, False]
 
 
 def test_the_cache_prompt_run_says_its_bits_cannot_be_judged():

@@ -21,9 +21,28 @@ def per_c_counts(slots: pl.DataFrame) -> pl.DataFrame:
         .sort("c").select([pl.col(n).cast(t) for n, t in _COUNTS.items()]))
 
 
+def bits_unrecorded() -> pl.Expr:
+    """Over slot rows (``max_ulp``, ``length``): a request whose bits no one can know, no step of it having a logprob on both
+    sides (an MLPerf accuracy log, a dump without logprobs). Where its tokens all agree, its bits are unknown, not equal:
+    the judgement counts it in ``bits_unknown``, and the cards count it out of ``bits_known``."""
+    return pl.col("max_ulp").is_null() & (pl.col("length") > 0)
+
+
 def run_counts(slots: pl.DataFrame) -> pl.DataFrame:
-    """:func:`per_c_counts` of a run's :func:`~analysis.run.slot_table`: per c, the requests that match m=1 in bits and in tokens."""
+    """:func:`per_c_counts` of a run's :func:`~analysis.run.slot_table`: per c, the requests that match m=1 in bits and in tokens.
+
+    A request whose tokens all match ref #1's with no logprob to compare (:func:`bits_unrecorded`) has unknown bits.
+
+    Examples
+    --------
+    >>> slots = pl.DataFrame({"band_c": [4, 4, 4], "bitwise_prefix": [3, 3, 1], "length": [3, 3, 3], "max_ulp": [0, None, None],
+    ...                       "diverged": [False, False, True], "divergence_at": [None, None, 1], "near_tie": [False] * 3,
+    ...                       "reference_margin": [0.5] * 3, "prompt_id": ["p"] * 3, "slot": [0, 1, 2]})
+    >>> run_counts(slots).select("requests", "bitwise", "bits_known", "same").row(0)
+    (3, 1, 2, 2)
+    """
     return per_c_counts(slots.select(
-        c="band_c", bitwise=pl.when(pl.col("bitwise_prefix").is_not_null()).then(pl.col("bitwise_prefix") == pl.col("length")),
+        c="band_c", bitwise=pl.when(pl.col("bitwise_prefix").is_null() | ((pl.col("bitwise_prefix") == pl.col("length")) & bits_unrecorded()))
+        .then(None).otherwise(pl.col("bitwise_prefix") == pl.col("length")),
         diverged="diverged", divergence_at="divergence_at", near_tie="near_tie", margin_known=pl.col("reference_margin").is_not_null(),
         where=pl.format("{} slot {}", "prompt_id", "slot")))

@@ -30,6 +30,7 @@ from ._export import to_witness, write_witness
 from ._first_ops import first_op_table
 from ._layout import RUN_VERSION, RunError, RunLike, Unit, band_widths, load_manifest, plan
 from ._model import Run
+from ._mlperf import read_mlperf_pair
 from ._read import assemble_run, read_run
 from ._steps import references
 from ._write import write_run
@@ -37,5 +38,5 @@ from ._tables import (accuracy_table, band_forks, band_table, drift_table, flip_
                       slot_table, width_table)
 
 __all__ = ["RUN_VERSION", "Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_dumps", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table",
-           "first_op_table", "flip_table", "legacy_arm", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_run", "reference_margins", "reference_table", "references", "run_arms", "slot_table",
+           "first_op_table", "flip_table", "legacy_arm", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_mlperf_pair", "read_run", "reference_margins", "reference_table", "references", "run_arms", "slot_table",
            "to_witness", "width_table", "write_run", "write_witness"]

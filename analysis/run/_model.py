@@ -152,8 +152,23 @@ def _card(run: Run) -> str:
     # a run with control arms is counted arm by arm: a warm cache's c=1 is not the copies' c=1
     for arm in (run_arms(manifest) if manifest.get("arms") is not None else [None]):
         counts = run_counts(slots if arm is None else slots.filter(pl.col("arm") == arm))
-        for c, requests, bitwise, same, earliest in counts.select("c", "requests", "bitwise", "same", "first").iter_rows():
-            words = f"{arm + ' ' if arm else ''}c={c}: {bitwise} of {requests} requests bit-identical to ref #1, {same} token-identical"
+        for c, requests, bitwise, known, same, earliest in counts.select("c", "requests", "bitwise", "bits_known", "same", "first").iter_rows():
+            words = f"{arm + ' ' if arm else ''}c={c}: " + _bits_words(requests, bitwise, known, same)
             words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
             lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))
     return summary_html("bia run", run.label, facts, lines)
+
+
+def _bits_words(requests: int, bitwise: int, known: int, same: int) -> str:
+    """How many of a c's requests matched ref #1 in bits and in tokens, and how many have bits no one can know (tokens that
+    all match ref #1's with no logprobs to compare: a request that parts in tokens is known not to be bit-identical).
+
+    Examples
+    --------
+    >>> _bits_words(4, 3, 4, 4)
+    '3 of 4 requests bit-identical to ref #1, 4 token-identical'
+    >>> _bits_words(4, 0, 1, 3)
+    '0 of 4 requests bit-identical to ref #1, 3 with bits unknown (no logprobs), 3 token-identical'
+    """
+    unknown = f", {requests - known} with bits unknown (no logprobs)" if known < requests else ""
+    return f"{bitwise} of {requests} requests bit-identical to ref #1{unknown}, {same} token-identical"

@@ -51,6 +51,9 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
         return f"make it repeat itself alone: {_ALONE.get(family, 'no prompt cache, deterministic kernels')}, then probe again"
     if verdict == "RED":
         return f"batch-invariant kernels: {_INVARIANT.get(family, 'the engine batch-invariant, or one request at a time')}"
+    if verdict == "UNVERIFIED" and subject.manifest.get("mlperf") is not None:  # analysis.read_mlperf_pair: no run to finish or widen
+        return ("MLPerf's accuracy logs record neither logprobs nor batch widths: for both, serve the SUT's model and "
+                f"bia probe URL --arms mixed --ladder 1,{max(subject.ladder)}")
     if verdict == "UNVERIFIED":
         if row["missing"] or (row["cs_missing"] and row["requests"]):
             return f"finish the run: {_probe_command(subject, '')}"

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from ..core._cells import MISSING, cell, few, share
-from ..metrics._counts import per_c_counts, run_counts
+from ..metrics._counts import bits_unrecorded, per_c_counts, run_counts
 
 NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
 
@@ -192,10 +192,11 @@ def _reference_spans(run) -> pl.DataFrame:
 def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """The rows :func:`per_c_counts` takes, batching judged only where the prompt's references agree with each other: a request
     that parts at or after its references' own parting is no batching divergence, and where they differ from the first
-    logprob on, its bits cannot be judged (null)."""
+    logprob on, its bits cannot be judged (null); nor where it has no logprob to compare (:func:`bits_unrecorded`)."""
     joined = slots.join(spans.select("prompt_id", "token_span", "bit_span"), on="prompt_id", how="left")
     bit_end = pl.min_horizontal("length", pl.col("bit_span").fill_null(pl.col("length")))
-    bitwise = pl.when(pl.col("bitwise_prefix").is_null() | (pl.col("bit_span") == 0)).then(None).otherwise(pl.col("bitwise_prefix") >= bit_end)
+    same_bits = pl.col("bitwise_prefix") >= bit_end
+    bitwise = pl.when(pl.col("bitwise_prefix").is_null() | (pl.col("bit_span") == 0) | (same_bits & bits_unrecorded())).then(None).otherwise(same_bits)
     batching = pl.col("diverged") & (pl.col("token_span").is_null() | (pl.col("divergence_at") < pl.col("token_span")))
     return joined.select(
         c="band_c", bitwise=bitwise, diverged=batching, divergence_at="divergence_at", near_tie="near_tie",
