@@ -9,8 +9,8 @@ from test_run import make_run
 
 from analysis import plots, read_witnesses
 from analysis.parity import flip_curve, step_margins
-from analysis.run import band_table, read_run, slot_table
-from conftest import LAMBDA
+from analysis.run import band_table, drift_table, flip_table, read_run, reference_margins, slot_table, width_table
+from conftest import LAMBDA, ROOT
 
 
 def test_witness_plots():
@@ -164,3 +164,53 @@ def test_a_witness_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
     lambda_set = read_witnesses(LAMBDA)
     ax = plots.plot_divergence(lambda_set.bands, witnesses=lambda_set.witnesses)
     assert list(ax.texts) == [] and ax.get_ylim()[0] == 0
+
+
+# --- issue 32 item 10: a run plot given a Run draws it; anything else is a TypeError that says what to pass ----------------
+
+
+def _artists(ax) -> tuple:
+    """What an Axes shows: its lines' points and labels, its scatter offsets, its bars, its texts and its empty-panel reason."""
+    lines = tuple((line.get_label(), tuple(map(float, line.get_xdata())), tuple(map(float, line.get_ydata()))) for line in ax.get_lines())
+    dots = tuple(tuple(map(tuple, c.get_offsets().tolist())) for c in ax.collections)
+    bars = tuple(round(p.get_height(), 12) for p in ax.patches)
+    return lines, dots, bars, tuple(t.get_text() for t in ax.texts), getattr(ax, "bia_empty", None)
+
+
+def _drift(run):
+    return drift_table(run).with_columns(band_c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
+
+
+RUN_PLOTS = [  # each run plot, and the table it draws when given that table rather than the run
+    ("plot_run_divergence", lambda run: ((slot_table(run),), {"declared_min": run.declared_min})),
+    ("plot_run_decode_rate", lambda run: ((band_table(run),), {})),
+    ("plot_margin_at_divergence", lambda run: ((slot_table(run),), {})),
+    ("plot_unique_completions", lambda run: ((band_table(run),), {})),
+    ("plot_band_widths", lambda run: ((width_table(run),), {})),
+    ("plot_flip_curve", lambda run: ((flip_table(run),), {})),
+    ("plot_delta_before_fork", lambda run: ((_drift(run),), {})),
+    ("plot_margin_trace", lambda run: ((reference_margins(run), {p: g["divergence_at"].drop_nulls().to_list()
+                                                                  for (p,), g in slot_table(run).group_by(["prompt_id"])}), {})),
+]
+
+
+@pytest.mark.parametrize(("name", "tables"), RUN_PLOTS, ids=[name for name, _ in RUN_PLOTS])
+@pytest.mark.parametrize("folder", ["experiment-cpu/default", "vllm-cpu/prefix-cache"])
+def test_a_run_plot_given_a_run_draws_what_its_table_draws(name, tables, folder):
+    """A new user passed read_run's Run to plot_run_divergence and got "expected pandas DataFrame or Series, got 'analysis.Run'"."""
+    run = read_run(ROOT / "data" / folder)
+    plot = getattr(plots, name)
+    args, options = tables(run)
+    assert _artists(plot(run)) == _artists(plot(*args, **options))
+
+
+WRONG = [(name, given) for name, _ in RUN_PLOTS for given in ("data/experiment-cpu/default", 3, [1, 2])
+         if not (name == "plot_margin_trace" and given == [1, 2])]  # one reference's margins are a list
+
+
+@pytest.mark.parametrize(("name", "given"), WRONG, ids=[f"{name}-{type(given).__name__}" for name, given in WRONG])
+def test_a_run_plot_given_neither_a_run_nor_its_table_says_what_to_pass(name, given):
+    with pytest.raises(TypeError, match=rf"^{name} draws a Run,? ") as refused:
+        getattr(plots, name)(given)
+    if isinstance(given, str):
+        assert str(refused.value).endswith(f"read the run first, {name}(analysis.read_run('{given}'))")

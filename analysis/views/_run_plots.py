@@ -2,13 +2,48 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import polars as pl
 
-from ..core._frames import as_polars
+from ..run import Run, band_table, drift_table, flip_table, reference_margins, slot_table, width_table
 from ._drawing import LEGEND_LIMIT, _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis
+
+
+def _table(value: Any, table: Any, plot: str) -> pl.DataFrame:
+    """What a run plot draws: ``table(run)`` of a :class:`~analysis.Run`, or that table as given (polars or pandas).
+
+    Anything else is a TypeError naming both inputs the plot takes: a path, say, is not read for the caller.
+
+    Examples
+    --------
+    >>> _table("data/experiment-cpu/default", slot_table, "plot_run_divergence")
+    Traceback (most recent call last):
+    ...
+    TypeError: plot_run_divergence draws a Run or the frame of analysis.slot_table(run), not a str: read the run first, plot_run_divergence(analysis.read_run('data/experiment-cpu/default'))
+    """
+    if isinstance(value, Run):
+        return table(value)
+    if isinstance(value, pl.DataFrame):
+        return value
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(value, pandas.DataFrame):
+        return pl.from_pandas(value)
+    hint = f": read the run first, {plot}(analysis.read_run({value!r}))" if isinstance(value, (str, os.PathLike)) else ""
+    raise TypeError(f"{plot} draws a Run or the frame of analysis.{table.__name__}(run), not a {type(value).__name__}{hint}")
+
+
+def _drifts(run: Run) -> pl.DataFrame:
+    """:func:`analysis.drift_table` with each request's ``band_c``, which its label names ("p0 c=4 slot 2")."""
+    return drift_table(run).with_columns(band_c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
+
+
+def _partings(run: Run) -> dict[str, list[int]]:
+    """Per prompt, the steps where its batched requests part from the reference."""
+    return {prompt: group["divergence_at"].drop_nulls().to_list() for (prompt,), group in slot_table(run).group_by(["prompt_id"])}
 
 
 def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None):
@@ -16,9 +51,32 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
 
     One series per outcome whatever the number of prompts; the earliest partings are named on the plot.
     When nothing parted the plot says so, and its axis runs from 0 so that the requests' full length shows.
+
+    Parameters
+    ----------
+    slots : Run or DataFrame
+        A run (its :func:`analysis.slot_table` is drawn), or that table (polars or pandas).
+    declared_min : int, optional
+        A line at this many tokens; given a run, the run's own ``declared_min`` when not given.
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_run_divergence(analysis.read_run("data/experiment-cpu/default"))  # assigned: a cell ends without the Axes' repr
+    >>> [t.get_text() for t in ax.get_legend().get_texts()]  # in bits they part, in tokens none does
+    ['never parted (58; drawn at their length)', 'declared_min = 64']
     """
     ax = _axes(ax)
-    slots = as_polars(slots)
+    if isinstance(slots, Run) and declared_min is None:
+        declared_min = slots.declared_min
+    slots = _table(slots, slot_table, "plot_run_divergence")
     if slots.is_empty():
         return _empty(ax, "No batched requests in the run.")
     parted = slots.filter(pl.col("diverged"))
@@ -43,9 +101,20 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
 
 
 def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
-    """The reference's top-1/top-2 margin where each request parted, with the near-tie epsilon."""
+    """The reference's top-1/top-2 margin where each request parted, with the near-tie epsilon.
+
+    ``slots``: a run, or its :func:`analysis.slot_table`.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_margin_at_divergence(analysis.read_run("data/experiment-cpu/default"))
+    >>> ax.bia_empty  # its requests part in bits only: no token parts
+    'No request parted where the reference had two candidates.'
+    """
     ax = _axes(ax)
-    parted = as_polars(slots).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
+    parted = _table(slots, slot_table, "plot_margin_at_divergence").filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
     if parted.is_empty():
         return _empty(ax, "No request parted where the reference had two candidates.")
     # clip_on=False: an exact tie sits on the axis at 0 and is drawn whole
@@ -59,15 +128,30 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     return ax
 
 
-def plot_margin_trace(margins: Sequence[float | None] | Mapping[str, Sequence[float | None]], divergences: Sequence[int] | Mapping[str, Sequence[int]] = (),
-                      *, epsilon: float = 0.05, ax=None):
+def plot_margin_trace(margins: Run | Sequence[float | None] | Mapping[str, Sequence[float | None]],
+                      divergences: Sequence[int] | Mapping[str, Sequence[int]] = (), *, epsilon: float = 0.05, ax=None):
     """The reference's margin at every step, with the steps where batched requests parted marked.
 
     ``margins`` is one reference's per-step margins, or a mapping of prompt to margins (one line
-    each); ``divergences`` then maps each prompt to its parting steps. Past ``LEGEND_LIMIT - 2``
-    prompts the lines are grey, the partings red dots on them, and the earliest named.
+    each); ``divergences`` then maps each prompt to its parting steps. Given a run, its
+    :func:`analysis.reference_margins` and, unless given, where its batched requests part. Past
+    ``LEGEND_LIMIT - 2`` prompts the lines are grey, the partings red dots on them, and the earliest named.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_margin_trace(analysis.read_run("data/experiment-cpu/default"))
+    >>> [line.get_label() for line in ax.get_lines()][:2]
+    ['p0: reference top-1 minus top-2', 'p1: reference top-1 minus top-2']
     """
     ax = _axes(ax)
+    if isinstance(margins, Run):
+        margins, divergences = reference_margins(margins), divergences or _partings(margins)
+    elif isinstance(margins, (str, os.PathLike, pl.DataFrame)) or not isinstance(margins, Iterable):
+        hint = f": read the run first, plot_margin_trace(analysis.read_run({margins!r}))" if isinstance(margins, (str, os.PathLike)) else ""
+        raise TypeError(f"plot_margin_trace draws a Run, or margins per step (a list, or a mapping of prompt to lists: "
+                        f"analysis.reference_margins(run)), not a {type(margins).__name__}{hint}")
     traces = dict(margins) if isinstance(margins, Mapping) else {"": margins}
     parted = dict(divergences) if isinstance(divergences, Mapping) else {"": divergences}
     traces = {p: [(i, m) for i, m in enumerate(t) if m is not None] for p, t in traces.items()}
@@ -131,10 +215,18 @@ def plot_band_widths(widths: Any, *, ax=None):
     """Which batch widths the server formed in each band: one dot per (c, width), its area the share of
     the band's steps (or gauge samples) at that width, with the m = c line the band asked for.
 
-    ``widths``: rows of :func:`analysis.run.width_table` (band_c, width, share).
+    ``widths``: a run, or the rows of its :func:`analysis.width_table` (band_c, width, share).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_band_widths(analysis.read_run("data/vllm-cpu/prefix-cache"))
+    >>> ax.get_lines()[0].get_label()
+    'm = c (the shape asked for)'
     """
     ax = _axes(ax)
-    widths = as_polars(widths)
+    widths = _table(widths, width_table, "plot_band_widths")
     if widths.is_empty():
         return _empty(ax, "The run recorded no batch widths (no server log, no gauge).")
     cs = sorted(set(widths["band_c"].to_list()))
@@ -152,12 +244,20 @@ def plot_band_widths(widths: Any, *, ax=None):
 def plot_delta_before_fork(deltas: Any, *, ax=None):
     """Per-step ``|delta logprob|`` of batched requests against the reference, up to their fork.
 
-    ``deltas``: rows of (label, step, abs_delta), and ``band_c`` when known. Past ``LEGEND_LIMIT - 1``
-    requests with ``band_c``, one line per c (the largest drift over its requests at each step) and
-    the request that drifts furthest named; else one line per request.
+    ``deltas``: a run (its :func:`analysis.drift_table`, with each request's c), or rows of (label, step, abs_delta),
+    and ``band_c`` when known. Past ``LEGEND_LIMIT - 1`` requests with ``band_c``, one line per c (the largest drift
+    over its requests at each step) and the request that drifts furthest named; else one line per request.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_delta_before_fork(analysis.read_run("data/experiment-cpu/default"))
+    >>> [line.get_label() for line in ax.get_lines()]
+    ['c=1 (largest of 2)', 'c=4, 8, 16 identical (largest of 8, 16, 32)']
     """
     ax = _axes(ax)
-    deltas = as_polars(deltas)
+    deltas = _table(deltas, _drifts, "plot_delta_before_fork")
     if deltas.is_empty():
         return _empty(ax, "No agreeing step to compare.")
     if deltas["abs_delta"].max() == 0:
@@ -201,9 +301,20 @@ def _same_drift(labels: Sequence[tuple[int, int]]) -> str:
 
 
 def plot_flip_curve(curve: Any, *, ax=None):
-    """Empirical P(flip | reference margin) per margin bin, with the steps behind each point."""
+    """Empirical P(flip | reference margin) per margin bin, with the steps behind each point.
+
+    ``curve``: a run, or its :func:`analysis.flip_table` (or :func:`analysis.parity.flip_curve`).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_flip_curve(analysis.read_run("data/experiment-cpu/default"))
+    >>> ax.bia_empty[:40]
+    'No step flipped: P(flip) is 0 in every m'
+    """
     ax = _axes(ax)
-    curve = as_polars(curve).filter(pl.col("steps") > 0)
+    curve = _table(curve, flip_table, "plot_flip_curve").filter(pl.col("steps") > 0)
     if curve.is_empty():
         return _empty(ax, "No step at risk with a reference margin.")
     if curve["flips"].sum() == 0:
@@ -224,9 +335,20 @@ def plot_flip_curve(curve: Any, *, ax=None):
 
 def plot_unique_completions(bands: Any, *, ax=None):
     """Unique completions per band against c: every band a dot, the most in any band per c a line, the bands
-    with the most named."""
+    with the most named.
+
+    ``bands``: a run, or its :func:`analysis.band_table`.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_unique_completions(analysis.read_run("data/experiment-cpu/default"))
+    >>> [int(n) for n in ax.get_lines()[1].get_ydata()]  # the most in one band, per c
+    [1, 1, 1, 1]
+    """
     ax = _axes(ax)
-    bands = as_polars(bands)
+    bands = _table(bands, band_table, "plot_unique_completions")
     if bands.is_empty():
         return _empty(ax, "No bands in the run.")
     bands = bands.sort("band_c")
@@ -278,9 +400,29 @@ def _outliers(frame: pl.DataFrame, column: str) -> pl.DataFrame:
 def plot_run_decode_rate(bands: Any, *, ax=None):
     """Each band's median decode rate against c as a dot, the median over bands per c as a line, with
     the 50%-of-c=1 line; outlying bands (beyond 1.5 IQR of their c's rates, four bands or more) are
-    named. Untimed bands are said, not drawn."""
+    named. Untimed bands are said, not drawn.
+
+    Parameters
+    ----------
+    bands : Run or DataFrame
+        A run (its :func:`analysis.band_table` is drawn), or that table (polars or pandas).
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure otherwise.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_run_decode_rate(analysis.read_run("data/experiment-cpu/default"))  # assigned: a cell ends without the Axes' repr
+    >>> ax.get_lines()[1].get_label()
+    'median over bands'
+    """
     ax = _axes(ax)
-    bands = as_polars(bands)
+    bands = _table(bands, band_table, "plot_run_decode_rate")
     rated = bands.filter(pl.col("decode_tok_s").is_not_null()) if "decode_tok_s" in bands.columns else bands.clear()
     if rated.is_empty():
         return _empty(ax, "No band has a decode rate: the captures carry no live arrival times.")
