@@ -3,6 +3,7 @@ empty, the legend kept inside its axes, outliers named on the plot, and series t
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
@@ -41,7 +42,11 @@ LEGEND_LIMIT = 10  # a legend longer than this hides the plot: the rest are coun
 
 
 def _legend(ax, limit: int = LEGEND_LIMIT, **options) -> None:
-    """A legend of at most ``limit`` entries, the last saying how many more were left out."""
+    """A legend of at most ``limit`` entries, the last saying how many more were left out, inside the axes.
+
+    Never placed outside the axes' box (no ``bbox_to_anchor``): a legend beside or below the plot is cut off by a notebook's
+    inline figure and pushes the figure's neighbours apart. Labels too long for the panel wrap instead (:func:`_wrap_width`).
+    """
     handles, labels = ax.get_legend_handles_labels()
     if len(handles) > limit:
         from matplotlib.lines import Line2D
@@ -49,7 +54,29 @@ def _legend(ax, limit: int = LEGEND_LIMIT, **options) -> None:
         rest = len(handles) - (limit - 1)
         handles, labels = handles[:limit - 1] + [Line2D([], [], linestyle="none")], labels[:limit - 1] + [f"... and {rest} more"]
     if handles:
-        ax.legend(handles, labels, fontsize=options.pop("fontsize", "small"), loc=options.pop("loc", "best"), **options)
+        fontsize = options.pop("fontsize", "small")
+        width = _wrap_width(ax, fontsize, options.get("ncol", 1))
+        labels = [textwrap.fill(label, width, break_on_hyphens=False) for label in labels]
+        ax.legend(handles, labels, fontsize=fontsize, loc=options.pop("loc", "best"), **options)
+
+
+def _wrap_width(ax, fontsize: Any, columns: int = 1) -> int:
+    """How many characters of a legend label fit on one line of a legend inside ``ax``: nine tenths of the axes' width, less
+    each column's handle (about three font sizes), at about 0.55 of the font size a character; never under 20.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))  # a panel of the report's figures
+    >>> _wrap_width(axes[0], "small"), _wrap_width(plt.subplots(figsize=(7, 4))[1], "small")
+    (54, 71)
+    """
+    from matplotlib.font_manager import FontProperties
+
+    size = FontProperties(size=fontsize).get_size_in_points()
+    points = ax.get_position().width * ax.figure.get_figwidth() * 72 * 0.9 / columns
+    return max(20, int((points - 3 * size) / (0.55 * size)))
 
 
 def _label_points(ax, points: Sequence[tuple[float, float, str]], limit: int = 3) -> None:

@@ -83,7 +83,7 @@ def plot_divergence(bands: Any, *, witnesses: Any = None, ax=None):
                           f"({', '.join(map(str, lengths))} tokens).", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("divergence_at (tokens agreeing with m=1)")
     ax.set_title("Where each batch size parts from the m=1 reference")
-    _legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: long file names would cover the lines
+    _legend(ax)
     return ax
 
 
