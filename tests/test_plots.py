@@ -272,3 +272,13 @@ def test_every_legend_lies_inside_its_axes():
         plt.close(figure)
     assert outside == []
     assert checked >= 40
+
+
+def test_docstring_examples_assign_the_axes_a_plot_returns():
+    """Issue 32 item 10: an example that ends in a plot call shows its Axes' repr (<Axes: ...>) as the output a reader copies;
+    every example assigns it (ax = plot_...) and shows what the plot drew."""
+    import re
+
+    bare = [(str(path.relative_to(ROOT)), line.strip()) for path in sorted((ROOT / "analysis").rglob("*.py"))
+            for line in path.read_text().splitlines() if re.match(r"\s*>>> (?!\w+(, \w+)* = )[^#]*\bplot_\w+\(", line)]
+    assert bare == []

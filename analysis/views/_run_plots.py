@@ -366,7 +366,15 @@ def plot_unique_completions(bands: Any, *, ax=None):
 
 
 def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
-    """The fork: each token taken at position ``at`` and how many streams took it (as text)."""
+    """The fork: each token taken at position ``at`` and how many streams took it (as text).
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> ax = plot_fork_tree([(" yes", 3), (" no", 1)], at=7)
+    >>> [t.get_text() for t in ax.texts]
+    ['step 7', "' yes': 3 of 4", "' no': 1 of 4"]
+    """
     ax = _axes(ax)
     if not branches:
         return _empty(ax, "The streams never part.")

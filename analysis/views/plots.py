@@ -102,6 +102,14 @@ def plot_decode_rate(bands: Any, *, ax=None):
     """Per-request decode rate against c per witness, with the 50%-of-c=1 line of each.
 
     Witnesses without rates (versions 1 and 2 never time requests) are named, not drawn.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_decode_rate(analysis.read_witnesses("data/aprender-lambda").bands)
+    >>> ax.bia_empty
+    'No decode rates recorded in 3 witness(es) (witness_version 1 and 2 do not time requests).'
     """
     ax = _axes(ax)
     bands = as_polars(bands)
@@ -150,7 +158,16 @@ def differing_env_knobs(witnesses: Any) -> pl.DataFrame:
 
 
 def plot_env_knobs(witnesses: Any, *, ax=None):
-    """A grid of the env knobs that differ between witnesses: one row per witness, value in each cell."""
+    """A grid of the env knobs that differ between witnesses: one row per witness, value in each cell.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_env_knobs(analysis.read_witnesses("data/aprender-lambda").witnesses)
+    >>> [t.get_text() for t in ax.get_xticklabels()]
+    ['BATCHED_PREFILL']
+    """
     ax = _axes(ax)
     table = differing_env_knobs(witnesses)
     knobs = [c for c in table.columns if c.startswith("env_")]
