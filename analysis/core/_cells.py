@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import Decimal
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,37 @@ def _when(value: dt.date) -> str:
         return value.isoformat()
     zone = "" if value.tzinfo is None else " UTC" if value.utcoffset() == dt.timedelta(0) else value.strftime(" %z")
     return value.strftime("%Y-%m-%d %H:%M") + zone
+
+
+def duration(seconds: float | None) -> str:
+    """A span of time as bia shows it everywhere (cards, the report, CLI lines and errors): one format, so that times compare at a glance.
+
+    Under a minute, seconds to 3 significant digits with trailing zeros dropped and never an exponent (``0.0123 s``,
+    ``1.5 s``, ``12.3 s``, ``2 s``): what a timing can tell, not the clock's noise. From a minute on, whole seconds in
+    minutes and hours (``2 min 05 s``, ``1 h 02 min``), trailing zero parts dropped. Never milliseconds, never
+    ``0:00:03``. Missing (None or NaN) is ``—``.
+
+    Examples
+    --------
+    >>> [duration(s) for s in (0.012345, 0.5, 1.5, 2, 12.34, 59.96, 125, 120, 3725, 3600, None)]
+    ['0.0123 s', '0.5 s', '1.5 s', '2 s', '12.3 s', '1 min', '2 min 05 s', '2 min', '1 h 02 min 05 s', '1 h', '—']
+    >>> duration(0.0000123), duration(0)
+    ('0.0000123 s', '0 s')
+    """
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return MISSING
+    if seconds < 0:
+        return "-" + duration(-seconds)
+    short = float(f"{seconds:.3g}")
+    if short < 60:
+        return f"{Decimal(repr(short)).normalize():f} s"
+    whole = round(seconds)
+    parts = [(whole // 3600, "h"), (whole // 60 % 60, "min"), (whole % 60, "s")]
+    while parts[0][0] == 0:
+        parts.pop(0)
+    while parts[-1][0] == 0:
+        parts.pop()
+    return " ".join(f"{n:02d} {unit}" if k else f"{n} {unit}" for k, (n, unit) in enumerate(parts))
 
 
 def pairs(mapping: Mapping[str, Any] | None) -> str:
