@@ -9,7 +9,8 @@ import re
 from conftest import LAMBDA, ROOT
 
 from analysis import read_history, read_run
-from analysis.report import run_details_html
+from analysis.report import first_op_html, mode_comparison_html, run_details_html
+from analysis.views._review import run_review
 
 # --- times in one format: analysis.core._cells.duration ---------------------------------------------------------------
 
@@ -41,3 +42,25 @@ def test_the_history_card_shows_its_times_as_every_other_time():
     card = read_history(LAMBDA)._repr_html_()
     assert re.search(r"<th[^>]*>from</th><td[^>]*>2026-09-02 14:59 UTC</td>", card)
     assert "T14:59:58" not in card
+
+
+# --- a run's kernel mode as it was asked ---------------------------------------------------------------------------------
+
+ASKED = "batch-invariant (runs as one-by-one)"  # data/experiment-cpu/batch-invariant: requested batch-invariant, effective one-by-one
+
+
+def test_every_surface_names_the_kernel_mode_as_it_was_asked():
+    """The bundled batch-invariant run was asked for as batch-invariant (one-by-one's other name); its card, its Run card, the
+    report's runs side by side and its first-op section called it one-by-one, a name the user never gave."""
+    run = read_run(ROOT / "data" / "experiment-cpu" / "batch-invariant")
+    assert dict(run_review(run, epsilon=0.05).about)["kernel mode"] == ASKED
+    assert f"<th style=\"text-align:left\">kernel mode</th><td style=\"text-align:left\">{ASKED}</td>" in run._repr_html_()
+    side_by_side = mode_comparison_html([read_run(ROOT / "data" / "experiment-cpu" / "default"), run])
+    assert re.search(rf"<td[^>]*>{re.escape(ASKED)}</td>", side_by_side) and "<td>default</td>" in side_by_side
+    assert f"In kernel mode {ASKED}, no batched decode step" in first_op_html(run)
+
+
+def test_a_kernel_mode_that_ran_as_asked_is_named_once():
+    run = read_run(ROOT / "data" / "experiment-cpu" / "fixed-tiles")
+    assert dict(run_review(run, epsilon=0.05).about)["kernel mode"] == "fixed-tiles"
+    assert "runs as" not in run._repr_html_() + first_op_html(run)

@@ -24,6 +24,7 @@ from ..views._details import run_html, run_tables_html, table_html
 from ..core._html import render
 from ..core._output import claim_output
 from ..core._cells import MISSING, cell, pairs, percent
+from ..core._modes import kernel_mode_words
 from ..verdicts._v3 import ShapeVerdict, V3Policy
 from ..core._version import __version__
 from ..io._bundled import bundled
@@ -303,9 +304,11 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1", judgem
     if frame.is_empty():
         return table_html(frame, empty="No batched requests in the runs.")
     rows = []
+    asked = {run.label: kernel_mode_words(run.manifest) for run in runs}  # a mode as asked, with the one that ran when they differ
     for (run, mode), group in frame.sort("band_c").group_by(["run", "kernel_mode"], maintain_order=True):
         judged = verdicts.get(run) or {}
-        rows.append({"run": run, "verdict": judged.get("verdict", MISSING), "kernel mode or engine": mode, "c": " / ".join(str(c) for c in group["band_c"]),
+        rows.append({"run": run, "verdict": judged.get("verdict", MISSING), "kernel mode or engine": asked.get(run) or mode,
+                     "c": " / ".join(str(c) for c in group["band_c"]),
                      "bit-identical to m=1": " / ".join(percent(round(f * n), n) for f, n in group.select("bit_identical_share", "requests").rows()),
                      "token flips": int(group["token_flips"].sum()), "max ULP, batched against m=1": cell(judged.get("max_ulp")),
                      "median decode tok/s": " / ".join(cell(None if r is None else round(r)) for r in group["median_decode_tok_s"]),
