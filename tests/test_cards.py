@@ -64,3 +64,20 @@ def test_a_kernel_mode_that_ran_as_asked_is_named_once():
     run = read_run(ROOT / "data" / "experiment-cpu" / "fixed-tiles")
     assert dict(run_review(run, epsilon=0.05).about)["kernel mode"] == "fixed-tiles"
     assert "runs as" not in run._repr_html_() + first_op_html(run)
+
+
+# --- the arm a judgement row names, in words ------------------------------------------------------------------------------
+
+
+def test_a_judgement_row_says_what_its_arm_sent():
+    """A run without arms is judged as one arm named after its layout; Jupyter's card of a run, and of its certificate, said
+    "data/experiment-cpu/default (copies)", a word that alone does not say every slot held a copy of the prompt."""
+    from analysis import certificate, judge
+    from analysis.report import answer_section_html
+
+    run = read_run(ROOT / "data" / "experiment-cpu" / "default")
+    for card in (run._repr_html_(), certificate(run)._repr_html_()):
+        assert "<code>data/experiment-cpu/default</code> (copies: every slot a copy of the prompt)</td>" in card.replace(str(ROOT) + "/", "")
+    answer = answer_section_html(judge(run))  # the report's answer must fit a screen: the words are the arm's tooltip, and said below
+    assert '(<span title="every slot a copy of the prompt">copies</span>)</td>' in answer
+    assert answer.endswith("named after its layout): copies, every slot a copy of the prompt.</p>")

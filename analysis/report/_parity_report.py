@@ -137,7 +137,25 @@ def answer_section_html(judgement: Any) -> str:
     counted = ", ".join(f"{n} {v}" for v, n in verdicts.iter_rows())
     return (f"<h2>The answer</h2><p>Does a request batched with others (c &gt; 1) give the bits it gives alone (m=1)? {counted}. "
             "A server that differs from itself alone is RED (run-to-run) before batching is judged; GREEN needs every c complete and "
-            "formed and the 95% bound on the divergence rate below 1%. Hover a row for its full reason.</p>" + answer_html(judgement))
+            "formed and the 95% bound on the divergence rate below 1%. Hover a row for its full reason.</p>" + answer_html(judgement)
+            + _arms_note(judgement.frame["arm"].unique(maintain_order=True).to_list()))
+
+
+def _arms_note(arms: list[str]) -> str:
+    """Below the answer, what each arm its rows name sent: a run without arms is one arm named after its layout ("copies").
+
+    Examples
+    --------
+    >>> _arms_note(["copies", "witness"])
+    '<p class="bia-muted bia-arms">The arm in brackets is what was sent (a run without control arms is one arm, named after its layout): copies, every slot a copy of the prompt.</p>'
+    """
+    from ..run._arms import ARM_WORDS
+
+    said = [f"{arm}, {ARM_WORDS[arm]}" for arm in arms if arm in ARM_WORDS]
+    if not said:
+        return ""
+    return ('<p class="bia-muted bia-arms">The arm in brackets is what was sent (a run without control arms is one arm, named after '
+            f"its layout): {escape('; '.join(said))}.</p>")
 
 
 def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any = "ref1", judgement: Any = None) -> str:
