@@ -161,7 +161,9 @@ def test_a_tutorial_is_stored_clean_and_starts_by_saying_what_it_teaches(name):
 
 @pytest.mark.parametrize("name", TUTORIALS)
 def test_a_tutorial_runs_top_to_bottom_and_states_its_findings(name, tmp_path):
-    parameters = {"output": str(tmp_path / "run")} if name == "03_probe.ipynb" else {}
+    # the probe's run and the report go to tmp_path: run as Jupyter runs them, they go beside the notebook
+    parameters = {"03_probe.ipynb": {"output": str(tmp_path / "run")},
+                  "05_report.ipynb": {"output": str(tmp_path / "reports" / "parity-report.html")}}.get(name, {})
     if name == "03_probe.ipynb":
         pytest.importorskip("torch")
     executed, took = _execute(name, tmp_path, NOTEBOOKS, **parameters)
@@ -180,6 +182,16 @@ def test_a_tutorial_runs_top_to_bottom_and_states_its_findings(name, tmp_path):
     if name == "05_report.ipynb":
         figures = re.search(r"(\d+) figures inlined as PNG", text)
         assert figures and int(figures.group(1)) > 0
+        _check_the_report_is_shown_and_kept(outputs, tmp_path / "reports" / "parity-report.html")
+
+
+def _check_the_report_is_shown_and_kept(outputs: list[dict], report: Path) -> None:
+    """Issue 32 item 10: 05_report wrote the report to a temporary folder, printed its section names and deleted it; it now
+    shows the page in a frame and links it, and the file stays where the notebook's output parameter put it."""
+    shown = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert report.is_file() and report.stat().st_size > 100_000
+    assert re.search(rf'<iframe\b[^>]*src="{re.escape(str(report))}"', shown), "no frame shows the report"
+    assert re.search(rf"<a href='{re.escape(str(report))}' target='_blank'>", shown), "no link opens the report"
 
 
 def _check_the_walkthrough_verdict(text: str, outputs: list[dict], run_dir: Path) -> None:
