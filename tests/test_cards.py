@@ -81,3 +81,76 @@ def test_a_judgement_row_says_what_its_arm_sent():
     answer = answer_section_html(judge(run))  # the report's answer must fit a screen: the words are the arm's tooltip, and said below
     assert '(<span title="every slot a copy of the prompt">copies</span>)</td>' in answer
     assert answer.endswith("named after its layout): copies, every slot a copy of the prompt.</p>")
+
+
+# --- wide tables in a notebook's cards ------------------------------------------------------------------------------------
+
+
+def _jupyter_cards() -> dict[str, str]:
+    """The HTML each bia object shows in Jupyter, and the report's fragments a notebook displays (03_probe shows the cards)."""
+    from analysis import certificate, read_dump, read_witnesses
+    from analysis.report import reviews_html
+
+    run = read_run(ROOT / "data" / "experiment-cpu" / "batch-invariant")
+    ws = read_witnesses(LAMBDA, progress=False)
+    return {"history": read_history(LAMBDA)._repr_html_(), "run": run._repr_html_(), "certificate": certificate(run)._repr_html_(),
+            "witnesses": ws._repr_html_(), "dump": read_dump(ROOT / "data" / "vllm-cpu" / "prefix-cache" / "captures" / "requests.jsonl")._repr_html_(),
+            "reviews": reviews_html(ws, [run], epsilon=0.05), "details": run_details_html(run, epsilon=0.05)}
+
+
+def test_the_history_card_shows_a_commit_in_10_characters_and_the_whole_hash_as_its_tooltip():
+    """The History card's table gave a 40-character hash per row, most of the width a notebook's output has."""
+    card = read_history(LAMBDA)._repr_html_()
+    assert card.count('<td title="a765c86a5f5437c01bb327848787bbcda15249c7">a765c86a5f</td>') == 3
+    assert ">a765c86a5f5437c01bb327848787bbcda15249c7<" not in card
+    # its dates keep to one line (JupyterLab squeezed them into four): the table scrolls in its box instead
+    assert card.count('<td style="white-space:nowrap">2026-09-02 14:59 UTC</td>') == 3
+
+
+def test_every_table_box_of_a_card_scrolls_where_no_report_stylesheet_is_loaded():
+    """.bia-scroll is the report stylesheet's class: a notebook loads no such stylesheet, so each box says so itself."""
+    boxes = {name: re.findall(r'<div class="bia-scroll"[^>]*>', html) for name, html in _jupyter_cards().items()}
+    assert all(boxes[name] for name in ("history", "witnesses", "dump", "reviews", "details")), boxes
+    assert {box for found in boxes.values() for box in found} == {'<div class="bia-scroll" style="max-width:100%;overflow-x:auto">'}
+
+
+def test_cards_in_a_narrow_notebook_keep_wide_tables_in_their_own_box(tmp_path):
+    """In Chromium at a narrow notebook's width (480 px), with none of the report's CSS: nothing a card shows reaches past the
+    page but inside a box that scrolls sideways."""
+    import shutil
+
+    import pytest
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not __import__("pathlib").Path(chromium).exists():
+        pytest.skip("chromium is not installed here")
+    from playwright.sync_api import sync_playwright
+
+    page_html = "<!doctype html><meta charset=utf-8><body style='margin:0'>" + "".join(
+        f"<section id='{name}'>{html}</section>" for name, html in _jupyter_cards().items()) + "</body>"
+    (tmp_path / "cards.html").write_text(page_html, encoding="utf-8")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_context(viewport={"width": 480, "height": 800}).new_page()
+        page.goto((tmp_path / "cards.html").as_uri())
+        outside = page.evaluate("""() => {
+            const right = document.body.getBoundingClientRect().right, found = [];
+            const scrolls = e => { for (let p = e.parentElement; p; p = p.parentElement) {
+                if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return true; } return false; };
+            for (const e of document.querySelectorAll('body *')) {
+                const r = e.getBoundingClientRect();
+                if (r.right > right + 0.5 && !scrolls(e)) found.push(e.closest('section').id + ': ' + e.tagName.toLowerCase() + ' ' + Math.round(r.width) + 'px');
+            }
+            return found;
+        }""")
+        browser.close()
+    assert outside == [], outside
+
+
+def test_a_shortened_cell_keeps_untrusted_text_escaped_in_its_text_and_its_tooltip():
+    from analysis.core._cells import frame_html
+
+    evil = '"><img src=x onerror="window.__pwned=1">' + "a" * 40  # a commit field is the witness file's, untrusted
+    html = frame_html(__import__("polars").DataFrame({"commit": [evil]}), shorten={"commit": 10})
+    assert "<img" not in html and 'onerror="' not in html
+    assert '<td title="&#34;&gt;&lt;img src=x onerror=&#34;window.__pwned=1&#34;&gt;' + "a" * 40 + '">&#34;&gt;&lt;img src</td>' in html

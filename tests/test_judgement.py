@@ -383,7 +383,8 @@ def test_the_answer_table_is_one_row_of_six_cells_per_run_and_arm():
     # Jupyter's view: no id, the why column holds the whole reason (AMBER has no cause), and the arm says what it sent (issue 32 item 10)
     full = tr.replace("0/4 batched part; bound 52.7% ≥ 1%", row["reason"]).replace(
         '<span title="every slot a copy of the prompt">copies</span>', "copies: every slot a copy of the prompt")
-    assert judgement._repr_html_() == f'<table class="bia-table bia-answer">{head}<tbody>{full}</tbody></table>'
+    box = '<div class="bia-scroll" style="max-width:100%;overflow-x:auto">'  # its own sideways scroll in a narrow notebook
+    assert judgement._repr_html_() == f'{box}<table class="bia-table bia-answer">{head}<tbody>{full}</tbody></table></div>'
     # two rows side by side, nothing between them; no cost measured, no next step
     bare = row | {"run": "b", "cost_by_c": [], "next_step": None}
     assert answer_html(Judgement(pl.DataFrame([row, bare], schema=SCHEMA, orient="row"))).count("</tr><tr data-run=") == 1

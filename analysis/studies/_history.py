@@ -126,7 +126,9 @@ class History:
                  ("markers", self.markers.height)]
         lines = [(f"{r['rule']}: {r['host']} {r['engine']} c={r['c']}, first bad {cell(r['first_bad_time'])}", "fail")
                  for r in self.regressions().iter_rows(named=True)]
-        return summary_html("bia history", None, facts, lines, self.entries.select("time", "kind", *SERIES, "commit", "verdict"))
+        # a commit's 40 hex digits are most of a row: 10 are enough to tell commits apart, the rest in each cell's tooltip
+        return summary_html("bia history", None, facts, lines, self.entries.select("time", "kind", *SERIES, "commit", "verdict"),
+                            shorten={"commit": 10})
 
     def regressions(self, rules: Iterable[Rule] = REGRESSION_RULES) -> pl.DataFrame:
         """Each place a rule finds a band that was good and is not: the last good and the first bad

@@ -35,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from ..core._cells import cell
+from ..core._cells import cell, scroll_box
 from ..metrics._bounds import divergence_bound, requests_needed
 from ..metrics._rates import ratio_interval
 from ..run import Run, RunLike, band_table, legacy_arm, read_run, reference_table, run_arms, slot_table
@@ -141,7 +141,7 @@ class Judgement:
         return "\n".join(lines) if lines else "Judgement(nothing judged)"
 
     def _repr_html_(self) -> str:
-        return answer_html(self, table_id=None, full=True)
+        return scroll_box(answer_html(self, table_id=None, full=True))  # six columns: wider than a narrow notebook
 
 
 def worst(verdicts: Iterable[str]) -> str:
