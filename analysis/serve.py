@@ -28,6 +28,7 @@ from typing import Any, Self
 import torch
 
 from .core import _strictjson
+from .core._cells import duration
 from .experiment import kernels
 from .experiment.decode import PACKED_KERNELS, check_tiled, step_outputs
 from .experiment.modes import kernel_mode
@@ -366,7 +367,7 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
         yield "data: [DONE]\n\n"
 
     def _said(rid: str, n_prompt: int, n: int, started: float, *, streamed: bool) -> None:
-        REQUESTS.info("%s: %d prompt and %d completion tokens in %.2f s%s", rid, n_prompt, n, time.monotonic() - started,
+        REQUESTS.info("%s: %d prompt and %d completion tokens in %s%s", rid, n_prompt, n, duration(time.monotonic() - started),
                       " (streamed)" if streamed else "")
 
     async def health(request):

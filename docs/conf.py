@@ -152,6 +152,14 @@ def _dataclass_defaults(app, what, name, obj, options, signature, return_annotat
     return signature, return_annotation
 
 
+def _copy_tutorial_reports(app, exception):
+    """05_report.ipynb shows the report it writes (reports/ beside it) in a frame: the built page's frame needs the file beside it."""
+    written = NOTEBOOKS / "reports"
+    if exception is None and app.builder.format == "html" and written.is_dir():
+        shutil.copytree(written, Path(app.outdir) / "tutorials" / "notebooks" / "reports", dirs_exist_ok=True)
+
+
 def setup(app):
+    app.connect("build-finished", _copy_tutorial_reports)
     app.connect("missing-reference", _public_reference)
     app.connect("autodoc-process-signature", _dataclass_defaults)

@@ -686,24 +686,32 @@ REPORT_TUTORIAL = [
         with papermill, passing the sources and runs as parameters, then exports the executed notebook with nbconvert
         as one self-contained HTML file: code hidden, figures inlined as PNG with alt text, nothing loaded from the network.
 
-        You will learn to render the report from Python, and what a reader finds in it. With no sources and no runs it
-        shows the embedded default: the real witnesses of notebook 1 and the five runs of notebook 2.
-        Rendering takes about 20 seconds: a second Jupyter kernel runs the report notebook (a note it logs on stderr
-        about its TCP transport is Jupyter's own).""")),
-    ("parameters", "# Where to write the report; empty: a temporary folder, removed at the end of the notebook.\noutput: str = \"\""),
+        You will learn to render the report from Python, to look at it here and open it in a browser, and what a reader
+        finds in it. With no sources and no runs it shows the embedded default: the real witnesses of notebook 1, the runs
+        of notebook 2 and two of a real vLLM server (`analysis.default_runs()`). Rendering takes about 20 seconds: a second
+        Jupyter kernel runs the report notebook. The page is written to `reports/` beside this notebook and kept.""")),
+    ("parameters", "# Where to write the report: reports/ beside this notebook, kept so that you can open it (running the notebook again\n"
+                   "# replaces it).\noutput: str = \"reports/parity-report.html\""),
     ("code", _src("""
         import html
         import re
-        import shutil
-        import tempfile
         from pathlib import Path
+
+        from IPython.display import FileLink, IFrame, display
 
         import analysis
 
-        target = Path(output) if output else Path(tempfile.mkdtemp(prefix="bia-report-")) / "parity-report.html"
-        path = analysis.render_report(output=target, title="Batch-parity report (tutorial)")
+        target = Path(output)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path = analysis.render_report(output=target, title="Batch-parity report (tutorial)", force=True)  # force: this notebook's own report
         page = path.read_text(encoding="utf-8")
-        print(f"{path.name}: {len(page) / 1e6:.1f} MB")""")),
+        print(f"{path}: {len(page) / 1e6:.1f} MB")""")),
+    ("markdown", _src("""
+        Here it is as a browser shows it (scroll inside the frame), and a link that opens it in a tab of its own. The file
+        stays where `output` put it.""")),
+    ("code", _src("""
+        display(FileLink(str(path)))
+        display(IFrame(str(path), width="100%", height=640))""")),
     ("markdown", _src("""
         The page opens offline: no script or stylesheet comes from the network, and every figure is inlined. Its
         sections are in the order a reviewer reads: the answer first (one row per run and witness, from
@@ -739,8 +747,7 @@ REPORT_TUTORIAL = [
     ("markdown", _src("""
         The same from a shell: `bia report -o parity-report.html` (the embedded default), `bia report RUN_DIR... -o
         report.html` for your runs, or `papermill notebooks/parity_report.ipynb out.ipynb -p title ...` to keep the
-        executed notebook. Give this notebook an `output` path to keep the page and open it in a browser.""")),
-    ("code", "if not output:\n    shutil.rmtree(path.parent)"),
+        executed notebook. This notebook's `output` parameter puts the page elsewhere.""")),
 ]
 
 RL_MISMATCH = [

@@ -373,15 +373,18 @@ def test_the_answer_table_is_one_row_of_six_cells_per_run_and_arm():
     row = _judge(_slots(4)) | {"run": "r<1>", "cost_by_c": cost, "next_step": "wait & see"}
     judgement = Judgement(pl.DataFrame([row], schema=SCHEMA, orient="row"))
     tr = (f'<tr data-run="r&lt;1&gt;" data-arm="copies" data-verdict="AMBER" title="{row["reason"]}"><td class="bia-warn"><b>AMBER</b></td>'
-          '<td><code>r&lt;1&gt;</code> (copies)</td><td>0/4 batched part; bound 52.7% ≥ 1%</td><td>0.80× / 0.50× at c=4 / 8</td>'
+          '<td><code>r&lt;1&gt;</code> (<span title="every slot a copy of the prompt">copies</span>)</td><td>0/4 batched part; bound 52.7% ≥ 1%</td>'
+          '<td>0.80× / 0.50× at c=4 / 8</td>'
           '<td>4 batched, 1/1 bands formed</td><td>wait &amp; see</td></tr>')
     head = ("<thead><tr><th>verdict</th><th>run (arm)</th><th>why</th><th>decode rate vs c=1</th><th>evidence</th><th>next step</th>"
             "</tr></thead>")
     assert answer_html(judgement) == f'<table id="answer" class="bia-table bia-answer">{head}<tbody>{tr}</tbody></table>'
     assert answer_html(judgement, table_id="t&1").startswith('<table id="t&amp;1" class="bia-table bia-answer"><thead>')
-    # Jupyter's view: no id, and the why column holds the whole reason (AMBER has no cause)
-    full = tr.replace("0/4 batched part; bound 52.7% ≥ 1%", row["reason"])
-    assert judgement._repr_html_() == f'<table class="bia-table bia-answer">{head}<tbody>{full}</tbody></table>'
+    # Jupyter's view: no id, the why column holds the whole reason (AMBER has no cause), and the arm says what it sent (issue 32 item 10)
+    full = tr.replace("0/4 batched part; bound 52.7% ≥ 1%", row["reason"]).replace(
+        '<span title="every slot a copy of the prompt">copies</span>', "copies: every slot a copy of the prompt")
+    box = '<div class="bia-scroll" style="max-width:100%;overflow-x:auto">'  # its own sideways scroll in a narrow notebook
+    assert judgement._repr_html_() == f'{box}<table class="bia-table bia-answer">{head}<tbody>{full}</tbody></table></div>'
     # two rows side by side, nothing between them; no cost measured, no next step
     bare = row | {"run": "b", "cost_by_c": [], "next_step": None}
     assert answer_html(Judgement(pl.DataFrame([row, bare], schema=SCHEMA, orient="row"))).count("</tr><tr data-run=") == 1

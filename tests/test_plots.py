@@ -9,8 +9,8 @@ from test_run import make_run
 
 from analysis import plots, read_witnesses
 from analysis.parity import flip_curve, step_margins
-from analysis.run import band_table, read_run, slot_table
-from conftest import LAMBDA
+from analysis.run import band_table, drift_table, flip_table, read_run, reference_margins, slot_table, width_table
+from conftest import LAMBDA, ROOT
 
 
 def test_witness_plots():
@@ -99,7 +99,7 @@ def test_witnesses_with_the_same_points_are_drawn_beside_each_other(tmp_path):
     markers = [tuple(zip(line.get_xdata(), line.get_ydata())) for line in ax.get_lines() if line.get_marker() in ("o", "X", "s")]
     points = [p for group in markers for p in group]
     assert len(points) == len(set(points)) == 12  # every band's result marker where no other covers it
-    assert ax.get_legend() is not None and [t.get_text() for t in ax.get_legend().get_texts()][2] == twin
+    assert ax.get_legend() is not None and [t.get_text().replace("\n", " ") for t in ax.get_legend().get_texts()][2] == twin  # wrapped to fit
 
 
 def test_identical_series_are_merged_into_one_named_line(tmp_path):
@@ -164,3 +164,121 @@ def test_a_witness_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
     lambda_set = read_witnesses(LAMBDA)
     ax = plots.plot_divergence(lambda_set.bands, witnesses=lambda_set.witnesses)
     assert list(ax.texts) == [] and ax.get_ylim()[0] == 0
+
+
+# --- issue 32 item 10: a run plot given a Run draws it; anything else is a TypeError that says what to pass ----------------
+
+
+def _artists(ax) -> tuple:
+    """What an Axes shows: its lines' points and labels, its scatter offsets, its bars, its texts and its empty-panel reason."""
+    lines = tuple((line.get_label(), tuple(map(float, line.get_xdata())), tuple(map(float, line.get_ydata()))) for line in ax.get_lines())
+    dots = tuple(tuple(map(tuple, c.get_offsets().tolist())) for c in ax.collections)
+    bars = tuple(round(p.get_height(), 12) for p in ax.patches)
+    return lines, dots, bars, tuple(t.get_text() for t in ax.texts), getattr(ax, "bia_empty", None)
+
+
+def _drift(run):
+    return drift_table(run).with_columns(band_c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
+
+
+RUN_PLOTS = [  # each run plot, and the table it draws when given that table rather than the run
+    ("plot_run_divergence", lambda run: ((slot_table(run),), {"declared_min": run.declared_min})),
+    ("plot_run_decode_rate", lambda run: ((band_table(run),), {})),
+    ("plot_margin_at_divergence", lambda run: ((slot_table(run),), {})),
+    ("plot_unique_completions", lambda run: ((band_table(run),), {})),
+    ("plot_band_widths", lambda run: ((width_table(run),), {})),
+    ("plot_flip_curve", lambda run: ((flip_table(run),), {})),
+    ("plot_delta_before_fork", lambda run: ((_drift(run),), {})),
+    ("plot_margin_trace", lambda run: ((reference_margins(run), {p: g["divergence_at"].drop_nulls().to_list()
+                                                                  for (p,), g in slot_table(run).group_by(["prompt_id"])}), {})),
+]
+
+
+@pytest.mark.parametrize(("name", "tables"), RUN_PLOTS, ids=[name for name, _ in RUN_PLOTS])
+@pytest.mark.parametrize("folder", ["experiment-cpu/default", "vllm-cpu/prefix-cache"])
+def test_a_run_plot_given_a_run_draws_what_its_table_draws(name, tables, folder):
+    """A new user passed read_run's Run to plot_run_divergence and got "expected pandas DataFrame or Series, got 'analysis.Run'"."""
+    run = read_run(ROOT / "data" / folder)
+    plot = getattr(plots, name)
+    args, options = tables(run)
+    assert _artists(plot(run)) == _artists(plot(*args, **options))
+
+
+WRONG = [(name, given) for name, _ in RUN_PLOTS for given in ("data/experiment-cpu/default", 3, [1, 2])
+         if not (name == "plot_margin_trace" and given == [1, 2])]  # one reference's margins are a list
+
+
+@pytest.mark.parametrize(("name", "given"), WRONG, ids=[f"{name}-{type(given).__name__}" for name, given in WRONG])
+def test_a_run_plot_given_neither_a_run_nor_its_table_says_what_to_pass(name, given):
+    with pytest.raises(TypeError, match=rf"^{name} draws a Run,? ") as refused:
+        getattr(plots, name)(given)
+    if isinstance(given, str):
+        assert str(refused.value).endswith(f"read the run first, {name}(analysis.read_run('{given}'))")
+
+
+# --- issue 32 item 10: every legend lies inside its axes -------------------------------------------------------------------
+
+
+def _legend_outside(ax) -> tuple[float, ...] | None:
+    """How far (in pixels: left, bottom, right, top) the axes' legend reaches past the axes' box, or None when inside."""
+    ax.figure.canvas.draw()
+    legend, box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    over = (box.x0 - legend.x0, box.y0 - legend.y0, legend.x1 - box.x1, legend.y1 - box.y1)
+    return over if max(over) > 0.5 else None
+
+
+def _every_figure_with_a_legend():
+    """Each plot with a legend, as the report draws it (two panels a figure), alone in its own figure, and at its worst."""
+    from analysis import plot_trend, read_history, report
+    from analysis.report._attribution import _CAUSES, plot_attribution
+    from analysis.report._first_op import plot_first_ops
+    from analysis.report.trend import METRICS, series_keys
+
+    ws = read_witnesses(LAMBDA, progress=False)
+    yield from ((f"report: {alt}", fig) for fig, alt in report.witness_figures(ws))
+    runs = [read_run(ROOT / "data" / folder) for folder in ("experiment-cpu/default", "llamacpp-cpu/no-cache-prompt", "vllm-cpu/prefix-cache")]
+    for run in runs:
+        yield from ((f"report: {alt}", fig) for fig, alt in report.run_figures(run, epsilon=0.05))
+        for name, _ in RUN_PLOTS:
+            yield f"{name}({run.label})", getattr(plots, name)(run).figure
+    yield "plot_divergence alone", plots.plot_divergence(ws.bands, witnesses=ws.witnesses).figure
+    yield "plot_first_ops", plot_first_ops(runs[0]).figure
+    shares = pl.DataFrame([{"engine": engine, "band_c": c, "cause": cause, "requests": 1, "share": 1 / len(_CAUSES)}
+                           for engine in ("llama.cpp (cache-prompt)", "vLLM (prefix-cache)") for c in (1, 4, 16) for cause in _CAUSES])
+    yield "plot_attribution, every cause", plot_attribution(shares).figure
+    history = read_history(LAMBDA)
+    for metric, *_ in METRICS:
+        yield f"plot_trend {metric}", plot_trend(history, series_keys(history)[0], metric).figure
+    # at their worst: the most entries a legend holds, each with a long name
+    long = [f"data/nightly/witness@{k:010x}-with-a-long-name-from-a-nightly-job.json" for k in range(12)]
+    bands = pl.DataFrame({"source": [s for s in long for _ in (1, 4)], "witness_version": [1] * 24, "c": [1, 4] * 12,
+                          "divergence_at": [k for k in range(24)], "declared_min": [64] * 24, "result": ["FAIL"] * 24})
+    yield "plot_divergence, 12 long names", plots.plot_divergence(bands).figure
+    deltas = pl.DataFrame({"label": [f"{name} c=4 slot {k}" for k, name in enumerate(long[:9]) for _ in range(2)],
+                           "step": [0, 1] * 9, "abs_delta": [1e-7 * (k + 1) for k in range(9) for _ in range(2)]})
+    yield "plot_delta_before_fork, 9 long labels", plots.plot_delta_before_fork(deltas).figure
+
+
+def test_every_legend_lies_inside_its_axes():
+    """Issue 32 item 10: plot_divergence put its legend below the axes (bbox_to_anchor (0.5, -0.16)), where a notebook's inline
+    figure cut it off; every plot's legend now lies inside the axes' box, its long labels wrapped to the panel."""
+    checked, outside = 0, []
+    for name, figure in _every_figure_with_a_legend():
+        for ax in figure.axes:
+            if ax.get_legend() is not None:
+                checked += 1
+                if (over := _legend_outside(ax)) is not None:
+                    outside.append((name, ax.get_title(), over))
+        plt.close(figure)
+    assert outside == []
+    assert checked >= 40
+
+
+def test_docstring_examples_assign_the_axes_a_plot_returns():
+    """Issue 32 item 10: an example that ends in a plot call shows its Axes' repr (<Axes: ...>) as the output a reader copies;
+    every example assigns it (ax = plot_...) and shows what the plot drew."""
+    import re
+
+    bare = [(str(path.relative_to(ROOT)), line.strip()) for path in sorted((ROOT / "analysis").rglob("*.py"))
+            for line in path.read_text().splitlines() if re.match(r"\s*>>> (?!\w+(, \w+)* = )[^#]*\bplot_\w+\(", line)]
+    assert bare == []

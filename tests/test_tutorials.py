@@ -88,6 +88,39 @@ FINDINGS = {
 }
 
 
+# What a cell that ends in a plot call shows under its figure: the returned Axes', Figure's or artists' repr as text.
+ARTIST_REPR = re.compile(r"^\[?<(Axes|Figure|matplotlib)\b|^Text\(")
+
+
+def _shows_an_artist_repr(outputs: list[dict]) -> list[str]:
+    """The text outputs that are a matplotlib object's repr (a figure's own display_data carries one beside its PNG: not text shown)."""
+    texts = [o.get("data", {}).get("text/plain", "") for o in outputs if o.get("output_type") == "execute_result"]
+    texts += [o.get("text", "") for o in outputs if o.get("output_type") == "stream"]
+    return [text for text in texts if any(ARTIST_REPR.match(line) for line in text.splitlines())]
+
+
+def _ends_in_a_plot_call(source: str) -> bool:
+    """A cell whose last statement is an expression calling a plot function or an Axes method: Jupyter prints what it returns."""
+    import ast
+
+    body = ast.parse(source).body
+    if not body or not isinstance(body[-1], ast.Expr) or source.rstrip().endswith(";"):
+        return False
+    calls = [node for node in ast.walk(body[-1]) if isinstance(node, ast.Call)]
+    names = [ast.unparse(call.func) for call in calls]
+    return any(re.search(r"(^|\.)(plot_\w+|ax\w*(\[[^]]*\])?\.\w+|fig\w*\.\w+|plt\.(?!show\b)\w+)$", name) for name in names)
+
+
+def test_no_cell_ends_in_a_plot_call_that_would_print_its_axes():
+    """Issue 32 item 10: a plot function returns its Axes, which a cell ending in the call prints as <Axes: ...> under the
+    figure; every notebook's plot cells end with plt.show() (or a ;)."""
+    from nbformat import read
+
+    ending = [(path.name, cell.source.splitlines()[-1]) for path in sorted(NOTEBOOKS.glob("*.ipynb"))
+              for cell in read(path, as_version=4).cells if cell.cell_type == "code" and _ends_in_a_plot_call(cell.source)]
+    assert ending == []
+
+
 def _outputs(notebook) -> tuple[str, list[dict]]:
     """The executed notebook's printed text, and every output."""
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
@@ -128,7 +161,9 @@ def test_a_tutorial_is_stored_clean_and_starts_by_saying_what_it_teaches(name):
 
 @pytest.mark.parametrize("name", TUTORIALS)
 def test_a_tutorial_runs_top_to_bottom_and_states_its_findings(name, tmp_path):
-    parameters = {"output": str(tmp_path / "run")} if name == "03_probe.ipynb" else {}
+    # the probe's run and the report go to tmp_path: run as Jupyter runs them, they go beside the notebook
+    parameters = {"03_probe.ipynb": {"output": str(tmp_path / "run")},
+                  "05_report.ipynb": {"output": str(tmp_path / "reports" / "parity-report.html")}}.get(name, {})
     if name == "03_probe.ipynb":
         pytest.importorskip("torch")
     executed, took = _execute(name, tmp_path, NOTEBOOKS, **parameters)
@@ -138,6 +173,7 @@ def test_a_tutorial_runs_top_to_bottom_and_states_its_findings(name, tmp_path):
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)  # no progress widgets
     assert any("image/png" in o.get("data", {}) for o in outputs) or name == "05_report.ipynb"
     assert "Traceback" not in text
+    assert _shows_an_artist_repr(outputs) == []  # no <Axes: ...> under a figure
     missing = [line for line in FINDINGS[name] if line not in text]
     assert missing == [], f"{name} printed:\n{text}"
     assert took < LIMIT_S, f"{name} took {took:.0f} s"
@@ -146,6 +182,16 @@ def test_a_tutorial_runs_top_to_bottom_and_states_its_findings(name, tmp_path):
     if name == "05_report.ipynb":
         figures = re.search(r"(\d+) figures inlined as PNG", text)
         assert figures and int(figures.group(1)) > 0
+        _check_the_report_is_shown_and_kept(outputs, tmp_path / "reports" / "parity-report.html")
+
+
+def _check_the_report_is_shown_and_kept(outputs: list[dict], report: Path) -> None:
+    """Issue 32 item 10: 05_report wrote the report to a temporary folder, printed its section names and deleted it; it now
+    shows the page in a frame and links it, and the file stays where the notebook's output parameter put it."""
+    shown = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert report.is_file() and report.stat().st_size > 100_000
+    assert re.search(rf'<iframe\b[^>]*src="{re.escape(str(report))}"', shown), "no frame shows the report"
+    assert re.search(rf"<a href='{re.escape(str(report))}' target='_blank'>", shown), "no link opens the report"
 
 
 def _check_the_walkthrough_verdict(text: str, outputs: list[dict], run_dir: Path) -> None:

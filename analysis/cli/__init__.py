@@ -463,6 +463,7 @@ def serve_command(
     _row_invariant_blas([mode])
 
     from ..experiment import ExperimentError, bundled_model
+    from ..core._modes import mode_as_asked
     from ..experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
 
     if mode not in KERNEL_MODES and mode not in MODE_ALIASES:
@@ -500,7 +501,7 @@ def serve_command(
             raise _fail(f"--log-file {log_file}: cannot be written: {exc.strerror or exc}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
     if not serve(create_app(loaded, mode, Path(weights).stem), host, port,
-                 said=f"kernel mode {kernel_mode(mode)}, {dtype} on {device}, model {Path(weights).stem}"):
+                 said=f"kernel mode {mode_as_asked(mode, kernel_mode(mode))}, {dtype} on {device}, model {Path(weights).stem}"):
         raise _fail(f"--host {host} --port {port}: cannot listen there (the port in use, or an address not of this machine)")
 
 

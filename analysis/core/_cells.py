@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import Decimal
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core._frames import as_polars
 from ..core._html import render
@@ -54,6 +55,37 @@ def _when(value: dt.date) -> str:
     return value.strftime("%Y-%m-%d %H:%M") + zone
 
 
+def duration(seconds: float | None) -> str:
+    """A span of time as bia shows it everywhere (cards, the report, CLI lines and errors): one format, so that times compare at a glance.
+
+    Under a minute, seconds to 3 significant digits with trailing zeros dropped and never an exponent (``0.0123 s``,
+    ``1.5 s``, ``12.3 s``, ``2 s``): what a timing can tell, not the clock's noise. From a minute on, whole seconds in
+    minutes and hours (``2 min 05 s``, ``1 h 02 min``), trailing zero parts dropped. Never milliseconds, never
+    ``0:00:03``. Missing (None or NaN) is ``—``.
+
+    Examples
+    --------
+    >>> [duration(s) for s in (0.012345, 0.5, 1.5, 2, 12.34, 59.96, 125, 120, 3725, 3600, None)]
+    ['0.0123 s', '0.5 s', '1.5 s', '2 s', '12.3 s', '1 min', '2 min 05 s', '2 min', '1 h 02 min 05 s', '1 h', '—']
+    >>> duration(0.0000123), duration(0)
+    ('0.0000123 s', '0 s')
+    """
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return MISSING
+    if seconds < 0:
+        return "-" + duration(-seconds)
+    short = float(f"{seconds:.3g}")
+    if short < 60:
+        return f"{Decimal(repr(short)).normalize():f} s"
+    whole = round(seconds)
+    parts = [(whole // 3600, "h"), (whole // 60 % 60, "min"), (whole % 60, "s")]
+    while parts[0][0] == 0:
+        parts.pop(0)
+    while parts[-1][0] == 0:
+        parts.pop()
+    return " ".join(f"{n:02d} {unit}" if k else f"{n} {unit}" for k, (n, unit) in enumerate(parts))
+
+
 def pairs(mapping: Mapping[str, Any] | None) -> str:
     """A mapping as ``key = value`` pairs for people (the sampler, the environment).
 
@@ -96,20 +128,62 @@ def share(part: int, whole: int) -> str:
     return f"{percent(part, whole)} ({part} of {whole})" if whole else MISSING
 
 
-def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show", limit: int | None = None) -> str:
-    """A polars or pandas frame as an escaped HTML table of people-formatted cells; with ``limit``,
-    the first rows and a count of the rest."""
+class Shortened(NamedTuple):
+    """A table cell shown cut short, its whole value the cell's tooltip (``title``): a 40-character commit hash as 10."""
+
+    text: str
+    full: str
+
+
+def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show", limit: int | None = None,
+               shorten: Mapping[str, int] | None = None, nowrap: bool = False) -> str:
+    """A polars or pandas frame as an escaped HTML table of people-formatted cells, in a box of its own that scrolls
+    sideways when the table is wider than the card (a notebook's output area, which has no report stylesheet); with
+    ``limit``, the first rows and a count of the rest; ``shorten`` cuts a column's values to so many characters, each
+    whole in its tooltip; ``nowrap`` keeps values of up to 24 characters on one line (a card's preview: the table scrolls
+    rather than squeezing a date into four lines; the report, whose tables must fit its page, wraps them).
+
+    Examples
+    --------
+    >>> import re
+    >>> import polars as pl
+    >>> html = frame_html(pl.DataFrame({"commit": ["a765c86a5f5437c01bb327848787bbcda15249c7", "<b>"]}), shorten={"commit": 10})
+    >>> re.findall(r"<td[^>]*>.*?</td>", html)
+    ['<td title="a765c86a5f5437c01bb327848787bbcda15249c7">a765c86a5f</td>', '<td>&lt;b&gt;</td>']
+    >>> 'style="max-width:100%;overflow-x:auto"' in html
+    True
+    """
     frame = as_polars(frame)
     shown = frame if limit is None else frame.head(limit)
-    rows = [[cell(v) for v in row] for row in shown.iter_rows()]
+    cut = [(shorten or {}).get(name) for name in shown.columns]
+    rows = [[_shortened(cell(v), n) for v, n in zip(row, cut)] for row in shown.iter_rows()]
     more = f"the first {shown.height} of {frame.height} rows" if frame.height > shown.height else ""
-    return render("table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty, more=more)
+    return render("table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty, more=more, nowrap=nowrap)
+
+
+SCROLL_BOX = '<div class="bia-scroll" style="max-width:100%;overflow-x:auto">'  # the report's class with its rule inline: the templates' boxes too
+
+
+def scroll_box(html: str) -> str:
+    """A table in a box of its own that scrolls sideways when the table is wider than the card (a notebook loads no report
+    stylesheet, so the box carries its rule inline), rather than widening the whole output.
+
+    Examples
+    --------
+    >>> scroll_box("<table></table>")
+    '<div class="bia-scroll" style="max-width:100%;overflow-x:auto"><table></table></div>'
+    """
+    return f"{SCROLL_BOX}{html}</div>"
+
+
+def _shortened(text: str, n: int | None) -> str | Shortened:
+    return Shortened(text[:n], text) if n is not None and len(text) > n else text
 
 
 def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], lines: list[tuple[str, str | None]] = (),
-                 preview: Any = None, preview_rows: int = 5) -> str:
-    """The compact HTML card an object shows in Jupyter."""
-    table = frame_html(preview, limit=preview_rows) if preview is not None else ""
+                 preview: Any = None, preview_rows: int = 5, shorten: Mapping[str, int] | None = None) -> str:
+    """The compact HTML card an object shows in Jupyter (``shorten``: as :func:`frame_html` takes it)."""
+    table = frame_html(preview, limit=preview_rows, shorten=shorten, nowrap=True) if preview is not None else ""
     return render("summary.html.j2", kind=kind, name=name, facts=[(label, cell(value)) for label, value in facts], lines=list(lines),
                   preview=table)
 

@@ -31,3 +31,35 @@ def canonical_setting(name: str, value: Any) -> Any:
     """
     aliases = SETTING_ALIASES.get(name) or {}
     return aliases.get(value, value) if isinstance(value, str) else value
+
+
+def mode_as_asked(asked: str | None, ran: str | None) -> str | None:
+    """A kernel mode named as it was asked for, with the mode that ran beside it when the two differ.
+
+    Examples
+    --------
+    >>> mode_as_asked("batch-invariant", "one-by-one")  # an alias: the mode it names ran
+    'batch-invariant (runs as one-by-one)'
+    >>> mode_as_asked("fixed-tiles", "default")  # not honoured
+    'fixed-tiles (the server reports default)'
+    >>> mode_as_asked("default", "default"), mode_as_asked(None, "default"), mode_as_asked("fixed-tiles", None), mode_as_asked(None, None)
+    ('default', 'default', 'fixed-tiles', None)
+    """
+    if asked is None or ran is None or asked == ran:
+        return asked if asked is not None else ran
+    how = "runs as" if canonical_setting("kernel_mode", asked) == ran else "the server reports"
+    return f"{asked} ({how} {ran})"
+
+
+def kernel_mode_words(manifest: Mapping[str, Any]) -> str | None:
+    """A run's kernel mode as its manifest says it was asked for (``requested``), with the one it ran (``effective``) beside it
+    when they differ: what every card, the report and the CLI name it. None when the run names no kernel mode (a server's).
+
+    Examples
+    --------
+    >>> kernel_mode_words({"requested": {"kernel_mode": "batch-invariant"}, "effective": {"kernel_mode": "one-by-one"}})
+    'batch-invariant (runs as one-by-one)'
+    >>> kernel_mode_words({"effective": {"kernel_mode": "default"}}), kernel_mode_words({"requested": {"layout": "copies"}})
+    ('default', None)
+    """
+    return mode_as_asked((manifest.get("requested") or {}).get("kernel_mode"), (manifest.get("effective") or {}).get("kernel_mode"))

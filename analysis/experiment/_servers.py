@@ -10,6 +10,8 @@ from pathlib import Path
 
 import httpx
 
+from ..core._cells import duration
+
 
 def free_port() -> int:
     """A TCP port nothing listens on at 127.0.0.1 now."""
@@ -39,4 +41,4 @@ def wait_healthy(process: subprocess.Popen, url: str, log: Path, startup_s: floa
         except httpx.HTTPError:
             pass
         time.sleep(poll_s)
-    raise error(f"{name} did not answer {url}/health within {startup_s:g} s:\n{tail(log, tail_lines)}")
+    raise error(f"{name} did not answer {url}/health within {duration(startup_s)}:\n{tail(log, tail_lines)}")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from ..core._cells import duration
+
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 STALE_PART_S = 3600.0  # a *.part untouched this long belongs to a fetch that was killed: a live one writes within its deadline
@@ -178,7 +180,7 @@ async def _stream_into(url: str, out, *, timeout: float, max_bytes: int, headers
                     out.write(chunk)
                 return response.status_code, response.headers
     except (TimeoutError, httpx.TimeoutException):
-        raise SourceError(f"{url}: timed out after {timeout} s (the time-out covers the whole download)") from None
+        raise SourceError(f"{url}: timed out after {duration(timeout)} (the time-out covers the whole download)") from None
     except httpx.HTTPError as exc:
         raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
 

@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 from httpx_sse._decoders import SSELineDecoder
 
+from ..core._cells import duration
+
 
 class EventClock:
     """Stamps SSE events as their bytes arrive, by the WHATWG rules, and judges the stream on the way.
@@ -179,7 +181,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     except TimeoutError:
         received = sum(map(len, chunks))
         arrived = f"the {received} bytes that had arrived are kept with the refusal" if received else "nothing had arrived"
-        return {"error": f"the request ran past its {deadline:g} s deadline (the time-out covers the whole request, the stream "
+        return {"error": f"the request ran past its {duration(deadline)} deadline (the time-out covers the whole request, the stream "
                          f"included); {arrived}", "sse": _text(chunks), **answer}
     except httpx.ConnectError as exc:  # nothing answers at the address: the server is down, not this request refused
         return {"error": f"ConnectError: {exc}", "unreachable": True}

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from ..core._html import render
+from ..core._modes import kernel_mode_words
 from ..run._first_ops import first_op_table, first_ops_record, has_first_ops
 from ..views._details import table_html
 
@@ -78,7 +79,7 @@ def plot_first_ops(run, *, ax=None):
     ax.set_ylim(counts.height - 0.5, -0.5)  # forward order reads down
     ax.set_xlim(0, 1.35)
     ax.set_xlabel("share")
-    ax.set_title(f"{record['kernel_mode']} kernel mode: the first op whose output differs from m=1")
+    ax.set_title(f"kernel mode {_mode(run, record)}: the first op whose output differs from m=1")
     ax.legend(loc="lower right", fontsize="small")
     return ax
 
@@ -116,18 +117,23 @@ def first_op_html(run) -> str:
     if not has_first_ops(run):
         return ""
     record, table = first_ops_record(run), first_op_table(run)
-    mode = record["kernel_mode"] or "unknown"
+    mode = _mode(run, record)
     png, alt, rows = "", "", ""
     if table.is_empty():
-        words = (f"No batched decode step of this run ({mode} kernel mode) differs from m=1 bit for bit: no first op, "
+        words = (f"In kernel mode {mode}, no batched decode step of this run differs from m=1 bit for bit: no first op, "
                  "as a batch-invariant mode should be.")
     elif not record["tapped"] or table["op_index"].is_null().any():
-        words = (f"{table.height} batched decode steps differ from m=1, but this kernel mode ({mode}) runs kernels without taps: "
+        words = (f"{table.height} batched decode steps differ from m=1, but kernel mode {mode} runs kernels without taps: "
                  "the op where they start is not known.")
     else:
-        words, alt = _words(table, mode), f"{run.label}: the first op that differs from m=1, by layer and op, in the {mode} kernel mode"
+        words, alt = _words(table, mode), f"{run.label}: the first op that differs from m=1, by layer and op, in kernel mode {mode}"
         png, rows = _png(run), _table(record["ops"], table)
     return render("first_ops.html.j2", path=run.label, words=words, png=png, alt=alt, table=rows)
+
+
+def _mode(run, record: dict[str, Any]) -> str:
+    """The run's kernel mode as asked, with the mode that ran when they differ (its manifest's; else what first_ops.json names)."""
+    return kernel_mode_words(run.manifest) or record["kernel_mode"] or "unknown"
 
 
 def _words(table: pl.DataFrame, mode: str) -> str:
@@ -135,7 +141,7 @@ def _words(table: pl.DataFrame, mode: str) -> str:
     onsets = table.filter(pl.col("onset"))
     starts = onsets.group_by("op_index", "layer", "op").agg(n=pl.len()).sort("n", "op_index", descending=[True, False])
     where = ", ".join(f"{_place(layer, op)} for {n} request{'s' if n != 1 else ''}" for _, layer, op, n in starts.rows())
-    return (f"In the {mode} kernel mode, {onsets.height} batched requests part from m=1 bit for bit. Replayed with taps on every op, "
+    return (f"In kernel mode {mode}, {onsets.height} batched requests part from m=1 bit for bit. Replayed with taps on every op, "
             f"the first op whose output differs at each request's first differing step is {where}. Later steps also carry what "
             f"earlier ones changed ({table.height} differing steps in all).")
 

@@ -24,6 +24,7 @@ from ..views._details import run_html, run_tables_html, table_html
 from ..core._html import render
 from ..core._output import claim_output
 from ..core._cells import MISSING, cell, pairs, percent
+from ..core._modes import kernel_mode_words
 from ..verdicts._v3 import ShapeVerdict, V3Policy
 from ..core._version import __version__
 from ..io._bundled import bundled
@@ -136,7 +137,25 @@ def answer_section_html(judgement: Any) -> str:
     counted = ", ".join(f"{n} {v}" for v, n in verdicts.iter_rows())
     return (f"<h2>The answer</h2><p>Does a request batched with others (c &gt; 1) give the bits it gives alone (m=1)? {counted}. "
             "A server that differs from itself alone is RED (run-to-run) before batching is judged; GREEN needs every c complete and "
-            "formed and the 95% bound on the divergence rate below 1%. Hover a row for its full reason.</p>" + answer_html(judgement))
+            "formed and the 95% bound on the divergence rate below 1%. Hover a row for its full reason.</p>" + answer_html(judgement)
+            + _arms_note(judgement.frame["arm"].unique(maintain_order=True).to_list()))
+
+
+def _arms_note(arms: list[str]) -> str:
+    """Below the answer, what each arm its rows name sent: a run without arms is one arm named after its layout ("copies").
+
+    Examples
+    --------
+    >>> _arms_note(["copies", "witness"])
+    '<p class="bia-muted bia-arms">The arm in brackets is what was sent (a run without control arms is one arm, named after its layout): copies, every slot a copy of the prompt.</p>'
+    """
+    from ..run._arms import ARM_WORDS
+
+    said = [f"{arm}, {ARM_WORDS[arm]}" for arm in arms if arm in ARM_WORDS]
+    if not said:
+        return ""
+    return ('<p class="bia-muted bia-arms">The arm in brackets is what was sent (a run without control arms is one arm, named after '
+            f"its layout): {escape('; '.join(said))}.</p>")
 
 
 def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any = "ref1", judgement: Any = None) -> str:
@@ -303,9 +322,11 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1", judgem
     if frame.is_empty():
         return table_html(frame, empty="No batched requests in the runs.")
     rows = []
+    asked = {run.label: kernel_mode_words(run.manifest) for run in runs}  # a mode as asked, with the one that ran when they differ
     for (run, mode), group in frame.sort("band_c").group_by(["run", "kernel_mode"], maintain_order=True):
         judged = verdicts.get(run) or {}
-        rows.append({"run": run, "verdict": judged.get("verdict", MISSING), "kernel mode or engine": mode, "c": " / ".join(str(c) for c in group["band_c"]),
+        rows.append({"run": run, "verdict": judged.get("verdict", MISSING), "kernel mode or engine": asked.get(run) or mode,
+                     "c": " / ".join(str(c) for c in group["band_c"]),
                      "bit-identical to m=1": " / ".join(percent(round(f * n), n) for f, n in group.select("bit_identical_share", "requests").rows()),
                      "token flips": int(group["token_flips"].sum()), "max ULP, batched against m=1": cell(judged.get("max_ulp")),
                      "median decode tok/s": " / ".join(cell(None if r is None else round(r)) for r in group["median_decode_tok_s"]),

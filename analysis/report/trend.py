@@ -191,8 +191,8 @@ def _entry_source(history: History, entry: str) -> str:
 def entries_html(history: History) -> str:
     """Every entry, newest first, with the settings that put it in its series."""
     shown = history.entries.sort("time", descending=True).select("time", "kind", "host", "engine", "model", pl.col("series_settings").alias("settings"),
-                                                                  pl.col("commit").str.slice(0, 10), "verdict", "source")
-    return frame_html(shown, caption="Entries, newest first.", limit=50)
+                                                                  "commit", "verdict", "source")
+    return frame_html(shown, caption="Entries, newest first.", limit=50, shorten={"commit": 10})  # the whole hash in each tooltip
 
 
 def render_trend(sources: Iterable[str | os.PathLike[str]] | None = None, output: str | os.PathLike[str] = "trend.html", *,

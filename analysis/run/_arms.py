@@ -40,6 +40,23 @@ ARMS = ARM_NAMES
 ARM_REPEATS = 3  # the repeat arm's requests alone per repeat of the run
 PREFIX_SHARES = (0.25, 0.5, 0.9)  # how much of the prompt's text each prefix primer shares with it
 REFERENCE_ARM = "reference"  # the arm column of the m=1 references, which every arm shares
+#: Each arm in a few words, for a judgement row named after it: a run without arms is one arm, named after its layout
+#: (``copies``, ``mixed``), a name that alone does not say what was sent.
+ARM_WORDS = {"repeat": "the prompt alone and cold, again", "copies": "every slot a copy of the prompt",
+             "mixed": "the prompt among other prompts", "prefix": "the prompt after a primer sharing part of its text",
+             "cache": "the prompt on a cache it warmed", "serial": "the widest c sent one after another",
+             "prefill": "ref #1's completion scored as a prompt"}
+
+
+def arm_words(arm: str) -> str:
+    """An arm as a judgement row names it for people: its name and what it sent.
+
+    Examples
+    --------
+    >>> arm_words("copies"), arm_words("witness")
+    ('copies: every slot a copy of the prompt', 'witness')
+    """
+    return f"{arm}: {ARM_WORDS[arm]}" if arm in ARM_WORDS else arm
 
 
 def legacy_arm(manifest: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ import polars as pl
 from ..metrics import parity
 from ..dumps import Dump
 from ..core._cells import few, summary_html
+from ..core._modes import kernel_mode_words
 from ..metrics._counts import run_counts
 from ._arms import REFERENCE_ARM, legacy_arm, run_arms, with_arm_column
 from ._layout import _DEFAULTS, RunError, plan
@@ -142,8 +143,8 @@ def _card(run: Run) -> str:
              ("prompts", few(run.prompts)), ("ladder", run.ladder), ("requests", len(run.dump.requests)),
              ("complete", manifest.get("complete", True)), ("missing", len(run.missing())), ("refused", len(manifest.get("refused") or [])),
              ("capture records left out", len(run.dump.skipped))]
-    mode = (manifest.get("effective") or {}).get("kernel_mode")
-    if mode:  # as the verdict card says it: the mode the server ran, after what served it
+    mode = kernel_mode_words(manifest)
+    if mode:  # as the verdict card says it: as asked, and the mode that ran when it differs, after what served it
         facts.insert(1, ("kernel mode", mode))
     if manifest.get("arms") is not None:
         facts.insert(3, ("arms", ", ".join(manifest["arms"])))

@@ -35,10 +35,11 @@ from typing import Any
 
 import polars as pl
 
-from ..core._cells import cell
+from ..core._cells import cell, scroll_box
 from ..metrics._bounds import divergence_bound, requests_needed
 from ..metrics._rates import ratio_interval
 from ..run import Run, RunLike, band_table, legacy_arm, read_run, reference_table, run_arms, slot_table
+from ..run._arms import ARM_WORDS, arm_words
 from ._next_steps import next_step
 
 # worst last: a run's (and a CI job's) verdict is the worst of its arms'
@@ -140,7 +141,7 @@ class Judgement:
         return "\n".join(lines) if lines else "Judgement(nothing judged)"
 
     def _repr_html_(self) -> str:
-        return answer_html(self, table_id=None, full=True)
+        return scroll_box(answer_html(self, table_id=None, full=True))  # six columns: wider than a narrow notebook
 
 
 def worst(verdicts: Iterable[str]) -> str:
@@ -511,13 +512,21 @@ def _short_why(row: Mapping[str, Any]) -> str:
     return f"0/{row['requests']} batched part; bound {_rate(row['upper_bound'])} {'<' if row['verdict'] == 'GREEN' else '≥'} {_rate(row['target_rate'])}"
 
 
+def _arm_html(arm: str, full: bool) -> str:
+    """A row's arm: with what it sent (:func:`analysis.run._arms.arm_words`), in full or as the name's tooltip."""
+    if full or arm not in ARM_WORDS:
+        return escape(arm_words(arm))
+    return f'<span title="{escape(ARM_WORDS[arm])}">{escape(arm)}</span>'
+
+
 def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: bool = False) -> str:
     """The answer: one row per run and arm, its verdict, why (cause and first request), the cost of batching, the evidence and
     the next step; the full reason is each row's tooltip and its card's headline.
 
     Each row carries ``data-run``, ``data-arm`` and ``data-verdict``; every value is escaped. ``full``: the why column holds the
-    cause and the whole reason (Jupyter's view of a :class:`Judgement`), not its one-line summary (the report's answer, which
-    must fit a screen).
+    cause and the whole reason, and the arm what it sent (``copies: every slot a copy of the prompt``: Jupyter's view of a
+    :class:`Judgement`), not their one-line summary and the arm's name with its words as a tooltip (the report's answer, which
+    must fit a screen, and says what its arms sent below it).
 
     Examples
     --------
@@ -531,7 +540,7 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: 
         evidence = f"{row['requests']} batched, {row['bands'] - row['bands_unformed']}/{row['bands']} bands formed"
         rows.append(f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
                     f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
-                    f'<td><code>{escape(row["run"])}</code> ({escape(row["arm"])})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>'
+                    f'<td><code>{escape(row["run"])}</code> ({_arm_html(row["arm"], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>'
                     f'<td>{escape(_short_cost(row["cost_by_c"]))}</td><td>{escape(evidence)}</td><td>{escape(row["next_step"] or "")}</td></tr>')
     ident = f' id="{escape(table_id)}"' if table_id else ""
     return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'

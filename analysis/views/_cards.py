@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core._cells import scroll_box
 from ..studies._judgement import answer_html, judge_runs
 
 
@@ -20,4 +21,4 @@ def run_card(run: Any) -> str:
     """
     from ..run._model import _card
 
-    return answer_html(judge_runs(run), table_id=None, full=True) + _card(run)
+    return scroll_box(answer_html(judge_runs(run), table_id=None, full=True)) + _card(run)  # six columns: wider than a narrow notebook

@@ -14,7 +14,7 @@ import polars as pl
 
 from ..core._frames import as_polars
 from ..core._html import render
-from ..core._cells import MISSING, cell, pairs
+from ..core._cells import MISSING, cell, duration, pairs
 from ..core._modes import canonical_setting
 
 WORST_ROWS = 20  # a long table shows this many of its worst rows and counts the rest
@@ -230,18 +230,24 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
         most_completions=pl.col("unique_completions").max(), rate=pl.col("decode_tok_s").median(), per_1000=pl.col("s_per_1000_seq").median(),
     ).sort(*arms, "band_c").select(*arms, c="band_c", bands="bands", **{"batch widths formed": "widths_formed", "requests": "requests",
                             "parted from m=1": "parted", "at a near-tie": "near_tie", "earliest divergence": "earliest",
-                            "most unique completions": "most_completions", "median decode tok/s": "rate", "median s per 1000 seq": "per_1000"})
+                            "most unique completions": "most_completions", "median decode tok/s": "rate", "median time per 1000 seq": "per_1000"})
     worst = bands.select(*arms, prompt="prompt_id", c="band_c", repeat="repeat", **{
         "m formed": "m_formed", "widths formed": "widths_seen", "width evidence": "width_evidence", "earliest divergence": "divergence_min",
         "parted": pl.format("{} of {}", "diverged_slots", "n_slots"), "near-tie": "near_tie_slots", "slots agree to": "intra_agree_to",
         "unique completions": "unique_completions", "modal share": "modal_share", "decode tok/s": "decode_tok_s",
-        "s per 1000 seq": "s_per_1000_seq", "prefix cache": "prefix_cache"})
+        "time per 1000 seq": "s_per_1000_seq", "prefix cache": "prefix_cache"})
     if worst["prefix cache"].null_count() == worst.height:
         worst = worst.drop("prefix cache")
+    per_c, worst = _as_durations(per_c, "median time per 1000 seq"), _as_durations(worst, "time per 1000 seq")
     return (table_html(per_c, caption=f"Bands per c: divergence from {against} over every prompt and repeat, the batch widths the server "
                                       "formed, completions and the median decode rate.", empty="No bands in the run.")
             + worst_html(worst, by=["earliest divergence", "slots agree to", "unique completions"], descending=[False, False, True],
                          what="bands", caption="Bands that part earliest: one row per prompt, c and repeat.", empty="No bands in the run."))
+
+
+def _as_durations(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """The frame with a column of seconds written as every duration bia shows (:func:`analysis.core._cells.duration`)."""
+    return frame.with_columns(pl.Series(column, [duration(s) for s in frame[column]], dtype=pl.String))
 
 
 def _requests_html(run, epsilon: float, reference: Any, against: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from ..core._cells import MISSING, cell, few, share
+from ..core._modes import kernel_mode_words
 from ..metrics._counts import bits_unrecorded, per_c_counts, run_counts
 
 NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
@@ -248,7 +249,7 @@ def _lone_review(run, verdict: str) -> Review:
 def _run_about(run) -> list[tuple[str, str]]:
     manifest = run.manifest
     identity = manifest.get("identity") or {}
-    mode = (manifest.get("effective") or {}).get("kernel_mode")
+    mode = kernel_mode_words(manifest)  # as asked, with the mode that ran beside it when they differ
     repeats = manifest.get("repeats", 1)
     about = [("engine", cell(identity.get("engine") or manifest.get("producer"))), ("model", cell((identity.get("model") or {}).get("path"))),
              ("host", cell(identity.get("host"))), ("prompts", str(len(run.prompts))), ("ladder", cell(run.ladder or None))]

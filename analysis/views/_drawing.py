@@ -1,0 +1,130 @@
+"""What every plot draws with: a new figure when no Axes is given, the log2 c axis, the panel that says why it is
+empty, the legend kept inside its axes, outliers named on the plot, and series that would hide each other merged."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
+
+
+def _axes(ax):
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=(7, 4))
+    return ax
+
+
+
+
+def _set_c_axis(ax, cs: list[int]) -> None:
+    if not cs:
+        return
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(cs)))
+    ax.set_xticklabels([str(c) for c in sorted(set(cs))])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size c (concurrent identical requests)")
+
+
+def _empty(ax, message: str):
+    """Say on the axes why nothing is drawn; ``ax.bia_empty`` keeps the reason, so a report can leave the panel out."""
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.bia_empty = message.replace("\n", " ")
+    return ax
+
+
+LEGEND_LIMIT = 10  # a legend longer than this hides the plot: the rest are counted in one entry
+
+
+def _legend(ax, limit: int = LEGEND_LIMIT, **options) -> None:
+    """A legend of at most ``limit`` entries, the last saying how many more were left out, inside the axes.
+
+    Never placed outside the axes' box (no ``bbox_to_anchor``): a legend beside or below the plot is cut off by a notebook's
+    inline figure and pushes the figure's neighbours apart. Labels too long for the panel wrap instead (:func:`_wrap_width`).
+    """
+    handles, labels = ax.get_legend_handles_labels()
+    if len(handles) > limit:
+        from matplotlib.lines import Line2D
+
+        rest = len(handles) - (limit - 1)
+        handles, labels = handles[:limit - 1] + [Line2D([], [], linestyle="none")], labels[:limit - 1] + [f"... and {rest} more"]
+    if handles:
+        fontsize = options.pop("fontsize", "small")
+        width = _wrap_width(ax, fontsize, options.get("ncol", 1))
+        labels = [textwrap.fill(label, width, break_on_hyphens=False) for label in labels]
+        ax.legend(handles, labels, fontsize=fontsize, loc=options.pop("loc", "best"), **options)
+
+
+def _wrap_width(ax, fontsize: Any, columns: int = 1) -> int:
+    """How many characters of a legend label fit on one line of a legend inside ``ax``: nine tenths of the axes' width, less
+    each column's handle (about three font sizes), at about 0.55 of the font size a character; never under 20.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))  # a panel of the report's figures
+    >>> _wrap_width(axes[0], "small"), _wrap_width(plt.subplots(figsize=(7, 4))[1], "small")
+    (54, 71)
+    """
+    from matplotlib.font_manager import FontProperties
+
+    size = FontProperties(size=fontsize).get_size_in_points()
+    points = ax.get_position().width * ax.figure.get_figwidth() * 72 * 0.9 / columns
+    return max(20, int((points - 3 * size) / (0.55 * size)))
+
+
+def _label_points(ax, points: Sequence[tuple[float, float, str]], limit: int = 3) -> None:
+    """Name a few outlying points on the plot itself rather than in the legend; points that coincide share one label.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> _, ax = plt.subplots()
+    >>> _label_points(ax, [(8, 3, "q05"), (8, 3, "q21"), (8, 3, "q37"), (4, 9, "q02")])
+    >>> [t.get_text() for t in ax.texts]
+    ['q05, q21 and 1 more', 'q02']
+    """
+    spots: dict[tuple[float, float], list[str]] = {}
+    for x, y, text in points:
+        spots.setdefault((x, y), []).append(text)
+    for (x, y), names in list(spots.items())[:limit]:
+        text = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+        ax.annotate(text, (x, y), xytext=(6, -10), textcoords="offset points", fontsize="x-small", color="dimgray",
+                    arrowprops={"arrowstyle": "-", "color": "lightgray"})
+
+
+
+def _merge_identical(items: Iterable[tuple[Any, Hashable, Any]], joined=None) -> list[tuple[str, Any]]:
+    """Series that would draw the same points, merged into one labelled with all their names: a line drawn over
+    its twin hides it, and leaves a legend entry that points at nothing visible.
+
+    ``items`` are (label, key, payload), the key what the series draws; out come (label, payload), one per key,
+    with the first payload of each key. ``joined`` makes the legend entry of a key's labels (by default: the one
+    label, or the names and a count).
+
+    Examples
+    --------
+    >>> _merge_identical([("a", (1, 9), "A"), ("b", (1, 2), "B"), ("c", (1, 9), "C")])
+    [('a = c (2 identical series)', 'A'), ('b', 'B')]
+    >>> _merge_identical([(f"w{k}", (), k) for k in range(4)])
+    [('w0 = w1 = w2 and 1 more (4 identical series)', 0)]
+    """
+    merged: dict[Hashable, tuple[list[str], Any]] = {}
+    for label, key, payload in items:
+        merged.setdefault(key, ([], payload))[0].append(label)
+    return [((joined or _identical)(labels), payload) for labels, payload in merged.values()]
+
+
+def _identical(labels: Sequence[str]) -> str:
+    if len(labels) == 1:
+        return labels[0]
+    names = " = ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+    return f"{names} ({len(labels)} identical series)"
+
