@@ -360,11 +360,14 @@ def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
                      "m=1 against the reference engine's m=1": _against_reference(alone),
                      "c": " / ".join(str(c) for c in bands["c"]),
                      "token-identical to the reference's m=1": " / ".join(f"{s} of {n}" for s, n in bands.select("token_identical", "requests").rows()),
-                     "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"])})
+                     "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"]),
+                     # against its own m=1: from which c batching changes this engine's bits (padded batching, a kernel mode...)
+                     "bit-identical to its own m=1": " / ".join(MISSING if v is None else f"{v:.0%}" for v in bands["own_m1_bit_identical"])})
     caption = (f"The reference engine is {_engine_label(reference)} ({reference.label}): each run's m=1 stream and its batched requests "
                "are compared with the reference's m=1 stream of the same prompt. 'Bits from token' is the shortest prefix of float32 "
                "logprobs bit-identical to it (the length of the stream when every bit matches); its ULP figures are engine against "
-               "engine, not the run's own. The verdict is the run's judgement against its own m=1 (the answer above).")
+               "engine, not the run's own. The verdict is the run's judgement against its own m=1 (the answer above), and the last column the "
+               "share of each c's requests bit-identical to the run's own m=1: where batching starts to change that engine's bits.")
     return table_html(pl.DataFrame(rows), caption=caption)
 
 
