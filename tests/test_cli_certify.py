@@ -75,14 +75,17 @@ def test_bad_input_is_named_with_bia_s_exit_codes(tmp_path):
     assert not (tmp_path / "certificate.json").exists()
 
 
-def test_a_url_is_named_as_a_url_bia_certify_does_not_fetch(tmp_path):
+def test_a_url_is_named_as_a_url_never_read_as_a_path(tmp_path):
     """Issue 22 item 8 (a URL's exit code is not a missing path's): certify took its runs as paths, so a URL read as the path
-    http:/127.0.0.1:9/run (one slash gone) that does not exist, exit 3."""
+    http:/127.0.0.1:9/run (one slash gone) that does not exist, exit 3. Since issue 34 an http(s) URL is probed (nothing answers
+    at port 9: exit 6, the URL named); any other scheme is a bad option."""
     out = tmp_path / "c.json"
-    url = certify("http://127.0.0.1:9/run", "-o", out)
-    assert url.exit_code == 2, url.output
-    assert "error: http://127.0.0.1:9/run: bia certify reads run directories on this machine, not URLs" in url.output
-    assert not out.exists()
+    url = certify("http://127.0.0.1:9/run", "--run", tmp_path / "run", "-o", out)
+    assert url.exit_code == 6, url.output
+    assert "error: nothing answers at http://127.0.0.1:9/run" in url.output
+    other = certify("ftp://127.0.0.1:9/run", "-o", out)
+    assert other.exit_code == 2 and "error: ftp://127.0.0.1:9/run: bia certify takes one http(s) URL to probe, or run directories" in other.output
+    assert not out.exists() and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("command", ["serve", "experiment"])

@@ -231,7 +231,7 @@ def test_a_log_not_in_loadgens_shape_is_refused_naming_the_entry_and_field(tmp_p
 
 def test_text_that_is_not_json_or_names_a_key_twice_is_refused(tmp_path):
     cut = _refused(tmp_path, json.dumps([GOOD])[:-3])
-    assert cut.record == "$" and cut.problem.startswith("not valid JSON: ")
+    assert cut.record == "$" and cut.problem.startswith("not valid JSON at line 1 column ")  # every reader's words (_strictjson)
     twice = _refused(tmp_path, '[{"seq_id": 0, "qsl_idx": 0, "qsl_idx": 1, "data": ""}]')
     assert (twice.record, twice.field) == ("$", "[0].qsl_idx") and "more than once" in twice.problem
 

@@ -20,6 +20,7 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
                 server_log: Optional[Path], print_lines: Callable[[dict, Path], None]) -> None:
     """Probe ``url`` into ``run_dir``, write the certificate to ``output``, say it with ``print_lines`` (bia certify's) and exit
     with the verdict's code."""
+    from ..core._cells import duration
     from ..core._output import claim_output, write_atomic
     from ..experiment import DEFAULT_PROMPTS
     from ..probe import ProbeError, ServerGone
@@ -53,7 +54,7 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
         raise typer.Exit(130) from None
     typer.echo(f"probed {url}: {plan}", err=True)
     if stopped:
-        said = "a request parted, so the verdict is RED whatever follows" if stopped == "RED" else f"--max-time {max_time:g} s ran out"
+        said = "a request parted, so the verdict is RED whatever follows" if stopped == "RED" else f"--max-time {duration(max_time)} ran out"
         typer.echo(f"stopped early: {said}", err=True)
     document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
     document["probe"] = {"url": url, "run": str(folder), "planned_batched_requests": batched, "stopped": stopped}
