@@ -38,7 +38,7 @@ def _verdicts(html: str, tag: str) -> dict[str, str]:
 def test_every_bundled_run_has_one_verdict_on_every_surface(bundled, tmp_path):
     runs, ws, judgement = bundled
     frame = judgement.frame
-    assert len(RUNS) == 8 and frame.height == 8 + 3  # one arm a run, and each witness
+    assert len(RUNS) == 10 and frame.height == 10 + 3  # one arm a run, and each witness
     per_run = dict(frame.group_by("run", maintain_order=True).agg(pl.col("verdict").first()).iter_rows())
     # the answer table and the cards
     answer = answer_section_html(judgement)
