@@ -91,8 +91,8 @@ def test_the_report_shows_engines_side_by_side_on_the_bundled_runs():
 def test_the_engines_say_from_which_c_transformers_padded_batching_changes_bits():
     """Issue 34: the bundled transformers runs beside bia's default and fixed-tiles modes: alone (c=1) each is its own m=1 bit
     for bit; from c=4 (the ladder's first batch) none of its requests is, in padded and in continuous batching alike."""
-    names = ("experiment-cpu/default", "experiment-cpu/fixed-tiles", "transformers-cpu/transformers-padded",
-             "transformers-cpu/transformers-continuous")
+    names = ("experiment-cpu/default", "experiment-cpu/fixed-tiles", "transformers-cpu/padded",
+             "transformers-cpu/continuous")
     page = engines_html([read_run(ROOT / "data" / name) for name in names])
     rows = re.findall(r'<tr><td class="bia-long">([^<]+): [^<]+</td><td>(\w+)</td>.*?<td[^>]*>([^<]*)</td></tr>', page)
     assert [(engine.split(" (")[0], verdict, own) for engine, verdict, own in rows] == [

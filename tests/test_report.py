@@ -68,8 +68,8 @@ def test_report_shows_every_verdict_and_reason(default_report):
 
 RUNS = ("experiment-cpu/batch-invariant", "experiment-cpu/default", "experiment-cpu/fixed-tiles", "experiment-cpu/row-invariant",
         "llamacpp-cpu/cache-prompt",
-        "llamacpp-cpu/no-cache-prompt", "vllm-cpu/no-prefix-cache", "vllm-cpu/prefix-cache", "transformers-cpu/transformers-continuous",
-        "transformers-cpu/transformers-padded")
+        "llamacpp-cpu/no-cache-prompt", "vllm-cpu/no-prefix-cache", "vllm-cpu/prefix-cache", "transformers-cpu/continuous",
+        "transformers-cpu/padded")
 WITNESSES = ("witness-v3.0-rule.json", "witness-variant-batched-prefill-0.json", "witness@464c168e62.json")
 
 

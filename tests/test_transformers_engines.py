@@ -27,9 +27,9 @@ def test_bia_experiment_hf_writes_a_run_per_way_transformers_batches_and_each_pa
     done = subprocess.run([sys.executable, "-m", "analysis", "experiment", "--hf", str(checkpoint), "-o", str(tmp_path), "--ladder", "1,4",
                            "--max-tokens", "12", "--top-k", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"wrote {tmp_path / 'transformers-padded'}", f"wrote {tmp_path / 'transformers-continuous'}"]
+    assert done.stdout.splitlines() == [f"wrote {tmp_path / 'padded'}", f"wrote {tmp_path / 'continuous'}"]
     for way in ("padded", "continuous"):
-        run = read_run(tmp_path / f"transformers-{way}")
+        run = read_run(tmp_path / way)
         row = judge(run).to_dicts()[0]
         assert row["engine"].startswith("transformers ") and row["engine"].endswith(f"({way} batching)")
         # alone it repeats itself; in a batch of 4 copies (no padding at all) the batched GEMMs sum in another order

@@ -66,9 +66,11 @@ FINDINGS = {
         "aprender's V3 release gate",
         "0 scripts or stylesheets from the network",
         "Finding: the answer says batch-invariant AMBER, default RED, fixed-tiles AMBER, row-invariant AMBER, cache-prompt RED, "
-        "no-cache-prompt RED, no-prefix-cache UNVERIFIED, prefix-cache UNVERIFIED, witness-v3.0-rule.json RED, "
-        "witness-variant-batched-prefill-0.json RED, witness@464c168e62.json RED",
-        "Finding: the report's 11 verdict cards say",
+        "no-cache-prompt RED, no-prefix-cache UNVERIFIED, prefix-cache UNVERIFIED, continuous RED, padded RED, "
+        "witness-v3.0-rule.json RED, witness-variant-batched-prefill-0.json RED, witness@464c168e62.json RED",
+        "Finding: the report's 13 verdict cards say",
+        "  padded: RED (co-batching): 56 of 56 batched requests part from m=1 (0 in tokens, 56 only in bits); the first is "
+        "p0 c=4 repeat 0 slot 0: its logprob bits differ from ref #1 from token 0 (up to 127 ULP)",
         "  default: RED (co-batching): 56 of 56 batched requests part from m=1 (0 in tokens, 56 only in bits)",
         "  cache-prompt: RED (prompt cache): not reproducible alone (its prompt cache)",
         "  row-invariant: AMBER: 0 of 56 batched requests part from m=1, every band seen formed",

@@ -294,8 +294,8 @@ def experiment_command(
     recompute: Annotated[Optional[list[Path]], typer.Option(metavar="RUN", help="With --trainer: recompute this experiment run "
                                                                 "instead of decoding new ones (OUTPUT/trainer/<run folder>.jsonl). Repeatable.")] = None,
     hf: Annotated[Optional[Path], typer.Option("--hf", metavar="CHECKPOINT", help="Instead of bia's kernel modes, probe transformers' own "
-                                                "batched generate on this causal LM checkpoint folder (or bia's own model file, data/tiny-model/tiny_lm.safetensors): left-padded (OUTPUT/transformers-padded) "
-                                                "and continuous batching where the release has it (OUTPUT/transformers-continuous).")] = None,
+                                                "batched generate on this causal LM checkpoint folder (or bia's own model file, data/tiny-model/tiny_lm.safetensors): left-padded (OUTPUT/padded) "
+                                                "and continuous batching where the release has it (OUTPUT/continuous).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace runs already in the output folder.")] = False,
 ) -> None:
     """Decode a real transformer at several batch sizes in each kernel mode and write bia runs."""

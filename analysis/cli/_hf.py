@@ -31,7 +31,7 @@ def hf_command(checkpoint: Path, output: Path, prompts: Optional[Path], ladder: 
 def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str], ladder: Sequence[int], layout: str, max_tokens: int,
                       top_k: int, dtype: str, device: str, force: bool) -> list[Path]:
     """Probe each way the installed transformers batches (``padded``, and ``continuous`` where it exists) on ``checkpoint``
-    and write ``OUTPUT/transformers-<way>``; the run folders written."""
+    and write ``OUTPUT/<way>``; the run folders written."""
     import transformers
 
     from ..core._output import claim_output
@@ -45,13 +45,13 @@ def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str],
     if not own and not (checkpoint / "config.json").is_file():
         raise ValueError(f"--hf {checkpoint}: not a Hugging Face checkpoint folder (no config.json), nor bia's model (.safetensors)")
     for way in ("padded", "continuous"):  # refused before the model loads, as the experiment's own runs are
-        claim_output(output / f"transformers-{way}", force=force, what=f"the transformers {way} run", folder=True)
+        claim_output(output / way, force=force, what=f"the transformers {way} run", folder=True)
     with tempfile.TemporaryDirectory(prefix="bia-hf-") as scratch:
         folder = write_hf_checkpoint(checkpoint, Path(scratch) / checkpoint.stem) if own else checkpoint
         engines = transformers_engines(folder, max_new_tokens=max_tokens, top_k=top_k, dtype=dtype, device=device)
     written = []
     for way, generate in engines.items():
-        run = probe_callable(generate, prompts, output / f"transformers-{way}", ladder=ladder, layout=layout, force=force,
+        run = probe_callable(generate, prompts, output / way, ladder=ladder, layout=layout, force=force,
                              engine=f"transformers {transformers.__version__} ({way} batching)", model=checkpoint.stem if own else checkpoint.name)
         written.append(run.path)
     return written

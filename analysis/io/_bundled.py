@@ -52,7 +52,7 @@ def default_runs() -> list[str]:
     >>> [run.rsplit("/", 2)[-2:] for run in default_runs()]  # doctest: +NORMALIZE_WHITESPACE
     [['experiment-cpu', 'batch-invariant'], ['experiment-cpu', 'default'], ['experiment-cpu', 'fixed-tiles'],
      ['experiment-cpu', 'row-invariant'], ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt'], ['vllm-cpu', 'no-prefix-cache'], ['vllm-cpu', 'prefix-cache'],
-     ['transformers-cpu', 'transformers-continuous'], ['transformers-cpu', 'transformers-padded']]
+     ['transformers-cpu', 'continuous'], ['transformers-cpu', 'padded']]
     """
     return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu", "data/vllm-cpu", "data/transformers-cpu")
             for p in sorted(bundled(folder).glob("*/manifest.json"))]

@@ -37,7 +37,7 @@ _ALONE = {"bia torch": "bia experiment --modes row-invariant", "vllm": "VLLM_BAT
 _INVARIANT = {"llama.cpp": "llama-server --parallel 1 (it has no batch-invariant kernels)", "vllm": "VLLM_BATCH_INVARIANT=1",
               "sglang": "SGLang --enable-deterministic-inference", "bia torch": "bia experiment --modes row-invariant",
               "bia serve": "bia serve --mode row-invariant",
-              "transformers": "one prompt per generate call, or batch-invariant kernels (batch_invariant_ops' set_batch_invariant_mode)"}
+              "transformers": "one prompt per generate call, or batch_invariant_ops' kernels"}
 _BATCH_LIMIT = {"llama.cpp": "llama-server --parallel {c}", "vllm": "vLLM --max-num-seqs {c}", "sglang": "SGLang --max-running-requests {c}"}
 
 
