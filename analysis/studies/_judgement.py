@@ -512,6 +512,21 @@ def _short_why(row: Mapping[str, Any]) -> str:
     return f"0/{row['requests']} batched part; bound {_rate(row['upper_bound'])} {'<' if row['verdict'] == 'GREEN' else '≥'} {_rate(row['target_rate'])}"
 
 
+def _step_cell(step: str, full: bool) -> str:
+    """The next step's cell: whole in Jupyter's view; in the report's answer, which must fit a screen, the command alone, with
+    what was measured beside it (``_with_measured_fix``) as the cell's tooltip and in its card.
+
+    Examples
+    --------
+    >>> _step_cell("batch-invariant kernels: X (measured beside it, its decode rate over this run's: 1.07× at c=1)", False)
+    '<td title="batch-invariant kernels: X (measured beside it, its decode rate over this run&#x27;s: 1.07× at c=1)">batch-invariant kernels: X …</td>'
+    """
+    command, measured, _ = step.partition(" (measured beside it")
+    if full or not measured:
+        return f"<td>{escape(step)}</td>"
+    return f'<td title="{escape(step)}">{escape(command)} …</td>'
+
+
 def _arm_html(arm: str, full: bool) -> str:
     """A row's arm: with what it sent (:func:`analysis.run._arms.arm_words`), in full or as the name's tooltip."""
     if full or arm not in ARM_WORDS:
@@ -541,6 +556,6 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: 
         rows.append(f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
                     f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
                     f'<td><code>{escape(row["run"])}</code> ({_arm_html(row["arm"], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>'
-                    f'<td>{escape(_short_cost(row["cost_by_c"]))}</td><td>{escape(evidence)}</td><td>{escape(row["next_step"] or "")}</td></tr>')
+                    f'<td>{escape(_short_cost(row["cost_by_c"]))}</td><td>{escape(evidence)}</td>{_step_cell(row["next_step"] or "", full)}</tr>')
     ident = f' id="{escape(table_id)}"' if table_id else ""
     return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
