@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from .dumps import Dump, read_dumps
-from .metrics._columnar import float32_bits, ordered_bits
+from .metrics._columnar import _identity, float32_bits, ordered_bits
 from .run import Run, read_run
 from .studies import Judgement, judge
 
@@ -176,9 +176,7 @@ def _completion(dump: Dump, requests: pl.DataFrame) -> pl.DataFrame:
     """Each request's completion tokens: its ordinal, the position, the token's identity and its logprob."""
     tokens = dump.tokens if isinstance(dump.tokens, pl.DataFrame) else pl.from_pandas(dump.tokens)
     return tokens.filter(pl.col("segment") == "completion").join(requests, on=["source", "record", "choice_index"]).select(
-        "request", "position", "logprob", "token_id", "token_text",
-        ident=pl.when(pl.col("token_id").is_not_null()).then(pl.lit("#") + pl.col("token_id").cast(pl.String))
-        .otherwise(pl.lit("$") + pl.col("token_text").fill_null("")))
+        "request", "position", "logprob", "token_id", "token_text", ident=_identity("token_id", "token_text", "token_bytes", False))
 
 
 def _difference(first: dict[str, Any], ra: pl.DataFrame, rb: pl.DataFrame, ta: pl.DataFrame, tb: pl.DataFrame, ulp: int) -> str:

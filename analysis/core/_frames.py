@@ -50,6 +50,13 @@ def progress(items: list[T], show: bool | None, desc: str, unit: str = "file") -
     return tqdm(items, desc=desc, unit=unit, file=sys.stderr)
 
 
+def progress_bar(total: int, show: bool | None, unit: str):
+    """A bar over ``total`` units (and its ETA) on stderr: when asked, else only in a terminal; ``update(n)`` advances it."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, disable=not (sys.stderr.isatty() if show is None else show), file=sys.stderr)
+
+
 def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
     """Build a frame with a fixed schema; columns beyond the schema (found in rows) come after it.
 

@@ -9,8 +9,10 @@ line, ``force=True`` in Python). ``bia probe`` keeps its own rule: an existing r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -84,6 +86,34 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def build_folder(final: Path) -> Iterator[Path]:
+    """Build a folder beside ``final`` (``.NAME.partial``) and rename it into place whole when the block ends, so that an error
+    or a kill mid-way leaves no half-built folder where ``final`` should be (what an earlier killed attempt left is cleared
+    first). ``final`` must be absent or empty: :func:`claim_output` refused or cleared what was there.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> final = Path(tempfile.mkdtemp()) / "run"
+    >>> with build_folder(final) as folder:
+    ...     _ = (folder / "manifest.json").write_text("{}")
+    >>> sorted(p.name for p in final.iterdir()), sorted(p.name for p in final.parent.iterdir())
+    (['manifest.json'], ['run'])
+    """
+    folder = final.with_name(f".{final.name}.partial")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    try:
+        yield folder
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if final.is_dir():
+        final.rmdir()
+    os.replace(folder, final)
 
 
 def claim_output(path: str | os.PathLike[str], *, force: bool = False, what: str = "output", folder: bool = False) -> Path:

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import random
 import re
-import shutil
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core._output import claim_output
+from ..core._frames import progress_bar
+from ..core._output import build_folder, claim_output
 from .modes import kernel_mode
 
 # Chosen because the bundled byte-level model answers them in prose, with a few near-ties, rather
@@ -136,11 +134,9 @@ def run_experiment(
     weights_sha = _sha256(model_path)
     encoded = [model.encode(p) for p in prompts]
     written = []
-    bar = _progress_bar(len(modes) * len(prompts) * (3 + sum(ladder) + (1 + sum(ladder) if taps else 0)), progress)
+    bar = progress_bar(len(modes) * len(prompts) * (3 + sum(ladder) + (1 + sum(ladder) if taps else 0)), progress, "seq")  # and replays
     for mode, final in zip(modes, folders):
-        folder = final.with_name(f".{final.name}.partial")  # built aside, renamed into place whole: a kill leaves no half run
-        shutil.rmtree(folder, ignore_errors=True)  # what an earlier killed attempt left
-        try:
+        with build_folder(final) as folder:  # built aside, renamed into place whole: a kill leaves no half run
             bar.set_description(f"{mode}: decoding")
             (folder / "captures").mkdir(parents=True, exist_ok=True)
             lines, m_formed, identical = [], [], True
@@ -196,23 +192,10 @@ def run_experiment(
                     import warnings
 
                     warnings.warn(f"no first_ops.json: {exc}", stacklevel=2)
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        if final.is_dir():  # empty: claim_output refused or cleared what was there
-            final.rmdir()
-        os.replace(folder, final)
         read_run(final).write_derived()  # the Parquet tables, rebuildable from captures/, naming the captures where they stay
         written.append(final)
     bar.close()
     return written
-
-
-def _progress_bar(total: int, show: bool):
-    """A bar over the sequences the experiment decodes (and replays with taps), with an ETA, on stderr when ``show``."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="seq", disable=not show, file=sys.stderr)
 
 
 class ExperimentError(ValueError):

@@ -16,14 +16,13 @@ import numbers
 import os
 import platform
 import random
-import shutil
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core._output import claim_output
+from ..core._frames import progress_bar
+from ..core._output import build_folder, claim_output
 from ..run import RUN_VERSION, Run, read_run
 
 LAYOUTS = ("copies", "needle")
@@ -87,24 +86,17 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     """
     ladder = _check_settings(prompts, ladder, layout, repeats)
     final = claim_output(output, force=force, what="the run", folder=True)
-    folder = final.with_name(f".{final.name}.partial")  # built aside and renamed into place whole, as bia experiment does
-    shutil.rmtree(folder, ignore_errors=True)
-    bar = _bar(len(prompts) * (2 + repeats * (sum(ladder))), progress)
+    bar = progress_bar(len(prompts) * (2 + repeats * sum(ladder)), progress, "seq")
     try:
-        lines, m_formed = _fire(generate, list(prompts), ladder, layout, repeats, seed, bar.update)
-        (folder / "captures").mkdir(parents=True)
-        (folder / "captures" / "requests.jsonl").write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines),
-                                                            encoding="utf-8")
-        manifest = _manifest(generate, list(prompts), ladder, layout, repeats, engine, model, seed, m_formed, lines)
-        (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
+        with build_folder(final) as folder:  # built aside and renamed into place whole, as bia experiment does
+            lines, m_formed = _fire(generate, list(prompts), ladder, layout, repeats, seed, bar.update)
+            (folder / "captures").mkdir()
+            (folder / "captures" / "requests.jsonl").write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines),
+                                                                encoding="utf-8")
+            manifest = _manifest(generate, list(prompts), ladder, layout, repeats, engine, model, seed, m_formed, lines)
+            (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     finally:
         bar.close()
-    if final.is_dir():  # empty: claim_output refused or cleared what was there
-        final.rmdir()
-    os.replace(folder, final)
     return read_run(final)
 
 
@@ -233,9 +225,3 @@ def _manifest(generate, prompts: list[str], ladder: list[int], layout: str, repe
             "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
             "m_formed": m_formed, "complete": True,
             "widths": "exact: generate received each band's c prompts in one call"}
-
-
-def _bar(total: int, show: bool | None):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="seq", disable=not (sys.stderr.isatty() if show is None else show), file=sys.stderr)
