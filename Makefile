@@ -1,9 +1,14 @@
 # Shortcuts; each target does its own set-up through scripts/setup.sh.
-.PHONY: setup test report lab notebook
+.PHONY: setup check test report lab notebook
 
 setup:
 	bash scripts/setup.sh
 
+# The fast tier: ruff, mypy, import contracts and the tests not marked slow or engine (under 3 minutes on 2 cores).
+check:
+	bash scripts/check.sh
+
+# The whole suite: real llama.cpp and vLLM servers, Chromium, the docs build (see docs/development.md).
 test:
 	bash scripts/test.sh
 

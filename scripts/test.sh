@@ -2,7 +2,7 @@
 # Run the test suite: sets up .venv (scripts/setup.sh), installs Debian's chromium for the
 # browser tests when it is missing and we are root, builds llama-server for the llama.cpp tests,
 # installs vLLM's CPU build for the vLLM tests,
-# checks the layer contract with import-linter, builds the documentation (scripts/docs.sh: warnings as errors,
+# runs ruff, mypy and the layer contracts (scripts/lint.sh), builds the documentation (scripts/docs.sh: warnings as errors,
 # notebooks executed) and runs pytest with any extra arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,8 +36,7 @@ if [ -n "${CI:-}" ] || [ -z "${BIA_SKIP_VLLM:-}" ]; then
         echo "warning: installing vLLM failed (log: $vllm_log); tests/test_vllm.py will skip, or fail under CI" >&2
     fi
 fi
-# The layer contract (pyproject's [tool.importlinter]): an import against the pipeline's direction, or a circle, fails here
-# with the importing module and line named.
-.venv/bin/lint-imports --no-cache
+# ruff, mypy and the layer contracts (scripts/lint.sh), as the fast tier runs them.
+bash scripts/lint.sh
 bash scripts/docs.sh
 exec .venv/bin/python -m pytest "$@"
