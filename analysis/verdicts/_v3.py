@@ -457,6 +457,19 @@ class _Rules:
 def shape_check_data(data: Any, *, source: str | None = None, policy: V3Policy | None = None) -> ShapeVerdict:
     """Run the V3 check on an already parsed witness (a dict from JSON).
 
+    Parameters
+    ----------
+    data : Any
+        The parsed witness; anything but a witness object gives a RED verdict, never an error.
+    source : str, optional
+        Where it came from, kept on the verdict.
+    policy : V3Policy, optional
+        The constants; aprender's by default.
+
+    Returns
+    -------
+    ShapeVerdict
+
     Examples
     --------
     >>> shape_check_data({}).status
@@ -476,6 +489,19 @@ def shape_check_data(data: Any, *, source: str | None = None, policy: V3Policy |
 
 def shape_check_text(text: str, *, source: str | None = None, policy: V3Policy | None = None) -> ShapeVerdict:
     """Run the V3 check on witness JSON text.
+
+    Parameters
+    ----------
+    text : str
+        The witness JSON; empty, malformed or strict-JSON-refused text gives a RED verdict, never an error.
+    source : str, optional
+        Where it came from, kept on the verdict.
+    policy : V3Policy, optional
+        The constants; aprender's by default.
+
+    Returns
+    -------
+    ShapeVerdict
 
     Examples
     --------
