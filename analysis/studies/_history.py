@@ -78,6 +78,17 @@ def series_settings(kind: str | None, settings: str | None) -> str | None:
     A run's are its :data:`RESULT_SETTINGS` in that order; a witness's are all its environment
     switches (aprender's ``env``: each changes what the server computes), by name.
 
+    Parameters
+    ----------
+    kind : str or None
+        The entry's kind: ``run`` keeps its result settings only; anything else keeps every setting.
+    settings : str or None
+        The entry's settings as a JSON object; None, empty or malformed text has none.
+
+    Returns
+    -------
+    str or None
+
     Examples
     --------
     >>> series_settings("run", '{"server_log": "serve.log", "layout": "copies", "kernel_mode": "fixed-tiles", "dtype": "float32"}')
@@ -365,6 +376,25 @@ def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
 
     Entries the folder already holds are not added again, so a job may append the same sources
     every night. The originals are copied in beside the tables; nothing there is ever rewritten.
+
+    Parameters
+    ----------
+    sources : str, os.PathLike or iterable of them
+        Witnesses, markers and run directories, as ``read_history`` takes them (not another history folder).
+    folder : str or os.PathLike
+        The history folder: missing, empty, or one bia made.
+
+    Returns
+    -------
+    History
+        Everything the folder holds after the append.
+
+    Raises
+    ------
+    OutputExists
+        ``folder`` is a file or holds something other than a history.
+    HistoryError
+        A source is itself a history folder.
 
     Examples
     --------
