@@ -1,6 +1,7 @@
 """aprender's V3 serving-shape check (``apr test llm shape-check``), restated exactly.
 
-The rules, their order and their texts follow ``specs/witness-and-v3.md`` section 3. The
+The rules, their order and their texts are aprender's own (its ``apr test llm shape-check``,
+github.com/paiml/aprender). The
 constants live in :class:`V3Policy` so a team can run the same rules with its own model or
 bands; ``V3Policy()`` is aprender's.
 """
