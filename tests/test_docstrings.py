@@ -47,14 +47,13 @@ def _modules():
     return found
 
 
-def _relative(module) -> str:
-    """The module's file relative to the package root, as ``run/_model.py``."""
-    return Path(module.__file__).resolve().relative_to(ROOT).as_posix()
+def _relative(function) -> str:
+    """The file that defines ``function``, relative to the package root, as ``run/_model.py``."""
+    return Path(inspect.getsourcefile(inspect.unwrap(function))).resolve().relative_to(ROOT).as_posix()
 
 
-def _checked(module) -> bool:
-    """Whether the module lies under one of ``CHECKED_FOLDERS``."""
-    relative = _relative(module)
+def _checked(relative: str) -> bool:
+    """Whether a file (relative to the package root) lies under one of ``CHECKED_FOLDERS``."""
     return any(relative == entry or (entry.endswith("/") and relative.startswith(entry)) for entry in CHECKED_FOLDERS)
 
 
@@ -114,22 +113,23 @@ def _documented_names(doc: str) -> set[str]:
 
 
 def _missing(function, drops_first: bool) -> list[str] | None:
-    """The parameters ``function``'s docstring leaves undocumented: None when it takes none to document,
-    ``["(no docstring)"]`` or ``["(no Parameters section)"]`` when there is nothing to read."""
+    """The parameters ``function``'s docstring leaves undocumented: None when it takes none to document; with
+    ``(no docstring)`` or ``(no Parameters section)`` first, then every parameter, when there is nothing to read."""
     parameters = list(inspect.signature(inspect.unwrap(function)).parameters.values())
     if drops_first and parameters:
         parameters = parameters[1:]
     if not parameters:
         return None
+    shown = [f"*{p.name}" if p.kind is p.VAR_POSITIONAL else f"**{p.name}" if p.kind is p.VAR_KEYWORD else p.name for p in parameters]
     doc = inspect.getdoc(function)
     if not doc:
-        return ["(no docstring)"]
+        return ["(no docstring)", *shown]
     try:
         documented = _documented_names(doc)
     except ValueError as exc:  # numpydoc refuses a malformed section (a duplicated heading, say)
-        return [f"(numpydoc cannot parse it: {exc})"]
+        return [f"(numpydoc cannot parse it: {exc})", *shown]
     if not documented:
-        return ["(no Parameters section)"]
+        return ["(no Parameters section)", *shown]
     named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     missing = []
     for p in parameters:
@@ -146,18 +146,19 @@ def _missing(function, drops_first: bool) -> list[str] | None:
 
 
 def offenders(checked=_checked) -> list[str]:
-    """One line per public function whose Parameters section misses a parameter, in the modules ``checked`` accepts."""
+    """One line per public function whose Parameters section misses a parameter, among those whose defining file
+    (relative to the package root) ``checked`` accepts. The file decides, not the module walked: the package
+    re-homes its public classes (``analysis.Run.__module__`` is ``analysis``), whose methods live in the folders."""
     skipped = _typer_callbacks()
     lines = []
     for module in _modules():
-        if not checked(module):
-            continue
-        for qualname, function, drops_first in _public_routines(module):
-            if function in skipped:
+        for _, function, drops_first in _public_routines(module):
+            if function in skipped or not checked(_relative(function)):
                 continue
             missing = _missing(function, drops_first)
             if missing:
-                lines.append(f"{qualname}: {', '.join(missing)}")
+                note = f"{missing.pop(0)} " if missing[0].startswith("(") else ""
+                lines.append(f"{function.__module__}.{function.__qualname__}: {note}missing {', '.join(missing)}")
     return lines
 
 
@@ -204,14 +205,18 @@ def test_the_check_reads_numpydoc_sections():
     def bare(a):
         """Do it."""
 
+    def undocumented(a, *rest, **options):
+        pass
+
     def nothing():
         pass
 
     assert _missing(whole, False) == []
     assert _missing(half, False) == ["b", "**options"]
     assert _missing(keywords, False) == []
-    assert _missing(bare, False) == ["(no Parameters section)"]
+    assert _missing(bare, False) == ["(no Parameters section)", "a"]
     assert _missing(lambda self: None, True) is None
+    assert _missing(undocumented, False) == ["(no docstring)", "a", "*rest", "**options"]
     assert _missing(nothing, False) is None
 
 
@@ -221,6 +226,6 @@ def test_checked_folders_exist():
 
 
 if __name__ == "__main__":  # the offenders in all of analysis/, checked or not: python tests/test_docstrings.py
-    inside, outside = offenders(), offenders(lambda module: not _checked(module))
+    inside, outside = offenders(), offenders(lambda relative: not _checked(relative))
     print("\n".join(inside + outside))
     print(f"{len(inside)} offender(s) in CHECKED_FOLDERS, {len(outside)} elsewhere")

@@ -144,7 +144,19 @@ class History:
 
     def regressions(self, rules: Iterable[Rule] = REGRESSION_RULES) -> pl.DataFrame:
         """Each place a rule finds a band that was good and is not: the last good and the first bad
-        entry of its series (host, engine, model, series_settings) and c, and the server commits between them."""
+        entry of its series (host, engine, model, series_settings) and c, and the server commits between them.
+
+        Parameters
+        ----------
+        rules : iterable of Rule, default REGRESSION_RULES
+            The rules to apply.
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per regression: the rule, the series and c, the last good and first bad entries and the commits
+            between them; empty, with its columns, when none.
+        """
         return regressions(self.bands, self.markers, rules)
 
 

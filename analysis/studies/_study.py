@@ -152,7 +152,19 @@ class Study:
         return sorted(keys.rows(), key=lambda k: (k[0], k[1] is not None, k[1] or ""))
 
     def run(self, name: str, prompt_id: str | None = None) -> Run:
-        """One run of the study read into memory: all of it, or only the requests of ``prompt_id``."""
+        """One run of the study read into memory: all of it, or only the requests of ``prompt_id``.
+
+        Parameters
+        ----------
+        name : str
+            The run's name in the dataset (its directory's).
+        prompt_id : str, optional
+            Read only this prompt's requests; all of them when None.
+
+        Returns
+        -------
+        Run
+        """
         where = pl.col("run") == name
         return self._read(name, where if prompt_id is None else where & (pl.col("prompt_id") == prompt_id))
 

@@ -113,6 +113,22 @@ class V3Policy:
     def from_file(cls, path: str | Path, **overrides: Any) -> V3Policy:
         """Read a policy from a TOML or JSON file whose keys are this class's fields.
 
+        Parameters
+        ----------
+        path : str or Path
+            The file: ``.toml`` is read as TOML, anything else as strict JSON.
+        **overrides : Any
+            Fields that replace the file's; one given as None leaves the file's value.
+
+        Returns
+        -------
+        V3Policy
+
+        Raises
+        ------
+        PolicyError
+            The file is not valid TOML or JSON, repeats a key, names an unknown field or gives a field a bad value.
+
         Examples
         --------
         >>> import tempfile, pathlib
@@ -144,7 +160,24 @@ class V3Policy:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "policy") -> V3Policy:
-        """Build a policy from a mapping of field names, refusing unknown keys."""
+        """Build a policy from a mapping of field names, refusing unknown keys.
+
+        Parameters
+        ----------
+        data : Mapping of str to Any
+            Field names to values.
+        source : str, default "policy"
+            Where the fields came from, for the error.
+
+        Returns
+        -------
+        V3Policy
+
+        Raises
+        ------
+        PolicyError
+            An unknown key, or a value a field refuses.
+        """
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -208,7 +241,18 @@ class ShapeVerdict:
         return render("verdict.html.j2", verdict=self)
 
     def to_frame(self, backend: str = "polars") -> Any:
-        """One row per reason: source, status, rule order and text."""
+        """One row per reason: source, status, rule order and text.
+
+        Parameters
+        ----------
+        backend : {"polars", "pandas"}, default "polars"
+            The frame's library.
+
+        Returns
+        -------
+        polars.DataFrame or pandas.DataFrame
+            ``source``, ``status``, ``order`` (0 first) and ``reason``; no row for an admissible witness.
+        """
         from ..core._frames import to_backend
 
         import polars as pl

@@ -469,7 +469,17 @@ class WitnessSet:
         return list(self.texts)
 
     def shape_checks(self, policy=None) -> dict[str, Any]:
-        """The V3 verdict of every witness source (markers are not witnesses), by source."""
+        """The V3 verdict of every witness source (markers are not witnesses), by source.
+
+        Parameters
+        ----------
+        policy : V3Policy, optional
+            The constants; aprender's by default.
+
+        Returns
+        -------
+        dict of str to ShapeVerdict
+        """
         from ..verdicts._v3 import shape_check_text
 
         witness_sources = _column(self.witnesses, "source")
@@ -490,7 +500,17 @@ class WitnessSet:
             yield witness, polars_set.slots.filter(mine), polars_set.bands.filter(mine)
 
     def to_backend(self, backend: str) -> WitnessSet:
-        """The same set with every frame in ``backend`` ("polars" or "pandas")."""
+        """The same set with every frame in ``backend`` ("polars" or "pandas").
+
+        Parameters
+        ----------
+        backend : {"polars", "pandas"}
+            The frames' library.
+
+        Returns
+        -------
+        WitnessSet
+        """
         frames = {name: as_polars(getattr(self, name)) for name in _FRAME_NAMES}
         return WitnessSet(**{n: to_backend(f, backend) for n, f in frames.items()}, texts=self.texts, backend=backend)
 
