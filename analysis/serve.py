@@ -91,6 +91,22 @@ class Engine:
         self.on_step = lambda m: None  # called with the width of every decode step
 
     async def submit(self, prompt: list[int], max_tokens: int, top_k: int) -> _Request:
+        """Queue a request for the decode loop, which prefills it and admits it between steps.
+
+        Parameters
+        ----------
+        prompt : list of int
+            The prompt's token ids.
+        max_tokens : int
+            How many tokens to decode (there is no end-of-sequence stop).
+        top_k : int
+            How many top logprobs each step's event carries.
+
+        Returns
+        -------
+        _Request
+            The request; its ``events`` queue gets one dict per decoded token, ``done`` set on the last.
+        """
         request = _Request(prompt, max_tokens, top_k)
         await self.waiting.put(request)
         return request
@@ -201,6 +217,23 @@ def timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float
 
     A client reading a stream in one burst (its tokens buffered on the way) cannot time the decode; these times it can.
 
+    Parameters
+    ----------
+    prompt_n : int
+        The prompt's tokens.
+    prompt_s : float
+        The prompt pass, in seconds.
+    predicted_n : int
+        The tokens decoded.
+    predicted_s : float
+        The decode, in seconds.
+
+    Returns
+    -------
+    dict
+        ``prompt_n``, ``prompt_ms``, ``prompt_per_second``, ``predicted_n``, ``predicted_ms`` and
+        ``predicted_per_second``; a rate is None for a time of 0.
+
     Examples
     --------
     >>> timings(18, 0.0047, 64, 0.0205)["predicted_per_second"]
@@ -299,7 +332,21 @@ def _params(raw: bytes) -> _Params:
 
 def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
     """The ASGI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, and ``GET /metrics`` in
-    Prometheus' text format (``bia:num_requests_running``, ``bia:num_requests_waiting``, ``bia:decode_steps_total``)."""
+    Prometheus' text format (``bia:num_requests_running``, ``bia:num_requests_waiting``, ``bia:decode_steps_total``).
+
+    Parameters
+    ----------
+    model : TinyLM or HFModel
+        The model, as ``analysis.experiment.model.load_model`` gives it.
+    mode : str, default "default"
+        The kernel mode: ``default``, ``one-by-one`` (alias ``batch-invariant``), ``fixed-tiles`` or ``row-invariant``.
+    model_name : str, default "tiny_lm"
+        The model's name in responses and in ``/v1/models``.
+
+    Returns
+    -------
+    starlette.applications.Starlette
+    """
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -394,7 +441,26 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
 def serve(app, host: str, port: int, *, said: str, say=None) -> bool:
     """Serve ``app`` on ``host:port`` until stopped (Ctrl-C); once it listens, ``say`` (a line to stdout by default) gets
     ``bia serve: listening on http://HOST:PORT (said)``, the port the one bound (``port=0`` picks a free one). False when it
-    could not listen there (uvicorn logs why: the port in use, an address not of this host)."""
+    could not listen there (uvicorn logs why: the port in use, an address not of this host).
+
+    Parameters
+    ----------
+    app : starlette.applications.Starlette
+        The app, as :func:`create_app` makes it.
+    host : str
+        The address to listen on.
+    port : int
+        The port; 0 picks a free one.
+    said : str
+        What is served, in the listening line's parentheses.
+    say : callable, optional
+        Gets the listening line; ``print`` to stdout when None.
+
+    Returns
+    -------
+    bool
+        Whether it listened.
+    """
     import uvicorn
 
     say = say or (lambda line: print(line, flush=True))

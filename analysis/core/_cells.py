@@ -21,6 +21,17 @@ MISSING = "—"
 def cell(value: Any) -> str:
     """A value as a person reads it.
 
+    Parameters
+    ----------
+    value : Any
+        None, a bool, number, date or datetime, list, tuple, dict or anything with a ``str``; a NaN float and
+        None are ``—``, infinities ``∞``/``-∞``, floats of 1000 and more whole with thousands separators, smaller
+        ones to 4 significant digits, containers joined by ``, ``.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> [cell(v) for v in (None, True, 3, 1234.5678, 0.000123456, float("nan"), "x", [1, 2])]
@@ -63,6 +74,15 @@ def duration(seconds: float | None) -> str:
     minutes and hours (``2 min 05 s``, ``1 h 02 min``), trailing zero parts dropped. Never milliseconds, never
     ``0:00:03``. Missing (None or NaN) is ``—``.
 
+    Parameters
+    ----------
+    seconds : float or None
+        The span in seconds; negative spans get a leading ``-``.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> [duration(s) for s in (0.012345, 0.5, 1.5, 2, 12.34, 59.96, 125, 120, 3725, 3600, None)]
@@ -89,6 +109,15 @@ def duration(seconds: float | None) -> str:
 def pairs(mapping: Mapping[str, Any] | None) -> str:
     """A mapping as ``key = value`` pairs for people (the sampler, the environment).
 
+    Parameters
+    ----------
+    mapping : Mapping of str to Any, or None
+        The pairs, in their order; each value written by :func:`cell`. None or empty gives ``—``.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> pairs({"temperature": 0.0, "ignore_eos": True, "gpu": None})
@@ -101,6 +130,18 @@ def pairs(mapping: Mapping[str, Any] | None) -> str:
 
 def percent(part: int, whole: int) -> str:
     """``part`` of ``whole`` as a percentage, never "100%" short of all nor "0%" above none.
+
+    Parameters
+    ----------
+    part : int
+        The count of the share.
+    whole : int
+        The count it is a share of; 0 gives ``—``.
+
+    Returns
+    -------
+    str
+        Whole percent, or with up to 3 decimals when rounding would say 0% or 100% of a share strictly between.
 
     Examples
     --------
@@ -119,6 +160,17 @@ def percent(part: int, whole: int) -> str:
 
 def share(part: int, whole: int) -> str:
     """``part`` of ``whole`` as a percentage with both counts.
+
+    Parameters
+    ----------
+    part : int
+        The count of the share.
+    whole : int
+        The count it is a share of; 0 gives ``—``.
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -142,6 +194,26 @@ def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show",
     ``limit``, the first rows and a count of the rest; ``shorten`` cuts a column's values to so many characters, each
     whole in its tooltip; ``nowrap`` keeps values of up to 24 characters on one line (a card's preview: the table scrolls
     rather than squeezing a date into four lines; the report, whose tables must fit its page, wraps them).
+
+    Parameters
+    ----------
+    frame : polars.DataFrame or pandas.DataFrame
+        The table; each value written by :func:`cell`.
+    caption : str, default ""
+        The table's caption; none when empty.
+    empty : str, default "nothing to show"
+        What is shown instead of a table without rows.
+    limit : int, optional
+        Show at most this many rows, with a line counting the rest; all rows when None.
+    shorten : Mapping of str to int, optional
+        Column name to the number of characters its values are cut to.
+    nowrap : bool, default False
+        Keep values of up to 24 characters on one line.
+
+    Returns
+    -------
+    str
+        The HTML fragment, every value escaped.
 
     Examples
     --------
@@ -168,6 +240,15 @@ def scroll_box(html: str) -> str:
     """A table in a box of its own that scrolls sideways when the table is wider than the card (a notebook loads no report
     stylesheet, so the box carries its rule inline), rather than widening the whole output.
 
+    Parameters
+    ----------
+    html : str
+        The HTML to wrap, trusted as it is (not escaped here).
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> scroll_box("<table></table>")
@@ -182,11 +263,51 @@ def _shortened(text: str, n: int | None) -> str | Shortened:
 
 def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], lines: list[tuple[str, str | None]] = (),
                  preview: Any = None, preview_rows: int = 5, shorten: Mapping[str, int] | None = None) -> str:
-    """The compact HTML card an object shows in Jupyter (``shorten``: as :func:`frame_html` takes it)."""
+    """The compact HTML card an object shows in Jupyter (``shorten``: as :func:`frame_html` takes it).
+
+    Parameters
+    ----------
+    kind : str
+        What the object is (the card's heading), e.g. ``Run``.
+    name : str or None
+        Its name beside the kind; none when None.
+    facts : list of (str, Any)
+        Label and value pairs of the card's table, each value written by :func:`cell`.
+    lines : list of (str, str or None), default ()
+        Further lines under the facts, as the summary template shows them.
+    preview : polars.DataFrame or pandas.DataFrame, optional
+        A frame whose first rows the card shows; none when None.
+    preview_rows : int, default 5
+        How many of the preview's rows are shown.
+    shorten : Mapping of str to int, optional
+        Column name to the number of characters its preview values are cut to.
+
+    Returns
+    -------
+    str
+    """
     table = frame_html(preview, limit=preview_rows, shorten=shorten, nowrap=True) if preview is not None else ""
     return render("summary.html.j2", kind=kind, name=name, facts=[(label, cell(value)) for label, value in facts], lines=list(lines),
                   preview=table)
 
 
 def few(items: list[str], n: int = 3) -> str:
+    """The first items of a list joined by commas, with a count of the rest; ``—`` when empty.
+
+    Parameters
+    ----------
+    items : list of str
+        The items, in the order shown.
+    n : int, default 3
+        How many are named.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> few(["a", "b", "c", "d", "e"]), few(["a"]), few([])
+    ('a, b, c and 2 more', 'a', '—')
+    """
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else MISSING

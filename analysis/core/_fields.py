@@ -30,7 +30,18 @@ class WitnessError(ValueError):
 
 
 def describe(value: Any) -> str:
-    """A short, JSON-flavoured description of a value for error messages."""
+    """A short, JSON-flavoured description of a value for error messages.
+
+    Parameters
+    ----------
+    value : Any
+        A value parsed from JSON; anything else is written with ``str``.
+
+    Returns
+    -------
+    str
+        Its type name (``null`` for None) and at most 60 characters of its JSON.
+    """
     text = json.dumps(value, default=str)
     kind = type(value).__name__ if value is not None else "null"
     return f"{kind} {text[:60]}{'...' if len(text) > 60 else ''}"
@@ -71,7 +82,26 @@ class Fields:
         return WitnessError(self.source, self.record, key, f"expected {expected}, got {describe(value)}")
 
     def int(self, key: str, *, required: bool = False, nonnegative: bool = True) -> int | None:
-        """An integer (never a bool or a float), or None when absent or null."""
+        """An integer (never a bool or a float), or None when absent or null.
+
+        Parameters
+        ----------
+        key : str
+            The field's name.
+        required : bool, default False
+            Refuse an absent or null field.
+        nonnegative : bool, default True
+            Refuse a negative integer.
+
+        Returns
+        -------
+        int or None
+
+        Raises
+        ------
+        WitnessError
+            The value is not an integer, is out of range or is missing when required.
+        """
         value = self._get(key, required)
         if value is None:
             if required:
@@ -86,7 +116,22 @@ class Fields:
         return value
 
     def number(self, key: str) -> float | None:
-        """A JSON number (integers allowed) as float, or None."""
+        """A JSON number (integers allowed) as float, or None.
+
+        Parameters
+        ----------
+        key : str
+            The field's name; an absent or null field gives None.
+
+        Returns
+        -------
+        float or None
+
+        Raises
+        ------
+        WitnessError
+            The value is not a number (a bool is not), or is beyond a 64-bit float.
+        """
         value = self._get(key, False)
         if value is None:
             return None
@@ -98,7 +143,24 @@ class Fields:
             raise self._fail(key, "a number within a 64-bit float's range", value) from None
 
     def str(self, key: str, *, required: bool = False) -> str | None:
-        """A string, or None when absent or null."""
+        """A string, or None when absent or null.
+
+        Parameters
+        ----------
+        key : str
+            The field's name.
+        required : bool, default False
+            Refuse an absent or null field.
+
+        Returns
+        -------
+        str or None
+
+        Raises
+        ------
+        WitnessError
+            The value is not a string, or is missing when required.
+        """
         value = self._get(key, required)
         if value is None and not required:
             return None
@@ -107,14 +169,46 @@ class Fields:
         return value
 
     def bool(self, key: str) -> bool | None:
-        """A boolean, or None."""
+        """A boolean, or None.
+
+        Parameters
+        ----------
+        key : str
+            The field's name; an absent or null field gives None.
+
+        Returns
+        -------
+        bool or None
+
+        Raises
+        ------
+        WitnessError
+            The value is not ``true`` or ``false``.
+        """
         value = self._get(key, False)
         if value is None or isinstance(value, bool):
             return value
         raise self._fail(key, "true or false", value)
 
     def list(self, key: str, *, required: bool = False) -> list[Any] | None:
-        """A JSON array, or None when absent or null (an error when required)."""
+        """A JSON array, or None when absent or null (an error when required).
+
+        Parameters
+        ----------
+        key : str
+            The field's name.
+        required : bool, default False
+            Refuse an absent or null field.
+
+        Returns
+        -------
+        list or None
+
+        Raises
+        ------
+        WitnessError
+            The value is not an array, or is missing when required.
+        """
         value = self._get(key, required)
         if value is None and not required:
             return None
@@ -123,7 +217,24 @@ class Fields:
         return value
 
     def child(self, key: str, record: str | None = None) -> Fields | None:
-        """The nested object at ``key`` as Fields, or None when absent or null."""
+        """The nested object at ``key`` as Fields, or None when absent or null.
+
+        Parameters
+        ----------
+        key : str
+            The field's name.
+        record : str, optional
+            Where the child is, for its errors; ``<this record>.<key>`` when None.
+
+        Returns
+        -------
+        Fields or None
+
+        Raises
+        ------
+        WitnessError
+            The value is not an object, or has a duplicated key.
+        """
         value = self._get(key, False)
         if value is None:
             return None

@@ -16,6 +16,21 @@ T = TypeVar("T")
 def check_backend(backend: str) -> str:
     """Validate a ``backend=`` argument.
 
+    Parameters
+    ----------
+    backend : str
+        ``"polars"`` or ``"pandas"``.
+
+    Returns
+    -------
+    str
+        ``backend`` itself.
+
+    Raises
+    ------
+    ValueError
+        Any other name.
+
     Examples
     --------
     >>> check_backend("pandas")
@@ -27,14 +42,36 @@ def check_backend(backend: str) -> str:
 
 
 def to_backend(frame: pl.DataFrame, backend: str) -> Any:
-    """Return ``frame`` as the requested backend's frame (pandas through pyarrow)."""
+    """Return ``frame`` as the requested backend's frame (pandas through pyarrow).
+
+    Parameters
+    ----------
+    frame : polars.DataFrame
+        The frame.
+    backend : str
+        ``"polars"`` (the frame itself) or ``"pandas"``.
+
+    Returns
+    -------
+    polars.DataFrame or pandas.DataFrame
+    """
     if check_backend(backend) == "polars":
         return frame
     return frame.to_pandas(use_pyarrow_extension_array=False)
 
 
 def as_polars(frame: Any) -> pl.DataFrame:
-    """A polars frame as it is, a pandas frame converted (for functions that accept either)."""
+    """A polars frame as it is, a pandas frame converted (for functions that accept either).
+
+    Parameters
+    ----------
+    frame : polars.DataFrame or pandas.DataFrame
+        The frame.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
     return frame if isinstance(frame, pl.DataFrame) else pl.from_pandas(frame)
 
 
@@ -42,6 +79,22 @@ def progress(items: list[T], show: bool | None, desc: str, unit: str = "file") -
     """``items`` with a progress bar (and its ETA) on stderr: when asked, else only in a terminal and for more than one item.
 
     Executed notebooks never get one, since their stderr is not a terminal.
+
+    Parameters
+    ----------
+    items : list
+        What is iterated over.
+    show : bool or None
+        True or False to show the bar or not; None decides as said above.
+    desc : str
+        The bar's label.
+    unit : str, default "file"
+        What one item is called on the bar.
+
+    Returns
+    -------
+    Iterable
+        ``items`` themselves, or a tqdm bar over them.
     """
     if not (show if show is not None else (sys.stderr.isatty() and len(items) > 1)):
         return items
@@ -51,7 +104,22 @@ def progress(items: list[T], show: bool | None, desc: str, unit: str = "file") -
 
 
 def progress_bar(total: int, show: bool | None, unit: str):
-    """A bar over ``total`` units (and its ETA) on stderr: when asked, else only in a terminal; ``update(n)`` advances it."""
+    """A bar over ``total`` units (and its ETA) on stderr: when asked, else only in a terminal; ``update(n)`` advances it.
+
+    Parameters
+    ----------
+    total : int
+        How many units the bar counts to.
+    show : bool or None
+        True or False to show the bar or not; None shows it only when stderr is a terminal.
+    unit : str
+        What one unit is called on the bar.
+
+    Returns
+    -------
+    tqdm.tqdm
+        A disabled bar when not shown, so that callers update it alike.
+    """
     from tqdm import tqdm
 
     return tqdm(total=total, unit=unit, disable=not (sys.stderr.isatty() if show is None else show), file=sys.stderr)
@@ -61,6 +129,17 @@ def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, pl.DataType]) 
     """Build a frame with a fixed schema; columns beyond the schema (found in rows) come after it.
 
     An empty ``rows`` still gives every column, so downstream code never meets a missing one.
+
+    Parameters
+    ----------
+    rows : Sequence of Mapping of str to Any
+        One mapping per row; a key missing from a row is null there.
+    schema : Mapping of str to polars.DataType
+        The columns every frame has, in order, and their types; extra columns are strings.
+
+    Returns
+    -------
+    polars.DataFrame
     """
     extra: dict[str, pl.DataType] = {}
     for row in rows:

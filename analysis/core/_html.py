@@ -17,5 +17,17 @@ _ENV = jinja2.Environment(
 
 
 def render(template: str, **context: Any) -> str:
-    """Render ``templates/<template>`` with every interpolated value HTML-escaped."""
+    """Render ``templates/<template>`` with every interpolated value HTML-escaped.
+
+    Parameters
+    ----------
+    template : str
+        The template's file name under ``analysis/templates``.
+    **context : Any
+        The template's variables; an undefined one is an error.
+
+    Returns
+    -------
+    str
+    """
     return _ENV.get_template(template).render(**context)

@@ -22,6 +22,17 @@ SETTING_ALIASES: Mapping[str, Mapping[str, str]] = {"kernel_mode": MODE_ALIASES}
 def canonical_setting(name: str, value: Any) -> Any:
     """The value a server takes a requested setting for: an alias gives its canonical name, anything else is itself.
 
+    Parameters
+    ----------
+    name : str
+        The setting, e.g. ``kernel_mode``.
+    value : Any
+        The value requested.
+
+    Returns
+    -------
+    Any
+
     Examples
     --------
     >>> canonical_setting("kernel_mode", "batch-invariant")
@@ -35,6 +46,18 @@ def canonical_setting(name: str, value: Any) -> Any:
 
 def mode_as_asked(asked: str | None, ran: str | None) -> str | None:
     """A kernel mode named as it was asked for, with the mode that ran beside it when the two differ.
+
+    Parameters
+    ----------
+    asked : str or None
+        The mode requested; None when not named.
+    ran : str or None
+        The mode the server reports running; None when not known.
+
+    Returns
+    -------
+    str or None
+        None when neither is known.
 
     Examples
     --------
@@ -54,6 +77,15 @@ def mode_as_asked(asked: str | None, ran: str | None) -> str | None:
 def kernel_mode_words(manifest: Mapping[str, Any]) -> str | None:
     """A run's kernel mode as its manifest says it was asked for (``requested``), with the one it ran (``effective``) beside it
     when they differ: what every card, the report and the CLI name it. None when the run names no kernel mode (a server's).
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        A run's manifest, with optional ``requested`` and ``effective`` settings.
+
+    Returns
+    -------
+    str or None
 
     Examples
     --------

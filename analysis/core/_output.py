@@ -41,7 +41,20 @@ class OutputUnwritable(OutputExists):
 
 
 def check_writable(path: Path, what: str) -> None:
-    """Refuse ``path`` when the nearest folder above it that exists is a file, or cannot be written in."""
+    """Refuse ``path`` when the nearest folder above it that exists is a file, or cannot be written in.
+
+    Parameters
+    ----------
+    path : Path
+        The file or folder about to be written; it and the folders above it need not exist.
+    what : str
+        What is written there, for the message (``the report``).
+
+    Raises
+    ------
+    OutputUnwritable
+        A file stands where a folder above ``path`` should be, or that folder cannot be written in.
+    """
     above = path.parent
     while not above.exists() and above != above.parent:
         above = above.parent
@@ -61,6 +74,18 @@ def _umask() -> int:
 def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file beside it, renamed into place: an error or a kill mid-way leaves
     the old file or none, never half of the new one.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file; missing folders above it are made, and a file's mode is kept when it is replaced.
+    text : str
+        What it holds, written as UTF-8.
+
+    Returns
+    -------
+    Path
+        ``path``.
 
     Examples
     --------
@@ -93,6 +118,16 @@ def build_folder(final: Path) -> Iterator[Path]:
     """Build a folder beside ``final`` (``.NAME.partial``) and rename it into place whole when the block ends, so that an error
     or a kill mid-way leaves no half-built folder where ``final`` should be (what an earlier killed attempt left is cleared
     first). ``final`` must be absent or empty: :func:`claim_output` refused or cleared what was there.
+
+    Parameters
+    ----------
+    final : Path
+        Where the folder ends up.
+
+    Yields
+    ------
+    Path
+        The folder to fill, renamed to ``final`` when the block ends without an error.
 
     Examples
     --------

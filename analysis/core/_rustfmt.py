@@ -22,6 +22,15 @@ _SIMPLE_ESCAPES = {"\t": "\\t", "\r": "\\r", "\n": "\\n", "\\": "\\\\", '"': '\\
 def rust_trim(text: str) -> str:
     """Strip leading and trailing whitespace the way Rust's ``str::trim`` does.
 
+    Parameters
+    ----------
+    text : str
+        The text.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> rust_trim("  host\\n")
@@ -33,7 +42,17 @@ def rust_trim(text: str) -> str:
 
 
 def rust_is_blank(text: str) -> bool:
-    """True when ``text`` is empty or only whitespace, as ``text.trim().is_empty()`` in Rust."""
+    """True when ``text`` is empty or only whitespace, as ``text.trim().is_empty()`` in Rust.
+
+    Parameters
+    ----------
+    text : str
+        The text.
+
+    Returns
+    -------
+    bool
+    """
     return rust_trim(text) == ""
 
 
@@ -41,6 +60,15 @@ def format_number(value: float | int) -> str:
     """Format a number as Rust's ``Display`` for ``f64`` does.
 
     Shortest digits that round-trip, never an exponent, and a whole value without ``.0``.
+
+    Parameters
+    ----------
+    value : float or int
+        The number; NaN and infinities are written ``NaN``, ``inf`` and ``-inf``.
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -63,6 +91,15 @@ def format_number(value: float | int) -> str:
 def format_percent_1(value: float) -> str:
     """Format with exactly one decimal, as Rust's ``{:.1}`` does (correctly rounded).
 
+    Parameters
+    ----------
+    value : float
+        The number (a percentage, as the V3 reasons write it).
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> format_percent_1(49.0), format_percent_1(0.25)
@@ -81,6 +118,16 @@ def _needs_unicode_escape(char: str) -> bool:
 
 def rust_debug_str(text: str) -> str:
     """Quote a string as Rust's ``{:?}`` does for ``&str``.
+
+    Parameters
+    ----------
+    text : str
+        The string.
+
+    Returns
+    -------
+    str
+        The string in double quotes, with Rust's escapes.
 
     Examples
     --------

@@ -190,6 +190,15 @@ def check_depth(data: str | bytes, limit: int = MAX_DEPTH, *, parsed: Any = None
     or, when ``parsed`` holds the value a non-recursive parser already made of it, that value is
     walked instead.
 
+    Parameters
+    ----------
+    data : str or bytes
+        The JSON text (bytes as UTF-8).
+    limit : int, default MAX_DEPTH
+        The deepest nesting allowed (128, serde_json's limit).
+    parsed : Any, optional
+        The value already parsed from ``data``, walked instead of scanning the text; None scans.
+
     Raises
     ------
     NestingError
@@ -219,6 +228,18 @@ def check_depth(data: str | bytes, limit: int = MAX_DEPTH, *, parsed: Any = None
 def first_duplicate(value: Any, path: str = "") -> str | None:
     """The path of the first key that an object of ``value`` (parsed by :func:`loads`) names twice, or None.
 
+    Parameters
+    ----------
+    value : Any
+        A parsed JSON value; only :class:`JsonObject` objects know their duplicated keys.
+    path : str, default ""
+        The path of ``value`` itself, prefixed to what is found; empty at the top.
+
+    Returns
+    -------
+    str or None
+        A path such as ``a[0].b``.
+
     Examples
     --------
     >>> first_duplicate(loads('{"a": [{"b": 1, "b": 2}]}'))
@@ -241,6 +262,22 @@ def duplicate_path(text: str | bytes) -> str | None:
     """The path of the first key that an object of ``text`` names twice, or None; NaN and Infinity
     are read as Python writes them (for dumps).
 
+    Parameters
+    ----------
+    text : str or bytes
+        The JSON text.
+
+    Returns
+    -------
+    str or None
+
+    Raises
+    ------
+    NestingError
+        Arrays and objects nested deeper than ``MAX_DEPTH``.
+    json.JSONDecodeError
+        The text is not JSON.
+
     Examples
     --------
     >>> duplicate_path('{"a": NaN, "b": {"c": 1, "c": 2}}')
@@ -252,6 +289,23 @@ def duplicate_path(text: str | bytes) -> str | None:
 
 def loads(text: str) -> Any:
     """Parse ``text`` as strict JSON; objects come back as :class:`JsonObject`.
+
+    Parameters
+    ----------
+    text : str
+        The JSON text. Refused: nesting deeper than ``MAX_DEPTH``, NaN and Infinity, a float beyond a 64-bit
+        float's range, a lone surrogate escape, and what serde_json would not read; a duplicated key is kept
+        (the last value wins) and named in its object's ``duplicates``.
+
+    Returns
+    -------
+    Any
+        The value, objects as :class:`JsonObject`.
+
+    Raises
+    ------
+    StrictJsonError
+        The text is refused; the message says where.
 
     Examples
     --------

@@ -13,7 +13,22 @@ PACKAGE = Path(__file__).resolve().parents[1]  # the installed analysis/ folder
 
 
 def bundled(relative: str) -> Path:
-    """A file shipped with bia: inside the installed package, else in the source checkout."""
+    """A file shipped with bia: inside the installed package, else in the source checkout.
+
+    Parameters
+    ----------
+    relative : str
+        The file's or folder's path relative to the checkout's root, e.g. ``data/aprender-lambda``.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    FileNotFoundError
+        Neither place holds it.
+    """
     for base in (PACKAGE / "_bundled", PACKAGE.parent):
         candidate = base / relative
         if candidate.exists():

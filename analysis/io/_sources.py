@@ -34,6 +34,15 @@ class SourceError(OSError):
 def is_url(source: str | os.PathLike[str]) -> bool:
     """True for an ``http://`` or ``https://`` address.
 
+    Parameters
+    ----------
+    source : str or os.PathLike
+        A source as given; a path object is never a URL.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> is_url("https://example.org/w.json"), is_url("data/w.json")
@@ -189,6 +198,17 @@ def local_path(source: str | os.PathLike[str], **fetch_options) -> Path:
     """A local file for one source: the path itself, or an http(s) URL's copy in the cache.
 
     Raises ``FileNotFoundError`` or ``IsADirectoryError`` for a path that is missing or a folder.
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        A file path or an http(s) URL.
+    **fetch_options
+        Passed to ``fetch_url`` for a URL (``timeout``, ``max_bytes``, ``cache``, ``refresh``, ``offline``).
+
+    Returns
+    -------
+    Path
     """
     if is_url(source):
         return fetch_url(str(source), **fetch_options)
@@ -201,7 +221,19 @@ def local_path(source: str | os.PathLike[str], **fetch_options) -> Path:
 
 
 def read_source_bytes(source: str | os.PathLike[str], **fetch_options) -> bytes:
-    """The bytes of one source (see :func:`local_path`)."""
+    """The bytes of one source (see :func:`local_path`).
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        A file path or an http(s) URL.
+    **fetch_options
+        Passed to ``fetch_url`` for a URL.
+
+    Returns
+    -------
+    bytes
+    """
     return local_path(source, **fetch_options).read_bytes()
 
 
@@ -212,6 +244,23 @@ def expand_sources(
 
     A folder contributes its files ending in ``suffix`` (one or a tuple; recursively, sorted); a pattern its sorted
     matches. A path that matches nothing is an error, never silently skipped.
+
+    Parameters
+    ----------
+    sources : str, os.PathLike or iterable of them
+        One source or several: files, folders, glob patterns (``**`` recurses) and http(s) URLs (kept as they are).
+    suffix : str or tuple of str, default ".json"
+        The endings of the files a folder contributes.
+
+    Returns
+    -------
+    list of str
+        The sources, each once; a repeat is left out with a ``SourceRepeated`` warning.
+
+    Raises
+    ------
+    FileNotFoundError
+        A path that does not exist, a folder without a matching file, or a pattern that matches nothing.
 
     Examples
     --------
@@ -254,6 +303,18 @@ class SourceRepeated(UserWarning):
 def same_sources(sources: Iterable[str | os.PathLike[str]]) -> tuple[list[str], list[tuple[str, str]]]:
     """The sources with repeats left out (local paths compared where they really lead, URLs as written),
     and each repeat as (the source kept, the one left out).
+
+    Parameters
+    ----------
+    sources : iterable of str or os.PathLike
+        The sources, in order; the first of repeats is kept.
+
+    Returns
+    -------
+    kept : list of str
+        The sources without repeats, as written.
+    repeated : list of (str, str)
+        Each repeat as (the source kept, the one left out).
 
     Examples
     --------

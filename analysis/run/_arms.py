@@ -51,6 +51,15 @@ ARM_WORDS = {"repeat": "the prompt alone and cold, again", "copies": "every slot
 def arm_words(arm: str) -> str:
     """An arm as a judgement row names it for people: its name and what it sent.
 
+    Parameters
+    ----------
+    arm : str
+        An arm's name; a name that is not an arm's (``witness``) is returned as it is.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> arm_words("copies"), arm_words("witness")
@@ -62,6 +71,15 @@ def arm_words(arm: str) -> str:
 def legacy_arm(manifest: Mapping[str, Any]) -> str:
     """The arm a run made before arms reads as: ``mixed`` for a needle-layout run, else ``copies``.
 
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest (``manifest.json``).
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> legacy_arm({"requested": {"layout": "needle"}}), legacy_arm({})
@@ -72,6 +90,15 @@ def legacy_arm(manifest: Mapping[str, Any]) -> str:
 
 def run_arms(manifest: Mapping[str, Any]) -> list[str]:
     """The arms a run holds: its manifest's ``arms``, or the one a run made before arms reads as.
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest (``manifest.json``).
+
+    Returns
+    -------
+    list of str
 
     Examples
     --------
@@ -85,6 +112,21 @@ def run_arms(manifest: Mapping[str, Any]) -> list[str]:
 def arm_plan(manifest: Mapping[str, Any]) -> list[Unit]:
     """The plan of a run probed with arms: per prompt the two cold m=1 references, then per repeat each arm's units
     in the order the manifest names the arms (the prefill arm once per prompt, in the first repeat).
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest: ``arms``, ``prompts``, ``ladder``, ``repeats`` (1 by default), ``observer`` and
+        ``sampler.max_tokens`` (the prefill arm's positions).
+
+    Returns
+    -------
+    list of Unit
+
+    Raises
+    ------
+    ValueError
+        An arm name that is not one of ``ARMS``.
 
     Examples
     --------
@@ -128,7 +170,18 @@ def _arm_units(arm: str, pid: str, repeat: int, ladder: list[int], roles: tuple[
 
 
 def arm_expression(manifest: Mapping[str, Any]) -> pl.Expr:
-    """The ``arm`` of each request: its capture envelope's, else ``reference`` for an m=1 reference, else the run's legacy arm."""
+    """The ``arm`` of each request: its capture envelope's, else ``reference`` for an m=1 reference, else the run's legacy arm.
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any or None
+        The run's manifest; None reads no envelope (every request is a reference or ``copies``).
+
+    Returns
+    -------
+    polars.Expr
+        A string expression named ``arm`` over the requests' ``role`` and ``extra`` columns.
+    """
     named = pl.col("extra").str.json_path_match("$.arm") if manifest is not None else pl.lit(None, pl.String)
     fallback = pl.when(pl.col("role") == "reference").then(pl.lit(REFERENCE_ARM)).otherwise(pl.lit(legacy_arm(manifest or {})))
     return pl.coalesce(named, fallback).cast(pl.String).alias("arm")
@@ -136,6 +189,19 @@ def arm_expression(manifest: Mapping[str, Any]) -> pl.Expr:
 
 def with_arm_column(requests: Any, manifest: Mapping[str, Any]) -> Any:
     """The requests frame (polars or pandas) with its string column ``arm`` (see the module docstring).
+
+    Parameters
+    ----------
+    requests : polars.DataFrame or pandas.DataFrame
+        The requests, with ``role`` and ``extra`` (the capture envelope as JSON); a frame without either is
+        returned as it is.
+    manifest : Mapping of str to Any
+        The run's manifest (``manifest.json``).
+
+    Returns
+    -------
+    polars.DataFrame or pandas.DataFrame
+        A new frame of the same kind.
 
     Examples
     --------
@@ -158,6 +224,15 @@ def with_arm_column(requests: Any, manifest: Mapping[str, Any]) -> Any:
 def main_arm(manifest: Mapping[str, Any]) -> str:
     """The arm whose bands stand for the run where one layout is wanted (S7, Std@Acc, the witness): ``copies``
     when the run holds it, else its first arm.
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest (``manifest.json``).
+
+    Returns
+    -------
+    str
 
     Examples
     --------

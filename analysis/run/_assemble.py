@@ -186,6 +186,25 @@ def read_mapping(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The entries of a mapping file: a JSON list of objects (or an object of source -> fields), or a CSV file
     with a header row; each entry has a ``source`` (relative to the mapping file's folder) and its place.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The mapping file; ``.csv`` is read as CSV, anything else as JSON.
+
+    Returns
+    -------
+    list of dict
+        One entry per file: ``source`` (made relative to the mapping's folder unless absolute or a URL),
+        ``prompt_id`` as a string, and ``band_c``, ``slot`` and ``repeat`` as integers or None.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    RunError
+        The file cannot be read, is neither form, names no file, or an entry lacks a ``source`` or has a
+        non-integer ``band_c``, ``slot`` or ``repeat``.
+
     Examples
     --------
     >>> import tempfile

@@ -45,6 +45,25 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     With repeated bands, ``repeat`` chooses which (the first by default). A run whose manifest records
     no ``sampler.max_tokens`` (one assembled from dumps) is a ``RunError``: aprender holds every request
     to that length.
+
+    Parameters
+    ----------
+    run : Run
+        The run, with ``sampler.max_tokens`` in its manifest.
+    prompt_id : str, optional
+        The prompt to write; may be left out only when the run holds one prompt.
+    repeat : int, optional
+        Which repeat of each band; the first recorded when None.
+
+    Returns
+    -------
+    dict
+        The witness document, ready for ``json.dumps``.
+
+    Raises
+    ------
+    RunError
+        No ``max_tokens`` recorded, or several prompts and no ``prompt_id``.
     """
     manifest = run.manifest
     steps, requests, _ = _numbered(run)
@@ -187,7 +206,25 @@ def _band(c, m_formed, rows, facts, runs, ref_row, n_predict, declared_min, max_
 
 def write_witness(run: Run, path: str | os.PathLike[str] | None = None, *, force: bool = False, **options: Any) -> Path:
     """Write :func:`to_witness` as JSON (``witness.json`` in the run directory by default); an existing
-    file is refused unless ``force``."""
+    file is refused unless ``force``.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    path : str or os.PathLike, optional
+        The file to write; ``witness.json`` in the run directory when None (an assembled run, with no
+        directory, needs one).
+    force : bool, default False
+        Replace an existing file.
+    **options : Any
+        Passed to ``to_witness``: ``prompt_id`` and ``repeat``.
+
+    Returns
+    -------
+    Path
+        The file written.
+    """
     if path is None:
         if run.path is None:
             raise RunError("an assembled run needs an explicit path for its witness")

@@ -19,13 +19,40 @@ _SCHEMA = {**_COLUMNS, "op_index": pl.Int64, "onset": pl.Boolean}
 
 
 def has_first_ops(run: Run) -> bool:
-    """Whether the run's directory holds a ``first_ops.json`` (an experiment run replayed with taps)."""
+    """Whether the run's directory holds a ``first_ops.json`` (an experiment run replayed with taps).
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    bool
+        False for an assembled run, which has no directory.
+    """
     return run.path is not None and (run.path / FIRST_OPS_FILE).is_file()
 
 
 def first_ops_record(run: Run) -> dict[str, Any]:
     """``first_ops.json`` checked: its ops in forward order (``ops``, a list of (layer, op)), whether the
-    mode's kernels were tapped (``tapped``) and the steps as a frame (``steps``); read once per run."""
+    mode's kernels were tapped (``tapped``) and the steps as a frame (``steps``); read once per run.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    dict
+        ``ops``, ``tapped``, ``kernel_mode`` (as the record names it, or None) and ``steps``.
+
+    Raises
+    ------
+    RunError
+        The run has no ``first_ops.json``, or it is not a version 1 record.
+    """
     if "first_ops" in run._cache:
         return run._cache["first_ops"]
     if not has_first_ops(run):

@@ -41,6 +41,16 @@ def plan(manifest: Mapping[str, Any]) -> list[Unit]:
     references, then each repeat of the ladder (each band followed by its observer twin, without
     logprobs, when ``observer`` is set).
 
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest: ``prompts``, ``ladder``, ``repeats`` (1 by default), ``observer``,
+        ``requested.layout`` (``needle`` records one slot per band) and ``arms`` (then ``arm_plan``'s plan).
+
+    Returns
+    -------
+    list of Unit
+
     Examples
     --------
     >>> [u.key for u in plan({"ladder": [1, 4], "prompts": [{"prompt_id": "p0"}], "observer": True})]
@@ -67,6 +77,23 @@ def _parse_json(text: str) -> Any:
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
+    """Read and check a run directory's ``manifest.json``.
+
+    Parameters
+    ----------
+    path : Path
+        The run directory.
+
+    Returns
+    -------
+    dict
+        The manifest, its fields' types checked.
+
+    Raises
+    ------
+    RunError
+        No such folder, no manifest, or one that is not UTF-8 JSON or has a field of the wrong type.
+    """
     manifest_path = path / "manifest.json"
     if not path.exists():  # a relative path from another folder (a notebook in notebooks/, say): say where it was looked for
         where = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
@@ -111,6 +138,28 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
     ``width_evidence()`` gives every kind of evidence a band has, not only the one chosen. ``arm`` picks the band of that
     control arm in a run probed with arms (an entry without ``arm``, from a run made before arms, matches any).
 
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest (``manifest.json``).
+    prompt_id : str
+        The band's prompt.
+    c : int
+        The band's width asked for (its number of requests released together).
+    repeat : int or None
+        Which repeat of the ladder; None matches an entry of any repeat.
+    role : str, default "band"
+        ``band``, or ``observer`` for its twin fired without logprobs.
+    arm : str, optional
+        The control arm of a run probed with arms; None, or an entry without one, matches any.
+
+    Returns
+    -------
+    widths : list of int
+        The widths; empty when none was observed.
+    evidence : str or None
+        ``log``, ``metrics``, ``engine`` or ``streams``; None with no widths.
+
     Examples
     --------
     >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [], "running": [0, 4, 4, 2, 0]}]}
@@ -146,6 +195,25 @@ def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
     widths, or the ``max`` a witness recorded), ``metrics`` (the gauge's busy samples), ``engine`` (one width: see
     :func:`engine_steps`), ``streams`` (the co-residency of the band's streams, one width). Kinds the run has
     nothing of are left out.
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest (``manifest.json``).
+    prompt_id : str
+        The band's prompt.
+    c : int
+        The band's width asked for (its number of requests released together).
+    repeat : int or None
+        Which repeat of the ladder; None matches an entry of any repeat.
+    role : str, default "band"
+        ``band``, or ``observer`` for its twin fired without logprobs.
+    arm : str, optional
+        The control arm of a run probed with arms; None, or an entry without one, matches any.
+
+    Returns
+    -------
+    dict of str to list of int
 
     Examples
     --------
@@ -183,6 +251,16 @@ def engine_steps(entry: Mapping[str, Any]) -> tuple[int, int] | None:
     ``vllm:iteration_tokens_total_count``). Each step with output gives each request in its batch one token, so
     generated / steps is the mean batch width, and some step held at least its ceiling. None without both
     counters or without a step.
+
+    Parameters
+    ----------
+    entry : Mapping of str to Any
+        The band's ``m_formed`` entry in the manifest.
+
+    Returns
+    -------
+    tuple of (int, int) or None
+        The tokens generated and the engine steps.
 
     Examples
     --------

@@ -101,6 +101,15 @@ def _first_wrong(record: dict[str, Any], rules: dict[str, tuple[str, Check]], pr
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
     """The first field of a run manifest whose type is wrong, in words; None when all are right.
 
+    Parameters
+    ----------
+    manifest : dict of str to Any
+        A run manifest as parsed from JSON.
+
+    Returns
+    -------
+    str or None
+
     Examples
     --------
     >>> manifest_problem({"ladder": [1, 4], "prompts": [{"prompt_id": "p0", "text": "Hi"}]}) is None

@@ -23,6 +23,24 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
     captures are parsed again. ``cache=False`` always parses and writes nothing. ``options`` go to
     :func:`analysis.read_dumps` (for example ``lenient=True``); a read with options never uses the cache.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run directory: ``manifest.json`` and ``captures/``.
+    cache : bool, default True
+        Read and write the parsed tables in ``derived/``.
+    **options : Any
+        Passed to ``read_dumps``; any option turns the cache off for this read.
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    RunError
+        No such folder, no manifest or no ``captures/``, or a manifest that cannot be read.
+
     Examples
     --------
     >>> run = read_run("data/experiment-cpu/default")
@@ -90,6 +108,27 @@ def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, An
 
     Each mapping entry: ``{"source": path, "prompt_id": ..., "role": "reference" | "band",
     "band_c": c, "slot": i, "repeat": r}``; each source must hold one request.
+
+    Parameters
+    ----------
+    mapping : iterable of Mapping of str to Any
+        One entry per dump file, as above (``read_mapping`` reads them from a file).
+    manifest : Mapping of str to Any, optional
+        Manifest fields over the defaults and the plan the mapping implies (its prompts, ladder and
+        repeats), e.g. ``{"sampler": {"max_tokens": N}}``; ``complete`` is worked out when not given.
+    **options : Any
+        Passed to ``read_dumps``.
+
+    Returns
+    -------
+    Run
+        A run without a directory (``path`` None).
+
+    Raises
+    ------
+    RunError
+        An entry without a source or with another role, a file mapped twice, or a file that does not hold
+        exactly one request.
 
     Examples
     --------

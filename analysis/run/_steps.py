@@ -21,6 +21,23 @@ def _stream_of(streams: dict, row: Mapping[str, Any]) -> parity.Stream:
 def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stream]:
     """The reference stream of every prompt: ref #1 ("ref1") or ref #2 ("ref2") of this run, or ref #1 of another run.
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        Which reference: ref #1 or ref #2 of this run, or ref #1 of another run's prompts.
+
+    Returns
+    -------
+    dict of str to Stream
+        Prompt id to its reference stream; a prompt without that reference has none.
+
+    Raises
+    ------
+    RunError
+        ``reference`` is another string.
+
     Examples
     --------
     >>> from analysis import assemble_run

@@ -43,6 +43,21 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     top-k (plus the rest) against the request's (see :func:`analysis.parity.topk_kl`). Every
     column is what :func:`analysis.parity.compare` gives, computed for all requests at once.
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+    epsilon : float, default 0.05
+        The near-tie epsilon: a fork where the reference's top-1 margin is below it is a near tie
+        (``analysis.parity.NEAR_TIE_EPSILON``).
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with: ref #1 or ref #2 of its prompt in this run, or ref #1 of the same
+        prompt in another run.
+
+    Returns
+    -------
+    polars.DataFrame
+
     Examples
     --------
     >>> from analysis import assemble_run
@@ -66,6 +81,15 @@ def reference_table(run: Run) -> pl.DataFrame:
     ``diverged`` and ``divergence_at`` (the first token they differ at, or a length that differs), ``bitwise_prefix`` (the steps
     whose float32 logprobs are bit-identical; null when none was recorded), ``length`` (ref #2's) and ``reference_length``
     (ref #1's), ``max_ulp`` and ``max_abs_delta`` over the agreeing tokens. Prompts without both references have no row.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    polars.DataFrame
 
     Examples
     --------
@@ -103,7 +127,24 @@ def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     seconds per 1000 sequences (the band's wall time from its first send to its last token, per
     request) and the release skew (first to last send); the last two for probe runs only, which
     record when each request was sent. Each column is :func:`analysis.parity.band_summary`'s, as group-bys.
-    Computed once per run, epsilon and reference (the verdict, the cards, the figures and the detail all read it)."""
+    Computed once per run, epsilon and reference (the verdict, the cards, the figures and the detail all read it).
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    epsilon : float, default 0.05
+        The near-tie epsilon: a fork where the reference's top-1 margin is below it is a near tie
+        (``analysis.parity.NEAR_TIE_EPSILON``).
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with: ref #1 or ref #2 of its prompt in this run, or ref #1 of the same
+        prompt in another run.
+
+    Returns
+    -------
+    polars.DataFrame
+        A copy: changing it leaves the cached table alone.
+    """
     key = ("bands", epsilon, reference if isinstance(reference, str) else id(reference))
     if key not in run._cache:
         run._cache[key] = _band_table(run, epsilon, reference)
@@ -188,7 +229,20 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per prompt: the reference's tie density, Yuan et al.'s Div_Index, Avg_Std@top1_prob and
     the std of output lengths (averaged over prompts, their Avg_Std@Output_Length) across the
     reference and each band's slot 0 (the configurations), and S7's c=4/c=1 decode-rate
-    ratio with a bootstrap interval over the bands' repeats (null where rates are missing)."""
+    ratio with a bootstrap interval over the bands' repeats (null where rates are missing).
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with: ref #1 or ref #2 of its prompt in this run, or ref #1 of the same
+        prompt in another run.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
     steps, requests, refs = _numbered(run, reference)
     bands = requests.filter((pl.col("role") == "band") & (pl.col("arm") == main_arm(run.manifest)))  # one layout's configurations
     firsts = (bands.filter(pl.col("slot") == 0).sort("band_c", "repeat").join(refs, on="prompt_id", maintain_order="left")
@@ -234,6 +288,21 @@ def _s7(bands: pl.DataFrame) -> pl.DataFrame:
 def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float] = parity.FLIP_EDGES) -> pl.DataFrame:
     """:func:`analysis.parity.flip_curve` over every batched request of the run against its reference.
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with: ref #1 or ref #2 of its prompt in this run, or ref #1 of the same
+        prompt in another run.
+    edges : sequence of float, default analysis.parity.FLIP_EDGES
+        The bin edges of the reference's top-1 margin, in nats, ascending.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per margin bin: the steps at risk in it and how many of them flipped.
+
     Examples
     --------
     >>> from analysis import Run, read_dumps
@@ -252,6 +321,18 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
 
 def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     """Per batched request and step before its fork, ``|delta logprob|`` against the reference (``label``, ``step``, ``abs_delta``).
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with: ref #1 or ref #2 of its prompt in this run, or ref #1 of the same
+        prompt in another run.
+
+    Returns
+    -------
+    polars.DataFrame
 
     Examples
     --------
@@ -273,6 +354,19 @@ def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
 def reference_margins(run: Run, *, reference: str | Run = "ref1") -> dict[str, list[float | None]]:
     """Each prompt's reference margin (top-1 minus top-2) at every step, for :func:`analysis.plots.plot_margin_trace`.
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with: ref #1 or ref #2 of its prompt in this run, or ref #1 of the same
+        prompt in another run.
+
+    Returns
+    -------
+    dict of str to list of float or None
+        Prompt id to its margins in nats by step; None where a step has no margin.
+
     Examples
     --------
     >>> from analysis import read_run
@@ -291,6 +385,15 @@ def band_forks(run: Run) -> pl.DataFrame:
 
     One row per (band, token taken): ``token_id``, ``token_text``, ``token_bytes`` and how many slots
     took it (most first); a band whose slots never part has one row with ``at`` and null tokens.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    polars.DataFrame
 
     Examples
     --------
@@ -345,6 +448,17 @@ def observer_table(run: Run) -> pl.DataFrame:
     band that asked for logprobs, and the first character where they part (null when equal).
     Empty when the run was probed without ``observer``.
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    polars.DataFrame
+        The observer requests' keys with ``text_with_logprobs``, ``text_without_logprobs``, ``texts_equal``
+        and ``first_difference``.
+
     Examples
     --------
     >>> from analysis import Run, read_dumps
@@ -378,6 +492,16 @@ def width_table(run: Run) -> pl.DataFrame:
     "log") or, without them, the running-requests gauge's samples ("metrics"), or, without either, the
     band's streams ("streams": how many of its requests were decoding at once, one row).
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``prompt_id``, ``arm``, ``band_c``, ``repeat``, ``width``, ``steps``, ``share`` and ``origin``.
+
     Examples
     --------
     >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [4, 4, 4, 3]}]}
@@ -407,6 +531,25 @@ def accuracy_table(run: Run, *, match: str = "contains") -> tuple[pl.DataFrame, 
     prompt counts when the manifest gives it an ``answer`` (``bia probe --prompts FILE.jsonl`` with
     ``{"text": ..., "answer": ...}`` lines); a completion is correct when it contains the answer
     (``match="contains"``) or equals it after trimming (``"exact"``).
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    match : {"contains", "exact"}, default "contains"
+        How a completion is scored against its prompt's answer.
+
+    Returns
+    -------
+    table : polars.DataFrame
+        One row per configuration: ``configuration``, ``prompts``, ``correct`` and ``accuracy``.
+    std_at_acc : float or None
+        Std@Acc across the configurations; None when no prompt has an answer.
+
+    Raises
+    ------
+    RunError
+        Another ``match``.
 
     Examples
     --------

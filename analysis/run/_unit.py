@@ -43,5 +43,16 @@ class Unit:
         return f"{self.prompt_id}/{arm}{self.role}/c{self.band_c}/r{self.repeat}"
 
     def capture_name(self, slot: int) -> str:
-        """The file name (without suffix) of one request's partial capture."""
+        """The file name (without suffix) of one request's partial capture.
+
+        Parameters
+        ----------
+        slot : int
+            The request's slot in the unit.
+
+        Returns
+        -------
+        str
+            The unit's key with ``.`` for ``/``, then ``.s<slot>``.
+        """
         return f"{self.key.replace('/', '.')}.s{slot}"

@@ -55,6 +55,16 @@ def prefill_table(run: Run) -> pl.DataFrame:
 
     Empty for a run without the prefill arm.
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``prompt_id``, ``position``, ``reference_logprob``, ``prefill_logprob``, ``same_token``, ``same_bits`` and ``ulp``.
+
     Examples
     --------
     >>> from analysis import read_run
@@ -84,6 +94,20 @@ def attribution_table(run: Run) -> pl.DataFrame:
     it parts, ``evidence_part``, and whether its tokens or only bits part). A divergence no control
     reproduces has the cause ``"unexplained"`` and no evidence. A run without arms has only its
     copies (or, in the needle layout, mixed) bands, so only co-batching (or mixing) can be named.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    polars.DataFrame
+
+    Raises
+    ------
+    RunError
+        ``run`` is not a Run (a manifest that is no dict).
 
     Examples
     --------
@@ -136,6 +160,16 @@ def _controls(parted: pl.DataFrame, prefill: pl.DataFrame) -> pl.DataFrame:
 def attribution_shares(table: pl.DataFrame) -> pl.DataFrame:
     """How much of the drift each cause accounts for, per c: of the requests at c that part from m=1, how many
     each cause explains (``requests``) and their share (``share``), causes in ladder order.
+
+    Parameters
+    ----------
+    table : polars.DataFrame
+        An attribution table (``band_c`` and ``cause`` at least).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``band_c``, ``cause``, ``requests`` and ``share`` (of that c's parting requests, 0 to 1).
 
     Examples
     --------

@@ -47,6 +47,21 @@ def certificate(run: Any, *, target_rate: float = 0.01, confidence: float = 0.95
 def certificate_document(judgement: Judgement | list[pl.DataFrame], *, target_rate: float, confidence: float) -> dict[str, Any]:
     """``certificate.json``: the worst verdict over every run and arm, its exit code, and each row of the judgement.
 
+    Parameters
+    ----------
+    judgement : Judgement or list of polars.DataFrame
+        The judgement, or its frames (one per run) to be joined; an empty list judges nothing (GREEN).
+    target_rate : float
+        The divergence rate the batched requests must bound themselves below to be GREEN, in (0, 1].
+    confidence : float
+        The confidence of the one-sided upper bound on the divergence rate, in (0, 1).
+
+    Returns
+    -------
+    dict
+        The document, ready for ``json.dumps``: ``certificate_version``, ``verdict``, ``exit_code``, ``target_rate``,
+        ``confidence``, ``bound``, ``requests_needed`` and ``arms``.
+
     Examples
     --------
     >>> doc = certificate_document(judge_runs("data/llamacpp-cpu/cache-prompt"), target_rate=0.01, confidence=0.95)

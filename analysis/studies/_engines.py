@@ -111,6 +111,16 @@ def _reference_row(run: Any, base: Any, label: str, where: str) -> pl.DataFrame:
 def default_engine_reference(runs: list[Any]) -> int:
     """Which of ``runs`` the report takes as the reference engine: torch in its default kernel mode, else the first.
 
+    Parameters
+    ----------
+    runs : list of Run
+        The runs, in the report's order.
+
+    Returns
+    -------
+    int
+        The reference run's index in ``runs``.
+
     Examples
     --------
     >>> default_engine_reference([read_run(p) for p in ("data/llamacpp-cpu/no-cache-prompt", "data/experiment-cpu/default")])

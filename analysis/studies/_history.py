@@ -78,6 +78,17 @@ def series_settings(kind: str | None, settings: str | None) -> str | None:
     A run's are its :data:`RESULT_SETTINGS` in that order; a witness's are all its environment
     switches (aprender's ``env``: each changes what the server computes), by name.
 
+    Parameters
+    ----------
+    kind : str or None
+        The entry's kind: ``run`` keeps its result settings only; anything else keeps every setting.
+    settings : str or None
+        The entry's settings as a JSON object; None, empty or malformed text has none.
+
+    Returns
+    -------
+    str or None
+
     Examples
     --------
     >>> series_settings("run", '{"server_log": "serve.log", "layout": "copies", "kernel_mode": "fixed-tiles", "dtype": "float32"}')
@@ -133,7 +144,19 @@ class History:
 
     def regressions(self, rules: Iterable[Rule] = REGRESSION_RULES) -> pl.DataFrame:
         """Each place a rule finds a band that was good and is not: the last good and the first bad
-        entry of its series (host, engine, model, series_settings) and c, and the server commits between them."""
+        entry of its series (host, engine, model, series_settings) and c, and the server commits between them.
+
+        Parameters
+        ----------
+        rules : iterable of Rule, default REGRESSION_RULES
+            The rules to apply.
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per regression: the rule, the series and c, the last good and first bad entries and the commits
+            between them; empty, with its columns, when none.
+        """
         return regressions(self.bands, self.markers, rules)
 
 
@@ -365,6 +388,25 @@ def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
 
     Entries the folder already holds are not added again, so a job may append the same sources
     every night. The originals are copied in beside the tables; nothing there is ever rewritten.
+
+    Parameters
+    ----------
+    sources : str, os.PathLike or iterable of them
+        Witnesses, markers and run directories, as ``read_history`` takes them (not another history folder).
+    folder : str or os.PathLike
+        The history folder: missing, empty, or one bia made.
+
+    Returns
+    -------
+    History
+        Everything the folder holds after the append.
+
+    Raises
+    ------
+    OutputExists
+        ``folder`` is a file or holds something other than a history.
+    HistoryError
+        A source is itself a history folder.
 
     Examples
     --------

@@ -147,6 +147,15 @@ class Judgement:
 def worst(verdicts: Iterable[str]) -> str:
     """The worst of several verdicts (RED over UNVERIFIED over AMBER over GREEN); GREEN for none.
 
+    Parameters
+    ----------
+    verdicts : iterable of str
+        Verdicts, each one of ``VERDICTS``.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> worst(["GREEN", "AMBER", "RED"]), worst([])
@@ -249,7 +258,34 @@ def _formation(bands: pl.DataFrame) -> pl.DataFrame:
 def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFrame, bands: pl.DataFrame, missing: pl.DataFrame,
               target_rate: float, confidence: float, needed: int) -> dict[str, Any]:
     """One arm's row (the columns of ``SCHEMA``) from its requests' states (:func:`_states` of slot rows), what was sent alone
-    (:func:`_alone_states`), its bands (:func:`_formation`) and the requests its plan lacks (``Run.missing``'s rows)."""
+    (:func:`_alone_states`), its bands (:func:`_formation`) and the requests its plan lacks (``Run.missing``'s rows).
+
+    Parameters
+    ----------
+    subject : Subject
+        The run's name, manifest, ladder and the causes it can name.
+    arm : str
+        The arm judged.
+    states : polars.DataFrame
+        The arm's requests, one row each: ``band_c``, ``tokens_parted``, ``bits_parted``, ``bits_unknown``, ``max_ulp``
+        and where each part.
+    alone : polars.DataFrame
+        The requests sent alone (m=1), in the same columns.
+    bands : polars.DataFrame
+        The arm's bands: ``band_c``, ``prompt_id``, ``repeat``, ``formed`` and ``widest_seen``.
+    missing : polars.DataFrame
+        The requests the run's plan lacks: ``band_c`` and ``role`` at least.
+    target_rate : float
+        The divergence rate the batched requests must bound themselves below to be GREEN, in (0, 1].
+    confidence : float
+        The confidence of the one-sided upper bound on the divergence rate, in (0, 1).
+    needed : int
+        The batched requests needed for a GREEN at that rate and confidence with none parting.
+
+    Returns
+    -------
+    dict of str to Any
+    """
     batched = states.filter(pl.col("band_c") > 1).sort(_ORDER)
     parted = pl.col("tokens_parted") | pl.col("bits_parted")
     alone_parted = alone.filter(parted)
@@ -437,6 +473,16 @@ def _cost(states: pl.DataFrame) -> list[dict[str, Any]]:
 def cost_words(cost: list[Mapping[str, Any]] | None) -> str | None:
     """A run's cost in words: each c's decode rate per request against c=1's, with its interval where it has one.
 
+    Parameters
+    ----------
+    cost : list of Mapping of str to Any or None
+        A row's ``cost_by_c``: per c, ``c``, ``ratio``, ``low`` and ``high`` (None without an interval) and ``origin``
+        (``streams`` or the server's timings). None or empty gives None.
+
+    Returns
+    -------
+    str or None
+
     Examples
     --------
     >>> cost_words([{"c": 4, "ratio": 0.9, "low": 0.8, "high": 1.01, "origin": "streams"}, {"c": 8, "ratio": 0.5, "low": None,
@@ -542,6 +588,19 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: 
     cause and the whole reason, and the arm what it sent (``copies: every slot a copy of the prompt``: Jupyter's view of a
     :class:`Judgement`), not their one-line summary and the arm's name with its words as a tooltip (the report's answer, which
     must fit a screen, and says what its arms sent below it).
+
+    Parameters
+    ----------
+    judgement : Judgement
+        The judgement, one row per run and arm.
+    table_id : str or None, default "answer"
+        The table's HTML ``id``; none when None.
+    full : bool, default False
+        Whole reasons and arm descriptions in the cells, as described above.
+
+    Returns
+    -------
+    str
 
     Examples
     --------

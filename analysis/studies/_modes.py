@@ -15,7 +15,21 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
     """Runs side by side (for example one experiment's kernel modes): the parity each bought against the
     m=1 reference and what it cost in decode rate, per run and band, as the Thinking Machines study
     compares them. ``rate_vs_default`` is the run's median per-request decode rate over that of the
-    ``default``-mode run in the same folder at the same c (null without one)."""
+    ``default``-mode run in the same folder at the same c (null without one).
+
+    Parameters
+    ----------
+    runs : iterable of Run
+        The runs; each is named by its label and its ``effective.kernel_mode`` (else its engine).
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with, as ``slot_table`` takes it.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per run and c: ``run``, ``kernel_mode``, ``band_c``, ``requests``, ``bit_identical_share``,
+        ``token_flips``, ``max_ulp``, ``median_decode_tok_s`` (tokens per second) and ``rate_vs_default``.
+    """
     from ..run import slot_table
 
     rows = []

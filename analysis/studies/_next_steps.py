@@ -42,7 +42,19 @@ _BATCH_LIMIT = {"llama.cpp": "llama-server --parallel {c}", "vllm": "vLLM --max-
 
 
 def next_step(subject: _Subject, row: dict[str, Any]) -> str:
-    """The next step as a concrete command or setting, for the engine that served the run."""
+    """The next step as a concrete command or setting, for the engine that served the run.
+
+    Parameters
+    ----------
+    subject : Subject
+        The run judged: its ``label``, ``manifest`` and ``ladder``.
+    row : dict of str to Any
+        Its judgement row: ``engine``, ``verdict``, ``cause`` and the counts the verdict rests on.
+
+    Returns
+    -------
+    str
+    """
     family = _family(row["engine"])
     verdict, cause = row["verdict"], row["cause"]
     if verdict == "RED" and cause in ("prompt cache", "cache state", "shared prefix"):

@@ -70,6 +70,28 @@ def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os
     already holds is refused (:class:`~analysis.OutputExists`) unless ``force``, which
     replaces its partitions.
 
+    Parameters
+    ----------
+    runs : str, os.PathLike or iterable of Run, str or os.PathLike
+        The runs to write: Run objects and run directories; a folder that holds run directories stands for
+        each of them.
+    folder : str or os.PathLike
+        The dataset's folder, made when missing.
+    force : bool, default False
+        Replace the partitions of a run the dataset already holds.
+
+    Returns
+    -------
+    Path
+        ``folder``.
+
+    Raises
+    ------
+    RunError
+        Two runs of the same name, or a folder that holds no run.
+    OutputExists
+        A run of that name is in the dataset already and ``force`` is not given.
+
     Examples
     --------
     >>> import tempfile
@@ -130,7 +152,19 @@ class Study:
         return sorted(keys.rows(), key=lambda k: (k[0], k[1] is not None, k[1] or ""))
 
     def run(self, name: str, prompt_id: str | None = None) -> Run:
-        """One run of the study read into memory: all of it, or only the requests of ``prompt_id``."""
+        """One run of the study read into memory: all of it, or only the requests of ``prompt_id``.
+
+        Parameters
+        ----------
+        name : str
+            The run's name in the dataset (its directory's).
+        prompt_id : str, optional
+            Read only this prompt's requests; all of them when None.
+
+        Returns
+        -------
+        Run
+        """
         where = pl.col("run") == name
         return self._read(name, where if prompt_id is None else where & (pl.col("prompt_id") == prompt_id))
 
@@ -151,6 +185,20 @@ def _folder(path: str | os.PathLike[str], table: str) -> str:
 
 def scan_study(path: str | os.PathLike[str]) -> Study:
     """Open a dataset written by :func:`write_dataset` lazily (a folder, or any URL polars reads).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The dataset's folder or URL.
+
+    Returns
+    -------
+    Study
+
+    Raises
+    ------
+    RunError
+        No readable ``runs.parquet`` there.
 
     Examples
     --------
@@ -173,7 +221,26 @@ def scan_study(path: str | os.PathLike[str]) -> Study:
 def partition_tables(path: str | Study, run: str, prompt_id: str | None, *, epsilon: float = parity.NEAR_TIE_EPSILON,
                      reference: str = "ref1") -> dict[str, pl.DataFrame]:
     """The slot, band and prompt tables of one (run, prompt) partition, each with a leading ``run`` column
-    (``path`` a dataset's path, as a Ray task gets it, or the :class:`Study` already open)."""
+    (``path`` a dataset's path, as a Ray task gets it, or the :class:`Study` already open).
+
+    Parameters
+    ----------
+    path : str or Study
+        The dataset's path, or the study open.
+    run : str
+        The run's name in the dataset.
+    prompt_id : str or None
+        The prompt; None for the requests without one.
+    epsilon : float, default 0.05
+        The near-tie epsilon (``analysis.parity.NEAR_TIE_EPSILON``).
+    reference : {"ref1", "ref2"}, default "ref1"
+        Which reference of each prompt the requests are compared with.
+
+    Returns
+    -------
+    dict of str to polars.DataFrame
+        ``slots``, ``bands`` and ``prompts``.
+    """
     study = path if isinstance(path, Study) else scan_study(path)
     prompt = pl.col("prompt_id").is_null() if prompt_id is None else pl.col("prompt_id") == prompt_id
     one = study._read(run, (pl.col("run") == run) & prompt)

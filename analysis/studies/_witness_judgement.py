@@ -24,6 +24,19 @@ _CAUSE_STEP = {
 def judge_witnesses(ws: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> Judgement:
     """One row per witness file of a witness set (markers carry no verdict), in the order they were read.
 
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses.
+    target_rate : float, default 0.01
+        The divergence rate the batched requests must bound themselves below to be GREEN, in (0, 1].
+    confidence : float, default 0.95
+        The confidence of the one-sided upper bound on the divergence rate, in (0, 1).
+
+    Returns
+    -------
+    Judgement
+
     Examples
     --------
     >>> from analysis import read_witnesses

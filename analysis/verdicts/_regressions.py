@@ -47,6 +47,23 @@ def regressions(bands: pl.DataFrame, markers: pl.DataFrame, rules: Iterable[Rule
     entry of its series (host, engine, model, series_settings) and c, and the server commits between them.
 
     ``bands`` and ``markers`` are a :class:`~analysis.History`'s frames.
+
+    Parameters
+    ----------
+    bands : polars.DataFrame
+        The history's bands: series columns, ``c``, ``time``, ``commit``, ``entry`` and each rule's metric (with
+        ``_low`` and ``_high`` for an interval).
+    markers : polars.DataFrame
+        The history's markers, which give the commits between the last good and the first bad entry.
+    rules : iterable of Rule, default REGRESSION_RULES
+        The rules to apply.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per regression, sorted by when it was first bad: ``rule``, ``words``, the series, ``c``,
+        ``before`` and ``after`` (the metric), the last good and first bad entries' ``time``, ``commit`` and
+        ``entry``, and ``commits_between``. Empty, with those columns, when none is found.
     """
     frames = [_flag(bands, rule) for rule in rules]
     flagged = pl.concat(frames, how="vertical") if frames else pl.DataFrame()

@@ -1,6 +1,7 @@
 """aprender's V3 serving-shape check (``apr test llm shape-check``), restated exactly.
 
-The rules, their order and their texts follow ``specs/witness-and-v3.md`` section 3. The
+The rules, their order and their texts are aprender's own (its ``apr test llm shape-check``,
+github.com/paiml/aprender). The
 constants live in :class:`V3Policy` so a team can run the same rules with its own model or
 bands; ``V3Policy()`` is aprender's.
 """
@@ -112,6 +113,22 @@ class V3Policy:
     def from_file(cls, path: str | Path, **overrides: Any) -> V3Policy:
         """Read a policy from a TOML or JSON file whose keys are this class's fields.
 
+        Parameters
+        ----------
+        path : str or Path
+            The file: ``.toml`` is read as TOML, anything else as strict JSON.
+        **overrides : Any
+            Fields that replace the file's; one given as None leaves the file's value.
+
+        Returns
+        -------
+        V3Policy
+
+        Raises
+        ------
+        PolicyError
+            The file is not valid TOML or JSON, repeats a key, names an unknown field or gives a field a bad value.
+
         Examples
         --------
         >>> import tempfile, pathlib
@@ -143,7 +160,24 @@ class V3Policy:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "policy") -> V3Policy:
-        """Build a policy from a mapping of field names, refusing unknown keys."""
+        """Build a policy from a mapping of field names, refusing unknown keys.
+
+        Parameters
+        ----------
+        data : Mapping of str to Any
+            Field names to values.
+        source : str, default "policy"
+            Where the fields came from, for the error.
+
+        Returns
+        -------
+        V3Policy
+
+        Raises
+        ------
+        PolicyError
+            An unknown key, or a value a field refuses.
+        """
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -207,7 +241,18 @@ class ShapeVerdict:
         return render("verdict.html.j2", verdict=self)
 
     def to_frame(self, backend: str = "polars") -> Any:
-        """One row per reason: source, status, rule order and text."""
+        """One row per reason: source, status, rule order and text.
+
+        Parameters
+        ----------
+        backend : {"polars", "pandas"}, default "polars"
+            The frame's library.
+
+        Returns
+        -------
+        polars.DataFrame or pandas.DataFrame
+            ``source``, ``status``, ``order`` (0 first) and ``reason``; no row for an admissible witness.
+        """
         from ..core._frames import to_backend
 
         import polars as pl
@@ -457,6 +502,19 @@ class _Rules:
 def shape_check_data(data: Any, *, source: str | None = None, policy: V3Policy | None = None) -> ShapeVerdict:
     """Run the V3 check on an already parsed witness (a dict from JSON).
 
+    Parameters
+    ----------
+    data : Any
+        The parsed witness; anything but a witness object gives a RED verdict, never an error.
+    source : str, optional
+        Where it came from, kept on the verdict.
+    policy : V3Policy, optional
+        The constants; aprender's by default.
+
+    Returns
+    -------
+    ShapeVerdict
+
     Examples
     --------
     >>> shape_check_data({}).status
@@ -476,6 +534,19 @@ def shape_check_data(data: Any, *, source: str | None = None, policy: V3Policy |
 
 def shape_check_text(text: str, *, source: str | None = None, policy: V3Policy | None = None) -> ShapeVerdict:
     """Run the V3 check on witness JSON text.
+
+    Parameters
+    ----------
+    text : str
+        The witness JSON; empty, malformed or strict-JSON-refused text gives a RED verdict, never an error.
+    source : str, optional
+        Where it came from, kept on the verdict.
+    policy : V3Policy, optional
+        The constants; aprender's by default.
+
+    Returns
+    -------
+    ShapeVerdict
 
     Examples
     --------

@@ -13,8 +13,23 @@ from typing import Any
 def derive_band_result(version: int, band: dict[str, Any], slots: Sequence[dict[str, Any]]) -> tuple[str | None, str | None]:
     """Re-derive a band's result from its fields with the rules of witness ``version``.
 
-    Returns ``(result, note)``: the result is None when a field the rule needs is missing,
-    and the note says which.
+    Parameters
+    ----------
+    version : int
+        The witness format version: 1 compares ``divergence_at`` with ``declared_min``; 2 and 3 read the slots,
+        the constant run and the intra-band agreement (3 also wants one slot per request of the band).
+    band : dict of str to Any
+        The band's fields (``c``, ``divergence_at``, ``declared_min``, ``m_formed``, ``intra_agree_to``,
+        ``max_constant_run``, ``max_constant_run_declared``); a field the rule needs may be None.
+    slots : sequence of dict of str to Any
+        The band's slots, each with ``refused`` (None when the slot was answered); unused by version 1.
+
+    Returns
+    -------
+    result : str or None
+        ``PASS``, ``FAIL`` or ``UNMEASURABLE``; None when a field the rule needs is missing.
+    note : str or None
+        Which field was missing, when ``result`` is None.
 
     Examples
     --------
@@ -56,6 +71,19 @@ def derive_band_result(version: int, band: dict[str, Any], slots: Sequence[dict[
 
 def derive_run_verdict(reference_stable: bool | None, bands: Sequence[tuple[int, str | None]]) -> str:
     """The run verdict from the reference's stability and the bands' ``(c, result)``.
+
+    Parameters
+    ----------
+    reference_stable : bool or None
+        Whether the c=1 reference repeated itself; None when not recorded (then no PASS).
+    bands : sequence of (int, str or None)
+        Each band's ``c`` and result.
+
+    Returns
+    -------
+    str
+        ``FAIL`` when any band failed; else ``PASS`` when the reference is stable, every band decided and one
+        batched band (c > 1) at least passed; else ``UNMEASURABLE``.
 
     Examples
     --------

@@ -6,7 +6,18 @@ from ..core._cells import cell, summary_html
 
 
 def witness_summary(ws) -> str:
-    """A witness set's card: counts, each witness's recorded and re-derived verdict, the first bands."""
+    """A witness set's card: counts, each witness's recorded and re-derived verdict, the first bands.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses, in either backend.
+
+    Returns
+    -------
+    str
+        The card's HTML.
+    """
     polars_set = ws.to_backend("polars")
     facts = [("witnesses", polars_set.witnesses.height), ("bands", polars_set.bands.height), ("slots", polars_set.slots.height),
              ("release markers", polars_set.markers.height), ("discrepancies", polars_set.discrepancies.height)]

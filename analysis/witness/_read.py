@@ -382,7 +382,26 @@ MARKER_KEYS = frozenset({"cc", "max_m", "status", "started_utc"})
 
 
 def parse_document(raw: bytes, source: str) -> _Parsed:
-    """Parse one witness or marker document from its bytes."""
+    """Parse one witness or marker document from its bytes.
+
+    Parameters
+    ----------
+    raw : bytes
+        The document's bytes, UTF-8 strict JSON: a witness (with ``witness_version`` 1, 2 or 3) or a release
+        marker (``cc``, ``max_m``, ``status``, ``started_utc``).
+    source : str
+        Its file or URL, for the rows and the errors.
+
+    Returns
+    -------
+    _Parsed
+        The rows of its witness, bands, slots, markers and discrepancies.
+
+    Raises
+    ------
+    WitnessError
+        The document is neither, or a field of it is malformed.
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -450,7 +469,17 @@ class WitnessSet:
         return list(self.texts)
 
     def shape_checks(self, policy=None) -> dict[str, Any]:
-        """The V3 verdict of every witness source (markers are not witnesses), by source."""
+        """The V3 verdict of every witness source (markers are not witnesses), by source.
+
+        Parameters
+        ----------
+        policy : V3Policy, optional
+            The constants; aprender's by default.
+
+        Returns
+        -------
+        dict of str to ShapeVerdict
+        """
         from ..verdicts._v3 import shape_check_text
 
         witness_sources = _column(self.witnesses, "source")
@@ -471,7 +500,17 @@ class WitnessSet:
             yield witness, polars_set.slots.filter(mine), polars_set.bands.filter(mine)
 
     def to_backend(self, backend: str) -> WitnessSet:
-        """The same set with every frame in ``backend`` ("polars" or "pandas")."""
+        """The same set with every frame in ``backend`` ("polars" or "pandas").
+
+        Parameters
+        ----------
+        backend : {"polars", "pandas"}
+            The frames' library.
+
+        Returns
+        -------
+        WitnessSet
+        """
         frames = {name: as_polars(getattr(self, name)) for name in _FRAME_NAMES}
         return WitnessSet(**{n: to_backend(f, backend) for n, f in frames.items()}, texts=self.texts, backend=backend)
 
@@ -544,6 +583,17 @@ def read_witnesses(
 
 def read_witness(source: str | os.PathLike[str], **options: Any) -> WitnessSet:
     """Read one source (a file, folder or URL); see :func:`read_witnesses` for the options.
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        A witness or marker file, a folder of them, a glob pattern or an http(s) URL.
+    **options : Any
+        The keyword arguments of ``read_witnesses``: ``backend``, ``progress``, ``timeout``, ``max_bytes``.
+
+    Returns
+    -------
+    WitnessSet
 
     Examples
     --------
