@@ -20,9 +20,7 @@ from .core._version import __version__
 from .io._bundled import default_runs, default_sources
 from .io._sources import SourceError, expand_sources, fetch_url
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
-from .metrics._bounds import divergence_bound, requests_needed
-from .metrics._rl import mismatch_summary, mismatch_table
-from .metrics._support import SamplingMaskError
+from .metrics import SamplingMaskError, divergence_bound, mismatch_summary, mismatch_table, requests_needed
 from .verdicts._regressions import REGRESSION_RULES, Rule
 from .verdicts._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
 from .verdicts._witness_rules import derive_band_result, derive_run_verdict

@@ -26,7 +26,8 @@ from typing import Any
 import polars as pl
 
 from .dumps import Dump, read_dumps
-from .metrics._columnar import _identity, float32_bits, ordered_bits
+from .metrics import float32_bits, ordered_bits
+from .metrics import token_identity as _identity
 from .run import Run, read_run
 from .studies import Judgement, judge
 

@@ -85,7 +85,7 @@ def ray(folder: str) -> dict:
 
 
 # numba is imported before the clock as polars is for the bare scan; the compiled pass's cache load stays timed
-_WITH_NUMBA = ("analysis", "analysis.metrics._mismatch_kernel")
+_WITH_NUMBA = ("analysis", "analysis.metrics.mismatch._mismatch_kernel")
 _IMPORTS = {"bare": "polars", "cold": _WITH_NUMBA, "summary": _WITH_NUMBA, "ray": "analysis"}
 
 

@@ -2,7 +2,7 @@
 # Mutation testing of bia's verdict and metric modules with mutmut (not part of CI: minutes to hours).
 #
 #   bash scripts/mutation.sh analysis/verdicts/_v3.py             # one module
-#   bash scripts/mutation.sh analysis/verdicts/_v3.py analysis/metrics/parity.py
+#   bash scripts/mutation.sh analysis/verdicts/_v3.py analysis/metrics/parity/_parity.py
 #
 # Each module's mutants run against the tests that cover them (mutmut collects which tests reach
 # which function first). Prints each module's score: killed / (mutants - timeouts), with the

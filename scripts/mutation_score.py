@@ -7,7 +7,7 @@ Mutants listed in ``mutation-equivalents.txt`` (``mutant_name  # why it cannot b
 as killed; a listed mutant that a test kills anyway is said, so the list stays honest. Survivors are
 printed so they can be read with ``.venv/bin/mutmut show NAME``.
 
-Usage: .venv/bin/python scripts/mutation_score.py analysis/verdicts/_v3.py [analysis/metrics/parity.py ...]
+Usage: .venv/bin/python scripts/mutation_score.py analysis/verdicts/_v3.py [analysis/metrics/parity/_parity.py ...]
        .venv/bin/python scripts/mutation_score.py --survivors analysis/verdicts/_v3.py ...   # their names only, one per line
 """
 

@@ -93,7 +93,7 @@ def lambda_copy(tmp_path: Path) -> Path:
 def per_token_pass(request, monkeypatch):
     """Run a mismatch test on each per-token pass: the compiled one (numba, the ``fast`` extra) and the numpy one,
     so that the hand-worked values and the property tests hold the fallback to the same answers."""
-    from analysis.metrics import _mismatch_blocks, _mismatch_kernel
+    from analysis.metrics.mismatch import _mismatch_blocks, _mismatch_kernel
 
     if request.param == "compiled" and not _mismatch_kernel.AVAILABLE:
         pytest.skip("numba is not installed (pip install 'bia[fast]')")

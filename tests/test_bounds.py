@@ -1,4 +1,4 @@
-"""Bounds on a divergence rate (analysis.metrics._bounds), each checked on a case worked out by hand."""
+"""Bounds on a divergence rate (analysis.metrics.parity._bounds), each checked on a case worked out by hand."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_the_bound_for_divergences_is_the_beta_quantile():
 def test_the_bound_is_the_first_float_where_the_tail_is_at_most_alpha():
     # bisection ends on two neighbouring floats: the bound is the upper one, so k or fewer part with probability at most
     # alpha there, and more than alpha one float below it (a conservative bound, never one float too low)
-    from analysis.metrics._bounds import _binomial_cdf
+    from analysis.metrics.parity._bounds import _binomial_cdf
 
     alpha = 1 - 0.95  # 0.050000000000000044 in floats, as the bound computes it
     for k, n in [(1, 2), (3, 100), (50, 1000), (1, 299)]:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from analysis import parity
-from analysis.metrics._columnar import build_steps, compare_pairs
+from analysis.metrics.parity._columnar import build_steps, compare_pairs
 from analysis.dumps import Dump
 from analysis.dumps._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, conform
 from analysis.run import Run, band_table, flip_table, prompt_table, slot_table, to_witness

@@ -1,4 +1,4 @@
-"""Edges of analysis.metrics._columnar that mutation testing found unpinned (issue 16).
+"""Edges of analysis.metrics.parity._columnar that mutation testing found unpinned (issue 16).
 
 Every expected value here was worked out by hand (the arithmetic is in the comments); frames are
 compared whole, dtypes included, and computed floats with ``pytest.approx`` (rel=1e-12 unless said).
@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from analysis.metrics._columnar import (
+from analysis.metrics.parity._columnar import (
     COMPARISON_SCHEMA,
     _identity,
     _lazy,

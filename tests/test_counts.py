@@ -1,10 +1,10 @@
-"""Per-c counts behind every verdict card (analysis.metrics._counts), on rows built by hand with the answers worked out."""
+"""Per-c counts behind every verdict card (analysis.metrics.parity._counts), on rows built by hand with the answers worked out."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from analysis.metrics._counts import per_c_counts, run_counts
+from analysis.metrics.parity._counts import per_c_counts, run_counts
 
 COLUMNS = ["c", "requests", "bitwise", "bits_known", "same", "parted", "near_tie", "no_margin", "first", "first_where"]
 

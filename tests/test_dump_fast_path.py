@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from analysis import DumpError
-from analysis.dumps._fast import read_capture_jsonl, read_chat_jsonl, read_jsonl
+from analysis.dumps.formats import read_capture_jsonl, read_chat_jsonl, read_jsonl
 from analysis.dumps._read import parse_source, read_dumps
 from analysis.metrics.parity import request_decode_rates
 from analysis.run import read_run

@@ -81,7 +81,7 @@ def test_the_servers_decode_rate_from_its_histogram():
 
 
 def test_a_stream_with_its_own_rate_keeps_it_and_the_others_take_the_servers():
-    from analysis.metrics._rates import request_decode_rates
+    from analysis.metrics.parity._rates import request_decode_rates
 
     server = '{"server_decode": {"tok_s": 80.0, "over": "band", "metric": "m"}}'
     requests = pl.DataFrame({"completion_tokens": [33, 33, 33, 33], "ttft_s": [0.5, 1.0, 1.0, None], "t_last_content": [0.82, 1.00003, 1.00003, None],
@@ -98,7 +98,7 @@ def test_a_stream_faster_than_its_engine_takes_the_engines_rate():
     """A client cannot receive tokens faster than the engine made them: 32 tokens in 0.32 s is 100 tok/s, more than
     3 x 30 = 90 from the engine's own histogram, so that stream's times show a buffer, not the decode; at 34 (102)
     it stands."""
-    from analysis.metrics._rates import FASTER_THAN_ENGINE, request_decode_rates
+    from analysis.metrics.parity._rates import FASTER_THAN_ENGINE, request_decode_rates
 
     assert FASTER_THAN_ENGINE == 3.0
     extra = [f'{{"server_decode": {{"tok_s": {rate}, "over": "band", "metric": "m"}}}}' for rate in (30.0, 34.0)]

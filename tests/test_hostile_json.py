@@ -14,7 +14,7 @@ from conftest import CONTROL, ROOT, V2_WITNESS
 from analysis import DumpError, WitnessError, read_witness, shape_check
 from analysis.core._strictjson import MAX_DEPTH, NestingError, check_depth, loads
 from analysis.dumps import read_dump
-from analysis.dumps._fast import read_jsonl
+from analysis.dumps.formats import read_jsonl
 from analysis.run import RunError, read_run
 
 DEEP = "[" * 100_000 + "]" * 100_000  # far past every parser's limit

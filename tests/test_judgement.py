@@ -321,7 +321,7 @@ def test_an_amber_run_says_how_many_more_repeats_or_prompts_would_do():
 
 
 def test_the_rows_carry_their_target_and_the_bound_must_be_below_it():
-    from analysis.metrics._bounds import divergence_bound
+    from analysis.metrics.parity._bounds import divergence_bound
 
     at = divergence_bound(0, 4)  # 0 of 4: 1 - 0.05^(1/4) = 0.5271; a target equal to it is not "below"
     row = _judge(_slots(4), target_rate=at, needed=5)

@@ -1,4 +1,4 @@
-"""RL mismatch metrics (analysis.metrics._mismatch, _support, _rl): the spec's worked examples, values worked out by hand
+"""RL mismatch metrics (analysis.metrics.mismatch._mismatch, _support, _rl): the spec's worked examples, values worked out by hand
 per metric, a property test against a plain numpy transcription of each framework's code, and the sampling-mask rules."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis import SamplingMaskError, mismatch_summary, mismatch_table, read_dump, read_dumps
-from analysis.metrics import _mismatch
+from analysis.metrics.mismatch import _mismatch
 
 LN = math.log
 

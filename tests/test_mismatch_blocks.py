@@ -1,4 +1,4 @@
-"""The per-token pass of the mismatch metrics (analysis.metrics._mismatch_blocks): sequences cut across numpy blocks
+"""The per-token pass of the mismatch metrics (analysis.metrics.mismatch._mismatch_blocks): sequences cut across numpy blocks
 and batches, runs without a loss-masked token, float32 input, the token-level IS sums, and the batch-wide moments
 (the Pearson correlation, the standard deviations) against numpy."""
 
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis import mismatch_summary, mismatch_table
-from analysis.metrics import _mismatch_blocks
+from analysis.metrics.mismatch import _mismatch_blocks
 
 LN = math.log
 

@@ -1,4 +1,4 @@
-"""The compiled per-token pass (analysis.metrics._mismatch_kernel, numba) against the numpy pass it replaces
+"""The compiled per-token pass (analysis.metrics.mismatch._mismatch_kernel, numba) against the numpy pass it replaces
 (_mismatch_blocks.block_sums): the same per-run sums and block rows, and the same table and summary end to end,
 up to the order of the additions (numpy adds pairwise, the loop in turn)."""
 
@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis import mismatch_summary, mismatch_table
-from analysis.metrics import _mismatch_blocks
-from analysis.metrics._mismatch import Constants
+from analysis.metrics.mismatch import _mismatch_blocks
+from analysis.metrics.mismatch._mismatch import Constants
 
-kernel = pytest.importorskip("analysis.metrics._mismatch_kernel")
+kernel = pytest.importorskip("analysis.metrics.mismatch._mismatch_kernel")
 if not kernel.AVAILABLE:
     pytest.skip("numba is not installed (pip install 'bia[fast]')", allow_module_level=True)
 

@@ -1,11 +1,13 @@
-"""Per-token logprob dumps from any engine, read into one schema (tokens, candidates, requests)."""
+"""Per-token logprob dumps from any engine, read into one schema (tokens, candidates, requests).
 
-from ._formats import DUMP_SUFFIXES, FORMATS, detect_format
+``__all__`` is the public reading API (documented as ``analysis.dumps``). The layers above (run, probe, studies, report)
+take the few internals they share from here too, below it: never from a private module of this folder.
+"""
+
 from ._read import Dump, ScannedDump, read_dump, read_dumps, scan_dump
-from ._read import parse_source  # for the probe, which checks each capture as it lands; not in __all__
-from ._mlperf import MlperfLog, read_mlperf_log  # for analysis.read_mlperf_pair, which pairs two logs; not in __all__
 from ._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
 from ._values import DumpError
+from .formats import DUMP_SUFFIXES, FORMATS, detect_format
 
 __all__ = [
     "CANDIDATE_SCHEMA",
@@ -21,3 +23,14 @@ __all__ = [
     "read_dumps",
     "scan_dump",
 ]
+
+# For the layers above, not in __all__ (so not in the API reference; ``X as X`` marks each as re-exported): the probe
+# checks each capture as it lands (parse_source, parse_sse, LIVE_SPAN), analysis.read_mlperf_pair pairs two logs
+# (MlperfLog, read_mlperf_log), run/ writes captures in the formats it re-reads (PAYLOAD_PARSERS, STREAM_FORMATS),
+# studies/ conforms its frames to the schema (conform).
+from ._liveness import LIVE_SPAN as LIVE_SPAN  # noqa: E402
+from ._read import parse_source as parse_source  # noqa: E402
+from ._schema import conform as conform  # noqa: E402
+from ._sse import parse_sse as parse_sse  # noqa: E402
+from .formats import MlperfLog as MlperfLog, PAYLOAD_PARSERS as PAYLOAD_PARSERS, STREAM_FORMATS as STREAM_FORMATS  # noqa: E402
+from .formats import read_mlperf_log as read_mlperf_log  # noqa: E402

@@ -4,7 +4,9 @@ the chunked reader that overlaps reading with building, and small Arrow helpers.
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ..core._fields import INT64_MAX, INT64_MIN
-from ._formats import ENVELOPE_KEYS
+from ._envelope import ENVELOPE_KEYS
 
 
 Frames = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
@@ -40,7 +42,7 @@ _LOGPROBS = pa.struct([("content", pa.list_(_ENTRY)), ("tokens", _NULL)])
 _USAGE = pa.struct([("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("total_tokens", pa.int64())])
 
 
-_TIMINGS = pa.struct([("predicted_n", pa.int64()), ("predicted_ms", pa.float64()), ("predicted_per_second", pa.float64())])  # _openai.TIMING_FIELDS
+_TIMINGS = pa.struct([("predicted_n", pa.int64()), ("predicted_ms", pa.float64()), ("predicted_per_second", pa.float64())])  # _kit.TIMING_FIELDS
 
 
 _CHOICE = pa.struct([
@@ -317,7 +319,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _envelope_columns(env: dict) -> dict[str, Any]:
-    """The request columns of ``_read._envelope_meta``, refusing values the general path would refuse."""
+    """The request columns of ``_envelope.envelope_meta``, refusing values the general path would refuse."""
     out = {name: env.get(name) for name in ("sample_key", "band_c", "slot", "role", "repeat", "t_sent")}
     for name in ("sample_key", "role"):
         if out[name] is not None and not isinstance(out[name], str):
@@ -336,3 +338,46 @@ def _concat(parts: list[Frames]) -> Frames:
     if not parts:
         raise _Unsupported("an empty file")
     return tuple(pl.concat([p[i] for p in parts], how="vertical", rechunk=False) for i in range(3))
+
+
+def _ahead(items):
+    """Iterate the generator ``items`` from a thread, one item ahead: while the caller builds frames from one chunk
+    (polars, mostly on one core), the next is read, hashed and parsed (pyarrow on the other; both release the GIL).
+    What ``items`` raises is raised here. Each item must not refer to the reused chunk buffer."""
+    handoff: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    break
+            else:
+                put((False, None))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, which raises it
+            put((False, error))
+        finally:
+            items.close()
+
+    thread = threading.Thread(target=produce, name="bia-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, value = handoff.get()
+            if not more:
+                if value is not None:
+                    raise value
+                return
+            yield value
+    finally:
+        stop.set()
+        thread.join()

@@ -1,5 +1,5 @@
 """The liveness rule: whether a stream's tokens arrived as they were produced, from what the server
-declared or from the arrival times of its content chunks. ``_fast._liveness`` is the same rule as
+declared or from the arrival times of its content chunks. ``formats/_streams_fast._liveness`` is the same rule as
 a polars expression."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the
 # engines decode one (llama.cpp decodes bia's tiny model at 0.26-0.38 ms a token on this CPU, and a loaded machine can
 # delay its first token, so 1 ms called live llama.cpp streams rushes); the span short against the time to the last chunk
 # rules out a fast engine that streamed from the start. A stream slower than that yet faster than its engine decoded it
-# is caught where the engine's rate is known (analysis.metrics._rates.request_decode_rates).
+# is caught where the engine's rate is known (analysis.metrics.parity._rates.request_decode_rates).
 RUSH_GAP_S = 0.0001
 
 

@@ -16,101 +16,13 @@ from ..core._frames import check_backend, to_backend
 from ..core._frames import progress as show_progress
 from ..io._sources import expand_sources, local_path
 from . import _json
-from ._offline import parse_offline, parse_repr
-from ._openai import Meta
-from ._schema import SCHEMAS, Rows
-from ._stream import parse_chat_stream, parse_llamacpp_stream, parse_responses_stream, parse_sglang_stream
-from ._values import DumpError
-from ._formats import (DUMP_SUFFIXES, ENVELOPE_KEYS, FORMATS, PAYLOAD_PARSERS, STREAM_FORMATS, _one_format, _stream_format,
-                       detect_format, payload_formats)
 from ._card import dump_summary
-from ._fast import read_jsonl
-from ._formats import _text
+from ._kit import Meta
+from ._schema import SCHEMAS, Rows
+from ._values import DumpError
+from .formats import DUMP_SUFFIXES, FORMATS, detect_format, parse_jsonl, parse_payload_text, parse_torch, read_jsonl, utf8_text
 
 # --- parsing a source -------------------------------------------------------------------------
-
-
-def _parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bool) -> None:
-    if fmt == "vllm_offline_repr":
-        parse_offline(parse_repr(text, rows.source), rows, meta)
-        return
-    if fmt in STREAM_FORMATS:
-        if fmt == "llamacpp_sse":
-            parse_llamacpp_stream(text, rows, meta, lenient=lenient)
-        elif fmt == "sglang_sse":
-            parse_sglang_stream(text, rows, meta, lenient=lenient)
-        elif fmt == "openai_responses_sse":
-            parse_responses_stream(text, rows, meta, lenient=lenient)
-        else:
-            parse_chat_stream(text, rows, meta, lenient=lenient, legacy=fmt == "openai_completion_sse")
-        return
-    try:
-        payload = _json.loads(text)
-    except ValueError as exc:
-        raise DumpError(rows.source, f"record {meta.record}", *_json.refusal(exc)) from None
-    PAYLOAD_PARSERS[fmt](payload, rows, meta, "$" if meta.record == 0 else f"line {meta.record}")
-
-
-def _envelope_meta(line: dict, record: int, raw: bytes) -> Meta:
-    extra = {k: v for k, v in line.items() if k not in ENVELOPE_KEYS}
-    return Meta(record=record, sample_key=line.get("sample_key"), band_c=line.get("band_c"), slot=line.get("slot"),
-                prompt_id=None if line.get("prompt_id") is None else str(line["prompt_id"]), role=line.get("role"), repeat=line.get("repeat"),
-                t_sent=line.get("t_sent"),
-                arrivals=line.get("arrival_times"), raw_sha256=hashlib.sha256(raw).hexdigest(), extra=extra)
-
-
-def _parse_jsonl(text: str, rows: Rows, fmt_hint: str, lenient: bool, formats: set[str]) -> None:
-    """Many responses, one per line: bare payloads, or envelopes ``{response|sse, band_c, slot, ...}``.
-
-    A whole file holding one (pretty-printed) envelope is read as its single record.
-    """
-    try:
-        whole = _json.loads(text)
-    except _json.DuplicateKeyError as exc:  # only a whole document parses far enough to find a repeated key
-        raise DumpError(rows.source, "line 1", *_json.refusal(exc)) from None
-    except ValueError:
-        whole = None
-    if isinstance(whole, dict):
-        _parse_jsonl_line(json.dumps(whole), 1, rows, fmt_hint, lenient, formats)
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            _parse_jsonl_line(line, number, rows, fmt_hint, lenient, formats)
-        except DumpError as error:
-            if not lenient:
-                raise
-            rows.skipped.append(error)
-
-
-def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient: bool, formats: set[str]) -> None:
-    where = f"line {number}"
-    try:
-        obj = _json.loads(line)
-    except ValueError as exc:
-        raise DumpError(rows.source, where, *_json.refusal(exc, number)) from None
-    raw = line.encode("utf-8")
-    if isinstance(obj, dict) and ("response" in obj or "sse" in obj):
-        meta = _envelope_meta(obj, number, raw)
-        if "sse" in obj:
-            if not isinstance(obj["sse"], str):
-                raise DumpError(rows.source, where, "sse", "expected the raw SSE text as a string")
-            fmt = obj.get("format") or _stream_format(obj["sse"], rows.source, f"record {number}")
-            formats.add(fmt)
-            rows.source_format = fmt
-            _parse_payload_text(obj["sse"], fmt, rows, meta, lenient)
-            return
-        payload = obj["response"]
-        fmt = obj.get("format") or _one_format(payload_formats(payload), rows.source, where)
-    else:
-        meta, payload = Meta(record=number, raw_sha256=hashlib.sha256(raw).hexdigest()), obj
-        fmt = fmt_hint if fmt_hint not in ("auto", "jsonl") else _one_format(payload_formats(payload), rows.source, where)
-    if fmt not in PAYLOAD_PARSERS:
-        raise DumpError(rows.source, where, "format", f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
-    formats.add(fmt)
-    rows.source_format = fmt
-    PAYLOAD_PARSERS[fmt](payload, rows, meta, where)
 
 
 def parse_source(raw: bytes, source: str, fmt: str = "auto", *, lenient: bool = False, torch_options: dict | None = None) -> tuple[Rows, set[str]]:
@@ -121,17 +33,15 @@ def parse_source(raw: bytes, source: str, fmt: str = "auto", *, lenient: bool = 
     rows = Rows(source, detected)
     formats = {detected}
     if detected == "torch":
-        from ._torch import parse_torch
-
         parse_torch(raw, rows, **(torch_options or {}))
         return rows, formats
-    text = _text(raw, source)
+    text = utf8_text(raw, source)
     if detected == "jsonl":
         formats.clear()
-        _parse_jsonl(text, rows, fmt, lenient, formats)
+        parse_jsonl(text, rows, fmt, lenient, formats)
         return rows, formats or {"jsonl"}
     meta = Meta(raw_sha256=hashlib.sha256(raw).hexdigest())
-    _parse_payload_text(text, detected, rows, meta, lenient)
+    parse_payload_text(text, detected, rows, meta, lenient)
     return rows, formats
 
 

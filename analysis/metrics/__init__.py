@@ -1,1 +1,29 @@
-"""The measures: parity of two streams (:mod:`analysis.parity`), its columnar form for whole runs, and per-c counts."""
+"""The measures, in two families side by side: parity of token streams (:mod:`analysis.parity`; whole runs in columns,
+decode rates, per-c counts, bounds on a divergence rate) and RL sampler-trainer mismatch. Each family is a folder;
+the layers above import what they use from here, never from a private module of either."""
+
+from .mismatch import SamplingMaskError, mismatch_summary, mismatch_table
+from .parity import _columnar as columnar
+from .parity._bounds import divergence_bound, requests_needed
+from .parity._columnar import _identity as token_identity
+from .parity._columnar import float32_bits, ordered_bits
+from .parity._counts import bits_unrecorded, per_c_counts, run_counts
+from .parity._rates import ratio_interval
+from . import parity
+
+__all__ = [
+    "SamplingMaskError",
+    "bits_unrecorded",
+    "columnar",
+    "divergence_bound",
+    "float32_bits",
+    "mismatch_summary",
+    "mismatch_table",
+    "ordered_bits",
+    "parity",
+    "per_c_counts",
+    "ratio_interval",
+    "requests_needed",
+    "run_counts",
+    "token_identity",
+]

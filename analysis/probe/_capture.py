@@ -287,7 +287,7 @@ def stream_problem(text: str) -> str | None:
     >>> stream_problem('data: {"choices": []}\\n\\n')
     'the stream ended without [DONE]'
     """
-    from ..dumps._sse import parse_sse
+    from ..dumps import parse_sse
 
     stream = parse_sse(text)
     if stream.cut_mid_event:

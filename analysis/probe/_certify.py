@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..metrics._bounds import requests_needed
+from ..metrics import requests_needed
 from ..run import RunError, read_run
 from ..studies import Judgement, judge
 from ._rundir import ProbeError

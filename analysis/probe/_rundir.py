@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from ..dumps._liveness import LIVE_SPAN
+from ..dumps import LIVE_SPAN
 
 from ..run import Unit
 

@@ -51,7 +51,7 @@ def not_a_dump(file: Path, runs: list[Path]) -> str | None:
     the report's RL section reads them), or JSON that matches no dump format (a model's config, say)."""
     from ..core import _strictjson
     from ..dumps import DumpError
-    from ..dumps._formats import detect_format
+    from ..dumps import detect_format
 
     try:
         raw = file.read_bytes()

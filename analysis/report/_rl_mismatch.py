@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from ..dumps import read_dump
-from ..metrics._rl import mismatch_summary, mismatch_table
+from ..metrics import mismatch_summary, mismatch_table
 from ..views._details import table_html
 
 _TOP_SEQUENCES = 5  # per pairs file, in the largest-K3 table

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..metrics import _columnar, parity
+from ..metrics import columnar as _columnar
+from ..metrics import parity
 from ..core._output import claim_output, write_atomic
 from ..verdicts._witness_rules import derive_run_verdict
 from ._arms import main_arm

@@ -8,7 +8,7 @@ the whole outputs are compared, as bia compares any run: :func:`read_mlperf_pair
 (ref #1, slot 0) of sample N, prompt ``qslN``, is the accuracy log's entry, and whose bands are the performance log's
 entries of that sample, one band each (slot 0, among the other samples the SUT batched with it: the needle layout,
 arm ``mixed``), ``repeat`` 0, 1, ... in the order the performance log lists them. How each log is decoded:
-:mod:`analysis.dumps._mlperf`.
+:mod:`analysis.dumps.formats._mlperf`.
 
 What the logs cannot say, and how the run says it:
 

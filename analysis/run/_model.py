@@ -13,7 +13,7 @@ from ..metrics import parity
 from ..dumps import Dump
 from ..core._cells import few, summary_html
 from ..core._modes import kernel_mode_words
-from ..metrics._counts import run_counts
+from ..metrics import run_counts
 from ._arms import REFERENCE_ARM, legacy_arm, run_arms, with_arm_column
 from ._layout import _DEFAULTS, RunError, plan
 from ._derived import _capture_stamps, _derived_record, _write_derived

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..metrics import _columnar, parity
-from ..dumps._schema import REQUEST_SCHEMA
+from ..metrics import columnar as _columnar
+from ..metrics import parity
+from ..dumps import REQUEST_SCHEMA
 from ._layout import RunError, RunLike
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..metrics import _columnar, parity
+from ..metrics import columnar as _columnar
+from ..metrics import parity
 from ._arms import legacy_arm, main_arm
 from ._layout import RunError, _BandEntries, _chosen_widths, _entry_cache_summary, _entry_evidence, engine_steps
 from ._steps import _numbered, _BAND_ORDER, _band_pairs

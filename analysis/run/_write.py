@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from ..core._output import claim_output
-from ..dumps._formats import PAYLOAD_PARSERS, STREAM_FORMATS
+from ..dumps import PAYLOAD_PARSERS, STREAM_FORMATS
 from ..io._sources import read_source_bytes
 from ._layout import RUN_VERSION, RunError
 from ._model import Run

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from ..metrics._bounds import requests_needed
+from ..metrics import requests_needed
 from ._judgement import EXIT_CODES, VERDICTS, Judgement, judge_runs, worst
 
 __all__ = ["CERTIFICATE_VERSION", "EXIT_CODES", "VERDICTS", "certificate", "certificate_document", "worst"]

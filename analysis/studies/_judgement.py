@@ -36,8 +36,7 @@ from typing import Any
 import polars as pl
 
 from ..core._cells import cell, scroll_box
-from ..metrics._bounds import divergence_bound, requests_needed
-from ..metrics._rates import ratio_interval
+from ..metrics import divergence_bound, ratio_interval, requests_needed
 from ..run import Run, RunLike, band_table, legacy_arm, read_run, reference_table, run_arms, slot_table
 from ..run._arms import ARM_WORDS, arm_words
 from ._next_steps import next_step

@@ -35,7 +35,7 @@ from ..metrics import parity
 from ..core._frames import progress as show_progress
 from ..core._output import OutputExists
 from ..dumps import Dump
-from ..dumps._schema import REQUEST_SCHEMA, conform
+from ..dumps import REQUEST_SCHEMA, conform
 from ..run import Run, RunError, band_table, prompt_table, read_run, slot_table
 
 PARTITION = ["run", "prompt_id"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from ..metrics._bounds import divergence_bound, requests_needed
+from ..metrics import divergence_bound, requests_needed
 from ._judgement import SCHEMA, Judgement, cost_words
 
 _CAUSE_STEP = {

@@ -15,7 +15,7 @@ import polars as pl
 
 from ..core._cells import MISSING, cell, few, share
 from ..core._modes import kernel_mode_words
-from ..metrics._counts import bits_unrecorded, per_c_counts, run_counts
+from ..metrics import bits_unrecorded, per_c_counts, run_counts
 
 NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
 

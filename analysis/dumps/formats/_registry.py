@@ -1,6 +1,8 @@
-"""The formats bia reads and how one is detected: file suffixes, payload shapes, stream shapes, the capture envelope's keys.
+"""The formats bia reads and how one is detected: file suffixes, payload shapes, stream shapes; and one payload's
+text handed to its format's parser.
 
-Both the general reader (``_read``) and the columnar fast path (``_fast``) stand on this module, so neither needs the other's internals.
+Both the general reader (``_capture``, ``dumps/_read``) and the columnar fast path (``_capture_fast``) stand on this
+module, so neither needs the other's internals. The capture envelope's keys are ``dumps/_envelope``'s.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 
-from . import _json
+from .. import _json
+from .._kit import Meta
+from .._schema import Rows
+from .._sse import parse_sse
+from .._values import DumpError
 from ._native import parse_llamacpp, parse_primerl, parse_sglang, parse_tgi
-from ._offline import looks_like_steps, parse_offline
+from ._offline import looks_like_steps, parse_offline, parse_repr
 from ._openai import parse_chat, parse_completion
-from ._sse import parse_sse
-from ._values import DumpError
+from ._streams import parse_chat_stream, parse_llamacpp_stream, parse_responses_stream, parse_sglang_stream
 
 DUMP_SUFFIXES = (".json", ".jsonl", ".ndjson", ".sse", ".pt", ".pth")
 
@@ -125,7 +130,7 @@ def detect_format(raw: bytes, source: str) -> str:
     """The format of one source's bytes. Unknown or ambiguous content is a ``DumpError`` naming the candidates."""
     if raw[:2] == b"PK" or raw[:1] == b"\x80" or str(source).endswith((".pt", ".pth")):
         return "torch"
-    text = _text(raw, source)
+    text = utf8_text(raw, source)
     if not text.strip():
         if str(source).endswith((".jsonl", ".ndjson")):
             return "jsonl"  # no line, no record: a capture file before its first response
@@ -172,12 +177,31 @@ def _one_format(found: list[str], source: str, where: str) -> str:
     raise DumpError(source, where, None, f"is ambiguous: it matches {', '.join(found)}; pass format= to choose")
 
 
-ENVELOPE_KEYS = {"response", "sse", "format", "band_c", "slot", "prompt_id", "role", "repeat", "sample_key", "t_sent", "arrival_times"}
-# Other envelope keys go to requests.extra; "logprobs_mode" there also sets vLLM offline semantics.
-
-
-def _text(raw: bytes, source: str) -> str:
+def utf8_text(raw: bytes, source: str) -> str:
+    """A file's bytes as text, or a DumpError naming it when they are not UTF-8."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DumpError(source, "$", None, f"not UTF-8 text ({exc})") from None
+
+
+def parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bool) -> None:
+    """One payload's text (a stream, a printed offline repr, or one JSON document) parsed by its format's parser."""
+    if fmt == "vllm_offline_repr":
+        parse_offline(parse_repr(text, rows.source), rows, meta)
+        return
+    if fmt in STREAM_FORMATS:
+        if fmt == "llamacpp_sse":
+            parse_llamacpp_stream(text, rows, meta, lenient=lenient)
+        elif fmt == "sglang_sse":
+            parse_sglang_stream(text, rows, meta, lenient=lenient)
+        elif fmt == "openai_responses_sse":
+            parse_responses_stream(text, rows, meta, lenient=lenient)
+        else:
+            parse_chat_stream(text, rows, meta, lenient=lenient, legacy=fmt == "openai_completion_sse")
+        return
+    try:
+        payload = _json.loads(text)
+    except ValueError as exc:
+        raise DumpError(rows.source, f"record {meta.record}", *_json.refusal(exc)) from None
+    PAYLOAD_PARSERS[fmt](payload, rows, meta, "$" if meta.record == 0 else f"line {meta.record}")

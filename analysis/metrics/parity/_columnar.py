@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..dumps._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
+from ...dumps import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
 
 REQUEST_KEY = ["part", "source", "record", "choice_index"]
 _CODED_KEY = ["part", "source_code", "record", "choice_index"]

@@ -26,22 +26,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import queue
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from . import _json
-from ._formats import payload_formats
-from ._fastframes import _parsed_events, _payload_frames, _sse_frames
-from ._fastkit import Frames, _BARE_GUARD, _Line, _LineMeta, _RAW_SEPARATOR, _REFUSALS, _RESPONSE_GUARD, _SCHEMA, _Unsupported, _check_text, _chunks, _envelope_columns, _is_int, _table
-from ._fastkit import _concat
+from .. import _json
+from .._fastkit import (Frames, _Line, _LineMeta, _RAW_SEPARATOR, _REFUSALS, _RESPONSE_GUARD, _SCHEMA, _Unsupported, _ahead, _check_text,
+                        _chunks, _concat, _envelope_columns, _is_int, _table)
+from ._openai_fast import _check_shapes, _payload_frames, _read_bare
+from ._registry import payload_formats
+from ._streams_fast import _parsed_events, _sse_events, _sse_frames
 
 # --- entry points -----------------------------------------------------------------------------
 
@@ -74,81 +72,12 @@ def read_jsonl(path: Path, source: str, fmt: str = "auto", limit: int | None = N
         return None
 
 
-def read_chat_jsonl(path: Path, source: str) -> Frames | None:
-    """The three frames of a file of bare chat completions, one a line, or None when the general path is needed."""
-    try:
-        return _read_bare(path, source)
-    except _REFUSALS:
-        return None
-
-
 def read_capture_jsonl(path: Path, source: str, limit: int | None = None) -> tuple[Frames, set[str]] | None:
     """The three frames of a file of capture envelopes (``response`` or ``sse``) and the formats found, or None."""
     try:
         return _read_envelopes(path, source, limit)
     except _REFUSALS:
         return None
-
-
-def _read_bare(path: Path, source: str, limit: int | None = None) -> Frames:
-    return _concat([_payload_frames(table, meta, source) for table, meta in _ahead(_parsed_bare(path, limit))])
-
-
-def _parsed_bare(path: Path, limit: int | None):
-    """Each chunk of bare responses checked and parsed: (table, line meta)."""
-    line = 0
-    for data, size, spans in _chunks(path, limit):
-        view = memoryview(data)[:size]  # a view: no copy of the chunk
-        if line == 0 and data.find(b"Logprob(", 0, min(size, 262144)) != -1:
-            raise _Unsupported("the general path would take this file for printed vLLM Logprob reprs")
-        _check_text(view, [b + 1 for _, b in spans], _BARE_GUARD)
-        table = _table(view, len(spans), max(b - a for a, b in spans), _SCHEMA)
-        _check_shapes(table)
-        yield table, _LineMeta.bare([line + i + 1 for i in range(len(spans))], [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans])
-        line += len(spans)
-
-
-def _ahead(items):
-    """Iterate the generator ``items`` from a thread, one item ahead: while the caller builds frames from one chunk
-    (polars, mostly on one core), the next is read, hashed and parsed (pyarrow on the other; both release the GIL).
-    What ``items`` raises is raised here. Each item must not refer to the reused chunk buffer."""
-    handoff: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put((True, item)):
-                    break
-            else:
-                put((False, None))
-        except BaseException as error:  # noqa: BLE001 - handed to the caller, which raises it
-            put((False, error))
-        finally:
-            items.close()
-
-    thread = threading.Thread(target=produce, name="bia-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            more, value = handoff.get()
-            if not more:
-                if value is not None:
-                    raise value
-                return
-            yield value
-    finally:
-        stop.set()
-        thread.join()
 
 
 # --- capture envelopes ------------------------------------------------------------------------
@@ -401,22 +330,6 @@ def _escaped(data: bytes, at: int) -> bool:
     return run % 2 == 1
 
 
-_LAST = "\n\ndata: [DONE]\n\n"
-
-
-def _sse_events(sse: str) -> list[str]:
-    """The data of each event of an SSE text made only of ``data: {...}`` blocks that ends with [DONE]
-    (that the data hold no newline is checked once they are joined)."""
-    if not sse.startswith("data: ") or not sse.endswith(_LAST) or "\r" in sse:
-        raise _Unsupported("an SSE text that is not plain data blocks ending with [DONE]")
-    if "\x85" in sse or "\u2028" in sse or "\u2029" in sse:  # str.splitlines ends lines there
-        raise _Unsupported("a line separator for str.splitlines")
-    events = sse.split("\n\ndata: ")
-    events.pop()  # "[DONE]\n\n"
-    events[0] = events[0][6:]
-    return events
-
-
 def _sse_line(env: Any, record: int, sha: str) -> _Line:
     if not isinstance(env, dict) or not isinstance(env.get("sse"), str):
         raise _Unsupported("an sse that is not a string")
@@ -444,31 +357,3 @@ def _parsed_responses(data: bytes, run: list[_Line]) -> tuple[pa.Table, _LineMet
     table = _table(buffer, len(run), max(line.span[1] - line.span[0] for line in run), _SCHEMA)
     _check_shapes(table)
     return table, _LineMeta.of(run)
-
-
-# --- non-streamed responses -------------------------------------------------------------------
-
-
-def _check_shapes(table: pa.Table) -> None:
-    """Refuse what the general path would take for another format: a legacy object, or a response without
-    choices that is not a chat completion (the general path detects its format from the object alone; a
-    non-null ``prompt_logprobs`` fails the schema)."""
-    choices = table.column("choices")
-    if choices.null_count:
-        raise _Unsupported("a line without choices")
-    objects = table.column("object")
-    if pc.any(pc.equal(objects, "text_completion").fill_null(False)).as_py():
-        raise _Unsupported("a legacy completion")
-    n_choices = pc.list_value_length(choices).to_numpy()
-    is_chat = pc.equal(objects, "chat.completion").fill_null(False).to_numpy()
-    for i in np.flatnonzero(n_choices == 0):
-        if not is_chat[i]:
-            raise _Unsupported("a response without choices that is not a plain chat completion")
-
-
-# --- tokens and candidates (both kinds) -------------------------------------------------------
-
-
-# --- streamed responses -----------------------------------------------------------------------
-
-

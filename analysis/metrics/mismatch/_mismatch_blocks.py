@@ -12,12 +12,12 @@ CPU time (and numpy's ``exp`` over a cached block is ten times as fast as polars
 per-token polars expressions this pass replaces, the summary took 16x the bare scan of the two
 logprob columns, and now about 5x. The blocks of the batches in flight run on a thread per core:
 numpy releases the GIL inside its loops. Where numba is installed (the ``fast`` extra) the same sums
-come from one compiled loop instead (:mod:`~analysis.metrics._mismatch_kernel`, :data:`COMPILED`),
+come from one compiled loop instead (:mod:`~analysis.metrics.mismatch._mismatch_kernel`, :data:`COMPILED`),
 which releases the GIL too; this numpy pass is the fallback and the reference the tests compare it with.
 
 A sequence cut across blocks or batches gets one partial row per piece, which
-:func:`~analysis.metrics._mismatch.merge_sequences` adds; the blocks' batch-wide rows merge with
-:func:`~analysis.metrics._mismatch.merge_globals`.
+:func:`~analysis.metrics.mismatch._mismatch.merge_sequences` adds; the blocks' batch-wide rows merge with
+:func:`~analysis.metrics.mismatch._mismatch.merge_globals`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ._mismatch import ADV_SUMS, GLOBAL_MAX, GLOBAL_SUMS, SEQ_SUMS, Constants, m
 #: Rows per numpy block: a block's twenty-odd float64 rows (16 Ki x 8 bytes = 128 KiB each) stay in a core's L2 cache.
 BLOCK_ROWS = 1 << 14
 
-#: Whether the per-token pass runs compiled (numba, :mod:`~analysis.metrics._mismatch_kernel`) where numba is installed;
+#: Whether the per-token pass runs compiled (numba, :mod:`~analysis.metrics.mismatch._mismatch_kernel`) where numba is installed;
 #: False runs the numpy pass (the tests compare the two).
 COMPILED = True
 
@@ -110,7 +110,7 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
     """One block's per-run sums (a run: rows of one sequence, starting at ``starts``, the first at 0) and its batch-wide row.
 
     The per-run array has a row per :func:`run_fields`: the SEQ_SUMS (and the ADV_SUMS given an
-    advantage) of :mod:`~analysis.metrics._mismatch`, each over the run's loss-masked tokens
+    advantage) of :mod:`~analysis.metrics.mismatch._mismatch`, each over the run's loss-masked tokens
     (``n_rows`` and ``n_support`` over all its rows). The batch-wide row (:data:`ROW_FIELDS`) holds the
     GLOBAL_SUMS, and for each GLOBAL_M2 quantity its Σ (``g_``) and its second moment about the
     block's own mean (``m2_``), the co-moment of ``p`` and ``q`` (``c2_pq``), then the GLOBAL_MAX

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _json
-from ._openai import Meta, _list, _obj, _str_or_none, add_entry, choice_index, parse_legacy_logprobs, server_timings, usage_counts
-from ._schema import Rows
-from ._sse import Event, parse_sse
-from ._liveness import timing_columns
-from ._values import DumpError
+from .. import _json
+from .._kit import Meta, _list, _obj, _str_or_none, add_entry, choice_index, server_timings, usage_counts
+from .._schema import Rows
+from .._sse import Event, parse_sse
+from .._liveness import timing_columns
+from .._values import DumpError
+from ._openai import parse_legacy_logprobs
 
 
 def _arrival(meta: Meta, event: Event, rows: Rows, n_events: int) -> float | None:

@@ -95,7 +95,7 @@ def merge_globals(rows: pl.DataFrame) -> pl.DataFrame:
 
     Examples
     --------
-    >>> from analysis.metrics._mismatch_blocks import partials
+    >>> from analysis.metrics.mismatch._mismatch_blocks import partials
     >>> tokens = pl.LazyFrame({"sequence": [0, 0, 0], "rollout_logprob": [-0.1, -2.0, -0.5],
     ...                        "trainer_logprob": [-0.12, -1.9, -0.5], "mask": [True, True, True]})
     >>> whole = partials(tokens)[1]
@@ -137,7 +137,7 @@ def sequence_table(parts: pl.DataFrame, c: Constants = Constants(), *, advantage
     --------
     >>> tokens = pl.LazyFrame({"sequence": ["a", "a"], "rollout_logprob": [-0.1, -2.0],
     ...                        "trainer_logprob": [-0.12, -1.9], "mask": [True, True]})
-    >>> from analysis.metrics._mismatch_blocks import partials
+    >>> from analysis.metrics.mismatch._mismatch_blocks import partials
     >>> t = sequence_table(partials(tokens)[0])
     >>> round(t["k1"].item(), 6), round(t["ppl_ratio"].item(), 6)
     (-0.04, 0.960789)
@@ -170,7 +170,7 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
     --------
     >>> tokens = pl.LazyFrame({"sequence": [0, 0], "rollout_logprob": [-0.1, -2.0],
     ...                        "trainer_logprob": [-0.12, -1.9], "mask": [True, True]})
-    >>> from analysis.metrics._mismatch_blocks import partials
+    >>> from analysis.metrics.mismatch._mismatch_blocks import partials
     >>> s = summary(*partials(tokens))
     >>> round(s["verl:rollout_corr/k3_kl"].item(), 7), round(s["slime:train/tis_abs"].item(), 7)
     (0.0026848, 0.0624861)

@@ -11,9 +11,9 @@ import ast
 import math
 from typing import Any
 
-from ._openai import Meta, _obj
-from ._schema import Rows
-from ._values import DumpError
+from .._kit import Meta, _obj
+from .._schema import Rows
+from .._values import DumpError
 
 _NAMES = {"inf": math.inf, "nan": math.nan, "None": None, "True": True, "False": False}
 

@@ -26,9 +26,9 @@ import numpy as np
 import orjson
 import polars as pl
 
-from . import _json
-from ._schema import REQUEST_SCHEMA, TOKEN_SCHEMA, conform
-from ._values import DumpError
+from .. import _json
+from .._schema import REQUEST_SCHEMA, TOKEN_SCHEMA, conform
+from .._values import DumpError
 
 FORMAT = "mlperf_accuracy_log"
 DTYPES = {"int64": np.dtype("<i8"), "int32": np.dtype("<i4")}  # little-endian: what the SUTs' .tobytes() wrote on x86 and Arm

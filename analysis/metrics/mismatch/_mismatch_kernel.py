@@ -1,4 +1,4 @@
-"""The per-token pass of the mismatch metrics compiled (numba): the sums of :func:`~analysis.metrics._mismatch_blocks.block_sums` without its ~70 numpy passes per block.
+"""The per-token pass of the mismatch metrics compiled (numba): the sums of :func:`~analysis.metrics.mismatch._mismatch_blocks.block_sums` without its ~70 numpy passes per block.
 
 Per chunk of a batch (the streaming engine's Arrow chunks, about 100 K rows), three steps: a
 compiled loop copies the loss-masked tokens' ``δ``, ``t`` and ``r``, widened to float64, side by
@@ -340,14 +340,14 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     The runs are either found from integer ``keys`` (a run where the key stays the same, cut at each
     multiple of ``block_rows``), or given as ``firsts``, the rows where one starts, every multiple of
     ``block_rows`` among them (runs do not cross blocks). The fields are
-    :func:`~analysis.metrics._mismatch_blocks.run_fields` and
-    :data:`~analysis.metrics._mismatch_blocks.ROW_FIELDS`, in their order. ``mask`` and ``support``
+    :func:`~analysis.metrics.mismatch._mismatch_blocks.run_fields` and
+    :data:`~analysis.metrics.mismatch._mismatch_blocks.ROW_FIELDS`, in their order. ``mask`` and ``support``
     are numpy booleans or :data:`Bits` (an Arrow bitmap, read without unpacking it: polars' booleans
     as bytes cost its cast, and their reading, more than the bits).
 
     Examples
     --------
-    >>> from analysis.metrics._mismatch import Constants
+    >>> from analysis.metrics.mismatch._mismatch import Constants
     >>> mask = np.array([True, True, True, False])
     >>> r, t = np.log([0.25, 0.5, 0.8, 1.0]), np.log([0.75, 0.5, 0.2, 1.0])
     >>> firsts, runs, rows = batch_sums(np.array([7, 7, 9, 9]), None, 1 << 14, mask, r, t, None, None, Constants(), 13, 22)

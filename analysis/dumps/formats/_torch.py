@@ -19,8 +19,8 @@ import io
 import warnings
 from typing import Any
 
-from ._schema import Rows
-from ._values import DumpError
+from .._schema import Rows
+from .._values import DumpError
 
 
 def _load(raw: bytes, source: str) -> dict:

@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from ..dumps import Dump
+from ...dumps import Dump
 from . import _mismatch, _mismatch_blocks, _support
 
 _KEY = ("record", "choice_index", "segment", "position")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._openai import Meta, _int_or_none, _list, _obj, add_entry
-from ._schema import Rows
-from ._values import DumpError
+from .._kit import Meta, _int_or_none, _list, _obj, add_entry
+from .._schema import Rows
+from .._values import DumpError
 
 # --- SGLang ----------------------------------------------------------------------------------------
 
