@@ -1,18 +1,14 @@
-"""The report's first-op section: for an experiment run replayed with taps, the op where each
-batched request's drift from m=1 starts, by layer and op (:func:`analysis.first_op_table`)."""
+"""The first-op figure: for an experiment run replayed with taps, the op where each batched request's drift from m=1
+starts, by layer and op (:func:`analysis.first_op_table`)."""
 
 from __future__ import annotations
 
-import base64
-from io import BytesIO
 from typing import Any
 
 import polars as pl
 
-from ..core._html import render
-from ..core._modes import kernel_mode_words
-from ..run._first_ops import first_op_table, first_ops_record, has_first_ops
-from ..views._details import table_html
+from ...core._modes import kernel_mode_words
+from ...run._first_ops import first_op_table, first_ops_record
 
 
 def _label(layer: int | None, op: str) -> str:
@@ -63,7 +59,7 @@ def plot_first_ops(run, *, ax=None):
         ax.set_axis_off()
         ax.bia_empty = message
         return ax
-    counts = _counts(record["ops"], table)
+    counts = op_counts(record["ops"], table)
     requests, steps = table["onset"].sum(), table.height
     y = list(range(counts.height))
     # shares, so that the requests' few onsets and the many steps after them read on one axis
@@ -79,12 +75,12 @@ def plot_first_ops(run, *, ax=None):
     ax.set_ylim(counts.height - 0.5, -0.5)  # forward order reads down
     ax.set_xlim(0, 1.35)
     ax.set_xlabel("share")
-    ax.set_title(f"kernel mode {_mode(run, record)}: the first op whose output differs from m=1")
+    ax.set_title(f"kernel mode {kernel_mode(run, record)}: the first op whose output differs from m=1")
     ax.legend(loc="lower right", fontsize="small")
     return ax
 
 
-def _counts(ops: list[tuple[int | None, str]], table: pl.DataFrame) -> pl.DataFrame:
+def op_counts(ops: list[tuple[int | None, str]], table: pl.DataFrame) -> pl.DataFrame:
     """Every op in forward order with its label, the requests whose first differing step it starts, and the steps it starts."""
     order = pl.DataFrame({"op_index": list(range(len(ops))), "label": [_label(layer, op) for layer, op in ops]},
                          schema={"op_index": pl.Int64, "label": pl.String})
@@ -92,76 +88,6 @@ def _counts(ops: list[tuple[int | None, str]], table: pl.DataFrame) -> pl.DataFr
     return order.join(found, on="op_index", how="left").with_columns(pl.col("steps", "requests").fill_null(0)).sort("op_index")
 
 
-def first_op_html(run) -> str:
-    """Where drift starts in one experiment run: a sentence, the figure and the ops that start it;
-    empty for a run without ``first_ops.json`` (a probe's, or an experiment's written before taps).
-
-    Parameters
-    ----------
-    run : Run
-        Any run.
-
-    Returns
-    -------
-    str
-        Escaped HTML, the figure as an inline PNG.
-
-    Examples
-    --------
-    >>> from analysis import read_run
-    >>> first_op_html(read_run("data/llamacpp-cpu/cache-prompt"))
-    ''
-    >>> "no first op" in first_op_html(read_run("data/experiment-cpu/fixed-tiles"))
-    True
-    """
-    if not has_first_ops(run):
-        return ""
-    record, table = first_ops_record(run), first_op_table(run)
-    mode = _mode(run, record)
-    png, alt, rows = "", "", ""
-    if table.is_empty():
-        words = (f"In kernel mode {mode}, no batched decode step of this run differs from m=1 bit for bit: no first op, "
-                 "as a batch-invariant mode should be.")
-    elif not record["tapped"] or table["op_index"].is_null().any():
-        words = (f"{table.height} batched decode steps differ from m=1, but kernel mode {mode} runs kernels without taps: "
-                 "the op where they start is not known.")
-    else:
-        words, alt = _words(table, mode), f"{run.label}: the first op that differs from m=1, by layer and op, in kernel mode {mode}"
-        png, rows = _png(run), _table(record["ops"], table)
-    return render("first_ops.html.j2", path=run.label, words=words, png=png, alt=alt, table=rows)
-
-
-def _mode(run, record: dict[str, Any]) -> str:
+def kernel_mode(run, record: dict[str, Any]) -> str:
     """The run's kernel mode as asked, with the mode that ran when they differ (its manifest's; else what first_ops.json names)."""
     return kernel_mode_words(run.manifest) or record["kernel_mode"] or "unknown"
-
-
-def _words(table: pl.DataFrame, mode: str) -> str:
-    """The section's sentence: how many requests' drift starts where."""
-    onsets = table.filter(pl.col("onset"))
-    starts = onsets.group_by("op_index", "layer", "op").agg(n=pl.len()).sort("n", "op_index", descending=[True, False])
-    where = ", ".join(f"{_place(layer, op)} for {n} request{'s' if n != 1 else ''}" for _, layer, op, n in starts.rows())
-    return (f"In kernel mode {mode}, {onsets.height} batched requests part from m=1 bit for bit. Replayed with taps on every op, "
-            f"the first op whose output differs at each request's first differing step is {where}. Later steps also carry what "
-            f"earlier ones changed ({table.height} differing steps in all).")
-
-
-def _place(layer: int | None, op: str) -> str:
-    return f"layer {layer}'s {op}" if layer is not None else op
-
-
-def _table(ops, table: pl.DataFrame) -> str:
-    counts = _counts(ops, table).filter(pl.col("steps") > 0)
-    frame = counts.select(op="label", **{"requests whose drift starts there": "requests", "differing steps it starts": "steps"})
-    return table_html(frame, caption="The ops that start a difference, in forward order.")
-
-
-def _png(run: Any) -> str:
-    """The figure as base64 PNG, closed once drawn."""
-    import matplotlib.pyplot as plt
-
-    ax = plot_first_ops(run)
-    buffer = BytesIO()
-    ax.figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(ax.figure)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
