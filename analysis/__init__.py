@@ -32,8 +32,9 @@ from .studies import (RESULT_SETTINGS, History, HistoryError, Judgement, Study, 
 from .views.plots import (plot_band_widths, plot_decode_rate, plot_delta_before_fork, plot_divergence, plot_env_knobs, plot_flip_curve,
                           plot_fork_tree, plot_margin_at_divergence, plot_margin_trace, plot_run_decode_rate, plot_run_divergence,
                           plot_unique_completions)
+from .views.plots import plot_trend
 from .report import render_report
-from .report.trend import plot_trend, render_trend
+from .report.trend import render_trend
 from .experiment import ExperimentError, run_experiment
 from .probe._callable import CallableError, probe_callable
 from .probe import ProbeError  # the probe itself stays analysis.probe.probe: a function of that name would hide the package

@@ -217,8 +217,8 @@ WALKTHROUGH = [
         "code",
         "fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))\n"
         "plots.plot_band_widths(width_table(run), ax=axes[0])\n"
-        "plots.plot_run_divergence(slots, declared_min=run.declared_min, ax=axes[1])\n"
-        "plots.plot_run_decode_rate(bands, ax=axes[2])\n"
+        "plots.plot_divergence(slots, declared_min=run.declared_min, ax=axes[1])\n"
+        "plots.plot_decode_rate(bands, ax=axes[2])\n"
         "fig.tight_layout()\n"
         "plt.show()",
     ),
@@ -243,7 +243,7 @@ TREND = [
         "from analysis import report, trend\n\n"
         "sources = history or trend.default_history_sources()\n"
         "past = analysis.read_history(sources)\n"
-        "display(HTML(trend.header_html(title, history, past)))\n"
+        "display(HTML(trend.header_html(title, history=past, sources=history)))\n"
         "display(HTML(trend.regressions_html(past)))",
     ),
     (
@@ -499,7 +499,7 @@ DUMPS_AND_RUNS = [
         parted = {prompt: group["divergence_at"].drop_nulls().to_list() for (prompt,), group in slots.group_by(["prompt_id"])}
 
         fig, axes = plt.subplots(1, 3, figsize=(18, 4.5))
-        analysis.plot_run_divergence(slots, declared_min=run.declared_min, ax=axes[0])
+        analysis.plot_divergence(slots, declared_min=run.declared_min, ax=axes[0])
         analysis.plot_margin_trace(margins, parted, ax=axes[1])
         analysis.plot_delta_before_fork(drift, ax=axes[2])
         fig.tight_layout()

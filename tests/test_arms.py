@@ -236,7 +236,7 @@ def test_the_attribution_figure_splits_each_bar_by_the_causes_shares():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from analysis.report._attribution import plot_attribution
+    from analysis.views.plots import plot_attribution
 
     shares = pl.DataFrame({"engine": ["e", "e", "e"], "band_c": [1, 4, 4], "cause": ["cache state", "cache state", "co-batching"],
                            "requests": [2, 1, 3], "share": [1.0, 0.25, 0.75]})
@@ -255,7 +255,7 @@ def test_the_report_section_names_the_causes_and_escapes_the_run_names(served_ar
     from pathlib import Path
 
     from analysis.report import reviews_html
-    from analysis.report._attribution import attribution_html
+    from analysis.views.html import attribution_html
     from analysis.witness import read_witnesses
 
     hostile = dataclasses.replace(served_arms, path=Path("runs") / "<i>bad&run")  # the engine label names the run's folder

@@ -10,7 +10,7 @@ from conftest import LAMBDA, ROOT
 
 from analysis import read_history, read_run
 from analysis.report import first_op_html, mode_comparison_html, run_details_html
-from analysis.views._review import run_review
+from analysis.views.html import run_review
 
 # --- times in one format: analysis.core._cells.duration ---------------------------------------------------------------
 

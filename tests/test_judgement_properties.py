@@ -16,7 +16,7 @@ from analysis import assemble_run, judge, read_history, read_run, write_run
 from analysis.probe._summary import result_line
 from analysis.studies._certificate import certificate_document
 from analysis.studies._judgement import EXIT_CODES, answer_html
-from analysis.views._review import run_review
+from analysis.views.html import run_review
 
 A = [("a", -0.5), ("b", -0.25), ("c", -0.125)]
 B = [("a", -0.5), ("b", -0.2500001), ("c", -0.125)]  # A with token 1's float32 logprob 3 ULP away

@@ -70,7 +70,7 @@ def test_the_run_card_counts_equal_tokens_without_logprobs_as_bits_unknown_not_b
 
 
 def test_the_reports_card_says_the_bits_were_not_recorded(tmp_path, accuracy):
-    from analysis.views._review import run_review
+    from analysis.views.html import run_review
 
     review = run_review(read_mlperf_pair(accuracy, log(tmp_path / "performance.json", OUTPUTS), batch_size=8), epsilon=0.05)
     assert ("bits", "not recorded: only tokens were kept, not their float32 logprobs.", None) in review.lines

@@ -27,7 +27,7 @@ def test_run_plots(tmp_path):
     run = read_run(make_run(tmp_path))
     slots, bands = slot_table(run), band_table(run)
     fig, axes = plt.subplots(2, 4)
-    ax = plots.plot_run_divergence(slots, declared_min=3, ax=axes[0, 0])
+    ax = plots.plot_divergence(slots, declared_min=3, ax=axes[0, 0])
     assert ax is axes[0, 0]
     marks = {line.get_marker(): list(line.get_ydata()) for line in ax.get_lines() if line.get_marker() in ("o", "^")}
     assert marks == {"o": [2, 2, 2, 2], "^": [4]}
@@ -50,7 +50,7 @@ def test_run_plots(tmp_path):
 def test_empty_inputs_say_so():
     empty = pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64, "diverged": pl.Boolean, "agree_to": pl.Int64,
                                  "reference_margin": pl.Float64, "unique_completions": pl.Int64})
-    assert "No batched requests" in plots.plot_run_divergence(empty).texts[0].get_text()
+    assert "No batched requests" in plots.plot_divergence(empty).texts[0].get_text()
     assert "never part" in plots.plot_fork_tree([], at=0).texts[0].get_text()
     assert "no step with two candidates" in plots.plot_margin_trace([None, None]).texts[0].get_text()
 
@@ -125,13 +125,13 @@ def _slots(agree_to, diverged):
 
 
 def test_a_run_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
-    ax = plots.plot_run_divergence(_slots([64] * 4, [False] * 4), declared_min=64)
+    ax = plots.plot_divergence(_slots([64] * 4, [False] * 4), declared_min=64)
     _save(ax, "nothing-parted", tmp_path)
     bottom, top = ax.get_ylim()
     assert bottom == 0 and top > 64 * 1.1  # the axis shows where 64 sits, not 63 to 67
     assert any(t.get_text().startswith("Nothing parted: all 4 batched requests") for t in ax.texts)
     assert [label for label, _ in _drawn(ax)] == ["never parted (4; drawn at their length)", "declared_min = 64"]
-    ax = plots.plot_run_divergence(_slots([64, 3], [False, True]), declared_min=64)
+    ax = plots.plot_divergence(_slots([64, 3], [False, True]), declared_min=64)
     assert not any(t.get_text().startswith("Nothing parted") for t in ax.texts)
 
 
@@ -182,8 +182,8 @@ def _drift(run):
 
 
 RUN_PLOTS = [  # each run plot, and the table it draws when given that table rather than the run
-    ("plot_run_divergence", lambda run: ((slot_table(run),), {"declared_min": run.declared_min})),
-    ("plot_run_decode_rate", lambda run: ((band_table(run),), {})),
+    ("plot_divergence", lambda run: ((slot_table(run),), {"declared_min": run.declared_min})),
+    ("plot_decode_rate", lambda run: ((band_table(run),), {})),
     ("plot_margin_at_divergence", lambda run: ((slot_table(run),), {})),
     ("plot_unique_completions", lambda run: ((band_table(run),), {})),
     ("plot_band_widths", lambda run: ((width_table(run),), {})),
@@ -230,9 +230,8 @@ def _legend_outside(ax) -> tuple[float, ...] | None:
 def _every_figure_with_a_legend():
     """Each plot with a legend, as the report draws it (two panels a figure), alone in its own figure, and at its worst."""
     from analysis import plot_trend, read_history, report
-    from analysis.report._attribution import _CAUSES, plot_attribution
-    from analysis.report._first_op import plot_first_ops
-    from analysis.report.trend import METRICS, series_keys
+    from analysis.views.plots import METRICS, plot_attribution, plot_first_ops, series_keys
+    from analysis.views.plots.attribution import _CAUSES
 
     ws = read_witnesses(LAMBDA, progress=False)
     yield from ((f"report: {alt}", fig) for fig, alt in report.witness_figures(ws))
@@ -282,3 +281,49 @@ def test_docstring_examples_assign_the_axes_a_plot_returns():
     bare = [(str(path.relative_to(ROOT)), line.strip()) for path in sorted((ROOT / "analysis").rglob("*.py"))
             for line in path.read_text().splitlines() if re.match(r"\s*>>> (?!\w+(, \w+)* = )[^#]*\bplot_\w+\(", line)]
     assert bare == []
+
+
+# --- issue 33: one function per figure, whatever it is given; the twins of old are deprecated aliases ----------------------
+
+
+@pytest.mark.parametrize(("old", "new"), [("plot_run_divergence", "plot_divergence"), ("plot_run_decode_rate", "plot_decode_rate")])
+def test_a_deprecated_twin_warns_naming_its_successor_and_still_plots(old, new):
+    import analysis
+
+    run = read_run(ROOT / "data" / "experiment-cpu" / "default")
+    for home in (plots, analysis):
+        with pytest.warns(DeprecationWarning, match=rf"^{old} is deprecated .*: call {new},"):
+            ax = getattr(home, old)(run)
+        assert _artists(ax) == _artists(getattr(plots, new)(run))
+
+
+def test_one_figure_takes_a_run_a_witness_set_a_history_or_their_frames():
+    from analysis import read_history
+
+    ws = read_witnesses(LAMBDA, progress=False)
+    assert _artists(plots.plot_divergence(ws)) == _artists(plots.plot_divergence(ws.bands, witnesses=ws.witnesses))
+    assert _artists(plots.plot_decode_rate(ws)) == _artists(plots.plot_decode_rate(ws.bands))
+    assert _artists(plots.plot_env_knobs(ws)) == _artists(plots.plot_env_knobs(ws.witnesses))
+    assert _artists(plots.plot_divergence(ws.to_backend("pandas").bands)) == _artists(plots.plot_divergence(ws.bands))
+    history = read_history(LAMBDA)
+    assert plots.plot_decode_rate(history).bia_empty.startswith("No decode rates recorded in the history's")
+    with pytest.raises(TypeError, match="plot_trend"):
+        plots.plot_divergence(history)
+    # a run's table read with c as its concurrency column draws the same figure as with band_c
+    run = read_run(ROOT / "data" / "vllm-cpu" / "prefix-cache")
+    for name, table in (("plot_decode_rate", band_table), ("plot_unique_completions", band_table), ("plot_band_widths", width_table),
+                        ("plot_margin_at_divergence", slot_table)):
+        plot = getattr(plots, name)
+        assert _artists(plot(table(run).rename({"band_c": "c"}))) == _artists(plot(run)), name
+    assert _artists(plots.plot_divergence(slot_table(run).rename({"band_c": "c"}), declared_min=run.declared_min)) == _artists(plots.plot_divergence(run))
+
+
+def test_the_concurrency_column_is_chosen_in_one_place():
+    assert plots.c_column(pl.DataFrame({"c": [1], "x": [2]})) == "c"
+    assert plots.c_column(pl.DataFrame({"band_c": [1]})) == "band_c"
+
+
+def test_the_attribution_figure_takes_runs_or_their_shares():
+    run = read_run(ROOT / "data" / "experiment-cpu" / "default")  # no control arms: nothing to attribute
+    assert plots.plot_attribution(run).bia_empty == plots.plot_attribution([run]).bia_empty
+    assert "nothing to attribute" in plots.plot_attribution(plots.attribution_shares_by_engine([run])).bia_empty

@@ -13,7 +13,7 @@ import polars as pl
 from conftest import ROOT, V2_WITNESS
 
 from analysis import read_run, read_witnesses
-from analysis.views._review import _within_spans, run_review, witness_reviews
+from analysis.views.html.review import _within_spans, run_review, witness_reviews
 
 
 def _card(path) -> dict:

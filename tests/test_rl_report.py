@@ -1,4 +1,4 @@
-"""The report's 'Sampler and trainer' section (analysis/report/_rl_mismatch.py): its tables on a case worked by hand,
+"""The report's 'Sampler and trainer' section (analysis/studies/_rl_mismatch.py, drawn by analysis/views/html/mismatch.py and analysis/views/plots/mismatch.py): its tables on a case worked by hand,
 escaped names, the margins taken from the run beside the pairs, and the figures' artists."""
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def test_a_witness_with_no_bands_or_reference_length_and_a_set_with_no_witness(t
 
 def test_the_card_of_a_witness_with_no_reference_length_reads(tmp_path):
     # the card computed its slots' lengths with fill_null(None), which polars refuses, as the judgement once did
-    from analysis.views._review import witness_reviews
+    from analysis.views.html import witness_reviews
 
     data = _witness([(1, 1, None, [_slot(0, 40, 40)]), (4, 4, None, [_slot(i, 40, 40) for i in range(4)])], tokens=None)
     ws = read_witnesses(write_json(tmp_path / "w.json", data), progress=False)

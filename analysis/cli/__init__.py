@@ -84,7 +84,7 @@ def witness_command(
 ) -> None:
     """A terminal table of witnesses and their bands, with the V3 verdict of each witness."""
     _go_offline(offline)
-    from ..views._terminal import print_witness_tables
+    from ..views import print_witness_tables
     from ..core._fields import WitnessError
     from ..io._sources import SourceError
     from ..witness import read_witnesses

@@ -6,7 +6,7 @@ import os
 
 from ..metrics.parity import NEAR_TIE_EPSILON
 from ..run import read_run
-from ..views._review import run_review
+from ..views.html import run_review
 
 
 def result_line(folder: str | os.PathLike[str]) -> str:

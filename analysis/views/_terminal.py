@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..core._rustfmt import format_number
 from ..verdicts._v3 import ShapeVerdict
-from .plots import witness_label
+from .plots.witness import witness_label
 
 _STYLE = {"PASS": "green", "FAIL": "red", "UNMEASURABLE": "yellow", "ADMISSIBLE": "green", "NOT ADMISSIBLE": "red", "RED": "yellow"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core._cells import scroll_box
-from ..studies._judgement import answer_html, judge_runs
+from ...core._cells import scroll_box
+from ...studies._judgement import answer_html, judge_runs
 
 
 def run_card(run: Any) -> str:
@@ -19,6 +19,6 @@ def run_card(run: Any) -> str:
     >>> html.index('data-verdict="RED"') < html.index("bia run")
     True
     """
-    from ..run._model import _card
+    from ...run._model import _card
 
     return scroll_box(answer_html(judge_runs(run), table_id=None, full=True)) + _card(run)  # six columns: wider than a narrow notebook

@@ -1,39 +1,21 @@
-"""The run plots: per-request parity, margins, drift, widths and rates of one run (:mod:`analysis.plots` names them)."""
+"""The parity figures: where batched requests part from m=1 (a run's requests or a witness's bands), the margins there and
+along the reference, the drift before the fork, P(flip | margin), how many answers one prompt got, and the fork itself."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import polars as pl
 
-from ..run import Run, band_table, drift_table, flip_table, reference_margins, slot_table, width_table
-from ._drawing import LEGEND_LIMIT, _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis
+from ...run import Run, band_table, drift_table, flip_table, reference_margins, slot_table
+from ...studies._history import History
+from ...witness import WitnessSet
+from ._drawing import LEGEND_LIMIT, _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, as_frame, c_column, drawn
+from .witness import witness_label
 
-
-def _table(value: Any, table: Any, plot: str) -> pl.DataFrame:
-    """What a run plot draws: ``table(run)`` of a :class:`~analysis.Run`, or that table as given (polars or pandas).
-
-    Anything else is a TypeError naming both inputs the plot takes: a path, say, is not read for the caller.
-
-    Examples
-    --------
-    >>> _table("data/experiment-cpu/default", slot_table, "plot_run_divergence")
-    Traceback (most recent call last):
-    ...
-    TypeError: plot_run_divergence draws a Run or the frame of analysis.slot_table(run), not a str: read the run first, plot_run_divergence(analysis.read_run('data/experiment-cpu/default'))
-    """
-    if isinstance(value, Run):
-        return table(value)
-    if isinstance(value, pl.DataFrame):
-        return value
-    pandas = sys.modules.get("pandas")
-    if pandas is not None and isinstance(value, pandas.DataFrame):
-        return pl.from_pandas(value)
-    hint = f": read the run first, {plot}(analysis.read_run({value!r}))" if isinstance(value, (str, os.PathLike)) else ""
-    raise TypeError(f"{plot} draws a Run or the frame of analysis.{table.__name__}(run), not a {type(value).__name__}{hint}")
+_RESULT_MARKERS = {"PASS": "o", "FAIL": "X", "UNMEASURABLE": "s"}
 
 
 def _drifts(run: Run) -> pl.DataFrame:
@@ -46,18 +28,26 @@ def _partings(run: Run) -> dict[str, list[int]]:
     return {prompt: group["divergence_at"].drop_nulls().to_list() for (prompt,), group in slot_table(run).group_by(["prompt_id"])}
 
 
-def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None):
-    """Where each batched request parts from ref #1, against c: o parted, ^ never parted (plotted at its length).
+def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | None = None, ax=None):
+    """Where batched requests part from the m=1 reference, against c, on an axis from 0; when nothing parted the plot says so.
 
-    One series per outcome whatever the number of prompts; the earliest partings are named on the plot.
-    When nothing parted the plot says so, and its axis runs from 0 so that the requests' full length shows.
+    Given a run (or its :func:`analysis.slot_table`): each batched request where it parts from ref #1 (o), or at its length
+    when it never parts (^), one series per outcome whatever the number of prompts, the earliest partings named.
+
+    Given a witness set (or its bands): divergence_at per witness, its marker the band's recorded result (o PASS, X FAIL,
+    s UNMEASURABLE), declared_min marked. A point that one drawn before it would hide (the same c and divergence_at) is nudged
+    right of it and its line dashed; a witness whose every point repeats an earlier one's says whose in the legend. Given the
+    ``witnesses`` frame (a WitnessSet brings its own), a band whose divergence_at reaches its reference's length never parted.
 
     Parameters
     ----------
-    slots : Run or DataFrame
-        A run (its :func:`analysis.slot_table` is drawn), or that table (polars or pandas).
+    parity : Run, WitnessSet or DataFrame
+        A run, a witness set, or the frame of one (polars or pandas): a frame with ``agree_to`` is drawn as a run's requests,
+        any other as witness bands. The concurrency column is ``c`` or ``band_c``, whichever the frame has.
+    witnesses : DataFrame, optional
+        The witnesses of the bands, for their reference lengths.
     declared_min : int, optional
-        A line at this many tokens; given a run, the run's own ``declared_min`` when not given.
+        A run's line at this many tokens; given a run, the run's own ``declared_min`` when not given.
     ax : matplotlib Axes, optional
         Where to draw; a new figure otherwise.
 
@@ -69,26 +59,46 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
     --------
     >>> import matplotlib; matplotlib.use("Agg")
     >>> import analysis
-    >>> ax = plot_run_divergence(analysis.read_run("data/experiment-cpu/default"))  # assigned: a cell ends without the Axes' repr
+    >>> ax = plot_divergence(analysis.read_run("data/experiment-cpu/default"))  # assigned: a cell ends without the Axes' repr
     >>> [t.get_text() for t in ax.get_legend().get_texts()]  # in bits they part, in tokens none does
     ['never parted (58; drawn at their length)', 'declared_min = 64']
+    >>> ax = plot_divergence(analysis.read_witnesses("data/aprender-lambda", progress=False))
+    >>> len(ax.get_lines()) >= 3
+    True
     """
     ax = _axes(ax)
-    if isinstance(slots, Run) and declared_min is None:
-        declared_min = slots.declared_min
-    slots = _table(slots, slot_table, "plot_run_divergence")
+    if isinstance(parity, History):
+        raise TypeError("plot_divergence draws a Run, a WitnessSet or their frames; a History's earliest divergence over time is "
+                        "plot_trend(history, key, 'earliest_divergence')")
+    if isinstance(parity, WitnessSet) and witnesses is None:
+        witnesses = parity.to_backend("polars").witnesses
+    if isinstance(parity, Run) and declared_min is None:
+        declared_min = parity.declared_min
+    frame = drawn(parity, "plot_divergence", run=slot_table, witnesses=_bands, frame="analysis.slot_table(run) or WitnessSet.bands")
+    if "agree_to" in frame.columns:
+        return _requests_parting(frame, declared_min, ax)
+    return _witnesses_parting(frame, witnesses, ax)
+
+
+def _bands(ws: WitnessSet) -> pl.DataFrame:
+    return ws.to_backend("polars").bands
+
+
+def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax):
+    """A run's figure: each batched request where it parts from ref #1 (o), or at its length when it never parts (^)."""
+    c = c_column(slots)
     if slots.is_empty():
         return _empty(ax, "No batched requests in the run.")
     parted = slots.filter(pl.col("diverged"))
     held = slots.filter(~pl.col("diverged"))
     if parted.height:
-        ax.plot(parted["band_c"], parted["agree_to"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
-    ax.plot(held["band_c"], held["agree_to"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height}; drawn at their length)")
-    earliest = parted.sort("agree_to", "band_c").unique(["prompt_id"], keep="first", maintain_order=True)
-    _label_points(ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", "band_c", "agree_to", "slot").rows()])
+        ax.plot(parted[c], parted["agree_to"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
+    ax.plot(held[c], held["agree_to"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height}; drawn at their length)")
+    earliest = parted.sort("agree_to", c).unique(["prompt_id"], keep="first", maintain_order=True)
+    _label_points(ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", c, "agree_to", "slot").rows()])
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
-    _set_c_axis(ax, slots["band_c"].to_list())
+    _set_c_axis(ax, slots[c].to_list())
     if not parted.height:
         top = max([*held["agree_to"].drop_nulls().to_list(), declared_min or 0, 1])
         ax.set_ylim(0, top * 1.25)
@@ -98,6 +108,55 @@ def plot_run_divergence(slots: Any, *, declared_min: int | None = None, ax=None)
     ax.set_title("Divergence from the m=1 reference, per request")
     _legend(ax)
     return ax
+
+
+def _witnesses_parting(bands: pl.DataFrame, witnesses: Any, ax):
+    """A witness set's figure: divergence_at against c, one line per witness, each band's result as its marker."""
+    c = c_column(bands)
+    measured = bands.filter(pl.col("divergence_at").is_not_null())
+    if measured.is_empty():
+        return _empty(ax, "No band recorded a divergence_at.")
+    series: dict[tuple, str] = {}  # each witness's points, for the legend of one that repeats them
+    drawn: dict[tuple, int] = {}  # how many witnesses drew each (c, divergence_at) so far
+    for (source, version), group in measured.sort(c).group_by(["source", "witness_version"], maintain_order=True):
+        label, points = witness_label(source, version), tuple(group.select(c, "divergence_at").rows())
+        nudges = [2 ** (0.08 * drawn.get(point, 0)) for point in points]  # on the log2 c axis: beside the point it would hide
+        for point in points:
+            drawn[point] = drawn.get(point, 0) + 1
+        if points in series:
+            label += f" (= {series[points]}, nudged right)"
+        series.setdefault(points, witness_label(source, version))
+        group = group.with_columns(x=pl.col(c) * pl.Series(nudges))
+        line = ax.plot(group["x"], group["divergence_at"], "--" if max(nudges) > 1 else "-", alpha=0.7, label=label)[0]
+        for result, marker in _RESULT_MARKERS.items():
+            part = group.filter(pl.col("result") == result)
+            if part.height:
+                ax.plot(part["x"], part["divergence_at"], marker, color=line.get_color(), markersize=8, linestyle="none")
+    declared_mins = sorted(set(measured["declared_min"].drop_nulls().to_list()))
+    for declared in declared_mins:
+        ax.axhline(declared, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared}")
+    _set_c_axis(ax, measured[c].to_list())
+    # from 0, so that where the bands sit shows against the whole stream (not 60.5 to 67.5 around declared_min = 64)
+    ax.set_ylim(0, max([*measured["divergence_at"].to_list(), *declared_mins, 1]) * 1.25)
+    lengths = _never_parted_lengths(measured, witnesses)
+    if lengths:
+        ax.text(0.5, 0.4, f"Nothing parted: in every band ({measured.height}), slot 0 agrees\nwith the m=1 reference to its end "
+                          f"({', '.join(map(str, lengths))} tokens).", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("divergence_at (tokens agreeing with m=1)")
+    ax.set_title("Where each batch size parts from the m=1 reference")
+    _legend(ax)
+    return ax
+
+
+def _never_parted_lengths(measured: pl.DataFrame, witnesses: Any) -> list[int]:
+    """The reference lengths when every measured band's divergence_at reaches its witness's (none parted), else []."""
+    if witnesses is None:
+        return []
+    tokens = as_frame(witnesses).select("source", "reference_tokens").unique("source")
+    joined = measured.join(tokens, on="source", how="left")
+    if joined["reference_tokens"].null_count() or (joined["divergence_at"] < joined["reference_tokens"]).any():
+        return []
+    return sorted(set(joined["reference_tokens"].to_list()))
 
 
 def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
@@ -114,13 +173,14 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     'No request parted where the reference had two candidates.'
     """
     ax = _axes(ax)
-    parted = _table(slots, slot_table, "plot_margin_at_divergence").filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
+    parted = drawn(slots, "plot_margin_at_divergence", run=slot_table).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
+    c = c_column(parted)
     if parted.is_empty():
         return _empty(ax, "No request parted where the reference had two candidates.")
     # clip_on=False: an exact tie sits on the axis at 0 and is drawn whole
-    ax.plot(parted["band_c"], parted["reference_margin"], "o", alpha=0.7, clip_on=False, label="reference margin at the divergence")
+    ax.plot(parted[c], parted["reference_margin"], "o", alpha=0.7, clip_on=False, label="reference margin at the divergence")
     ax.axhline(epsilon, color="red", linestyle="--", label=f"epsilon = {epsilon:g}")
-    _set_c_axis(ax, parted["band_c"].to_list())
+    _set_c_axis(ax, parted[c].to_list())
     _margin_axis(ax)
     ax.set_ylabel("top-1 minus top-2 logprob\n(linear below 1e-3, log above)")
     ax.set_title("Was the call close where the streams parted?")
@@ -207,40 +267,6 @@ def _grey_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: Mapp
         _label_points(ax, sorted(dots))
 
 
-_WIDTH_ORIGINS = {"log": ("server log (per step)", "o"), "metrics": ("running-requests gauge (samples)", "s"),
-                  "engine": ("engine counters (tokens / steps, at least)", "^"), "streams": ("streams decoding at once", "D")}
-
-
-def plot_band_widths(widths: Any, *, ax=None):
-    """Which batch widths the server formed in each band: one dot per (c, width), its area the share of
-    the band's steps (or gauge samples) at that width, with the m = c line the band asked for.
-
-    ``widths``: a run, or the rows of its :func:`analysis.width_table` (band_c, width, share).
-
-    Examples
-    --------
-    >>> import matplotlib; matplotlib.use("Agg")
-    >>> import analysis
-    >>> ax = plot_band_widths(analysis.read_run("data/vllm-cpu/prefix-cache"))
-    >>> ax.get_lines()[0].get_label()
-    'm = c (the shape asked for)'
-    """
-    ax = _axes(ax)
-    widths = _table(widths, width_table, "plot_band_widths")
-    if widths.is_empty():
-        return _empty(ax, "The run recorded no batch widths (no server log, no gauge).")
-    cs = sorted(set(widths["band_c"].to_list()))
-    for (origin,), group in widths.group_by(["origin"], maintain_order=True):
-        label, marker = _WIDTH_ORIGINS.get(origin, (str(origin), "x"))
-        ax.scatter(group["band_c"], group["width"], s=[20 + 400 * share for share in group["share"]], alpha=0.5, marker=marker, label=label)
-    ax.plot(cs, cs, color="black", linestyle="--", linewidth=1, label="m = c (the shape asked for)")
-    _set_c_axis(ax, cs)
-    ax.set_ylabel("batch width m formed")
-    ax.set_title("Was the batch shape really served?")
-    _legend(ax)
-    return ax
-
-
 def plot_delta_before_fork(deltas: Any, *, ax=None):
     """Per-step ``|delta logprob|`` of batched requests against the reference, up to their fork.
 
@@ -257,12 +283,12 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     ['c=1 (largest of 2)', 'c=4, 8, 16 identical (largest of 8, 16, 32)']
     """
     ax = _axes(ax)
-    deltas = _table(deltas, _drifts, "plot_delta_before_fork")
+    deltas = drawn(deltas, "plot_delta_before_fork", run=_drifts)
     if deltas.is_empty():
         return _empty(ax, "No agreeing step to compare.")
     if deltas["abs_delta"].max() == 0:
         return _empty(ax, f"No drift: every one of the {deltas.height} agreeing steps has the reference's logprob, bit for bit.")
-    if "band_c" in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1:
+    if c_column(deltas) in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1:
         _drift_by_c(ax, deltas)
     else:
         series = deltas.group_by(["label"], maintain_order=True)
@@ -278,10 +304,11 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
 
 def _drift_by_c(ax, deltas: pl.DataFrame) -> None:
     """One line per c: the largest |delta| over that c's requests at each step; the furthest request named."""
-    colours = _c_colours(deltas["band_c"].to_list())
-    envelope = deltas.group_by("band_c", "step").agg(pl.col("abs_delta").max(), requests=pl.col("label").n_unique()).sort("band_c", "step")
+    by = c_column(deltas)
+    colours = _c_colours(deltas[by].to_list())
+    envelope = deltas.group_by(by, "step").agg(pl.col("abs_delta").max(), requests=pl.col("label").n_unique()).sort(by, "step")
     series = (((c, g["requests"].max()), tuple(g.select("step", "abs_delta").rows()), (c, g))
-              for (c,), g in envelope.group_by(["band_c"], maintain_order=True))
+              for (c,), g in envelope.group_by([by], maintain_order=True))
     for label, (c, group) in _merge_identical(series, _same_drift):  # c's that drift alike share one line, named after each
         ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.9, markersize=3, color=colours[c], label=label)
     worst = deltas.sort("abs_delta", descending=True).row(0, named=True)
@@ -314,7 +341,7 @@ def plot_flip_curve(curve: Any, *, ax=None):
     'No step flipped: P(flip) is 0 in every m'
     """
     ax = _axes(ax)
-    curve = _table(curve, flip_table, "plot_flip_curve").filter(pl.col("steps") > 0)
+    curve = drawn(curve, "plot_flip_curve", run=flip_table).filter(pl.col("steps") > 0)
     if curve.is_empty():
         return _empty(ax, "No step at risk with a reference margin.")
     if curve["flips"].sum() == 0:
@@ -348,16 +375,17 @@ def plot_unique_completions(bands: Any, *, ax=None):
     [1, 1, 1, 1]
     """
     ax = _axes(ax)
-    bands = _table(bands, band_table, "plot_unique_completions")
+    bands = drawn(bands, "plot_unique_completions", run=band_table)
     if bands.is_empty():
         return _empty(ax, "No bands in the run.")
-    bands = bands.sort("band_c")
-    ax.plot(bands["band_c"], bands["unique_completions"], "o", alpha=0.5, color="tab:blue", label=f"one band ({bands.height})")
-    most = bands.group_by("band_c", maintain_order=True).agg(pl.col("unique_completions").max())
-    ax.plot(most["band_c"], most["unique_completions"], "-", color="black", linewidth=1, label="the most in one band")
+    c = c_column(bands)
+    bands = bands.sort(c)
+    ax.plot(bands[c], bands["unique_completions"], "o", alpha=0.5, color="tab:blue", label=f"one band ({bands.height})")
+    most = bands.group_by(c, maintain_order=True).agg(pl.col("unique_completions").max())
+    ax.plot(most[c], most["unique_completions"], "-", color="black", linewidth=1, label="the most in one band")
     spread = bands.filter(pl.col("unique_completions") > 1).sort("unique_completions", descending=True)
-    _label_points(ax, [(c, n, str(p)) for p, c, n in spread.select("prompt_id", "band_c", "unique_completions").rows()])
-    _set_c_axis(ax, bands["band_c"].to_list())
+    _label_points(ax, [(x, n, str(p)) for p, x, n in spread.select("prompt_id", c, "unique_completions").rows()])
+    _set_c_axis(ax, bands[c].to_list())
     ax.set_ylim(bottom=0)
     ax.set_ylabel("unique completions in the band")
     ax.set_title("How many different answers one prompt got")
@@ -385,68 +413,6 @@ def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
         ax.annotate(f"{token!r}: {n} of {total}", xy=(0.2, 0.5), xytext=(0.35, y), va="center", arrowprops={"arrowstyle": "<-"})
     ax.set_axis_off()
     ax.set_title("The fork")
-    return ax
-
-
-def _outliers(frame: pl.DataFrame, column: str) -> pl.DataFrame:
-    """Rows beyond 1.5 IQR of their c's values (Tukey's fences), furthest first; none for a c with fewer than four rows.
-
-    Examples
-    --------
-    >>> frame = pl.DataFrame({"band_c": [4] * 5, "rate": [100.0, 101.0, 99.0, 100.5, 20.0]})
-    >>> _outliers(frame, "rate")["rate"].to_list()
-    [20.0]
-    """
-    value = pl.col(column)
-    q1, q3 = value.quantile(0.25).over("band_c"), value.quantile(0.75).over("band_c")
-    spread = 1.5 * (q3 - q1)
-    far = (value < q1 - spread) | (value > q3 + spread)
-    distance = pl.max_horizontal(q1 - spread - value, value - q3 - spread)
-    return frame.filter(far & (pl.len().over("band_c") >= 4)).sort(distance, descending=True)
-
-
-def plot_run_decode_rate(bands: Any, *, ax=None):
-    """Each band's median decode rate against c as a dot, the median over bands per c as a line, with
-    the 50%-of-c=1 line; outlying bands (beyond 1.5 IQR of their c's rates, four bands or more) are
-    named. Untimed bands are said, not drawn.
-
-    Parameters
-    ----------
-    bands : Run or DataFrame
-        A run (its :func:`analysis.band_table` is drawn), or that table (polars or pandas).
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure otherwise.
-
-    Returns
-    -------
-    matplotlib Axes
-
-    Examples
-    --------
-    >>> import matplotlib; matplotlib.use("Agg")
-    >>> import analysis
-    >>> ax = plot_run_decode_rate(analysis.read_run("data/experiment-cpu/default"))  # assigned: a cell ends without the Axes' repr
-    >>> ax.get_lines()[1].get_label()
-    'median over bands'
-    """
-    ax = _axes(ax)
-    bands = _table(bands, band_table, "plot_run_decode_rate")
-    rated = bands.filter(pl.col("decode_tok_s").is_not_null()) if "decode_tok_s" in bands.columns else bands.clear()
-    if rated.is_empty():
-        return _empty(ax, "No band has a decode rate: the captures carry no live arrival times.")
-    rated = rated.sort("band_c").with_columns(median=pl.col("decode_tok_s").median().over("band_c"))
-    ax.plot(rated["band_c"], rated["decode_tok_s"], "o", alpha=0.5, color="tab:blue", label=f"one band ({rated.height})")
-    medians = rated.group_by("band_c", maintain_order=True).agg(pl.col("median").first())
-    ax.plot(medians["band_c"], medians["median"], "-", color="black", linewidth=1.2, label="median over bands")
-    base = medians.filter(pl.col("band_c") == 1)["median"]
-    if base.len():
-        ax.axhline(0.5 * base[0], color="black", linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:,.0f} tok/s)")
-    _label_points(ax, [(c, r, str(p)) for p, c, r in _outliers(rated, "decode_tok_s").select("prompt_id", "band_c", "decode_tok_s").rows()])
-    _set_c_axis(ax, rated["band_c"].to_list())
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("median decode rate per request (tok/s)")
-    ax.set_title("Decode rate while batched")
-    _legend(ax)
     return ax
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import polars as pl
 
-from ..core._cells import MISSING, cell, few, share
-from ..core._modes import kernel_mode_words
-from ..metrics import bits_unrecorded, per_c_counts, run_counts
+from ...core._cells import MISSING, cell, few, share
+from ...core._modes import kernel_mode_words
+from ...metrics import bits_unrecorded, per_c_counts, run_counts
 
 NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
 
@@ -57,7 +57,7 @@ class Review:
 
 def _judged(rows: list[dict[str, Any]]) -> tuple[str, str, str, list[tuple[str, str, str | None]]]:
     """The card's verdict, headline, colour and judgement lines from its judgement rows (one per arm): the worst arm heads it."""
-    from ..studies._judgement import CSS, VERDICTS
+    from ...studies._judgement import CSS, VERDICTS
 
     if not rows:
         return "UNVERIFIED", "UNVERIFIED: nothing to judge.", "warn", []
@@ -155,8 +155,8 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     >>> run_review(read_run("data/experiment-cpu/default"), epsilon=0.05).headline[:60]
     'RED (co-batching): 56 of 56 batched requests part from m=1 ('
     """
-    from ..run import slot_table
-    from ..studies._judgement import judge_runs
+    from ...run import slot_table
+    from ...studies._judgement import judge_runs
 
     if judgement is None:
         judgement = judge_runs(run)
@@ -182,7 +182,7 @@ def _reference_spans(run) -> pl.DataFrame:
     """Per prompt, where its two m=1 references part: ``token_span`` (the first token they differ at) and ``bit_span``
     (the first position whose logprob bits differ), each null where they never do: what the server does alone, run to run.
     From :func:`analysis.run.reference_table` (ref #2 against ref #1, every prompt at once)."""
-    from ..run import reference_table
+    from ...run import reference_table
 
     length = pl.min_horizontal("length", "reference_length")
     return reference_table(run).select(
@@ -299,8 +299,8 @@ def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review
     list of Review
         In the order the witnesses were read, each headed by its judgement's verdict.
     """
-    from ..studies._witness_judgement import judge_witnesses
-    from .plots import witness_label
+    from ...studies._witness_judgement import judge_witnesses
+    from ..plots.witness import witness_label
 
     if judgement is None:
         judgement = judge_witnesses(ws)

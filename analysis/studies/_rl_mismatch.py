@@ -1,6 +1,6 @@
-"""The report's sampler-vs-trainer section: every RL framework's mismatch metrics per run, the per-token
+"""The sampler-vs-trainer study: every RL framework's mismatch metrics per run, the per-token
 ``δ = trainer − rollout`` logprob, where it falls (position, the sampler's top-1/top-2 margin), and the
-sequences with the largest K3.
+sequences with the largest K3 (the report's section draws them: :mod:`analysis.views.html.mismatch`).
 
 Its input is the sampler-trainer pairs that ``bia experiment --trainer`` writes beside the runs
 (``<folder>/trainer/<run>.jsonl``, prime-rl token exports), or any prime-rl export; a run directory
@@ -12,17 +12,14 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Sequence
-from html import escape
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
 from ..dumps import read_dump
 from ..metrics import mismatch_summary, mismatch_table
-from ..views._details import table_html
 
-_TOP_SEQUENCES = 5  # per pairs file, in the largest-K3 table
+TOP_SEQUENCES = 5  # per pairs file, in the largest-K3 table
 
 
 def trainer_pairs(runs: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -164,7 +161,7 @@ def mismatch_summaries(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
     return pl.DataFrame({"framework": [n.split(":", 1)[0] for n in names], "logged name": [n.split(":", 1)[1] for n in names], **columns})
 
 
-def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = _TOP_SEQUENCES) -> pl.DataFrame:
+def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = TOP_SEQUENCES) -> pl.DataFrame:
     """Per pairs file, the ``n`` sequences with the largest K3 (their token mean), with where their tokens parted.
 
     Examples
@@ -188,121 +185,3 @@ def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = _TOP_SEQUENCES)
     top = per.sort("k3", descending=True, nulls_last=True).group_by("run", maintain_order=True).head(n)
     return top.select("run", "request", "prompt_id", "band_c", "tokens", "tokens parted", "first parted at",
                       pl.col("k3").alias("K3 (token mean)"), "max |delta|").sort("run", "K3 (token mean)", descending=[False, True])
-
-
-def rl_mismatch_html(pairs: Sequence[str | os.PathLike[str]]) -> str:
-    """The section's tables: every framework's metrics per run, and the sequences with the largest K3.
-
-    Parameters
-    ----------
-    pairs : sequence of paths
-        Sampler-trainer pairs files (see :func:`trainer_pairs`).
-
-    Returns
-    -------
-    str
-        Escaped HTML: a heading, a sentence per run on whether it reached exactly 0, and the two tables.
-
-    Examples
-    --------
-    >>> html = rl_mismatch_html(["data/experiment-cpu/trainer/fixed-tiles.jsonl"])
-    >>> "experiment-cpu/fixed-tiles: every one of the 3968 tokens" in html
-    True
-    """
-    summaries = mismatch_summaries(pairs)
-    tokens = mismatch_tokens(pairs)
-    said = []
-    for (run,), group in tokens.group_by("run", maintain_order=True):
-        parted = int((group["delta"] != 0).sum())
-        said.append(f"{run}: every one of the {group.height} tokens has the sampler's bits, so every metric is at its no-mismatch value"
-                    if parted == 0 else f"{run}: {parted} of {group.height} tokens part, by up to {group['delta'].abs().max():.3g} nats")
-    intro = ("<h2>Sampler and trainer</h2><p>Each sampled sequence scored again as an RL trainer scores it: one teacher-forced "
-             "forward pass over prompt and completion, batched as a trainer batches, in the run's kernel mode. The metrics are each "
-             "framework's own (names as they log them, their averaging and constants); delta is the trainer's logprob minus the "
-             "sampler's. A kernel mode whose one-pass forward gives the decode's bits makes every one exactly 0.</p>")
-    findings = "<ul>" + "".join(f"<li>{escape(s)}</li>" for s in said) + "</ul>"
-    findings += "".join(f'<p class="bia-fail">{escape(s)}</p>' for s in stale_pairs(pairs))
-    summary = table_html(summaries, caption="Every framework's sampler-trainer mismatch metrics, one column per run. With no "
-                                            "mismatch a difference or KL reads 0 and a ratio 1; verl divides its token means by "
-                                            "the token count + 1e-8, so its chi2_token reads a hair below 0 even then.",
-                         empty="No sampler-trainer pairs.")
-    top = table_html(largest_k3(pairs), caption=f"The {_TOP_SEQUENCES} sequences of each run with the largest K3 (token mean); "
-                                                 "'first parted at' is the first completion token whose logprob differs in any bit.",
-                     empty="No sampler-trainer pairs.")
-    return intro + findings + summary + top
-
-
-def rl_mismatch_figures(pairs: Sequence[str | os.PathLike[str]]) -> list[tuple[Any, str]]:
-    """The section's figures, for :func:`~analysis.report.show_figure`: the distribution of ``|delta|`` (log scale) and
-    ``|delta|`` against position; ``|delta|`` against the sampler's top-1/top-2 margin.
-
-    Examples
-    --------
-    >>> import matplotlib.pyplot as plt
-    >>> figures = rl_mismatch_figures(["data/experiment-cpu/trainer/default.jsonl"])
-    >>> [len(fig.axes) for fig, _ in figures]
-    [2, 1]
-    >>> plt.close("all")
-    """
-    import matplotlib.pyplot as plt
-
-    tokens = mismatch_tokens(pairs).with_columns(size=pl.col("delta").abs())
-    runs = tokens["run"].unique(maintain_order=True).to_list()
-    tokens = tokens.with_columns(color=pl.col("run").replace_strict(runs, [f"C{i % 10}" for i in range(len(runs))]))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    _distribution(tokens, axes[0])
-    _by_position(tokens, axes[1])
-    out = [(fig, "the distribution of |trainer - rollout logprob| per run on a log scale, and its mean against the token's position")]
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    _by_margin(tokens, ax)
-    return [*out, (fig, "|trainer - rollout logprob| against the sampler's top-1 minus top-2 logprob margin, per run")]
-
-
-def _zeros(group: pl.DataFrame) -> str:
-    """A run's legend label, saying how many tokens sit at exactly 0 (which a log scale cannot show)."""
-    run, zeros = group["run"][0], int((group["size"] == 0).sum())
-    return f"{run} ({zeros} of {group.height} at exactly 0)" if zeros else run
-
-
-def _each_run(tokens: pl.DataFrame):
-    """Each run's tokens, its colour (the same in every panel) and its legend label."""
-    for (_,), group in tokens.group_by("run", maintain_order=True):
-        yield group, group["color"][0], _zeros(group)
-
-
-def _distribution(tokens: pl.DataFrame, ax) -> None:
-    import numpy as np
-
-    nonzero = tokens.filter(pl.col("size") > 0)["size"]
-    if nonzero.is_empty():
-        ax.bia_empty = "No token's logprob differs between sampler and trainer: no distribution of |delta| to draw."
-        return
-    bins = np.logspace(np.log10(nonzero.min()) - 0.1, np.log10(nonzero.max()) + 0.1, 30)
-    for group, color, label in _each_run(tokens):
-        ax.hist(group.filter(pl.col("size") > 0)["size"].to_numpy(), bins=bins, histtype="step", color=color, label=label)
-    ax.set(xscale="log", xlabel="|trainer - rollout logprob| (nats)", ylabel="tokens", title="Per-token mismatch")
-    ax.legend(fontsize="small")
-
-
-def _by_position(tokens: pl.DataFrame, ax) -> None:
-    if tokens.filter(pl.col("size") > 0).is_empty():
-        ax.bia_empty = "No token's logprob differs between sampler and trainer at any position."
-        return
-    for group, color, label in _each_run(tokens):
-        means = group.group_by("position").agg(pl.col("size").mean()).sort("position").filter(pl.col("size") > 0)
-        ax.plot(means["position"].to_numpy(), means["size"].to_numpy(), marker=".", color=color, label=label)
-    ax.set(yscale="log", xlabel="completion token", ylabel="mean |trainer - rollout logprob|", title="Mismatch along the sequence")
-    ax.legend(fontsize="small")
-
-
-def _by_margin(tokens: pl.DataFrame, ax) -> None:
-    shown = tokens.filter((pl.col("size") > 0) & (pl.col("margin") > 0))
-    if shown.is_empty():
-        ax.bia_empty = "No token parts with a known sampler margin (the runs beside the pairs give the margins)."
-        return
-    for group, color, label in _each_run(tokens):
-        group = group.filter((pl.col("size") > 0) & (pl.col("margin") > 0))
-        ax.scatter(group["margin"].to_numpy(), group["size"].to_numpy(), s=6, alpha=0.6, color=color, label=label)
-    ax.set(xscale="log", yscale="log", xlabel="sampler's top-1 minus top-2 logprob", ylabel="|trainer - rollout logprob|",
-           title="Mismatch against the sampler's margin")
-    ax.legend(fontsize="small")

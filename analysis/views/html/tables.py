@@ -12,10 +12,10 @@ from typing import Any
 
 import polars as pl
 
-from ..core._frames import as_polars
-from ..core._html import render
-from ..core._cells import MISSING, cell, duration, pairs
-from ..core._modes import canonical_setting
+from ...core._frames import as_polars
+from ...core._html import render
+from ...core._cells import MISSING, cell, duration, pairs
+from ...core._modes import canonical_setting
 
 WORST_ROWS = 20  # a long table shows this many of its worst rows and counts the rest
 FEW = 5  # per-prompt sentences (negative controls, forks) listed before the rest are counted
@@ -78,7 +78,7 @@ def _label(identity: Any, labels: Mapping[Any, str]) -> str:
 
 def negative_control(run, prompt_id: str) -> dict[str, Any]:
     """Plant a divergence in a copy of ref #1 (a token it never produced, at its middle step) and check that it is found."""
-    from ..metrics import parity
+    from ...metrics import parity
 
     refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
     row = refs.row(0, named=True)
@@ -88,7 +88,7 @@ def negative_control(run, prompt_id: str) -> dict[str, Any]:
 
 def _planted(reference, prompt_id: str) -> dict[str, Any]:
     """:func:`negative_control` of a prompt's ref #1 stream."""
-    from ..metrics import parity
+    from ...metrics import parity
 
     at = len(reference) // 2
     planted = list(reference.identities)
@@ -101,7 +101,7 @@ def _planted(reference, prompt_id: str) -> dict[str, Any]:
 def _controls(run, prompts: list[str]) -> dict[str, Any]:
     """The negative control of every prompt with a reference: the missed ones first, then a few found, and the count.
     Each prompt's first reference (lowest slot) as :func:`negative_control` takes it, their streams built in one pass."""
-    from ..metrics import parity
+    from ...metrics import parity
 
     key = ["source", "record", "choice_index"]
     firsts = (run.dump.requests.filter(pl.col("role") == "reference").sort("prompt_id", "slot", maintain_order=True)
@@ -117,7 +117,7 @@ def _controls(run, prompts: list[str]) -> dict[str, Any]:
 
 def _forks(run) -> dict[str, Any]:
     """Where the slots of each band part among themselves: the earliest forks, and how many bands never part."""
-    from ..run import band_forks
+    from ...run import band_forks
 
     labels, parted = _token_labels(run), []
     forks = band_forks(run)
@@ -171,8 +171,8 @@ def _refused(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def run_admission(run, policy) -> list[dict[str, Any]]:
     """aprender's V3 verdict of each prompt's witness, prompts with the same verdict and reasons grouped."""
-    from ..verdicts._v3 import ShapeVerdict, shape_check_data
-    from ..run import RunError, to_witness
+    from ...verdicts._v3 import ShapeVerdict, shape_check_data
+    from ...run import RunError, to_witness
 
     groups: dict[tuple, dict[str, Any]] = {}
     for prompt in sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None}):
@@ -192,7 +192,7 @@ def run_admission(run, policy) -> list[dict[str, Any]]:
 def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """The run's prompts, bands (per c, then the worst bands) and requests (the worst), then the observer
     and accuracy checks when the run has them."""
-    from ..run import accuracy_table, observer_table
+    from ...run import accuracy_table, observer_table
 
     against = reference if isinstance(reference, str) else f"ref #1 of {reference.label}"
     return (_prompts_html(run, reference) + _bands_html(run, epsilon, reference, against) + _requests_html(run, epsilon, reference, against)
@@ -200,7 +200,7 @@ def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
 
 
 def _prompts_html(run, reference: Any) -> str:
-    from ..run import prompt_table
+    from ...run import prompt_table
 
     prompts = prompt_table(run, reference=reference).select(
         prompt="prompt_id", **{"Div_Index (first divergence across configurations)": "div_index",
@@ -220,7 +220,7 @@ def _interval(low: str, high: str) -> pl.Expr:
 
 
 def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
-    from ..run import band_table
+    from ...run import band_table
 
     bands = band_table(run, epsilon=epsilon, reference=reference)
     arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms: each arm's bands apart
@@ -251,7 +251,7 @@ def _as_durations(frame: pl.DataFrame, column: str) -> pl.DataFrame:
 
 
 def _requests_html(run, epsilon: float, reference: Any, against: str) -> str:
-    from ..run import slot_table
+    from ...run import slot_table
 
     arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms names each request's arm
     slots = slot_table(run, epsilon=epsilon, reference=reference).select(
@@ -288,7 +288,7 @@ def _observer_html(observed: pl.DataFrame) -> str:
 
 def witness_bands_html(ws) -> str:
     """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result."""
-    from .plots import witness_label
+    from ..plots.witness import witness_label
 
     bands = ws.to_backend("polars").bands
     labels = [witness_label(s, v) for s, v in bands.select("source", "witness_version").iter_rows()]

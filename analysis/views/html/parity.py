@@ -1,18 +1,11 @@
-"""The parity report: a parameterised notebook executed by papermill and exported as one
-self-contained HTML file (no code, no network request).
-
-The notebook stays thin: it calls the ``*_html`` functions here, which render escaped HTML
-fragments with jinja2, and the ``plot_*`` functions of :mod:`analysis.plots`.
-"""
+"""The parity report's fragments: the answer, the verdict cards, the runs side by side, the engines, V3's gate, each run's
+and witness set's detail, and the provenance, each rendered as escaped HTML with jinja2 (the notebook only displays them)."""
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
-import os
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from html import escape
 from pathlib import Path
@@ -20,26 +13,18 @@ from typing import Any
 
 import polars as pl
 
-from ..views._details import run_html, run_tables_html, table_html
-from ..core._html import render
-from ..core._output import claim_output
-from ..core._cells import MISSING, cell, pairs, percent
-from ..core._modes import kernel_mode_words
-from ..verdicts._v3 import ShapeVerdict, V3Policy
-from ..core._version import __version__
-from ..io._bundled import bundled
-from ..studies._engines import default_engine_reference, engine_table
-from ..studies._modes import _engine_label, mode_comparison
-from ..run import RunError
-from ._attribution import attribution_html
-from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
-from ._first_op import first_op_html
-
-
-
-def notebook_path() -> Path:
-    """The parity report notebook (``notebooks/parity_report.ipynb``)."""
-    return bundled("notebooks/parity_report.ipynb")
+from ...core._cells import MISSING, cell, pairs, percent
+from ...core._html import render
+from ...core._modes import kernel_mode_words
+from ...run import RunError
+from ...studies._engines import default_engine_reference, engine_table
+from ...studies._modes import _engine_label, mode_comparison
+from ...verdicts._v3 import ShapeVerdict, V3Policy
+from ..plots.witness import differing_env_knobs
+from .attribution import attribution_html
+from .first_ops import first_op_html
+from .review import run_review, witness_reviews
+from .tables import markers_html, run_admission, run_html, run_tables_html, table_html, witness_bands_html
 
 
 # --- HTML fragments the notebook displays --------------------------------------------------
@@ -47,17 +32,6 @@ def notebook_path() -> Path:
 
 def _short(commit: str | None) -> str:
     return commit[:10] if commit else MISSING
-
-
-def header_html(title: str, ws, runs: Iterable[Any] = (), *, default: bool = False, admission: bool = False) -> str:
-    """The title, when and by what the report was made, and what it read."""
-    runs = list(runs)
-    polars_set = ws.to_backend("polars")
-    counts = [(len(runs), "run"), (polars_set.witnesses.height, "witness"), (polars_set.markers.height, "release marker")]
-    read = ", ".join(f"{n} {what}{'es' if what == 'witness' and n != 1 else 's' if n != 1 else ''}" for n, what in counts if n) or "nothing"
-    read += " (the embedded default)" if default else ""
-    return render("header.html.j2", title=title, generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                  version=__version__, read=read, admission=admission)
 
 
 def provenance_html(parameters: Mapping[str, Any], ws, policy: V3Policy, runs: Iterable[Any] = (), *, default: bool = False) -> str:
@@ -100,21 +74,10 @@ def _readmes(sources: Iterable[str]) -> list[dict[str, str]]:
     return out
 
 
-def heading_html(words: str, name: str, level: int = 3) -> str:
-    """A heading naming a run or a file: ``words`` then ``name`` as code, both escaped.
-
-    Examples
-    --------
-    >>> heading_html("Run", "runs/<b>")
-    '<h3>Run <code>runs/&lt;b&gt;</code></h3>'
-    """
-    return f"<h{level}>{escape(words)} <code>{escape(name)}</code></h{level}>"
-
-
 def judge_report(ws, runs: Iterable[Any] = ()) -> Any:
     """The report's one judgement: every run's rows (:func:`analysis.judge`, at ``bia certify``'s default 1% target), then every
     witness's. The answer table, the verdict cards and the sections side by side all render these rows."""
-    from ..studies import judge
+    from ...studies import judge
 
     return judge([*runs, *([ws] if ws.sources else [])])
 
@@ -129,7 +92,7 @@ def answer_section_html(judgement: Any) -> str:
     >>> '<table id="answer"' in html, 'data-verdict="RED"' in html
     (True, True)
     """
-    from ..studies import answer_html
+    from ...studies import answer_html
 
     if not len(judgement):
         return '<p class="bia-fail">Nothing to judge: no run and no witness was read.</p>'
@@ -149,7 +112,7 @@ def _arms_note(arms: list[str]) -> str:
     >>> _arms_note(["copies", "witness"])
     '<p class="bia-muted bia-arms">The arm in brackets is what was sent (a run without control arms is one arm, named after its layout): copies, every slot a copy of the prompt.</p>'
     """
-    from ..run._arms import ARM_WORDS
+    from ...run._arms import ARM_WORDS
 
     said = [f"{arm}, {ARM_WORDS[arm]}" for arm in arms if arm in ARM_WORDS]
     if not said:
@@ -177,12 +140,10 @@ def reviews_html(ws, runs: Iterable[Any] = (), *, epsilon: float, reference: Any
     Returns
     -------
     str
-        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views._review``); each card's headline
+        Escaped HTML: a heading and one card per run, then per witness (see :mod:`analysis.views.html.review`); each card's headline
         is its judgement's verdict and reason, the rest collapsed. Then, for runs probed with control arms, why their
-        streams part (``analysis.report._attribution``).
+        streams part (:mod:`analysis.views.html.attribution`).
     """
-    from ..views._review import run_review, witness_reviews
-
     runs = list(runs)
     judgement = judge_report(ws, runs) if judgement is None else judgement
     reviews = [run_review(run, epsilon=epsilon, reference=reference, judgement=judgement) for run in runs]
@@ -241,8 +202,6 @@ def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any]
     str
         Escaped HTML; the reasons' long decimals rounded for people (see ``rounded``).
     """
-    from ..views._details import run_admission
-
     judged = []
     for run in runs:
         groups = run_admission(run, policy)
@@ -264,16 +223,11 @@ def _names(items: list[str], n: int = 8) -> str:
 
 def bands_html(ws) -> str:
     """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result."""
-    from ..views._details import witness_bands_html
-
     return witness_bands_html(ws)
 
 
 def witness_details_html(ws) -> str:
     """A witness set's detail, collapsed: its bands, the env knobs that differ, and the release markers."""
-    from ..views._details import markers_html
-    from ..views.plots import differing_env_knobs
-
     knobs = differing_env_knobs(ws.to_backend("polars").witnesses)
     knobs = knobs.rename({c: c.removeprefix("env_") for c in knobs.columns if c.startswith("env_")})
     body = (bands_html(ws) + table_html(knobs, caption="Environment knobs that differ between the witnesses.",
@@ -299,7 +253,7 @@ def _collapsed(summary: str, body: str) -> str:
 
 def _verdicts(judgement: Any, runs: list[Any]) -> dict[str, dict[str, Any]]:
     """Each run's judgement in one row: the worst arm's verdict and cause, and the run's one ULP figure (batched against m=1)."""
-    from ..studies import judge
+    from ...studies import judge
 
     judgement = judge(runs) if judgement is None else judgement
     out: dict[str, dict[str, Any]] = {}
@@ -392,83 +346,5 @@ def _rate_vs_default(rates: pl.Series) -> str:
     if rates.is_null().all():
         return "no default-mode run in its folder"
     return " / ".join(cell(None if r is None else round(r, 2)) for r in rates)
-
-
-# --- running the notebook ------------------------------------------------------------------
-
-
-def render_report(
-    sources: Iterable[str | os.PathLike[str]] | None = None,
-    output: str | os.PathLike[str] = "parity-report.html",
-    *,
-    runs: Iterable[str | os.PathLike[str]] | None = None,
-    epsilon: float = 0.05,
-    reference: str | os.PathLike[str] = "ref1",
-    title: str = DEFAULT_TITLE,
-    policy: Mapping[str, Any] | V3Policy | None = None,
-    admission: bool | None = None,
-    executed_notebook: str | os.PathLike[str] | None = None,
-    progress: bool | None = None,
-    timeout_s: int = 600,
-    force: bool = False,
-) -> Path:
-    """Execute the parity report notebook with papermill and export it as one HTML file.
-
-    Parameters
-    ----------
-    sources : iterable of paths or URLs, optional
-        Witness and marker sources; the embedded default data when both these and ``runs`` are empty.
-    runs : iterable of paths, optional
-        Run directories (see :mod:`analysis.run`).
-    epsilon : float
-        The near-tie epsilon for the runs' margins.
-    reference : str or path
-        What each batched request is compared with: "ref1", "ref2", or another run directory (its ref #1).
-    output : path
-        Where the HTML goes.
-    title : str
-        The report's title.
-    policy : mapping or V3Policy, optional
-        Overrides of the V3 policy's constants.
-    admission : bool, optional
-        Also judge every run by aprender's V3 release gate, in its own section (witnesses always
-        are); by default only when ``policy`` is given.
-    executed_notebook : path, optional
-        Also keep the executed notebook here (it holds no progress widgets).
-    progress : bool, optional
-        Show papermill's cell progress bar; by default only in a terminal.
-    timeout_s : int
-        Per-cell time limit.
-    force : bool
-        Overwrite ``output`` and ``executed_notebook`` when they exist (refused otherwise, before
-        the notebook runs).
-
-    Returns
-    -------
-    Path
-        The HTML file written.
-    """
-    if isinstance(policy, V3Policy):
-        policy = dataclasses.asdict(policy)
-    sources, runs = _once(sources or [], "source"), _once(runs or [], "run")
-    parameters = {
-        "sources": sources,
-        "runs": runs,
-        "epsilon": float(epsilon),
-        "reference": os.fspath(reference),
-        "title": title,
-        "policy": {k: list(v) if isinstance(v, tuple) else v for k, v in dict(policy or {}).items()},
-        "admission": bool(admission) if admission is not None else policy is not None,
-    }
-    V3Policy.from_mapping(parameters["policy"])  # refuse a bad policy before starting a kernel
-    for run in parameters["runs"]:
-        if not (Path(run) / "manifest.json").exists():
-            raise ReportError(f"{run}: not a run directory (no manifest.json)")
-    output = claim_output(output, force=force, what="the report")
-    if executed_notebook:
-        claim_output(executed_notebook, force=force, what="the executed notebook")
-    show = progress if progress is not None else sys.stderr.isatty()
-    return execute_to_html(notebook_path(), parameters, output, what="report", executed_notebook=executed_notebook, progress=show,
-                           timeout_s=timeout_s)
 
 

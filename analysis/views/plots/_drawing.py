@@ -1,11 +1,72 @@
-"""What every plot draws with: a new figure when no Axes is given, the log2 c axis, the panel that says why it is
-empty, the legend kept inside its axes, outliers named on the plot, and series that would hide each other merged."""
+"""What every plot draws with: its input read alike (a Run, a WitnessSet, a History or a frame), the concurrency column,
+a new figure when no Axes is given, the log2 c axis, the panel that says why it is empty, the legend kept inside its axes,
+outliers named on the plot, and series that would hide each other merged."""
 
 from __future__ import annotations
 
+import os
+import sys
 import textwrap
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
+
+import polars as pl
+
+from ...run import Run
+from ...studies._history import History
+from ...witness import WitnessSet
+
+
+def c_column(frame: pl.DataFrame) -> str:
+    """The frame's concurrency column: ``c`` (witness bands, a history) or ``band_c`` (a run's tables), whichever it has.
+
+    Examples
+    --------
+    >>> c_column(pl.DataFrame({"c": [1]})), c_column(pl.DataFrame({"band_c": [1]}))
+    ('c', 'band_c')
+    """
+    return "c" if "c" in frame.columns or "band_c" not in frame.columns else "band_c"
+
+
+def as_frame(value: Any) -> pl.DataFrame | None:
+    """A polars frame as is, a pandas frame as polars; None for anything else."""
+    if isinstance(value, pl.DataFrame):
+        return value
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(value, pandas.DataFrame):
+        return pl.from_pandas(value)
+    return None
+
+
+def drawn(value: Any, plot: str, *, run: Callable[[Run], pl.DataFrame] | None = None,
+          witnesses: Callable[[WitnessSet], pl.DataFrame] | None = None, history: Callable[[History], pl.DataFrame] | None = None,
+          frame: str = "") -> pl.DataFrame:
+    """What a plot draws from its input: a :class:`~analysis.Run`'s table (``run(value)``), a
+    :class:`~analysis.WitnessSet`'s (``witnesses(value)``), a :class:`~analysis.History`'s (``history(value)``), or a frame as
+    given (polars or pandas). Anything else is a TypeError naming what the plot takes: a path, say, is not read for the caller.
+
+    Examples
+    --------
+    >>> from analysis.run import slot_table
+    >>> drawn("data/experiment-cpu/default", "plot_margin_at_divergence", run=slot_table)
+    Traceback (most recent call last):
+    ...
+    TypeError: plot_margin_at_divergence draws a Run or the frame of analysis.slot_table(run), not a str: read the run first, plot_margin_at_divergence(analysis.read_run('data/experiment-cpu/default'))
+    """
+    if run is not None and isinstance(value, Run):
+        return run(value)
+    if witnesses is not None and isinstance(value, WitnessSet):
+        return witnesses(value)
+    if history is not None and isinstance(value, History):
+        return history(value)
+    as_polars = as_frame(value)
+    if as_polars is not None:
+        return as_polars
+    kinds = [kind for kind, given in (("Run", run), ("WitnessSet", witnesses), ("History", history)) if given is not None]
+    tables = frame or (f"analysis.{run.__name__}(run)" if run is not None else "its bands")
+    said = ", a ".join(kinds)
+    hint = f": read the run first, {plot}(analysis.read_run({value!r}))" if isinstance(value, (str, os.PathLike)) else ""
+    raise TypeError(f"{plot} draws a {said} or the frame of {tables}, not a {type(value).__name__}{hint}")
 
 
 def _axes(ax):

@@ -1,0 +1,78 @@
+"""The witness figures' names and the env knobs: a witness as a legend names it, and the kernel env knobs that differ
+between witnesses."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+import polars as pl
+
+from ...witness import WitnessSet
+from ._drawing import _axes, _empty, drawn
+
+
+def witness_label(source: str, version: int | None) -> str:
+    """A short legend label: the file name and its witness_version.
+
+    Examples
+    --------
+    >>> witness_label("data/aprender-lambda/witness@464c168e62.json", 2)
+    'witness@464c168e62.json (v2)'
+    """
+    name = PurePosixPath(source.replace("\\", "/")).name or source
+    return f"{name} (v{version})" if version is not None else name
+
+
+def _witnesses(ws: WitnessSet) -> pl.DataFrame:
+    return ws.to_backend("polars").witnesses
+
+
+def differing_env_knobs(witnesses: Any) -> pl.DataFrame:
+    """The env knob columns whose values differ between witnesses (null counts as "unset"); of a witness set, or its
+    ``witnesses`` frame.
+
+    Examples
+    --------
+    >>> import analysis
+    >>> differing_env_knobs(analysis.read_witnesses("data/aprender-lambda").witnesses).columns
+    ['source', 'witness_version', 'env_BATCHED_PREFILL']
+    """
+    witnesses = drawn(witnesses, "differing_env_knobs", witnesses=_witnesses, frame="WitnessSet.witnesses")
+    knobs = [c for c in witnesses.columns if c.startswith("env_")]
+    differing = [c for c in knobs if witnesses[c].fill_null("unset").n_unique() > 1]
+    return witnesses.select("source", "witness_version", *differing)
+
+
+def plot_env_knobs(witnesses: Any, *, ax=None):
+    """A grid of the env knobs that differ between witnesses: one row per witness, value in each cell.
+
+    ``witnesses``: a witness set, or its ``witnesses`` frame.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import analysis
+    >>> ax = plot_env_knobs(analysis.read_witnesses("data/aprender-lambda").witnesses)
+    >>> [t.get_text() for t in ax.get_xticklabels()]
+    ['BATCHED_PREFILL']
+    """
+    ax = _axes(ax)
+    table = differing_env_knobs(witnesses)
+    knobs = [c for c in table.columns if c.startswith("env_")]
+    if not knobs:
+        return _empty(ax, f"All {drawn(witnesses, 'plot_env_knobs', witnesses=_witnesses, frame='WitnessSet.witnesses').height} witness(es) ran with the same env knobs.")
+    values = sorted({v if v is not None else "unset" for k in knobs for v in table[k].to_list()})
+    colour = {v: i for i, v in enumerate(values)}
+    grid = [[colour[v if v is not None else "unset"] for v in row] for row in table.select(knobs).iter_rows()]
+    ax.imshow(grid, cmap="Pastel1", aspect="auto", vmin=0, vmax=max(8, len(values)))
+    for r, row in enumerate(table.select(knobs).iter_rows()):
+        for k, value in enumerate(row):
+            ax.text(k, r, "unset" if value is None else value, ha="center", va="center")
+    ax.set_xticks(range(len(knobs)))
+    ax.set_xticklabels([k.removeprefix("env_") for k in knobs])
+    ax.set_yticks(range(table.height))
+    ax.set_yticklabels([witness_label(s, v) for s, v in table.select("source", "witness_version").iter_rows()])
+    ax.set_title("Kernel env knobs that differ between witnesses")
+    return ax
+
