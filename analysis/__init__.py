@@ -14,16 +14,16 @@ Examples
 """
 
 # Import order follows the layers, lowest first (see pyproject's import-linter contracts).
-from .core._fields import WitnessError
-from .core._output import OutputExists
-from .core._version import __version__
-from .io._bundled import default_runs, default_sources
-from .io._sources import SourceError, expand_sources, fetch_url
+from .core import WitnessError
+from .core import OutputExists
+from .core import __version__
+from .io import default_runs, default_sources
+from .io import SourceError, expand_sources, fetch_url
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
 from .metrics import SamplingMaskError, divergence_bound, mismatch_summary, mismatch_table, requests_needed
-from .verdicts._regressions import REGRESSION_RULES, Rule
-from .verdicts._v3 import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
-from .verdicts._witness_rules import derive_band_result, derive_run_verdict
+from .verdicts import REGRESSION_RULES, Rule
+from .verdicts import PolicyError, ShapeVerdict, V3Policy, shape_check, shape_check_data, shape_check_text
+from .verdicts import derive_band_result, derive_run_verdict
 from .witness import WitnessSet, read_witness, read_witnesses
 from .run import (Run, RunError, accuracy_table, assemble_run, band_forks, band_table, drift_table, first_op_table, flip_table, observer_table,
                   prompt_table, read_mlperf_pair, read_run, reference_margins, slot_table, to_witness, width_table, write_run, write_witness)
@@ -68,6 +68,7 @@ __all__ = sorted([
 
 # A run's card opens with its verdict: the judgement sits above the run's floor, so the face gives Run its card.
 Run._repr_html_ = views.run_card
+Judgement._repr_html_ = views.html.judgement_html
 
 # Public classes say they belong to the package face, as httpx's do: reprs, tracebacks and pickles name
 # ``analysis.Run`` rather than the private module that happens to define it today.

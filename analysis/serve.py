@@ -27,8 +27,8 @@ from typing import Any, Self
 
 import torch
 
-from .core import _strictjson
-from .core._cells import duration
+from .core import StrictJsonError, first_duplicate, loads_strict
+from .core import duration
 from .experiment import kernels
 from .experiment.decode import PACKED_KERNELS, check_tiled, step_outputs
 from .experiment.modes import kernel_mode
@@ -278,14 +278,14 @@ class _Params:
 def _json_body(raw: bytes) -> dict:
     """The body as a strict JSON object (``_strictjson``: no nesting past its limit, no repeated key)."""
     try:
-        body = _strictjson.loads(raw.decode("utf-8"))
+        body = loads_strict(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise _BadRequest("the body is not UTF-8 text") from None
-    except _strictjson.StrictJsonError as exc:
+    except StrictJsonError as exc:
         raise _BadRequest(f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _BadRequest(f"the body must be a JSON object, got {type(body).__name__}")
-    repeated = _strictjson.first_duplicate(body)
+    repeated = first_duplicate(body)
     if repeated is not None:
         raise _BadRequest(f"the body names {repeated} more than once", repeated)
     return body

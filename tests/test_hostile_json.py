@@ -12,7 +12,7 @@ import pytest
 from conftest import CONTROL, ROOT, V2_WITNESS
 
 from analysis import DumpError, WitnessError, read_witness, shape_check
-from analysis.core._strictjson import MAX_DEPTH, NestingError, check_depth, loads
+from analysis.core._strictjson import MAX_DEPTH, NestingError, check_depth, loads_strict as loads
 from analysis.dumps import read_dump
 from analysis.dumps.formats import read_jsonl
 from analysis.run import RunError, read_run

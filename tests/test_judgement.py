@@ -14,7 +14,8 @@ import pytest
 
 from analysis import RunError, assemble_run, certificate, judge, write_run
 from analysis.studies._certificate import certificate_document
-from analysis.studies._judgement import (SCHEMA, Judgement, Subject, _alone_states, _formation, _states, _with_measured_fix, answer_html,
+from analysis.views.html import answer_html
+from analysis.studies._judgement import (SCHEMA, Judgement, Subject, _alone_states, _formation, _states, _with_measured_fix,
                                          cost_words, judge_arm, judge_runs, worst)
 
 CP = {"target_rate": 0.01, "confidence": 0.95}

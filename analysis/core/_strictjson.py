@@ -58,7 +58,7 @@ def not_json(exc: ValueError, line: int = 1) -> str:
     Parameters
     ----------
     exc : ValueError
-        What :func:`loads`, ``json.loads`` or ``orjson.loads`` raised.
+        What :func:`loads_strict`, ``json.loads`` or ``orjson.loads`` raised.
     line : int
         The file's line the parsed text starts on (a JSON-lines record's), so that the place is the file's.
 
@@ -226,7 +226,7 @@ def check_depth(data: str | bytes, limit: int = MAX_DEPTH, *, parsed: Any = None
 
 
 def first_duplicate(value: Any, path: str = "") -> str | None:
-    """The path of the first key that an object of ``value`` (parsed by :func:`loads`) names twice, or None.
+    """The path of the first key that an object of ``value`` (parsed by :func:`loads_strict`) names twice, or None.
 
     Parameters
     ----------
@@ -242,7 +242,7 @@ def first_duplicate(value: Any, path: str = "") -> str | None:
 
     Examples
     --------
-    >>> first_duplicate(loads('{"a": [{"b": 1, "b": 2}]}'))
+    >>> first_duplicate(loads_strict('{"a": [{"b": 1, "b": 2}]}'))
     'a[0].b'
     """
     stack = [(value, path)]
@@ -287,7 +287,7 @@ def duplicate_path(text: str | bytes) -> str | None:
     return first_duplicate(json.loads(text, object_pairs_hook=_object))
 
 
-def loads(text: str) -> Any:
+def loads_strict(text: str) -> Any:
     """Parse ``text`` as strict JSON; objects come back as :class:`JsonObject`.
 
     Parameters
@@ -309,17 +309,17 @@ def loads(text: str) -> Any:
 
     Examples
     --------
-    >>> loads('{"a": 1, "a": 2}').duplicates
+    >>> loads_strict('{"a": 1, "a": 2}').duplicates
     frozenset({'a'})
-    >>> loads('"\\\\ud800"')  # a \\u escape in the JSON text
+    >>> loads_strict('"\\\\ud800"')  # a \\u escape in the JSON text
     Traceback (most recent call last):
     ...
     analysis.core._strictjson.StrictJsonError: $: a string holds a lone surrogate escape
-    >>> loads('NaN')
+    >>> loads_strict('NaN')
     Traceback (most recent call last):
     ...
     analysis.core._strictjson.StrictJsonError: NaN is not a JSON number
-    >>> loads("[" * 200 + "]" * 200)
+    >>> loads_strict("[" * 200 + "]" * 200)
     Traceback (most recent call last):
     ...
     analysis.core._strictjson.NestingError: arrays and objects nested deeper than 128, at line 1 column 129

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ..core._cells import few, summary_html
-from ..core._frames import as_polars
+from ..core import few, summary_html
+from ..core import as_polars
 
 
 def dump_summary(dump) -> str:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from ..core._fields import INT64_MAX, INT64_MIN
+from ..core import INT64_MAX, INT64_MIN
 from ._envelope import ENVELOPE_KEYS
 
 

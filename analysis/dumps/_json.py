@@ -13,19 +13,19 @@ from typing import Any
 
 import orjson
 
-from ..core._strictjson import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path, not_json
+from ..core import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path, not_json
 
-__all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_depth", "check_unique_keys", "loads", "refusal"]
+__all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_depth", "check_unique_keys", "loads_payload", "refusal"]
 
 
-def loads(data: bytes | str) -> Any:
+def loads_payload(data: bytes | str) -> Any:
     """Parse JSON; raises ValueError with the parser's message, or a ``StrictJsonError`` for nesting or a repeated key.
 
     Examples
     --------
-    >>> loads(b'{"logprob": -Infinity}')
+    >>> loads_payload(b'{"logprob": -Infinity}')
     {'logprob': -inf}
-    >>> loads('{"a": 1, "a": 2}')
+    >>> loads_payload('{"a": 1, "a": 2}')
     Traceback (most recent call last):
     ...
     analysis.core._strictjson.DuplicateKeyError: key appears more than once (a parser keeps only its last value)
@@ -74,7 +74,7 @@ def _colons_differ(data: bytes | str, value: Any) -> bool:
 
 
 def refusal(exc: ValueError, line: int = 1) -> tuple[str | None, str]:
-    """(field, problem) of a ``DumpError`` for what :func:`loads` raised; ``line``: the file's line the text starts on."""
+    """(field, problem) of a ``DumpError`` for what :func:`loads_payload` raised; ``line``: the file's line the text starts on."""
     if isinstance(exc, (NestingError, DuplicateKeyError)):
         return exc.field, exc.problem
     return None, not_json(exc, line)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core._fields import INT64_MAX, INT64_MIN
+from ..core import INT64_MAX, INT64_MIN
 from ._schema import Rows
 from ._values import DumpError, placeholder_id
 

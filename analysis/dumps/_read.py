@@ -12,9 +12,9 @@ from typing import Any
 
 import polars as pl
 
-from ..core._frames import check_backend, to_backend
-from ..core._frames import progress as show_progress
-from ..io._sources import expand_sources, local_path
+from ..core import check_backend, to_backend
+from ..core import progress as show_progress
+from ..io import expand_sources, local_path
 from . import _json
 from ._card import dump_summary
 from ._kit import Meta
@@ -257,7 +257,7 @@ def _torn_tail(path: Path, source: str) -> tuple[int | None, DumpError | None]:
             pieces.append(piece)
         tail = b"".join(reversed(pieces))
         try:
-            _json.loads(tail)
+            _json.loads_payload(tail)
             return None, None  # a whole last line that merely lacks its newline
         except (_json.NestingError, _json.DuplicateKeyError):
             return None, None  # whole too: reading it names what is wrong with it

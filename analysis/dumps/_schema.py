@@ -14,7 +14,7 @@ import polars as pl
 
 import math
 
-from ..core._fields import INT64_MAX, INT64_MIN
+from ..core import INT64_MAX, INT64_MIN
 from ._values import FLOAT32_LOWEST, MAX_LOGPROB, SENTINEL_9999, DumpError, classify_logprob, classify_prob
 
 KEY = {

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from ..core._cells import duration
+from ..core import duration
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024

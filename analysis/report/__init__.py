@@ -6,9 +6,9 @@ The notebook stays thin: it displays the ``*_html`` fragments of :mod:`analysis.
 the notebook's running (:func:`render_report`, :func:`execute_to_html`).
 """
 
-from ..io._bundled import default_rl_pairs, default_runs, default_sources
-from ..studies._modes import mode_comparison
-from ..studies._rl_mismatch import largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs, trainer_pairs
+from ..io import default_rl_pairs, default_runs, default_sources
+from ..studies import mode_comparison
+from ..studies import largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs, trainer_pairs
 from ..views.html import (admission_html, answer_section_html, bands_html, engines_html, figures_html, first_op_html, header_html,
                           heading_html, judge_report, markers_html, mode_comparison_html, negative_control, provenance_html, reviews_html,
                           rl_mismatch_html, rounded, run_details_html, run_html, run_tables_html, show_figure, table_html, verdicts_html,

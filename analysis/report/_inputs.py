@@ -29,9 +29,9 @@ def run_directories(path: Path) -> list[Path]:
 
 def looks_like_witness(file: str) -> bool:
     """Whether a file is a witness or a release marker (then read as one, its faults named as a witness's), not a dump."""
-    from ..core import _strictjson
+    from ..core import loads_strict
     from ..dumps import DUMP_SUFFIXES
-    from ..witness._read import MARKER_KEYS
+    from ..witness import MARKER_KEYS
 
     if file.endswith(tuple(s for s in DUMP_SUFFIXES if s != ".json")):
         return False
@@ -40,7 +40,7 @@ def looks_like_witness(file: str) -> bool:
     except OSError:
         return True  # the witness reader says what is wrong with it
     try:
-        data = _strictjson.loads(raw.decode("utf-8"))
+        data = loads_strict(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return b'"witness_version"' in raw or all(f'"{key}"'.encode() in raw for key in MARKER_KEYS)
     return isinstance(data, dict) and ("witness_version" in data or MARKER_KEYS <= data.keys())
@@ -49,7 +49,7 @@ def looks_like_witness(file: str) -> bool:
 def not_a_dump(file: Path, runs: list[Path]) -> str | None:
     """Why a file found in a folder is no dump for a run (None when it may be one): sampler-trainer pairs (beside their runs,
     the report's RL section reads them), or JSON that matches no dump format (a model's config, say)."""
-    from ..core import _strictjson
+    from ..core import loads_strict
     from ..dumps import DumpError
     from ..dumps import detect_format
 
@@ -59,7 +59,7 @@ def not_a_dump(file: Path, runs: list[Path]) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None  # the dump reader names what is wrong with it
     try:
-        head = _strictjson.loads(first)
+        head = loads_strict(first)
     except (ValueError, RecursionError):
         head = None  # not JSON lines: a document, or no JSON at all
     if isinstance(head, dict) and {"inference_logprobs", "trainer_logprobs"} <= head.keys():
@@ -79,7 +79,7 @@ def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str], lis
     was given; a folder contributes the run directories in it as runs, and its other files as witnesses or dumps, but
     not the files in it that are no dump (:func:`not_a_dump`), which are skipped and said."""
     from ..dumps import DUMP_SUFFIXES
-    from ..io._sources import expand_sources, is_url
+    from ..io import expand_sources, is_url
 
     runs: list[str] = []
     witnesses: list[str] = []

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 
-from ..core._output import write_atomic
-from ..io._bundled import PACKAGE
+from ..core import write_atomic
+from ..io import PACKAGE
 
 
 
@@ -94,7 +94,7 @@ def export_html(notebook: str | os.PathLike[str]) -> str:
 
 def _once(given: Iterable[Any], what: str) -> list[str]:
     """The sources or runs given, each once (a repeat is said, as a warning, and left out)."""
-    from ..io._sources import SourceRepeated, same_sources
+    from ..io import SourceRepeated, same_sources
 
     kept, repeated = same_sources(given)
     for first, again in repeated:

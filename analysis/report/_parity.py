@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core._output import claim_output
-from ..io._bundled import bundled
-from ..verdicts._v3 import V3Policy
+from ..core import claim_output
+from ..io import bundled
+from ..verdicts import V3Policy
 from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
 
 

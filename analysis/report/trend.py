@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from ..core._output import claim_output
-from ..io._bundled import bundled, default_sources
-from ..studies._history import read_history
+from ..core import claim_output
+from ..io import bundled, default_sources
+from ..studies import read_history
 from ..views.html import entries_html, header_html, regressions_html, series_heading_html
 from ..views.plots import METRICS, figure_alt, plot_trend, series_keys, series_name
 from ._notebook import execute_to_html

@@ -36,7 +36,8 @@ from ._steps import references
 from ._write import write_run
 from ._tables import (accuracy_table, band_forks, band_table, drift_table, flip_table, observer_table, prompt_table, reference_margins, reference_table,
                       slot_table, width_table)
+from ._arms import ARMS, ARM_REPEATS, ARM_WORDS, PREFIX_SHARES, arm_words
+from ._first_ops import first_ops_record, has_first_ops
+from ._steps import numbered_steps
 
-__all__ = ["RUN_VERSION", "Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_dumps", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table",
-           "first_op_table", "flip_table", "legacy_arm", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_mlperf_pair", "read_run", "reference_margins", "reference_table", "references", "run_arms", "slot_table",
-           "to_witness", "width_table", "write_run", "write_witness"]
+__all__ = ["ARMS", "ARM_REPEATS", "ARM_WORDS", "PREFIX_SHARES", "RUN_VERSION", "Run", "RunError", "RunLike", "Unit", "accuracy_table", "arm_words", "assemble_dumps", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table", "first_op_table", "first_ops_record", "flip_table", "has_first_ops", "legacy_arm", "load_manifest", "numbered_steps", "observer_table", "plan", "prompt_table", "read_mapping", "read_mlperf_pair", "read_run", "reference_margins", "reference_table", "references", "run_arms", "slot_table", "to_witness", "width_table", "write_run", "write_witness"]

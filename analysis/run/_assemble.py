@@ -14,9 +14,9 @@ from typing import Any
 
 import polars as pl
 
-from ..core._strictjson import not_json
+from ..core import not_json
 from ..dumps import DUMP_SUFFIXES, Dump, read_dumps
-from ..io._sources import expand_sources, is_url
+from ..io import expand_sources, is_url
 from ._layout import _DEFAULTS, RunError, _checked_manifest
 from ._model import Run
 

@@ -13,11 +13,11 @@ import polars as pl
 
 from ..metrics import columnar as _columnar
 from ..metrics import parity
-from ..core._output import claim_output, write_atomic
-from ..verdicts._witness_rules import derive_run_verdict
+from ..core import claim_output, write_atomic
+from ..verdicts import derive_run_verdict
 from ._arms import main_arm
 from ._layout import _DEFAULTS, RunError, band_widths
-from ._steps import _numbered
+from ._steps import numbered_steps
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
@@ -67,7 +67,7 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
         No ``max_tokens`` recorded, or several prompts and no ``prompt_id``.
     """
     manifest = run.manifest
-    steps, requests, _ = _numbered(run)
+    steps, requests, _ = numbered_steps(run)
     prompts = sorted({p for p in requests["prompt_id"].to_list() if p is not None})
     if prompt_id is None:
         if len(prompts) != 1:
@@ -142,7 +142,7 @@ def _pair_facts(steps: _columnar.Steps, pairs: list[tuple[int, int]]) -> dict[tu
 def _constant_runs(run: Run) -> dict[int, int]:
     """The longest run of one repeated token of every request, by request number (built once per run)."""
     if "constant_runs" not in run._cache:
-        steps, _, _ = _numbered(run)
+        steps, _, _ = numbered_steps(run)
         runs = _columnar.constant_runs(steps)
         run._cache["constant_runs"] = dict(zip(runs["req"].to_list(), runs["max_constant_run"].to_list()))
     return run._cache["constant_runs"]

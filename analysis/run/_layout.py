@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 from ._arms import arm_plan
 from ._manifest import manifest_problem
 from ._unit import _DEFAULTS, Unit
-from ..core._strictjson import check_depth, not_json
+from ..core import check_depth, not_json
 
 RUN_VERSION = 1
 

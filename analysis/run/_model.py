@@ -11,13 +11,9 @@ import polars as pl
 
 from ..metrics import parity
 from ..dumps import Dump
-from ..core._cells import few, summary_html
-from ..core._modes import kernel_mode_words
-from ..metrics import run_counts
-from ._arms import REFERENCE_ARM, legacy_arm, run_arms, with_arm_column
+from ._arms import REFERENCE_ARM, legacy_arm, with_arm_column
 from ._layout import _DEFAULTS, RunError, plan
 from ._derived import _capture_stamps, _derived_record, _write_derived
-from ._tables import slot_table
 
 @dataclass(frozen=True)
 class Run:
@@ -90,9 +86,6 @@ class Run:
         return (f"Run({str(self.path) if self.path else 'assembled'!r}: {engine}, {len(self.prompts)} prompt(s), ladder {self.ladder}, "
                 f"{len(self.dump.requests)} requests, {state})")
 
-    def _repr_html_(self) -> str:
-        return _card(self)
-
     def missing(self) -> list[dict[str, Any]]:
         """The requests the run's plan calls for that the captures lack and no refusal explains
         (what an interrupted probe did not finish). ``state`` says whether the request was in
@@ -133,43 +126,3 @@ class Run:
         if self.path is None:
             raise RunError("an assembled run has no directory to write into")
         return _write_derived(self, _capture_stamps(self.path / "captures", _derived_record(self.path / "derived")))
-
-
-def _card(run: Run) -> str:
-    """A run's card: what served it, its plan, what it lacks, and per c how much of it matched m=1."""
-    manifest = run.manifest
-    identity = manifest.get("identity") or {}
-    facts = [("engine", identity.get("engine") or manifest.get("producer")), ("model", (identity.get("model") or {}).get("path")),
-             ("prompts", few(run.prompts)), ("ladder", run.ladder), ("requests", len(run.dump.requests)),
-             ("complete", manifest.get("complete", True)), ("missing", len(run.missing())), ("refused", len(manifest.get("refused") or [])),
-             ("capture records left out", len(run.dump.skipped))]
-    mode = kernel_mode_words(manifest)
-    if mode:  # as the verdict card says it: as asked, and the mode that ran when it differs, after what served it
-        facts.insert(1, ("kernel mode", mode))
-    if manifest.get("arms") is not None:
-        facts.insert(3, ("arms", ", ".join(manifest["arms"])))
-    lines = []
-    slots = slot_table(run)
-    # a run with control arms is counted arm by arm: a warm cache's c=1 is not the copies' c=1
-    for arm in (run_arms(manifest) if manifest.get("arms") is not None else [None]):
-        counts = run_counts(slots if arm is None else slots.filter(pl.col("arm") == arm))
-        for c, requests, bitwise, known, same, earliest in counts.select("c", "requests", "bitwise", "bits_known", "same", "first").iter_rows():
-            words = f"{arm + ' ' if arm else ''}c={c}: " + _bits_words(requests, bitwise, known, same)
-            words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
-            lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))
-    return summary_html("bia run", run.label, facts, lines)
-
-
-def _bits_words(requests: int, bitwise: int, known: int, same: int) -> str:
-    """How many of a c's requests matched ref #1 in bits and in tokens, and how many have bits no one can know (tokens that
-    all match ref #1's with no logprobs to compare: a request that parts in tokens is known not to be bit-identical).
-
-    Examples
-    --------
-    >>> _bits_words(4, 3, 4, 4)
-    '3 of 4 requests bit-identical to ref #1, 4 token-identical'
-    >>> _bits_words(4, 0, 1, 3)
-    '0 of 4 requests bit-identical to ref #1, 3 with bits unknown (no logprobs), 3 token-identical'
-    """
-    unknown = f", {requests - known} with bits unknown (no logprobs)" if known < requests else ""
-    return f"{bitwise} of {requests} requests bit-identical to ref #1{unknown}, {same} token-identical"

@@ -56,7 +56,7 @@ def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stre
     return {row["prompt_id"]: _stream_of(streams, row) for row in refs.iter_rows(named=True)}
 
 
-def _numbered(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.Steps, pl.DataFrame, pl.DataFrame]:
+def numbered_steps(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.Steps, pl.DataFrame, pl.DataFrame]:
     """The steps of the run's streams (and of a reference run's), its requests numbered (``req``, ``length``,
     ``decode_tok_s``), and each prompt's reference request (``prompt_id``, ``ref``)."""
     other = reference if isinstance(reference, RunLike) else None
@@ -88,7 +88,7 @@ _BAND_ORDER = ["prompt_id", "arm", "band_c", "repeat", "slot"]
 
 def _band_pairs(run: Run, reference: str | Run) -> tuple[_columnar.Steps, pl.DataFrame]:
     """Every batched request with its reference (``pair``, ``ref``, ``other``), in the tables' order."""
-    steps, requests, refs = _numbered(run, reference)
+    steps, requests, refs = numbered_steps(run, reference)
     bands = requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).join(refs, on="prompt_id", how="left", maintain_order="left")
     orphan = bands.filter(pl.col("ref").is_null())
     if orphan.height:

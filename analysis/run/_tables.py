@@ -13,7 +13,7 @@ from ..metrics import columnar as _columnar
 from ..metrics import parity
 from ._arms import legacy_arm, main_arm
 from ._layout import RunError, _BandEntries, _chosen_widths, _entry_cache_summary, _entry_evidence, engine_steps
-from ._steps import _numbered, _BAND_ORDER, _band_pairs
+from ._steps import numbered_steps, _BAND_ORDER, _band_pairs
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
@@ -104,8 +104,8 @@ def reference_table(run: Run) -> pl.DataFrame:
 
 
 def _reference_table(run: Run) -> pl.DataFrame:
-    steps, _, first = _numbered(run, "ref1")
-    second = _numbered(run, "ref2")[2]
+    steps, _, first = numbered_steps(run, "ref1")
+    second = numbered_steps(run, "ref2")[2]
     pairs = (first.join(second.rename({"ref": "other"}), on="prompt_id", how="inner").sort("prompt_id")
              .with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
     steps = _columnar.of_requests(steps, pl.concat([pairs["ref"], pairs["other"]]))  # the references' steps, not every band's
@@ -156,7 +156,7 @@ def _band_table(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
     slots = _slot_comparisons(run, epsilon, reference)
     if slots.height == 0:
         return pl.DataFrame(schema=_BAND_SCHEMA)
-    steps = _numbered(run, reference)[0]
+    steps = numbered_steps(run, reference)[0]
     slots = _with_agreement_to_slot_0(steps, slots, "intra")
     slots = (slots.join(_columnar.constant_runs(steps).rename({"req": "other"}), on="other", how="left")
              .join(_columnar.sequences(steps).rename({"req": "other"}), on="other", how="left"))
@@ -244,7 +244,7 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     -------
     polars.DataFrame
     """
-    steps, requests, refs = _numbered(run, reference)
+    steps, requests, refs = numbered_steps(run, reference)
     bands = requests.filter((pl.col("role") == "band") & (pl.col("arm") == main_arm(run.manifest)))  # one layout's configurations
     firsts = (bands.filter(pl.col("slot") == 0).sort("band_c", "repeat").join(refs, on="prompt_id", maintain_order="left")
               .select("prompt_id", "ref", other="req").with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
@@ -311,7 +311,7 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
     0
     """
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
-    steps = _numbered(run, reference)[0]
+    steps = numbered_steps(run, reference)[0]
     at_risk = (slots.select("pair", "ref", "diverged", "divergence_at",
                             last=pl.when(pl.col("diverged")).then("divergence_at").otherwise(pl.min_horizontal("length", "reference_length") - 1))
                .join(steps.steps.select(ref="req", idx="idx", margin="margin"), on="ref")
@@ -343,7 +343,7 @@ def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     (('p0 c=1 slot 0', 0, 0.0), True)
     """
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
-    steps = _numbered(run, reference)[0]
+    steps = numbered_steps(run, reference)[0]
     side = steps.steps.select("req", "idx", "logprob")
     joined = (slots.select("pair", "ref", "other", "agree_to", label=pl.format("{} c={} slot {}", "prompt_id", "band_c", "slot"))
               .join(side.rename({"req": "ref", "logprob": "lp_r"}), on="ref")
@@ -375,7 +375,7 @@ def reference_margins(run: Run, *, reference: str | Run = "ref1") -> dict[str, l
     >>> {prompt: [round(m, 4) for m in steps[:2]] for prompt, steps in margins.items()}
     {'p0': [2.5141, 0.3024], 'p1': [1.9879, 1.3107]}
     """
-    steps, _, refs = _numbered(run, reference)
+    steps, _, refs = numbered_steps(run, reference)
     lists = steps.steps.join(refs, left_on="req", right_on="ref").group_by("prompt_id", maintain_order=True).agg(pl.col("margin").sort_by("idx"))
     margins = dict(zip(lists["prompt_id"].to_list(), lists["margin"].to_list()))
     return {prompt: margins.get(prompt, []) for prompt in refs["prompt_id"].to_list()}
@@ -402,7 +402,7 @@ def band_forks(run: Run) -> pl.DataFrame:
     >>> band_forks(read_run("data/experiment-cpu/default")).select("prompt_id", "band_c", "at", "slots").row(0)  # 64 tokens, no fork
     ('p0', 1, 64, None)
     """
-    steps, requests, _ = _numbered(run)
+    steps, requests, _ = numbered_steps(run)
     bands = requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64))
     bands = _with_agreement_to_slot_0(steps, bands, "agree_to").with_columns(
         at=pl.col("agree_to").filter(pl.col("req") != pl.col("first")).min().over(_BAND),

@@ -11,9 +11,9 @@ from typing import Any
 
 import polars as pl
 
-from ..core._output import claim_output
+from ..core import claim_output
 from ..dumps import PAYLOAD_PARSERS, STREAM_FORMATS
-from ..io._sources import read_source_bytes
+from ..io import read_source_bytes
 from ._layout import RUN_VERSION, RunError
 from ._model import Run
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..run import RunError, slot_table
-from ..run._steps import _numbered
+from ..run import numbered_steps
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -71,7 +71,7 @@ def prefill_table(run: Run) -> pl.DataFrame:
     >>> prefill_table(read_run("data/experiment-cpu/default")).height
     0
     """
-    steps, requests, refs = _numbered(run)
+    steps, requests, refs = numbered_steps(run)
     asked = requests.filter(pl.col("role") == "prefill").select("prompt_id", position=pl.col("slot"), req="req").join(refs, on="prompt_id")
     if asked.height == 0:
         return pl.DataFrame(schema=_PREFILL_SCHEMA)

@@ -16,7 +16,7 @@ import polars as pl
 
 from ..metrics import parity
 from ..run import RunError, RunLike, read_run, references, slot_table
-from ._modes import _engine_label
+from ._modes import engine_label
 
 _SCHEMA = {"engine": pl.String, "run": pl.String, "role": pl.String, "c": pl.Int64, "requests": pl.Int64, "token_identical": pl.Int64,
            "earliest_divergence": pl.Int64, "min_bitwise_prefix": pl.Int64, "max_ulp": pl.Int64, "max_abs_delta": pl.Float64,
@@ -78,7 +78,7 @@ def _check_same_prompts(run: Any, base: Any) -> None:
 
 def _engine_rows(run: Any, base: Any) -> pl.DataFrame:
     """The m=1 row and one row per c of one run, against ``base``'s ref #1 and its own."""
-    label = _engine_label(run)
+    label = engine_label(run)
     where = run.label
     against, own = slot_table(run, reference=base), slot_table(run)
     own_c = own.group_by("band_c").agg((pl.col("bitwise_prefix") == pl.col("length")).mean().alias("own_m1_bit_identical"))

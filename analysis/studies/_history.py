@@ -46,10 +46,10 @@ from typing import Any, Iterable
 import polars as pl
 
 from ..metrics import parity
-from ..core._frames import progress as show_progress
-from ..core._output import OutputExists, write_atomic
-from ..verdicts._regressions import REGRESSION_RULES, SERIES, Rule, regressions
-from ..io._sources import expand_sources, is_url, read_source_bytes
+from ..core import progress as show_progress
+from ..core import OutputExists, write_atomic
+from ..verdicts import REGRESSION_RULES, SERIES, Rule, regressions
+from ..io import expand_sources, is_url, read_source_bytes
 
 HISTORY_VERSION = 1
 
@@ -130,7 +130,7 @@ class History:
         return f"History({self.entries.height} entries in {series} series, {self.bands.height} bands, {self.markers.height} markers)"
 
     def _repr_html_(self) -> str:
-        from ..core._cells import cell, summary_html
+        from ..core import cell, summary_html
 
         span = self.entries["time"].drop_nulls()
         facts = [("entries", self.entries.height), ("series (host, engine, model, settings)", self.entries.select(SERIES).unique().height),

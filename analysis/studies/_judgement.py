@@ -29,23 +29,21 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from html import escape
 from pathlib import PurePath
 from typing import Any
 
 import polars as pl
 
-from ..core._cells import cell, scroll_box
+from ..core import cell
 from ..metrics import divergence_bound, ratio_interval, requests_needed
 from ..run import Run, RunLike, band_table, legacy_arm, read_run, reference_table, run_arms, slot_table
-from ..run._arms import ARM_WORDS, arm_words
+from ..run import ARM_WORDS, arm_words
 from ._next_steps import next_step
 
 # worst last: a run's (and a CI job's) verdict is the worst of its arms'
 VERDICTS = ("GREEN", "AMBER", "UNVERIFIED", "RED")
 # bia's exit codes 2, 3, 4 and 6 say the input was bad (docs/cli.md); 5 is a check that failed, as shape-check's NOT ADMISSIBLE
 EXIT_CODES = {"GREEN": 0, "RED": 5, "UNVERIFIED": 7, "AMBER": 8}
-CSS = {"GREEN": "pass", "AMBER": "warn", "UNVERIFIED": "warn", "RED": "fail"}
 BATCHED_ARMS = ("copies", "mixed")  # the arms whose bands batch the prompt; the others are controls sent alone
 ALONE_ARMS = ("copies", "mixed", "repeat")  # arms whose c=1 requests are the prompt alone and cold, as m=1 is
 MIN_RATE_SAMPLES = 3  # rates a side needs before a ratio of medians gets an interval
@@ -138,9 +136,6 @@ class Judgement:
     def __repr__(self) -> str:
         lines = [f"{row['verdict']} {row['run']} ({row['arm']}): {row['reason']}" for row in self]
         return "\n".join(lines) if lines else "Judgement(nothing judged)"
-
-    def _repr_html_(self) -> str:
-        return scroll_box(answer_html(self, table_id=None, full=True))  # six columns: wider than a narrow notebook
 
 
 def worst(verdicts: Iterable[str]) -> str:
@@ -420,9 +415,9 @@ def _red_reason(row: dict[str, Any], first: Mapping[str, Any]) -> str:
 
 
 def _bound_reason(row: dict[str, Any], green: bool) -> str:
-    n, needed, target = row["requests"], row["requests_needed"], _rate(row["target_rate"])
+    n, needed, target = row["requests"], row["requests_needed"], rate_words(row["target_rate"])
     head = (f"0 of {n} batched requests part from m=1, every band seen formed; the {row['confidence']:.0%} upper bound on the "
-            f"divergence rate is {_rate(row['upper_bound'])}, ")
+            f"divergence rate is {rate_words(row['upper_bound'])}, ")
     if green:
         return head + f"below the {target} target"
     return head + f"not below the {target} target: {needed} batched requests would do ({needed - n} more)"
@@ -430,12 +425,12 @@ def _bound_reason(row: dict[str, Any], green: bool) -> str:
 
 def _evidence(row: dict[str, Any]) -> str:
     formed = row["bands"] - row["bands_unformed"]
-    bound = f"; bound {_rate(row['upper_bound'])} at {row['confidence']:.0%}" if row["upper_bound"] is not None else ""
+    bound = f"; bound {rate_words(row['upper_bound'])} at {row['confidence']:.0%}" if row["upper_bound"] is not None else ""
     alone = f"; alone: {row['alone'] - row['alone_parted']} of {row['alone']} match ref #1"
     return f"{row['requests']} batched requests, {formed} of {row['bands']} bands seen formed{bound} ({row['requests_needed']} needed){alone}"
 
 
-def _rate(value: float) -> str:
+def rate_words(value: float) -> str:
     """A rate in percent, with the digits a reader needs to see it against a target (0.997%, not 1%)."""
     return f"{value * 100:.3g}%"
 
@@ -526,94 +521,3 @@ def _rate_over(fix: list[Mapping[str, Any]], red: list[Mapping[str, Any]]) -> st
     ratios = [("1", pairs[0][0]["base_median"] / pairs[0][1]["base_median"])]
     ratios += [(str(mine["c"]), mine["median"] / other["median"]) for mine, other in pairs]
     return ", ".join(f"{r:.2f}× at c={c}" for c, r in ratios)
-
-
-# --- the answer card --------------------------------------------------------------------------------
-
-
-def _short_cost(cost: list[Mapping[str, Any]] | None) -> str:
-    """Each c's decode rate per request over c=1's, in a few characters: ``0.80× / 0.59× at c=4 / 8``."""
-    if not cost:
-        return "unmeasured"
-    ratios = " / ".join(f"{c['ratio']:.2f}×" for c in cost)
-    return f"{ratios} at c={' / '.join(str(c['c']) for c in cost)}"
-
-
-def _full_why(row: Mapping[str, Any]) -> str:
-    return f"{row['cause']}: {row['reason']}" if row["cause"] else row["reason"]
-
-
-def _short_why(row: Mapping[str, Any]) -> str:
-    """The answer table's why: the cause and the first request that parts, or what the evidence lacks, in a line."""
-    first = row["first_request"]
-    if row["verdict"] == "RED" and first:
-        how = f"tokens at {first['at']}" if first["parted"] == "tokens" else f"bits from token {first['at']}"
-        who = (f"{first['prompt_id'] or ''} ref #2 alone" if first["role"] == "ref #2" else
-               f"{first['prompt_id'] or ''} alone (c=1)" if first["c"] == 1 else f"{first['prompt_id'] or ''} c={first['c']} slot {first['slot']}")
-        share = f"{row['alone_parted']}/{row['alone']} alone part" if row["alone_parted"] else f"{row['divergent']}/{row['requests']} batched part"
-        return f"{row['cause']}: {share}; first {who.strip()}, {how}"
-    if row["verdict"] == "UNVERIFIED":
-        return row["reason"].removeprefix("no request parts from m=1, but ")
-    return f"0/{row['requests']} batched part; bound {_rate(row['upper_bound'])} {'<' if row['verdict'] == 'GREEN' else '≥'} {_rate(row['target_rate'])}"
-
-
-def _step_cell(step: str, full: bool) -> str:
-    """The next step's cell: whole in Jupyter's view; in the report's answer, which must fit a screen, the command alone, with
-    what was measured beside it (``_with_measured_fix``) as the cell's tooltip and in its card.
-
-    Examples
-    --------
-    >>> _step_cell("batch-invariant kernels: X (measured beside it, its decode rate over this run's: 1.07× at c=1)", False)
-    '<td title="batch-invariant kernels: X (measured beside it, its decode rate over this run&#x27;s: 1.07× at c=1)">batch-invariant kernels: X …</td>'
-    """
-    command, measured, _ = step.partition(" (measured beside it")
-    if full or not measured:
-        return f"<td>{escape(step)}</td>"
-    return f'<td title="{escape(step)}">{escape(command)} …</td>'
-
-
-def _arm_html(arm: str, full: bool) -> str:
-    """A row's arm: with what it sent (:func:`analysis.run._arms.arm_words`), in full or as the name's tooltip."""
-    if full or arm not in ARM_WORDS:
-        return escape(arm_words(arm))
-    return f'<span title="{escape(ARM_WORDS[arm])}">{escape(arm)}</span>'
-
-
-def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: bool = False) -> str:
-    """The answer: one row per run and arm, its verdict, why (cause and first request), the cost of batching, the evidence and
-    the next step; the full reason is each row's tooltip and its card's headline.
-
-    Each row carries ``data-run``, ``data-arm`` and ``data-verdict``; every value is escaped. ``full``: the why column holds the
-    cause and the whole reason, and the arm what it sent (``copies: every slot a copy of the prompt``: Jupyter's view of a
-    :class:`Judgement`), not their one-line summary and the arm's name with its words as a tooltip (the report's answer, which
-    must fit a screen, and says what its arms sent below it).
-
-    Parameters
-    ----------
-    judgement : Judgement
-        The judgement, one row per run and arm.
-    table_id : str or None, default "answer"
-        The table's HTML ``id``; none when None.
-    full : bool, default False
-        Whole reasons and arm descriptions in the cells, as described above.
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> html = answer_html(judge_runs("data/experiment-cpu/default"))
-    >>> html.count('data-verdict="RED"'), html.startswith('<table id="answer"')
-    (1, True)
-    """
-    head = "".join(f"<th>{h}</th>" for h in ("verdict", "run (arm)", "why", "decode rate vs c=1", "evidence", "next step"))
-    rows = []
-    for row in judgement:
-        evidence = f"{row['requests']} batched, {row['bands'] - row['bands_unformed']}/{row['bands']} bands formed"
-        rows.append(f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
-                    f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
-                    f'<td><code>{escape(row["run"])}</code> ({_arm_html(row["arm"], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>'
-                    f'<td>{escape(_short_cost(row["cost_by_c"]))}</td><td>{escape(evidence)}</td>{_step_cell(row["next_step"] or "", full)}</tr>')
-    ident = f' id="{escape(table_id)}"' if table_id else ""
-    return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'

@@ -35,7 +35,7 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
     rows = []
     for run in runs:
         slots = slot_table(run, reference=reference)
-        mode = (run.manifest.get("effective") or {}).get("kernel_mode") or _engine_label(run)
+        mode = (run.manifest.get("effective") or {}).get("kernel_mode") or engine_label(run)
         for (c,), group in slots.group_by(["band_c"], maintain_order=True):
             rates = group["decode_tok_s"].drop_nulls()
             rows.append({"run": run.label, "kernel_mode": mode, "band_c": c, "requests": group.height,
@@ -57,7 +57,7 @@ def _against_default(rows: list[dict]) -> None:
         row["rate_vs_default"] = rate / default_rate if rate is not None and default_rate else None
 
 
-def _engine_label(run) -> str:
+def engine_label(run) -> str:
     """What served a run that names no kernel mode: the engine the probe detected, else the run's folder."""
     engine = (run.manifest.get("identity") or {}).get("engine")
     folder = Path(run.path).name if run.path else "run"

@@ -32,8 +32,8 @@ from typing import Any
 import polars as pl
 
 from ..metrics import parity
-from ..core._frames import progress as show_progress
-from ..core._output import OutputExists
+from ..core import progress as show_progress
+from ..core import OutputExists
 from ..dumps import Dump
 from ..dumps import REQUEST_SCHEMA, conform
 from ..run import Run, RunError, band_table, prompt_table, read_run, slot_table

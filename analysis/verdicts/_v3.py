@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..core import _strictjson
-from ..core._html import render
-from ..core._rustfmt import format_number, format_percent_1, rust_debug_str, rust_is_blank
+from ..core import NestingError, StrictJsonError, first_duplicate, loads_strict, not_json
+from ..core import render
+from ..core import format_number, format_percent_1, rust_debug_str, rust_is_blank
 
 Status = Literal["ADMISSIBLE", "NOT ADMISSIBLE", "RED"]
 
@@ -143,16 +143,16 @@ class V3Policy:
         except UnicodeDecodeError as exc:
             raise PolicyError(f"{path}: not a valid policy file: not UTF-8 text (byte {exc.start})") from None
         try:
-            data = tomllib.loads(text) if path.suffix == ".toml" else _strictjson.loads(text)
-        except (tomllib.TOMLDecodeError, _strictjson.NestingError) as exc:
+            data = tomllib.loads(text) if path.suffix == ".toml" else loads_strict(text)
+        except (tomllib.TOMLDecodeError, NestingError) as exc:
             raise PolicyError(f"{path}: not a valid policy file: {exc}") from None
-        except _strictjson.StrictJsonError as exc:  # in the words every JSON reader uses
-            raise PolicyError(f"{path}: not a valid policy file: {_strictjson.not_json(exc)}") from None
+        except StrictJsonError as exc:  # in the words every JSON reader uses
+            raise PolicyError(f"{path}: not a valid policy file: {not_json(exc)}") from None
         except RecursionError:  # tomllib recurses into nested arrays and tables
             raise PolicyError(f"{path}: not a valid policy file: nested too deep") from None
         if not isinstance(data, dict):
             raise PolicyError(f"{path}: a policy file holds one table of fields")
-        repeated = _strictjson.first_duplicate(data)
+        repeated = first_duplicate(data)
         if repeated is not None:
             raise PolicyError(f"{path}: {repeated} is given more than once")
         data.update({k: v for k, v in overrides.items() if v is not None})
@@ -253,7 +253,7 @@ class ShapeVerdict:
         polars.DataFrame or pandas.DataFrame
             ``source``, ``status``, ``order`` (0 first) and ``reason``; no row for an admissible witness.
         """
-        from ..core._frames import to_backend
+        from ..core import to_backend
 
         import polars as pl
 
@@ -559,8 +559,8 @@ def shape_check_text(text: str, *, source: str | None = None, policy: V3Policy |
     if rust_is_blank(text):
         return ShapeVerdict("RED", ("RED: empty witness",), source, policy)
     try:
-        data = _strictjson.loads(text)
-    except _strictjson.StrictJsonError as exc:
+        data = loads_strict(text)
+    except StrictJsonError as exc:
         return ShapeVerdict("RED", (f"RED: unreadable witness: {exc}",), source, policy)
     return shape_check_data(data, source=source, policy=policy)
 
@@ -592,7 +592,7 @@ def shape_check(source: str | Path, *, policy: V3Policy | None = None) -> ShapeV
     >>> print(v.reasons[0])
     model "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" is not the blessed Qwen3.5-4B
     """
-    from ..io._sources import read_source_bytes
+    from ..io import read_source_bytes
 
     label = str(source)
     raw = read_source_bytes(source)

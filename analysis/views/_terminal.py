@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..core._rustfmt import format_number
-from ..verdicts._v3 import ShapeVerdict
+from ..core import format_number
+from ..verdicts import ShapeVerdict
 from .plots.witness import witness_label
 
 _STYLE = {"PASS": "green", "FAIL": "red", "UNMEASURABLE": "yellow", "ADMISSIBLE": "green", "NOT ADMISSIBLE": "red", "RED": "yellow"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core._cells import cell, summary_html
+from ..core import cell, summary_html
 
 
 def witness_summary(ws) -> str:

@@ -17,12 +17,12 @@ from typing import Any
 
 import polars as pl
 
-from ..core import _strictjson
-from ..core._fields import Fields, WitnessError
-from ..core._frames import as_polars, build, check_backend, to_backend
-from ..core._frames import progress as show_progress
-from ..io._sources import expand_sources, read_source_bytes
-from ..verdicts._witness_rules import derive_band_result, derive_run_verdict
+from ..core import NestingError, StrictJsonError, loads_strict, not_json
+from ..core import Fields, WitnessError
+from ..core import as_polars, build, check_backend, to_backend
+from ..core import progress as show_progress
+from ..io import expand_sources, read_source_bytes
+from ..verdicts import derive_band_result, derive_run_verdict
 
 ENV_KEYS = (
     "APR_DECODE_GEMM",
@@ -409,11 +409,11 @@ def parse_document(raw: bytes, source: str) -> _Parsed:
     if not text.strip():
         raise WitnessError(source, "$", None, "empty file")
     try:
-        data = _strictjson.loads(text)
-    except _strictjson.NestingError as exc:
+        data = loads_strict(text)
+    except NestingError as exc:
         raise WitnessError(source, "$", None, str(exc)) from None
-    except _strictjson.StrictJsonError as exc:
-        raise WitnessError(source, "$", None, _strictjson.not_json(exc)) from None
+    except StrictJsonError as exc:
+        raise WitnessError(source, "$", None, not_json(exc)) from None
     if isinstance(data, dict) and "witness_version" in data:
         return _parse_witness(data, source)
     if isinstance(data, dict) and MARKER_KEYS <= data.keys():
@@ -480,7 +480,7 @@ class WitnessSet:
         -------
         dict of str to ShapeVerdict
         """
-        from ..verdicts._v3 import shape_check_text
+        from ..verdicts import shape_check_text
 
         witness_sources = _column(self.witnesses, "source")
         return {s: shape_check_text(self.texts[s], source=s, policy=policy) for s in witness_sources}

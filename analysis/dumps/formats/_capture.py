@@ -24,7 +24,7 @@ def parse_jsonl(text: str, rows: Rows, fmt_hint: str, lenient: bool, formats: se
     A whole file holding one (pretty-printed) envelope is read as its single record.
     """
     try:
-        whole = _json.loads(text)
+        whole = _json.loads_payload(text)
     except _json.DuplicateKeyError as exc:  # only a whole document parses far enough to find a repeated key
         raise DumpError(rows.source, "line 1", *_json.refusal(exc)) from None
     except ValueError:
@@ -46,7 +46,7 @@ def parse_jsonl(text: str, rows: Rows, fmt_hint: str, lenient: bool, formats: se
 def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient: bool, formats: set[str]) -> None:
     where = f"line {number}"
     try:
-        obj = _json.loads(line)
+        obj = _json.loads_payload(line)
     except ValueError as exc:
         raise DumpError(rows.source, where, *_json.refusal(exc, number)) from None
     raw = line.encode("utf-8")

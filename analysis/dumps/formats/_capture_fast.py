@@ -60,7 +60,7 @@ def read_jsonl(path: Path, source: str, fmt: str = "auto", limit: int | None = N
     envelope = _FIRST_KEY.match(first) is not None
     if not envelope:
         try:
-            payload = _json.loads(first)
+            payload = _json.loads_payload(first)
         except ValueError:
             return None
         envelope = isinstance(payload, dict) and ("response" in payload or "sse" in payload)

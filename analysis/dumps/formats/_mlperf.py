@@ -132,7 +132,7 @@ def read_mlperf_log(path: str | os.PathLike[str], dtype: str = "int64") -> Mlper
 
 
 def _parse(raw: bytes, source: str) -> object:
-    """The log's JSON, as strictly as every dump is read (:func:`analysis.dumps._json.loads`: no key twice in an object, no
+    """The log's JSON, as strictly as every dump is read (:func:`analysis.dumps._json.loads_payload`: no key twice in an object, no
     deep nesting), but without its whole-document checks when loadgen's shape shows they cannot fail."""
     try:
         value = orjson.loads(raw)
@@ -141,7 +141,7 @@ def _parse(raw: bytes, source: str) -> object:
     if value is not None and _flat_and_unique(value, raw):
         return value
     try:
-        return _json.loads(raw)  # the strict reader names what is wrong, or reads what orjson refused (NaN)
+        return _json.loads_payload(raw)  # the strict reader names what is wrong, or reads what orjson refused (NaN)
     except ValueError as exc:
         raise DumpError(source, "$", *_json.refusal(exc)) from None
 

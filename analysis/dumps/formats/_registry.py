@@ -102,7 +102,7 @@ def _stream_format(text: str, source: str, record: str = "record 0") -> str:
         if event.data == "[DONE]":
             continue
         try:
-            chunk = _json.loads(event.data)
+            chunk = _json.loads_payload(event.data)
         except (_json.NestingError, _json.DuplicateKeyError) as exc:  # JSON, refused: say so rather than "no known stream"
             raise DumpError(source, f"{record} event {event.index} (line {event.line})", *_json.refusal(exc)) from None
         except ValueError:
@@ -138,7 +138,7 @@ def detect_format(raw: bytes, source: str) -> str:
     if _looks_sse(text):
         return _stream_format(text, source)
     try:
-        payload = _json.loads(text)
+        payload = _json.loads_payload(text)
     except (_json.NestingError, _json.DuplicateKeyError) as exc:
         if not _first_line_is_json(text):  # one (pretty-printed) document: its refusal is the answer
             raise DumpError(source, "$", *_json.refusal(exc)) from None
@@ -161,7 +161,7 @@ def detect_format(raw: bytes, source: str) -> str:
 def _first_line_is_json(text: str) -> bool:
     first = next((line for line in text.splitlines() if line.strip()), "")
     try:
-        _json.loads(first)
+        _json.loads_payload(first)
     except (_json.NestingError, _json.DuplicateKeyError):
         return True  # JSON all the same; the line's own reading names the refusal
     except ValueError:
@@ -201,7 +201,7 @@ def parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: boo
             parse_chat_stream(text, rows, meta, lenient=lenient, legacy=fmt == "openai_completion_sse")
         return
     try:
-        payload = _json.loads(text)
+        payload = _json.loads_payload(text)
     except ValueError as exc:
         raise DumpError(rows.source, f"record {meta.record}", *_json.refusal(exc)) from None
     PAYLOAD_PARSERS[fmt](payload, rows, meta, "$" if meta.record == 0 else f"line {meta.record}")

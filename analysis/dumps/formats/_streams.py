@@ -46,7 +46,7 @@ def stream_events(text: str, rows: Rows, meta: Meta, *, needs_done: bool, lenien
             _problem(rows, lenient, DumpError(rows.source, ewhere, None, f"data after [DONE] (line {done_at.line})"))
             continue
         try:
-            payload = _json.loads(event.data)
+            payload = _json.loads_payload(event.data)
         except _json.StrictJsonError as exc:
             _problem(rows, lenient, DumpError(rows.source, ewhere, *_json.refusal(exc)))
             continue

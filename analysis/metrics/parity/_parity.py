@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ...core._frames import as_polars
+from ...core import as_polars
 
 NEAR_TIE_EPSILON = 0.05
 

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from . import _columnar
-from ...core._frames import as_polars
+from ...core import as_polars
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:

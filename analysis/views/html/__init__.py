@@ -5,6 +5,7 @@ Every value is formatted for people (:mod:`analysis.core._cells`) and escaped by
 display these (:mod:`analysis.report`).
 """
 
+from .answer import CSS, answer_html, judgement_html
 from .attribution import attribution_html
 from .cards import run_card
 from .figures import figures_html, png_base64, show_figure
@@ -17,7 +18,7 @@ from .review import Review, run_review, witness_reviews
 from .tables import markers_html, negative_control, run_admission, run_html, run_tables_html, table_html, witness_bands_html, worst_html
 from .trend import entries_html, regressions_html
 
-__all__ = ["Review", "admission_html", "answer_section_html", "attribution_html", "bands_html", "engines_html", "entries_html",
+__all__ = ["CSS", "Review", "admission_html", "answer_html", "answer_section_html", "judgement_html", "attribution_html", "bands_html", "engines_html", "entries_html",
            "figures_html", "first_op_html", "header_html", "heading_html", "judge_report", "markers_html", "mode_comparison_html",
            "negative_control", "png_base64", "provenance_html", "regressions_html", "reviews_html", "rl_mismatch_html", "rounded",
            "run_admission", "run_card", "run_details_html", "run_html", "run_review", "run_tables_html", "series_heading_html",

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from html import escape
 from typing import Any
 
-from ...studies._attribution import attribution_table
-from ...studies._modes import _engine_label
+from ...studies import attribution_table
+from ...studies import engine_label
 from ..plots.attribution import attribution_shares_by_engine, plot_attribution
 from .figures import png_base64
 from .tables import table_html, worst_html
@@ -43,6 +43,6 @@ def attribution_html(runs: Iterable[Any]) -> str:
         table = attribution_table(run).select("prompt_id", "arm", "band_c", "repeat", "slot", "kind", "bitwise_prefix", "cause",
                                               "evidence_arm", "evidence_band_c", "evidence_slot", "evidence_part")
         parts.append(worst_html(table, by=["bitwise_prefix"], descending=[False], what="requests",
-                                caption=f"{_engine_label(run)}: each request that parts, its cause and the control that reproduces it.",
+                                caption=f"{engine_label(run)}: each request that parts, its cause and the control that reproduces it.",
                                 empty="No request parts from m=1."))
     return "".join(parts)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...core._html import render
-from ...run._first_ops import first_op_table, first_ops_record, has_first_ops
+from ...core import render
+from ...run import first_op_table, first_ops_record, has_first_ops
 from ..plots.first_ops import kernel_mode, op_counts, plot_first_ops
 from .figures import png_base64
 from .tables import table_html

@@ -9,11 +9,11 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from ...core._cells import MISSING, cell
-from ...core._html import render
-from ...core._version import __version__
-from ...io._bundled import default_sources
-from ...studies._history import History
+from ...core import MISSING, cell
+from ...core import render
+from ...core import __version__
+from ...io import default_sources
+from ...studies import History
 from ..plots.trend import series_keys
 
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from html import escape
 
-from ...studies._rl_mismatch import TOP_SEQUENCES, largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs
+from ...studies import TOP_SEQUENCES, largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs
 from .tables import table_html
 
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import polars as pl
 
-from ...core._cells import MISSING, cell, pairs, percent
-from ...core._html import render
-from ...core._modes import kernel_mode_words
+from ...core import MISSING, cell, pairs, percent
+from ...core import render
+from ...core import kernel_mode_words
 from ...run import RunError
-from ...studies._engines import default_engine_reference, engine_table
-from ...studies._modes import _engine_label, mode_comparison
-from ...verdicts._v3 import ShapeVerdict, V3Policy
+from ...studies import default_engine_reference, engine_table
+from ...studies import engine_label, mode_comparison
+from ...verdicts import ShapeVerdict, V3Policy
 from ..plots.witness import differing_env_knobs
 from .attribution import attribution_html
 from .first_ops import first_op_html
@@ -92,7 +92,7 @@ def answer_section_html(judgement: Any) -> str:
     >>> '<table id="answer"' in html, 'data-verdict="RED"' in html
     (True, True)
     """
-    from ...studies import answer_html
+    from .answer import answer_html
 
     if not len(judgement):
         return '<p class="bia-fail">Nothing to judge: no run and no witness was read.</p>'
@@ -112,7 +112,7 @@ def _arms_note(arms: list[str]) -> str:
     >>> _arms_note(["copies", "witness"])
     '<p class="bia-muted bia-arms">The arm in brackets is what was sent (a run without control arms is one arm, named after its layout): copies, every slot a copy of the prompt.</p>'
     """
-    from ...run._arms import ARM_WORDS
+    from ...run import ARM_WORDS
 
     said = [f"{arm}, {ARM_WORDS[arm]}" for arm in arms if arm in ARM_WORDS]
     if not said:
@@ -317,7 +317,7 @@ def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
                      "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"]),
                      # against its own m=1: from which c batching changes this engine's bits (padded batching, a kernel mode...)
                      "bit-identical to its own m=1": " / ".join(MISSING if v is None else f"{v:.0%}" for v in bands["own_m1_bit_identical"])})
-    caption = (f"The reference engine is {_engine_label(reference)} ({reference.label}): each run's m=1 stream and its batched requests "
+    caption = (f"The reference engine is {engine_label(reference)} ({reference.label}): each run's m=1 stream and its batched requests "
                "are compared with the reference's m=1 stream of the same prompt. 'Bits from token' is the shortest prefix of float32 "
                "logprobs bit-identical to it (the length of the stream when every bit matches); its ULP figures are engine against "
                "engine, not the run's own. The verdict is the run's judgement against its own m=1 (the answer above), and the last column the "

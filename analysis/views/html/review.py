@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from ...core._cells import MISSING, cell, few, share
-from ...core._modes import kernel_mode_words
+from ...core import MISSING, cell, few, share
+from ...core import kernel_mode_words
 from ...metrics import bits_unrecorded, per_c_counts, run_counts
 
 NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
@@ -57,7 +57,8 @@ class Review:
 
 def _judged(rows: list[dict[str, Any]]) -> tuple[str, str, str, list[tuple[str, str, str | None]]]:
     """The card's verdict, headline, colour and judgement lines from its judgement rows (one per arm): the worst arm heads it."""
-    from ...studies._judgement import CSS, VERDICTS
+    from ...studies import VERDICTS
+    from .answer import CSS
 
     if not rows:
         return "UNVERIFIED", "UNVERIFIED: nothing to judge.", "warn", []
@@ -156,7 +157,7 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     'RED (co-batching): 56 of 56 batched requests part from m=1 ('
     """
     from ...run import slot_table
-    from ...studies._judgement import judge_runs
+    from ...studies import judge_runs
 
     if judgement is None:
         judgement = judge_runs(run)
@@ -299,7 +300,7 @@ def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review
     list of Review
         In the order the witnesses were read, each headed by its judgement's verdict.
     """
-    from ...studies._witness_judgement import judge_witnesses
+    from ...studies import judge_witnesses
     from ..plots.witness import witness_label
 
     if judgement is None:

@@ -12,10 +12,10 @@ from typing import Any
 
 import polars as pl
 
-from ...core._frames import as_polars
-from ...core._html import render
-from ...core._cells import MISSING, cell, duration, pairs
-from ...core._modes import canonical_setting
+from ...core import as_polars
+from ...core import render
+from ...core import MISSING, cell, duration, pairs
+from ...core import canonical_setting
 
 WORST_ROWS = 20  # a long table shows this many of its worst rows and counts the rest
 FEW = 5  # per-prompt sentences (negative controls, forks) listed before the rest are counted
@@ -171,7 +171,7 @@ def _refused(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def run_admission(run, policy) -> list[dict[str, Any]]:
     """aprender's V3 verdict of each prompt's witness, prompts with the same verdict and reasons grouped."""
-    from ...verdicts._v3 import ShapeVerdict, shape_check_data
+    from ...verdicts import ShapeVerdict, shape_check_data
     from ...run import RunError, to_witness
 
     groups: dict[tuple, dict[str, Any]] = {}

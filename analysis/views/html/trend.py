@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...core._cells import MISSING, cell, frame_html
-from ...core._html import render
-from ...studies._history import SERIES, History
+from ...core import MISSING, cell, frame_html
+from ...core import render
+from ...studies import SERIES, History
 from ..plots.trend import series_name
 
 

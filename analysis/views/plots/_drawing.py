@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from ...run import Run
-from ...studies._history import History
+from ...studies import History
 from ...witness import WitnessSet
 
 

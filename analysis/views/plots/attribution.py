@@ -8,8 +8,8 @@ from typing import Any
 import polars as pl
 
 from ...run import Run
-from ...studies._attribution import LADDER, UNEXPLAINED, attribution_shares, attribution_table
-from ...studies._modes import _engine_label
+from ...studies import LADDER, UNEXPLAINED, attribution_shares, attribution_table
+from ...studies import engine_label
 from ._drawing import _empty, as_frame, c_column, drawn
 
 _CAUSES = [name for name, _, _ in LADDER] + [UNEXPLAINED]
@@ -25,7 +25,7 @@ def attribution_shares_by_engine(runs: Iterable[Any]) -> pl.DataFrame:
     >>> attribution_shares_by_engine([read_run("data/experiment-cpu/default")]).height  # a run without arms is not attributed
     0
     """
-    frames = [attribution_shares(attribution_table(run)).select(pl.lit(_engine_label(run)).alias("engine"), pl.all())
+    frames = [attribution_shares(attribution_table(run)).select(pl.lit(engine_label(run)).alias("engine"), pl.all())
               for run in runs if run.manifest.get("arms") is not None]
     schema = {"engine": pl.String, "band_c": pl.Int64, "cause": pl.String, "requests": pl.Int64, "share": pl.Float64}
     return pl.concat([f.cast(schema) for f in frames]) if frames else pl.DataFrame(schema=schema)  # type: ignore[arg-type]

@@ -7,8 +7,8 @@ from typing import Any
 
 import polars as pl
 
-from ...core._modes import kernel_mode_words
-from ...run._first_ops import first_op_table, first_ops_record
+from ...core import kernel_mode_words
+from ...run import first_op_table, first_ops_record
 
 
 def _label(layer: int | None, op: str) -> str:

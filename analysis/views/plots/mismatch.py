@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from ...studies._rl_mismatch import mismatch_tokens
+from ...studies import mismatch_tokens
 from ._drawing import as_frame
 
 

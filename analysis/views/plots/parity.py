@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from ...run import Run, band_table, drift_table, flip_table, reference_margins, slot_table
-from ...studies._history import History
+from ...studies import History
 from ...witness import WitnessSet
 from ._drawing import LEGEND_LIMIT, _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, as_frame, c_column, drawn
 from .witness import witness_label

@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from ...run import band_table, width_table
-from ...studies._history import History
+from ...studies import History
 from ...witness import WitnessSet
 from ._drawing import _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, c_column, drawn
 from .witness import witness_label

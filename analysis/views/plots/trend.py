@@ -7,8 +7,8 @@ import datetime as dt
 
 import polars as pl
 
-from ...core._cells import cell
-from ...studies._history import SERIES, History
+from ...core import cell
+from ...studies import SERIES, History
 
 # What each trend figure draws: metric, axis label, what a reader should look for.
 METRICS = (
@@ -138,7 +138,7 @@ def _label_markers(ax, markers: list[tuple[dt.datetime, str | None]]) -> None:
 
 
 def _rule_metric(rule_name: str) -> str | None:
-    from ...studies._history import REGRESSION_RULES
+    from ...studies import REGRESSION_RULES
 
     return next((r.metric for r in REGRESSION_RULES if r.name == rule_name), None)
 

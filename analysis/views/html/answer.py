@@ -1,0 +1,126 @@
+"""The answer: one row per run and arm of a :class:`analysis.Judgement`, as the report's first table and Jupyter's view."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from html import escape
+from typing import Any
+
+from ...core import scroll_box
+from ...run import ARM_WORDS, arm_words
+from ...studies import Judgement, rate_words
+
+CSS = {"GREEN": "pass", "AMBER": "warn", "UNVERIFIED": "warn", "RED": "fail"}  # a verdict's colour class in bia's style sheet
+
+__all__ = ["CSS", "answer_html", "judgement_html"]
+
+
+def _short_cost(cost: list[Mapping[str, Any]] | None) -> str:
+    """Each c's decode rate per request over c=1's, in a few characters: ``0.80× / 0.59× at c=4 / 8``."""
+    if not cost:
+        return "unmeasured"
+    ratios = " / ".join(f"{c['ratio']:.2f}×" for c in cost)
+    return f"{ratios} at c={' / '.join(str(c['c']) for c in cost)}"
+
+
+def _full_why(row: Mapping[str, Any]) -> str:
+    return f"{row['cause']}: {row['reason']}" if row["cause"] else row["reason"]
+
+
+def _short_why(row: Mapping[str, Any]) -> str:
+    """The answer table's why: the cause and the first request that parts, or what the evidence lacks, in a line."""
+    first = row["first_request"]
+    if row["verdict"] == "RED" and first:
+        how = f"tokens at {first['at']}" if first["parted"] == "tokens" else f"bits from token {first['at']}"
+        who = (f"{first['prompt_id'] or ''} ref #2 alone" if first["role"] == "ref #2" else
+               f"{first['prompt_id'] or ''} alone (c=1)" if first["c"] == 1 else f"{first['prompt_id'] or ''} c={first['c']} slot {first['slot']}")
+        share = f"{row['alone_parted']}/{row['alone']} alone part" if row["alone_parted"] else f"{row['divergent']}/{row['requests']} batched part"
+        return f"{row['cause']}: {share}; first {who.strip()}, {how}"
+    if row["verdict"] == "UNVERIFIED":
+        return row["reason"].removeprefix("no request parts from m=1, but ")
+    return f"0/{row['requests']} batched part; bound {rate_words(row['upper_bound'])} {'<' if row['verdict'] == 'GREEN' else '≥'} {rate_words(row['target_rate'])}"
+
+
+def _step_cell(step: str, full: bool) -> str:
+    """The next step's cell: whole in Jupyter's view; in the report's answer, which must fit a screen, the command alone, with
+    what was measured beside it (``_with_measured_fix``) as the cell's tooltip and in its card.
+
+    Examples
+    --------
+    >>> _step_cell("batch-invariant kernels: X (measured beside it, its decode rate over this run's: 1.07× at c=1)", False)
+    '<td title="batch-invariant kernels: X (measured beside it, its decode rate over this run&#x27;s: 1.07× at c=1)">batch-invariant kernels: X …</td>'
+    """
+    command, measured, _ = step.partition(" (measured beside it")
+    if full or not measured:
+        return f"<td>{escape(step)}</td>"
+    return f'<td title="{escape(step)}">{escape(command)} …</td>'
+
+
+def _arm_html(arm: str, full: bool) -> str:
+    """A row's arm: with what it sent (:func:`analysis.run.arm_words`), in full or as the name's tooltip."""
+    if full or arm not in ARM_WORDS:
+        return escape(arm_words(arm))
+    return f'<span title="{escape(ARM_WORDS[arm])}">{escape(arm)}</span>'
+
+
+def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: bool = False) -> str:
+    """The answer: one row per run and arm, its verdict, why (cause and first request), the cost of batching, the evidence and
+    the next step; the full reason is each row's tooltip and its card's headline.
+
+    Each row carries ``data-run``, ``data-arm`` and ``data-verdict``; every value is escaped. ``full``: the why column holds the
+    cause and the whole reason, and the arm what it sent (``copies: every slot a copy of the prompt``: Jupyter's view of a
+    :class:`Judgement`), not their one-line summary and the arm's name with its words as a tooltip (the report's answer, which
+    must fit a screen, and says what its arms sent below it).
+
+    Parameters
+    ----------
+    judgement : Judgement
+        The judgement, one row per run and arm.
+    table_id : str or None, default "answer"
+        The table's HTML ``id``; none when None.
+    full : bool, default False
+        Whole reasons and arm descriptions in the cells, as described above.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from analysis.studies import judge
+    >>> html = answer_html(judge("data/experiment-cpu/default"))
+    >>> html.count('data-verdict="RED"'), html.startswith('<table id="answer"')
+    (1, True)
+    """
+    head = "".join(f"<th>{h}</th>" for h in ("verdict", "run (arm)", "why", "decode rate vs c=1", "evidence", "next step"))
+    rows = []
+    for row in judgement:
+        evidence = f"{row['requests']} batched, {row['bands'] - row['bands_unformed']}/{row['bands']} bands formed"
+        rows.append(f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
+                    f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
+                    f'<td><code>{escape(row["run"])}</code> ({_arm_html(row["arm"], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>'
+                    f'<td>{escape(_short_cost(row["cost_by_c"]))}</td><td>{escape(evidence)}</td>{_step_cell(row["next_step"] or "", full)}</tr>')
+    ident = f' id="{escape(table_id)}"' if table_id else ""
+    return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def judgement_html(judgement: Judgement) -> str:
+    """Jupyter's view of a :class:`analysis.Judgement`: the answer with whole reasons, in a box that scrolls sideways.
+
+    Parameters
+    ----------
+    judgement : Judgement
+        The judgement to show.
+
+    Returns
+    -------
+    str
+        The HTML fragment.
+
+    Examples
+    --------
+    >>> from analysis.studies import judge
+    >>> judgement_html(judge("data/experiment-cpu/default")).count('data-verdict="RED"')
+    1
+    """
+    return scroll_box(answer_html(judgement, table_id=None, full=True))  # six columns: wider than a narrow notebook
