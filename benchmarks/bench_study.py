@@ -260,7 +260,7 @@ def generate_run(folder: str | os.PathLike[str], prompts: int = 4, tokens: int =
                 result["sent_at_s"] = sent
                 where = {"unit": key, "prompt_id": pid, "role": role, "slot": slot}
                 if role == "band":
-                    where = {"unit": key, "prompt_id": pid, "role": role, "band_c": c, "slot": slot, "repeat": repeat, "batch_row": slot}
+                    where = {"unit": key, "prompt_id": pid, "role": role, "c": c, "slot": slot, "repeat": repeat, "batch_row": slot}
                 out.write(orjson.dumps({**result, **where}) + b"\n")
             end = max(ends)
             if role == "band":
@@ -274,7 +274,7 @@ def generate_run(folder: str | os.PathLike[str], prompts: int = 4, tokens: int =
                 running = [c] * samples
                 running[0] = int(band.integers(0, c + 1))
                 manifest["m_formed"].append({
-                    "unit": key, "prompt_id": pid, "role": "band", "band_c": c, "repeat": repeat, "widths": widths, "running": running,
+                    "unit": key, "prompt_id": pid, "role": "band", "c": c, "repeat": repeat, "widths": widths, "running": running,
                     "running_metric": "vllm:num_requests_running", "poll_interval_s": 0.05,
                     "cache": {"vllm:prefix_cache_hits_total": {"before": before["hits"], "after": hits},
                               "vllm:prefix_cache_queries_total": {"before": before["queries"], "after": queries}}})
@@ -399,9 +399,9 @@ def _slot_summary(slots) -> str:
     """What the generated data looks like through slot_table: a check that it exercises the parity analysis."""
     import polars as pl
 
-    by_c = slots.group_by("band_c").agg(pl.len().alias("n"), pl.col("diverged").sum().alias("div"), (pl.col("max_ulp") == 0).sum().alias("bitwise"),
-                                        pl.col("max_ulp").max().alias("ulp")).sort("band_c")
-    return "; ".join(f"c={r['band_c']}: {r['div']}/{r['n']} diverged, {r['bitwise']} bit-identical, max {r['ulp']} ULP" for r in by_c.iter_rows(named=True))
+    by_c = slots.group_by("c").agg(pl.len().alias("n"), pl.col("diverged").sum().alias("div"), (pl.col("max_ulp") == 0).sum().alias("bitwise"),
+                                        pl.col("max_ulp").max().alias("ulp")).sort("c")
+    return "; ".join(f"c={r['c']}: {r['div']}/{r['n']} diverged, {r['bitwise']} bit-identical, max {r['ulp']} ULP" for r in by_c.iter_rows(named=True))
 
 
 def step_study(study_dir: str, dataset_dir: str, tables_dir: str) -> Iterator[dict]:

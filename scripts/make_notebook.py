@@ -177,37 +177,37 @@ WALKTHROUGH = [
         bit-identical to m=1 when it covers its whole `length`) and the largest ULP distance before it, the reference's
         margin where the streams parted, and the request's own decode rate.""")),
     ("code", "slots = slot_table(run)\n"
-             'slots.select("prompt_id", "band_c", "slot", "length", "agree_to", "divergence_at", "bitwise_prefix", "max_ulp",\n'
+             'slots.select("prompt_id", "c", "slot", "length", "agree_to", "divergence_at", "bitwise_prefix", "max_ulp",\n'
              '             "reference_margin", "k3_max", "decode_tok_s")'),
     ("markdown", _src("""
         Per band: the widths the server formed, the share of its requests bit-identical and token-identical to the m=1
         reference (from the request table above), how far the slots agree with it, and the median decode rate.""")),
     ("code", _src("""
-        identical = slots.group_by("prompt_id", "band_c", "repeat").agg(
+        identical = slots.group_by("prompt_id", "c", "repeat").agg(
             bit_identical_share=(pl.col("bitwise_prefix") == pl.col("length")).mean(),
             token_identical_share=(~pl.col("diverged")).mean())
-        bands = band_table(run).join(identical, on=["prompt_id", "band_c", "repeat"], how="left")
-        bands.select("prompt_id", "band_c", "repeat", "widths_seen", "bit_identical_share", "token_identical_share", "divergence_min",
+        bands = band_table(run).join(identical, on=["prompt_id", "c", "repeat"], how="left")
+        bands.select("prompt_id", "c", "repeat", "widths_seen", "bit_identical_share", "token_identical_share", "divergence_min",
                      "diverged_slots", "decode_tok_s", "s_per_1000_seq")""")),
     ("code", _src("""
-        per_c = slots.group_by("band_c").agg(
+        per_c = slots.group_by("c").agg(
             requests=pl.len(), bits=(pl.col("bitwise_prefix") == pl.col("length")).sum(), tokens=(~pl.col("diverged")).sum(),
-            first_flip=pl.col("divergence_at").min(), max_ulp=pl.col("max_ulp").max()).sort("band_c")
+            first_flip=pl.col("divergence_at").min(), max_ulp=pl.col("max_ulp").max()).sort("c")
         n, bits, tokens = per_c["requests"].sum(), per_c["bits"].sum(), per_c["tokens"].sum()
         if bits == n:
             verdict = f"batch invariant: all {n} requests, at every c of {ladder}, are bit-identical to the m=1 reference"
         elif tokens == n:
             differ = per_c.filter(pl.col("bits") < pl.col("requests"))
             verdict = (f"token-identical, not bit-identical: no token flips, but the float32 logprobs of {n - bits} of {n} requests "
-                       f"differ from m=1 (at c = {', '.join(map(str, differ['band_c']))}; up to {per_c['max_ulp'].max()} ULP)")
+                       f"differ from m=1 (at c = {', '.join(map(str, differ['c']))}; up to {per_c['max_ulp'].max()} ULP)")
         else:
             flips = per_c.filter(pl.col("tokens") < pl.col("requests"))
-            verdict = (f"not batch invariant: {n - tokens} of {n} requests change tokens (at c = {', '.join(map(str, flips['band_c']))}), "
+            verdict = (f"not batch invariant: {n - tokens} of {n} requests change tokens (at c = {', '.join(map(str, flips['c']))}), "
                        f"the earliest at token {per_c['first_flip'].min()}")
         server_name = f"bia serve --mode {mode}" if server is not None else url
         print(f"Verdict for {server_name}: {verdict}.")
         for row in per_c.iter_rows(named=True):
-            print(f"  c={row['band_c']}: {row['bits']} of {row['requests']} bit-identical, {row['tokens']} token-identical")""")),
+            print(f"  c={row['c']}: {row['bits']} of {row['requests']} bit-identical, {row['tokens']} token-identical")""")),
     ("markdown", _src("""
         The same verdict as the parity report's card for this run (`analysis.report.reviews_html`). With the default
         kernel mode, torch sums a batch's rows together, so expect logprobs that differ in their last bits from c = 4 on;
@@ -433,10 +433,10 @@ DUMPS_AND_RUNS = [
         run""")),
     ("markdown", _src("""
         A `Run` holds the three frames of its dump: `requests` (one row per request, with its `role`: two m=1
-        `reference`s per prompt, then the `band` requests, by `band_c` and `slot`), `tokens` (one per scored
+        `reference`s per prompt, then the `band` requests, by `c` and `slot`), `tokens` (one per scored
         position) and `candidates` (the top-k alternatives at each position).""")),
     ("code", _src("""
-        run.requests.group_by("role", "band_c").agg(requests=pl.len(), tokens=pl.col("completion_tokens").sum()).sort("role", "band_c")""")),
+        run.requests.group_by("role", "c").agg(requests=pl.len(), tokens=pl.col("completion_tokens").sum()).sort("role", "c")""")),
     ("code", _src("""
         run.tokens.select("record", "position", "token_text", "logprob", "value_status", "n_candidates", "t_arrival").head(5)""")),
     ("markdown", _src("""
@@ -457,17 +457,17 @@ DUMPS_AND_RUNS = [
         reference's top-1/top-2 margin where it parted.""")),
     ("code", _src("""
         slots = analysis.slot_table(run)
-        slots.select("prompt_id", "band_c", "slot", "length", "agree_to", "divergence_at", "bitwise_prefix", "max_ulp",
+        slots.select("prompt_id", "c", "slot", "length", "agree_to", "divergence_at", "bitwise_prefix", "max_ulp",
                      "max_abs_delta").head(6)""")),
     ("markdown", "A small helper says, per c, how many requests are token-identical and bit-identical to m=1; it is used for every run below."),
     ("code", _src("""
         def parity_by_c(slots: pl.DataFrame) -> pl.DataFrame:
             \"\"\"Per batch size c: requests token-identical and bit-identical (every float32 logprob) to the m=1 reference.\"\"\"
             differs = pl.col("bitwise_prefix") < pl.col("length")
-            return (slots.group_by("band_c").agg(
+            return (slots.group_by("c").agg(
                 requests=pl.len(), token_identical=(~pl.col("diverged")).sum(), bit_identical=(~differs).sum(),
                 first_token_flip=pl.col("divergence_at").min(), first_bit_difference=pl.col("bitwise_prefix").filter(differs).min(),
-                max_ulp=pl.col("max_ulp").max(), max_abs_delta=pl.col("max_abs_delta").max()).sort("band_c"))
+                max_ulp=pl.col("max_ulp").max(), max_abs_delta=pl.col("max_abs_delta").max()).sort("c"))
 
 
         def say(name: str, slots: pl.DataFrame) -> None:
@@ -476,7 +476,7 @@ DUMPS_AND_RUNS = [
                 bits = ("bit-identical" if row["bit_identical"] == row["requests"] else
                         f"{row['bit_identical']} bit-identical; logprobs first differ at token {row['first_bit_difference']}, "
                         f"by up to {row['max_ulp']} ULP ({row['max_abs_delta']:.1e})")
-                print(f"  {name} c={row['band_c']}: {row['token_identical']} of {row['requests']} token-identical, {bits}")
+                print(f"  {name} c={row['c']}: {row['token_identical']} of {row['requests']} token-identical, {bits}")
 
 
         parity_by_c(slots)""")),
@@ -489,12 +489,12 @@ DUMPS_AND_RUNS = [
         while no token flips. `band_table` sums each band up (widths formed, divergences, intra-batch agreement,
         unique completions, decode rate), and `drift_table` gives |delta logprob| per step before any fork.""")),
     ("code", _src("""
-        analysis.band_table(run).select("prompt_id", "band_c", "m_formed", "divergence_min", "diverged_slots", "intra_agree_to",
+        analysis.band_table(run).select("prompt_id", "c", "m_formed", "divergence_min", "diverged_slots", "intra_agree_to",
                                         "unique_completions", "decode_tok_s")""")),
     ("code", _src("""
         drift = analysis.drift_table(run)
-        # drift_table names c inside its label ("p0 c=4 slot 2"); plot_delta_before_fork draws one line per c given a band_c column
-        drift = drift.with_columns(band_c=pl.col("label").str.extract(r"c=(\\d+) slot \\d+$", 1).cast(pl.Int64))
+        # drift_table names c inside its label ("p0 c=4 slot 2"); plot_delta_before_fork draws one line per c given a c column
+        drift = drift.with_columns(c=pl.col("label").str.extract(r"c=(\\d+) slot \\d+$", 1).cast(pl.Int64))
         margins = analysis.reference_margins(run)  # per prompt: ref #1's top-1 minus top-2 logprob at every step
         parted = {prompt: group["divergence_at"].drop_nulls().to_list() for (prompt,), group in slots.group_by(["prompt_id"])}
 
@@ -530,27 +530,27 @@ DUMPS_AND_RUNS = [
     ("code", _src("""
         modes = [analysis.read_run(RUNS[name]) for name in ("default", "batch-invariant", "fixed-tiles")]  # batch-invariant/ holds the one-by-one mode
         table = analysis.mode_comparison(modes)
-        table.select("kernel_mode", "band_c", "requests", "bit_identical_share", "token_flips", "max_ulp", "median_decode_tok_s",
+        table.select("kernel_mode", "c", "requests", "bit_identical_share", "token_flips", "max_ulp", "median_decode_tok_s",
                      "rate_vs_default")""")),
     ("code", _src("""
-        by_mode = {mode: group.sort("band_c") for (mode,), group in table.group_by(["kernel_mode"], maintain_order=True)}
+        by_mode = {mode: group.sort("c") for (mode,), group in table.group_by(["kernel_mode"], maintain_order=True)}
         invariant = [mode for mode, group in by_mode.items() if (group["bit_identical_share"] == 1).all()]
         not_invariant = [mode for mode in by_mode if mode not in invariant]
-        largest = table["band_c"].max()
+        largest = table["c"].max()
         print(f"Finding: batch invariant (every request at every c bit-identical to m=1): {', '.join(invariant)}; "
               f"not: {', '.join(not_invariant)}.")
         for mode in not_invariant:
             group = by_mode[mode]
-            print(f"  {mode}: bit-identical share per c {dict(zip(group['band_c'], group['bit_identical_share']))}, "
+            print(f"  {mode}: bit-identical share per c {dict(zip(group['c'], group['bit_identical_share']))}, "
                   f"{group['token_flips'].sum()} token flips, up to {group['max_ulp'].max()} ULP")
         for mode in invariant:
-            row = by_mode[mode].filter(pl.col("band_c") == largest).row(0, named=True)
+            row = by_mode[mode].filter(pl.col("c") == largest).row(0, named=True)
             print(f"  {mode} at c={largest}: {row['median_decode_tok_s']:.0f} tok/s per request, "
                   f"{row['rate_vs_default']:.2f} of the default mode's rate")""")),
     ("code", _src("""
         fig, ax = plt.subplots(figsize=(7, 4))
         for mode, group in by_mode.items():
-            ax.plot(group["band_c"], group["median_decode_tok_s"], marker="o", label=mode)
+            ax.plot(group["c"], group["median_decode_tok_s"], marker="o", label=mode)
         ax.set_xscale("log", base=2)
         ax.set_xticks(run.ladder, [str(c) for c in run.ladder])
         ax.set_xlabel("batch size c")

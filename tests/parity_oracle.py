@@ -12,7 +12,7 @@ from analysis.run import Run, band_widths
 from analysis.run._layout import _cache_summary
 from analysis.run._tables import _release_skew, _seconds_per_1000, _send_spans
 
-BAND_ORDER = ["prompt_id", "band_c", "repeat", "slot"]
+BAND_ORDER = ["prompt_id", "c", "repeat", "slot"]
 
 
 def streams(run: Run) -> dict[tuple, parity.Stream]:
@@ -48,13 +48,13 @@ def band_rows(run: Run, epsilon: float = parity.NEAR_TIE_EPSILON) -> list[dict]:
     all_streams, refs = streams(run), references(run)
     bands = requests(run).filter(pl.col("role") == "band").sort(BAND_ORDER)
     rows = []
-    for (prompt, c, repeat), group in bands.group_by(["prompt_id", "band_c", "repeat"], maintain_order=True):
+    for (prompt, c, repeat), group in bands.group_by(["prompt_id", "c", "repeat"], maintain_order=True):
         slots = [stream_of(all_streams, r) for r in group.iter_rows(named=True)]
         summary = parity.band_summary(refs[prompt], slots, epsilon=epsilon)
         summary.pop("comparisons")
         widths, _ = band_widths(run.manifest, prompt, c, repeat)
         spans = _send_spans(group)
-        rows.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "m_formed": max(widths) if widths else None, **summary,
+        rows.append({"prompt_id": prompt, "c": c, "repeat": repeat, "m_formed": max(widths) if widths else None, **summary,
                      "decode_tok_s": parity.band_decode_rate(group["decode_tok_s"].to_list()), "s_per_1000_seq": _seconds_per_1000(spans),
                      "release_skew_s": _release_skew(spans), "prefix_cache": _cache_summary(run.manifest, prompt, c, repeat)})
     return rows
@@ -65,7 +65,7 @@ def prompt_rows(run: Run) -> list[dict]:
     rows = []
     for prompt, ref in refs.items():
         bands = run.dump.requests.filter((pl.col("prompt_id") == prompt) & (pl.col("role") == "band"))
-        firsts = [stream_of(all_streams, r) for r in bands.filter(pl.col("slot") == 0).sort("band_c", "repeat").iter_rows(named=True)]
+        firsts = [stream_of(all_streams, r) for r in bands.filter(pl.col("slot") == 0).sort("c", "repeat").iter_rows(named=True)]
         configurations = [ref, *firsts]
         density = parity.tie_density(parity.step_margins(ref))
         rows.append({"prompt_id": prompt, "tie_density_1e-3": density[1e-3], "tie_density_1e-2": density[1e-2], "tie_density_1e-1": density[1e-1],

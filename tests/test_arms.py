@@ -43,7 +43,7 @@ def test_the_arms_plan_fires_each_arm_per_prompt_and_repeat():
     # per repeat: 3 repeats alone, 2 copies bands, 2 mixed bands, 3 prefix shares, 1 cache, 1 serial band; prefill once
     assert [len(by_arm[a]) for a in ALL_ARMS] == [2 * ARM_REPEATS, 2 * 2, 2 * 2, 2 * len(PREFIX_SHARES), 2, 2, 1]
     assert [u.repeat for u in by_arm["repeat"]] == list(range(2 * ARM_REPEATS))  # each repeat of the arm its own unit
-    assert by_arm["serial"][0].band_c == 4 and by_arm["serial"][0].slots == (0, 1, 2, 3)  # the widest c, every request recorded
+    assert by_arm["serial"][0].c == 4 and by_arm["serial"][0].slots == (0, 1, 2, 3)  # the widest c, every request recorded
     assert by_arm["mixed"][1].slots == (0,)  # the needle alone is the unit's own; the others are fillers
     assert by_arm["prefill"][0].slots == (1, 2, 3, 4) and by_arm["prefill"][0].key == "p0/prefill/r0"
     assert len({u.key for u in units}) == len(units)  # no two units share a name
@@ -119,7 +119,7 @@ def test_prefill_requests_word_the_reference_prefix_as_each_engine_takes_it():
 
 
 def _slots(rows):
-    columns = ["prompt_id", "arm", "band_c", "repeat", "slot", "bitwise_prefix", "divergence_at"]
+    columns = ["prompt_id", "arm", "c", "repeat", "slot", "bitwise_prefix", "divergence_at"]
     frame = pl.DataFrame(rows, schema=dict(zip(columns, [pl.String, pl.String, pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Int64])), orient="row")
     return frame.with_columns(length=pl.lit(8, pl.Int64), max_ulp=pl.lit(1, pl.Int64)).with_columns(parted=pl.col("bitwise_prefix") < pl.col("length"))
 
@@ -140,7 +140,7 @@ def test_attribution_names_the_first_control_that_parts_no_later_than_the_reques
     prefill = pl.DataFrame({"prompt_id": ["p0", "p0", "p0"], "position": [1, 2, 3], "same_token": [True, True, True],
                             "same_bits": [True, True, False]})  # the prefill path parts at position 3
     table = _attribute(slots, prefill)
-    got = table.select("prompt_id", "arm", "band_c", "slot", "kind", "cause", "evidence_arm", "evidence_band_c", "evidence_slot",
+    got = table.select("prompt_id", "arm", "c", "slot", "kind", "cause", "evidence_arm", "evidence_c", "evidence_slot",
                        "evidence_part").rows()
     assert got == [
         ("p0", "cache", 1, 0, "bits", "cache state", "cache", 1, 0, 2),
@@ -153,7 +153,7 @@ def test_attribution_names_the_first_control_that_parts_no_later_than_the_reques
         ("p1", "serial", 4, 2, "bits", "unexplained", None, None, None, None),
     ]
     # per c, the share of the requests that part: c=1 two of two on the cache; c=4 one cache, one co-batching, one mixing
-    shares = attribution_shares(table).filter(pl.col("band_c").is_in([1, 4])).rows()
+    shares = attribution_shares(table).filter(pl.col("c").is_in([1, 4])).rows()
     assert shares == [(1, "cache state", 2, 1.0), (4, "cache state", 1, 1 / 4), (4, "co-batching", 1, 1 / 4), (4, "mixing", 1, 1 / 4),
                       (4, "unexplained", 1, 1 / 4)]
 
@@ -201,20 +201,20 @@ def test_every_arm_against_bia_serve_is_recorded_once_and_complete(served_arms):
     bands = band_table(run)
     serial = bands.filter(arm="serial")
     assert serial["n_slots"].to_list() == [4, 4] and serial["m_formed"].to_list() == [1, 1]  # one after another: never two at once
-    assert bands.filter(arm="copies", band_c=4)["m_formed"].to_list() == [4, 4]  # bia serve's log: the copies did share a batch
+    assert bands.filter(arm="copies", c=4)["m_formed"].to_list() == [4, 4]  # bia serve's log: the copies did share a batch
     assert set(width_table(run)["arm"]) == set(ALL_ARMS) - {"prefill"}
 
 
 def test_bia_serve_alone_and_cold_repeats_m1_bit_for_bit_and_its_drift_is_put_on_a_cause(served_arms):
     run = served_arms
     slots = slot_table(run)
-    alone = slots.filter(pl.col("arm").is_in(["repeat", "cache", "prefix", "serial"]) | (pl.col("band_c") == 1))
+    alone = slots.filter(pl.col("arm").is_in(["repeat", "cache", "prefix", "serial"]) | (pl.col("c") == 1))
     assert (alone["bitwise_prefix"] == alone["length"]).all()  # bia serve has no prompt cache: a request alone is m=1, bit for bit
     prefill = prefill_table(run)
     assert prefill.height == 2 * 7 and prefill["same_token"].all()
     table = attribution_table(run)
     parted = slots.filter(pl.col("bitwise_prefix") < pl.col("length"))
-    assert table.height == parted.height > 0 and set(table["band_c"]) == {4}  # only c=4 drifts on bia serve's default kernels
+    assert table.height == parted.height > 0 and set(table["c"]) == {4}  # only c=4 drifts on bia serve's default kernels
     assert not set(table["cause"]) & {"run-to-run", "cache state", "shared prefix"}  # their controls never part
     for row in table.iter_rows(named=True):  # each cause's evidence parts no later than the request it explains
         assert row["cause"] in ("prefill path", "co-batching", "mixing") and row["evidence_part"] <= row["bitwise_prefix"]
@@ -238,7 +238,7 @@ def test_the_attribution_figure_splits_each_bar_by_the_causes_shares():
 
     from analysis.views.plots import plot_attribution
 
-    shares = pl.DataFrame({"engine": ["e", "e", "e"], "band_c": [1, 4, 4], "cause": ["cache state", "cache state", "co-batching"],
+    shares = pl.DataFrame({"engine": ["e", "e", "e"], "c": [1, 4, 4], "cause": ["cache state", "cache state", "co-batching"],
                            "requests": [2, 1, 3], "share": [1.0, 0.25, 0.75]})
     ax = plot_attribution(shares)
     drawn = sorted((container.get_label(), float(bar.get_x()), float(bar.get_width())) for container in ax.containers for bar in container

@@ -40,8 +40,8 @@ def band_dumps(folder: Path) -> Path:
     for slot in (0, 1):
         (folder / f"ref{slot + 1}.json").write_text(json.dumps({"response": RESPONSE, "prompt_id": "p0", "role": "reference", "slot": slot},
                                                                indent=2))
-    (folder / "c1.json").write_text(json.dumps({"response": RESPONSE, "prompt_id": "p0", "role": "band", "band_c": 1, "slot": 0, "repeat": 0}))
-    lines = [{"response": _drifted(3, -1e-6) if slot == 2 else RESPONSE, "prompt_id": "p0", "role": "band", "band_c": 4, "slot": slot,
+    (folder / "c1.json").write_text(json.dumps({"response": RESPONSE, "prompt_id": "p0", "role": "band", "c": 1, "slot": 0, "repeat": 0}))
+    lines = [{"response": _drifted(3, -1e-6) if slot == 2 else RESPONSE, "prompt_id": "p0", "role": "band", "c": 4, "slot": slot,
               "repeat": 0, "t_sent": 0.5, "note": "kept"} for slot in range(4)]
     (folder / "c4.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return folder
@@ -62,7 +62,7 @@ def test_write_run_reads_back_to_equal_frames(tmp_path):
     folder = band_dumps(tmp_path / "dumps")
     run = assemble_run([
         {"source": str(CHAT), "prompt_id": "p0", "role": "reference", "slot": 0},
-        {"source": str(STREAM), "prompt_id": "p0", "role": "band", "band_c": 1, "slot": 0, "repeat": 0},
+        {"source": str(STREAM), "prompt_id": "p0", "role": "band", "c": 1, "slot": 0, "repeat": 0},
     ] + [{"source": str(folder / "ref2.json"), "prompt_id": "p0", "role": "reference", "slot": 1}])
     written = write_run(run, tmp_path / "run")
     back = read_run(written, cache=False)
@@ -81,7 +81,7 @@ def test_write_run_of_an_envelope_file_keeps_its_other_keys_and_reads_back(tmp_p
     back = read_run(write_run(run, tmp_path / "run"), cache=False)
     for name, frame in _frames(run).items():
         assert frame.equals(_frames(back)[name]), name
-    band = back.dump.requests.filter(pl.col("band_c") == 4).sort("slot")
+    band = back.dump.requests.filter(pl.col("c") == 4).sort("slot")
     assert band["t_sent"].to_list() == [0.5] * 4 and all(json.loads(e)["note"] == "kept" for e in band["extra"])
 
 
@@ -107,7 +107,7 @@ def test_write_run_refuses_an_occupied_folder_unless_forced(tmp_path):
 
 def test_envelopes_place_every_request(tmp_path):
     run = assemble_dumps(band_dumps(tmp_path / "dumps"))
-    placed = run.dump.requests.select("prompt_id", "role", "band_c", "slot").sort("role", "band_c", "slot", nulls_last=True).rows()
+    placed = run.dump.requests.select("prompt_id", "role", "c", "slot").sort("role", "c", "slot", nulls_last=True).rows()
     assert placed == [("p0", "band", 1, 0), *[("p0", "band", 4, s) for s in range(4)], ("p0", "reference", None, 0), ("p0", "reference", None, 1)]
     assert run.ladder == [1, 4]
 
@@ -124,11 +124,11 @@ def test_plain_dumps_name_the_file_and_the_missing_field(tmp_path):
         assemble_dumps(tmp_path)
 
 
-def test_an_envelope_without_band_c_is_named(tmp_path):
+def test_an_envelope_without_c_is_named(tmp_path):
     folder = band_dumps(tmp_path / "dumps")
     line = {"response": RESPONSE, "prompt_id": "p0", "role": "band", "slot": 0}
     (folder / "c8.jsonl").write_text(json.dumps(line) + "\n")
-    with pytest.raises(RunError, match=r'c8\.jsonl: line 1: field "band_c" missing'):
+    with pytest.raises(RunError, match=r'c8\.jsonl: line 1: field "c" missing'):
         assemble_dumps(folder)
 
 
@@ -145,12 +145,12 @@ def test_bands_without_a_reference_and_two_requests_in_one_place_are_refused(tmp
 def test_a_mapping_file_says_which_file_is_which(tmp_path):
     for name in ("alone.json", "c1.json"):
         (tmp_path / name).write_text(CHAT.read_text())
-    (tmp_path / "map.csv").write_text("source,prompt_id,role,band_c,slot,repeat\nalone.json,q,reference,,0,\nc1.json,q,band,1,0,0\n")
+    (tmp_path / "map.csv").write_text("source,prompt_id,role,c,slot,repeat\nalone.json,q,reference,,0,\nc1.json,q,band,1,0,0\n")
     run = assemble_dumps(mapping=tmp_path / "map.csv")
-    assert sorted(run.dump.requests.select("prompt_id", "role", "band_c").rows(), key=str) == [("q", "band", 1), ("q", "reference", None)]
+    assert sorted(run.dump.requests.select("prompt_id", "role", "c").rows(), key=str) == [("q", "band", 1), ("q", "reference", None)]
     (tmp_path / "map.json").write_text(json.dumps({"alone.json": {"prompt_id": "q", "role": "reference", "slot": 0},
-                                                   "c1.json": {"prompt_id": "q", "role": "band", "band_c": "x", "slot": 0}}))
-    with pytest.raises(RunError, match=r'map\.json: \[1\]: field "band_c": expected an integer'):
+                                                   "c1.json": {"prompt_id": "q", "role": "band", "c": "x", "slot": 0}}))
+    with pytest.raises(RunError, match=r'map\.json: \[1\]: field "c": expected an integer'):
         assemble_dumps(mapping=tmp_path / "map.json")
 
 
@@ -158,7 +158,7 @@ def test_one_band_per_file(tmp_path):
     (tmp_path / "a-alone.json").write_text(CHAT.read_text())
     (tmp_path / "b-c4.jsonl").write_text("".join(json.dumps(RESPONSE) + "\n" for _ in range(4)))
     run = assemble_dumps(tmp_path, band_per_file=True)
-    assert run.dump.requests.select("role", "band_c", "slot").sort("slot").rows()[:2] == [("reference", None, 0), ("band", 4, 0)]
+    assert run.dump.requests.select("role", "c", "slot").sort("slot").rows()[:2] == [("reference", None, 0), ("band", 4, 0)]
     assert sorted(run.dump.requests.filter(pl.col("role") == "band")["slot"].to_list()) == [0, 1, 2, 3] and run.ladder == [4]
 
 

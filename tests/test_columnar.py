@@ -78,7 +78,7 @@ def runs(draw):
                                for i, (t, v) in enumerate(cands)]
             timing = draw(st.sampled_from([(None, None, None, None), (3, 0.5, 1.5, 3), (1, 0.5, 1.5, 3), (4, 0.2, 0.2, 4), (4, 0.1, 2.0, 1)]))
             sent = draw(st.sampled_from([None, 0.0, 0.25]))
-            requests.append({"source": "s", "record": record, "choice_index": 0, "prompt_id": f"p{p}", "role": role, "band_c": c, "slot": slot,
+            requests.append({"source": "s", "record": record, "choice_index": 0, "prompt_id": f"p{p}", "role": role, "c": c, "slot": slot,
                              "repeat": None if role == "reference" else repeat, "completion_tokens": timing[0], "ttft_s": timing[1],
                              "t_last_content": timing[2], "n_content_chunks": timing[3], "stream_live": draw(st.sampled_from([None, True, False])),
                              "extra": None if sent is None else json.dumps({"sent_at_s": sent})})
@@ -101,10 +101,10 @@ def assert_rows_equal(columnar: list[dict], plain: list[dict], columns) -> None:
             assert same(got[name], want[name]), (name, got, want)
 
 
-SLOT_COLUMNS = ["prompt_id", "band_c", "repeat", "slot", "agree_to", "diverged", "divergence_at", "bitwise_prefix", "max_abs_delta", "max_ulp",
+SLOT_COLUMNS = ["prompt_id", "c", "repeat", "slot", "agree_to", "diverged", "divergence_at", "bitwise_prefix", "max_abs_delta", "max_ulp",
                 "topk_order_changes", "reference_margin", "own_margin", "in_reference_topk", "near_tie", "k3_mean", "k3_max", "kl_topk_mean",
                 "kl_topk_max", "length", "ttft_s", "decode_tok_s"]
-BAND_COLUMNS = ["prompt_id", "band_c", "repeat", "m_formed", "n_slots", "divergence_min", "divergence_median", "divergence_max", "diverged_slots",
+BAND_COLUMNS = ["prompt_id", "c", "repeat", "m_formed", "n_slots", "divergence_min", "divergence_median", "divergence_max", "diverged_slots",
                 "near_tie_slots", "intra_agree_to", "max_constant_run", "unique_completions", "modal_share", "modal_share_low", "modal_share_high",
                 "decode_tok_s", "s_per_1000_seq", "release_skew_s", "prefix_cache"]
 PROMPT_COLUMNS = ["prompt_id", "tie_density_1e-3", "tie_density_1e-2", "tie_density_1e-1", "div_index", "avg_std_top1_prob", "std_output_length"]
@@ -115,7 +115,7 @@ PROMPT_COLUMNS = ["prompt_id", "tie_density_1e-3", "tie_density_1e-2", "tie_dens
 def test_columnar_tables_equal_the_plain_implementation(run, epsilon):
     plain = oracle.comparisons(run, epsilon)
     slots = slot_table(run, epsilon=epsilon)
-    assert_rows_equal(slots.to_dicts(), [{**{k: row[k] for k in ("prompt_id", "band_c", "repeat", "slot", "ttft_s", "decode_tok_s")}, **vars(c)}
+    assert_rows_equal(slots.to_dicts(), [{**{k: row[k] for k in ("prompt_id", "c", "repeat", "slot", "ttft_s", "decode_tok_s")}, **vars(c)}
                                          for row, c in plain], SLOT_COLUMNS)
     assert_rows_equal(band_table(run, epsilon=epsilon).to_dicts(), oracle.band_rows(run, epsilon), BAND_COLUMNS)
     assert_rows_equal(prompt_table(run).to_dicts(), oracle.prompt_rows(run), PROMPT_COLUMNS)
@@ -150,7 +150,7 @@ def oracle_witness(run: Run, prompt: str) -> dict:
     for band in expected["bands"]:
         if band["divergence_at"] is None:
             continue
-        slots = [oracle.stream_of(all_streams, r) for r in rows.filter((pl.col("role") == "band") & (pl.col("band_c") == band["c"])
+        slots = [oracle.stream_of(all_streams, r) for r in rows.filter((pl.col("role") == "band") & (pl.col("c") == band["c"])
                                                                            & (pl.col("repeat") == 0)).sort("slot").iter_rows(named=True)]
         first = parity.compare(refs[0], slots[0])
         band["divergence_at"] = first.agree_to
@@ -177,14 +177,14 @@ def test_a_witness_from_the_columnar_path_matches_its_hand_worked_values():
     cands = [[(1, -0.1), (2, -0.5)], [(2, -0.2), (3, -0.6)], [(3, -0.1), (4, -0.9)]]
     tokens, candidates, requests = [], [], []
     for record, (role, c, slot, ids) in enumerate([("reference", None, 0, [1, 2, 3]), ("reference", None, 1, [1, 2, 3]), ("band", 1, 0, [1, 3, 3])]):
-        requests.append({"source": "s", "record": record, "choice_index": 0, "prompt_id": "p", "role": role, "band_c": c, "slot": slot,
+        requests.append({"source": "s", "record": record, "choice_index": 0, "prompt_id": "p", "role": role, "c": c, "slot": slot,
                          "repeat": None if role == "reference" else 0, "completion_tokens": 3})
         for position, token in enumerate(ids):
             key = {"source": "s", "record": record, "choice_index": 0, "segment": "completion", "position": position}
             tokens.append({**key, "token_id": token, "logprob": -0.1})
             candidates += [{**key, "list_kind": "top_logprobs", "list_index": i, "cand_token_id": t, "cand_logprob": v} for i, (t, v) in enumerate(cands[position])]
     frames = [conform(pl.DataFrame(rows), schema) for rows, schema in ((tokens, TOKEN_SCHEMA), (candidates, CANDIDATE_SCHEMA), (requests, REQUEST_SCHEMA))]
-    manifest = {"ladder": [1], "declared_min": 1, "sampler": {"max_tokens": 3}, "m_formed": [{"prompt_id": "p", "band_c": 1, "widths": [1]}]}
+    manifest = {"ladder": [1], "declared_min": 1, "sampler": {"max_tokens": 3}, "m_formed": [{"prompt_id": "p", "c": 1, "widths": [1]}]}
     witness = to_witness(Run(manifest, Dump(*frames)), "p")
     assert witness["reference"]["self_divergence_at"] == 3
     band = witness["bands"][0]
@@ -213,10 +213,10 @@ def test_a_candidate_without_a_value_is_left_out_of_the_kl_by_either_path(flagge
 
 
 def hand_run(streams: list[tuple[str, int | None, int, list[int], list[float]]]) -> Run:
-    """A run from (role, band_c, slot, token ids, logprobs) per request, one prompt, no candidates."""
+    """A run from (role, c, slot, token ids, logprobs) per request, one prompt, no candidates."""
     tokens, requests = [], []
     for record, (role, c, slot, ids, values) in enumerate(streams):
-        requests.append({"source": "s", "record": record, "choice_index": 0, "prompt_id": "p", "role": role, "band_c": c, "slot": slot,
+        requests.append({"source": "s", "record": record, "choice_index": 0, "prompt_id": "p", "role": role, "c": c, "slot": slot,
                          "repeat": None if role == "reference" else 0})
         tokens += [{"source": "s", "record": record, "choice_index": 0, "segment": "completion", "position": i, "token_id": t, "logprob": v}
                    for i, (t, v) in enumerate(zip(ids, values))]

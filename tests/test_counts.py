@@ -39,7 +39,7 @@ def test_the_first_parting_names_the_earliest_request_whatever_the_row_order():
 
 def test_run_counts_reads_a_slot_table():
     slots = pl.DataFrame({
-        "band_c": [4, 4, 4, 4], "prompt_id": ["p0", "p0", "p0", "p1"], "slot": [0, 1, 2, 0],
+        "c": [4, 4, 4, 4], "prompt_id": ["p0", "p0", "p0", "p1"], "slot": [0, 1, 2, 0],
         "bitwise_prefix": [10, 10, 2, None], "length": [10, 10, 10, 10],   # identical twice, then not, then unknown
         "max_ulp": [0, 0, 1, None],                                          # logprobs on both sides where the tokens agree
         "diverged": [False, False, True, False], "divergence_at": [None, None, 2, None],
@@ -53,7 +53,7 @@ def test_run_counts_calls_the_bits_of_equal_tokens_without_logprobs_unknown():
     # an MLPerf accuracy log: tokens only. Equal tokens (max_ulp null: no logprob pair) are unknown bits, not equal bits; a request
     # that parts in tokens is known not to be bit-identical; an empty output against an empty reference has nothing to differ
     slots = pl.DataFrame({
-        "band_c": [8, 8, 8], "prompt_id": ["qsl0", "qsl1", "qsl2"], "slot": [0, 0, 0],
+        "c": [8, 8, 8], "prompt_id": ["qsl0", "qsl1", "qsl2"], "slot": [0, 0, 0],
         "bitwise_prefix": [6, 3, 0], "length": [6, 6, 0], "max_ulp": [None, None, None],
         "diverged": [False, True, False], "divergence_at": [None, 3, None], "near_tie": [False] * 3, "reference_margin": [None] * 3,
     }, schema_overrides={"divergence_at": pl.Int64, "max_ulp": pl.Int64, "reference_margin": pl.Float64})

@@ -70,7 +70,7 @@ def test_fast_path_equals_general_path(tmp_path):
     "change",
     [
         lambda lines: lines[0]["choices"][0]["logprobs"]["content"][1].update(logprob=None),  # null: missing or null? the general path knows
-        lambda lines: lines.append({"response": {"choices": []}, "band_c": 4}),  # an envelope line
+        lambda lines: lines.append({"response": {"choices": []}, "c": 4}),  # an envelope line
         lambda lines: lines[1]["choices"][0].update(token_ids=[1, 2]),  # a generate choice
         lambda lines: lines[3]["choices"][0]["logprobs"]["content"][0].update(prob=0.5),  # a llama.cpp post-sampling entry
         lambda lines: lines.insert(1, {"meta_info": {}}),
@@ -175,12 +175,12 @@ def _response_envelopes():
     lines = []
     for p, prompt in enumerate(["p0", "p1", 7]):  # an integer prompt_id is read as its text
         lines.append({"response": _chat(f"r{p}", TEXTS[: 3 + p], seed=p), "prompt_id": prompt, "role": "reference", "slot": 0, "t_sent": 0})
-        lines.append({"unit": f"{prompt}/band/c4/r0", "prompt_id": prompt, "role": "band", "band_c": 4, "slot": 1, "repeat": 0,
+        lines.append({"unit": f"{prompt}/band/c4/r0", "prompt_id": prompt, "role": "band", "c": 4, "slot": 1, "repeat": 0,
                       "response": _chat(f"b{p}", TEXTS[p:], seed=10 + p), "gpu": "H200", "t_sent": 0.5, "batch_row": [1, 2]})
     lines.append({"sample_key": "k1", "meta": {"nested": ["x", None, 1.5], "é": True}, "usage": "the response's usage wins",
                   "response": _chat("multi", TEXTS[:4], n_choices=2, usage=False)})
     lines.append({"response": {"id": "", "object": "chat.completion", "model": "m", "choices": []}, "role": "band"})  # no choice: no row
-    lines.append({"format": "openai_chat", "response": _chat("", TEXTS[:2], logprobs=False), "band_c": 16, "slot": 15})
+    lines.append({"format": "openai_chat", "response": _chat("", TEXTS[:2], logprobs=False), "c": 16, "slot": 15})
     lines.append({"response": _chat("u", TEXTS[5:8], usage=False, timings={"predicted_n": 3, "predicted_ms": 3, "prompt_n": 1}),
                   "arrival_times": [0.25]})  # arrival times mean nothing without a stream; the server's timings are kept
     lines.append({"role": "band", "response": _chat("o", TEXTS[:3], seed=5), "sampler": {"top_k": {"n": 20}, "s": "}, \"x\": {"}, "after": {},
@@ -251,9 +251,9 @@ def _stream_envelopes():
         lines.append(_stream_envelope(f"{prompt}-ref", TEXTS[: 4 + p], seed=p, prompt_id=prompt, role="reference", slot=0, t_sent=0.0,
                                       unit=f"{prompt}/reference/s0", sent_at_s=1.5))
         for slot in range(2):
-            lines.append(_stream_envelope(f"{prompt}-c2-s{slot}", TEXTS[p : p + 5], seed=20 + slot, prompt_id=prompt, role="band", band_c=2,
+            lines.append(_stream_envelope(f"{prompt}-c2-s{slot}", TEXTS[p : p + 5], seed=20 + slot, prompt_id=prompt, role="band", c=2,
                                           slot=slot, repeat=0, batch_row=slot))
-    lines.append(_stream_envelope("two", TEXTS[:3], n=2, prompt_id="p2", role="band", band_c=2, slot=0, sample_key="s"))
+    lines.append(_stream_envelope("two", TEXTS[:3], n=2, prompt_id="p2", role="band", c=2, slot=0, sample_key="s"))
     lines.append(_stream_envelope("two-together", TEXTS[:3], n=2, together=True, live=False, usage=False, format="openai_chat_sse"))
     lines.append(_stream_envelope("no-times", TEXTS[6:], arrivals=False, role="observer"))
     odd = [_chunk("odd", [_delta(0, "", None)], stream_mode="buffered"), {"id": "odd2", "usage": {"completion_tokens": 2}},  # no choices key
@@ -368,7 +368,7 @@ def test_no_reading_thread_outlives_a_refusal(tmp_path, monkeypatch, where):
     monkeypatch.setattr(fast, "_CHUNK_BYTES", 50_000)
     lines = _stream_envelopes() * 4
     if where == "reading":  # the thread that reads ahead refuses
-        lines[-1] = {**lines[-1], "band_c": "2"}
+        lines[-1] = {**lines[-1], "c": "2"}
     else:  # the caller refuses while the thread has read ahead
         lines[3] = {**lines[3], "sse": lines[3]["sse"].replace('"logprob": ', '"logprob": 0.5, "x": ', 1)}
     path = _write_lines(tmp_path / "captures.jsonl", lines)
@@ -463,7 +463,7 @@ STREAM_FALLBACKS = {
     "a line separator in the text": (_replace_sse(0, '"content": "Hel"', '"content": "H\u2028l"', -1), "neither JSON, JSON lines, SSE nor a torch file"),
     "a positive logprob": (_replace_sse(0, '"top_logprobs": [{"token": "Hel", "logprob": ', '"top_logprobs": [{"token": "Hel", "logprob": 0.5, "x": '),
                            "expected a logprob <= 0, got 0.5"),
-    "band_c as text": (_set(1, band_c="2"), "band_c: expected Int64"),
+    "c as text": (_set(1, c="2"), "c: expected Int64"),
     "a bool arrival time": (_set(0, arrival_times=[True] * 7), "arrival_times: expected a list of seconds"),
 }
 
@@ -493,7 +493,7 @@ RESPONSE_FALLBACKS = {
     "another format": (_set(0, format="vllm_generate"), None),
     "a bare response among envelopes": (lambda lines: lines.insert(1, _chat("bare", TEXTS[:2])), None),
     "a null response": (_set(1, response=None), "matches no known dump format"),
-    "band_c as text": (_set(0, band_c="4"), "band_c: expected Int64"),
+    "c as text": (_set(0, c="4"), "c: expected Int64"),
     "a role that is not text": (_set(0, role=3), "role: expected String"),
     "token_ids as a list in a chat choice": (_set_response(0, ["choices", 0, "token_ids"], [1, 2, 3]), r"token id 1000 disagrees with token_ids\[0\] = 1"),
     "a legacy object": (_set_response(0, ["object"], "text_completion"), None),
@@ -607,7 +607,7 @@ def _scored(choices):
 @st.composite
 def _envelope_st(draw, odd):
     meta = {}
-    for key, clean, weird in (("prompt_id", ["p0", "p1", 3], []), ("role", ["reference", "band"], [5]), ("band_c", [1, 4], ["4", True]),
+    for key, clean, weird in (("prompt_id", ["p0", "p1", 3], []), ("role", ["reference", "band"], [5]), ("c", [1, 4], ["4", True]),
                               ("slot", [0, 3], [1.5]), ("repeat", [0, 2], []), ("t_sent", [0, 0.5, None], ["0"]),
                               ("sample_key", ["k", None], [7]), ("unit", ["p0/band/c4/r0"], [])):
         if draw(st.booleans()):

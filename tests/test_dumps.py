@@ -343,7 +343,7 @@ def chunk(content=None, entries=None, finish=None, **extra):
 def test_capture_envelope_with_arrival_times(tmp_path):
     stream = sse(chunk(stream_mode="live"), chunk("A", [entry("A", -0.5)]), chunk("B", [entry("B", -0.25), entry("b", -1.0)]), chunk(finish="length"),
                  json.dumps({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3}}), "[DONE]")
-    lines = [{"sse": stream, "arrival_times": [0.1, 0.2, 0.35, 0.36, 0.37, 0.38], "band_c": 4, "slot": 2, "prompt_id": "p0", "t_sent": 0.0, "gpu": "H200"}]
+    lines = [{"sse": stream, "arrival_times": [0.1, 0.2, 0.35, 0.36, 0.37, 0.38], "c": 4, "slot": 2, "prompt_id": "p0", "t_sent": 0.0, "gpu": "H200"}]
     path = tmp_path / "capture.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines))
     d = load(path)
@@ -351,7 +351,7 @@ def test_capture_envelope_with_arrival_times(tmp_path):
     assert col(d.tokens, "t_arrival") == [0.2, 0.35, 0.35]
     assert col(d.tokens, "stream_chunk") == [1, 2, 2]
     r = d.requests.row(0, named=True)
-    assert (r["band_c"], r["slot"], r["prompt_id"], r["ttft_s"], r["stream_live"], r["completion_text"]) == (4, 2, "p0", 0.2, True, "AB")
+    assert (r["c"], r["slot"], r["prompt_id"], r["ttft_s"], r["stream_live"], r["completion_text"]) == (4, 2, "p0", 0.2, True, "AB")
     assert json.loads(r["extra"])["gpu"] == "H200"
     lines[0]["arrival_times"] = [0.1]
     path.write_text(json.dumps(lines[0]))

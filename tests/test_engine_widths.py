@@ -20,7 +20,7 @@ def _engine(generated: tuple[float, float], steps: tuple[float, float]) -> dict:
 
 
 def _band(c: int, **entry) -> dict:
-    return {"prompt_id": "p0", "band_c": c, "repeat": 0, "widths": [], **entry}
+    return {"prompt_id": "p0", "c": c, "repeat": 0, "widths": [], **entry}
 
 
 @pytest.mark.parametrize("entry, widths, origin", [
@@ -39,7 +39,7 @@ def _band(c: int, **entry) -> dict:
     (_band(4, running=[0], engine=_engine((0, 0), (0, 0))), [], None),
 ])
 def test_the_width_comes_from_the_widest_engine_side_evidence(entry, widths, origin):
-    assert band_widths({"m_formed": [entry]}, "p0", entry["band_c"], 0) == (widths, origin)
+    assert band_widths({"m_formed": [entry]}, "p0", entry["c"], 0) == (widths, origin)
 
 
 def test_every_kind_of_evidence_is_kept_and_said():
@@ -48,7 +48,7 @@ def test_every_kind_of_evidence_is_kept_and_said():
     # 512 / 36 = 14.2 tokens a step: at least 15 in some step
     assert width_evidence(manifest, "p0", 16, 0) == {"metrics": [9], "engine": [15], "streams": [16]}
     run = Run(manifest, read_dumps([]))
-    (text,) = _band_widths_text(run, pl.DataFrame({"prompt_id": ["p0"], "arm": ["copies"], "band_c": [16], "repeat": [0]}))
+    (text,) = _band_widths_text(run, pl.DataFrame({"prompt_id": ["p0"], "arm": ["copies"], "c": [16], "repeat": [0]}))
     assert text == {"m_formed": 15, "widths_seen": "m>=15 (512 tokens in 36 engine steps, 14.22 a step)",
                     "width_evidence": "engine; metrics 9; streams 16", "prefix_cache": None}  # no cache metrics around this band
     assert width_table(run).select("width", "steps", "share", "origin").rows() == [(15, 1, 1.0, "engine")]

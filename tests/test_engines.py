@@ -34,7 +34,7 @@ def _engine(tmp_path, name: str, ref1, ref2, band) -> object:
     folder.mkdir()
     mapping = [{"source": _chat(folder / "r0.json", ref1), "prompt_id": "p", "role": "reference", "slot": 0},
                {"source": _chat(folder / "r1.json", ref2), "prompt_id": "p", "role": "reference", "slot": 1}]
-    mapping += [{"source": _chat(folder / f"b{k}.json", stream), "prompt_id": "p", "role": "band", "band_c": 2, "slot": k}
+    mapping += [{"source": _chat(folder / f"b{k}.json", stream), "prompt_id": "p", "role": "band", "c": 2, "slot": k}
                 for k, stream in enumerate(band)]
     return assemble_run(mapping, {"ladder": [2], "prompts": [{"prompt_id": "p", "text": "x"}], "identity": {"engine": name}})
 
@@ -109,7 +109,7 @@ def _multi(tmp_path, name: str, prompts: dict, *, texts: dict | None = None):
         mapping.append({"source": _chat(folder / f"{prompt}-r0.json", ref1), "prompt_id": prompt, "role": "reference", "slot": 0})
         if ref2 is not None:
             mapping.append({"source": _chat(folder / f"{prompt}-r1.json", ref2), "prompt_id": prompt, "role": "reference", "slot": 1})
-        mapping += [{"source": _chat(folder / f"{prompt}-b{k}.json", s), "prompt_id": prompt, "role": "band", "band_c": 2, "slot": k}
+        mapping += [{"source": _chat(folder / f"{prompt}-b{k}.json", s), "prompt_id": prompt, "role": "band", "c": 2, "slot": k}
                     for k, s in enumerate(band)]
     texts = texts or {p: f"text of {p}" for p in prompts}
     return assemble_run(mapping, {"ladder": [2], "prompts": [{"prompt_id": p, **({"text": t} if t is not None else {})} for p, t in texts.items()],

@@ -36,8 +36,8 @@ def test_invariant_modes_are_bitwise_identical_at_every_c(runs, index):
 def test_default_mode_differences_are_detected_in_the_bits(runs):
     """The check above, with the mode switched off: a batched row's float32 logprobs differ from m=1's."""
     table = slot_table(runs[0])
-    alone = table.filter(pl.col("band_c") == 1)
-    batched = table.filter(pl.col("band_c") > 1)
+    alone = table.filter(pl.col("c") == 1)
+    batched = table.filter(pl.col("c") > 1)
     assert alone["bitwise_prefix"].to_list() == [8]  # c=1 runs the reference's own shapes
     assert (batched["bitwise_prefix"] < 8).any(), "no bit-level difference: the default mode would not be told apart"
     assert batched["max_ulp"].max() > 0
@@ -75,7 +75,7 @@ def test_needle_layout_and_bfloat16(tmp_path):
         assert (table["bitwise_prefix"] == 8).all()
         assert run.manifest["effective"]["dtype"] == "bfloat16"
         lines = [json.loads(line) for line in (folder / "captures" / "requests.jsonl").read_text().splitlines()]
-        assert {line["batch_row"] for line in lines if line.get("band_c") == 4} <= {0, 1, 2, 3}
+        assert {line["batch_row"] for line in lines if line.get("c") == 4} <= {0, 1, 2, 3}
     manifest = read_run(folders[0]).manifest
     assert (manifest["requested"]["kernel_mode"], manifest["effective"]["kernel_mode"]) == ("batch-invariant", "one-by-one")
 
@@ -129,7 +129,7 @@ def test_modes_side_by_side(runs):
     from analysis.report import mode_comparison
 
     table = mode_comparison(runs)
-    by_mode = {(r["kernel_mode"], r["band_c"]): r for r in table.iter_rows(named=True)}
+    by_mode = {(r["kernel_mode"], r["c"]): r for r in table.iter_rows(named=True)}
     assert [by_mode[(mode, 4)]["bit_identical_share"] for mode in MODES[1:]] == [1.0, 1.0, 1.0]
     assert by_mode[("default", 4)]["bit_identical_share"] < 1.0
     assert by_mode[("default", 1)]["bit_identical_share"] == 1.0
@@ -167,7 +167,7 @@ def test_a_local_hugging_face_model(tmp_path):
                                         prompts=["if the argument is"], ladder=(1, 2, 4), max_tokens=6, top_k=3)
     assert (slot_table(read_run(invariant))["bitwise_prefix"] == 6).all()
     table = slot_table(read_run(default))
-    assert table.filter(pl.col("band_c") == 1)["bitwise_prefix"].to_list() == [6]
+    assert table.filter(pl.col("c") == 1)["bitwise_prefix"].to_list() == [6]
     tokens = read_run(invariant).dump.tokens
     assert set(tokens["token_id"].to_list()) <= set(vocab.values())
     assert read_run(invariant).manifest["identity"]["model"]["path"] == "hf-tiny"

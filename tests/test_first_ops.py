@@ -94,20 +94,20 @@ def test_the_default_modes_drift_starts_where_its_bits_part(runs):
     """Each request's first differing step is the run's own bitwise prefix (slot_table, computed from
     the captures by other code), for exactly the requests whose bits part; every op is a tapped one."""
     table = first_op_table(runs["default"])
-    bits = slot_table(runs["default"]).filter(pl.col("bitwise_prefix") < pl.col("length")).select("prompt_id", "band_c", "slot",
+    bits = slot_table(runs["default"]).filter(pl.col("bitwise_prefix") < pl.col("length")).select("prompt_id", "c", "slot",
                                                                                                     step="bitwise_prefix")
     assert bits.height > 0, "the bundled model's default mode drifts at c=4 on CPU; without drift this test checks nothing"
-    onsets = table.filter(pl.col("onset")).select("prompt_id", "band_c", "slot", "step")
+    onsets = table.filter(pl.col("onset")).select("prompt_id", "c", "slot", "step")
     assert onsets.sort(onsets.columns).equals(bits.sort(bits.columns))
-    assert table["op"].null_count() == 0 and (table["band_c"] > 1).all()
+    assert table["op"].null_count() == 0 and (table["c"] > 1).all()
     assert set(zip(table["layer"], table["op"])) <= {*tapped_ops(3), (None, "logprobs")}
 
 
 def test_a_padded_needle_is_compared_on_its_own_positions(tmp_path):
     """The needle layout left-pads the shorter prompt; the onsets still match the bitwise prefix."""
     run = read_run(run_experiment(tmp_path, **{**SMALL, "ladder": (2, 4)}, layout="needle", modes=("default",))[0])
-    bits = slot_table(run).filter(pl.col("bitwise_prefix") < pl.col("length")).select("prompt_id", "band_c", "slot", step="bitwise_prefix")
-    onsets = first_op_table(run).filter(pl.col("onset")).select("prompt_id", "band_c", "slot", "step")
+    bits = slot_table(run).filter(pl.col("bitwise_prefix") < pl.col("length")).select("prompt_id", "c", "slot", step="bitwise_prefix")
+    onsets = first_op_table(run).filter(pl.col("onset")).select("prompt_id", "c", "slot", "step")
     assert onsets.sort(onsets.columns).equals(bits.sort(bits.columns))
 
 

@@ -19,11 +19,11 @@ from analysis.run import reference_table
 
 GLOSSARY = ROOT / "docs" / "glossary.md"
 
-# TEMPORARY: the glossary already uses the names the rename sweep (issue 33) gives the code: `c` for `band_c`, and
+# TEMPORARY: the glossary already uses the names the rename sweep (issue 33) gives the code: `c` for `c`, and
 # `divergence_at` for slot_table's duplicate `agree_to`, the witness slots' `agree_to` and band_forks' `at`. Until
 # that sweep lands, actual columns are translated here (a dropped duplicate maps onto a column the table already has,
-# a no-op). The rename sweep removes this mapping, and `evidence_band_c` (attribution_table) with it.
-PENDING_RENAME = {"band_c": "c", "agree_to": "divergence_at", "at": "divergence_at", "evidence_band_c": "evidence_c"}
+# a no-op). The rename sweep removes this mapping, and `evidence_c` (attribution_table) with it.
+PENDING_RENAME = {"c": "c", "agree_to": "divergence_at", "at": "divergence_at", "evidence_c": "evidence_c"}
 
 # Sections that list only the columns they add to others' (study frames are run tables or dump frames plus keys).
 INHERITS = {

@@ -105,7 +105,7 @@ def _run_with(tmp_path: Path, **fields) -> Path:
     ({"ladder": [1, -4]}, 'field "ladder": expected a list of distinct integers >= 1, got [1, -4]'),
     ({"declared_min": "sixty-four"}, "field \"declared_min\": expected an integer >= 0, got 'sixty-four'"),
     ({"m_formed": "garbage"}, "field \"m_formed\": expected a list of objects, got 'garbage'"),
-    ({"m_formed": [{"prompt_id": "p0", "band_c": -4, "widths": [4]}]}, 'field "m_formed[0].band_c": expected an integer >= 1, got -4'),
+    ({"m_formed": [{"prompt_id": "p0", "c": -4, "widths": [4]}]}, 'field "m_formed[0].c": expected an integer >= 1, got -4'),
     ({"prompts": [{"prompt_id": "p0", "text": 7}]}, 'field "prompts[0].text": expected a string, got 7'),
     ({"label": ["a", "b"]}, "field \"label\": expected a string, got ['a', 'b']"),
 ])
@@ -146,7 +146,7 @@ def test_a_capture_line_appended_twice_is_read_once_and_said(tmp_path):
     run = read_run(folder)
     assert run.dump.requests.height == len(lines)
     assert [str(e) for e in run.dump.skipped] == [f"{captures}: line {len(lines) + 1}: the same capture line as line 5: read once"]
-    assert band_table(run).filter(band_c=4, prompt_id="p0")["n_slots"].item() == 4
+    assert band_table(run).filter(c=4, prompt_id="p0")["n_slots"].item() == 4
     assert [str(e) for e in read_run(folder).dump.skipped] == [str(e) for e in run.dump.skipped]  # the note survives derived/
 
 
@@ -157,7 +157,7 @@ def test_two_different_lines_for_one_request_are_an_error_naming_both(tmp_path):
     captures = folder / "captures" / "requests.jsonl"
     lines = captures.read_text().splitlines()
     other = json.loads(lines[5])
-    other.update({"band_c": 4, "slot": 0})  # line 6 (p0, c=4, slot 2) relabelled as slot 0, which line 4 holds
+    other.update({"c": 4, "slot": 0})  # line 6 (p0, c=4, slot 2) relabelled as slot 0, which line 4 holds
     captures.write_text("\n".join([*lines, json.dumps(other)]) + "\n")
     with pytest.raises(RunError, match=rf"line {len(lines) + 1}: band slot 0 was already recorded at .* line 4, with different content"):
         read_run(folder, cache=False)

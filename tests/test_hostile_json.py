@@ -166,8 +166,8 @@ def _dump_refused(path, where: str, problem: str) -> None:
 
 
 OK = json.dumps(_chat())
-ENVELOPE = json.dumps({"response": _chat(), "band_c": 4, "slot": 0})
-SSE_ENVELOPE = json.dumps({"sse": _sse(), "band_c": 4, "slot": 0, "arrival_times": [0.1, 0.2]})
+ENVELOPE = json.dumps({"response": _chat(), "c": 4, "slot": 0})
+SSE_ENVELOPE = json.dumps({"sse": _sse(), "c": 4, "slot": 0, "arrival_times": [0.1, 0.2]})
 REPEATED = "key appears more than once"
 TOO_DEEP = "arrays and objects nested deeper than 128"
 
@@ -176,11 +176,11 @@ DUMP_CASES = {
     "a repeated logprob": ([OK, OK.replace('"logprob": -0.5', '"logprob": -0.5, "logprob": -7.0')],
                            "line 2.choices[0].logprobs.content[0].logprob", REPEATED),
     "a repeated key on the first line": ([OK.replace('"model": "m"', '"model": "m", "model": "n"'), OK], "line 1.model", REPEATED),
-    "a repeated envelope key": ([ENVELOPE, ENVELOPE.replace('"band_c": 4', '"band_c": 4, "band_c": 8')], "line 2.band_c", REPEATED),
+    "a repeated envelope key": ([ENVELOPE, ENVELOPE.replace('"c": 4', '"c": 4, "c": 8')], "line 2.c", REPEATED),
     "a repeated key in an envelope's extra": ([ENVELOPE, ENVELOPE[:-1] + ', "gpu": {"n": 1, "n": 2}}'], "line 2.gpu.n", REPEATED),
     "a repeated stream envelope key": ([SSE_ENVELOPE, SSE_ENVELOPE.replace('"slot": 0', '"slot": 0, "slot": 1')], "line 2.slot", REPEATED),
     "a second sse": ([SSE_ENVELOPE, SSE_ENVELOPE[:-1] + f', "sse": {json.dumps(_sse())}}}'], "line 2.sse", REPEATED),
-    "a repeated key in a stream event": ([SSE_ENVELOPE, json.dumps({"sse": _sse(', "model": "n"'), "band_c": 4})],
+    "a repeated key in a stream event": ([SSE_ENVELOPE, json.dumps({"sse": _sse(', "model": "n"'), "c": 4})],
                                          "record 2 event 0 (line 1).model", REPEATED),
     "an envelope nested 200 deep": ([ENVELOPE, ENVELOPE[:-1] + ', "gpu": ' + "[" * 200 + "]" * 200 + "}"], "line 2", TOO_DEEP),
     "a stream envelope nested past orjson's 1024": ([SSE_ENVELOPE, SSE_ENVELOPE[:-1] + ', "gpu": ' + DEEP + "}"], "line 2", TOO_DEEP),
@@ -196,7 +196,7 @@ DUMP_CASES = {
     "a negative candidate placeholder": ([OK, json.dumps(_chat(_entry(top_logprobs=[_entry("token_id:-5")])))],
                                          "line 2.choices[0].logprobs.content[0].top_logprobs[0].token", "holds no token id"),
     "a negative id": ([OK, json.dumps(_chat(_entry(id=-5)))], "line 2.choices[0].logprobs.content[0].id", "expected a token id"),
-    "band_c beyond 64 bits": ([ENVELOPE, ENVELOPE.replace('"band_c": 4', f'"band_c": {2**64 - 1}')], "record 2.band_c",
+    "c beyond 64 bits": ([ENVELOPE, ENVELOPE.replace('"c": 4', f'"c": {2**64 - 1}')], "record 2.c",
                               "expected an integer that fits in 64 bits"),
 }
 
@@ -256,9 +256,9 @@ def test_report_on_a_run_whose_capture_repeats_a_key(tmp_path):
     run = _run_copy(tmp_path)
     captures = run / "captures" / "requests.jsonl"
     lines = captures.read_text().splitlines()
-    lines[3] = lines[3].replace('"band_c": ', '"band_c": 99, "band_c": ', 1)
+    lines[3] = lines[3].replace('"c": ', '"c": 99, "c": ', 1)
     captures.write_text("\n".join(lines) + "\n")
-    _refused(_bia("report", str(run), "-o", str(tmp_path / "r.html")), 4, "line 4.band_c: key appears more than once")
+    _refused(_bia("report", str(run), "-o", str(tmp_path / "r.html")), 4, "line 4.c: key appears more than once")
 
 
 # --- bia serve ------------------------------------------------------------------------------------

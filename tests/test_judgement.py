@@ -19,16 +19,16 @@ from analysis.studies._judgement import (SCHEMA, Judgement, Subject, _alone_stat
                                          cost_words, judge_arm, judge_runs, worst)
 
 CP = {"target_rate": 0.01, "confidence": 0.95}
-_SLOT = {"arm": pl.String, "prompt_id": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "diverged": pl.Boolean,
+_SLOT = {"arm": pl.String, "prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "diverged": pl.Boolean,
          "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "length": pl.Int64, "reference_length": pl.Int64, "max_ulp": pl.Int64,
          "decode_tok_s": pl.Float64, "decode_rate_origin": pl.String}
-_MISSING = {"prompt_id": pl.String, "role": pl.String, "band_c": pl.Int64, "slot": pl.Int64, "repeat": pl.Int64, "arm": pl.String, "state": pl.String}
+_MISSING = {"prompt_id": pl.String, "role": pl.String, "c": pl.Int64, "slot": pl.Int64, "repeat": pl.Int64, "arm": pl.String, "state": pl.String}
 
 
 def _slots(n: int, *, arm: str = "copies", c: int = 4, **changes) -> pl.DataFrame:
     """n requests of prompt p at c, each 5 tokens bit-identical to m=1 (5 tokens long too); ``changes`` maps a column to
     {row: value}."""
-    rows = {"arm": [arm] * n, "prompt_id": ["p"] * n, "band_c": [c] * n, "repeat": [k // c for k in range(n)], "slot": [k % c for k in range(n)],
+    rows = {"arm": [arm] * n, "prompt_id": ["p"] * n, "c": [c] * n, "repeat": [k // c for k in range(n)], "slot": [k % c for k in range(n)],
             "diverged": [False] * n, "divergence_at": [None] * n, "bitwise_prefix": [5] * n, "length": [5] * n, "reference_length": [5] * n,
             "max_ulp": [0] * n, "decode_tok_s": [None] * n, "decode_rate_origin": [None] * n}
     for column, values in changes.items():
@@ -45,8 +45,8 @@ def _refs(**changes) -> pl.DataFrame:
 
 def _bands(slots: pl.DataFrame, **widths) -> pl.DataFrame:
     """Each band of ``slots`` seen formed at its c by the log, unless ``widths`` maps its repeat to (m_formed, width_evidence)."""
-    bands = slots.select("arm", "prompt_id", "band_c", "repeat").unique(maintain_order=True)
-    formed = [widths.get(f"r{r}", (c, "log")) for c, r in bands.select("band_c", "repeat").rows()]
+    bands = slots.select("arm", "prompt_id", "c", "repeat").unique(maintain_order=True)
+    formed = [widths.get(f"r{r}", (c, "log")) for c, r in bands.select("c", "repeat").rows()]
     return bands.with_columns(pl.Series("m_formed", [m for m, _ in formed], dtype=pl.Int64),
                               pl.Series("width_evidence", [e for _, e in formed], dtype=pl.String))
 
@@ -55,7 +55,7 @@ def _judge(slots: pl.DataFrame, *, refs: pl.DataFrame | None = None, bands: pl.D
            subject: Subject | None = None, arm: str = "copies", target_rate: float = 0.01, confidence: float = 0.95, needed: int = 299) -> dict:
     states = _states(slots)
     subject = subject or Subject("hand", {}, list(ladder))
-    gone = pl.DataFrame([{"prompt_id": "p", "role": "band", "band_c": 4, "slot": k, "repeat": 9, "arm": arm, "state": "not sent"}
+    gone = pl.DataFrame([{"prompt_id": "p", "role": "band", "c": 4, "slot": k, "repeat": 9, "arm": arm, "state": "not sent"}
                          for k in range(missing)], schema=_MISSING)
     return judge_arm(subject, arm, states.filter(pl.col("arm") == arm), _alone_states(_refs() if refs is None else refs, states),
                      _formation(_bands(slots) if bands is None else bands).filter(pl.col("arm") == arm), gone, target_rate, confidence, needed)
@@ -218,7 +218,7 @@ def test_edges_of_the_request_states_and_band_formation():
     assert short.select("tokens_parted", "bits_parted", "bits_unknown").rows() == [(False, False, False), (False, False, True)]
     longer = _states(_slots(1, length={0: 6}, bitwise_prefix={0: 5}))
     assert longer.select("tokens_parted", "at").row(0) == (True, 5)  # parts where m=1 ended, not at its own end
-    bands = pl.DataFrame({"prompt_id": ["p"] * 4, "band_c": [4, 4, 8, 1], "repeat": [0, 1, 0, 0], "m_formed": [2, None, 8, None],
+    bands = pl.DataFrame({"prompt_id": ["p"] * 4, "c": [4, 4, 8, 1], "repeat": [0, 1, 0, 0], "m_formed": [2, None, 8, None],
                           "width_evidence": ["log; metrics 3; streams 4", None, "log", None]})
     assert _formation(bands).select("widest_seen", "formed").rows() == [(4, True), (None, False), (8, True), (None, True)]
 
@@ -227,7 +227,7 @@ def test_edges_of_the_request_states_and_band_formation():
 def test_the_unformed_bands_are_listed_by_c_then_prompt_then_repeat():
     # four batched bands never seen formed, given out of order: c=4 p repeat 1, c=8 p repeat 0, c=4 q repeat 0, c=4 p repeat 0
     slots = pl.concat([_slots(8), _slots(8, c=8), _slots(4).with_columns(prompt_id=pl.lit("q"))])
-    bands = pl.DataFrame({"arm": ["copies"] * 4, "prompt_id": ["p", "p", "q", "p"], "band_c": [4, 8, 4, 4], "repeat": [1, 0, 0, 0],
+    bands = pl.DataFrame({"arm": ["copies"] * 4, "prompt_id": ["p", "p", "q", "p"], "c": [4, 8, 4, 4], "repeat": [1, 0, 0, 0],
                           "m_formed": [None] * 4, "width_evidence": [None] * 4}, schema_overrides={"m_formed": pl.Int64, "width_evidence": pl.String})
     row = _judge(slots, bands=bands, ladder=(1, 4, 8))
     assert [(band["c"], band["prompt_id"], band["repeat"]) for band in row["unformed"]] == [(4, "p", 0), (4, "p", 1), (4, "q", 0), (8, "p", 0)]
@@ -475,10 +475,10 @@ def _run(tmp_path, band, *, widths=(2,), layout=None, prompt="p", second=A, cach
     """A prompt: m=1 references A and ``second``, and one band of c=2 with the given streams (its widths as the server log saw them,
     and ``cache``: its cache counters before and after)."""
     mapping = [{"source": _chat(tmp_path / f"r{k}.json", s), "prompt_id": prompt, "role": "reference", "slot": k} for k, s in enumerate((A, second))]
-    mapping += [{"source": _chat(tmp_path / f"b{k}.json", s), "prompt_id": prompt, "role": "band", "band_c": 2, "slot": k}
+    mapping += [{"source": _chat(tmp_path / f"b{k}.json", s), "prompt_id": prompt, "role": "band", "c": 2, "slot": k}
                 for k, s in enumerate(band)]
     manifest = {"ladder": [2], "prompts": [{"prompt_id": prompt, "text": "x"}],
-                "m_formed": [{"prompt_id": prompt, "band_c": 2, "widths": list(widths)} | ({"cache": cache} if cache else {})]}
+                "m_formed": [{"prompt_id": prompt, "c": 2, "widths": list(widths)} | ({"cache": cache} if cache else {})]}
     if layout:
         manifest["requested"] = {"layout": layout}
     return assemble_run(mapping, manifest)
@@ -505,9 +505,9 @@ def test_a_run_read_from_its_folder_with_two_prompts(tmp_path):
     mapping = []
     for prompt in ("p", "q"):
         mapping += [{"source": _chat(tmp_path / f"{prompt}r{k}.json", A), "prompt_id": prompt, "role": "reference", "slot": k} for k in (0, 1)]
-        mapping += [{"source": _chat(tmp_path / f"{prompt}b{k}.json", A), "prompt_id": prompt, "role": "band", "band_c": 2, "slot": k} for k in (0, 1)]
+        mapping += [{"source": _chat(tmp_path / f"{prompt}b{k}.json", A), "prompt_id": prompt, "role": "band", "c": 2, "slot": k} for k in (0, 1)]
     manifest = {"ladder": [2], "prompts": [{"prompt_id": p, "text": p} for p in ("p", "q")],
-                "m_formed": [{"prompt_id": p, "band_c": 2, "widths": [2]} for p in ("p", "q")]}
+                "m_formed": [{"prompt_id": p, "c": 2, "widths": [2]} for p in ("p", "q")]}
     folder = write_run(assemble_run(mapping, manifest), tmp_path / "run")
     row = certificate(folder, target_rate=0.05, confidence=0.9).row(0, named=True)
     assert (row["run"], row["verdict"], row["requests"], row["bands"], row["alone"]) == (str(folder), "AMBER", 4, 2, 2)
@@ -558,10 +558,10 @@ def test_a_batched_request_that_parts_takes_its_cause_from_the_attribution_ladde
     # mixed's slot 0 from token 0 (before the cache's part: only mixing explains it)
     streams = {"k": (_off(1), 1, 0, "cache"), "c0": (_off(2), 2, 0, "copies"), "c1": (A, 2, 1, "copies"), "m0": (_off(0), 2, 0, "mixed")}
     mapping = [{"source": _chat(tmp_path / f"r{k}.json", A, "reference"), "prompt_id": "p", "role": "reference", "slot": k} for k in (0, 1)]
-    mapping += [{"source": _chat(tmp_path / f"{name}.json", stream, arm), "prompt_id": "p", "role": "band", "band_c": c, "slot": slot, "repeat": 0}
+    mapping += [{"source": _chat(tmp_path / f"{name}.json", stream, arm), "prompt_id": "p", "role": "band", "c": c, "slot": slot, "repeat": 0}
                 for name, (stream, c, slot, arm) in streams.items()]
     run = assemble_run(mapping, {"ladder": [2], "arms": ["cache", "copies", "mixed"], "prompts": [{"prompt_id": "p", "text": "x"}],
-                                 "m_formed": [{"prompt_id": "p", "band_c": 2, "widths": [2]}]})
+                                 "m_formed": [{"prompt_id": "p", "c": 2, "widths": [2]}]})
     rows = judge(run).frame.select("arm", "verdict", "cause", "first").rows()
     assert rows == [("copies", "RED", "cache state", "p c=2 repeat 0 slot 0: its logprob bits differ from ref #1 from token 2 (up to 7 ULP)"),
                     ("mixed", "RED", "mixing", "p c=2 repeat 0 slot 0: its logprob bits differ from ref #1 from token 0 (up to 2 ULP)")]
@@ -580,9 +580,9 @@ def test_the_batched_arms_are_judged_and_a_run_with_none_is_judged_by_its_first(
     def arms_of(name, arms):
         (tmp_path / name).mkdir()
         mapping = [{"source": _chat(tmp_path / name / f"r{k}.json", A), "prompt_id": "p", "role": "reference", "slot": k} for k in (0, 1)]
-        mapping += [{"source": _chat(tmp_path / name / f"b{k}.json", A), "prompt_id": "p", "role": "band", "band_c": 2, "slot": k, "repeat": 0}
+        mapping += [{"source": _chat(tmp_path / name / f"b{k}.json", A), "prompt_id": "p", "role": "band", "c": 2, "slot": k, "repeat": 0}
                     for k in (0, 1)]
-        manifest = {"ladder": [2], "arms": arms, "prompts": [{"prompt_id": "p", "text": "x"}], "m_formed": [{"prompt_id": "p", "band_c": 2, "widths": [2]}]}
+        manifest = {"ladder": [2], "arms": arms, "prompts": [{"prompt_id": "p", "text": "x"}], "m_formed": [{"prompt_id": "p", "c": 2, "widths": [2]}]}
         return judge(assemble_run(mapping, manifest)).frame
     assert arms_of("none", [])["arm"].to_list() == ["copies"]  # an empty list reads as a run made before arms
     controls = arms_of("controls", ["cache", "repeat"])  # no batched arm: the first, once

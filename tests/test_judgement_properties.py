@@ -55,16 +55,16 @@ def _write(folder: Path, plan) -> Path:
     folder.mkdir()
     mapping = [{"source": _chat(folder / "r0.json", A), "prompt_id": "p", "role": "reference", "slot": 0},
                {"source": _chat(folder / "r1.json", B if plan["refs_differ"] else A), "prompt_id": "p", "role": "reference", "slot": 1},
-               {"source": _chat(folder / "c1.json", B if plan["alone_differs"] else A), "prompt_id": "p", "role": "band", "band_c": 1, "slot": 0}]
-    widths = [{"prompt_id": "p", "band_c": 1, "widths": [1]}]
+               {"source": _chat(folder / "c1.json", B if plan["alone_differs"] else A), "prompt_id": "p", "role": "band", "c": 1, "slot": 0}]
+    widths = [{"prompt_id": "p", "c": 1, "widths": [1]}]
     for c, band in plan["bands"].items():
         if not band["present"]:
             continue
         for slot in range(c):
             stream = B if band["parts"] and slot == 0 else A
             mapping.append({"source": _chat(folder / f"c{c}s{slot}.json", stream, logprobs=not (band["dropped"] and slot == c - 1)),
-                            "prompt_id": "p", "role": "band", "band_c": c, "slot": slot})
-        widths.append({"prompt_id": "p", "band_c": c, "widths": [c if band["formed"] else 1]})
+                            "prompt_id": "p", "role": "band", "c": c, "slot": slot})
+        widths.append({"prompt_id": "p", "c": c, "widths": [c if band["formed"] else 1]})
     manifest = {"ladder": plan["ladder"], "prompts": [{"prompt_id": "p", "text": "x"}], "m_formed": widths}
     return write_run(assemble_run(mapping, manifest), folder / "run")
 

@@ -126,11 +126,11 @@ def _cut(src, dst, keep) -> None:
 def test_a_run_without_batched_requests_is_never_green(tmp_path, cut):
     src = DATA / "experiment-cpu" / "batch-invariant"
     dst = tmp_path / cut
-    _cut(src, dst, lambda envelope: envelope.get("role") == "reference" or envelope.get("band_c") == 1)
+    _cut(src, dst, lambda envelope: envelope.get("role") == "reference" or envelope.get("c") == 1)
     if cut == "c1-only":  # the ladder cut to its c=1 band too
         manifest = json.loads((dst / "manifest.json").read_text())
         manifest["ladder"] = [1]
-        manifest["m_formed"] = [m for m in manifest.get("m_formed", []) if m.get("band_c") == 1]
+        manifest["m_formed"] = [m for m in manifest.get("m_formed", []) if m.get("c") == 1]
         (dst / "manifest.json").write_text(json.dumps(manifest))
     for target in ("0.9", "0.01"):
         done = subprocess.run([sys.executable, "-m", "analysis", "certify", str(dst), "-o", str(tmp_path / f"{cut}{target}.json"),

@@ -91,9 +91,9 @@ def test_probe_of_real_llama_server_detects_measures_and_captures(probed):
     assert requests["decode_tok_s"].null_count() == 0 and (requests["decode_tok_s"] > 0).all()
     # widths from llamacpp:requests_processing: never above c, never 0 (an idle sample is no width)
     bands = band_table(run)
-    for c, m in bands.select("band_c", "m_formed").rows():
+    for c, m in bands.select("c", "m_formed").rows():
         assert m is None or 1 <= m <= c
-    assert bands.filter(pl.col("band_c") >= 8)["m_formed"].null_count() == 0  # long enough to be sampled
+    assert bands.filter(pl.col("c") >= 8)["m_formed"].null_count() == 0  # long enough to be sampled
     cached = [entry["cache"]["llamacpp:prompt_tokens_cached_total"] for entry in run.manifest["m_formed"]]
     grew = [entry["after"] - entry["before"] for entry in cached]
     assert (min(grew) > 0) if cache_prompt else (max(grew) == 0)
@@ -106,7 +106,7 @@ def test_without_prompt_cache_a_request_alone_repeats_its_reference_bit_for_bit(
     if cache_prompt:
         pytest.skip("with the prompt cache, llama.cpp re-evaluates only the prompt's last token: other shapes, other bits")
     slots = slot_table(read_run(folder))
-    alone = slots.filter(band_c=1)
+    alone = slots.filter(c=1)
     assert alone.height == 2 and (alone["bitwise_prefix"] == alone["length"]).all() and (alone["max_ulp"] == 0).all()
 
 

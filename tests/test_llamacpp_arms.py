@@ -66,7 +66,7 @@ def test_alone_and_cold_llama_cpp_repeats_m1_bit_for_bit(probed):
 def test_the_prompt_cache_is_named_for_the_c1_drift_and_only_when_it_is_on(probed):
     run, cache_prompt = probed
     table = attribution_table(run)
-    alone = table.filter((pl.col("arm") == "copies") & (pl.col("band_c") == 1))
+    alone = table.filter((pl.col("arm") == "copies") & (pl.col("c") == 1))
     if cache_prompt:
         # a warm prompt evaluates its last token alone: c=1 parts from the cold m=1, and the cache arm shows it first
         assert alone.height == len(DEFAULT_PROMPTS) and set(alone["cause"]) == {"cache state"}
@@ -77,7 +77,7 @@ def test_the_prompt_cache_is_named_for_the_c1_drift_and_only_when_it_is_on(probe
         cache = slot_table(run).filter(arm="cache")
         assert (cache["bitwise_prefix"] == cache["length"]).all()
         # the batched path still differs from the single one: the copies arm keeps its divergence at c=4
-        batched = table.filter((pl.col("arm") == "copies") & (pl.col("band_c") == 4))
+        batched = table.filter((pl.col("arm") == "copies") & (pl.col("c") == 4))
         assert batched.height >= 1 and set(batched["cause"]) <= {"prefill path", "co-batching"}
 
 

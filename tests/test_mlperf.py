@@ -152,7 +152,7 @@ def test_every_token_is_a_row_with_its_id_and_no_logprob(tmp_path, accuracy):
             assert mine["token_id"].to_list() == ids and mine["position"].to_list() == list(range(len(ids)))
             request = requests.filter((pl.col("source") == source) & (pl.col("record") == record)).row(0, named=True)
             assert (request["sample_key"], request["request_id"], request["completion_tokens"]) == (str(qsl_idx), str(record), len(ids))
-    roles = requests.group_by("source", "role", "slot", "band_c").len().sort("source").rows()
+    roles = requests.group_by("source", "role", "slot", "c").len().sort("source").rows()
     assert roles == [(str(accuracy), "reference", 0, None, 4), (str(performance), "band", 0, 8, 4)]
 
 

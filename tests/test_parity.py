@@ -176,9 +176,9 @@ def test_decode_rates_from_a_live_capture(tmp_path):
     events = [chunk(stream_mode="live"), chunk("a"), chunk("b"), chunk("c"), json.dumps({"choices": [], "usage": {"completion_tokens": 3}}), "[DONE]"]
     sse = "".join(f"data: {e}\n\n" for e in events)
     undeclared = sse.replace('"stream_mode": "live", ', "")
-    lines = [{"sse": sse, "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "band_c": 4, "slot": 0},
-             {"sse": undeclared, "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "band_c": 4, "slot": 1},
-             {"sse": undeclared, "arrival_times": [0.1, 0.5, 0.5, 0.5, 0.51, 0.52], "band_c": 4, "slot": 2}]
+    lines = [{"sse": sse, "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "c": 4, "slot": 0},
+             {"sse": undeclared, "arrival_times": [0.1, 0.2, 0.35, 0.5, 0.51, 0.52], "c": 4, "slot": 1},
+             {"sse": undeclared, "arrival_times": [0.1, 0.5, 0.5, 0.5, 0.51, 0.52], "c": 4, "slot": 2}]
     path = tmp_path / "capture.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines))
     rates = request_decode_rates(read_dumps(path).requests)

@@ -48,7 +48,7 @@ def test_run_plots(tmp_path):
 
 
 def test_empty_inputs_say_so():
-    empty = pl.DataFrame(schema={"prompt_id": pl.String, "band_c": pl.Int64, "diverged": pl.Boolean, "agree_to": pl.Int64,
+    empty = pl.DataFrame(schema={"prompt_id": pl.String, "c": pl.Int64, "diverged": pl.Boolean, "agree_to": pl.Int64,
                                  "reference_margin": pl.Float64, "unique_completions": pl.Int64})
     assert "No batched requests" in plots.plot_divergence(empty).texts[0].get_text()
     assert "never part" in plots.plot_fork_tree([], at=0).texts[0].get_text()
@@ -60,7 +60,7 @@ def test_band_widths_and_margin_traces_per_prompt(tmp_path):
 
     run = read_run(make_run(tmp_path, widths4=(4, 4, 3)))
     widths = width_table(run)
-    assert widths.select("band_c", "width", "steps").rows() == [(1, 1, 2), (4, 4, 2), (4, 3, 1)]
+    assert widths.select("c", "width", "steps").rows() == [(1, 1, 2), (4, 4, 2), (4, 3, 1)]
     ax = plots.plot_band_widths(widths)
     (dots,) = ax.collections
     assert [list(p) for p in dots.get_offsets()] == [[1, 1], [4, 4], [4, 3]]
@@ -104,7 +104,7 @@ def test_witnesses_with_the_same_points_are_drawn_beside_each_other(tmp_path):
 
 def test_identical_series_are_merged_into_one_named_line(tmp_path):
     deltas = pl.DataFrame({"label": [f"p{k} c={c} slot {s}" for c in (4, 8) for k in range(3) for s in range(2) for _ in range(2)],
-                           "band_c": [c for c in (4, 8) for _ in range(12)], "step": [0, 1] * 12,
+                           "c": [c for c in (4, 8) for _ in range(12)], "step": [0, 1] * 12,
                            "abs_delta": [1e-6, 1e-5] * 12})  # c=4 and c=8 drift alike, step for step
     ax = plots.plot_delta_before_fork(deltas)
     _save(ax, "drift", tmp_path)
@@ -121,7 +121,7 @@ def test_identical_series_are_merged_into_one_named_line(tmp_path):
 
 def _slots(agree_to, diverged):
     n = len(agree_to)
-    return pl.DataFrame({"prompt_id": ["p0"] * n, "band_c": [4] * n, "slot": list(range(n)), "agree_to": agree_to, "diverged": diverged})
+    return pl.DataFrame({"prompt_id": ["p0"] * n, "c": [4] * n, "slot": list(range(n)), "agree_to": agree_to, "diverged": diverged})
 
 
 def test_a_run_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
@@ -136,7 +136,7 @@ def test_a_run_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
 
 
 def test_margin_axes_start_at_zero(tmp_path):
-    slots = pl.DataFrame({"band_c": [4, 8, 8], "diverged": [True, True, True], "reference_margin": [0.0, 0.02, 3.0]})
+    slots = pl.DataFrame({"c": [4, 8, 8], "diverged": [True, True, True], "reference_margin": [0.0, 0.02, 3.0]})
     ax = plots.plot_margin_at_divergence(slots, epsilon=0.05)
     _save(ax, "margin-at-divergence", tmp_path)
     assert ax.get_yscale() == "symlog" and ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 3.0  # a margin is never negative
@@ -178,7 +178,7 @@ def _artists(ax) -> tuple:
 
 
 def _drift(run):
-    return drift_table(run).with_columns(band_c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
+    return drift_table(run).with_columns(c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
 
 
 RUN_PLOTS = [  # each run plot, and the table it draws when given that table rather than the run
@@ -242,7 +242,7 @@ def _every_figure_with_a_legend():
             yield f"{name}({run.label})", getattr(plots, name)(run).figure
     yield "plot_divergence alone", plots.plot_divergence(ws.bands, witnesses=ws.witnesses).figure
     yield "plot_first_ops", plot_first_ops(runs[0]).figure
-    shares = pl.DataFrame([{"engine": engine, "band_c": c, "cause": cause, "requests": 1, "share": 1 / len(_CAUSES)}
+    shares = pl.DataFrame([{"engine": engine, "c": c, "cause": cause, "requests": 1, "share": 1 / len(_CAUSES)}
                            for engine in ("llama.cpp (cache-prompt)", "vLLM (prefix-cache)") for c in (1, 4, 16) for cause in _CAUSES])
     yield "plot_attribution, every cause", plot_attribution(shares).figure
     history = read_history(LAMBDA)
@@ -309,18 +309,18 @@ def test_one_figure_takes_a_run_a_witness_set_a_history_or_their_frames():
     assert plots.plot_decode_rate(history).bia_empty.startswith("No decode rates recorded in the history's")
     with pytest.raises(TypeError, match="plot_trend"):
         plots.plot_divergence(history)
-    # a run's table read with c as its concurrency column draws the same figure as with band_c
+    # a run's table read with c as its concurrency column draws the same figure as with c
     run = read_run(ROOT / "data" / "vllm-cpu" / "prefix-cache")
     for name, table in (("plot_decode_rate", band_table), ("plot_unique_completions", band_table), ("plot_band_widths", width_table),
                         ("plot_margin_at_divergence", slot_table)):
         plot = getattr(plots, name)
-        assert _artists(plot(table(run).rename({"band_c": "c"}))) == _artists(plot(run)), name
-    assert _artists(plots.plot_divergence(slot_table(run).rename({"band_c": "c"}), declared_min=run.declared_min)) == _artists(plots.plot_divergence(run))
+        assert _artists(plot(table(run).rename({"c": "c"}))) == _artists(plot(run)), name
+    assert _artists(plots.plot_divergence(slot_table(run).rename({"c": "c"}), declared_min=run.declared_min)) == _artists(plots.plot_divergence(run))
 
 
 def test_the_concurrency_column_is_chosen_in_one_place():
     assert plots.c_column(pl.DataFrame({"c": [1], "x": [2]})) == "c"
-    assert plots.c_column(pl.DataFrame({"band_c": [1]})) == "band_c"
+    assert plots.c_column(pl.DataFrame({"c": [1]})) == "c"
 
 
 def test_the_attribution_figure_takes_runs_or_their_shares():

@@ -150,18 +150,18 @@ def test_probe_of_a_vllm_like_server_asks_for_token_ids_and_samples_its_gauge(tm
     assert said == [run.manifest["engine"]["said"]] and said[0].startswith("engine: vLLM (GET /v1/models: owned_by 'vllm')")
     assert {b["model"] for b in fake.bodies} == {"Qwen/Qwen3-0.6B"} and all(b["return_tokens_as_token_ids"] for b in fake.bodies)
     assert run.dump.tokens["token_id"].unique().sort().to_list() == list(range(100, 106))  # the placeholders became ids
-    entries = {e["band_c"]: e for e in run.manifest["m_formed"]}
+    entries = {e["c"]: e for e in run.manifest["m_formed"]}
     assert entries[1]["widths"] == [] and entries[1]["running_metric"] == "vllm:num_requests_running"
     assert max(entries[4]["running"]) == 4 and max(entries[1]["running"]) == 1  # the whole distribution of samples is kept
     bands = band_table(run)
-    assert bands.filter(bands["band_c"] == 4)["m_formed"].to_list() == [4]
-    assert "gauge samples" in bands.filter(bands["band_c"] == 4)["widths_seen"][0]
+    assert bands.filter(bands["c"] == 4)["m_formed"].to_list() == [4]
+    assert "gauge samples" in bands.filter(bands["c"] == 4)["widths_seen"][0]
     assert to_witness(run, "p0")["bands"][1]["m_formed"] == 4
     # the prefix cache, read before and after each band: every batched request hit it (the references had seen the prompt)
     assert entries[4]["cache"]["vllm:prefix_cache_hits_total"]["after"] - entries[4]["cache"]["vllm:prefix_cache_hits_total"]["before"] == 12
     assert entries[1]["cache"]["vllm:prefix_cache_queries_total"] == {"before": 6.0, "after": 9.0}
-    assert bands.filter(bands["band_c"] == 4)["prefix_cache"][0] == "vllm:prefix_cache_hits_total +12; vllm:prefix_cache_queries_total +12"
-    per_1000 = dict(bands.select("band_c", "s_per_1000_seq").rows())
+    assert bands.filter(bands["c"] == 4)["prefix_cache"][0] == "vllm:prefix_cache_hits_total +12; vllm:prefix_cache_queries_total +12"
+    per_1000 = dict(bands.select("c", "s_per_1000_seq").rows())
     assert per_1000[1] >= 300 and per_1000[4] < per_1000[1]  # each answer takes 0.3 s; four at once share the wait
 
 
@@ -245,7 +245,7 @@ def test_observer_check_finds_a_server_whose_text_changes_without_logprobs(tmp_p
     run = read_run(folder)
     assert run.manifest["engine"]["profile"] == "openai" and run.missing() == []
     table = observer_table(run)
-    assert table.select("band_c", "slot", "texts_equal", "first_difference").rows() == [(1, 0, False, 3), (2, 0, False, 3), (2, 1, False, 3)]
+    assert table.select("c", "slot", "texts_equal", "first_difference").rows() == [(1, 0, False, 3), (2, 0, False, 3), (2, 1, False, 3)]
     assert table["text_with_logprobs"].to_list() == ["abcdef"] * 3 and table["text_without_logprobs"].to_list() == ["abcXef"] * 3
 
 
@@ -316,9 +316,9 @@ def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, h
         assert stopped.manifest["complete"] is False
         assert stopped.manifest["done"] == ["p0/reference/s0", "p0/reference/s1", "p0/band/c1/r0", "p0/band/c4/r0"]
         missing = stopped.missing()
-        assert {(m["band_c"], m["slot"]) for m in missing} >= {(8, s) for s in range(8)} - {
-            (r["band_c"], r["slot"]) for r in stopped.dump.requests.iter_rows(named=True)}
-        assert all(m["band_c"] == 8 for m in missing) and len(missing) <= 8
+        assert {(m["c"], m["slot"]) for m in missing} >= {(8, s) for s in range(8)} - {
+            (r["c"], r["slot"]) for r in stopped.dump.requests.iter_rows(named=True)}
+        assert all(m["c"] == 8 for m in missing) and len(missing) <= 8
         assert any(m["state"] == "in flight when the probe stopped" for m in missing)  # their bytes so far are under partial/
         if how == signal.SIGINT:
             assert stopped.manifest["stopped"]["why"].startswith("cancelled (Ctrl-C")
@@ -334,8 +334,8 @@ def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, h
         assert resumed.returncode == 0, err
     run = read_run(folder)
     assert run.manifest["complete"] is True and run.missing() == [] and len(run.manifest["resumed"]) == 1
-    assert run.dump.requests.group_by("band_c").len().sort("band_c").rows() == [(None, 2), (1, 1), (4, 4), (8, 8)]
-    assert [e["band_c"] for e in run.manifest["m_formed"]] == [1, 4, 8] and max(run.manifest["m_formed"][2]["widths"]) >= 2
+    assert run.dump.requests.group_by("c").len().sort("c").rows() == [(None, 2), (1, 1), (4, 4), (8, 8)]
+    assert [e["c"] for e in run.manifest["m_formed"]] == [1, 4, 8] and max(run.manifest["m_formed"][2]["widths"]) >= 2
     assert not list((folder / "partial").iterdir())
     moved = list((folder / "superseded").rglob("*"))
     assert moved, "what the stopped band had written is kept aside, not deleted"
@@ -602,7 +602,7 @@ def test_a_capture_cut_short_by_a_kill_leaves_the_run_readable_and_resume_sets_i
         (folder / "manifest.json").write_text(json.dumps(manifest))
         stopped = read_run(folder)
         assert [str(e) for e in stopped.dump.skipped] and "cut short" in str(stopped.dump.skipped[0]) and "line 5" in str(stopped.dump.skipped[0])
-        assert [(m["band_c"], m["slot"]) for m in stopped.missing()] == [(2, 1)]
+        assert [(m["c"], m["slot"]) for m in stopped.missing()] == [(2, 1)]
         asyncio.run(probe(server.url, folder, resume=True, say=lambda line: None))
     run = read_run(folder)
     assert run.manifest["complete"] and run.missing() == [] and run.dump.skipped == [] and run.dump.requests.height == 5

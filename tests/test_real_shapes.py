@@ -80,7 +80,7 @@ def test_a_band_whose_width_was_never_observed_has_an_unknown_width(tmp_path):
 
     folder = make_run(tmp_path)
     manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["m_formed"] = [{"prompt_id": "p0", "band_c": c, "widths": [], "running": []} for c in (1, 4)]
+    manifest["m_formed"] = [{"prompt_id": "p0", "c": c, "widths": [], "running": []} for c in (1, 4)]
     (folder / "manifest.json").write_text(json.dumps(manifest))
     witness = to_witness(read_run(folder))
     c1, c4 = witness["bands"]

@@ -130,7 +130,7 @@ def test_each_run_card_answers_from_the_runs_own_requests(default_report):
         # with the prompt cache on, llama.cpp's two m=1 references differ in their first logprob's bits (26 and 19 ULP):
         # no batched request's bits can then be told from run-to-run change, and the card says so instead of counting them
         refs_differ_in_bits = name == "llamacpp-cpu/cache-prompt"
-        for (c,), group in slots.group_by(["band_c"]):
+        for (c,), group in slots.group_by(["c"]):
             bitwise = sum(b == n for b, n in zip(group["bitwise_prefix"], group["length"]))
             same = sum(not d for d in group["diverged"])
             bits = f"{c} {group.height} not judged" if refs_differ_in_bits else f"({bitwise} of {group.height})"
@@ -400,11 +400,11 @@ def evil_run_report(tmp_path_factory):
     write_json(folder / "manifest.json", {"run_version": 1, "identity": {"host": "<b>box</b>", "model": {"path": "tiny.gguf"}},
                                           "sampler": {"max_tokens": 3}, "ladder": [1, 2], "declared_min": 2,
                                           "requested": {"batch_invariant": True}, "effective": {"batch_invariant": False},
-                                          "m_formed": [{"prompt_id": "p", "band_c": 1, "widths": [1]}, {"prompt_id": "p", "band_c": 2, "widths": [2]}]})
+                                          "m_formed": [{"prompt_id": "p", "c": 1, "widths": [1]}, {"prompt_id": "p", "c": 2, "widths": [2]}]})
     lines = [{"response": _text_response([a, fork_x, end]), "prompt_id": "p", "role": "reference", "slot": i} for i in range(2)]
-    lines.append({"response": _text_response([a, fork_x, end]), "prompt_id": "p", "role": "band", "band_c": 1, "slot": 0})
-    lines.append({"response": _text_response([a, fork_x, end]), "prompt_id": "p", "role": "band", "band_c": 2, "slot": 0})
-    lines.append({"response": _text_response([a, fork_y, end]), "prompt_id": "p", "role": "band", "band_c": 2, "slot": 1})
+    lines.append({"response": _text_response([a, fork_x, end]), "prompt_id": "p", "role": "band", "c": 1, "slot": 0})
+    lines.append({"response": _text_response([a, fork_x, end]), "prompt_id": "p", "role": "band", "c": 2, "slot": 0})
+    lines.append({"response": _text_response([a, fork_y, end]), "prompt_id": "p", "role": "band", "c": 2, "slot": 1})
     (folder / "captures" / "p.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     out = folder.parent / "run.html"
     run = subprocess.run([sys.executable, "-m", "analysis", "report", str(folder), "-o", str(out), "--admission"], capture_output=True, text=True,
@@ -458,11 +458,11 @@ def many_prompts(folder: Path, n: int = 64) -> Path:
         mode, source, prompt = k % 2, ("p0", "p1")[k // 2 % 2], f"q{k:02d}"
         manifest["prompts"].append({"prompt_id": prompt, "text": next(p["text"] for p in manifests[mode]["prompts"] if p["prompt_id"] == source)})
         manifest["m_formed"] += [{**e, "prompt_id": prompt} for e in manifests[mode]["m_formed"] if e["prompt_id"] == source]
-        other = {(x["role"], x.get("band_c"), x["slot"]): x for x in lines[mode] if x["prompt_id"] != source}
+        other = {(x["role"], x.get("c"), x["slot"]): x for x in lines[mode] if x["prompt_id"] != source}
         for line in (x for x in lines[mode] if x["prompt_id"] == source):
-            key = (line["role"], line.get("band_c"), line["slot"])
+            key = (line["role"], line.get("c"), line["slot"])
             if k % 16 == 5 and key == ("band", 8, 0):
-                line = {**other[key], **{f: line.get(f) for f in ("role", "band_c", "slot", "repeat")}}
+                line = {**other[key], **{f: line.get(f) for f in ("role", "c", "slot", "repeat")}}
             out.append(json.dumps({**line, "prompt_id": prompt}))
     (folder / "captures").mkdir(parents=True)
     write_json(folder / "manifest.json", manifest)
@@ -484,7 +484,7 @@ def test_a_64_prompt_report_answers_first_and_summarises_the_rest(study_report):
     text = " ".join(visible_text(page).split())
     slots = slot_table(read_run(folder))
     parted = slots.filter(diverged=True)
-    assert parted.height == 4 and set(parted["band_c"]) == {8}
+    assert parted.height == 4 and set(parted["c"]) == {8}
     row = judge(folder).frame.row(0, named=True)
     # the default kernel mode: its bits part from c=4 on, and 4 requests part in tokens too (at c=8)
     assert (row["verdict"], row["cause"], row["tokens_parted"], row["first_request"]["c"]) == ("RED", "co-batching", 4, 4)

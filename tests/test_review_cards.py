@@ -68,7 +68,7 @@ def test_requests_are_judged_only_where_their_references_agree():
                          schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64})
     slots = pl.DataFrame({
         "prompt_id": ["p0", "p0", "p0", "p0", "p1", "p1", "p2"],
-        "band_c": [4] * 7, "slot": [0, 1, 2, 3, 0, 1, 0],
+        "c": [4] * 7, "slot": [0, 1, 2, 3, 0, 1, 0],
         "diverged": [True, True, False, False, True, False, False],
         "divergence_at": [12, 7, None, None, 12, None, None],
         "bitwise_prefix": [5, 5, 5, 4, 3, 20, 20],
@@ -82,7 +82,7 @@ def test_requests_are_judged_only_where_their_references_agree():
 
 def test_equal_tokens_without_logprobs_have_unknown_bits_and_parted_tokens_known_ones():
     spans = pl.DataFrame(schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64})
-    slots = pl.DataFrame({"prompt_id": ["p0", "p0"], "band_c": [8, 8], "slot": [0, 1], "diverged": [False, True], "divergence_at": [None, 2],
+    slots = pl.DataFrame({"prompt_id": ["p0", "p0"], "c": [8, 8], "slot": [0, 1], "diverged": [False, True], "divergence_at": [None, 2],
                           "bitwise_prefix": [6, 2], "length": [6, 6], "max_ulp": [None, None], "near_tie": [False] * 2,
                           "reference_margin": [None] * 2},
                          schema_overrides={"divergence_at": pl.Int64, "max_ulp": pl.Int64, "reference_margin": pl.Float64})

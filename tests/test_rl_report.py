@@ -21,9 +21,9 @@ def hand(tmp_path):
     trainer agrees to the bit."""
     lines = [
         {"schema_version": 1, "sample_id": "<b>s0</b>", "token_ids": [5, 6], "inference_logprobs": [-0.1, -2.0],
-         "trainer_logprobs": [-0.12, -1.9], "loss_mask": [1, 1], "prompt_id": "<i>p</i>", "band_c": 4},
+         "trainer_logprobs": [-0.12, -1.9], "loss_mask": [1, 1], "prompt_id": "<i>p</i>", "c": 4},
         {"schema_version": 1, "sample_id": "s1", "token_ids": [7], "inference_logprobs": [-0.5], "trainer_logprobs": [-0.5],
-         "loss_mask": [1], "prompt_id": "p1", "band_c": None},
+         "loss_mask": [1], "prompt_id": "p1", "c": None},
     ]
     path = tmp_path / "trainer" / "<evil>.jsonl"
     path.parent.mkdir()
@@ -40,7 +40,7 @@ def test_tokens_and_largest_k3_by_hand(hand):
     # K3 = exp(d) - 1 - d per token: exp(-0.02) + 0.02 - 1 = 0.000198673, exp(0.1) - 1.1 = 0.00517092; mean 0.0026848 (the spec's)
     assert top[0]["request"] == "<b>s0</b>" and top[0]["K3 (token mean)"] == pytest.approx(0.0026848, rel=1e-4)
     assert (top[0]["tokens parted"], top[0]["first parted at"], top[0]["max |delta|"]) == (2, 0, pytest.approx(0.1))
-    assert top[0]["band_c"] == 4 and top[1]["band_c"] is None
+    assert top[0]["c"] == 4 and top[1]["c"] is None
     assert (top[1]["request"], top[1]["K3 (token mean)"], top[1]["tokens parted"], top[1]["first parted at"]) == ("s1", 0.0, 0, None)
 
 

@@ -33,12 +33,12 @@ def make_run(tmp_path, band4=FORK, widths4=(4, 4, 3)):
         "ladder": [1, 4], "declared_min": 3, "max_constant_run": 16,
         "environment": {"KNOB": None},
         "prompts": [{"prompt_id": "p0", "text": "Write an essay on compilers."}],
-        "m_formed": [{"prompt_id": "p0", "band_c": 1, "widths": [1, 1]}, {"prompt_id": "p0", "band_c": 4, "widths": list(widths4)}],
+        "m_formed": [{"prompt_id": "p0", "c": 1, "widths": [1, 1]}, {"prompt_id": "p0", "c": 4, "widths": list(widths4)}],
     }
     write_json(folder / "manifest.json", manifest)
     lines = [{"response": response(REF), "prompt_id": "p0", "role": "reference", "slot": i} for i in range(2)]
-    lines.append({"response": response(REF), "prompt_id": "p0", "role": "band", "band_c": 1, "slot": 0})
-    lines += [{"response": response(band4), "prompt_id": "p0", "role": "band", "band_c": 4, "slot": i} for i in range(4)]
+    lines.append({"response": response(REF), "prompt_id": "p0", "role": "band", "c": 1, "slot": 0})
+    lines += [{"response": response(band4), "prompt_id": "p0", "role": "band", "c": 4, "slot": i} for i in range(4)]
     (folder / "captures" / "p0.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return folder
 
@@ -104,8 +104,8 @@ def test_assemble_from_loose_dumps(tmp_path):
     mapping = []
     for name, tokens, role, c, slot in (("r0", REF, "reference", None, 0), ("r1", REF, "reference", None, 1), ("b0", REF, "band", 1, 0)):
         write_json(tmp_path / f"{name}.json", response(tokens))
-        mapping.append({"source": str(tmp_path / f"{name}.json"), "prompt_id": "p0", "role": role, "band_c": c, "slot": slot})
-    run = assemble_run(mapping, {"ladder": [1], "declared_min": 3, "sampler": {"max_tokens": 4}, "m_formed": [{"band_c": 1, "widths": [1]}]})
+        mapping.append({"source": str(tmp_path / f"{name}.json"), "prompt_id": "p0", "role": role, "c": c, "slot": slot})
+    run = assemble_run(mapping, {"ladder": [1], "declared_min": 3, "sampler": {"max_tokens": 4}, "m_formed": [{"c": 1, "widths": [1]}]})
     w = to_witness(run)
     assert w["reference"]["stable"] and w["bands"][0]["result"] == "PASS"
     with pytest.raises(RunError, match="role"):
@@ -132,12 +132,12 @@ def test_slot_and_band_tables(tmp_path):
 
     run = read_run(make_run(tmp_path))
     slots = slot_table(run)
-    assert slots.select("band_c", "slot", "agree_to", "diverged", "near_tie").rows() == [
+    assert slots.select("c", "slot", "agree_to", "diverged", "near_tie").rows() == [
         (1, 0, 4, False, False), (4, 0, 2, True, True), (4, 1, 2, True, True), (4, 2, 2, True, True), (4, 3, 2, True, True)]
     assert slots["reference_margin"].to_list()[1:] == pytest.approx([0.02] * 4)
     assert slots["bitwise_prefix"].to_list() == [4, 2, 2, 2, 2]
     bands = band_table(run)
-    assert bands.select("band_c", "divergence_min", "divergence_max", "intra_agree_to", "unique_completions", "near_tie_slots").rows() == [
+    assert bands.select("c", "divergence_min", "divergence_max", "intra_agree_to", "unique_completions", "near_tie_slots").rows() == [
         (1, 4, 4, 4, 1, 0), (4, 2, 2, 4, 1, 4)]
 
 
@@ -173,11 +173,11 @@ def test_widths_in_the_band_table_and_what_an_interrupted_run_misses(tmp_path):
     folder = make_run(tmp_path, widths4=(4, 4, 3))
     run = read_run(folder)
     bands = band_table(run)
-    assert bands.select("band_c", "m_formed", "widths_seen").rows() == [(1, 1, "m=1 x2"), (4, 4, "m=4 x2, m=3 x1")]
+    assert bands.select("c", "m_formed", "widths_seen").rows() == [(1, 1, "m=1 x2"), (4, 4, "m=4 x2, m=3 x1")]
     assert run.missing() == []
     lines = (folder / "captures" / "p0.jsonl").read_text().splitlines()
     (folder / "captures" / "p0.jsonl").write_text("\n".join(lines[:-2]) + "\n")  # the probe died before the last two slots came back
-    assert read_run(folder).missing() == [{"prompt_id": "p0", "role": "band", "band_c": 4, "slot": s, "repeat": 0, "arm": "copies", "state": "not sent"}
+    assert read_run(folder).missing() == [{"prompt_id": "p0", "role": "band", "c": 4, "slot": s, "repeat": 0, "arm": "copies", "state": "not sent"}
                                            for s in (2, 3)]
 
 
@@ -196,10 +196,10 @@ def test_an_assembled_run_takes_its_plan_from_the_mapping():
     # Issue 22: assemble_run with only a c=4 band said "ladder [1, 4, 8, 16] ... complete". The mapping's plan is one
     # prompt with a c=4 band: its ladder is [4], and the two m=1 references and slots 1-3 it lacks make it incomplete.
     sample = str(ROOT / "tests" / "samples" / "vllm_chat_nonstream_token_ids__OpenPipe-ART.json")
-    run = assemble_run([{"source": sample, "prompt_id": "p0", "role": "band", "band_c": 4, "slot": 0}])
+    run = assemble_run([{"source": sample, "prompt_id": "p0", "role": "band", "c": 4, "slot": 0}])
     assert run.ladder == [4]
     assert [(m["role"], m["slot"]) for m in run.missing()] == [("reference", 0), ("reference", 1), ("band", 1), ("band", 2), ("band", 3)]
     assert run.manifest["complete"] is False
     assert repr(run).endswith("ladder [4], 1 requests, incomplete)")
-    given = assemble_run([{"source": sample, "prompt_id": "p0", "role": "band", "band_c": 4, "slot": 0}], {"ladder": [1, 4], "complete": True})
+    given = assemble_run([{"source": sample, "prompt_id": "p0", "role": "band", "c": 4, "slot": 0}], {"ladder": [1, 4], "complete": True})
     assert given.ladder == [1, 4] and given.manifest["complete"] is True  # what the caller's manifest says is kept

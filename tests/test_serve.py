@@ -125,16 +125,16 @@ def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
                                    top_logprobs=3, server_log=log, declared_min=4))
     run = read_run(folder)
     assert run.manifest["complete"] and run.manifest["refused"] == []
-    widths = {entry["band_c"]: entry["widths"] for entry in run.manifest["m_formed"]}
+    widths = {entry["c"]: entry["widths"] for entry in run.manifest["m_formed"]}
     assert max(widths[1]) == 1 and max(widths[4]) >= 2 and len(widths[4]) >= 12  # every step's width is kept
     table = slot_table(run)
     assert table.height == 1 + 2 + 4 and (table["agree_to"] == 12).all()  # no token flips for this prompt in either mode
-    batched = table.filter(pl.col("band_c") == 4)["bitwise_prefix"]
+    batched = table.filter(pl.col("c") == 4)["bitwise_prefix"]
     if mode != "default":
         assert (table["bitwise_prefix"] == 12).all()
     else:  # the server formed m >= 2 (asserted above): batched rows' float32 logprobs part from m=1's
         assert (batched < 12).any(), f"bitwise prefixes at c=4: {batched.to_list()}"
-        assert (table.filter(pl.col("band_c") == 1)["bitwise_prefix"] == 12).all()
+        assert (table.filter(pl.col("c") == 1)["bitwise_prefix"] == 12).all()
     assert table["decode_tok_s"].null_count() == 0  # live streams with arrival times give every request a rate
     witness = to_witness(run, "p0")
     assert [b["c"] for b in witness["bands"]] == [1, 2, 4] and witness["bands"][0]["result"] == "PASS"
@@ -164,7 +164,7 @@ def test_bia_serve_times_each_request_and_short_streams_get_its_rate_never_a_bur
     cost = judge(read_run(folder)).to_dicts()[0]["cost_by_c"]
     assert [(c["c"], c["origin"], c["base_rates"]) for c in cost] == [(4, "server", 3)]
     assert 0.05 < cost[0]["ratio"] < 5  # c=4 shares each step among 4 rows: slower per request, never 0.00x
-    ones = table.filter(pl.col("band_c") == 1)["decode_tok_s"]
+    ones = table.filter(pl.col("c") == 1)["decode_tok_s"]
     assert cost[0]["base_median"] == pytest.approx(ones.median())
 
 
@@ -312,7 +312,7 @@ def test_bia_probe_command_line(tmp_path):
     written = read_run(tmp_path / "run")
     assert written.dump.requests.height == 2 * (2 + 1 + 2)  # two default prompts: two references, then c = 1 and 2
     # the last line says what the run found, per c, from the run's own tables (two requests at c=1, four at c=2)
-    counts = dict(slot_table(written).group_by("band_c").len().rows())
+    counts = dict(slot_table(written).group_by("c").len().rows())
     assert counts == {1: 2, 2: 4}
     # it begins with the run's judgement (analysis.judge), as bia certify and the report's answer give it, then its next step
     from analysis import judge

@@ -13,7 +13,7 @@ from analysis.run import RunError, band_table, prompt_table, read_run, slot_tabl
 from analysis import scan_study, study_tables, write_dataset
 
 RUNS = ["data/experiment-cpu/default", "data/experiment-cpu/batch-invariant"]
-KEYS = {"slots": ["run", "prompt_id", "band_c", "repeat", "slot"], "bands": ["run", "prompt_id", "band_c", "repeat"], "prompts": ["run", "prompt_id"]}
+KEYS = {"slots": ["run", "prompt_id", "c", "repeat", "slot"], "bands": ["run", "prompt_id", "c", "repeat"], "prompts": ["run", "prompt_id"]}
 
 
 def whole_run_tables() -> dict[str, pl.DataFrame]:

@@ -201,15 +201,15 @@ def _check_the_walkthrough_verdict(text: str, outputs: list[dict], run_dir: Path
     run = read_run(run_dir)
     assert run.manifest["complete"]
     slots = slot_table(run)
-    per_c = slots.group_by("band_c").agg(requests=pl.len(), bits=(pl.col("bitwise_prefix") == pl.col("length")).sum(),
-                                         tokens=(~pl.col("diverged")).sum()).sort("band_c")
+    per_c = slots.group_by("c").agg(requests=pl.len(), bits=(pl.col("bitwise_prefix") == pl.col("length")).sum(),
+                                         tokens=(~pl.col("diverged")).sum()).sort("c")
     n, bits, tokens = per_c["requests"].sum(), per_c["bits"].sum(), per_c["tokens"].sum()
     verdict = re.search(r"^Verdict for bia serve --mode default: (.*)$", text, flags=re.M)
     assert verdict, text
     expected = ("batch invariant:" if bits == n else "token-identical, not bit-identical:" if tokens == n else "not batch invariant:")
     assert verdict.group(1).startswith(expected)
     for row in per_c.iter_rows(named=True):
-        assert f"c={row['band_c']}: {row['bits']} of {row['requests']} bit-identical, {row['tokens']} token-identical" in text
+        assert f"c={row['c']}: {row['bits']} of {row['requests']} bit-identical, {row['tokens']} token-identical" in text
     shown = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     assert "bit_identical_share" in shown and "token_identical_share" in shown and 'class="bia-headline' in shown
 

@@ -51,10 +51,10 @@ def test_every_policy_error_in_full(fields, words):
     assert str(caught.value) == words
 
 
-def _with_band(band_c: int, /, **fields) -> dict:
-    """CONTROL with the fields of its band c=band_c changed; a field given as ... is deleted."""
+def _with_band(c: int, /, **fields) -> dict:
+    """CONTROL with the fields of its band c=c changed; a field given as ... is deleted."""
     witness = copy.deepcopy(CONTROL)
-    band = next(b for b in witness["bands"] if b["c"] == band_c)
+    band = next(b for b in witness["bands"] if b["c"] == c)
     band.update(fields)
     for key in [k for k, v in fields.items() if v is ...]:
         del band[key]

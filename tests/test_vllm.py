@@ -311,8 +311,8 @@ def test_every_band_has_a_width_and_its_evidence(served):
     for name in ("copies", "needle"):
         run = read_run(served.runs[name], cache=False)
         bands = band_table(run)
-        entries = {(e["prompt_id"], e["band_c"], e["repeat"]): e for e in run.manifest["m_formed"]}
-        for prompt, c, repeat, m, evidence, seen in bands.select("prompt_id", "band_c", "repeat", "m_formed", "width_evidence", "widths_seen").rows():
+        entries = {(e["prompt_id"], e["c"], e["repeat"]): e for e in run.manifest["m_formed"]}
+        for prompt, c, repeat, m, evidence, seen in bands.select("prompt_id", "c", "repeat", "m_formed", "width_evidence", "widths_seen").rows():
             entry = entries[(prompt, c, repeat)]
             assert m is not None and 1 <= m <= c, (name, c, m, evidence)
             origin = evidence.split(";")[0]
@@ -338,21 +338,21 @@ def test_every_band_has_a_width_and_its_evidence(served):
             assert len(entry["running"]) == len(entry["running_t_s"]) >= 1
             streams = entry.get("streams")
             if streams:
-                assert streams["of"] == entry["band_c"] and 1 <= streams["co_resident"] <= streams["timed"] <= streams["of"]
+                assert streams["of"] == entry["c"] and 1 <= streams["co_resident"] <= streams["timed"] <= streams["of"]
         assert set(width_table(run)["origin"]) <= {"metrics", "engine"}
         witness = to_witness(run, "p0")  # the witness names each band's evidence
         assert [band["m_formed_evidence"] for band in witness["bands"]] == [
-            e.split(";")[0] for e in bands.filter(pl.col("prompt_id") == "p0").sort("band_c")["width_evidence"]]
+            e.split(";")[0] for e in bands.filter(pl.col("prompt_id") == "p0").sort("c")["width_evidence"]]
     print("width evidence chosen:", sorted(sources))
     bands = pl.concat([band_table(read_run(served.runs[name], cache=False)) for name in ("copies", "needle")])
-    assert bands.filter(pl.col("band_c") >= 8)["m_formed"].max() >= 8  # a batch as wide as c formed somewhere
+    assert bands.filter(pl.col("c") >= 8)["m_formed"].max() >= 8  # a batch as wide as c formed somewhere
 
 
 def test_prefix_cache_hits_with_the_cache_on_and_never_with_it_off(served):
     """A shared prefix of at least one 128-token block hits when vLLM's prefix cache is on; off, nothing is even queried."""
     def growth(name, metric):
         manifest = read_run(served.runs[name], cache=False).manifest
-        return {entry["band_c"]: entry["cache"][metric]["after"] - entry["cache"][metric]["before"] for entry in manifest["m_formed"]}
+        return {entry["c"]: entry["cache"][metric]["after"] - entry["cache"][metric]["before"] for entry in manifest["m_formed"]}
 
     on_hits, on_queries = growth("prefix-on", "vllm:prefix_cache_hits_total"), growth("prefix-on", "vllm:prefix_cache_queries_total")
     prompt_tokens = len(LONG_PROMPT.encode())
@@ -362,7 +362,7 @@ def test_prefix_cache_hits_with_the_cache_on_and_never_with_it_off(served):
     off_hits, off_queries = growth("prefix-off", "vllm:prefix_cache_hits_total"), growth("prefix-off", "vllm:prefix_cache_queries_total")
     assert set(off_hits.values()) == {0} and set(off_queries.values()) == {0}
     bands = band_table(read_run(served.runs["prefix-on"], cache=False))
-    assert bands.filter(pl.col("band_c") == 4)["prefix_cache"][0].startswith("vllm:prefix_cache_hits_total +512")
+    assert bands.filter(pl.col("c") == 4)["prefix_cache"][0].startswith("vllm:prefix_cache_hits_total +512")
 
 
 def test_every_arm_runs_against_vllm(served):
@@ -424,7 +424,7 @@ def test_needle_layout_counts_fillers_in_the_batch(served):
     assert set(run.requests["role"]) == {"reference", "band", "filler"}
     for entry in run.manifest["m_formed"]:
         if entry.get("streams"):
-            assert len(entry["streams"]["live_s"]) == entry["band_c"]  # the target and its c - 1 fillers
+            assert len(entry["streams"]["live_s"]) == entry["c"]  # the target and its c - 1 fillers
     slots = slot_table(run)
     assert slots.height == len(DEFAULT_PROMPTS) * 4  # one target per band
 

@@ -19,7 +19,7 @@ def dump_summary(dump) -> str:
     if notes:
         facts.append(("usage counts tokens never sent", len(notes)))
     lines = [(str(e), "fail") for e in dump.skipped[:5]] + [(note, None) for note in notes[:5]]
-    columns = [c for c in ("request_id", "source_format", "model", "prompt_id", "role", "band_c", "slot", "completion_tokens", "finish_reason")
+    columns = [c for c in ("request_id", "source_format", "model", "prompt_id", "role", "c", "slot", "completion_tokens", "finish_reason")
                if c in requests.columns]
     return summary_html("bia dump", None, facts, lines, requests.select(columns))
 

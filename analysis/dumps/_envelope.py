@@ -1,4 +1,4 @@
-"""The capture envelope: the keys bia's capture writes around one response or stream (``{response|sse, band_c,
+"""The capture envelope: the keys bia's capture writes around one response or stream (``{response|sse, c,
 slot, prompt_id, role, repeat, sample_key, t_sent, arrival_times, format}``), and the :class:`Meta` one line's gives.
 
 Below both the general reader and the columnar fast path, which read the same envelope.
@@ -10,14 +10,37 @@ import hashlib
 
 from ._kit import Meta
 
-ENVELOPE_KEYS = {"response", "sse", "format", "band_c", "slot", "prompt_id", "role", "repeat", "sample_key", "t_sent", "arrival_times"}
+LEGACY_KEYS = {"band_c": "c"}  # legacy: run_version 1 captures named the envelope's c band_c
+ENVELOPE_KEYS = {"response", "sse", "format", "c", "slot", "prompt_id", "role", "repeat", "sample_key", "t_sent", "arrival_times",
+                 *LEGACY_KEYS}
 # Other envelope keys go to requests.extra; "logprobs_mode" there also sets vLLM offline semantics.
+
+
+def envelope_c(line: dict) -> object:
+    """The envelope's concurrency: ``c``, or the legacy ``band_c`` of run_version 1 captures.
+
+    Parameters
+    ----------
+    line : dict
+        One capture line's envelope.
+
+    Returns
+    -------
+    object
+        The value as written (checked by the reader), or None when neither key is there.
+
+    Examples
+    --------
+    >>> envelope_c({"c": 4}), envelope_c({"band_c": 8}), envelope_c({})
+    (4, 8, None)
+    """
+    return line["c"] if "c" in line else line.get("band_c")  # legacy key of run_version 1
 
 
 def envelope_meta(line: dict, record: int, raw: bytes) -> Meta:
     """The batch context and timing of one envelope line (its other keys kept as ``extra``)."""
     extra = {k: v for k, v in line.items() if k not in ENVELOPE_KEYS}
-    return Meta(record=record, sample_key=line.get("sample_key"), band_c=line.get("band_c"), slot=line.get("slot"),
+    return Meta(record=record, sample_key=line.get("sample_key"), c=envelope_c(line), slot=line.get("slot"),
                 prompt_id=None if line.get("prompt_id") is None else str(line["prompt_id"]), role=line.get("role"), repeat=line.get("repeat"),
                 t_sent=line.get("t_sent"),
                 arrivals=line.get("arrival_times"), raw_sha256=hashlib.sha256(raw).hexdigest(), extra=extra)

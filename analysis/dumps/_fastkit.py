@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ..core import INT64_MAX, INT64_MIN
-from ._envelope import ENVELOPE_KEYS
+from ._envelope import ENVELOPE_KEYS, envelope_c
 
 
 Frames = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
@@ -275,7 +275,7 @@ class _LineMeta:
     record: list[int]
     raw_sha256: list[str]
     sample_key: list
-    band_c: list
+    c: list
     slot: list
     prompt_id: list
     role: list
@@ -293,7 +293,7 @@ class _LineMeta:
 
 
         meta = [_envelope_columns(line.env) for line in lines]
-        columns = {name: [m[name] for m in meta] for name in ("sample_key", "band_c", "slot", "prompt_id", "role", "repeat", "t_sent")}
+        columns = {name: [m[name] for m in meta] for name in ("sample_key", "c", "slot", "prompt_id", "role", "repeat", "t_sent")}
         extra = [{k: v for k, v in line.env.items() if k not in ENVELOPE_KEYS} for line in lines]
         return cls([line.record for line in lines], [line.sha for line in lines], extra=extra, **columns)
 
@@ -305,7 +305,7 @@ class _LineMeta:
             "record": pl.Series(self.record, dtype=pl.Int64),
             "raw_sha256": pl.Series(self.raw_sha256, dtype=pl.String),
             "sample_key": pl.Series(self.sample_key, dtype=pl.String),
-            "band_c": pl.Series(self.band_c, dtype=pl.Int64),
+            "c": pl.Series(self.c, dtype=pl.Int64),
             "slot": pl.Series(self.slot, dtype=pl.Int64),
             "prompt_id": pl.Series(self.prompt_id, dtype=pl.String),
             "role": pl.Series(self.role, dtype=pl.String),
@@ -320,11 +320,12 @@ def _is_int(value: Any) -> bool:
 
 def _envelope_columns(env: dict) -> dict[str, Any]:
     """The request columns of ``_envelope.envelope_meta``, refusing values the general path would refuse."""
-    out = {name: env.get(name) for name in ("sample_key", "band_c", "slot", "role", "repeat", "t_sent")}
+    out = {name: env.get(name) for name in ("sample_key", "slot", "role", "repeat", "t_sent")}
+    out["c"] = envelope_c(env)
     for name in ("sample_key", "role"):
         if out[name] is not None and not isinstance(out[name], str):
             raise _Unsupported(f"{name} is not a string")
-    for name in ("band_c", "slot", "repeat"):
+    for name in ("c", "slot", "repeat"):
         if out[name] is not None and not (_is_int(out[name]) and INT64_MIN <= out[name] <= INT64_MAX):
             raise _Unsupported(f"{name} is not an integer of 64 bits")
     t_sent = out["t_sent"]

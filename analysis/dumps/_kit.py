@@ -21,7 +21,7 @@ class Meta:
 
     record: int = 0
     sample_key: str | None = None
-    band_c: int | None = None
+    c: int | None = None
     slot: int | None = None
     prompt_id: str | None = None
     role: str | None = None
@@ -35,7 +35,7 @@ class Meta:
         return {
             "record": self.record,
             "sample_key": self.sample_key,
-            "band_c": self.band_c,
+            "c": self.c,
             "slot": self.slot,
             "prompt_id": self.prompt_id,
             "role": self.role,

@@ -81,7 +81,7 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "n_prompt_scored": pl.Int64,
     "n_completion_scored": pl.Int64,
     "completion_text": pl.String,
-    "band_c": pl.Int64,
+    "c": pl.Int64,
     "slot": pl.Int64,
     "prompt_id": pl.String,
     "role": pl.String,  # in a run: "reference" (slot 0 is ref #1) or "band"

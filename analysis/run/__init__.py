@@ -1,13 +1,13 @@
 """A run: the unit a probe or an experiment writes and the report reads.
 
-Layout of a run directory (``run_version`` 1)::
+Layout of a run directory (``run_version`` 2; version 1, which named ``c`` ``band_c``, is read as legacy)::
 
     manifest.json        identity, sampler, ladder, declared_min, environment, requested and
                          effective settings, prompts, and m_formed per band
     captures/*.jsonl     raw captures as received, one request per line, in bia's capture
                          envelope: {"sse": "<raw SSE>" | "response": {...}, "arrival_times": [...],
                          "t_sent": ..., "prompt_id": ..., "role": "reference" | "band",
-                         "band_c": c, "slot": i, "repeat": r}
+                         "c": c, "slot": i, "repeat": r}
                          (role "reference": slot 0 is ref #1, slot 1 ref #2; "observer": a band's
                          twin fired without logprobs; "filler": the needle layout's other requests)
     partial/             the probe's requests in flight (raw bytes and event times); a stopped run

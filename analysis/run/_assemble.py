@@ -20,11 +20,11 @@ from ..io import expand_sources, is_url
 from ._layout import _DEFAULTS, RunError, _checked_manifest
 from ._model import Run
 
-PLACEMENT = ("prompt_id", "role", "band_c", "slot", "repeat")
+PLACEMENT = ("prompt_id", "role", "c", "slot", "repeat")
 ROLES = ("reference", "band", "observer", "filler")
 LONE_PROMPT = "p0"  # the prompt of requests whose envelope names none, when bia places them itself
 _HOW = ("say which file is which with a mapping (bia assemble --mapping FILE, a JSON or CSV file of source, prompt_id, role, "
-        "band_c, slot, repeat), or take each file as one band of the requests it holds (--band-per-file)")
+        "c, slot, repeat), or take each file as one band of the requests it holds (--band-per-file)")
 
 
 def assemble_dumps(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (), *,
@@ -32,7 +32,7 @@ def assemble_dumps(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
                    manifest: Mapping[str, Any] | None = None, **options: Any) -> Run:
     """Build a run from loose dump files, folders and globs, each request placed in the run's plan.
 
-    A request's place (``prompt_id``, ``role``, ``band_c``, ``slot``, ``repeat``) comes from, first to last:
+    A request's place (``prompt_id``, ``role``, ``c``, ``slot``, ``repeat``) comes from, first to last:
 
     - ``mapping``: a JSON or CSV file (or a list of dicts) of ``source`` and those fields, each
       mapped source holding one request; a relative source is read from the mapping file's folder;
@@ -86,7 +86,7 @@ def assemble_dumps(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
     _check(placed)
     requests = (dump.requests.drop(PLACEMENT).join(placed.select("source", "record", *PLACEMENT), on=["source", "record"], how="left",
                                                    maintain_order="left").select(dump.requests.columns))
-    ladder = sorted(set(placed.filter(pl.col("role") == "band")["band_c"].drop_nulls().to_list()))
+    ladder = sorted(set(placed.filter(pl.col("role") == "band")["c"].drop_nulls().to_list()))
     full = _checked_manifest({**_DEFAULTS, "ladder": ladder, "assembled_by": "bia assemble", **(manifest or {})}, "manifest")
     return Run(full, Dump(dump.tokens, dump.candidates, requests, dump.formats, dump.skipped), None)
 
@@ -122,20 +122,20 @@ def _placements(requests: pl.DataFrame, entries: list[dict[str, Any]], band_per_
                 if len(slot) > 2:
                     raise RunError(f"{row['source']}: a third file of one request for prompt {prompt!r}: with one band per file, a file of "
                                    f"one request is an m=1 reference, and a prompt has two ({slot[0]}, {slot[1]})")
-                rows.append({**row, "prompt_id": prompt, "role": "reference", "band_c": None, "slot": slot.index(row["source"]),
+                rows.append({**row, "prompt_id": prompt, "role": "reference", "c": None, "slot": slot.index(row["source"]),
                              "repeat": None, "placed_by": "band per file"})
             else:
                 seen = repeats.setdefault((prompt, c), [])
                 if row["source"] not in seen:
                     seen.append(row["source"])
                 slots[row["source"]] = slot = slots.get(row["source"], -1) + 1
-                rows.append({**row, "prompt_id": prompt, "role": "band", "band_c": c, "slot": slot, "repeat": seen.index(row["source"]),
+                rows.append({**row, "prompt_id": prompt, "role": "band", "c": c, "slot": slot, "repeat": seen.index(row["source"]),
                              "placed_by": "band per file"})
         else:
             rows.append({**row, "placed_by": "envelope"})
-    if len(rows) == 1 and rows[0]["placed_by"] == "envelope" and all(rows[0][k] is None for k in ("role", "band_c", "slot")):
+    if len(rows) == 1 and rows[0]["placed_by"] == "envelope" and all(rows[0][k] is None for k in ("role", "c", "slot")):
         rows[0].update(prompt_id=rows[0]["prompt_id"] or LONE_PROMPT, role="reference", slot=0, placed_by="lone request")
-    schema = {"source": pl.String, "record": pl.Int64, "prompt_id": pl.String, "role": pl.String, "band_c": pl.Int64, "slot": pl.Int64,
+    schema = {"source": pl.String, "record": pl.Int64, "prompt_id": pl.String, "role": pl.String, "c": pl.Int64, "slot": pl.Int64,
               "repeat": pl.Int64, "placed_by": pl.String}
     for row in rows:
         row["prompt_id"] = None if row["prompt_id"] is None else str(row["prompt_id"])
@@ -156,23 +156,23 @@ def _check(placed: pl.DataFrame) -> None:
                            f"of c, so bia cannot place it in a run; {_HOW}")
         if role not in ROLES:
             raise RunError(f'{where}: field "role": expected one of {", ".join(ROLES)}, got {role!r}')
-        needed = ("prompt_id", "slot") if role == "reference" else ("prompt_id", "band_c", "slot")
+        needed = ("prompt_id", "slot") if role == "reference" else ("prompt_id", "c", "slot")
         for name in needed:
             if row[name] is None:
                 raise RunError(f'{where}: field "{name}" missing: {said} names the role {role!r} but not the {name}, so bia cannot place '
                                f"this request in a run; {_HOW}")
-        for name, low in (("band_c", 1), ("slot", 0), ("repeat", 0)):
+        for name, low in (("c", 1), ("slot", 0), ("repeat", 0)):
             if row[name] is not None and row[name] < low:
                 raise RunError(f'{where}: field "{name}": expected an integer >= {low}, got {row[name]}')
         if role == "reference" and row["slot"] > 1:
             raise RunError(f'{where}: field "slot": a reference is slot 0 (ref #1) or 1 (ref #2), got {row["slot"]}')
-        if role == "band" and row["slot"] >= row["band_c"]:
-            raise RunError(f'{where}: field "slot": a band of c={row["band_c"]} has slots 0 to {row["band_c"] - 1}, got {row["slot"]}')
+        if role == "band" and row["slot"] >= row["c"]:
+            raise RunError(f'{where}: field "slot": a band of c={row["c"]} has slots 0 to {row["c"] - 1}, got {row["slot"]}')
     keyed = placed.with_columns(pl.col("repeat").fill_null(0))
     twice = keyed.filter(pl.len().over(PLACEMENT) > 1)
     if twice.height:
         first, second = twice.sort(PLACEMENT, maintain_order=True).head(2).iter_rows(named=True)
-        band = f" of the band c={first['band_c']}, repeat {first['repeat']}" if first["band_c"] is not None else ""
+        band = f" of the band c={first['c']}, repeat {first['repeat']}" if first["c"] is not None else ""
         raise RunError(f"{_where(second)}: {first['role']} slot {first['slot']}{band} of prompt {first['prompt_id']!r} is already "
                        f"taken by {_where(first)}; one place in a run holds one request")
     referenced = set(placed.filter((pl.col("role") == "reference") & (pl.col("slot") == 0))["prompt_id"].to_list())
@@ -195,7 +195,8 @@ def read_mapping(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     -------
     list of dict
         One entry per file: ``source`` (made relative to the mapping's folder unless absolute or a URL),
-        ``prompt_id`` as a string, and ``band_c``, ``slot`` and ``repeat`` as integers or None.
+        ``prompt_id`` as a string, and ``c``, ``slot`` and ``repeat`` as integers or None (a legacy ``band_c`` is read as
+        ``c``).
 
     Raises
     ------
@@ -203,14 +204,14 @@ def read_mapping(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         No such file.
     RunError
         The file cannot be read, is neither form, names no file, or an entry lacks a ``source`` or has a
-        non-integer ``band_c``, ``slot`` or ``repeat``.
+        non-integer ``c``, ``slot`` or ``repeat``.
 
     Examples
     --------
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "map.csv").write_text("source,prompt_id,role,band_c,slot\\nalone.json,p0,reference,,0\\nc4.jsonl,p0,band,4,0\\n")
-    >>> [(Path(e["source"]).name, e["role"], e["band_c"]) for e in read_mapping(folder / "map.csv")]
+    >>> _ = (folder / "map.csv").write_text("source,prompt_id,role,c,slot\\nalone.json,p0,reference,,0\\nc4.jsonl,p0,band,4,0\\n")
+    >>> [(Path(e["source"]).name, e["role"], e["c"]) for e in read_mapping(folder / "map.csv")]
     [('alone.json', 'reference', None), ('c4.jsonl', 'band', 4)]
     """
     path = Path(path)
@@ -223,7 +224,7 @@ def read_mapping(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if path.suffix.lower() == ".csv":
         rows = list(csv.DictReader(io.StringIO(text)))
         if not rows or "source" not in rows[0]:
-            raise RunError(f"{path}: a mapping CSV has a header row naming source, prompt_id, role, band_c, slot, repeat, and a row per file")
+            raise RunError(f"{path}: a mapping CSV has a header row naming source, prompt_id, role, c, slot, repeat, and a row per file")
         entries = [({k.strip(): (v.strip() or None if isinstance(v, str) else v) for k, v in row.items() if k is not None}, f"row {n}")
                    for n, row in enumerate(rows, start=2)]
     else:
@@ -238,10 +239,12 @@ def read_mapping(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         entries = [(dict(e), f"[{n}]") for n, e in enumerate(data)]
     out = []
     for entry, where in entries:
+        if "band_c" in entry and "c" not in entry:  # legacy: mappings written for run_version 1 named c band_c
+            entry["c"] = entry.pop("band_c")
         source = entry.get("source")
         if not source or not isinstance(source, str):
             raise RunError(f'{path}: {where}: field "source": expected the dump file\'s path')
-        for name in ("band_c", "slot", "repeat"):
+        for name in ("c", "slot", "repeat"):
             value = entry.get(name)
             if isinstance(value, str):
                 try:

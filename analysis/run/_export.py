@@ -85,7 +85,7 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     band_rows = {}
     arm = main_arm(manifest)  # a witness holds one layout's bands: the copies arm's where the run has it
     for c in run.ladder:
-        rows = requests.filter((pl.col("role") == "band") & (pl.col("band_c") == c) & (pl.col("arm") == arm))
+        rows = requests.filter((pl.col("role") == "band") & (pl.col("c") == c) & (pl.col("arm") == arm))
         chosen = repeat if repeat is not None else (rows["repeat"].drop_nulls().min() if rows["repeat"].drop_nulls().len() else None)
         if chosen is not None:
             rows = rows.filter(pl.col("repeat") == chosen)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); onl
     from ._model import Run
 
 FIRST_OPS_FILE = "first_ops.json"
-_COLUMNS = {"prompt_id": pl.String, "band_c": pl.Int64, "slot": pl.Int64, "step": pl.Int64, "layer": pl.Int64, "op": pl.String}
+_COLUMNS = {"prompt_id": pl.String, "c": pl.Int64, "slot": pl.Int64, "step": pl.Int64, "layer": pl.Int64, "op": pl.String}
 _SCHEMA = {**_COLUMNS, "op_index": pl.Int64, "onset": pl.Boolean}
 
 
@@ -137,7 +137,7 @@ def first_op_table(run: Run) -> pl.DataFrame:
     Returns
     -------
     polars.DataFrame
-        ``prompt_id``, ``band_c``, ``slot``, ``step``, ``layer``, ``op``, ``op_index``, ``onset``,
+        ``prompt_id``, ``c``, ``slot``, ``step``, ``layer``, ``op``, ``op_index``, ``onset``,
         sorted by request and step.
 
     Raises
@@ -155,7 +155,7 @@ def first_op_table(run: Run) -> pl.DataFrame:
     0
     """
     steps = first_ops_record(run)["steps"]
-    request = ["prompt_id", "band_c", "slot"]
+    request = ["prompt_id", "c", "slot"]
     return (steps.sort([*request, "step"])
             .with_columns(onset=pl.col("step") == pl.col("step").min().over(request))
             .select([pl.col(n).cast(t) for n, t in _SCHEMA.items()]))

@@ -13,7 +13,8 @@ from ._manifest import manifest_problem
 from ._unit import _DEFAULTS, Unit
 from ..core import check_depth, not_json
 
-RUN_VERSION = 1
+RUN_VERSION = 2  # 2: a band's concurrency is "c" in the manifest and the capture envelopes (1 named it "band_c")
+READABLE_VERSIONS = (1, 2)
 
 
 
@@ -113,12 +114,32 @@ def _checked_manifest(manifest: Any, where: Any) -> dict[str, Any]:
     """The manifest when it is an object of this run version whose fields have their types; else a RunError naming the field."""
     if not isinstance(manifest, dict):
         raise RunError(f"{where}: expected a JSON object")
-    if manifest.get("run_version", RUN_VERSION) != RUN_VERSION:
-        raise RunError(f"{where}: run_version {manifest.get('run_version')!r} is not {RUN_VERSION}")
+    version = manifest.get("run_version", 1)
+    if version not in READABLE_VERSIONS:
+        raise RunError(f"{where}: run_version {version!r} is not one of {', '.join(map(str, READABLE_VERSIONS))}")
+    if version == 1:
+        manifest = _legacy_manifest(manifest)
     problem = manifest_problem(manifest)
     if problem:
         raise RunError(f"{where}: {problem}")
     return manifest
+
+
+def _legacy_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A run_version 1 manifest in this version's words: its entries' legacy key ``band_c`` read as ``c``.
+
+    Examples
+    --------
+    >>> _legacy_manifest({"run_version": 1, "m_formed": [{"band_c": 4, "widths": [4]}]})["m_formed"]
+    [{'c': 4, 'widths': [4]}]
+    """
+    def upgraded(entry: Any) -> Any:
+        if not isinstance(entry, dict) or "band_c" not in entry or "c" in entry:
+            return entry
+        return {("c" if key == "band_c" else key): value for key, value in entry.items()}  # legacy key of run_version 1
+
+    lists = {name: [upgraded(e) for e in manifest[name]] for name in ("m_formed", "refused", "skipped") if isinstance(manifest.get(name), list)}
+    return {**manifest, **lists}
 
 
 def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
@@ -162,15 +183,15 @@ def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
 
     Examples
     --------
-    >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [], "running": [0, 4, 4, 2, 0]}]}
+    >>> manifest = {"m_formed": [{"prompt_id": "p0", "c": 4, "repeat": 0, "widths": [], "running": [0, 4, 4, 2, 0]}]}
     >>> band_widths(manifest, "p0", 4, 0)
     ([4, 4, 2], 'metrics')
-    >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "running": [0], "streams": {"co_resident": 4}}]}, "p0", 4, 0)
+    >>> band_widths({"m_formed": [{"prompt_id": "p0", "c": 4, "repeat": 0, "running": [0], "streams": {"co_resident": 4}}]}, "p0", 4, 0)
     ([4], 'streams')
     >>> engine = {"generated": {"metric": "g", "before": 0, "after": 128}, "steps": {"metric": "s", "before": 0, "after": 33}}
-    >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "running": [0, 1], "engine": engine}]}, "p0", 4, 0)
+    >>> band_widths({"m_formed": [{"prompt_id": "p0", "c": 4, "repeat": 0, "running": [0, 1], "engine": engine}]}, "p0", 4, 0)
     ([4], 'engine')
-    >>> band_widths({"m_formed": [{"prompt_id": "p0", "band_c": 1, "repeat": 0, "widths": [], "running": [0]}]}, "p0", 1, 0)
+    >>> band_widths({"m_formed": [{"prompt_id": "p0", "c": 1, "repeat": 0, "widths": [], "running": [0]}]}, "p0", 1, 0)
     ([], None)
     """
     return _chosen_widths(width_evidence(manifest, prompt_id, c, repeat, role, arm))
@@ -217,7 +238,7 @@ def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
 
     Examples
     --------
-    >>> entry = {"prompt_id": "p0", "band_c": 8, "repeat": 0, "running": [0, 8, 7], "streams": {"co_resident": 8}}
+    >>> entry = {"prompt_id": "p0", "c": 8, "repeat": 0, "running": [0, 8, 7], "streams": {"co_resident": 8}}
     >>> width_evidence({"m_formed": [entry]}, "p0", 8, 0)
     {'metrics': [8, 7], 'streams': [8]}
     """
@@ -289,7 +310,7 @@ def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
 def _matches(entry: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str, arm: str | None) -> bool:
     """Whether an ``m_formed`` entry records this band: an entry without ``prompt_id``, ``repeat`` (or a null one) or ``arm``
     matches any, one without ``role`` is a band's."""
-    return (entry.get("band_c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
+    return (entry.get("c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
             and entry.get("role", "band") == role and (arm is None or entry.get("arm", arm) == arm))
 
 
@@ -303,7 +324,7 @@ class _BandEntries:
 
     Examples
     --------
-    >>> manifest = {"m_formed": [{"band_c": 4, "repeat": 0, "widths": [4]}, {"prompt_id": "p1", "band_c": 4, "repeat": 0, "widths": [3]}]}
+    >>> manifest = {"m_formed": [{"c": 4, "repeat": 0, "widths": [4]}, {"prompt_id": "p1", "c": 4, "repeat": 0, "widths": [3]}]}
     >>> entries = _BandEntries(manifest)
     >>> entries.entry("p1", 4, 0) is _band_entry(manifest, "p1", 4, 0), entries.entry("p1", 8, 0)
     (True, None)
@@ -317,7 +338,7 @@ class _BandEntries:
         try:
             for position, entry in enumerate(self._entries):
                 repeat = entry.get("repeat")
-                band = (entry.get("band_c"), str(entry["prompt_id"]) if "prompt_id" in entry else _ANY, _ANY if repeat is None else repeat,
+                band = (entry.get("c"), str(entry["prompt_id"]) if "prompt_id" in entry else _ANY, _ANY if repeat is None else repeat,
                         entry.get("role", "band"))
                 self._by_arm.setdefault((*band, entry["arm"] if "arm" in entry else _ANY), position)
                 self._any_arm.setdefault(band, position)
@@ -343,7 +364,7 @@ def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: 
 
     Examples
     --------
-    >>> entry = {"prompt_id": "p0", "band_c": 4, "repeat": 0, "cache": {"vllm:prefix_cache_hits_total": {"before": 6.0, "after": 18.0},
+    >>> entry = {"prompt_id": "p0", "c": 4, "repeat": 0, "cache": {"vllm:prefix_cache_hits_total": {"before": 6.0, "after": 18.0},
     ...                                                              "sglang:cache_hit_rate": {"before": 0.1, "after": 0.5}}}
     >>> _cache_summary({"m_formed": [entry]}, "p0", 4, 0)
     'vllm:prefix_cache_hits_total +12; sglang:cache_hit_rate 0.5'

@@ -2,7 +2,7 @@
 
 A manifest is JSON that people and scripts write too; a field of the wrong type would otherwise
 surface later as a TypeError deep in a table. :func:`manifest_problem` names the first field that
-is wrong, as a path (``m_formed[3].band_c``), with what was expected and what was found.
+is wrong, as a path (``m_formed[3].c``), with what was expected and what was found.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ _TOP: dict[str, tuple[str, Check]] = {
 _PROMPT = {"prompt_id": ("a string or an integer", _ID), "text": ("a string", _is(str))}
 _BAND = {
     "prompt_id": ("a string or an integer", _ID),
-    "band_c": ("an integer >= 1", _int(1)),
+    "c": ("an integer >= 1", _int(1)),
     "repeat": ("an integer >= 0 or null", lambda v: v is None or _int(0)(v)),
     "role": ("a string", _is(str)),
     "widths": ("a list of integers >= 0", _list_of(_int(0))),
@@ -80,7 +80,7 @@ _BAND = {
         isinstance(e, dict) and isinstance(e.get("metric"), str) and all(e.get(k) is None or _number(e.get(k)) for k in ("before", "after"))
         for e in v.values())),
 }
-_ENTRY = {"prompt_id": ("a string or an integer", _ID), "band_c": ("an integer >= 1 or null", lambda v: v is None or _int(1)(v)),
+_ENTRY = {"prompt_id": ("a string or an integer", _ID), "c": ("an integer >= 1 or null", lambda v: v is None or _int(1)(v)),
           "slot": ("an integer >= 0 or null", lambda v: v is None or _int(0)(v))}
 _IDENTITY = {"model": ("an object", _NULLABLE_OBJECT)}
 _COUNT = ("an integer >= 0 or null", lambda v: v is None or _int(0)(v))
@@ -118,8 +118,8 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     'field "ladder": expected a list of distinct integers >= 1, got \\'1,4,8\\''
     >>> manifest_problem({"arms": ["copies", "needle"]})
     'field "arms": expected a list of distinct arm names (repeat, copies, mixed, prefix, cache, serial, prefill), got [\\'copies\\', \\'needle\\']'
-    >>> manifest_problem({"m_formed": [{"band_c": 4}, {"band_c": -4}]})
-    'field "m_formed[1].band_c": expected an integer >= 1, got -4'
+    >>> manifest_problem({"m_formed": [{"c": 4}, {"c": -4}]})
+    'field "m_formed[1].c": expected an integer >= 1, got -4'
     """
     problem = _first_wrong(manifest, _TOP, "")
     if problem:

@@ -68,7 +68,7 @@ def read_mlperf_pair(accuracy_log: str | os.PathLike[str], performance_log: str 
     Returns
     -------
     Run
-        Requests with ``prompt_id``, ``role``, ``band_c``, ``slot``, ``repeat`` and ``sample_key`` (the ``qsl_idx``),
+        Requests with ``prompt_id``, ``role``, ``c``, ``slot``, ``repeat`` and ``sample_key`` (the ``qsl_idx``),
         ``request_id`` (the ``seq_id``), for every performance-log entry and the accuracy-log entry of each of its samples;
         the manifest's ``mlperf`` records the files, dtype, batch size, counts, and the samples only the accuracy log
         holds (``reference_only``, their ``qsl_idx``), which stay out of the run.
@@ -109,7 +109,7 @@ def _dump(references: MlperfLog, batched: MlperfLog, repeats: np.ndarray, c: int
     ref_tokens, ref_requests = references.frames()
     tokens, requests = batched.frames()
     ref_requests = ref_requests.with_columns(prompt_id=_prompts(references), role=pl.lit("reference"), slot=pl.lit(0, pl.Int64))
-    requests = requests.with_columns(prompt_id=_prompts(batched), role=pl.lit("band"), band_c=pl.lit(c, pl.Int64), slot=pl.lit(0, pl.Int64),
+    requests = requests.with_columns(prompt_id=_prompts(batched), role=pl.lit("band"), c=pl.lit(c, pl.Int64), slot=pl.lit(0, pl.Int64),
                                      repeat=pl.Series(repeats, dtype=pl.Int64))
     return Dump(pl.concat([ref_tokens, tokens]), pl.DataFrame(schema=CANDIDATE_SCHEMA), pl.concat([ref_requests, requests]),
                 {references.source: [MlperfLog.FORMAT], batched.source: [MlperfLog.FORMAT]}, [])

@@ -101,8 +101,8 @@ class Run:
         legacy = legacy_arm(self.manifest)
         requests = self.dump.requests if isinstance(self.dump.requests, pl.DataFrame) else pl.from_pandas(self.dump.requests)
         arm_column = pl.col("arm") if "arm" in requests.columns else pl.lit(None, pl.String)
-        have = set(requests.select("prompt_id", "role", "band_c", "slot", pl.col("repeat").fill_null(0), arm_column).rows())  # repeat null: 0
-        have |= {(r.get("prompt_id"), r.get("role"), r.get("band_c"), r.get("slot"), r.get("repeat") or 0,
+        have = set(requests.select("prompt_id", "role", "c", "slot", pl.col("repeat").fill_null(0), arm_column).rows())  # repeat null: 0
+        have |= {(r.get("prompt_id"), r.get("role"), r.get("c"), r.get("slot"), r.get("repeat") or 0,
                   r.get("arm", REFERENCE_ARM if r.get("role") == "reference" else legacy)) for r in self.manifest.get("refused", [])}
         passed = {(str(s.get("prompt_id")), s.get("slot")) for s in self.manifest.get("prefill_skipped", [])}  # positions no request can word
         out = []
@@ -112,10 +112,10 @@ class Run:
                 continue
             arm = unit.arm or (REFERENCE_ARM if unit.role == "reference" else legacy)
             for slot in unit.slots:
-                if (unit.prompt_id, unit.role, unit.band_c, slot, unit.repeat, arm) in have or (unit.role == "prefill" and (unit.prompt_id, slot) in passed):
+                if (unit.prompt_id, unit.role, unit.c, slot, unit.repeat, arm) in have or (unit.role == "prefill" and (unit.prompt_id, slot) in passed):
                     continue
                 partial = self.path is not None and (self.path / "partial" / f"{unit.capture_name(slot)}.sse").exists()
-                out.append({"prompt_id": unit.prompt_id, "role": unit.role, "band_c": unit.band_c, "slot": slot, "repeat": unit.repeat, "arm": arm,
+                out.append({"prompt_id": unit.prompt_id, "role": unit.role, "c": unit.c, "slot": slot, "repeat": unit.repeat, "arm": arm,
                             "state": "in flight when the probe stopped" if partial else "not sent"})
         return out
 

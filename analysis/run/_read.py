@@ -68,7 +68,7 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
     return run
 
 
-_UNIT = ("prompt_id", "role", "band_c", "repeat", "slot", "envelope_arm")  # what names one request of a run's plan (with its control arm)
+_UNIT = ("prompt_id", "role", "c", "repeat", "slot", "envelope_arm")  # what names one request of a run's plan (with its control arm)
 
 
 def _without_repeated_lines(dump: Dump) -> Dump:
@@ -107,7 +107,7 @@ def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, An
     """Build a run from loose dump files and a mapping of which file is which.
 
     Each mapping entry: ``{"source": path, "prompt_id": ..., "role": "reference" | "band",
-    "band_c": c, "slot": i, "repeat": r}``; each source must hold one request.
+    "c": c, "slot": i, "repeat": r}``; each source must hold one request.
 
     Parameters
     ----------
@@ -146,7 +146,7 @@ def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, An
         twice = next(s for s in sources if sources.count(s) > 1)
         raise RunError(f"{twice}: mapped more than once; each request is one file")
     dump = read_dumps([e["source"] for e in entries], **options)
-    columns = ("prompt_id", "role", "band_c", "slot", "repeat")
+    columns = ("prompt_id", "role", "c", "slot", "repeat")
     by_source = {str(e["source"]): e for e in entries}
     requests = dump.requests
     counts = requests.group_by("source").len()
@@ -157,7 +157,7 @@ def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, An
     requests = requests.with_columns(
         pl.Series("prompt_id", [None if v is None else str(v) for v in updates["prompt_id"]], dtype=pl.String),
         pl.Series("role", updates["role"], dtype=pl.String),
-        *(pl.Series(c, updates[c], dtype=pl.Int64) for c in ("band_c", "slot", "repeat")),
+        *(pl.Series(c, updates[c], dtype=pl.Int64) for c in ("c", "slot", "repeat")),
     )
     full = _checked_manifest({**_DEFAULTS, **_mapped_plan(entries), **(manifest or {})}, "manifest")
     run = Run(full, Dump(dump.tokens, dump.candidates, requests, dump.formats, dump.skipped), None)
@@ -171,9 +171,9 @@ def _mapped_plan(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
     Examples
     --------
-    >>> _mapped_plan([{"prompt_id": "p", "role": "band", "band_c": 4}, {"prompt_id": "p", "role": "reference"}])
+    >>> _mapped_plan([{"prompt_id": "p", "role": "band", "c": 4}, {"prompt_id": "p", "role": "reference"}])
     {'ladder': [4], 'prompts': [{'prompt_id': 'p'}]}
     """
     prompts = sorted({str(e["prompt_id"]) for e in entries if e.get("prompt_id") is not None})
-    ladder = sorted({int(e["band_c"]) for e in entries if e.get("role") == "band" and e.get("band_c") is not None})
+    ladder = sorted({int(e["c"]) for e in entries if e.get("role") == "band" and e.get("c") is not None})
     return {"ladder": ladder, "prompts": [{"prompt_id": p} for p in prompts]}

@@ -83,7 +83,7 @@ def _numbered_requests(requests: Any, steps: _columnar.Steps, part: int) -> pl.D
     return requests.join(numbers, on=["source", "record", "choice_index"], how="left", nulls_equal=True)
 
 
-_BAND_ORDER = ["prompt_id", "arm", "band_c", "repeat", "slot"]
+_BAND_ORDER = ["prompt_id", "arm", "c", "repeat", "slot"]
 
 
 def _band_pairs(run: Run, reference: str | Run) -> tuple[_columnar.Steps, pl.DataFrame]:

@@ -18,7 +18,7 @@ from ._steps import numbered_steps, _BAND_ORDER, _band_pairs
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
 
-_SLOT_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
+_SLOT_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
                 "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
                 "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
                 "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
@@ -65,8 +65,8 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     >>> run = assemble_run([
     ...     {"source": "tests/samples/vllm_chat_nonstream_token_ids__OpenPipe-ART.json", "prompt_id": "p", "role": "reference", "slot": 0},
     ...     {"source": "tests/samples/renderers_generate_response_fixture__renderers-tests-test_client.json",
-    ...      "prompt_id": "p", "role": "band", "band_c": 1, "slot": 0}])
-    >>> slot_table(run).select("band_c", "agree_to", "diverged", "divergence_at").row(0)
+    ...      "prompt_id": "p", "role": "band", "c": 1, "slot": 0}])
+    >>> slot_table(run).select("c", "agree_to", "diverged", "divergence_at").row(0)
     (1, 0, True, 0)
     """
     return _slot_comparisons(run, epsilon, reference).select([pl.col(n).cast(t) for n, t in _SLOT_SCHEMA.items()])
@@ -114,8 +114,8 @@ def _reference_table(run: Run) -> pl.DataFrame:
     return joined.select([pl.col(n).cast(t) for n, t in _REFERENCE_SCHEMA.items()])
 
 
-_BAND = ["prompt_id", "arm", "band_c", "repeat"]
-_BAND_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "m_formed": pl.Int64, "widths_seen": pl.String,
+_BAND = ["prompt_id", "arm", "c", "repeat"]
+_BAND_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "c": pl.Int64, "repeat": pl.Int64, "m_formed": pl.Int64, "widths_seen": pl.String,
                 "width_evidence": pl.String,
                 "n_slots": pl.Int64, "divergence_min": pl.Int64, "divergence_median": pl.Float64, "divergence_max": pl.Int64,
                 "diverged_slots": pl.Int64, "near_tie_slots": pl.Int64, "intra_agree_to": pl.Int64, "max_constant_run": pl.Int64,
@@ -246,7 +246,7 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     """
     steps, requests, refs = numbered_steps(run, reference)
     bands = requests.filter((pl.col("role") == "band") & (pl.col("arm") == main_arm(run.manifest)))  # one layout's configurations
-    firsts = (bands.filter(pl.col("slot") == 0).sort("band_c", "repeat").join(refs, on="prompt_id", maintain_order="left")
+    firsts = (bands.filter(pl.col("slot") == 0).sort("c", "repeat").join(refs, on="prompt_id", maintain_order="left")
               .select("prompt_id", "ref", other="req").with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
     lengths = steps.requests.select("req", "length")
     configurations = pl.concat([refs.select("prompt_id", req="ref"), firsts.select("prompt_id", req="other")]).join(lengths, on="req", how="left")
@@ -274,10 +274,10 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
 
 def _s7(bands: pl.DataFrame) -> pl.DataFrame:
     """S7's c=4 / c=1 decode-rate ratio per prompt, with its bootstrap interval over each band's repeats."""
-    rates = (bands.filter(pl.col("band_c").is_in([1, 4])).group_by("prompt_id", "band_c", "repeat")
-             .agg(rate=_columnar.band_rate(pl.col("decode_tok_s"))).sort("prompt_id", "band_c", "repeat"))
+    rates = (bands.filter(pl.col("c").is_in([1, 4])).group_by("prompt_id", "c", "repeat")
+             .agg(rate=_columnar.band_rate(pl.col("decode_tok_s"))).sort("prompt_id", "c", "repeat"))
     sides = rates.group_by("prompt_id", maintain_order=True).agg(  # each prompt's c=1 and c=4 rates, in repeat order
-        base=pl.col("rate").filter(pl.col("band_c") == 1), batched=pl.col("rate").filter(pl.col("band_c") == 4))
+        base=pl.col("rate").filter(pl.col("c") == 1), batched=pl.col("rate").filter(pl.col("c") == 4))
     rows = []
     for prompt, base, batched in sides.rows():  # one bootstrap per prompt
         if base and batched and None not in base and None not in batched:
@@ -345,7 +345,7 @@ def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
     steps = numbered_steps(run, reference)[0]
     side = steps.steps.select("req", "idx", "logprob")
-    joined = (slots.select("pair", "ref", "other", "agree_to", label=pl.format("{} c={} slot {}", "prompt_id", "band_c", "slot"))
+    joined = (slots.select("pair", "ref", "other", "agree_to", label=pl.format("{} c={} slot {}", "prompt_id", "c", "slot"))
               .join(side.rename({"req": "ref", "logprob": "lp_r"}), on="ref")
               .join(side.rename({"req": "other", "logprob": "lp_o"}), on=["other", "idx"])
               .filter((pl.col("idx") < pl.col("agree_to")) & pl.col("lp_r").is_not_null() & pl.col("lp_o").is_not_null()))
@@ -399,7 +399,7 @@ def band_forks(run: Run) -> pl.DataFrame:
     Examples
     --------
     >>> from analysis import read_run
-    >>> band_forks(read_run("data/experiment-cpu/default")).select("prompt_id", "band_c", "at", "slots").row(0)  # 64 tokens, no fork
+    >>> band_forks(read_run("data/experiment-cpu/default")).select("prompt_id", "c", "at", "slots").row(0)  # 64 tokens, no fork
     ('p0', 1, 64, None)
     """
     steps, requests, _ = numbered_steps(run)
@@ -467,7 +467,7 @@ def observer_table(run: Run) -> pl.DataFrame:
     0
     """
     requests = run.dump.requests
-    key = ["prompt_id", "arm", "band_c", "repeat", "slot"]
+    key = ["prompt_id", "arm", "c", "repeat", "slot"]
     scored = requests.filter(pl.col("role") == "band").select(*key, pl.col("completion_text").alias("text_with_logprobs"))
     bare = requests.filter(pl.col("role") == "observer").select(*key, pl.col("completion_text").alias("text_without_logprobs"))
     joined = bare.join(scored, on=key, how="left", nulls_equal=True).sort(key)
@@ -501,13 +501,13 @@ def width_table(run: Run) -> pl.DataFrame:
     Returns
     -------
     polars.DataFrame
-        ``prompt_id``, ``arm``, ``band_c``, ``repeat``, ``width``, ``steps``, ``share`` and ``origin``.
+        ``prompt_id``, ``arm``, ``c``, ``repeat``, ``width``, ``steps``, ``share`` and ``origin``.
 
     Examples
     --------
-    >>> manifest = {"m_formed": [{"prompt_id": "p0", "band_c": 4, "repeat": 0, "widths": [4, 4, 4, 3]}]}
+    >>> manifest = {"m_formed": [{"prompt_id": "p0", "c": 4, "repeat": 0, "widths": [4, 4, 4, 3]}]}
     >>> from analysis import Run, read_dumps
-    >>> width_table(Run(manifest, read_dumps([]))).select("band_c", "width", "steps", "share").rows()
+    >>> width_table(Run(manifest, read_dumps([]))).select("c", "width", "steps", "share").rows()
     [(4, 4, 3, 0.75), (4, 3, 1, 0.25)]
     """
     rows = []
@@ -515,12 +515,12 @@ def width_table(run: Run) -> pl.DataFrame:
     for entry in run.manifest.get("m_formed", []):
         if entry.get("role", "band") != "band":
             continue
-        prompt, c, repeat, arm = str(entry.get("prompt_id")), entry.get("band_c"), entry.get("repeat"), entry.get("arm", legacy_arm(run.manifest))
+        prompt, c, repeat, arm = str(entry.get("prompt_id")), entry.get("c"), entry.get("repeat"), entry.get("arm", legacy_arm(run.manifest))
         widths, origin = _chosen_widths(_entry_evidence(entries.entry(prompt, c, repeat, arm=arm)))
         for width, steps in sorted(Counter(widths).items(), reverse=True):
-            rows.append({"prompt_id": prompt, "arm": arm, "band_c": c, "repeat": repeat, "width": width, "steps": steps,
+            rows.append({"prompt_id": prompt, "arm": arm, "c": c, "repeat": repeat, "width": width, "steps": steps,
                          "share": steps / len(widths), "origin": origin})
-    schema = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "width": pl.Int64, "steps": pl.Int64,
+    schema = {"prompt_id": pl.String, "arm": pl.String, "c": pl.Int64, "repeat": pl.Int64, "width": pl.Int64, "steps": pl.Int64,
               "share": pl.Float64, "origin": pl.String}
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
@@ -565,8 +565,8 @@ def accuracy_table(run: Run, *, match: str = "contains") -> tuple[pl.DataFrame, 
     requests = run.dump.requests.filter(pl.col("prompt_id").is_in(list(answers)) & (pl.col("slot") == 0)
                                         & pl.col("role").is_in(["reference", "band"]))
     correct: dict[str, list[bool]] = {}
-    for row in requests.sort("band_c", "repeat", "prompt_id", nulls_last=False).iter_rows(named=True):
-        config = "m=1 reference" if row["role"] == "reference" else f"c={row['band_c']} repeat {row['repeat']}"
+    for row in requests.sort("c", "repeat", "prompt_id", nulls_last=False).iter_rows(named=True):
+        config = "m=1 reference" if row["role"] == "reference" else f"c={row['c']} repeat {row['repeat']}"
         text, answer = row["completion_text"] or "", answers[row["prompt_id"]]
         correct.setdefault(config, []).append(answer in text if match == "contains" else text.strip() == answer.strip())
     rows = [{"configuration": config, "prompts": len(hits), "correct": sum(hits), "accuracy": sum(hits) / len(hits)} for config, hits in correct.items()]

@@ -19,7 +19,7 @@ class Unit:
 
     prompt_id: str
     role: str  # "reference" | "band" | "observer" | "prefill"
-    band_c: int | None
+    c: int | None
     repeat: int
     slots: tuple[int, ...]
     arm: str | None = None
@@ -40,7 +40,7 @@ class Unit:
         if self.role == "prefill":  # one unit per prompt: its slots are the completion's positions scored as a prompt
             return f"{self.prompt_id}/prefill/r{self.repeat}"
         arm = f"{self.arm}/" if self.arm not in (None, "copies") else ""
-        return f"{self.prompt_id}/{arm}{self.role}/c{self.band_c}/r{self.repeat}"
+        return f"{self.prompt_id}/{arm}{self.role}/c{self.c}/r{self.repeat}"
 
     def capture_name(self, slot: int) -> str:
         """The file name (without suffix) of one request's partial capture.

@@ -17,7 +17,7 @@ from ..io import read_source_bytes
 from ._layout import RUN_VERSION, RunError
 from ._model import Run
 
-_PLACEMENT = ("prompt_id", "role", "band_c", "slot", "repeat")
+_PLACEMENT = ("prompt_id", "role", "c", "slot", "repeat")
 CAPTURES = "captures/requests.jsonl"
 
 

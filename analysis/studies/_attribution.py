@@ -40,11 +40,11 @@ UNEXPLAINED = "unexplained"
 
 _PREFILL_SCHEMA = {"prompt_id": pl.String, "position": pl.Int64, "reference_logprob": pl.Float64, "prefill_logprob": pl.Float64,
                    "same_token": pl.Boolean, "same_bits": pl.Boolean, "ulp": pl.Int64}
-_CONTROL_SCHEMA = {"prompt_id": pl.String, "rung": pl.Int64, "band_c": pl.Int64, "control_part": pl.Int64, "evidence_arm": pl.String,
-                   "evidence_band_c": pl.Int64, "evidence_repeat": pl.Int64, "evidence_slot": pl.Int64, "evidence_kind": pl.String}
-ATTRIBUTION_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "band_c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "kind": pl.String,
+_CONTROL_SCHEMA = {"prompt_id": pl.String, "rung": pl.Int64, "c": pl.Int64, "control_part": pl.Int64, "evidence_arm": pl.String,
+                   "evidence_c": pl.Int64, "evidence_repeat": pl.Int64, "evidence_slot": pl.Int64, "evidence_kind": pl.String}
+ATTRIBUTION_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "kind": pl.String,
                       "bitwise_prefix": pl.Int64, "divergence_at": pl.Int64, "max_ulp": pl.Int64, "cause": pl.String,
-                      "evidence_arm": pl.String, "evidence_band_c": pl.Int64, "evidence_repeat": pl.Int64, "evidence_slot": pl.Int64,
+                      "evidence_arm": pl.String, "evidence_c": pl.Int64, "evidence_repeat": pl.Int64, "evidence_slot": pl.Int64,
                       "evidence_part": pl.Int64, "evidence_kind": pl.String}
 
 
@@ -127,15 +127,15 @@ def _attribute(slots: pl.DataFrame, prefill: pl.DataFrame) -> pl.DataFrame:
     parted = slots.filter("parted").with_columns(kind=pl.when(pl.col("divergence_at").is_not_null()).then(pl.lit("tokens")).otherwise(pl.lit("bits")))
     controls = _controls(parted, prefill)
     at_c = [arm for _, arm, same_c in LADDER if same_c]
-    candidates = (parted.select("prompt_id", "arm", "band_c", "repeat", "slot", "bitwise_prefix").with_row_index("row")
+    candidates = (parted.select("prompt_id", "arm", "c", "repeat", "slot", "bitwise_prefix").with_row_index("row")
                   .join(controls, on="prompt_id", how="inner", suffix="_control")
                   .filter(pl.col("control_part") <= pl.col("bitwise_prefix"))
-                  .filter(~pl.col("evidence_arm").is_in(at_c) | (pl.col("band_c_control") == pl.col("band_c")))
-                  .sort("row", "rung", "control_part", "evidence_band_c", "evidence_repeat", "evidence_slot")
+                  .filter(~pl.col("evidence_arm").is_in(at_c) | (pl.col("c_control") == pl.col("c")))
+                  .sort("row", "rung", "control_part", "evidence_c", "evidence_repeat", "evidence_slot")
                   .unique("row", keep="first", maintain_order=True))
     causes = [name for name, _, _ in LADDER]
     chosen = candidates.select("row", cause=pl.col("rung").replace_strict(list(range(len(causes))), causes, return_dtype=pl.String),
-                               evidence_arm="evidence_arm", evidence_band_c="evidence_band_c", evidence_repeat="evidence_repeat",
+                               evidence_arm="evidence_arm", evidence_c="evidence_c", evidence_repeat="evidence_repeat",
                                evidence_slot="evidence_slot", evidence_part="control_part", evidence_kind="evidence_kind")
     table = (parted.with_row_index("row").join(chosen, on="row", how="left", maintain_order="left")
              .with_columns(pl.col("cause").fill_null(UNEXPLAINED)))
@@ -146,13 +146,13 @@ def _controls(parted: pl.DataFrame, prefill: pl.DataFrame) -> pl.DataFrame:
     """Every control request that parts from m=1, as a rung of the ladder: where it parts (``control_part``) and which request it is."""
     rung_of = {arm: index for index, (_, arm, _) in enumerate(LADDER)}
     from_slots = parted.filter(pl.col("arm").is_in(list(rung_of)) & (pl.col("arm") != "prefill")).select(
-        "prompt_id", rung=pl.col("arm").replace_strict(list(rung_of), list(rung_of.values()), return_dtype=pl.Int64), band_c="band_c",
-        control_part="bitwise_prefix", evidence_arm="arm", evidence_band_c="band_c", evidence_repeat="repeat", evidence_slot="slot",
+        "prompt_id", rung=pl.col("arm").replace_strict(list(rung_of), list(rung_of.values()), return_dtype=pl.Int64), c="c",
+        control_part="bitwise_prefix", evidence_arm="arm", evidence_c="c", evidence_repeat="repeat", evidence_slot="slot",
         evidence_kind="kind")
     differs = prefill.filter(~pl.col("same_bits") | ~pl.col("same_token"))
     from_prefill = differs.select(
-        "prompt_id", rung=pl.lit(rung_of["prefill"], pl.Int64), band_c=pl.lit(None, pl.Int64), control_part="position",
-        evidence_arm=pl.lit("prefill"), evidence_band_c=pl.lit(None, pl.Int64), evidence_repeat=pl.lit(0, pl.Int64), evidence_slot="position",
+        "prompt_id", rung=pl.lit(rung_of["prefill"], pl.Int64), c=pl.lit(None, pl.Int64), control_part="position",
+        evidence_arm=pl.lit("prefill"), evidence_c=pl.lit(None, pl.Int64), evidence_repeat=pl.lit(0, pl.Int64), evidence_slot="position",
         evidence_kind=pl.when(pl.col("same_token")).then(pl.lit("bits")).otherwise(pl.lit("tokens")))
     return pl.concat([from_slots.cast(_CONTROL_SCHEMA), from_prefill.cast(_CONTROL_SCHEMA)])  # type: ignore[arg-type]
 
@@ -164,21 +164,21 @@ def attribution_shares(table: pl.DataFrame) -> pl.DataFrame:
     Parameters
     ----------
     table : polars.DataFrame
-        An attribution table (``band_c`` and ``cause`` at least).
+        An attribution table (``c`` and ``cause`` at least).
 
     Returns
     -------
     polars.DataFrame
-        ``band_c``, ``cause``, ``requests`` and ``share`` (of that c's parting requests, 0 to 1).
+        ``c``, ``cause``, ``requests`` and ``share`` (of that c's parting requests, 0 to 1).
 
     Examples
     --------
-    >>> table = pl.DataFrame({"band_c": [1, 4, 4, 4], "cause": ["cache state", "cache state", "co-batching", "unexplained"]})
+    >>> table = pl.DataFrame({"c": [1, 4, 4, 4], "cause": ["cache state", "cache state", "co-batching", "unexplained"]})
     >>> attribution_shares(table).rows()
     [(1, 'cache state', 1, 1.0), (4, 'cache state', 1, 0.3333333333333333), (4, 'co-batching', 1, 0.3333333333333333), (4, 'unexplained', 1, 0.3333333333333333)]
     """
     order = [name for name, _, _ in LADDER] + [UNEXPLAINED]
-    counted = table.group_by("band_c", "cause").agg(requests=pl.len().cast(pl.Int64))
-    return (counted.with_columns(share=pl.col("requests") / pl.col("requests").sum().over("band_c"),
+    counted = table.group_by("c", "cause").agg(requests=pl.len().cast(pl.Int64))
+    return (counted.with_columns(share=pl.col("requests") / pl.col("requests").sum().over("c"),
                                  _order=pl.col("cause").replace_strict(order, list(range(len(order))), default=len(order), return_dtype=pl.Int64))
-            .sort("band_c", "_order").drop("_order"))
+            .sort("c", "_order").drop("_order"))

@@ -81,12 +81,12 @@ def _engine_rows(run: Any, base: Any) -> pl.DataFrame:
     label = engine_label(run)
     where = run.label
     against, own = slot_table(run, reference=base), slot_table(run)
-    own_c = own.group_by("band_c").agg((pl.col("bitwise_prefix") == pl.col("length")).mean().alias("own_m1_bit_identical"))
-    bands = (against.group_by("band_c").agg(
+    own_c = own.group_by("c").agg((pl.col("bitwise_prefix") == pl.col("length")).mean().alias("own_m1_bit_identical"))
+    bands = (against.group_by("c").agg(
         pl.len().alias("requests"), (~pl.col("diverged")).sum().alias("token_identical"),
         pl.col("divergence_at").filter(pl.col("diverged")).min().alias("earliest_divergence"),
         pl.col("bitwise_prefix").min().alias("min_bitwise_prefix"), pl.col("max_ulp").max(), pl.col("max_abs_delta").max())
-        .join(own_c, on="band_c", how="left").rename({"band_c": "c"}).sort("c")
+        .join(own_c, on="c", how="left").rename({"c": "c"}).sort("c")
         .with_columns(engine=pl.lit(label), run=pl.lit(where), role=pl.lit("band")))
     return pl.concat([_reference_row(run, base, label, where), bands.select(list(_SCHEMA))], how="vertical_relaxed")
 

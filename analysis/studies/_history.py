@@ -239,18 +239,18 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     entry = {**key, "kind": "run", "source": str(folder), "time_origin": "manifest" if when else "appended",
              "settings": json.dumps(settings, sort_keys=True, default=str), "verdict": judge_runs(run).verdict, "appended": appended}
     slots = slot_table(run)
-    unique = band_table(run).group_by("band_c").agg(pl.col("unique_completions").max())
-    rates = {c: group["decode_tok_s"].drop_nulls().to_list() for (c,), group in slots.group_by(["band_c"])}
-    per_c = slots.group_by("band_c").agg(
+    unique = band_table(run).group_by("c").agg(pl.col("unique_completions").max())
+    rates = {c: group["decode_tok_s"].drop_nulls().to_list() for (c,), group in slots.group_by(["c"])}
+    per_c = slots.group_by("c").agg(
         pl.len().alias("requests"), pl.col("divergence_at").min().alias("earliest_divergence"),
         (pl.col("bitwise_prefix") == pl.col("length")).mean().alias("bit_identical_share"),
         (~pl.col("diverged")).mean().alias("token_identical_share"), pl.col("decode_tok_s").median().alias("decode_tok_s"),
-    ).join(unique, on="band_c", how="left").sort("band_c")
+    ).join(unique, on="c", how="left").sort("c")
     bands = []
     for b in per_c.iter_rows(named=True):
-        base, batched = rates.get(1) or [], rates.get(b["band_c"]) or []
+        base, batched = rates.get(1) or [], rates.get(b["c"]) or []
         ratio = _decode_ratio(base, batched)
-        bands.append({**key, "c": b["band_c"], "requests": b["requests"], "earliest_divergence": b["earliest_divergence"],
+        bands.append({**key, "c": b["c"], "requests": b["requests"], "earliest_divergence": b["earliest_divergence"],
                       "bit_identical_share": b["bit_identical_share"], "token_identical_share": b["token_identical_share"],
                       "unique_completions": b["unique_completions"], "decode_tok_s": b["decode_tok_s"], "decode_ratio": ratio[0],
                       "decode_ratio_low": ratio[1], "decode_ratio_high": ratio[2], "result": None})

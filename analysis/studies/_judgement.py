@@ -59,7 +59,7 @@ SCHEMA = {"run": pl.String, "arm": pl.String, "engine": pl.String, "verdict": pl
           "alone": pl.Int64, "alone_parted": pl.Int64, "bands": pl.Int64, "bands_unformed": pl.Int64, "missing": pl.Int64,
           "cs_missing": pl.List(pl.Int64), "upper_bound": pl.Float64, "rule_of_three": pl.Float64, "target_rate": pl.Float64,
           "confidence": pl.Float64, "requests_needed": pl.Int64, "first_request": _FIRST, "unformed": _UNFORMED, "cost_by_c": _COST}
-_ORDER = ["band_c", "prompt_id", "repeat", "slot"]
+_ORDER = ["c", "prompt_id", "repeat", "slot"]
 
 
 @dataclass
@@ -204,7 +204,7 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
     states = _states(slots)
     alone = _alone_states(refs, states)
     arms = [a for a in run_arms(run.manifest) if a in BATCHED_ARMS] or run_arms(run.manifest)[:1] or [legacy_arm(run.manifest)]
-    missing = pl.DataFrame(run.missing(), schema={"prompt_id": pl.String, "role": pl.String, "band_c": pl.Int64, "slot": pl.Int64,
+    missing = pl.DataFrame(run.missing(), schema={"prompt_id": pl.String, "role": pl.String, "c": pl.Int64, "slot": pl.Int64,
                                                   "repeat": pl.Int64, "arm": pl.String, "state": pl.String})
     subject = _subject(run)
     rows = [judge_arm(subject, arm, states.filter(pl.col("arm") == arm), alone, bands.filter(pl.col("arm") == arm),
@@ -233,8 +233,8 @@ def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
     columns = ["prompt_id", "c", "repeat", "slot", "role", "tokens_parted", "bits_parted", "at", "max_ulp"]
     second = _states(refs).select("prompt_id", c=pl.lit(None, pl.Int64), repeat=pl.lit(None, pl.Int64), slot=pl.lit(1, pl.Int64),
                                   role=pl.lit("ref #2"), tokens_parted="tokens_parted", bits_parted="bits_parted", at="at", max_ulp="max_ulp")
-    sent_alone = states.filter((pl.col("band_c") == 1) & pl.col("arm").is_in(ALONE_ARMS)).sort(_ORDER).select(
-        "prompt_id", c="band_c", repeat="repeat", slot="slot", role=pl.format("{} c=1", "arm"), tokens_parted="tokens_parted",
+    sent_alone = states.filter((pl.col("c") == 1) & pl.col("arm").is_in(ALONE_ARMS)).sort(_ORDER).select(
+        "prompt_id", c="c", repeat="repeat", slot="slot", role=pl.format("{} c=1", "arm"), tokens_parted="tokens_parted",
         bits_parted="bits_parted", at="at", max_ulp="max_ulp")
     return pl.concat([second.sort("prompt_id").select(columns), sent_alone.select(columns)], how="vertical_relaxed")
 
@@ -243,7 +243,7 @@ def _formation(bands: pl.DataFrame) -> pl.DataFrame:
     """Each band with ``widest_seen`` (the widest batch any of its width evidence shows) and ``formed``: c = 1, or c seen."""
     others = pl.col("width_evidence").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64)).list.max()
     seen = pl.max_horizontal("m_formed", others)
-    return bands.with_columns(widest_seen=seen, formed=(pl.col("band_c") <= 1) | (seen >= pl.col("band_c")).fill_null(False))
+    return bands.with_columns(widest_seen=seen, formed=(pl.col("c") <= 1) | (seen >= pl.col("c")).fill_null(False))
 
 
 # --- one arm's verdict ----------------------------------------------------------------------------------
@@ -261,14 +261,14 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
     arm : str
         The arm judged.
     states : polars.DataFrame
-        The arm's requests, one row each: ``band_c``, ``tokens_parted``, ``bits_parted``, ``bits_unknown``, ``max_ulp``
+        The arm's requests, one row each: ``c``, ``tokens_parted``, ``bits_parted``, ``bits_unknown``, ``max_ulp``
         and where each part.
     alone : polars.DataFrame
         The requests sent alone (m=1), in the same columns.
     bands : polars.DataFrame
-        The arm's bands: ``band_c``, ``prompt_id``, ``repeat``, ``formed`` and ``widest_seen``.
+        The arm's bands: ``c``, ``prompt_id``, ``repeat``, ``formed`` and ``widest_seen``.
     missing : polars.DataFrame
-        The requests the run's plan lacks: ``band_c`` and ``role`` at least.
+        The requests the run's plan lacks: ``c`` and ``role`` at least.
     target_rate : float
         The divergence rate the batched requests must bound themselves below to be GREEN, in (0, 1].
     confidence : float
@@ -280,22 +280,22 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
     -------
     dict of str to Any
     """
-    batched = states.filter(pl.col("band_c") > 1).sort(_ORDER)
+    batched = states.filter(pl.col("c") > 1).sort(_ORDER)
     parted = pl.col("tokens_parted") | pl.col("bits_parted")
     alone_parted = alone.filter(parted)
     divergent = batched.filter(parted)
     ladder = sorted({int(c) for c in subject.ladder if int(c) > 1})
-    present = set(batched["band_c"].unique().to_list())
-    unformed = bands.filter((pl.col("band_c") > 1) & ~pl.col("formed")).sort("band_c", "prompt_id", "repeat")
+    present = set(batched["c"].unique().to_list())
+    unformed = bands.filter((pl.col("c") > 1) & ~pl.col("formed")).sort("c", "prompt_id", "repeat")
     row: dict[str, Any] = {
         "run": subject.label, "arm": arm, "engine": subject.engine, "requests": batched.height, "divergent": divergent.height,
         "tokens_parted": int(batched["tokens_parted"].sum()), "bits_only": int(batched["bits_parted"].sum()),
         "bits_unknown": int(batched["bits_unknown"].sum()), "alone": alone.height, "alone_parted": alone_parted.height,
-        "bands": bands.filter(pl.col("band_c") > 1).height, "bands_unformed": unformed.height,
-        "missing": missing.filter((pl.col("band_c") > 1) & (pl.col("role") == "band")).height,
+        "bands": bands.filter(pl.col("c") > 1).height, "bands_unformed": unformed.height,
+        "missing": missing.filter((pl.col("c") > 1) & (pl.col("role") == "band")).height,
         "cs_missing": [c for c in ladder if c not in present], "target_rate": target_rate, "confidence": confidence,
         "requests_needed": needed, "max_ulp": batched["max_ulp"].max(), "cost_by_c": _cost(states),
-        "unformed": unformed.select("prompt_id", c="band_c", repeat="repeat", widest_seen="widest_seen").to_dicts(),
+        "unformed": unformed.select("prompt_id", c="c", repeat="repeat", widest_seen="widest_seen").to_dicts(),
     }
     n = row["requests"]
     row["upper_bound"] = divergence_bound(row["divergent"], n, confidence) if n else None
@@ -306,8 +306,8 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
         row["reason"] = _alone_reason(row, first)
     elif divergent.height:
         first = divergent.row(0, named=True)
-        first_request = {"prompt_id": first["prompt_id"], "c": first["band_c"], "repeat": first["repeat"], "slot": first["slot"],
-                         "role": f"{arm} c={first['band_c']}", "tokens_parted": first["tokens_parted"], "at": first["at"],
+        first_request = {"prompt_id": first["prompt_id"], "c": first["c"], "repeat": first["repeat"], "slot": first["slot"],
+                         "role": f"{arm} c={first['c']}", "tokens_parted": first["tokens_parted"], "at": first["at"],
                          "max_ulp": first["max_ulp"]}
         row.update(verdict="RED", cause=subject.cause_of(first, arm), first_request=first_request)
         row["reason"] = _red_reason(row, first_request)
@@ -372,7 +372,7 @@ def _batched_cause(run: Run, first: Mapping[str, Any], arm: str) -> str:
     from ._attribution import attribution_table
 
     table = attribution_table(run).filter((pl.col("prompt_id") == first["prompt_id"]) & (pl.col("arm") == arm)
-                                          & (pl.col("band_c") == first["band_c"]) & (pl.col("slot") == first["slot"])
+                                          & (pl.col("c") == first["c"]) & (pl.col("slot") == first["slot"])
                                           & pl.col("repeat").eq_missing(first["repeat"]))
     return table["cause"][0] if table.height else ("mixing" if arm == "mixed" else "co-batching")
 
@@ -448,7 +448,7 @@ def _cost(states: pl.DataFrame) -> list[dict[str, Any]]:
     """Per c > 1, the median per-request decode rate over c=1's, both sides of one origin, with a bootstrap interval."""
     timed = states.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0)).with_columns(
         kind=pl.col("decode_rate_origin").map_elements(_origin_kind, return_dtype=pl.String))
-    rates = {(c, kind): group["decode_tok_s"].to_list() for (c, kind), group in timed.group_by("band_c", "kind")}
+    rates = {(c, kind): group["decode_tok_s"].to_list() for (c, kind), group in timed.group_by("c", "kind")}
     out = []
     for c in sorted({c for c, _ in rates if c > 1}):
         kind = next((k for k in ("streams", "server") if rates.get((1, k)) and rates.get((c, k))), None)

@@ -27,7 +27,7 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
     Returns
     -------
     polars.DataFrame
-        One row per run and c: ``run``, ``kernel_mode``, ``band_c``, ``requests``, ``bit_identical_share``,
+        One row per run and c: ``run``, ``kernel_mode``, ``c``, ``requests``, ``bit_identical_share``,
         ``token_flips``, ``max_ulp``, ``median_decode_tok_s`` (tokens per second) and ``rate_vs_default``.
     """
     from ..run import slot_table
@@ -36,24 +36,24 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
     for run in runs:
         slots = slot_table(run, reference=reference)
         mode = (run.manifest.get("effective") or {}).get("kernel_mode") or engine_label(run)
-        for (c,), group in slots.group_by(["band_c"], maintain_order=True):
+        for (c,), group in slots.group_by(["c"], maintain_order=True):
             rates = group["decode_tok_s"].drop_nulls()
-            rows.append({"run": run.label, "kernel_mode": mode, "band_c": c, "requests": group.height,
+            rows.append({"run": run.label, "kernel_mode": mode, "c": c, "requests": group.height,
                          "bit_identical_share": float((group["bitwise_prefix"] == group["length"]).mean()),
                          "token_flips": int(group["diverged"].sum()), "max_ulp": group["max_ulp"].max(),
                          "median_decode_tok_s": float(rates.median()) if rates.len() else None})
     if not rows:
-        return pl.DataFrame(schema={"run": pl.String, "band_c": pl.Int64})
+        return pl.DataFrame(schema={"run": pl.String, "c": pl.Int64})
     _against_default(rows)
-    return pl.DataFrame(rows).sort("band_c", "run")
+    return pl.DataFrame(rows).sort("c", "run")
 
 
 def _against_default(rows: list[dict]) -> None:
     """Set each row's ``rate_vs_default``: its median rate over the default-mode run's beside it at the same c."""
     folder = lambda row: str(Path(row["run"]).parent)  # noqa: E731
-    base = {(folder(r), r["band_c"]): r["median_decode_tok_s"] for r in rows if r["kernel_mode"] == "default"}
+    base = {(folder(r), r["c"]): r["median_decode_tok_s"] for r in rows if r["kernel_mode"] == "default"}
     for row in rows:
-        default_rate, rate = base.get((folder(row), row["band_c"])), row["median_decode_tok_s"]
+        default_rate, rate = base.get((folder(row), row["c"])), row["median_decode_tok_s"]
         row["rate_vs_default"] = rate / default_rate if rate is not None and default_rate else None
 
 

@@ -69,7 +69,7 @@ def mismatch_tokens(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
     Returns
     -------
     pl.DataFrame
-        ``run``, ``request`` (the sample id), ``prompt_id``, ``band_c``, ``position``, ``rollout_logprob``,
+        ``run``, ``request`` (the sample id), ``prompt_id``, ``c``, ``position``, ``rollout_logprob``,
         ``trainer_logprob``, ``delta``, and ``margin``: the sampler's top-1 minus top-2 logprob at that step,
         from the run directory beside the pairs (null without one).
 
@@ -86,11 +86,13 @@ def mismatch_tokens(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
         trainer = dump.candidates.filter(pl.col("list_kind") == "trainer_recompute").select(*key, trainer_logprob="cand_logprob")
         requests = dump.requests.select(
             "source", "record", request="sample_key", prompt_id=pl.col("extra").str.json_path_match("$.prompt_id"),
-            band_c=pl.col("extra").str.json_path_match("$.band_c").cast(pl.Int64, strict=False))
+            c=pl.coalesce(pl.col("extra").str.json_path_match("$.c"),
+                          pl.col("extra").str.json_path_match("$.band_c"))  # legacy key of pairs written before run_version 2
+            .cast(pl.Int64, strict=False))
         tokens = (dump.tokens.filter(pl.col("segment") == "completion").select(*key, rollout_logprob="logprob")
                   .join(trainer, on=key, how="left").join(requests, on=["source", "record"], how="left"))
         frames.append(tokens.with_columns(run=pl.lit(_label(path))).join(_margins(path), on=["request", "position"], how="left"))
-    schema = {"run": pl.String, "request": pl.String, "prompt_id": pl.String, "band_c": pl.Int64, "position": pl.Int64,
+    schema = {"run": pl.String, "request": pl.String, "prompt_id": pl.String, "c": pl.Int64, "position": pl.Int64,
               "rollout_logprob": pl.Float64, "trainer_logprob": pl.Float64, "margin": pl.Float64}
     out = pl.concat([f.select(list(schema)).cast(schema) for f in frames]) if frames else pl.DataFrame(schema=schema)
     return out.with_columns(delta=pl.col("trainer_logprob") - pl.col("rollout_logprob")).select(*list(schema)[:-1], "delta", "margin")
@@ -167,7 +169,7 @@ def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = TOP_SEQUENCES) 
     Examples
     --------
     >>> largest_k3(["data/experiment-cpu/trainer/default.jsonl"], n=1).columns
-    ['run', 'request', 'prompt_id', 'band_c', 'tokens', 'tokens parted', 'first parted at', 'K3 (token mean)', 'max |delta|']
+    ['run', 'request', 'prompt_id', 'c', 'tokens', 'tokens parted', 'first parted at', 'K3 (token mean)', 'max |delta|']
     """
     frames = []
     for path in map(Path, pairs):
@@ -179,9 +181,9 @@ def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = TOP_SEQUENCES) 
     if not frames:
         return pl.DataFrame()
     tokens = mismatch_tokens(pairs).group_by("run", "request").agg(
-        "prompt_id", "band_c", (pl.col("delta") != 0).sum().alias("tokens parted"),
+        "prompt_id", "c", (pl.col("delta") != 0).sum().alias("tokens parted"),
         pl.col("position").filter(pl.col("delta") != 0).min().alias("first parted at"), pl.col("delta").abs().max().alias("max |delta|"))
-    per = pl.concat(frames).join(tokens.with_columns(pl.col("prompt_id", "band_c").list.first()), on=["run", "request"], how="left")
+    per = pl.concat(frames).join(tokens.with_columns(pl.col("prompt_id", "c").list.first()), on=["run", "request"], how="left")
     top = per.sort("k3", descending=True, nulls_last=True).group_by("run", maintain_order=True).head(n)
-    return top.select("run", "request", "prompt_id", "band_c", "tokens", "tokens parted", "first parted at",
+    return top.select("run", "request", "prompt_id", "c", "tokens", "tokens parted", "first parted at",
                       pl.col("k3").alias("K3 (token mean)"), "max |delta|").sort("run", "K3 (token mean)", descending=[False, True])

@@ -1,5 +1,5 @@
 """Capture files read value by value (the general path): JSON lines of bare payloads or of capture envelopes
-``{response|sse, band_c, slot, ...}``, each line's format detected on its own.
+``{response|sse, c, slot, ...}``, each line's format detected on its own.
 
 The columnar path for the big cases of the same files is ``_capture_fast``; this one reads every case and names
 every error.
@@ -19,7 +19,7 @@ from ._registry import FORMATS, PAYLOAD_PARSERS, _one_format, _stream_format, pa
 
 
 def parse_jsonl(text: str, rows: Rows, fmt_hint: str, lenient: bool, formats: set[str]) -> None:
-    """Many responses, one per line: bare payloads, or envelopes ``{response|sse, band_c, slot, ...}``.
+    """Many responses, one per line: bare payloads, or envelopes ``{response|sse, c, slot, ...}``.
 
     A whole file holding one (pretty-printed) envelope is read as its single record.
     """

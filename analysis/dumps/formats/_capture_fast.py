@@ -4,7 +4,7 @@ Three kinds of line are read here, each giving exactly the frames the general (p
 path gives:
 
 - a bare chat completion (``{"id", "object": "chat.completion", "choices": [...], ...}``);
-- a capture envelope around one: ``{"response": {...}, "prompt_id", "role", "band_c", ...}``;
+- a capture envelope around one: ``{"response": {...}, "prompt_id", "role", "c", ...}``;
 - a capture envelope around a streamed one: ``{"sse": "data: {...}\\n\\n...data: [DONE]\\n\\n", "arrival_times": [...], ...}``.
 
 pyarrow's multithreaded JSON reader parses the payloads straight into Arrow with an explicit

@@ -35,14 +35,14 @@ def run_counts(slots: pl.DataFrame) -> pl.DataFrame:
 
     Examples
     --------
-    >>> slots = pl.DataFrame({"band_c": [4, 4, 4], "bitwise_prefix": [3, 3, 1], "length": [3, 3, 3], "max_ulp": [0, None, None],
+    >>> slots = pl.DataFrame({"c": [4, 4, 4], "bitwise_prefix": [3, 3, 1], "length": [3, 3, 3], "max_ulp": [0, None, None],
     ...                       "diverged": [False, False, True], "divergence_at": [None, None, 1], "near_tie": [False] * 3,
     ...                       "reference_margin": [0.5] * 3, "prompt_id": ["p"] * 3, "slot": [0, 1, 2]})
     >>> run_counts(slots).select("requests", "bitwise", "bits_known", "same").row(0)
     (3, 1, 2, 2)
     """
     return per_c_counts(slots.select(
-        c="band_c", bitwise=pl.when(pl.col("bitwise_prefix").is_null() | ((pl.col("bitwise_prefix") == pl.col("length")) & bits_unrecorded()))
+        c="c", bitwise=pl.when(pl.col("bitwise_prefix").is_null() | ((pl.col("bitwise_prefix") == pl.col("length")) & bits_unrecorded()))
         .then(None).otherwise(pl.col("bitwise_prefix") == pl.col("length")),
         diverged="diverged", divergence_at="divergence_at", near_tie="near_tie", margin_known=pl.col("reference_margin").is_not_null(),
         where=pl.format("{} slot {}", "prompt_id", "slot")))

@@ -32,7 +32,7 @@ def attribution_html(runs: Iterable[Any]) -> str:
         return ""
     shares = attribution_shares_by_engine(runs)
     alt = "per engine and c, the share of drifting requests each cause accounts for: " + "; ".join(
-        f"{e} c={c}: {cause} {share:.0%}" for e, c, cause, share in shares.select("engine", "band_c", "cause", "share").rows())
+        f"{e} c={c}: {cause} {share:.0%}" for e, c, cause, share in shares.select("engine", "c", "cause", "share").rows())
     parts = ["<h2>Why streams part</h2><p>Each request that parts from m=1 (in bits or tokens) is put on the first control, in the "
              "order run-to-run, cache state, prefill path, shared prefix, co-batching with copies, mixing with other prompts, whose "
              "own requests part from m=1 no later; what no control reproduces is unexplained.</p>"]
@@ -40,8 +40,8 @@ def attribution_html(runs: Iterable[Any]) -> str:
         parts.append(f'<img alt="{escape(alt)}" src="data:image/png;base64,{png_base64(plot_attribution(shares))}">')
     parts.append(table_html(shares, caption="Drift per engine, c and cause.", empty="No request parts from m=1 in any arm."))
     for run in runs:
-        table = attribution_table(run).select("prompt_id", "arm", "band_c", "repeat", "slot", "kind", "bitwise_prefix", "cause",
-                                              "evidence_arm", "evidence_band_c", "evidence_slot", "evidence_part")
+        table = attribution_table(run).select("prompt_id", "arm", "c", "repeat", "slot", "kind", "bitwise_prefix", "cause",
+                                              "evidence_arm", "evidence_c", "evidence_slot", "evidence_part")
         parts.append(worst_html(table, by=["bitwise_prefix"], descending=[False], what="requests",
                                 caption=f"{engine_label(run)}: each request that parts, its cause and the control that reproduces it.",
                                 empty="No request parts from m=1."))

@@ -277,10 +277,10 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1", judgem
         return table_html(frame, empty="No batched requests in the runs.")
     rows = []
     asked = {run.label: kernel_mode_words(run.manifest) for run in runs}  # a mode as asked, with the one that ran when they differ
-    for (run, mode), group in frame.sort("band_c").group_by(["run", "kernel_mode"], maintain_order=True):
+    for (run, mode), group in frame.sort("c").group_by(["run", "kernel_mode"], maintain_order=True):
         judged = verdicts.get(run) or {}
         rows.append({"run": run, "verdict": judged.get("verdict", MISSING), "kernel mode or engine": asked.get(run) or mode,
-                     "c": " / ".join(str(c) for c in group["band_c"]),
+                     "c": " / ".join(str(c) for c in group["c"]),
                      "bit-identical to m=1": " / ".join(percent(round(f * n), n) for f, n in group.select("bit_identical_share", "requests").rows()),
                      "token flips": int(group["token_flips"].sum()), "max ULP, batched against m=1": cell(judged.get("max_ulp")),
                      "median decode tok/s": " / ".join(cell(None if r is None else round(r)) for r in group["median_decode_tok_s"]),

@@ -201,7 +201,7 @@ def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     bitwise = pl.when(pl.col("bitwise_prefix").is_null() | (pl.col("bit_span") == 0) | (same_bits & bits_unrecorded())).then(None).otherwise(same_bits)
     batching = pl.col("diverged") & (pl.col("token_span").is_null() | (pl.col("divergence_at") < pl.col("token_span")))
     return joined.select(
-        c="band_c", bitwise=bitwise, diverged=batching, divergence_at="divergence_at", near_tie="near_tie",
+        c="c", bitwise=bitwise, diverged=batching, divergence_at="divergence_at", near_tie="near_tie",
         margin_known=pl.col("reference_margin").is_not_null(), where=pl.format("{} slot {}", "prompt_id", "slot"))
 
 
@@ -240,7 +240,7 @@ def _lone_review(run, verdict: str) -> Review:
              ("can judge", "that the dump reads and what it holds: each token's logprob and candidates, in the detail below.", None),
              ("cannot judge", "batch invariance. Bits, tokens, near-ties and decode cost each compare the same prompt sent alone (m=1) "
                               "with it sent in a batch of c, and one request has nothing to compare with. Give the batched requests' dumps "
-                              "too, with prompt_id, role, band_c and slot in their capture envelopes (or bia assemble --mapping).", "warn"),
+                              "too, with prompt_id, role, c and slot in their capture envelopes (or bia assemble --mapping).", "warn"),
              _run_completeness(run)]
     return Review("run", run.label, _run_about(run),
                   f"{verdict}: one request, no batch comparison. A single request reads, but batch invariance needs the same prompt "

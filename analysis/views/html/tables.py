@@ -122,12 +122,12 @@ def _forks(run) -> dict[str, Any]:
     labels, parted = _token_labels(run), []
     forks = band_forks(run)
     for (prompt, c, repeat, at), group in forks.filter(pl.col("slots").is_not_null()).group_by(
-            ["prompt_id", "band_c", "repeat", "at"], maintain_order=True):
+            ["prompt_id", "c", "repeat", "at"], maintain_order=True):
         branches = [(_label(token_id if token_id is not None else (text, data), labels), n)
                     for token_id, text, data, n in group.select("token_id", "token_text", "token_bytes", "slots").rows()]
-        parted.append({"prompt_id": prompt, "band_c": c, "repeat": repeat, "at": at, "branches": branches})
-    parted.sort(key=lambda f: (f["at"], f["band_c"]))
-    bands = forks.select("prompt_id", "band_c", "repeat").unique().height
+        parted.append({"prompt_id": prompt, "c": c, "repeat": repeat, "at": at, "branches": branches})
+    parted.sort(key=lambda f: (f["at"], f["c"]))
+    bands = forks.select("prompt_id", "c", "repeat").unique().height
     return {"shown": parted[:WORST_ROWS], "parted": len(parted), "bands": bands}
 
 
@@ -164,7 +164,7 @@ def run_html(run) -> str:
 
 
 def _refused(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
-    return [{"what": " ".join(p for p in (cell(r.get("prompt_id")), cell(r.get("role")), f"c={r['band_c']}" if r.get("band_c") else "",
+    return [{"what": " ".join(p for p in (cell(r.get("prompt_id")), cell(r.get("role")), f"c={r['c']}" if r.get("c") else "",
                                           f"slot {cell(r.get('slot'))}") if p), "reason": cell(r.get("reason"))}
             for r in manifest.get("refused") or []]
 
@@ -224,14 +224,14 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
 
     bands = band_table(run, epsilon=epsilon, reference=reference)
     arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms: each arm's bands apart
-    per_c = bands.group_by(*arms, "band_c").agg(
+    per_c = bands.group_by(*arms, "c").agg(
         bands=pl.len(), requests=pl.col("n_slots").sum(), widths_formed=pl.col("widths_seen").drop_nulls().unique().sort().str.join("; "),
         parted=pl.col("diverged_slots").sum(), near_tie=pl.col("near_tie_slots").sum(), earliest=pl.col("divergence_min").min(),
         most_completions=pl.col("unique_completions").max(), rate=pl.col("decode_tok_s").median(), per_1000=pl.col("s_per_1000_seq").median(),
-    ).sort(*arms, "band_c").select(*arms, c="band_c", bands="bands", **{"batch widths formed": "widths_formed", "requests": "requests",
+    ).sort(*arms, "c").select(*arms, c="c", bands="bands", **{"batch widths formed": "widths_formed", "requests": "requests",
                             "parted from m=1": "parted", "at a near-tie": "near_tie", "earliest divergence": "earliest",
                             "most unique completions": "most_completions", "median decode tok/s": "rate", "median time per 1000 seq": "per_1000"})
-    worst = bands.select(*arms, prompt="prompt_id", c="band_c", repeat="repeat", **{
+    worst = bands.select(*arms, prompt="prompt_id", c="c", repeat="repeat", **{
         "m formed": "m_formed", "widths formed": "widths_seen", "width evidence": "width_evidence", "earliest divergence": "divergence_min",
         "parted": pl.format("{} of {}", "diverged_slots", "n_slots"), "near-tie": "near_tie_slots", "slots agree to": "intra_agree_to",
         "unique completions": "unique_completions", "modal share": "modal_share", "decode tok/s": "decode_tok_s",
@@ -255,7 +255,7 @@ def _requests_html(run, epsilon: float, reference: Any, against: str) -> str:
 
     arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms names each request's arm
     slots = slot_table(run, epsilon=epsilon, reference=reference).select(
-        *arms, prompt="prompt_id", c="band_c", repeat="repeat", slot="slot", **{
+        *arms, prompt="prompt_id", c="c", repeat="repeat", slot="slot", **{
             "agrees to": "agree_to", "divergence at": "divergence_at", "bit-identical prefix": "bitwise_prefix", "max ULP": "max_ulp",
             "reference margin": "reference_margin", "own margin": "own_margin", "near-tie": "near_tie", "KL top-k max": "kl_topk_max",
             "length": "length", "decode tok/s": "decode_tok_s"})

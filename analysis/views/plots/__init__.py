@@ -1,7 +1,7 @@
 """One plot per function: ``ax=`` in (a new figure when None), the Axes out, never ``show()``.
 
 Each figure takes a :class:`~analysis.Run`, a :class:`~analysis.WitnessSet` or a frame alike (a
-:class:`~analysis.History` where it makes sense): a run's tables name concurrency ``band_c``, witnesses
+:class:`~analysis.History` where it makes sense): a run's tables name concurrency ``c``, witnesses
 and histories ``c``, and every plot reads whichever its frame has. A module per family: ``parity``
 (where streams part, margins, drift, flips, forks), ``rates`` (decode rate, batch widths), ``witness``
 (env knobs, legend names), ``attribution``, ``first_ops``, ``trend``, ``mismatch`` (sampler and

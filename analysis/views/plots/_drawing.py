@@ -18,14 +18,14 @@ from ...witness import WitnessSet
 
 
 def c_column(frame: pl.DataFrame) -> str:
-    """The frame's concurrency column: ``c`` (witness bands, a history) or ``band_c`` (a run's tables), whichever it has.
+    """The frame's concurrency column: ``c`` (witness bands, a history) or ``c`` (a run's tables), whichever it has.
 
     Examples
     --------
-    >>> c_column(pl.DataFrame({"c": [1]})), c_column(pl.DataFrame({"band_c": [1]}))
-    ('c', 'band_c')
+    >>> c_column(pl.DataFrame({"c": [1]})), c_column(pl.DataFrame({"c": [1]}))
+    ('c', 'c')
     """
-    return "c" if "c" in frame.columns or "band_c" not in frame.columns else "band_c"
+    return "c" if "c" in frame.columns or "c" not in frame.columns else "c"
 
 
 def as_frame(value: Any) -> pl.DataFrame | None:

@@ -27,7 +27,7 @@ def attribution_shares_by_engine(runs: Iterable[Any]) -> pl.DataFrame:
     """
     frames = [attribution_shares(attribution_table(run)).select(pl.lit(engine_label(run)).alias("engine"), pl.all())
               for run in runs if run.manifest.get("arms") is not None]
-    schema = {"engine": pl.String, "band_c": pl.Int64, "cause": pl.String, "requests": pl.Int64, "share": pl.Float64}
+    schema = {"engine": pl.String, "c": pl.Int64, "cause": pl.String, "requests": pl.Int64, "share": pl.Float64}
     return pl.concat([f.cast(schema) for f in frames]) if frames else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
 
 
@@ -35,7 +35,7 @@ def plot_attribution(shares: Any, *, ax=None):
     """One bar per engine and c, split by the share of its drifting requests each cause accounts for.
 
     ``shares``: a run probed with control arms (``bia probe --arms``), several such runs, or the rows of
-    :func:`attribution_shares_by_engine` (engine, c or band_c, cause, share). A run without arms is not attributed.
+    :func:`attribution_shares_by_engine` (engine, c or c, cause, share). A run without arms is not attributed.
 
     Examples
     --------

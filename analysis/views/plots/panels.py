@@ -53,7 +53,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[A
 
     slots, bands = slot_table(run, epsilon=epsilon, reference=reference), band_table(run, epsilon=epsilon, reference=reference)
     margins, flips, deltas = run_curves(run, reference)
-    deltas = deltas.with_columns(band_c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))  # drift_table's label names c
+    deltas = deltas.with_columns(c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))  # drift_table's label names c
     parted = {p: g["divergence_at"].drop_nulls().to_list() for (p,), g in slots.group_by(["prompt_id"])}
     panels = [
         (lambda ax: plot_divergence(slots, declared_min=run.declared_min, ax=ax),

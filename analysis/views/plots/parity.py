@@ -19,8 +19,8 @@ _RESULT_MARKERS = {"PASS": "o", "FAIL": "X", "UNMEASURABLE": "s"}
 
 
 def _drifts(run: Run) -> pl.DataFrame:
-    """:func:`analysis.drift_table` with each request's ``band_c``, which its label names ("p0 c=4 slot 2")."""
-    return drift_table(run).with_columns(band_c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
+    """:func:`analysis.drift_table` with each request's ``c``, which its label names ("p0 c=4 slot 2")."""
+    return drift_table(run).with_columns(c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
 
 
 def _partings(run: Run) -> dict[str, list[int]]:
@@ -43,7 +43,7 @@ def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | N
     ----------
     parity : Run, WitnessSet or DataFrame
         A run, a witness set, or the frame of one (polars or pandas): a frame with ``agree_to`` is drawn as a run's requests,
-        any other as witness bands. The concurrency column is ``c`` or ``band_c``, whichever the frame has.
+        any other as witness bands. The concurrency column is ``c`` or ``c``, whichever the frame has.
     witnesses : DataFrame, optional
         The witnesses of the bands, for their reference lengths.
     declared_min : int, optional
@@ -271,7 +271,7 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     """Per-step ``|delta logprob|`` of batched requests against the reference, up to their fork.
 
     ``deltas``: a run (its :func:`analysis.drift_table`, with each request's c), or rows of (label, step, abs_delta),
-    and ``band_c`` when known. Past ``LEGEND_LIMIT - 1`` requests with ``band_c``, one line per c (the largest drift
+    and ``c`` when known. Past ``LEGEND_LIMIT - 1`` requests with ``c``, one line per c (the largest drift
     over its requests at each step) and the request that drifts furthest named; else one line per request.
 
     Examples

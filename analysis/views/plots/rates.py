@@ -26,7 +26,7 @@ def plot_decode_rate(rates: Any, *, ax=None):
     Parameters
     ----------
     rates : Run, WitnessSet, History or DataFrame
-        What to draw; a frame (polars or pandas) with ``c`` or ``band_c``, whichever it has.
+        What to draw; a frame (polars or pandas) with ``c`` or ``c``, whichever it has.
     ax : matplotlib Axes, optional
         Where to draw; a new figure otherwise.
 
@@ -134,7 +134,7 @@ def _outliers(frame: pl.DataFrame, column: str) -> pl.DataFrame:
 
     Examples
     --------
-    >>> frame = pl.DataFrame({"band_c": [4] * 5, "rate": [100.0, 101.0, 99.0, 100.5, 20.0]})
+    >>> frame = pl.DataFrame({"c": [4] * 5, "rate": [100.0, 101.0, 99.0, 100.5, 20.0]})
     >>> _outliers(frame, "rate")["rate"].to_list()
     [20.0]
     """
@@ -154,7 +154,7 @@ def plot_band_widths(widths: Any, *, ax=None):
     """Which batch widths the server formed in each band: one dot per (c, width), its area the share of
     the band's steps (or gauge samples) at that width, with the m = c line the band asked for.
 
-    ``widths``: a run, or the rows of its :func:`analysis.width_table` (band_c, width, share).
+    ``widths``: a run, or the rows of its :func:`analysis.width_table` (c, width, share).
 
     Examples
     --------
