@@ -26,6 +26,7 @@ directory that :func:`read_run` reads back to the same frames.
 
 from ._arms import legacy_arm, run_arms
 from ._assemble import assemble_dumps, read_mapping
+from ._batch import LAYOUTS, band_batch
 from ._export import to_witness, write_witness
 from ._first_ops import first_op_table
 from ._layout import RUN_VERSION, RunError, RunLike, Unit, band_widths, load_manifest, plan
@@ -37,6 +38,6 @@ from ._write import write_run
 from ._tables import (accuracy_table, band_forks, band_table, drift_table, flip_table, observer_table, prompt_table, reference_margins, reference_table,
                       slot_table, width_table)
 
-__all__ = ["RUN_VERSION", "Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_dumps", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table",
+__all__ = ["LAYOUTS", "RUN_VERSION", "Run", "RunError", "RunLike", "Unit", "accuracy_table", "assemble_dumps", "assemble_run", "band_batch", "band_forks", "band_table", "band_widths", "drift_table",
            "first_op_table", "flip_table", "legacy_arm", "load_manifest", "observer_table", "plan", "prompt_table", "read_mapping", "read_mlperf_pair", "read_run", "reference_margins", "reference_table", "references", "run_arms", "slot_table",
            "to_witness", "width_table", "write_run", "write_witness"]
