@@ -6,9 +6,9 @@ next decode step. In the ``default`` kernel mode the step runs every active row 
 layer together (KV caches left-padded to the longest), so a row's bits depend on its batch; in
 ``one-by-one`` mode (alias ``batch-invariant``) each row steps as its own batch of one; in
 ``fixed-tiles`` mode the step runs every active row together on fixed row tiles and attention
-splits (``analysis.experiment.kernels``), so the batch is kept and a row's bits are still those
+splits (``analysis.experiment.model.kernels``), so the batch is kept and a row's bits are still those
 it would have alone; ``row-invariant`` mode does the same on GEMMs whose per-row order does not
-depend on the row count (``analysis.experiment.rowwise``), at about the default mode's cost. Each step logs one line in
+depend on the row count (``analysis.experiment.model.rowwise``), at about the default mode's cost. Each step logs one line in
 aprender's form, ``[PMAT-044] Batch m=N done in X ms (Y tok/s/slot)``, which both bia's probe and
 aprender's read. Streams declare ``"stream_mode": "live"`` and carry logprobs with top_logprobs; a response's last
 chunk (or the whole response) carries the request's ``timings`` in llama.cpp's fields (:func:`timings`).
@@ -27,10 +27,8 @@ from typing import Any, Self
 
 import torch
 
-from .core import StrictJsonError, first_duplicate, loads_strict
-from .core import duration
-from .experiment import kernels
-from .experiment.decode import PACKED_KERNELS, check_tiled, step_outputs
+from .core import StrictJsonError, duration, first_duplicate, loads_strict
+from .experiment.model import PACKED_KERNELS, check_tiled, kernels, step_outputs
 from .experiment.modes import kernel_mode
 
 LOG = logging.getLogger("bia.serve")
@@ -54,8 +52,8 @@ class _Request:
 
 @dataclass(eq=False)
 class _Pool:
-    """fixed-tiles and row-invariant: one cache of the mode's (:class:`~analysis.experiment.kernels.TiledCache`,
-    :class:`~analysis.experiment.rowwise.RowCache`) for the requests stepped last, in their order."""
+    """fixed-tiles and row-invariant: one cache of the mode's (:class:`~analysis.experiment.model.kernels.TiledCache`,
+    :class:`~analysis.experiment.model.rowwise.RowCache`) for the requests stepped last, in their order."""
 
     kind: Any = kernels.TiledCache  # the mode's cache class
     members: list = field(default_factory=list)

@@ -4,9 +4,9 @@ Decodes bands of c requests (the experiment's two default prompts in turn, so pr
 mixed) with the bundled model, greedy, ``--tokens`` tokens each, in every kernel mode:
   default        the batch together on torch's own kernels (the baseline);
   one-by-one     each request alone at every layer;
-  fixed-tiles    the batch together on fixed row tiles and attention splits (analysis.experiment.kernels);
+  fixed-tiles    the batch together on fixed row tiles and attention splits (analysis.experiment.model.kernels);
   row-invariant  the batch together, GEMMs of at least 4 rows on one thread, each query alone
-                 (analysis.experiment.rowwise).
+                 (analysis.experiment.model.rowwise).
 Rounds rotate the modes' order; each figure is from a mode's fastest band of ``--rounds`` (the one
 least disturbed by other processes on a shared machine), and each band's process CPU time is printed
 beside its wall time: on one thread it leaves out the time other processes held the core, so on a
@@ -33,8 +33,8 @@ import time
 import torch
 
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model
-from analysis.experiment.decode import decode
-from analysis.experiment.model import KERNEL_MODES, load_model
+from analysis.experiment.model import decode, load_model
+from analysis.experiment.modes import KERNEL_MODES
 
 LADDER = (1, 2, 4, 8, 16, 32)
 TARGET_RATIO, TARGET_SPEEDUP = 1.3, 4.0  # fixed-tiles at c=16
@@ -136,8 +136,7 @@ def measure_taps(model, encoded: list[list[int]], rounds: int, tokens: int) -> N
     """The default mode's bands without tap points, with them and no taps open, and with taps open, rotated each round."""
     import contextlib
 
-    from analysis.experiment._taps import Taps
-    from analysis.experiment.model import Block
+    from analysis.experiment.model import Block, Taps
 
     @contextlib.contextmanager
     def before_taps():

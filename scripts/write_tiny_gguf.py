@@ -3,7 +3,7 @@
 
 The weights are the ones scripts/train_tiny_model.py trained (the command is recorded in
 data/tiny-model/tiny_lm.json and copied into the GGUF's description); see
-analysis/experiment/gguf.py for how they map onto llama.cpp's gpt2 architecture.
+analysis/experiment/engines/gguf.py for how they map onto llama.cpp's gpt2 architecture.
 
 Usage:
     .venv/bin/python scripts/write_tiny_gguf.py tiny.gguf [--weights data/tiny-model/tiny_lm.safetensors] [--dtype f32|f16]
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analysis.experiment import bundled_model  # noqa: E402
-from analysis.experiment.gguf import write_gguf  # noqa: E402
+from analysis.experiment.engines import write_gguf  # noqa: E402
 
 
 def main() -> int:

@@ -66,7 +66,7 @@ def pytest_runtest_call(item):
 def server_binary():
     """The llama-server binary scripts/build_llama_server.sh built (tests/test_llamacpp*.py): skipped without it,
     except under CI, where a missing server is a failure."""
-    from analysis.experiment.llamacpp import find_llama_server
+    from analysis.experiment.engines import find_llama_server
 
     found = find_llama_server()
     if found is None:

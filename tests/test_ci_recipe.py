@@ -57,8 +57,7 @@ def test_the_recipe_fails_the_job_on_bia_serve_in_its_default_kernels(tmp_path):
 
 def test_the_recipe_fails_the_job_on_llama_server(tmp_path, server_binary):
     from analysis.experiment import bundled_model
-    from analysis.experiment.gguf import write_gguf
-    from analysis.experiment.llamacpp import MODEL_ALIAS
+    from analysis.experiment.engines import MODEL_ALIAS, write_gguf
 
     pytest.importorskip("gguf")
     model = write_gguf(bundled_model(), tmp_path / "tiny.gguf")

@@ -14,10 +14,8 @@ torch = pytest.importorskip("torch")
 
 from analysis import RunError, first_op_table, read_run, slot_table  # noqa: E402
 from analysis.experiment import run_experiment  # noqa: E402
-from analysis.experiment._first_ops import _Comparison, _Reference, band_first_ops, reference_taps  # noqa: E402
-from analysis.experiment._taps import Taps, tapped_ops  # noqa: E402
-from analysis.experiment.decode import decode  # noqa: E402
-from analysis.experiment.model import ModelConfig, TinyLM  # noqa: E402
+from analysis.experiment.model import ModelConfig, Taps, TinyLM, band_first_ops, decode, reference_taps, tapped_ops  # noqa: E402
+from analysis.experiment.model._first_ops import _Comparison, _Reference  # noqa: E402
 from analysis.report import first_op_html, plot_first_ops  # noqa: E402
 
 SMALL = {"prompts": ["Return a new list", "If x"], "ladder": (1, 4), "max_tokens": 8, "top_k": 3}

@@ -13,10 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from analysis.experiment import bundled_model  # noqa: E402
-from analysis.experiment import kernels, rowwise  # noqa: E402
+from analysis.experiment.model import decode, kernels, load_model, rowwise  # noqa: E402
 from analysis.experiment.modes import INVARIANT_MODES, PREFILL_DECODE_MODES  # noqa: E402
-from analysis.experiment.decode import decode  # noqa: E402
-from analysis.experiment.model import load_model  # noqa: E402
 
 # lengths from 5 to 80 bytes: with the completion, one batch spans one to three attention splits
 PROMPTS = [

@@ -19,10 +19,15 @@ pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
 
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
-from analysis.experiment.decode import decode  # noqa: E402
-from analysis.experiment.gguf import byte_tokens, gguf_tensor_names, write_gguf  # noqa: E402
-from analysis.experiment.llamacpp import MODEL_ALIAS, LlamaServerError, llama_server  # noqa: E402
-from analysis.experiment.model import load_model  # noqa: E402
+from analysis.experiment.engines import (  # noqa: E402
+    MODEL_ALIAS,
+    LlamaServerError,
+    byte_tokens,
+    gguf_tensor_names,
+    llama_server,
+    write_gguf,
+)
+from analysis.experiment.model import decode, load_model  # noqa: E402
 from analysis.probe import probe  # noqa: E402
 from analysis.run import band_table, read_run, slot_table, to_witness  # noqa: E402
 

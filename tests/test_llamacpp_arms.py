@@ -22,8 +22,7 @@ pytest.importorskip("torch")
 
 from analysis import attribution_table, read_run  # noqa: E402
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
-from analysis.experiment.gguf import write_gguf  # noqa: E402
-from analysis.experiment.llamacpp import llama_server  # noqa: E402
+from analysis.experiment.engines import llama_server, write_gguf  # noqa: E402
 from analysis.run import band_table, slot_table  # noqa: E402
 from analysis.studies import prefill_table  # noqa: E402
 

@@ -58,8 +58,7 @@ def test_the_needle_layout_records_the_target_row_only(tmp_path):
 def test_bias_own_model_parts_bits_in_its_default_kernels_and_not_on_fixed_tiles(tmp_path):
     """The real thing in process: bia's torch model, batched by the caller, as a user's generate would batch."""
     from analysis.experiment import bundled_model
-    from analysis.experiment.decode import decode
-    from analysis.experiment.model import load_model
+    from analysis.experiment.model import decode, load_model
     import torch
 
     model = load_model(bundled_model(), torch.float32, "cpu")

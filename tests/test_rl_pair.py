@@ -1,4 +1,4 @@
-"""The sampler-trainer pair's pieces without a server (analysis.experiment.rl_pair): reading vLLM's answer, the
+"""The sampler-trainer pair's pieces without a server (analysis.experiment.trainer): reading vLLM's answer, the
 trainer's teacher-forced recompute against step-by-step decoding, the export bia reads, and the bundled pair
 (data/vllm-hf-pair, made by scripts/rl_pair.py against a real vLLM) scored by mismatch_summary.
 tests/test_vllm.py makes a pair against the real server."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from analysis import mismatch_summary, read_dumps
-from analysis.experiment.rl_pair import PairError, rollout_from_answer, write_pair
+from analysis.experiment.trainer import PairError, rollout_from_answer, write_pair
 
 BUNDLED = Path(__file__).resolve().parent.parent / "data" / "vllm-hf-pair" / "pairs.jsonl"
 
@@ -69,10 +69,9 @@ def test_the_trainer_recompute_equals_decoding_step_by_step(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from analysis.experiment import bundled_model
-    from analysis.experiment.decode import decode
-    from analysis.experiment.hf import write_hf_checkpoint
-    from analysis.experiment.model import load_model
-    from analysis.experiment.rl_pair import trainer_logprobs
+    from analysis.experiment.engines import write_hf_checkpoint
+    from analysis.experiment.model import decode, load_model
+    from analysis.experiment.trainer import trainer_logprobs
 
     torch.manual_seed(0)
     checkpoint = write_hf_checkpoint(bundled_model(), tmp_path / "hf")

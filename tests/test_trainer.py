@@ -16,8 +16,7 @@ from analysis.cli import app  # noqa: E402
 from analysis.core._modes import INVARIANT_MODES, PREFILL_DECODE_MODES  # noqa: E402
 from analysis.core._output import OutputExists  # noqa: E402
 from analysis.experiment import ExperimentError, bundled_model  # noqa: E402
-from analysis.experiment.decode import decode  # noqa: E402
-from analysis.experiment.model import load_model  # noqa: E402
+from analysis.experiment.model import decode, load_model  # noqa: E402
 from analysis.experiment.trainer import recompute_logprobs, write_trainer_pairs  # noqa: E402
 from conftest import ROOT  # noqa: E402
 
@@ -34,8 +33,7 @@ TRAINER = ROOT / "data" / "experiment-cpu" / "trainer"
 _DECODE_P0 = """
 import json, torch
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model
-from analysis.experiment.decode import decode
-from analysis.experiment.model import load_model
+from analysis.experiment.model import decode, load_model
 model = load_model(bundled_model(), torch.float32)
 print(json.dumps(decode(model, [model.encode(DEFAULT_PROMPTS[0])], mode="fixed-tiles", max_tokens=64, top_k=5)[0].logprobs))
 """

@@ -14,8 +14,7 @@ pytest.importorskip("transformers")
 
 from analysis import judge, probe_callable, read_run  # noqa: E402
 from analysis.experiment import bundled_model  # noqa: E402
-from analysis.experiment._transformers import load_checkpoint, padded_generate  # noqa: E402
-from analysis.experiment.hf import write_hf_checkpoint  # noqa: E402
+from analysis.experiment.engines import load_checkpoint, padded_generate, write_hf_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="module")

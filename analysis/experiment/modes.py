@@ -10,11 +10,11 @@ Kernel modes:
   own batch of one at every layer (the matmul shapes of a single request). A row's bits are then
   independent of the batch by construction; the cost is decode rate, which the run records.
 - ``fixed-tiles``: the batch runs through every layer together, on kernels whose every reduction
-  has a shape fixed in advance (row tiles, attention splits; :mod:`.kernels`), so a row's bits are
+  has a shape fixed in advance (row tiles, attention splits; :mod:`.model.kernels`), so a row's bits are
   independent of the batch and the batch keeps its matmuls.
 - ``row-invariant``: the batch runs through every layer together, each Linear one GEMM over all of
   its rows (at least 4, where the BLAS sums every row in one order) and each query alone against
-  its own keys in fixed splits (:mod:`.rowwise`): a row's bits are independent of the batch, and a
+  its own keys in fixed splits (:mod:`.model.rowwise`): a row's bits are independent of the batch, and a
   prompt's one-pass forward (prefill) gives every token the bits its decode step gave, at about
   the default mode's cost.
 

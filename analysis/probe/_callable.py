@@ -23,9 +23,7 @@ from typing import Any
 
 from ..core._frames import progress_bar
 from ..core._output import build_folder, claim_output
-from ..run import RUN_VERSION, Run, read_run
-
-LAYOUTS = ("copies", "needle")
+from ..run import LAYOUTS, RUN_VERSION, Run, band_batch, read_run
 
 
 class CallableError(ValueError):
@@ -128,7 +126,7 @@ def _fire(generate, prompts: list[str], ladder: list[int], layout: str, repeats:
         rng = random.Random(seed + index)
         for repeat in range(repeats):
             for c in ladder:
-                batch, target = _batch(index, prompts, c, layout, rng)
+                batch, target = band_batch(prompts[index], prompts[:index] + prompts[index + 1:], c, layout, rng)
                 outs, seconds = _call(generate, batch, f"{pid} c={c} repeat {repeat}")
                 unit = f"{pid}/band/c{c}/r{repeat}"
                 rows = range(c) if layout == "copies" else [target]
@@ -138,17 +136,6 @@ def _fire(generate, prompts: list[str], ladder: list[int], layout: str, repeats:
                                  "steps": max(len(o["token_ids"]) for o in outs)})
                 advance(c)
     return lines, m_formed
-
-
-def _batch(index: int, prompts: list[str], c: int, layout: str, rng: random.Random) -> tuple[list[str], int]:
-    """The prompts of one band and the row of the target."""
-    if layout == "copies":
-        return [prompts[index]] * c, 0
-    others = prompts[:index] + prompts[index + 1:]
-    target = rng.randrange(c)
-    batch = [others[k % len(others)] for k in range(c)]
-    batch[target] = prompts[index]
-    return batch, target
 
 
 def _call(generate, batch: list[str], where: str) -> tuple[list[dict[str, Any]], float]:

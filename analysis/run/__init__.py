@@ -26,6 +26,7 @@ directory that :func:`read_run` reads back to the same frames.
 
 from ._arms import legacy_arm, run_arms
 from ._assemble import assemble_dumps, read_mapping
+from ._batch import LAYOUTS, band_batch
 from ._export import to_witness, write_witness
 from ._first_ops import first_op_table
 from ._layout import RUN_VERSION, RunError, RunLike, Unit, band_widths, load_manifest, plan
@@ -40,4 +41,4 @@ from ._arms import ARMS, ARM_REPEATS, ARM_WORDS, PREFIX_SHARES, arm_words
 from ._first_ops import first_ops_record, has_first_ops
 from ._steps import numbered_steps
 
-__all__ = ["ARMS", "ARM_REPEATS", "ARM_WORDS", "PREFIX_SHARES", "RUN_VERSION", "Run", "RunError", "RunLike", "Unit", "accuracy_table", "arm_words", "assemble_dumps", "assemble_run", "band_forks", "band_table", "band_widths", "drift_table", "first_op_table", "first_ops_record", "flip_table", "has_first_ops", "legacy_arm", "load_manifest", "numbered_steps", "observer_table", "plan", "prompt_table", "read_mapping", "read_mlperf_pair", "read_run", "reference_margins", "reference_table", "references", "run_arms", "slot_table", "to_witness", "width_table", "write_run", "write_witness"]
+__all__ = ["ARMS", "ARM_REPEATS", "ARM_WORDS", "LAYOUTS", "PREFIX_SHARES", "RUN_VERSION", "Run", "RunError", "RunLike", "Unit", "accuracy_table", "arm_words", "assemble_dumps", "assemble_run", "band_batch", "band_forks", "band_table", "band_widths", "drift_table", "first_op_table", "first_ops_record", "flip_table", "has_first_ops", "legacy_arm", "load_manifest", "numbered_steps", "observer_table", "plan", "prompt_table", "read_mapping", "read_mlperf_pair", "read_run", "reference_margins", "reference_table", "references", "run_arms", "slot_table", "to_witness", "width_table", "write_run", "write_witness"]

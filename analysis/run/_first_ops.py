@@ -1,5 +1,5 @@
 """The first op that differs, as an experiment run records it in ``first_ops.json`` (see
-:mod:`analysis.experiment._first_ops`): read, checked and served as a table."""
+:func:`analysis.experiment.write_first_ops`): read, checked and served as a table."""
 
 from __future__ import annotations
 

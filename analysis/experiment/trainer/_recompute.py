@@ -1,7 +1,7 @@
 """The RL trainer's side of the experiment: every sampled token's logprob recomputed the way a trainer
 does, from one teacher-forced forward pass over prompt and completion.
 
-An RL loop samples with an inference engine (here :mod:`.decode`, token by token with a KV cache) and
+An RL loop samples with an inference engine (here :func:`analysis.experiment.model.decode`, token by token with a KV cache) and
 scores the same tokens again in the trainer, whose forward sees each whole sequence at once, batched
 with other sequences of other lengths. The two paths give the same bits only if every kernel computes
 a token's row the same way whatever the sequence length, the position and the batch: that is what
@@ -16,9 +16,9 @@ How each mode batches the trainer's forward:
   forward over ``[batch, length]``, as Hugging Face-style trainers pad;
 - ``one-by-one``: each sequence its own batch of one;
 - ``fixed-tiles``: ``batch_size`` sequences packed token after token into whole tiles
-  (:mod:`.kernels`, as packing trainers such as prime-rl's pack), each token attending to its own
+  (:mod:`analysis.experiment.model.kernels`, as packing trainers such as prime-rl's pack), each token attending to its own
   sequence;
-- ``row-invariant``: the same packing, as plain GEMMs of at least 4 rows on one thread (:mod:`.rowwise`).
+- ``row-invariant``: the same packing, as plain GEMMs of at least 4 rows on one thread (:mod:`analysis.experiment.model.rowwise`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from pathlib import Path
 
 import torch
 
-from . import kernels, rowwise
-from .decode import check_tiled
-from .modes import kernel_mode
+from ..model import check_tiled, kernels, load_model, rowwise
+from ..modes import kernel_mode
 
 __all__ = ["recompute_logprobs", "write_trainer_pairs"]
 
@@ -63,8 +62,7 @@ def recompute_logprobs(model, sequences: Sequence[tuple[Sequence[int], Sequence[
     --------
     >>> import torch
     >>> from analysis.experiment import bundled_model
-    >>> from analysis.experiment.decode import decode
-    >>> from analysis.experiment.model import load_model
+    >>> from analysis.experiment.model import decode, load_model
     >>> model = load_model(bundled_model(), torch.float32)
     >>> prompt = model.encode("If the argument is")
     >>> sampled = decode(model, [prompt], mode="fixed-tiles", max_tokens=4, top_k=1)[0]
@@ -101,7 +99,7 @@ def _check_sequences(model, sequences: list[tuple[list[int], list[int]]], batch_
 
 
 def _scored(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Each position's float32 logprob of the token after it (log-softmax per row, as :func:`.decode.step_outputs`)."""
+    """Each position's float32 logprob of the token after it (log-softmax per row, as :func:`analysis.experiment.model.step_outputs`)."""
     return logits[..., :-1, :].float().log_softmax(dim=-1).gather(-1, ids[..., 1:, None])[..., 0]
 
 
@@ -121,8 +119,8 @@ def _padded_logprobs(model, batch: list[tuple[list[int], list[int]]]) -> list[li
 
 
 def _packed_logprobs(packed, model, batch: list[tuple[list[int], list[int]]]) -> list[list[float]]:
-    """One forward over the batch's tokens packed as rows, by a packed kernel module (:mod:`.kernels`: whole tiles;
-    :mod:`.rowwise`: plain GEMMs of at least 4 rows), as its decode steps run them."""
+    """One forward over the batch's tokens packed as rows, by a packed kernel module (``kernels``: whole tiles;
+    ``rowwise``: plain GEMMs of at least 4 rows), as its decode steps run them."""
     device = next(model.parameters()).device
     lengths = torch.tensor([len(p) + len(c) for p, c in batch], device=device)
     ids = torch.tensor([t for p, c in batch for t in p + c], device=device)
@@ -174,10 +172,9 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
     >>> analysis.mismatch_summary(analysis.read_dump(pairs))["bia:masked_tokens"].item()  # 62 sequences of 64 tokens
     3968
     """
-    from ..core._output import claim_output
-    from ..run import read_run
-    from . import ExperimentError, _sha256, bundled_model
-    from .model import load_model
+    from ...core._output import claim_output
+    from ...run import read_run
+    from .._common import ExperimentError, bundled_model, weights_sha256
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ExperimentError(f"--trainer-batch: expected an integer >= 1, got {batch_size!r}")
@@ -185,7 +182,7 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
     settings = run.manifest.get("effective") or {}
     model_path = Path(model_path) if model_path else bundled_model()
     expected = ((run.manifest.get("identity") or {}).get("model") or {}).get("sha256")
-    if expected and _sha256(model_path) != expected:
+    if expected and weights_sha256(model_path) != expected:
         raise ExperimentError(f"--model {model_path}: its sha256 differs from the weights {run_dir} was decoded with ({expected[:16]}...)")
     output = claim_output(output, force=force, what="the trainer pairs")
     mode, dtype = settings.get("kernel_mode", "default"), settings.get("dtype", "float32")

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..modes import kernel_mode
 from . import kernels, rowwise
-from .model import TinyLM, kernel_mode
+from ._model import TinyLM
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Run a real llama.cpp server (``llama-server``) on loopback, serving bia's byte-level model.
 
 ``scripts/build_llama_server.sh`` builds the server once per machine from the llama.cpp source that
-``llama-cpp-python==0.3.36`` vendors; :func:`~analysis.experiment.gguf.write_gguf` writes the model
+``llama-cpp-python==0.3.36`` vendors; :func:`~analysis.experiment.engines.gguf.write_gguf` writes the model
 it serves. The tests and ``scripts/llamacpp_runs.py`` (the bundled llama.cpp runs) start it here.
 """
 
@@ -16,10 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-from ._servers import free_port, tail, wait_healthy
+from ._servers import MODEL_ALIAS, free_port, tail, wait_healthy
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the source distribution whose vendored llama.cpp is built
-MODEL_ALIAS = "bia-tiny-byte-lm"
 
 
 class LlamaServerError(RuntimeError):
@@ -56,7 +55,7 @@ def llama_server(model: str | os.PathLike[str], *, binary: str | os.PathLike[str
     Parameters
     ----------
     model : path
-        The GGUF file to serve (see :func:`~analysis.experiment.gguf.write_gguf`); served as
+        The GGUF file to serve (see :func:`~analysis.experiment.engines.gguf.write_gguf`); served as
         ``bia-tiny-byte-lm``.
     binary : path, optional
         The server binary (:func:`find_llama_server` by default).
@@ -75,7 +74,7 @@ def llama_server(model: str | os.PathLike[str], *, binary: str | os.PathLike[str
 
     Examples
     --------
-    >>> from analysis.experiment.gguf import write_gguf
+    >>> from analysis.experiment.engines import write_gguf
     >>> import analysis.experiment as ex, httpx, tempfile
     >>> if find_llama_server():  # doctest: +SKIP
     ...     gguf = write_gguf(ex.bundled_model(), Path(tempfile.mkdtemp()) / "m.gguf")

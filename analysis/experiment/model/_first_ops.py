@@ -10,7 +10,7 @@ The replay must give the run's tokens and float32 logprobs bit for bit, or nothi
 
 A step differs when its token, logprob or top-k differ from m=1's at that step (what the run's
 tables compare); its first op is the first tapped op whose output differs, or ``logprobs`` (the
-float32 log-softmax and top-k of :func:`.decode.step_outputs`) when the logits are bit-identical. In a
+float32 log-softmax and top-k of :func:`._decode.step_outputs`) when the logits are bit-identical. In a
 kernel mode whose decode does not run the whole batch through ``TinyLM.forward`` once per step
 (``one-by-one``, ``fixed-tiles``, a Hugging Face model), the taps cannot pair a row with its
 reference: differing steps are still listed, with no op, and the file says ``"tapped": false``.
@@ -28,6 +28,10 @@ import numpy as np
 import polars as pl
 import torch
 
+from ...run import read_run
+from .._common import ExperimentError, bundled_model, experiment_batch, weights_sha256
+from ._decode import decode
+from ._model import load_model
 from ._taps import Taps, tapped_ops
 
 FIRST_OPS_FILE = "first_ops.json"
@@ -88,7 +92,7 @@ def steps_that_differ(rows: list, reference) -> np.ndarray:
 
     Examples
     --------
-    >>> from analysis.experiment.decode import Decoded
+    >>> from analysis.experiment.model import Decoded
     >>> alone = Decoded([1], [5, 6], [-0.5, -0.25], [[5], [6]], [[-0.5], [-0.25]])
     >>> drifted = Decoded([1], [5, 6], [-0.5, -0.2500001], [[5], [6]], [[-0.5], [-0.2500001]])
     >>> steps_that_differ([alone, drifted], alone).tolist()
@@ -103,8 +107,6 @@ def steps_that_differ(rows: list, reference) -> np.ndarray:
 
 def _tapped_decode(model, prompts: list[list[int]], sink, *, mode: str, max_tokens: int, top_k: int):
     """The decode of ``prompts`` with every op tapped; its outputs, and whether it ran one forward call per step with every row."""
-    from .decode import decode
-
     try:
         taps = Taps(model, sink)
     except AttributeError:  # not bia's TinyLM: no op to tap
@@ -180,9 +182,6 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
     >>> write_first_ops(run).name
     'first_ops.json'
     """
-    from ..run import read_run
-    from . import ExperimentError, _layout
-
     step = advance or (lambda n: None)
     run_dir = Path(run_dir)
     run = read_run(run_dir)
@@ -202,7 +201,7 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
             step(1)
             rng = random.Random(s["seed"] + index)  # the experiment's needle positions, band after band
             for c in s["ladder"]:
-                batch, target = _layout(prompt, encoded, c, s["layout"], rng)
+                batch, target = experiment_batch(prompt, encoded, c, s["layout"], rng)
                 rows = list(range(c)) if s["layout"] == "copies" else [target]
                 outs, found, band_tapped = band_first_ops(model, reference, batch, rows, mode=s["mode"], max_tokens=s["max_tokens"],
                                                           top_k=s["top_k"])
@@ -236,12 +235,9 @@ def _settings(run_dir: Path, manifest: dict[str, Any], error: type[Exception]) -
 
 
 def _load(run_dir: Path, manifest: dict[str, Any], model_path, s: dict[str, Any], error: type[Exception]):
-    from . import _sha256, bundled_model
-    from .model import load_model
-
     path = Path(model_path) if model_path else bundled_model()
     recorded = ((manifest.get("identity") or {}).get("model") or {}).get("sha256")
-    if _sha256(path) != recorded:
+    if weights_sha256(path) != recorded:
         raise error(f"{run_dir}: the model {path} is not the one the run decoded (its manifest's identity.model.sha256 is {recorded})")
     return load_model(path, {"float32": torch.float32, "bfloat16": torch.bfloat16}[s["dtype"]], s["device"])
 

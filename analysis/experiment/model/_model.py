@@ -1,6 +1,7 @@
 """A small byte-level decoder-only transformer with a KV cache, for batch-invariance experiments.
 
-The kernel modes that run it are listed in :mod:`.modes`; ``fixed-tiles`` runs it on :mod:`.kernels`.
+The kernel modes that run it are listed in :mod:`analysis.experiment.modes`; ``fixed-tiles`` runs it on :mod:`.kernels`,
+``row-invariant`` on :mod:`.rowwise`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .modes import KERNEL_MODES, MODE_ALIASES, kernel_mode  # noqa: F401  (re-exported)
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -41,7 +41,7 @@ class Block(nn.Module):
         self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
         self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
 
-    # While analysis.experiment._taps records, a callable (op, tensor) for the two attention ops no
+    # While analysis.experiment.model._taps records, a callable (op, tensor) for the two attention ops no
     # submodule's hook sees; None otherwise, which costs one attribute check per call.
     tap = None
 

@@ -12,7 +12,7 @@ only when ``tie_word_embeddings`` is set, loading ``lm_head.weight`` otherwise.
 
 The tokenizer is GPT-2's byte-level BPE over the 256 bytes with no merges (``tokenizer.json``, built
 with ``tokenizers``), so every byte is one token as it is in torch and in the GGUF
-(:func:`~analysis.experiment.gguf.byte_tokens`); byte 0 (NUL) is the end-of-sequence token, and the
+(:func:`~analysis.experiment.engines.gguf.byte_tokens`); byte 0 (NUL) is the end-of-sequence token, and the
 chat template joins the messages' contents, as the GGUF's does. All three engines serve one model.
 
 Nothing here imports torch: the weights are read and written with ``safetensors.numpy``.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..core._output import claim_output
+from ...core._output import claim_output
 from .gguf import CHAT_TEMPLATE, byte_tokens
 
 SERVED_NAME = "bia-tiny-byte-lm"

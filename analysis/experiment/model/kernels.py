@@ -15,12 +15,12 @@ no reduction ever sees a shape that depends on the batch:
   model's context in splits), so a split past the row's length, there because a neighbour is
   longer, adds exact zeros rather than a new summation order;
 - LayerNorm (mean and variance within a row), softmax's maximum and the log-softmax (float32, in
-  :mod:`.decode`) are per row; GELU, additions and embedding lookups are per element.
+  :mod:`._decode`) are per row; GELU, additions and embedding lookups are per element.
 
 Rows are then identical to the same request decoded alone (m=1) in this mode, prompt lengths and
 positions in the batch notwithstanding; the tests check it for every c up to 32, both layouts and
 both dtypes. A prefill's queries meet their keys one at a time, as a decode step's do, so a token's
-logprob from one forward pass over the whole sequence (a trainer's recompute, :mod:`.trainer`) has
+logprob from one forward pass over the whole sequence (a trainer's recompute, :mod:`analysis.experiment.trainer`) has
 the bits its decode step gave (tests/test_trainer.py). The batch keeps its matmuls: the cost over
 ``default`` is the padding of the last tile (a request alone runs a whole tile) and the attention's
 splits (``benchmarks/bench_kernels.py``).

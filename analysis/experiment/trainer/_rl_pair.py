@@ -2,9 +2,9 @@
 
 An RL loop samples rollouts with an inference engine, then recomputes the sampled tokens' logprobs in the trainer
 with one teacher-forced forward pass over prompt and completion, in batches. Here a real vLLM server
-(:func:`~analysis.experiment.vllm.vllm_server`) samples greedily and returns each sampled token's logprob
+(:func:`~analysis.experiment.engines.vllm_server`) samples greedily and returns each sampled token's logprob
 (:func:`sample_rollouts`), and transformers' ``GPT2LMHeadModel``, loaded from the same checkpoint
-(:func:`~analysis.experiment.hf.write_hf_checkpoint`), recomputes them (:func:`trainer_logprobs`). The pair is
+(:func:`~analysis.experiment.engines.write_hf_checkpoint`), recomputes them (:func:`trainer_logprobs`). The pair is
 written as prime-rl's token export (:func:`write_pair`: ``schema_version`` 1, ``token_ids``,
 ``inference_logprobs``, ``trainer_logprobs``, ``loss_mask``), which bia reads as a dump whose candidates carry the
 trainer's recompute, so ``analysis.mismatch_summary(read_dumps(path))`` scores it in every framework's terms.
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core._output import claim_output
-from .hf import SERVED_NAME
+from ...core._output import claim_output
+from ..engines import SERVED_NAME
 
 
 class PairError(ValueError):

@@ -28,7 +28,7 @@ def load_checkpoint(checkpoint: str | Path, *, dtype: str = "float32", device: s
     --------
     >>> import tempfile
     >>> from analysis.experiment import bundled_model
-    >>> from analysis.experiment.hf import write_hf_checkpoint
+    >>> from analysis.experiment.engines import write_hf_checkpoint
     >>> model, tokenizer = load_checkpoint(write_hf_checkpoint(bundled_model(), Path(tempfile.mkdtemp()) / "tiny"))
     >>> type(model).__name__, tokenizer.padding_side
     ('GPT2LMHeadModel', 'left')
@@ -69,7 +69,7 @@ def padded_generate(model: Any, tokenizer: Any, *, max_new_tokens: int = 64, top
     --------
     >>> import tempfile
     >>> from analysis.experiment import bundled_model
-    >>> from analysis.experiment.hf import write_hf_checkpoint
+    >>> from analysis.experiment.engines import write_hf_checkpoint
     >>> generate = padded_generate(*load_checkpoint(write_hf_checkpoint(bundled_model(), Path(tempfile.mkdtemp()) / "t")), max_new_tokens=4)
     >>> alone, = generate(["If the argument is"])
     >>> batched = generate(["If the argument is", "Hi"])[0]
@@ -152,7 +152,7 @@ def transformers_engines(checkpoint: str | Path, *, max_new_tokens: int = 64, to
     --------
     >>> import tempfile
     >>> from analysis.experiment import bundled_model
-    >>> from analysis.experiment.hf import write_hf_checkpoint
+    >>> from analysis.experiment.engines import write_hf_checkpoint
     >>> "padded" in transformers_engines(write_hf_checkpoint(bundled_model(), Path(tempfile.mkdtemp()) / "t"), max_new_tokens=2)
     True
     """
