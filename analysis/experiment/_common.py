@@ -17,7 +17,7 @@ from ..run import band_batch
 
 def bundled_model() -> Path:
     """The small byte-level model shipped under ``data/tiny-model/``."""
-    from ..io._bundled import bundled
+    from ..io import bundled
 
     return bundled("data/tiny-model/tiny_lm.safetensors")
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core._frames import progress_bar
-from ..core._output import build_folder, claim_output
-from ..run import LAYOUTS
+from ..core import progress_bar
+from ..core import build_folder, claim_output
+from ..run import LAYOUTS, RUN_VERSION
 from ._common import ExperimentError, bundled_model, check_device, experiment_batch, weights_sha256
 from .modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
 
@@ -136,17 +136,17 @@ def run_experiment(
                 for c in ladder:
                     batch, target = experiment_batch(prompt, encoded, c, layout, rng)
                     outs = decode(model, batch, mode=mode, max_tokens=max_tokens, top_k=top_k)
-                    m_formed.append({"prompt_id": pid, "band_c": c, "widths": [c], "steps": max_tokens})
+                    m_formed.append({"prompt_id": pid, "c": c, "widths": [c], "steps": max_tokens})
                     recorded = range(c) if layout == "copies" else [target]
                     for slot, row in enumerate(recorded):
                         sse, times = _capture(outs[row], f"{pid}-c{c}-s{slot}", model_path.stem, model)
-                        lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "band", "band_c": c,
+                        lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "band", "c": c,
                                       "slot": slot, "repeat": 0, "batch_row": row})
                     bar.update(c)
             (folder / "captures" / "requests.jsonl").write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n")
             settings = {"kernel_mode": mode, "dtype": dtype, "device": device, "layout": layout}  # as asked; effective below
             manifest = {
-                "run_version": 1,
+                "run_version": RUN_VERSION,
                 "producer": "bia experiment",
                 "identity": {"host": platform.node(), "engine": "bia torch (analysis.experiment)", "commit": None, "binary_sha256": weights_sha,
                              "model": {"path": model_path.name, "sha256": weights_sha}},

@@ -24,7 +24,7 @@ whose one-pass forward over prompt and completion also claims the decode steps' 
 
 from __future__ import annotations
 
-from ..core._modes import INVARIANT_MODES, KERNEL_MODES, MODE_ALIASES, PREFILL_DECODE_MODES
+from ..core import INVARIANT_MODES, KERNEL_MODES, MODE_ALIASES, PREFILL_DECODE_MODES
 
 __all__ = ["INVARIANT_MODES", "KERNEL_MODES", "MODE_ALIASES", "PREFILL_DECODE_MODES", "kernel_mode"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from ...core._cells import duration
+from ...core import duration
 
 MODEL_ALIAS = "bia-tiny-byte-lm"  # the name llama.cpp and vLLM serve bia's model under
 

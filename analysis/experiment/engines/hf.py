@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...core._output import claim_output
+from ...core import claim_output
 from .gguf import CHAT_TEMPLATE, byte_tokens
 
 SERVED_NAME = "bia-tiny-byte-lm"

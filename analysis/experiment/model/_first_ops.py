@@ -35,7 +35,7 @@ from ._model import load_model
 from ._taps import Taps, tapped_ops
 
 FIRST_OPS_FILE = "first_ops.json"
-FIRST_OPS_VERSION = 1
+FIRST_OPS_VERSION = 2  # 2: the steps name concurrency c (1 named it band_c)
 _INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -192,7 +192,7 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
     try:
         model = model if model is not None else _load(run_dir, run.manifest, model_path, s, ExperimentError)
         encoded = [model.encode(p) for p in s["prompts"]]
-        columns: dict[str, list] = {name: [] for name in ("prompt_id", "band_c", "slot", "step", "op_index")}
+        columns: dict[str, list] = {name: [] for name in ("prompt_id", "c", "slot", "step", "op_index")}
         replayed, tapped = [], True
         for index, prompt in enumerate(encoded):
             pid = f"p{index}"
@@ -209,7 +209,7 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
                 replayed += [(f"{pid}-c{c}-s{slot}", outs[row]) for slot, row in enumerate(rows)]
                 n = len(found["step"])
                 columns["prompt_id"] += [pid] * n
-                columns["band_c"] += [c] * n
+                columns["c"] += [c] * n
                 columns["slot"] += found["row"].tolist()
                 columns["step"] += found["step"].tolist()
                 columns["op_index"] += found["op_index"].tolist()

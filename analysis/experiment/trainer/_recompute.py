@@ -141,7 +141,7 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
     on the same weights (checked by sha256). One line per request of the run (its references and
     every batched request), in the run's order, with ``sample_id`` the request's id,
     ``inference_logprobs`` the sampler's, ``trainer_logprobs`` the recompute's, ``loss_mask`` all 1,
-    and the request's ``prompt_id``, ``role``, ``band_c``, ``slot``, the ``kernel_mode``, ``dtype`` and
+    and the request's ``prompt_id``, ``role``, ``c``, ``slot``, the ``kernel_mode``, ``dtype`` and
     ``trainer_batch`` beside them.
 
     Parameters
@@ -172,7 +172,7 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
     >>> analysis.mismatch_summary(analysis.read_dump(pairs))["bia:masked_tokens"].item()  # 62 sequences of 64 tokens
     3968
     """
-    from ...core._output import claim_output
+    from ...core import claim_output
     from ...run import read_run
     from .._common import ExperimentError, bundled_model, weights_sha256
 
@@ -195,7 +195,7 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
         raise ExperimentError(f"{run_dir}/manifest.json: prompts: no text for prompt_id {missing[0]!r}, so its sequences cannot be recomputed")
     recomputed = recompute_logprobs(model, [(prompts[s["prompt_id"]], s["token_ids"]) for s in samples], mode=mode, batch_size=batch_size)
     lines = [{"schema_version": 1, "sample_id": s["request_id"], "token_ids": s["token_ids"], "inference_logprobs": s["logprobs"],
-              "trainer_logprobs": t, "loss_mask": [1] * len(t), "prompt_id": s["prompt_id"], "role": s["role"], "band_c": s["band_c"],
+              "trainer_logprobs": t, "loss_mask": [1] * len(t), "prompt_id": s["prompt_id"], "role": s["role"], "c": s["c"],
               "slot": s["slot"], "kernel_mode": mode, "dtype": dtype, "trainer_batch": batch_size}
              for s, t in zip(samples, recomputed)]
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -210,6 +210,6 @@ def _sampled(run) -> list[dict]:
     key = ["source", "record"]
     tokens = (run.tokens.filter(pl.col("segment") == "completion").sort(*key, "position")
               .group_by(key, maintain_order=True).agg("token_id", "logprob"))
-    requests = run.requests.select(*key, "request_id", "prompt_id", "role", "band_c", "slot")
+    requests = run.requests.select(*key, "request_id", "prompt_id", "role", "c", "slot")
     joined = requests.join(tokens, on=key, how="inner", maintain_order="left").sort(key).drop(key)
     return joined.rename({"token_id": "token_ids", "logprob": "logprobs"}).to_dicts()

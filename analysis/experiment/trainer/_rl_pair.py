@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...core._output import claim_output
+from ...core import claim_output
 from ..engines import SERVED_NAME
 
 
