@@ -36,7 +36,7 @@ from .views.plots import plot_trend
 from .report import render_report
 from .report.trend import render_trend
 from .experiment import ExperimentError, run_experiment
-from .probe import CallableError, probe_callable
+from .probe._callable import CallableError, probe_callable
 from .probe import ProbeError  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
 from . import dumps, parity, plots, report, run, trend, views  # the public modules, bound by name
 

@@ -101,7 +101,7 @@ def assert_rows_equal(columnar: list[dict], plain: list[dict], columns) -> None:
             assert same(got[name], want[name]), (name, got, want)
 
 
-SLOT_COLUMNS = ["prompt_id", "c", "repeat", "slot", "agree_to", "diverged", "divergence_at", "bitwise_prefix", "max_abs_delta", "max_ulp",
+SLOT_COLUMNS = ["prompt_id", "c", "repeat", "slot", "diverged", "divergence_at", "bitwise_prefix", "max_abs_delta", "max_ulp",
                 "topk_order_changes", "reference_margin", "own_margin", "in_reference_topk", "near_tie", "k3_mean", "k3_max", "kl_topk_mean",
                 "kl_topk_max", "length", "ttft_s", "decode_tok_s"]
 BAND_COLUMNS = ["prompt_id", "c", "repeat", "m_formed", "n_slots", "divergence_min", "divergence_median", "divergence_max", "diverged_slots",

@@ -29,7 +29,7 @@ def runs(tmp_path_factory):
 def test_invariant_modes_are_bitwise_identical_at_every_c(runs, index):
     table = slot_table(runs[index])
     assert table.height == 1 + 2 + 4
-    assert (table["agree_to"] == 8).all() and (table["bitwise_prefix"] == 8).all()
+    assert table["divergence_at"].null_count() == table.height and (table["length"] == 8).all() and (table["bitwise_prefix"] == 8).all()
     assert table["max_ulp"].to_list() == [0] * 7
 
 

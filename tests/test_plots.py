@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 from test_run import make_run
 
+import analysis
 from analysis import plots, read_witnesses
 from analysis.parity import flip_curve, step_margins
 from analysis.run import band_table, drift_table, flip_table, read_run, reference_margins, slot_table, width_table
@@ -48,7 +49,7 @@ def test_run_plots(tmp_path):
 
 
 def test_empty_inputs_say_so():
-    empty = pl.DataFrame(schema={"prompt_id": pl.String, "c": pl.Int64, "diverged": pl.Boolean, "agree_to": pl.Int64,
+    empty = pl.DataFrame(schema={"prompt_id": pl.String, "c": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "length": pl.Int64, "reference_length": pl.Int64,
                                  "reference_margin": pl.Float64, "unique_completions": pl.Int64})
     assert "No batched requests" in plots.plot_divergence(empty).texts[0].get_text()
     assert "never part" in plots.plot_fork_tree([], at=0).texts[0].get_text()
@@ -120,8 +121,10 @@ def test_identical_series_are_merged_into_one_named_line(tmp_path):
 
 
 def _slots(agree_to, diverged):
+    """Requests agreeing with the reference for ``agree_to`` tokens: parting there when ``diverged``, else that long."""
     n = len(agree_to)
-    return pl.DataFrame({"prompt_id": ["p0"] * n, "c": [4] * n, "slot": list(range(n)), "agree_to": agree_to, "diverged": diverged})
+    return pl.DataFrame({"prompt_id": ["p0"] * n, "c": [4] * n, "slot": list(range(n)), "diverged": diverged,
+                         "divergence_at": [a if d else None for a, d in zip(agree_to, diverged)], "length": agree_to, "reference_length": agree_to})
 
 
 def test_a_run_where_nothing_parted_says_so_on_a_full_axis(tmp_path):
@@ -318,9 +321,15 @@ def test_one_figure_takes_a_run_a_witness_set_a_history_or_their_frames():
     assert _artists(plots.plot_divergence(slot_table(run).rename({"c": "c"}), declared_min=run.declared_min)) == _artists(plots.plot_divergence(run))
 
 
-def test_the_concurrency_column_is_chosen_in_one_place():
-    assert plots.c_column(pl.DataFrame({"c": [1], "x": [2]})) == "c"
-    assert plots.c_column(pl.DataFrame({"c": [1]})) == "c"
+def test_a_legacy_frame_naming_concurrency_band_c_draws_as_c():
+    """Run tables bia wrote before run_version 2 named c band_c: a frame saved then still plots, the same points."""
+    slots = analysis.slot_table(analysis.read_run("data/experiment-cpu/default"))
+    now, legacy = plt.subplots()[1], plt.subplots()[1]
+    analysis.plot_divergence(slots, ax=now)
+    analysis.plot_divergence(slots.rename({"c": "band_c"}).to_pandas(), ax=legacy)
+    drawn = [[line.get_xydata().tolist() for line in ax.get_lines()] for ax in (now, legacy)]
+    assert drawn[0] == drawn[1] and any(points for points in drawn[0])
+    plt.close("all")
 
 
 def test_the_attribution_figure_takes_runs_or_their_shares():

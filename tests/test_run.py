@@ -132,8 +132,8 @@ def test_slot_and_band_tables(tmp_path):
 
     run = read_run(make_run(tmp_path))
     slots = slot_table(run)
-    assert slots.select("c", "slot", "agree_to", "diverged", "near_tie").rows() == [
-        (1, 0, 4, False, False), (4, 0, 2, True, True), (4, 1, 2, True, True), (4, 2, 2, True, True), (4, 3, 2, True, True)]
+    assert slots.select("c", "slot", "divergence_at", "length", "diverged", "near_tie").rows() == [
+        (1, 0, None, 4, False, False), (4, 0, 2, 4, True, True), (4, 1, 2, 4, True, True), (4, 2, 2, 4, True, True), (4, 3, 2, 4, True, True)]
     assert slots["reference_margin"].to_list()[1:] == pytest.approx([0.02] * 4)
     assert slots["bitwise_prefix"].to_list() == [4, 2, 2, 2, 2]
     bands = band_table(run)
@@ -152,10 +152,10 @@ def test_reference_choice_and_prompt_table(tmp_path):
     (folder / "captures" / "p0.jsonl").write_text("\n".join(lines) + "\n")
     run = read_run(folder)
     assert references(run, "ref2")["p0"].identities == (10, 20, 31, 40)
-    assert slot_table(run, reference="ref1")["agree_to"].to_list() == [4, 2, 2, 2, 2]
-    assert slot_table(run, reference="ref2")["agree_to"].to_list() == [2, 4, 4, 4, 4]
+    assert slot_table(run, reference="ref1")["divergence_at"].to_list() == [None, 2, 2, 2, 2]
+    assert slot_table(run, reference="ref2")["divergence_at"].to_list() == [2, None, None, None, None]
     other = read_run(make_run(tmp_path / "other"))
-    assert slot_table(run, reference=other)["agree_to"].to_list() == [4, 2, 2, 2, 2]
+    assert slot_table(run, reference=other)["divergence_at"].to_list() == [None, 2, 2, 2, 2]
     with pytest.raises(RunError, match="reference must be"):
         slot_table(run, reference="ref3")
     table = prompt_table(run)

@@ -128,7 +128,7 @@ def test_probe_against_bia_serve_writes_a_run(tmp_path, mode):
     widths = {entry["c"]: entry["widths"] for entry in run.manifest["m_formed"]}
     assert max(widths[1]) == 1 and max(widths[4]) >= 2 and len(widths[4]) >= 12  # every step's width is kept
     table = slot_table(run)
-    assert table.height == 1 + 2 + 4 and (table["agree_to"] == 12).all()  # no token flips for this prompt in either mode
+    assert table.height == 1 + 2 + 4 and table["divergence_at"].null_count() == table.height and (table["length"] == 12).all()  # no token flips for this prompt in either mode
     batched = table.filter(pl.col("c") == 4)["bitwise_prefix"]
     if mode != "default":
         assert (table["bitwise_prefix"] == 12).all()

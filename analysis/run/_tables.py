@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); onl
     from ._model import Run
 
 _SLOT_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
-                "agree_to": pl.Int64, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
+                "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
                 "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
                 "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
                 "kl_topk_max": pl.Float64, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64,
@@ -66,7 +66,7 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     ...     {"source": "tests/samples/vllm_chat_nonstream_token_ids__OpenPipe-ART.json", "prompt_id": "p", "role": "reference", "slot": 0},
     ...     {"source": "tests/samples/renderers_generate_response_fixture__renderers-tests-test_client.json",
     ...      "prompt_id": "p", "role": "band", "c": 1, "slot": 0}])
-    >>> slot_table(run).select("c", "agree_to", "diverged", "divergence_at").row(0)
+    >>> slot_table(run).select("c", "diverged", "divergence_at", "length").row(0)
     (1, 0, True, 0)
     """
     return _slot_comparisons(run, epsilon, reference).select([pl.col(n).cast(t) for n, t in _SLOT_SCHEMA.items()])
@@ -399,7 +399,7 @@ def band_forks(run: Run) -> pl.DataFrame:
     Examples
     --------
     >>> from analysis import read_run
-    >>> band_forks(read_run("data/experiment-cpu/default")).select("prompt_id", "c", "at", "slots").row(0)  # 64 tokens, no fork
+    >>> band_forks(read_run("data/experiment-cpu/default")).select("prompt_id", "c", "position", "slots").row(0)  # 64 tokens, no fork
     ('p0', 1, 64, None)
     """
     steps, requests, _ = numbered_steps(run)
@@ -414,7 +414,8 @@ def band_forks(run: Run) -> pl.DataFrame:
              .agg(pl.col("token_id", "token_text", "token_bytes").first(), slots=pl.len().cast(pl.Int64), first_slot=pl.col("pair").min())
              .sort([*_BAND, "slots", "first_slot"], descending=[*[False] * len(_BAND), True, False], nulls_last=False, maintain_order=True))
     keys = bands.group_by(_BAND, maintain_order=True).agg(pl.col("at").first())
-    return keys.join(taken.drop("ident", "first_slot"), on=[*_BAND, "at"], how="left", nulls_equal=True, maintain_order="left")
+    forks = keys.join(taken.drop("ident", "first_slot"), on=[*_BAND, "at"], how="left", nulls_equal=True, maintain_order="left")
+    return forks.rename({"at": "position"})  # a token position, as in every table
 
 
 def _send_spans(group: pl.DataFrame) -> list[tuple[float, float]] | None:

@@ -122,7 +122,7 @@ def _forks(run) -> dict[str, Any]:
     labels, parted = _token_labels(run), []
     forks = band_forks(run)
     for (prompt, c, repeat, at), group in forks.filter(pl.col("slots").is_not_null()).group_by(
-            ["prompt_id", "c", "repeat", "at"], maintain_order=True):
+            ["prompt_id", "c", "repeat", "position"], maintain_order=True):
         branches = [(_label(token_id if token_id is not None else (text, data), labels), n)
                     for token_id, text, data, n in group.select("token_id", "token_text", "token_bytes", "slots").rows()]
         parted.append({"prompt_id": prompt, "c": c, "repeat": repeat, "at": at, "branches": branches})

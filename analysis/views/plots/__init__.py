@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
-from ._drawing import LEGEND_LIMIT, c_column
+from ._drawing import LEGEND_LIMIT
 from .attribution import attribution_shares_by_engine, plot_attribution
 from .first_ops import plot_first_ops
 from .mismatch import rl_mismatch_figures
@@ -24,7 +24,7 @@ from .rates import plot_band_widths, plot_decode_rate
 from .trend import METRICS, figure_alt, plot_trend, series_keys, series_name
 from .witness import differing_env_knobs, plot_env_knobs, witness_label
 
-__all__ = ["LEGEND_LIMIT", "METRICS", "attribution_shares_by_engine", "c_column", "differing_env_knobs", "figure_alt", "plot_attribution",
+__all__ = ["LEGEND_LIMIT", "METRICS", "attribution_shares_by_engine", "differing_env_knobs", "figure_alt", "plot_attribution",
            "plot_band_widths", "plot_decode_rate", "plot_delta_before_fork", "plot_divergence", "plot_env_knobs", "plot_first_ops",
            "plot_flip_curve", "plot_fork_tree", "plot_margin_at_divergence", "plot_margin_trace", "plot_run_decode_rate",
            "plot_run_divergence", "plot_trend", "plot_unique_completions", "rl_mismatch_figures", "run_curves", "run_figures",

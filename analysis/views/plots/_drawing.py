@@ -17,25 +17,16 @@ from ...studies import History
 from ...witness import WitnessSet
 
 
-def c_column(frame: pl.DataFrame) -> str:
-    """The frame's concurrency column: ``c`` (witness bands, a history) or ``c`` (a run's tables), whichever it has.
-
-    Examples
-    --------
-    >>> c_column(pl.DataFrame({"c": [1]})), c_column(pl.DataFrame({"c": [1]}))
-    ('c', 'c')
-    """
-    return "c" if "c" in frame.columns or "c" not in frame.columns else "c"
-
-
 def as_frame(value: Any) -> pl.DataFrame | None:
-    """A polars frame as is, a pandas frame as polars; None for anything else."""
-    if isinstance(value, pl.DataFrame):
-        return value
+    """A polars frame as is, a pandas frame as polars (a legacy ``band_c`` column read as ``c``); None for anything else."""
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(value, pandas.DataFrame):
-        return pl.from_pandas(value)
-    return None
+        value = pl.from_pandas(value)
+    if not isinstance(value, pl.DataFrame):
+        return None
+    if "band_c" in value.columns and "c" not in value.columns:  # legacy: run tables bia wrote before run_version 2
+        value = value.rename({"band_c": "c"})
+    return value
 
 
 def drawn(value: Any, plot: str, *, run: Callable[[Run], pl.DataFrame] | None = None,

@@ -10,7 +10,7 @@ import polars as pl
 from ...run import Run
 from ...studies import LADDER, UNEXPLAINED, attribution_shares, attribution_table
 from ...studies import engine_label
-from ._drawing import _empty, as_frame, c_column, drawn
+from ._drawing import _empty, as_frame, drawn
 
 _CAUSES = [name for name, _, _ in LADDER] + [UNEXPLAINED]
 _COLOURS = dict(zip(_CAUSES, ["#8c8c8c", "#d62728", "#9467bd", "#ff7f0e", "#1f77b4", "#2ca02c", "#000000"]))
@@ -35,7 +35,7 @@ def plot_attribution(shares: Any, *, ax=None):
     """One bar per engine and c, split by the share of its drifting requests each cause accounts for.
 
     ``shares``: a run probed with control arms (``bia probe --arms``), several such runs, or the rows of
-    :func:`attribution_shares_by_engine` (engine, c or c, cause, share). A run without arms is not attributed.
+    :func:`attribution_shares_by_engine` (engine, c, cause, share). A run without arms is not attributed.
 
     Examples
     --------
@@ -50,7 +50,7 @@ def plot_attribution(shares: Any, *, ax=None):
     if isinstance(shares, Run) or (as_frame(shares) is None and isinstance(shares, Iterable) and not isinstance(shares, (str, bytes))):
         shares = attribution_shares_by_engine([shares] if isinstance(shares, Run) else shares)
     shares = drawn(shares, "plot_attribution", run=lambda run: attribution_shares_by_engine([run]), frame="attribution_shares_by_engine(runs)")
-    c = c_column(shares)
+    c = "c"
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * max(1, shares.select("engine", c).n_unique())))
     if shares.is_empty():

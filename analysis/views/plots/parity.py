@@ -12,7 +12,7 @@ import polars as pl
 from ...run import Run, band_table, drift_table, flip_table, reference_margins, slot_table
 from ...studies import History
 from ...witness import WitnessSet
-from ._drawing import LEGEND_LIMIT, _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, as_frame, c_column, drawn
+from ._drawing import LEGEND_LIMIT, _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, as_frame, drawn
 from .witness import witness_label
 
 _RESULT_MARKERS = {"PASS": "o", "FAIL": "X", "UNMEASURABLE": "s"}
@@ -42,8 +42,8 @@ def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | N
     Parameters
     ----------
     parity : Run, WitnessSet or DataFrame
-        A run, a witness set, or the frame of one (polars or pandas): a frame with ``agree_to`` is drawn as a run's requests,
-        any other as witness bands. The concurrency column is ``c`` or ``c``, whichever the frame has.
+        A run, a witness set, or the frame of one (polars or pandas): a frame with ``diverged`` is drawn as a run's requests,
+        any other as witness bands. The concurrency column is ``c``.
     witnesses : DataFrame, optional
         The witnesses of the bands, for their reference lengths.
     declared_min : int, optional
@@ -75,7 +75,7 @@ def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | N
     if isinstance(parity, Run) and declared_min is None:
         declared_min = parity.declared_min
     frame = drawn(parity, "plot_divergence", run=slot_table, witnesses=_bands, frame="analysis.slot_table(run) or WitnessSet.bands")
-    if "agree_to" in frame.columns:
+    if "diverged" in frame.columns:  # a run's requests; witness bands have no per-request column
         return _requests_parting(frame, declared_min, ax)
     return _witnesses_parting(frame, witnesses, ax)
 
@@ -86,21 +86,23 @@ def _bands(ws: WitnessSet) -> pl.DataFrame:
 
 def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax):
     """A run's figure: each batched request where it parts from ref #1 (o), or at its length when it never parts (^)."""
-    c = c_column(slots)
+    c = "c"
     if slots.is_empty():
         return _empty(ax, "No batched requests in the run.")
+    # where each request parts, or its length (the shorter of it and the reference's) when it never does
+    slots = slots.with_columns(agreed=pl.coalesce("divergence_at", pl.min_horizontal("reference_length", "length")))
     parted = slots.filter(pl.col("diverged"))
     held = slots.filter(~pl.col("diverged"))
     if parted.height:
-        ax.plot(parted[c], parted["agree_to"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
-    ax.plot(held[c], held["agree_to"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height}; drawn at their length)")
-    earliest = parted.sort("agree_to", c).unique(["prompt_id"], keep="first", maintain_order=True)
-    _label_points(ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", c, "agree_to", "slot").rows()])
+        ax.plot(parted[c], parted["agreed"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
+    ax.plot(held[c], held["agreed"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height}; drawn at their length)")
+    earliest = parted.sort("agreed", c).unique(["prompt_id"], keep="first", maintain_order=True)
+    _label_points(ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", c, "agreed", "slot").rows()])
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
     _set_c_axis(ax, slots[c].to_list())
     if not parted.height:
-        top = max([*held["agree_to"].drop_nulls().to_list(), declared_min or 0, 1])
+        top = max([*held["agreed"].drop_nulls().to_list(), declared_min or 0, 1])
         ax.set_ylim(0, top * 1.25)
         ax.text(0.5, 0.4, f"Nothing parted: all {held.height} batched requests\nagree with the m=1 reference to their end.",
                 ha="center", va="center", transform=ax.transAxes)
@@ -112,7 +114,7 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax):
 
 def _witnesses_parting(bands: pl.DataFrame, witnesses: Any, ax):
     """A witness set's figure: divergence_at against c, one line per witness, each band's result as its marker."""
-    c = c_column(bands)
+    c = "c"
     measured = bands.filter(pl.col("divergence_at").is_not_null())
     if measured.is_empty():
         return _empty(ax, "No band recorded a divergence_at.")
@@ -174,7 +176,7 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     """
     ax = _axes(ax)
     parted = drawn(slots, "plot_margin_at_divergence", run=slot_table).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
-    c = c_column(parted)
+    c = "c"
     if parted.is_empty():
         return _empty(ax, "No request parted where the reference had two candidates.")
     # clip_on=False: an exact tie sits on the axis at 0 and is drawn whole
@@ -288,7 +290,7 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
         return _empty(ax, "No agreeing step to compare.")
     if deltas["abs_delta"].max() == 0:
         return _empty(ax, f"No drift: every one of the {deltas.height} agreeing steps has the reference's logprob, bit for bit.")
-    if c_column(deltas) in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1:
+    if "c" in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1:
         _drift_by_c(ax, deltas)
     else:
         series = deltas.group_by(["label"], maintain_order=True)
@@ -304,7 +306,7 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
 
 def _drift_by_c(ax, deltas: pl.DataFrame) -> None:
     """One line per c: the largest |delta| over that c's requests at each step; the furthest request named."""
-    by = c_column(deltas)
+    by = "c"
     colours = _c_colours(deltas[by].to_list())
     envelope = deltas.group_by(by, "step").agg(pl.col("abs_delta").max(), requests=pl.col("label").n_unique()).sort(by, "step")
     series = (((c, g["requests"].max()), tuple(g.select("step", "abs_delta").rows()), (c, g))
@@ -378,7 +380,7 @@ def plot_unique_completions(bands: Any, *, ax=None):
     bands = drawn(bands, "plot_unique_completions", run=band_table)
     if bands.is_empty():
         return _empty(ax, "No bands in the run.")
-    c = c_column(bands)
+    c = "c"
     bands = bands.sort(c)
     ax.plot(bands[c], bands["unique_completions"], "o", alpha=0.5, color="tab:blue", label=f"one band ({bands.height})")
     most = bands.group_by(c, maintain_order=True).agg(pl.col("unique_completions").max())

@@ -10,7 +10,7 @@ import polars as pl
 from ...run import band_table, width_table
 from ...studies import History
 from ...witness import WitnessSet
-from ._drawing import _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, c_column, drawn
+from ._drawing import _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, drawn
 from .witness import witness_label
 
 
@@ -26,7 +26,7 @@ def plot_decode_rate(rates: Any, *, ax=None):
     Parameters
     ----------
     rates : Run, WitnessSet, History or DataFrame
-        What to draw; a frame (polars or pandas) with ``c`` or ``c``, whichever it has.
+        What to draw; a frame (polars or pandas) with ``c``.
     ax : matplotlib Axes, optional
         Where to draw; a new figure otherwise.
 
@@ -65,51 +65,51 @@ def _entries(history: History) -> pl.DataFrame:
 
 
 def _witness_rates(bands: pl.DataFrame, ax):
-    c = c_column(bands)
+    c = "c"
     rated = bands.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0))
     if rated.is_empty():
         untimed = bands["source"].unique(maintain_order=True).to_list()
         return _empty(ax, "No decode rates recorded" + (f" in {len(untimed)} witness(es)" if untimed else "") + "\n(witness_version 1 and 2 do not time requests).")
     groups = ((witness_label(s, v), g) for (s, v), g in rated.sort(c).group_by(["source", "witness_version"], maintain_order=True))
-    _rate_lines(ax, groups, c)
+    _rate_lines(ax, groups)
     ax.set_ylabel("decode rate per request (tok/s)")
     ax.set_title("Per-request decode rate while batched")
     return ax
 
 
 def _history_rates(bands: pl.DataFrame, ax):
-    c = c_column(bands)
+    c = "c"
     rated = bands.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0))
     if rated.is_empty():
         return _empty(ax, f"No decode rates recorded in the history's {bands['entry'].n_unique()} entries.")
     groups = ((witness_label(source or entry[:16], None), g)
               for (entry, source), g in rated.sort(c).group_by(["entry", "source"], maintain_order=True))
-    _rate_lines(ax, groups, c)
+    _rate_lines(ax, groups)
     ax.set_ylabel("decode rate per request (tok/s)")
     ax.set_title("Per-request decode rate while batched, per entry")
     return ax
 
 
-def _rate_lines(ax, groups, c_column: str) -> None:
+def _rate_lines(ax, groups) -> None:
     """One rate line per group against c, each with its 50%-of-c=1 line (S7's bar).
 
     The bar is drawn only where c=1 has exactly one rate (a witness has one band per c). Groups with the
     same rates are drawn once.
     """
     cs = []
-    for label, group in _merge_identical((label, tuple(group.select(c_column, "decode_tok_s").rows()), group) for label, group in groups):
-        line = ax.plot(group[c_column], group["decode_tok_s"], "o-", label=label)[0]
-        base = group.filter(pl.col(c_column) == 1)["decode_tok_s"]
+    for label, group in _merge_identical((label, tuple(group.select("c", "decode_tok_s").rows()), group) for label, group in groups):
+        line = ax.plot(group["c"], group["decode_tok_s"], "o-", label=label)[0]
+        base = group.filter(pl.col("c") == 1)["decode_tok_s"]
         if base.len() == 1:
             ax.axhline(0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)")
-        cs += group[c_column].to_list()
+        cs += group["c"].to_list()
     _set_c_axis(ax, cs)
     ax.set_ylim(bottom=0)
     _legend(ax)
 
 
 def _band_rates(bands: pl.DataFrame, ax):
-    c = c_column(bands)
+    c = "c"
     rated = bands.filter(pl.col("decode_tok_s").is_not_null()) if "decode_tok_s" in bands.columns else bands.clear()
     if rated.is_empty():
         return _empty(ax, "No band has a decode rate: the captures carry no live arrival times.")
@@ -138,7 +138,7 @@ def _outliers(frame: pl.DataFrame, column: str) -> pl.DataFrame:
     >>> _outliers(frame, "rate")["rate"].to_list()
     [20.0]
     """
-    value, c = pl.col(column), c_column(frame)
+    value, c = pl.col(column), "c"
     q1, q3 = value.quantile(0.25).over(c), value.quantile(0.75).over(c)
     spread = 1.5 * (q3 - q1)
     far = (value < q1 - spread) | (value > q3 + spread)
@@ -168,7 +168,7 @@ def plot_band_widths(widths: Any, *, ax=None):
     widths = drawn(widths, "plot_band_widths", run=width_table)
     if widths.is_empty():
         return _empty(ax, "The run recorded no batch widths (no server log, no gauge).")
-    c = c_column(widths)
+    c = "c"
     cs = sorted(set(widths[c].to_list()))
     for (origin,), group in widths.group_by(["origin"], maintain_order=True):
         label, marker = _WIDTH_ORIGINS.get(origin, (str(origin), "x"))
