@@ -68,7 +68,7 @@ __all__ = sorted([
 ], key=str)
 
 # A run's card opens with its verdict: the judgement sits above the run's floor, so the face gives Run its card.
-Run._repr_html_ = views.run_card
+Run._repr_html_ = views.run_card  # type: ignore[method-assign,assignment]  # a deliberate patch: the face's card replaces the plain one
 
 # Public classes say they belong to the package face, as httpx's do: reprs, tracebacks and pickles name
 # ``analysis.Run`` rather than the private module that happens to define it today.
