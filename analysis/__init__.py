@@ -67,8 +67,9 @@ __all__ = sorted([
 ], key=str)
 
 # A run's card opens with its verdict: the judgement sits above the run's floor, so the face gives Run its card.
-Run._repr_html_ = views.run_card
-Judgement._repr_html_ = views.html.judgement_html
+# Deliberate patches: the face's cards replace the plain ones (views sit above the objects' floors).
+Run._repr_html_ = views.run_card  # type: ignore[method-assign,assignment]
+Judgement._repr_html_ = views.html.judgement_html  # type: ignore[method-assign,assignment]
 
 # Public classes say they belong to the package face, as httpx's do: reprs, tracebacks and pickles name
 # ``analysis.Run`` rather than the private module that happens to define it today.

@@ -209,7 +209,7 @@ class Engine:
             request.last, request.length = logits[row:row + 1, -1], request.length + 1
 
 
-def timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, float | int]:
+def timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, float | int | None]:
     """A request's timings as llama.cpp's server reports them (``timings`` in its last chunk): the prompt pass, and the
     decode from the end of that pass to the step that chose the last token.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from decimal import Decimal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..core._frames import as_polars
@@ -261,7 +261,7 @@ def _shortened(text: str, n: int | None) -> str | Shortened:
     return Shortened(text[:n], text) if n is not None and len(text) > n else text
 
 
-def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], lines: list[tuple[str, str | None]] = (),
+def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], lines: Sequence[tuple[str, str | None]] = (),
                  preview: Any = None, preview_rows: int = 5, shorten: Mapping[str, int] | None = None) -> str:
     """The compact HTML card an object shows in Jupyter (``shorten``: as :func:`frame_html` takes it).
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 # Integers land in 64-bit columns: a larger one is refused here rather than overflowing there.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -81,7 +82,17 @@ class Fields:
     def _fail(self, key: str, expected: str, value: Any) -> WitnessError:
         return WitnessError(self.source, self.record, key, f"expected {expected}, got {describe(value)}")
 
-    def int(self, key: str, *, required: bool = False, nonnegative: bool = True) -> int | None:
+    # The readers are named after the types they return, so inside the class ``str``, ``int``, ``bool`` and ``list``
+    # name these methods: annotations spell the builtins as ``builtins.*``. ``required=True`` never returns None.
+    @overload
+    def int(self, key: builtins.str, *, required: Literal[True], nonnegative: builtins.bool = True) -> builtins.int: ...
+    @overload
+    def int(
+        self, key: builtins.str, *, required: builtins.bool = False, nonnegative: builtins.bool = True
+    ) -> builtins.int | None: ...
+    def int(
+        self, key: builtins.str, *, required: builtins.bool = False, nonnegative: builtins.bool = True
+    ) -> builtins.int | None:
         """An integer (never a bool or a float), or None when absent or null.
 
         Parameters
@@ -115,7 +126,7 @@ class Fields:
             raise self._fail(key, "an integer that fits in 64 bits", value)
         return value
 
-    def number(self, key: str) -> float | None:
+    def number(self, key: builtins.str) -> float | None:
         """A JSON number (integers allowed) as float, or None.
 
         Parameters
@@ -142,7 +153,11 @@ class Fields:
         except OverflowError:
             raise self._fail(key, "a number within a 64-bit float's range", value) from None
 
-    def str(self, key: str, *, required: bool = False) -> str | None:
+    @overload
+    def str(self, key: builtins.str, *, required: Literal[True]) -> builtins.str: ...
+    @overload
+    def str(self, key: builtins.str, *, required: builtins.bool = False) -> builtins.str | None: ...
+    def str(self, key: builtins.str, *, required: builtins.bool = False) -> builtins.str | None:
         """A string, or None when absent or null.
 
         Parameters
@@ -168,7 +183,7 @@ class Fields:
             raise self._fail(key, "a string", value)
         return value
 
-    def bool(self, key: str) -> bool | None:
+    def bool(self, key: builtins.str) -> builtins.bool | None:
         """A boolean, or None.
 
         Parameters
@@ -190,7 +205,11 @@ class Fields:
             return value
         raise self._fail(key, "true or false", value)
 
-    def list(self, key: str, *, required: bool = False) -> list[Any] | None:
+    @overload
+    def list(self, key: builtins.str, *, required: Literal[True]) -> builtins.list[Any]: ...
+    @overload
+    def list(self, key: builtins.str, *, required: builtins.bool = False) -> builtins.list[Any] | None: ...
+    def list(self, key: builtins.str, *, required: builtins.bool = False) -> builtins.list[Any] | None:
         """A JSON array, or None when absent or null (an error when required).
 
         Parameters
@@ -216,7 +235,7 @@ class Fields:
             raise self._fail(key, "a list", value)
         return value
 
-    def child(self, key: str, record: str | None = None) -> Fields | None:
+    def child(self, key: builtins.str, record: builtins.str | None = None) -> Fields | None:
         """The nested object at ``key`` as Fields, or None when absent or null.
 
         Parameters
@@ -240,6 +259,6 @@ class Fields:
             return None
         return Fields(value, source=self.source, record=record or f"{self.record}.{key}")
 
-    def unused(self) -> dict[str, Any]:
+    def unused(self) -> dict[builtins.str, Any]:
         """The fields nobody asked for, so they can be kept rather than dropped."""
         return {k: v for k, v in self.obj.items() if k not in self._used}

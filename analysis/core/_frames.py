@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 BACKENDS = ("polars", "pandas")
 
@@ -125,7 +128,7 @@ def progress_bar(total: int, show: bool | None, unit: str):
     return tqdm(total=total, unit=unit, disable=not (sys.stderr.isatty() if show is None else show), file=sys.stderr)
 
 
-def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, PolarsDataType]) -> pl.DataFrame:
     """Build a frame with a fixed schema; columns beyond the schema (found in rows) come after it.
 
     An empty ``rows`` still gives every column, so downstream code never meets a missing one.
@@ -141,7 +144,7 @@ def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, pl.DataType]) 
     -------
     polars.DataFrame
     """
-    extra: dict[str, pl.DataType] = {}
+    extra: dict[str, PolarsDataType] = {}
     for row in rows:
         for key in row:
             if key not in schema and key not in extra:

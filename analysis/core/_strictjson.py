@@ -252,7 +252,7 @@ def first_duplicate(value: Any, path: str = "") -> str | None:
             repeated = sorted(getattr(item, "duplicates", ()))
             if repeated:
                 return f"{where}.{repeated[0]}" if where else repeated[0]
-            stack.extend((v, f"{where}.{k}" if where else k) for k, v in reversed(item.items()))
+            stack.extend((v, f"{where}.{k}" if where else k) for k, v in reversed(list(item.items())))
         elif isinstance(item, list):
             stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
     return None

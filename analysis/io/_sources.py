@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 
@@ -118,7 +119,8 @@ def fetch_url(
     finally:  # a refused, failed or interrupted download leaves no partial file behind
         Path(partial).unlink(missing_ok=True)
     if status == 304:  # not modified: the copy stands, and says when it was last confirmed
-        meta = {**meta, "revalidated_unix": time.time()}
+        # (meta is not None: a 304 answers the validators, which are sent only when there is a copy)
+        meta = {**cast(dict[str, Any], meta), "revalidated_unix": time.time()}
     else:
         meta = {"url": url, "status": status, "etag": headers.get("etag"), "last_modified": headers.get("last-modified"),
                 "fetched_unix": time.time()}

@@ -105,7 +105,10 @@ def _placements(requests: pl.DataFrame, entries: list[dict[str, Any]], band_per_
     by_source = {_real(str(e["source"])): e for e in entries if "source" in e}
     counts = records.group_by("source", maintain_order=True).len()
     sizes = dict(counts.iter_rows())
-    rows, refs, repeats, slots = [], {}, {}, {}
+    rows: list[dict[str, Any]] = []
+    refs: dict[str, list[str]] = {}
+    repeats: dict[tuple[str, int], list[str]] = {}
+    slots: dict[str, int] = {}
     for row in records.iter_rows(named=True):
         entry = by_source.get(_real(row["source"]))
         if entry is not None:
@@ -128,8 +131,8 @@ def _placements(requests: pl.DataFrame, entries: list[dict[str, Any]], band_per_
                 seen = repeats.setdefault((prompt, c), [])
                 if row["source"] not in seen:
                     seen.append(row["source"])
-                slots[row["source"]] = slot = slots.get(row["source"], -1) + 1
-                rows.append({**row, "prompt_id": prompt, "role": "band", "c": c, "slot": slot, "repeat": seen.index(row["source"]),
+                slots[row["source"]] = band_slot = slots.get(row["source"], -1) + 1
+                rows.append({**row, "prompt_id": prompt, "role": "band", "c": c, "slot": band_slot, "repeat": seen.index(row["source"]),
                              "placed_by": "band per file"})
         else:
             rows.append({**row, "placed_by": "envelope"})

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -60,10 +60,11 @@ def _derived_record(folder: Path) -> dict[str, Any] | None:
 
 
 def _write_derived(run: Run, stamps: dict[str, dict[str, Any]]) -> Path:
-    folder = run.path / "derived"
+    path = cast(Path, run.path)  # both callers write only a run read from its folder
+    folder = path / "derived"
     (folder / "manifest.json").unlink(missing_ok=True)  # the tables below are not the recorded ones until the new manifest lands
     run.dump.write_parquet(folder)
-    record = {"derived_version": _DERIVED_VERSION, "captures_dir": str(run.path / "captures"), "captures": stamps, "formats": run.dump.formats,
+    record = {"derived_version": _DERIVED_VERSION, "captures_dir": str(path / "captures"), "captures": stamps, "formats": run.dump.formats,
               "skipped": [{"source": e.source, "record": e.record, "field": e.field, "problem": e.problem} for e in run.dump.skipped]}
     partial = folder / "manifest.json.part"
     partial.write_text(json.dumps(record, indent=1), encoding="utf-8")
@@ -87,4 +88,5 @@ def _read_derived(folder: Path, captures: Path, record: dict[str, Any], stamps: 
         tables = [t.with_columns(pl.when(pl.col("source").str.starts_with(old)).then(pl.lit(new) + pl.col("source").str.slice(len(old)))
                                  .otherwise(pl.col("source")).alias("source")) for t in tables]
     skipped = [DumpError(moved(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])]
-    return Dump(*tables, formats={moved(k): v for k, v in record.get("formats", {}).items()}, skipped=skipped)
+    tokens, candidates, requests = tables
+    return Dump(tokens, candidates, requests, formats={moved(k): v for k, v in record.get("formats", {}).items()}, skipped=skipped)

@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -82,11 +82,11 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
                        "(assemble_dumps(..., manifest={'sampler': {'max_tokens': N}}))")
     declared_min, max_run = run.declared_min, int(manifest.get("max_constant_run", _DEFAULTS["max_constant_run"]))
     refs = requests.filter(pl.col("role") == "reference").sort("slot").to_dicts()
-    band_rows = {}
+    band_rows: dict[int, tuple[int | None, list[dict[str, Any]]]] = {}
     arm = main_arm(manifest)  # a witness holds one layout's bands: the copies arm's where the run has it
     for c in run.ladder:
         rows = requests.filter((pl.col("role") == "band") & (pl.col("c") == c) & (pl.col("arm") == arm))
-        chosen = repeat if repeat is not None else (rows["repeat"].drop_nulls().min() if rows["repeat"].drop_nulls().len() else None)
+        chosen = repeat if repeat is not None else (cast(int, rows["repeat"].drop_nulls().min()) if rows["repeat"].drop_nulls().len() else None)
         if chosen is not None:
             rows = rows.filter(pl.col("repeat") == chosen)
         band_rows[c] = (chosen, rows.sort("slot").to_dicts())
@@ -95,10 +95,10 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     bands = []
     if reference["stable"]:
         runs = _constant_runs(run)
-        for c, (chosen, rows) in band_rows.items():
+        for c, (chosen, band_requests) in band_rows.items():
             widths, evidence = band_widths(manifest, prompt_id, c, chosen, arm=arm)
             expected = 1 if arm == "mixed" else c  # needle: only the target is recorded
-            band = _band(c, max(widths, default=None), rows, facts, runs, refs[0], n_predict, declared_min, max_run, expected)
+            band = _band(c, max(widths, default=None), band_requests, facts, runs, refs[0], n_predict, declared_min, max_run, expected)
             bands.append({**band, "m_formed_evidence": evidence})  # log, metrics, engine or streams (see band_widths); aprender ignores it
     result = derive_run_verdict(reference["stable"], [(b["c"], b["result"]) for b in bands])
     prompt_text = next((p.get("text") for p in manifest.get("prompts", []) if str(p.get("prompt_id")) == prompt_id), None)

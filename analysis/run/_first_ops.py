@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -59,7 +60,7 @@ def first_ops_record(run: Run) -> dict[str, Any]:
         where = run.path / FIRST_OPS_FILE if run.path is not None else "an assembled run"
         raise RunError(f"{where}: no first-op record; an experiment run gets one from analysis.experiment.write_first_ops "
                        "(bia experiment writes it)")
-    path = run.path / FIRST_OPS_FILE
+    path = cast(Path, run.path) / FIRST_OPS_FILE  # has_first_ops: the run has a folder
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

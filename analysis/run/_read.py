@@ -55,12 +55,12 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
     cached = cache and not options
     record = _derived_record(path / "derived") if cached else None
     stamps = _capture_stamps(captures, record) if cached else None  # taken before parsing: a capture appended meanwhile makes the cache stale
-    if record is not None and (dump := _read_derived(path / "derived", captures, record, stamps)) is not None:
+    if record is not None and stamps is not None and (dump := _read_derived(path / "derived", captures, record, stamps)) is not None:
         return Run(manifest, dump, path)
     # A probe killed while appending a capture leaves its last line cut short: that request is left out
     # (Dump.skipped says so) and Run.missing lists it, so the run still opens.
     run = Run(manifest, _without_repeated_lines(read_dumps(captures, torn_tail=True, **options)), path)
-    if cached and os.access(path, os.W_OK):
+    if stamps is not None and os.access(path, os.W_OK):  # stamps are taken exactly when the cache is used
         try:
             _write_derived(run, stamps)
         except OSError:  # a full disk or a folder we may not write into: the run is read all the same

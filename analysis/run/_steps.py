@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -47,7 +47,7 @@ def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stre
     (9707, 0)
     """
     if isinstance(reference, RunLike):
-        return references(reference, "ref1")
+        return references(cast("Run", reference), "ref1")  # (mypy cannot rule out a str that is RunLike)
     if reference not in ("ref1", "ref2"):
         raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
     slot = 0 if reference == "ref1" else 1

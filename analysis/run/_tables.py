@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -212,7 +212,7 @@ def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
         widths, origin = _chosen_widths(evidence)
         seen = ", ".join(f"m={w} x{n}" for w, n in sorted(Counter(widths).items(), reverse=True))
         if origin == "engine":  # a bound from a mean, said as such
-            generated, steps = engine_steps(entry or {})
+            generated, steps = cast("tuple[int, int]", engine_steps(entry or {}))  # the engine's evidence: both counters
             seen = f"m>={widths[0]} ({generated} tokens in {steps} engine steps, {generated / steps:.2f} a step)"
         others = [f"{kind} {max(found)}" for kind, found in evidence.items() if kind != origin]
         out.append({"m_formed": max(widths) if widths else None,

@@ -162,29 +162,35 @@ _DECODER = json.JSONDecoder()
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
+def _skip_space(text: str, at: int) -> int:
+    """Where the JSON whitespace starting at ``at`` ends (the pattern matches the empty string, so it always matches)."""
+    match = _WHITESPACE.match(text, at)
+    return match.end() if match is not None else at
+
+
 def _members(text: str) -> dict[str, tuple[int, int]] | None:
     """Where each member's value of a JSON object lies in ``text`` (start, end), or None when ``text`` is no object."""
-    at = _WHITESPACE.match(text, 0).end()
+    at = _skip_space(text, 0)
     if text[at:at + 1] != "{":
         return None
-    at = _WHITESPACE.match(text, at + 1).end()
+    at = _skip_space(text, at + 1)
     spans: dict[str, tuple[int, int]] = {}
     if text[at:at + 1] == "}":
         return spans
     try:
         while True:
             key, at = _DECODER.raw_decode(text, at)
-            at = _WHITESPACE.match(text, at).end()
+            at = _skip_space(text, at)
             if text[at:at + 1] != ":":
                 return None
-            start = _WHITESPACE.match(text, at + 1).end()
+            start = _skip_space(text, at + 1)
             _, at = _DECODER.raw_decode(text, start)
             spans[key] = (start, at)
-            at = _WHITESPACE.match(text, at).end()
+            at = _skip_space(text, at)
             if text[at:at + 1] == "}":
                 return spans
             if text[at:at + 1] != ",":
                 return None
-            at = _WHITESPACE.match(text, at + 1).end()
+            at = _skip_space(text, at + 1)
     except ValueError:
         return None

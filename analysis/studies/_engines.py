@@ -10,7 +10,7 @@ engine's own m=1 as well, which says whether the engine is batch invariant by it
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -96,7 +96,7 @@ def _reference_row(run: Any, base: Any, label: str, where: str) -> pl.DataFrame:
     first, second, theirs = references(run, "ref1"), references(run, "ref2"), references(base, "ref1")
     compared = [parity.compare(theirs[p], first[p]) for p in sorted(first.keys() & theirs.keys())]
     alone = [parity.compare(first[p], second[p]) for p in sorted(first.keys() & second.keys())]
-    parted = [c.divergence_at for c in compared if c.diverged]
+    parted = [cast(int, c.divergence_at) for c in compared if c.diverged]  # a diverged comparison has its divergence_at
     repeat_same = [c.bitwise_prefix == min(c.length, c.reference_length) for c in alone]
     return pl.DataFrame([{
         "engine": label, "run": where, "role": "m=1", "c": None, "requests": len(compared),

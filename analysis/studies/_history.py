@@ -41,7 +41,7 @@ import shutil
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import polars as pl
 
@@ -51,17 +51,26 @@ from ..core import OutputExists, write_atomic
 from ..verdicts import REGRESSION_RULES, SERIES, Rule, regressions
 from ..io import expand_sources, is_url, read_source_bytes
 
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
 HISTORY_VERSION = 1
 
-ENTRY_SCHEMA = {"entry": pl.String, "kind": pl.String, "source": pl.String, "time": pl.Datetime("us", "UTC"), "time_origin": pl.String,
-                "host": pl.String, "engine": pl.String, "model": pl.String, "commit": pl.String, "settings": pl.String,
-                "verdict": pl.String, "appended": pl.Datetime("us", "UTC")}
-BAND_SCHEMA = {"entry": pl.String, "time": pl.Datetime("us", "UTC"), "host": pl.String, "engine": pl.String, "model": pl.String,
-               "commit": pl.String, "c": pl.Int64, "requests": pl.Int64, "earliest_divergence": pl.Int64, "bit_identical_share": pl.Float64,
-               "token_identical_share": pl.Float64, "unique_completions": pl.Int64, "decode_tok_s": pl.Float64, "decode_ratio": pl.Float64,
-               "decode_ratio_low": pl.Float64, "decode_ratio_high": pl.Float64, "result": pl.String}
-MARKER_SCHEMA = {"entry": pl.String, "source": pl.String, "time": pl.Datetime("us", "UTC"), "host": pl.String, "commit": pl.String,
-                 "status": pl.String, "max_m": pl.Int64, "cc": pl.String}
+ENTRY_SCHEMA: dict[str, PolarsDataType] = {
+    "entry": pl.String, "kind": pl.String, "source": pl.String, "time": pl.Datetime("us", "UTC"), "time_origin": pl.String,
+    "host": pl.String, "engine": pl.String, "model": pl.String, "commit": pl.String, "settings": pl.String,
+    "verdict": pl.String, "appended": pl.Datetime("us", "UTC")
+}
+BAND_SCHEMA: dict[str, PolarsDataType] = {
+    "entry": pl.String, "time": pl.Datetime("us", "UTC"), "host": pl.String, "engine": pl.String, "model": pl.String,
+    "commit": pl.String, "c": pl.Int64, "requests": pl.Int64, "earliest_divergence": pl.Int64, "bit_identical_share": pl.Float64,
+    "token_identical_share": pl.Float64, "unique_completions": pl.Int64, "decode_tok_s": pl.Float64, "decode_ratio": pl.Float64,
+    "decode_ratio_low": pl.Float64, "decode_ratio_high": pl.Float64, "result": pl.String
+}
+MARKER_SCHEMA: dict[str, PolarsDataType] = {
+    "entry": pl.String, "source": pl.String, "time": pl.Datetime("us", "UTC"), "host": pl.String, "commit": pl.String,
+    "status": pl.String, "max_m": pl.Int64, "cc": pl.String
+}
 
 
 # The settings of a run that change its results (from its manifest's requested and effective settings,
@@ -316,7 +325,9 @@ def _split(sources: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[
 def _rows_of(sources: Iterable[str | os.PathLike[str]], appended: dt.datetime) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list]:
     """The three frames of sources that are not history folders, and the history folders given."""
     histories, runs, documents = _split(sources)
-    entries, bands, markers = [], [], []
+    entries: list[dict[str, Any]] = []
+    bands: list[dict[str, Any]] = []
+    markers: list[dict[str, Any]] = []
     if documents:
         entries, bands, markers = _witness_rows(expand_sources(documents), appended)
     for folder in show_progress(list(runs), None, "reading runs", unit="run"):  # each run is parsed whole: a bar on a terminal when there are several
@@ -343,7 +354,8 @@ def _read_folder(folder: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame
     for name, schema in (("entries", ENTRY_SCHEMA), ("bands", BAND_SCHEMA), ("markers", MARKER_SCHEMA)):
         parts = sorted((folder / name).glob("part-*.parquet"))
         frames.append(pl.concat([pl.read_parquet(p) for p in parts], how="vertical") if parts else pl.DataFrame(schema=schema))
-    return tuple(frames)
+    entries, bands, markers = frames
+    return entries, bands, markers
 
 
 def read_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> History:

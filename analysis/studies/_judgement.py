@@ -30,7 +30,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -39,6 +39,9 @@ from ..metrics import divergence_bound, ratio_interval, requests_needed
 from ..run import Run, RunLike, band_table, legacy_arm, read_run, reference_table, run_arms, slot_table
 from ..run import ARM_WORDS, arm_words
 from ._next_steps import next_step
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 # worst last: a run's (and a CI job's) verdict is the worst of its arms'
 VERDICTS = ("GREEN", "AMBER", "UNVERIFIED", "RED")
@@ -53,12 +56,14 @@ _FIRST = pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "
 _UNFORMED = pl.List(pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "widest_seen": pl.Int64}))
 _COST = pl.List(pl.Struct({"c": pl.Int64, "ratio": pl.Float64, "low": pl.Float64, "high": pl.Float64, "origin": pl.String,
                            "base_rates": pl.Int64, "rates": pl.Int64, "median": pl.Float64, "base_median": pl.Float64}))
-SCHEMA = {"run": pl.String, "arm": pl.String, "engine": pl.String, "verdict": pl.String, "cause": pl.String, "reason": pl.String,
-          "evidence": pl.String, "cost": pl.String, "first": pl.String, "max_ulp": pl.Int64, "next_step": pl.String,
-          "requests": pl.Int64, "divergent": pl.Int64, "tokens_parted": pl.Int64, "bits_only": pl.Int64, "bits_unknown": pl.Int64,
-          "alone": pl.Int64, "alone_parted": pl.Int64, "bands": pl.Int64, "bands_unformed": pl.Int64, "missing": pl.Int64,
-          "cs_missing": pl.List(pl.Int64), "upper_bound": pl.Float64, "rule_of_three": pl.Float64, "target_rate": pl.Float64,
-          "confidence": pl.Float64, "requests_needed": pl.Int64, "first_request": _FIRST, "unformed": _UNFORMED, "cost_by_c": _COST}
+SCHEMA: dict[str, PolarsDataType] = {
+    "run": pl.String, "arm": pl.String, "engine": pl.String, "verdict": pl.String, "cause": pl.String, "reason": pl.String,
+    "evidence": pl.String, "cost": pl.String, "first": pl.String, "max_ulp": pl.Int64, "next_step": pl.String,
+    "requests": pl.Int64, "divergent": pl.Int64, "tokens_parted": pl.Int64, "bits_only": pl.Int64, "bits_unknown": pl.Int64,
+    "alone": pl.Int64, "alone_parted": pl.Int64, "bands": pl.Int64, "bands_unformed": pl.Int64, "missing": pl.Int64,
+    "cs_missing": pl.List(pl.Int64), "upper_bound": pl.Float64, "rule_of_three": pl.Float64, "target_rate": pl.Float64,
+    "confidence": pl.Float64, "requests_needed": pl.Int64, "first_request": _FIRST, "unformed": _UNFORMED, "cost_by_c": _COST
+}
 _ORDER = ["c", "prompt_id", "repeat", "slot"]
 
 
@@ -189,7 +194,8 @@ def judge_runs(runs: Any, *, target_rate: float = 0.01, confidence: float = 0.95
     needed = requests_needed(target_rate, confidence)  # checks both arguments before any run is read
     if isinstance(runs, (RunLike, str, os.PathLike)):
         runs = [runs]
-    frames = [_judge_run(run if isinstance(run, RunLike) else read_run(os.fspath(run)), target_rate, confidence, needed) for run in runs]
+    frames = [_judge_run(cast(Run, run) if isinstance(run, RunLike) else read_run(os.fspath(run)), target_rate, confidence, needed)
+              for run in runs]
     frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=SCHEMA)
     return Judgement(_with_measured_fix(frame))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -39,9 +39,9 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
         for (c,), group in slots.group_by(["c"], maintain_order=True):
             rates = group["decode_tok_s"].drop_nulls()
             rows.append({"run": run.label, "kernel_mode": mode, "c": c, "requests": group.height,
-                         "bit_identical_share": float((group["bitwise_prefix"] == group["length"]).mean()),
+                         "bit_identical_share": float(cast(float, (group["bitwise_prefix"] == group["length"]).mean())),
                          "token_flips": int(group["diverged"].sum()), "max_ulp": group["max_ulp"].max(),
-                         "median_decode_tok_s": float(rates.median()) if rates.len() else None})
+                         "median_decode_tok_s": float(cast(float, rates.median())) if rates.len() else None})
     if not rows:
         return pl.DataFrame(schema={"run": pl.String, "c": pl.Int64})
     _against_default(rows)

@@ -214,8 +214,8 @@ def scan_study(path: str | os.PathLike[str]) -> Study:
         runs = pl.read_parquet(f"{text.rstrip('/')}/runs.parquet")
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise RunError(f"{text}: not a study dataset (no readable runs.parquet; write one with write_dataset): {exc}") from None
-    frames = [pl.scan_parquet(_folder(text, table), hive_partitioning=True, hive_schema=_HIVE) for table in TABLES]
-    return Study(*frames, runs=runs, path=text)
+    tokens, candidates, requests = [pl.scan_parquet(_folder(text, table), hive_partitioning=True, hive_schema=_HIVE) for table in TABLES]
+    return Study(tokens, candidates, requests, runs=runs, path=text)
 
 
 def partition_tables(path: str | Study, run: str, prompt_id: str | None, *, epsilon: float = parity.NEAR_TIE_EPSILON,
@@ -293,7 +293,7 @@ def _on_ray(path: str, partitions: list[tuple[str, str | None]], epsilon: float,
         raise RunError("engine='ray' needs Ray: pip install 'bia[ray]'") from None
     if not ray.is_initialized():
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    task = ray.remote(partition_tables)
+    task: Any = ray.remote(partition_tables)  # Any: ray's typed .remote() takes no keyword arguments
     return ray.get([task.remote(path, run, prompt, epsilon=epsilon, reference=reference) for run, prompt in partitions])
 
 

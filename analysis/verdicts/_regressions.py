@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 # A series: one server (host, engine, model) run with one set of the settings that change results
 # (``series_settings``, see analysis.studies._history.RESULT_SETTINGS). Bands are compared only within their
@@ -73,11 +76,13 @@ def regressions(bands: pl.DataFrame, markers: pl.DataFrame, rules: Iterable[Rule
     return flagged.with_columns(pl.Series("commits_between", between, dtype=pl.List(pl.String))).sort("first_bad_time", "rule", "c")
 
 
-_REGRESSION_SCHEMA = {"rule": pl.String, "words": pl.String, "host": pl.String, "engine": pl.String, "model": pl.String,
-                      "series_settings": pl.String, "c": pl.Int64,
-                      "before": pl.Float64, "after": pl.Float64, "last_good_time": pl.Datetime("us", "UTC"), "last_good_commit": pl.String,
-                      "last_good_entry": pl.String, "first_bad_time": pl.Datetime("us", "UTC"), "first_bad_commit": pl.String,
-                      "first_bad_entry": pl.String, "commits_between": pl.List(pl.String)}
+_REGRESSION_SCHEMA: dict[str, PolarsDataType] = {
+    "rule": pl.String, "words": pl.String, "host": pl.String, "engine": pl.String, "model": pl.String,
+    "series_settings": pl.String, "c": pl.Int64,
+    "before": pl.Float64, "after": pl.Float64, "last_good_time": pl.Datetime("us", "UTC"), "last_good_commit": pl.String,
+    "last_good_entry": pl.String, "first_bad_time": pl.Datetime("us", "UTC"), "first_bad_commit": pl.String,
+    "first_bad_entry": pl.String, "commits_between": pl.List(pl.String)
+}
 
 
 def _flag(bands: pl.DataFrame, rule: Rule) -> pl.DataFrame:

@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ..core import NestingError, StrictJsonError, first_duplicate, loads_strict, not_json
 from ..core import render
@@ -368,7 +368,7 @@ def _parse(data: Any) -> _Witness:
 def _parse_band(raw: Any, where: str) -> _Band:
     band = _object(raw, where, _BAND_FIELDS)
     return _Band(
-        c=_u32(band, "c", where, required=True),
+        c=cast(int, _u32(band, "c", where, required=True)),  # required: never None
         result=_str(band, "result", where),
         m_formed=_u32(band, "m_formed", where),
         divergence_at=_u32(band, "divergence_at", where),

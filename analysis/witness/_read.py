@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -23,6 +23,9 @@ from ..core import as_polars, build, check_backend, to_backend
 from ..core import progress as show_progress
 from ..io import expand_sources, read_source_bytes
 from ..verdicts import derive_band_result, derive_run_verdict
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 ENV_KEYS = (
     "APR_DECODE_GEMM",
@@ -40,7 +43,7 @@ EXIT_TO_VERDICT = {0: "PASS", 1: "FAIL", 2: "UNMEASURABLE"}
 # Who writes each layout: aprender's Python probe (1, 2), its Rust port, and bia's own runs (3).
 EXPECTED_PROBE = {1: ("perf041",), 2: ("perf041",), 3: ("perf041-rs", "bia")}
 
-WITNESS_SCHEMA: dict[str, pl.DataType] = {
+WITNESS_SCHEMA: dict[str, PolarsDataType] = {
     "source": pl.String,
     "witness_version": pl.Int64,
     "probe": pl.String,
@@ -71,7 +74,7 @@ WITNESS_SCHEMA: dict[str, pl.DataType] = {
     "n_bands": pl.Int64,
     "extra": pl.String,
 }
-BAND_SCHEMA: dict[str, pl.DataType] = {
+BAND_SCHEMA: dict[str, PolarsDataType] = {
     "source": pl.String,
     "witness_version": pl.Int64,
     "host": pl.String,
@@ -94,7 +97,7 @@ BAND_SCHEMA: dict[str, pl.DataType] = {
     "n_slots": pl.Int64,
     "extra": pl.String,
 }
-SLOT_SCHEMA: dict[str, pl.DataType] = {
+SLOT_SCHEMA: dict[str, PolarsDataType] = {
     "source": pl.String,
     "witness_version": pl.Int64,
     "band_index": pl.Int64,
@@ -110,7 +113,7 @@ SLOT_SCHEMA: dict[str, pl.DataType] = {
     "refused": pl.String,
     "extra": pl.String,
 }
-MARKER_SCHEMA: dict[str, pl.DataType] = {
+MARKER_SCHEMA: dict[str, PolarsDataType] = {
     "source": pl.String,
     "cc": pl.String,
     "commit": pl.String,
@@ -123,7 +126,7 @@ MARKER_SCHEMA: dict[str, pl.DataType] = {
     "status_agrees": pl.Boolean,
     "extra": pl.String,
 }
-DISCREPANCY_SCHEMA: dict[str, pl.DataType] = {
+DISCREPANCY_SCHEMA: dict[str, PolarsDataType] = {
     "source": pl.String,
     "record": pl.String,
     "field": pl.String,
@@ -240,7 +243,7 @@ def _parse_reference(top: Fields, declared_min: int | None, parsed: _Parsed, ext
     ref = top.child("reference", "$.reference")
     if ref is None:
         return {f"reference_{k}": None for k in ("stable", "tokens", "token_count_source", "self_divergence_at", "reason")}
-    row = {
+    row: dict[str, Any] = {
         "reference_stable": ref.bool("stable"),
         "reference_tokens": ref.int("tokens"),
         "reference_token_count_source": ref.str("token_count_source"),
@@ -328,7 +331,7 @@ def _parse_sampler(top: Fields, version: int, extras: dict[str, Any]) -> dict[st
 
 def _parse_env(top: Fields) -> dict[str, Any]:
     env = top.child("env", "$.env")
-    row = {f"env_{key}": None for key in ENV_KEYS}
+    row: dict[str, str | None] = {f"env_{key}": None for key in ENV_KEYS}
     if env is None:
         return row
     for key in sorted({*ENV_KEYS, *env.obj}):
@@ -341,7 +344,7 @@ def _run_verdict(top: Fields, version: int, row, bands, parsed: _Parsed) -> dict
         recorded_exit, recorded = None, top.str("result")
     else:
         recorded_exit = top.int("exit")
-        recorded = EXIT_TO_VERDICT.get(recorded_exit, None if recorded_exit is None else f"exit {recorded_exit}")
+        recorded = None if recorded_exit is None else EXIT_TO_VERDICT.get(recorded_exit, f"exit {recorded_exit}")
     derived = derive_run_verdict(row["reference_stable"], [(b["c"], b["result"]) for b in bands])
     agrees = None if recorded is None else recorded == derived
     if agrees is False:
@@ -358,7 +361,7 @@ def _parse_marker(data: Any, source: str) -> _Parsed:
         started_at = datetime.fromisoformat(started) if started is not None else None
     except ValueError:
         raise WitnessError(source, "$", "started_utc", f"expected an ISO 8601 time, got {started!r}") from None
-    row = {
+    row: dict[str, Any] = {
         "source": source,
         "cc": top.str("cc"),
         "commit": top.str("commit"),
