@@ -36,7 +36,7 @@ def test_a_real_llamacpp_run_is_red_and_the_exit_code_says_so(tmp_path):
     assert lines[4] == f"wrote {out}: RED, exit 5"
     document = json.loads(out.read_text())
     assert {k: document[k] for k in ("certificate_version", "verdict", "exit_code", "target_rate", "confidence", "requests_needed")} == {
-        "certificate_version": 2, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95, "requests_needed": 299}
+        "certificate_version": 3, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95, "requests_needed": 299}
     assert [(a["arm"], a["verdict"], a["cause"], a["first_request"]["c"], a["first_request"]["parted"]) for a in document["arms"]] == [
         ("copies", "RED", "prompt cache", None, "bits"), ("copies", "RED", "co-batching", 4, "bits")]
 

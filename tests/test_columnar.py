@@ -232,7 +232,7 @@ def test_band_forks_and_drift_by_hand():
                     ("band", 3, 0, [1, 2, 3], [-0.5, -0.5, -0.5]),
                     ("band", 3, 1, [1, 2, 4], [-0.5, -0.75, -0.5]),
                     ("band", 3, 2, [1, 2, 4, 5], [-0.5, -0.5, -0.5, -1.0])])
-    assert band_forks(run).select("at", "token_id", "slots").rows() == [(2, 4, 2), (2, 3, 1)]
+    assert band_forks(run).select("position", "token_id", "slots").rows() == [(2, 4, 2), (2, 3, 1)]
     assert drift_table(run).rows() == [("p c=3 slot 0", 0, 0.0), ("p c=3 slot 0", 1, 0.0), ("p c=3 slot 0", 2, 0.0),
                                        ("p c=3 slot 1", 0, 0.0), ("p c=3 slot 1", 1, 0.25),
                                        ("p c=3 slot 2", 0, 0.0), ("p c=3 slot 2", 1, 0.0)]

@@ -120,7 +120,7 @@ def test_references_that_differ_are_red_run_to_run_and_name_no_batch():
     refs = _refs(bitwise_prefix=0, max_ulp=26)
     row = _judge(pl.concat([_slots(2, c=1), _slots(8, bitwise_prefix={3: 2})]), refs=refs)
     assert (row["verdict"], row["cause"], row["alone_parted"], row["alone"]) == ("RED", "run-to-run", 1, 3)
-    assert row["first_request"] == {"prompt_id": "p", "c": None, "repeat": None, "slot": 1, "role": "ref #2", "at": 0, "max_ulp": 26,
+    assert row["first_request"] == {"prompt_id": "p", "c": None, "repeat": None, "slot": 1, "role": "ref #2", "position": 0, "max_ulp": 26,
                                     "parted": "bits"}
     assert row["first"] == "p ref #2, sent alone: its logprob bits differ from ref #1 from token 0 (up to 26 ULP)"
     assert row["reason"] == ("not reproducible alone (run to run): 1 of 3 requests sent alone part from ref #1 of their prompt, the first "
@@ -149,7 +149,7 @@ def test_one_bit_difference_in_a_batch_is_red_and_named():
     red = _judge(_slots(8, bitwise_prefix={6: 3}, max_ulp={6: 2}))
     assert (red["verdict"], red["cause"]) == ("RED", "co-batching")
     assert (red["divergent"], red["tokens_parted"], red["bits_only"]) == (1, 0, 1)
-    assert red["first_request"] == {"prompt_id": "p", "c": 4, "repeat": 1, "slot": 2, "role": "copies c=4", "at": 3, "max_ulp": 2, "parted": "bits"}
+    assert red["first_request"] == {"prompt_id": "p", "c": 4, "repeat": 1, "slot": 2, "role": "copies c=4", "position": 3, "max_ulp": 2, "parted": "bits"}
     assert red["reason"] == ("1 of 8 batched requests part from m=1 (0 in tokens, 1 only in bits); the first is p c=4 repeat 1 slot 2: "
                              "its logprob bits differ from ref #1 from token 3 (up to 2 ULP)")
     # 1 of 8 bounds the rate at the 95% quantile of Beta(2, 7): P(0 or 1 of 8 part) = (1-p)^8 + 8p(1-p)^7 = 0.05 at p = 0.4707
@@ -173,7 +173,7 @@ def test_the_first_request_is_the_smallest_c_whatever_the_row_order():
 def test_a_stream_that_ends_early_parts_in_tokens_where_it_ends():
     red = _judge(_slots(4, length={2: 4}, bitwise_prefix={2: 4}))
     assert (red["verdict"], red["tokens_parted"], red["bits_only"]) == ("RED", 1, 0)
-    assert red["first_request"]["slot"] == 2 and red["first_request"]["at"] == 4
+    assert red["first_request"]["slot"] == 2 and red["first_request"]["position"] == 4
 
 
 # --- UNVERIFIED: formed, recorded ----------------------------------------------------------------------
@@ -210,14 +210,14 @@ def test_a_divergence_outranks_an_unformed_band_and_unknown_bits_are_unverified(
 
 def test_edges_of_the_request_states_and_band_formation():
     states = _states(_slots(5, length={1: 0, 2: 5}, bitwise_prefix={1: 0, 2: None}, max_ulp={1: None, 2: None},
-                            reference_length={4: None})).select("tokens_parted", "bits_parted", "bits_unknown", "at").rows()
+                            reference_length={4: None})).select("tokens_parted", "bits_parted", "bits_unknown", "position").rows()
     assert states == [(False, False, False, None), (True, False, False, 0), (False, False, True, None), (False, False, False, None),
                       (True, False, False, 5)]  # empty where m=1 has 5; bits unknown; no m=1 length: parts at its own end
     # a stream as empty as m=1's has nothing to record; a one-token stream without its logprob has its bits unknown
     short = _states(_slots(2, length={0: 0, 1: 1}, reference_length={0: 0, 1: 1}, bitwise_prefix={0: 0, 1: 0}, max_ulp={0: None, 1: None}))
     assert short.select("tokens_parted", "bits_parted", "bits_unknown").rows() == [(False, False, False), (False, False, True)]
     longer = _states(_slots(1, length={0: 6}, bitwise_prefix={0: 5}))
-    assert longer.select("tokens_parted", "at").row(0) == (True, 5)  # parts where m=1 ended, not at its own end
+    assert longer.select("tokens_parted", "position").row(0) == (True, 5)  # parts where m=1 ended, not at its own end
     bands = pl.DataFrame({"prompt_id": ["p"] * 4, "c": [4, 4, 8, 1], "repeat": [0, 1, 0, 0], "m_formed": [2, None, 8, None],
                           "width_evidence": ["log; metrics 3; streams 4", None, "log", None]})
     assert _formation(bands).select("widest_seen", "formed").rows() == [(4, True), (None, False), (8, True), (None, True)]
@@ -248,7 +248,7 @@ def test_references_that_part_in_tokens_and_a_request_alone_that_parts_in_bits_a
     # the c=1 request of repeat 1 has m=1's tokens, its logprob bits differ from token 3 (4 ULP)
     bits = _judge(pl.concat([_slots(2, c=1, bitwise_prefix={1: 3}, max_ulp={1: 4}), _slots(8)]))
     assert (bits["verdict"], bits["cause"], bits["alone_parted"], bits["alone"]) == ("RED", "run-to-run", 1, 3)
-    assert bits["first_request"] == {"prompt_id": "p", "c": 1, "repeat": 1, "slot": 0, "role": "copies c=1", "at": 3, "max_ulp": 4, "parted": "bits"}
+    assert bits["first_request"] == {"prompt_id": "p", "c": 1, "repeat": 1, "slot": 0, "role": "copies c=1", "position": 3, "max_ulp": 4, "parted": "bits"}
     assert bits["first"] == "p sent alone (copies c=1 repeat 1 slot 0): its logprob bits differ from ref #1 from token 3 (up to 4 ULP)"
     assert bits["bands"] == 2  # c=4's two repeats; the c=1 bands batch nothing
 
@@ -349,7 +349,7 @@ def test_the_certificate_document_and_the_answer_hold_every_row_under_the_worst_
     judgement = Judgement(pl.DataFrame(rows, schema=SCHEMA, orient="row"))
     document = certificate_document(judgement, target_rate=0.01, confidence=0.95)
     assert {k: v for k, v in document.items() if k != "arms"} == {
-        "certificate_version": 2, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95,
+        "certificate_version": 3, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95,
         "bound": "one-sided exact Clopper-Pearson upper bound on the divergence rate of batched requests (c > 1)", "requests_needed": 299}
     assert [(arm["run"], arm["verdict"]) for arm in document["arms"]] == [("a", "AMBER"), ("<b>b</b>", "RED")]
     json.dumps(document)  # plain JSON types all through
@@ -490,7 +490,7 @@ def test_a_run_with_one_bit_difference_is_red(tmp_path):
     row = certificate(run).row(0, named=True)
     assert (row["run"], row["arm"], row["verdict"], row["requests"], row["divergent"], row["max_ulp"]) == ("assembled run", "copies", "RED", 2, 1, 3)
     # an assembled band has no repeat: its words name it without one
-    assert row["first_request"] == {"prompt_id": "p", "c": 2, "repeat": None, "slot": 1, "role": "copies c=2", "at": 1, "max_ulp": 3, "parted": "bits"}
+    assert row["first_request"] == {"prompt_id": "p", "c": 2, "repeat": None, "slot": 1, "role": "copies c=2", "position": 1, "max_ulp": 3, "parted": "bits"}
     assert row["first"] == "p c=2 slot 1: its logprob bits differ from ref #1 from token 1 (up to 3 ULP)"
 
 

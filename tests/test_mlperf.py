@@ -86,8 +86,8 @@ def test_a_sample_whose_tokens_part_at_k_is_red_and_named_with_k(tmp_path, accur
     assert row["first"] == "qsl2 c=16 repeat 0 slot 0: its tokens part at token 3"
     assert row["reason"] == ("1 of 4 batched requests part from m=1 (1 in tokens, 0 only in bits); the first is qsl2 c=16 repeat 0 slot 0: "
                              "its tokens part at token 3")
-    assert {k: row["first_request"][k] for k in ("prompt_id", "c", "repeat", "slot", "parted", "at")} == {
-        "prompt_id": "qsl2", "c": 16, "repeat": 0, "slot": 0, "parted": "tokens", "at": 3}
+    assert {k: row["first_request"][k] for k in ("prompt_id", "c", "repeat", "slot", "parted", "position")} == {
+        "prompt_id": "qsl2", "c": 16, "repeat": 0, "slot": 0, "parted": "tokens", "position": 3}
     assert judgement.exit_code == 5
 
 

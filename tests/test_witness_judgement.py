@@ -38,7 +38,7 @@ def test_the_bundled_witness_is_red_run_to_run_and_says_the_batches_part_earlier
     row = judge(read_witnesses(V2_WITNESS, progress=False)).frame.row(0, named=True)
     assert (row["arm"], row["verdict"], row["cause"], row["alone"], row["alone_parted"]) == ("witness", "RED", "run-to-run", 2, 2)
     assert row["first"] == "the two m=1 references part at token 100 of 128"
-    assert row["first_request"] == {"prompt_id": None, "c": None, "repeat": None, "slot": 1, "role": "ref #2", "at": 100, "max_ulp": None,
+    assert row["first_request"] == {"prompt_id": None, "c": None, "repeat": None, "slot": 1, "role": "ref #2", "position": 100, "max_ulp": None,
                                     "parted": "tokens"}
     assert row["reason"] == ("not reproducible alone (run to run): the two m=1 references part at token 100 of 128 (28 batched requests part "
                              "earlier than that, the first at c=4 token 3); batching is not judged until the server repeats itself alone")
@@ -82,7 +82,7 @@ def test_a_request_alone_that_parts_is_run_to_run(tmp_path):
     row = _row(tmp_path, data)
     assert (row["verdict"], row["cause"], row["alone_parted"]) == ("RED", "run-to-run", 1)
     assert row["first"] == "the request sent alone (c=1 slot 0) parts from m=1 at token 7"
-    assert row["first_request"]["c"] == 1 and row["first_request"]["at"] == 7
+    assert row["first_request"]["c"] == 1 and row["first_request"]["position"] == 7
 
 
 def test_the_cost_is_each_band_rate_over_c1s(tmp_path):
@@ -155,7 +155,7 @@ def test_the_first_batched_request_to_part_is_the_smallest_c_then_slot_whatever_
     bands = [(1, 1, None, [_slot(0, 128)]), (2, 2, None, [_slot(1, 9), _slot(0, 7)]), (4, 4, None, [_slot(0, 2), *map(_slot, (1, 2, 3), [128] * 3)])]
     row = _row(tmp_path, _witness(bands))
     assert (row["verdict"], row["cause"], row["divergent"], row["requests"]) == ("RED", "co-batching", 3, 6)
-    assert row["first_request"] == {"prompt_id": None, "c": 2, "repeat": None, "slot": 0, "role": "c=2", "at": 7, "max_ulp": None, "parted": "tokens"}
+    assert row["first_request"] == {"prompt_id": None, "c": 2, "repeat": None, "slot": 0, "role": "c=2", "position": 7, "max_ulp": None, "parted": "tokens"}
     assert row["first"] == "c=2 slot 0: its tokens part at token 7"
     assert row["next_step"] == "batch-invariant kernels or build, then record again"
 
@@ -165,7 +165,7 @@ def test_the_first_request_alone_to_part_is_named_with_its_slot(tmp_path):
     bands = [(1, 1, None, [_slot(0, 7), _slot(1, 9)]), (2, 2, None, [_slot(0, 128), _slot(1, 128)])]
     row = _row(tmp_path, _witness(bands))
     assert (row["verdict"], row["cause"], row["alone"], row["alone_parted"]) == ("RED", "run-to-run", 3, 2)
-    assert row["first_request"] == {"prompt_id": None, "c": 1, "repeat": None, "slot": 0, "role": "c=1", "at": 7, "max_ulp": None, "parted": "tokens"}
+    assert row["first_request"] == {"prompt_id": None, "c": 1, "repeat": None, "slot": 0, "role": "c=1", "position": 7, "max_ulp": None, "parted": "tokens"}
     assert row["reason"] == ("not reproducible alone (run to run): the request sent alone (c=1 slot 0) parts from m=1 at token 7; "
                              "batching is not judged until the server repeats itself alone")
     assert row["next_step"] == "make it repeat itself alone (no prompt cache, deterministic kernels), then record again"
@@ -176,7 +176,7 @@ def test_references_that_part_count_only_the_batches_that_part_strictly_earlier(
     bands = [(1, 1, None, [_slot(0, 128)]), (2, 2, None, [_slot(0, 10), _slot(1, 6)]), (4, 4, None, [_slot(0, 4), *map(_slot, (1, 2, 3), [128] * 3)])]
     row = _row(tmp_path, _witness(bands, span=10))
     assert (row["verdict"], row["cause"], row["alone"], row["alone_parted"], row["divergent"]) == ("RED", "run-to-run", 2, 1, 3)
-    assert row["first_request"] == {"prompt_id": None, "c": None, "repeat": None, "slot": 1, "role": "ref #2", "at": 10, "max_ulp": None,
+    assert row["first_request"] == {"prompt_id": None, "c": None, "repeat": None, "slot": 1, "role": "ref #2", "position": 10, "max_ulp": None,
                                     "parted": "tokens"}
     assert row["reason"] == ("not reproducible alone (run to run): the two m=1 references part at token 10 of 128 (2 batched requests part "
                              "earlier than that, the first at c=2 token 6); batching is not judged until the server repeats itself alone")

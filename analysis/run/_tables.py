@@ -67,7 +67,7 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     ...     {"source": "tests/samples/renderers_generate_response_fixture__renderers-tests-test_client.json",
     ...      "prompt_id": "p", "role": "band", "c": 1, "slot": 0}])
     >>> slot_table(run).select("c", "diverged", "divergence_at", "length").row(0)
-    (1, 0, True, 0)
+    (1, True, 0, 2)
     """
     return _slot_comparisons(run, epsilon, reference).select([pl.col(n).cast(t) for n, t in _SLOT_SCHEMA.items()])
 

@@ -15,7 +15,7 @@ from ._judgement import EXIT_CODES, VERDICTS, Judgement, judge_runs, worst
 
 __all__ = ["CERTIFICATE_VERSION", "EXIT_CODES", "VERDICTS", "certificate", "certificate_document", "worst"]
 
-CERTIFICATE_VERSION = 2  # 2: the judgement's rows (only batched requests, c > 1, count toward the bound; run-to-run first)
+CERTIFICATE_VERSION = 3  # 3: concurrency is c and a first request's token is position everywhere; 2: the judgement's rows (only batched requests, c > 1, count toward the bound; run-to-run first)
 
 
 def certificate(run: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> Judgement:

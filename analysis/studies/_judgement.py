@@ -52,7 +52,7 @@ ALONE_ARMS = ("copies", "mixed", "repeat")  # arms whose c=1 requests are the pr
 MIN_RATE_SAMPLES = 3  # rates a side needs before a ratio of medians gets an interval
 
 _FIRST = pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "role": pl.String, "parted": pl.String,
-                    "at": pl.Int64, "max_ulp": pl.Int64})
+                    "position": pl.Int64, "max_ulp": pl.Int64})
 _UNFORMED = pl.List(pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "widest_seen": pl.Int64}))
 _COST = pl.List(pl.Struct({"c": pl.Int64, "ratio": pl.Float64, "low": pl.Float64, "high": pl.Float64, "origin": pl.String,
                            "base_rates": pl.Int64, "rates": pl.Int64, "median": pl.Float64, "base_median": pl.Float64}))
@@ -230,18 +230,18 @@ def _states(rows: pl.DataFrame) -> pl.DataFrame:
     at = (pl.when(pl.col("diverged")).then("divergence_at")
           .when(tokens).then(pl.min_horizontal("length", "reference_length"))
           .when(bits).then("bitwise_prefix"))
-    return rows.with_columns(tokens_parted=tokens, bits_parted=bits, bits_unknown=~tokens & ~bits & unrecorded, at=at)
+    return rows.with_columns(tokens_parted=tokens, bits_parted=bits, bits_unknown=~tokens & ~bits & unrecorded, position=at)
 
 
 def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
     """What the server does alone, run to run: each prompt's ref #2 against ref #1, then each request sent alone (c=1 of a
     batched arm or the repeat arm), in the order a reader is told of them (references first)."""
-    columns = ["prompt_id", "c", "repeat", "slot", "role", "tokens_parted", "bits_parted", "at", "max_ulp"]
+    columns = ["prompt_id", "c", "repeat", "slot", "role", "tokens_parted", "bits_parted", "position", "max_ulp"]
     second = _states(refs).select("prompt_id", c=pl.lit(None, pl.Int64), repeat=pl.lit(None, pl.Int64), slot=pl.lit(1, pl.Int64),
-                                  role=pl.lit("ref #2"), tokens_parted="tokens_parted", bits_parted="bits_parted", at="at", max_ulp="max_ulp")
+                                  role=pl.lit("ref #2"), tokens_parted="tokens_parted", bits_parted="bits_parted", position="position", max_ulp="max_ulp")
     sent_alone = states.filter((pl.col("c") == 1) & pl.col("arm").is_in(ALONE_ARMS)).sort(_ORDER).select(
         "prompt_id", c="c", repeat="repeat", slot="slot", role=pl.format("{} c=1", "arm"), tokens_parted="tokens_parted",
-        bits_parted="bits_parted", at="at", max_ulp="max_ulp")
+        bits_parted="bits_parted", position="position", max_ulp="max_ulp")
     return pl.concat([second.sort("prompt_id").select(columns), sent_alone.select(columns)], how="vertical_relaxed")
 
 
@@ -313,7 +313,7 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
     elif divergent.height:
         first = divergent.row(0, named=True)
         first_request = {"prompt_id": first["prompt_id"], "c": first["c"], "repeat": first["repeat"], "slot": first["slot"],
-                         "role": f"{arm} c={first['c']}", "tokens_parted": first["tokens_parted"], "at": first["at"],
+                         "role": f"{arm} c={first['c']}", "tokens_parted": first["tokens_parted"], "position": first["position"],
                          "max_ulp": first["max_ulp"]}
         row.update(verdict="RED", cause=subject.cause_of(first, arm), first_request=first_request)
         row["reason"] = _red_reason(row, first_request)
@@ -328,7 +328,7 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
     first_request = row["first_request"]
     row["first"] = _first_words(first_request) if first_request else None
     if first_request:
-        row["first_request"] = {**{k: first_request.get(k) for k in ("prompt_id", "c", "repeat", "slot", "role", "at", "max_ulp")},
+        row["first_request"] = {**{k: first_request.get(k) for k in ("prompt_id", "c", "repeat", "slot", "role", "position", "max_ulp")},
                                 "parted": "tokens" if first_request["tokens_parted"] else "bits"}
     row["evidence"] = _evidence(row)
     row["cost"] = cost_words(row["cost_by_c"])
@@ -395,8 +395,8 @@ def _where(request: Mapping[str, Any]) -> str:
 def _first_words(first: Mapping[str, Any]) -> str:
     """The first request that parts, in words: which, and how."""
     ulp = f" (up to {first['max_ulp']:,} ULP)" if first.get("max_ulp") else ""
-    how = (f"its tokens part at token {first['at']}" if first["tokens_parted"]
-           else f"its logprob bits differ from ref #1 from token {first['at']}{ulp}")
+    how = (f"its tokens part at token {first['position']}" if first["tokens_parted"]
+           else f"its logprob bits differ from ref #1 from token {first['position']}{ulp}")
     if first["role"] == "ref #2":
         return f"{first['prompt_id']} ref #2, sent alone: {how}"
     if first["c"] == 1:

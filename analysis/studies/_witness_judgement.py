@@ -82,11 +82,11 @@ def _judge_witness(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataF
     if row["alone_parted"]:
         first_alone = alone.filter("parted")
         if span is not None:
-            first = {"c": None, "slot": 1, "role": "ref #2", "at": span}
+            first = {"c": None, "slot": 1, "role": "ref #2", "position": span}
             words = f"the two m=1 references part at token {span} of {witness['reference_tokens']}"
         else:
             hit = first_alone.row(0, named=True)
-            first = {"c": 1, "slot": hit["i"], "role": "c=1", "at": hit["agree_to"]}
+            first = {"c": 1, "slot": hit["i"], "role": "c=1", "position": hit["agree_to"]}
             words = f"the request sent alone (c=1 slot {hit['i']}) parts from m=1 at token {hit['agree_to']}"
         early = divergent.filter(pl.col("agree_to") < span) if span is not None else divergent.clear()
         before = (f" ({early.height} batched requests part earlier than that, the first at c={early['c'][0]} token {early['agree_to'][0]})"
@@ -95,7 +95,7 @@ def _judge_witness(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataF
                    reason=f"not reproducible alone (run to run): {words}{before}; batching is not judged until the server repeats itself alone")
     elif divergent.height:
         hit = divergent.row(0, named=True)
-        first = {"c": hit["c"], "slot": hit["i"], "role": f"c={hit['c']}", "at": hit["agree_to"]}
+        first = {"c": hit["c"], "slot": hit["i"], "role": f"c={hit['c']}", "position": hit["agree_to"]}
         words = f"c={hit['c']} slot {hit['i']}: its tokens part at token {hit['agree_to']}"
         row.update(verdict="RED", cause="co-batching", first=words,
                    reason=f"{divergent.height} of {batched.height} batched requests part from m=1 in tokens; the first is {words}")

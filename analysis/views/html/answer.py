@@ -31,7 +31,7 @@ def _short_why(row: Mapping[str, Any]) -> str:
     """The answer table's why: the cause and the first request that parts, or what the evidence lacks, in a line."""
     first = row["first_request"]
     if row["verdict"] == "RED" and first:
-        how = f"tokens at {first['at']}" if first["parted"] == "tokens" else f"bits from token {first['at']}"
+        how = f"tokens at {first['position']}" if first["parted"] == "tokens" else f"bits from token {first['position']}"
         who = (f"{first['prompt_id'] or ''} ref #2 alone" if first["role"] == "ref #2" else
                f"{first['prompt_id'] or ''} alone (c=1)" if first["c"] == 1 else f"{first['prompt_id'] or ''} c={first['c']} slot {first['slot']}")
         share = f"{row['alone_parted']}/{row['alone']} alone part" if row["alone_parted"] else f"{row['divergent']}/{row['requests']} batched part"
