@@ -19,12 +19,6 @@ from analysis.run import reference_table
 
 GLOSSARY = ROOT / "docs" / "glossary.md"
 
-# TEMPORARY: the glossary already uses the names the rename sweep (issue 33) gives the code: `c` for `c`, and
-# `divergence_at` for slot_table's duplicate `agree_to`, the witness slots' `agree_to` and band_forks' `at`. Until
-# that sweep lands, actual columns are translated here (a dropped duplicate maps onto a column the table already has,
-# a no-op). The rename sweep removes this mapping, and `evidence_c` (attribution_table) with it.
-PENDING_RENAME = {"c": "c", "agree_to": "divergence_at", "at": "divergence_at", "evidence_c": "evidence_c"}
-
 # Sections that list only the columns they add to others' (study frames are run tables or dump frames plus keys).
 INHERITS = {
     "study_tables": ("slot_table", "band_table", "prompt_table"),
@@ -89,7 +83,7 @@ def tables(tmp_path_factory) -> dict[str, list[pl.DataFrame]]:
 
 def _columns(frames: list[pl.DataFrame]) -> list[str]:
     """The tables' columns under their coming names, in order, each once."""
-    return list(dict.fromkeys(PENDING_RENAME.get(name, name) for frame in frames for name in frame.columns))
+    return list(dict.fromkeys(name for frame in frames for name in frame.columns))
 
 
 def _covers(pattern: str, name: str) -> bool:
