@@ -6,13 +6,13 @@ from ._certificate import certificate
 from ._engines import engine_table
 from ._judge import judge
 from ._judgement import EXIT_CODES, VERDICTS, Judgement, judge_runs, rate_words, worst
-from ._modes import mode_comparison
+from ._comparison import mode_comparison
 from ._study import Study, scan_study, study_tables, write_dataset
 from ._attribution import LADDER, UNEXPLAINED
 from ._certificate import certificate_document
 from ._engines import default_engine_reference
 from ._history import REGRESSION_RULES, SERIES
-from ._modes import engine_label
+from ._comparison import engine_label
 from ._rl_mismatch import TOP_SEQUENCES, largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs, trainer_pairs
 from ._witness_judgement import judge_witnesses
 

@@ -16,7 +16,7 @@ import polars as pl
 
 from ..metrics import parity
 from ..run import RunError, RunLike, read_run, references, slot_table
-from ._modes import engine_label
+from ._comparison import engine_label
 
 _SCHEMA = {"engine": pl.String, "run": pl.String, "role": pl.String, "c": pl.Int64, "requests": pl.Int64, "token_identical": pl.Int64,
            "earliest_divergence": pl.Int64, "min_bitwise_prefix": pl.Int64, "max_ulp": pl.Int64, "max_abs_delta": pl.Float64,
