@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAMBDA = ROOT / "data" / "aprender-lambda"
 V2_WITNESS = LAMBDA / "witness@464c168e62.json"
 
-# The spec's control witness (specs/witness-and-v3.md, section 3, "Examples").
+# A control witness that passes every V3 rule (docs/v3.md), each case of test_v3 changing one thing in it.
 CONTROL = {
     "binary_sha256": "a" * 64,
     "commit": "f" * 40,

@@ -1,4 +1,4 @@
-"""aprender's V3 check: a case table written from specs/witness-and-v3.md section 3.
+"""aprender's V3 check: a case table written from aprender's shape-check rules (docs/v3.md states them).
 
 Each row changes one thing in the spec's control witness and states the exit code and the
 exact reasons, in order. Boundaries sit next to each rule.

@@ -11,8 +11,8 @@ LIVE_SHARE = 0.5  # observed live: more than half the content chunks arrived at 
 LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the time from the send to the last of them
 # A rush: tokens read microseconds apart, late in the request's life (a front end that lags its engine, as vLLM's does on a
 # busy CPU, sends a finished request's tokens at once). 0.1 ms a token is 10,000 tokens/s for one sequence, faster than
-# engines decode one (llama.cpp decodes bia's tiny model at 0.26-0.38 ms a token on this CPU, and a loaded machine can
-# delay its first token, so 1 ms called live llama.cpp streams rushes); the span short against the time to the last chunk
+# engines decode one, llama.cpp running bia's tiny model included (a bar of 1 ms called such live streams rushes once a
+# loaded machine delayed their first token); the span short against the time to the last chunk
 # rules out a fast engine that streamed from the start. A stream slower than that yet faster than its engine decoded it
 # is caught where the engine's rate is known (analysis.metrics.parity._rates.request_decode_rates).
 RUSH_GAP_S = 0.0001

@@ -84,7 +84,7 @@ def llama_server(model: str | os.PathLike[str], *, binary: str | os.PathLike[str
     """
     binary = Path(binary) if binary else find_llama_server()
     if binary is None or not binary.exists():
-        raise LlamaServerError("no llama-server: run scripts/build_llama_server.sh (about 7 minutes, once per machine) or set BIA_LLAMA_SERVER")
+        raise LlamaServerError("no llama-server: run scripts/build_llama_server.sh (once per machine) or set BIA_LLAMA_SERVER")
     port = free_port()
     args = [str(binary), "-m", str(model), "--alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
             "-np", str(parallel), "-c", str(parallel * slot_context), "--metrics", "--no-webui"]

@@ -101,13 +101,13 @@ def vllm_server(model: str | os.PathLike[str], *, python: str | os.PathLike[str]
     log : path, optional
         Where the server's output goes (a temporary file by default, shown when it fails).
     startup_s : float
-        How long to wait for ``/health`` to answer 200 (about 40 s on 2 cores).
+        How long to wait for ``/health`` to answer 200 (vLLM's start-up on a CPU takes tens of seconds).
     extra : tuple of str
         More arguments for the server.
     """
     python = Path(python) if python else find_vllm_python()
     if python is None or not python.exists():
-        raise VllmServerError("no vLLM: run scripts/install_vllm.sh (about 4 minutes, once per machine) or set BIA_VLLM_PYTHON")
+        raise VllmServerError("no vLLM: run scripts/install_vllm.sh (once per machine) or set BIA_VLLM_PYTHON")
     port = free_port()
     args = server_command(python, model, port, prefix_caching=prefix_caching, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           extra=extra)
