@@ -101,7 +101,7 @@ def _run_of(subject: Any, output: Path, prompts: Sequence[str] | None, ladder: S
     if isinstance(subject, (str, os.PathLike)):
         return read_run(subject)
     if callable(subject):
-        from .probe._callable import probe_callable
+        from .probe import probe_callable
 
         return probe_callable(subject, texts, output, ladder=ladder, repeats=repeats)
     raise TypeError(f"assert_batch_invariant takes a Run, a run directory, a URL or a generate function, not {type(subject).__name__}")

@@ -10,6 +10,7 @@ and the call's wall time as the request's ``timings`` (llama.cpp's fields). The 
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import numbers
@@ -24,6 +25,7 @@ from typing import Any
 from ..core._frames import progress_bar
 from ..core._output import build_folder, claim_output
 from ..run import RUN_VERSION, Run, read_run
+from ._settings import ProbeSettings
 
 LAYOUTS = ("copies", "needle")
 
@@ -32,9 +34,10 @@ class CallableError(ValueError):
     """A setting of :func:`probe_callable`, or what ``generate`` returned for one call; the message names the call and field."""
 
 
-def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]], prompts: Sequence[str], output: str | os.PathLike[str], *,
+def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]], prompts: Sequence[str] | None, output: str | os.PathLike[str], *,
                    ladder: Sequence[int] = (1, 4, 8, 16), layout: str = "copies", repeats: int = 1, engine: str | None = None,
-                   model: str | None = None, seed: int = 0, force: bool = False, progress: bool | None = None) -> Run:
+                   model: str | None = None, seed: int = 0, force: bool = False, progress: bool | None = None,
+                   settings: ProbeSettings | None = None) -> Run:
     """Probe an in-process engine: call ``generate`` alone and in batches of c, and write the run as ``bia probe`` does.
 
     Parameters
@@ -43,8 +46,8 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
         ``generate(prompts: list[str])`` returns one mapping per prompt, in order: ``token_ids`` (list of int),
         ``logprobs`` (list of float, each chosen token's), and optionally ``top_logprobs`` (per token, a list of
         ``(token_id, logprob)`` pairs). It must decode greedily, so that a prompt alone repeats itself.
-    prompts : sequence of str
-        The prompts; each is the target of its own references and bands.
+    prompts : sequence of str, or None
+        The prompts; each is the target of its own references and bands (None: the ``settings``' prompts).
     output : path
         The run directory to write (refused when it holds something, unless ``force``).
     ladder : sequence of int
@@ -62,6 +65,10 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
         Replace a run already in ``output``.
     progress : bool, optional
         A bar over the sequences on stderr; by default only in a terminal.
+    settings : ProbeSettings, optional
+        The options this probe shares with a server's (:class:`analysis.probe.ProbeSettings`): ``ladder``, ``layout``,
+        ``repeats``, ``seed``, ``model``, ``progress``, ``engine`` (its ``auto`` is ``generate``'s name), and ``prompts`` when
+        ``prompts`` is None. A keyword given here with another value than its default wins over the settings' value.
 
     Returns
     -------
@@ -84,6 +91,10 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     >>> judge(run).verdict, judge(run)["first"][0]
     ('RED', 'p0 c=2 repeat 0 slot 0: its logprob bits differ from ref #1 from token 1 (up to 32 ULP)')
     """
+    if settings is not None:
+        prompts, ladder, layout, repeats, engine, model, seed, progress = _from_settings(settings, prompts, ladder=ladder, layout=layout,
+                                                                                         repeats=repeats, engine=engine, model=model,
+                                                                                         seed=seed, progress=progress)
     ladder = _check_settings(prompts, ladder, layout, repeats)
     final = claim_output(output, force=force, what="the run", folder=True)
     bar = progress_bar(len(prompts) * (2 + repeats * sum(ladder)), progress, "seq")
@@ -98,6 +109,16 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     finally:
         bar.close()
     return read_run(final)
+
+
+def _from_settings(settings: ProbeSettings, prompts: Sequence[str] | None, **given: Any) -> tuple:
+    """The options shared with a server's probe, each from ``settings`` unless its keyword was given another value than its default."""
+    defaults = inspect.signature(probe_callable).parameters
+    taken = {name: getattr(settings, name) if value is defaults[name].default else value for name, value in given.items()}
+    if taken["engine"] == "auto":  # a server's probe detects it; in process, generate's name says it
+        taken["engine"] = None
+    texts = list(settings.prompts) if prompts is None else prompts
+    return (texts, taken["ladder"], taken["layout"], taken["repeats"], taken["engine"], taken["model"], taken["seed"], taken["progress"])
 
 
 def _check_settings(prompts: Sequence[str], ladder: Sequence[int], layout: str, repeats: int) -> list[int]:
