@@ -10,7 +10,6 @@ and the call's wall time as the request's ``timings`` (llama.cpp's fields). The 
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import numbers
@@ -35,8 +34,8 @@ class CallableError(ValueError):
 
 
 def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]], prompts: Sequence[str] | None, output: str | os.PathLike[str], *,
-                   ladder: Sequence[int] = (1, 4, 8, 16), layout: str = "copies", repeats: int = 1, engine: str | None = None,
-                   model: str | None = None, seed: int = 0, force: bool = False, progress: bool | None = None,
+                   ladder: Sequence[int] | None = None, layout: str | None = None, repeats: int | None = None, engine: str | None = None,
+                   model: str | None = None, seed: int | None = None, force: bool = False, progress: bool | None = None,
                    settings: ProbeSettings | None = None) -> Run:
     """Probe an in-process engine: call ``generate`` alone and in batches of c, and write the run as ``bia probe`` does.
 
@@ -50,16 +49,16 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
         The prompts; each is the target of its own references and bands (None: the ``settings``' prompts).
     output : path
         The run directory to write (refused when it holds something, unless ``force``).
-    ladder : sequence of int
+    ladder : sequence of int, default (1, 4, 8, 16)
         The batch sizes c; each prompt is sent in one batch of each c per repeat.
-    layout : {"copies", "needle"}
+    layout : {"copies", "needle"}, default "copies"
         ``copies``: the batch is c copies of the prompt, every row recorded; ``needle``: the prompt at a seeded row
         among the other prompts, only its row recorded.
-    repeats : int
+    repeats : int, default 1
         How many times each band is sent.
     engine, model : str, optional
         What the run's identity names (by default ``generate``'s qualified name, and nothing).
-    seed : int
+    seed : int, default 0
         The needle layout's row choice.
     force : bool
         Replace a run already in ``output``.
@@ -68,7 +67,7 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     settings : ProbeSettings, optional
         The options this probe shares with a server's (:class:`analysis.probe.ProbeSettings`): ``ladder``, ``layout``,
         ``repeats``, ``seed``, ``model``, ``progress``, ``engine`` (its ``auto`` is ``generate``'s name), and ``prompts`` when
-        ``prompts`` is None. A keyword given here with another value than its default wins over the settings' value.
+        ``prompts`` is None. A keyword given (not None) wins over the settings' value; one given by neither takes its default.
 
     Returns
     -------
@@ -91,10 +90,15 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     >>> judge(run).verdict, judge(run)["first"][0]
     ('RED', 'p0 c=2 repeat 0 slot 0: its logprob bits differ from ref #1 from token 1 (up to 32 ULP)')
     """
-    if settings is not None:
-        prompts, ladder, layout, repeats, engine, model, seed, progress = _from_settings(settings, prompts, ladder=ladder, layout=layout,
-                                                                                         repeats=repeats, engine=engine, model=model,
-                                                                                         seed=seed, progress=progress)
+    if settings is not None:  # what the call leaves out (None), the settings give
+        prompts = list(settings.prompts) if prompts is None else prompts
+        ladder, layout, repeats, seed, model, progress = (settings.ladder if ladder is None else ladder, settings.layout if layout is None else layout,
+                                                          settings.repeats if repeats is None else repeats, settings.seed if seed is None else seed,
+                                                          settings.model if model is None else model,
+                                                          settings.progress if progress is None else progress)
+        engine = engine if engine is not None else None if settings.engine == "auto" else settings.engine  # auto: generate's name
+    ladder, layout, repeats, seed = ((1, 4, 8, 16) if ladder is None else ladder, "copies" if layout is None else layout,
+                                     1 if repeats is None else repeats, 0 if seed is None else seed)
     ladder = _check_settings(prompts, ladder, layout, repeats)
     final = claim_output(output, force=force, what="the run", folder=True)
     bar = progress_bar(len(prompts) * (2 + repeats * sum(ladder)), progress, "seq")
@@ -109,16 +113,6 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     finally:
         bar.close()
     return read_run(final)
-
-
-def _from_settings(settings: ProbeSettings, prompts: Sequence[str] | None, **given: Any) -> tuple:
-    """The options shared with a server's probe, each from ``settings`` unless its keyword was given another value than its default."""
-    defaults = inspect.signature(probe_callable).parameters
-    taken = {name: getattr(settings, name) if value is defaults[name].default else value for name, value in given.items()}
-    if taken["engine"] == "auto":  # a server's probe detects it; in process, generate's name says it
-        taken["engine"] = None
-    texts = list(settings.prompts) if prompts is None else prompts
-    return (texts, taken["ladder"], taken["layout"], taken["repeats"], taken["engine"], taken["model"], taken["seed"], taken["progress"])
 
 
 def _check_settings(prompts: Sequence[str], ladder: Sequence[int], layout: str, repeats: int) -> list[int]:
