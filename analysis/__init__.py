@@ -36,8 +36,7 @@ from .views.plots import plot_trend
 from .report import render_report
 from .report.trend import render_trend
 from .experiment import ExperimentError, run_experiment
-from .probe._callable import CallableError, probe_callable
-from .probe import ProbeError  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
+from .probe import CallableError, ProbeError, ProbeSettings, probe_callable  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
 from . import dumps, parity, plots, report, run, trend, views  # the public modules, bound by name
 
 # The flow a notebook walks, in one namespace: read -> tables -> plots -> report.
@@ -47,7 +46,7 @@ __all__ = sorted([
     "read_witness", "read_witnesses", "read_dump", "read_dumps", "scan_dump", "read_run", "assemble_run", "read_mlperf_pair", "expand_sources", "fetch_url",
     "scan_study", "write_dataset", "study_tables", "read_history", "append_history",
     # objects and errors
-    "CallableError", "Dump", "DumpError", "ExperimentError", "OutputExists", "PolicyError", "ProbeError", "Run", "RunError", "ShapeVerdict", "SourceError",
+    "CallableError", "Dump", "DumpError", "ExperimentError", "OutputExists", "PolicyError", "ProbeError", "ProbeSettings", "Run", "RunError", "ShapeVerdict", "SourceError",
     "Study", "V3Policy", "WitnessError", "WitnessSet", "History", "HistoryError", "Rule", "REGRESSION_RULES", "RESULT_SETTINGS",
     # tables and verdicts
     "slot_table", "band_table", "prompt_table", "flip_table", "drift_table", "first_op_table", "width_table", "observer_table", "accuracy_table",

@@ -287,7 +287,7 @@ def generate_run(folder: str | os.PathLike[str], prompts: int = 4, tokens: int =
 
 def _manifest(texts: dict[str, str], tokens: int, top: int, ladder: Sequence[int], repeats: int, seed: int, kind: str,
               started: _dt.datetime) -> dict[str, Any]:
-    """What ``bia probe`` writes for a vLLM server (analysis.probe._new_manifest and _apply_detection)."""
+    """What ``bia probe`` writes for a vLLM server (analysis.probe._manifest: _new_manifest and _apply_detection)."""
     evidence = ["GET /v1/models: owned_by 'vllm'", "GET /version: 200"]
     said = (f"engine: vLLM ({'; '.join(evidence)}); model {MODEL!r}; body adds ignore_eos, return_tokens_as_token_ids; "
             "widths also from /metrics vllm:num_requests_running")

@@ -6,12 +6,11 @@ import copy
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from _cli import bia
 from typer.testing import CliRunner
 
 from analysis import OutputExists, assemble_run, read_run, write_run
@@ -49,10 +48,6 @@ def band_dumps(folder: Path) -> Path:
 
 def _frames(run) -> dict[str, pl.DataFrame]:
     return {name: getattr(run.dump, name).drop(WHERE, strict=False) for name in ("requests", "tokens", "candidates")}
-
-
-def bia(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
 # --- write_run ------------------------------------------------------------------------------------

@@ -4,22 +4,18 @@ certified; against bia serve on loopback (a real server: continuous batching, it
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from _cli import bia
 
-from analysis.probe._certify import planned_repeats
-from analysis.probe._rundir import ProbeError
+from analysis.probe import ProbeError, planned_repeats
 from analysis.run import read_run
 from analysis.serve import BackgroundServer
 
 
 def _certify(url, tmp_path, *options, log=None):
-    args = [sys.executable, "-m", "analysis", "certify", url, "--run", str(tmp_path / "run"), "-o", str(tmp_path / "c.json"),
-            "--prompts", str(_prompts(tmp_path)), *(["--server-log", str(log)] if log else []), *options]
-    return subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    return bia("certify", url, "--run", str(tmp_path / "run"), "-o", str(tmp_path / "c.json"), "--prompts", str(_prompts(tmp_path)),
+               *(["--server-log", str(log)] if log else []), *options, timeout=600)
 
 
 def _prompts(tmp_path):
@@ -86,8 +82,7 @@ def test_a_url_nothing_answers_at_is_exit_6(tmp_path):
 
 
 def test_a_url_beside_run_directories_is_refused(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "analysis", "certify", "http://127.0.0.1:9", "data/experiment-cpu/default", "-o",
-                           str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = bia("certify", "http://127.0.0.1:9", "data/experiment-cpu/default", "-o", str(tmp_path / "c.json"))
     assert done.returncode == 2 and "takes one http(s) URL to probe, or run directories, not both" in done.stderr
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from _cli import bia
 from conftest import ROOT
 from typer.testing import CliRunner
 
@@ -23,8 +24,7 @@ def test_a_real_llamacpp_run_is_red_and_the_exit_code_says_so(tmp_path):
     # the console script itself, as CI runs it: the folder data/llamacpp-cpu holds two runs, both RED in bits only: the one
     # with its prompt cache for run-to-run drift (its ref #2, served from the cache, differs from ref #1), never for c=1
     out = tmp_path / "certificate.json"
-    run = subprocess.run([sys.executable, "-m", "analysis", "certify", str(DATA / "llamacpp-cpu"), "-o", str(out)],
-                         capture_output=True, text=True, timeout=120)
+    run = bia("certify", str(DATA / "llamacpp-cpu"), "-o", str(out))
     assert run.returncode == 5, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0] == (f"RED {DATA / 'llamacpp-cpu' / 'cache-prompt'} (copies): not reproducible alone (its prompt cache): 4 of 4 "

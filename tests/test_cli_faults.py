@@ -8,11 +8,10 @@ notebook kernel, listen on a port or fire a request (the per-case time limit wou
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import bia
 from conftest import ROOT, V2_WITNESS
 
 WITNESS = str(V2_WITNESS)
@@ -23,10 +22,6 @@ CLOSED = "http://127.0.0.1:9"  # the discard port: nothing answers there
 ERROR, RED, USAGE = "error", "RED", "usage"  # how the fault is said: "error: ...", shape-check's "RED: ..." (docs/v3.md), click's usage
 # Fault classes, with their exit codes in docs/cli.md
 OPTION, EXISTS, UNDER_FILE, UNWRITABLE, MISSING, EMPTY, MALFORMED, URL = 2, 2, 2, 2, 3, 3, 4, 6
-
-
-def _bia(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 
 def _case(name: str, words: str, code: int, said: str = ERROR, needle: str = ""):
@@ -203,7 +198,7 @@ def test_a_fault_is_one_line_with_its_exit_code_and_nothing_is_written(words, co
     under the test's folder as it was (an output absent, an existing one unchanged, nothing half-written beside it)."""
     args = [word.format(**places) for word in words]
     before = _tree(tmp_path)
-    done = _bia(*args)
+    done = bia(*args)
     shown = f"bia {' '.join(args)}: exit {done.returncode}\n{done.stderr}"
     assert "Traceback" not in done.stderr + done.stdout, shown
     assert done.returncode == code, shown
@@ -225,7 +220,7 @@ def test_a_file_cut_short_is_said_alike_by_every_command(command, tmp_path):
     said where the JSON broke off; every command now says it in the words of one function (_strictjson.not_json)."""
     cut = tmp_path / "cut.json"
     cut.write_text(CUT)
-    done = _bia(command, str(cut), *([] if command == "witness" else ["-o", str(tmp_path / "out")]))
+    done = bia(command, str(cut), *([] if command == "witness" else ["-o", str(tmp_path / "out")]))
     assert (done.returncode, done.stderr) == (4, f"error: {cut}: $: {CUT_SAID}\n")
 
 
@@ -235,6 +230,6 @@ def test_a_manifest_cut_short_is_said_alike_by_every_command(command, tmp_path):
     run = tmp_path / "run"
     (run / "captures").mkdir(parents=True)
     (run / "manifest.json").write_text('{"run_version": ')
-    done = _bia(*command, *(["-o", str(run)] if command[0] == "probe" else [str(run), "-o", str(tmp_path / "out")]))
+    done = bia(*command, *(["-o", str(run)] if command[0] == "probe" else [str(run), "-o", str(tmp_path / "out")]))
     said = f"{run / 'manifest.json'}: not valid JSON at line 1 column 17 (Expecting value at the end of the text: cut short?)"
     assert done.returncode == 4 and said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import subprocess
 import sys
 
+from _cli import bia
 from conftest import LAMBDA, V2_WITNESS, write_json
-
-
-def bia(*args):
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_table_lists_every_band_and_verdict():
@@ -75,8 +71,7 @@ def test_a_url_nothing_answers_at_exits_6_not_the_missing_paths_3(tmp_path):
     env = {"BIA_CACHE_DIR": str(tmp_path / "cache")}
     for command in (["witness", url], ["shape-check", url], ["report", url, "-o", str(tmp_path / "r.html")], ["history", url, "-o", str(tmp_path / "h")],
                     ["trend", url, "-o", str(tmp_path / "t.html")], ["assemble", url, "-o", str(tmp_path / "run")]):
-        run = subprocess.run([sys.executable, "-m", "analysis", *command], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, **env})
+        run = bia(*command, env=env)
         assert run.returncode == 6, (command, run.returncode, run.stderr)
         assert url in run.stderr and "Traceback" not in run.stderr, command
     assert bia("witness", str(tmp_path / "absent.json")).returncode == 3  # a path that does not exist keeps its own code
@@ -87,15 +82,15 @@ COMMANDS = ("shape-check", "witness", "assemble", "report", "experiment", "probe
 
 def test_help_names_values_in_words_and_lists_whole_descriptions():
     """Issue 22: help showed Python types as metavars (<list[str]>, {url}) and bia --help cut each description with '...'."""
-    env = {**os.environ, "COLUMNS": "80"}
-    top = subprocess.run([sys.executable, "-m", "analysis", "--help"], capture_output=True, text=True, timeout=60, env=env).stdout
+    env = {"COLUMNS": "80"}
+    top = bia("--help", env=env).stdout
     listed = " ".join(top.split("Commands:")[1].split())
     assert "..." not in listed
     assert "trend The trend report: bands over time per host, engine and model, regressions flagged with the commits around them." in listed
     assert "witness A terminal table of witnesses and their bands, with the V3 verdict of each witness." in listed
     usages = {}
     for command in COMMANDS:
-        page = subprocess.run([sys.executable, "-m", "analysis", command, "--help"], capture_output=True, text=True, timeout=60, env=env).stdout
+        page = bia(command, "--help", env=env).stdout
         assert not any(mark in page for mark in ("<str>", "<int>", "<path>", "<float>", "list[", "{url}", "{path}")), (command, page)
         usages[command] = page.splitlines()[0]
         if command == "probe":

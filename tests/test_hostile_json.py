@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
+from _cli import bia
 from conftest import CONTROL, ROOT, V2_WITNESS
 
 from analysis import DumpError, WitnessError, read_witness, shape_check
@@ -19,10 +19,6 @@ from analysis.run import RunError, read_run
 
 DEEP = "[" * 100_000 + "]" * 100_000  # far past every parser's limit
 EXPERIMENT_RUN = ROOT / "data" / "experiment-cpu" / "default"
-
-
-def _bia(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
 def _refused(result: subprocess.CompletedProcess, code: int, *needles: str) -> None:
@@ -103,12 +99,12 @@ def test_shape_check_of_integers_beyond_a_double(tmp_path):
 @pytest.mark.parametrize("command", ["witness", "report", "shape-check"])
 def test_cli_on_an_integer_beyond_64_bits(big_c, command):
     needle = "bands[1].c: invalid value" if command == "shape-check" else "$.bands[1].c: expected a non-negative integer of at most"
-    _refused(_bia(command, str(big_c)), 4, str(big_c) if command != "shape-check" else "RED: unreadable witness", needle)
+    _refused(bia(command, str(big_c)), 4, str(big_c) if command != "shape-check" else "RED: unreadable witness", needle)
 
 
 @pytest.mark.parametrize("command", ["witness", "report", "shape-check"])
 def test_cli_on_a_witness_nested_100000_deep(deep_witness, command):
-    _refused(_bia(command, str(deep_witness)), 4, "arrays and objects nested deeper than 128, at line 1 column 160")
+    _refused(bia(command, str(deep_witness)), 4, "arrays and objects nested deeper than 128, at line 1 column 160")
 
 
 @pytest.mark.parametrize(("name", "text", "problem"), [
@@ -119,7 +115,7 @@ def test_cli_on_a_witness_nested_100000_deep(deep_witness, command):
 def test_a_hostile_policy_file(tmp_path, name, text, problem):
     policy = tmp_path / name
     policy.write_text(text)
-    _refused(_bia("shape-check", "--policy", str(policy), str(V2_WITNESS)), 2, f"{policy}: {problem}")
+    _refused(bia("shape-check", "--policy", str(policy), str(V2_WITNESS)), 2, f"{policy}: {problem}")
 
 
 def test_a_witness_exactly_at_the_limit_reads(tmp_path):
@@ -258,7 +254,7 @@ def test_report_on_a_run_whose_capture_repeats_a_key(tmp_path):
     lines = captures.read_text().splitlines()
     lines[3] = lines[3].replace('"c": ', '"c": 99, "c": ', 1)
     captures.write_text("\n".join(lines) + "\n")
-    _refused(_bia("report", str(run), "-o", str(tmp_path / "r.html")), 4, "line 4.c: key appears more than once")
+    _refused(bia("report", str(run), "-o", str(tmp_path / "r.html")), 4, "line 4.c: key appears more than once")
 
 
 # --- bia serve ------------------------------------------------------------------------------------

@@ -10,13 +10,12 @@ import json
 import os
 import resource
 import socket
-import subprocess
-import sys
 import time
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from _cli import bia
 from loopback import HttpServer, Quiet, routes, stream_words
 
 from analysis import SourceError, fetch_url
@@ -27,11 +26,6 @@ from analysis.run import read_run
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = {"choices": [{"index": 0, "delta": {"content": "ab"},
                       "logprobs": {"content": [{"token": "ab", "logprob": -0.1, "top_logprobs": [{"token": "ab", "logprob": -0.1}]}]}}]}
-
-
-def _bia(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-                          env={**os.environ, **(env or {})}, **kw)
 
 
 def _trickle(handler: Quiet, seconds: float = 30.0) -> None:
@@ -89,7 +83,7 @@ def test_a_stream_that_trickles_keepalive_comments_stops_the_probe_at_its_deadli
     """The issue's reproduction: one SSE event, then a comment every second, against --timeout; before, it hung forever."""
     with HttpServer(routes({"POST /v1/chat/completions": _trickle})) as server:
         started = time.monotonic()
-        done = _bia("probe", server.url, "-o", str(tmp_path / "run"), "--ladder", "1", "--timeout", "2")
+        done = bia("probe", server.url, "-o", str(tmp_path / "run"), "--ladder", "1", "--timeout", "2")
         elapsed = time.monotonic() - started
     assert elapsed < 20, "a 2 s deadline bounds the hang"
     assert done.returncode == 2 and "wrote" not in done.stdout
@@ -184,7 +178,7 @@ def test_shape_check_of_a_drip_server_keeps_the_readmes_30_s(tmp_path):
 
     with HttpServer(Slow) as server:
         started = time.monotonic()
-        done = _bia("shape-check", f"{server.url}/drip", env={"BIA_CACHE_DIR": str(tmp_path / "cache")})
+        done = bia("shape-check", f"{server.url}/drip", env={"BIA_CACHE_DIR": str(tmp_path / "cache")})
         elapsed = time.monotonic() - started
     assert elapsed < 90, "the 30 s time-out bounds the whole download"
     assert done.returncode == 6 and "timed out after 30 s" in done.stderr  # a URL not fetched, not a missing path (3)
@@ -300,7 +294,7 @@ def test_a_server_that_is_no_chat_server_stops_the_probe_and_says_what_came_back
 def test_the_cli_against_a_static_file_server_exits_2_and_writes_nothing(tmp_path):
     """The issue's reproduction: python -m http.server answered every POST with 501 and the probe said "wrote", complete."""
     with HttpServer(functools.partial(QuietFiles, directory=str(tmp_path))) as server:
-        done = _bia("probe", server.url, "-o", str(tmp_path / "run"), "--ladder", "1,4")
+        done = bia("probe", server.url, "-o", str(tmp_path / "run"), "--ladder", "1,4")
     assert done.returncode == 2 and done.stdout == ""
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith(f"error: {server.url}/v1/chat/completions: the server did not answer as an OpenAI-compatible chat stream: "
@@ -350,11 +344,11 @@ def test_a_closed_port_leaves_no_run_directory(tmp_path):
         asyncio.run(probe(f"http://127.0.0.1:{port}", tmp_path / "run", prompts=["x"], ladder=(1,), say=said.append))
     assert said == [], "no engine is detected where nothing answers"
     assert not (tmp_path / "run").exists()
-    done = _bia("probe", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "run"), "--ladder", "1")
+    done = bia("probe", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "run"), "--ladder", "1")
     assert done.returncode == 6 and done.stdout == "" and not (tmp_path / "run").exists()
     assert done.stderr.splitlines() == [f"error: nothing answers at http://127.0.0.1:{port} (ConnectError: All connection attempts failed); "
                                         "is the server running, on this host and port?"]  # no "engine: ...; model None" line first
-    done = _bia("probe", f"http://127.0.0.1:{port}", "--dry-run")
+    done = bia("probe", f"http://127.0.0.1:{port}", "--dry-run")
     assert done.returncode == 6 and "nothing answers at" in done.stderr and "engine:" not in done.stderr
 
 
@@ -402,7 +396,7 @@ def test_a_ladder_past_the_open_file_limit_is_refused_before_anything_is_sent(tm
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     with HttpServer(server.handler) as http:
-        done = _bia("probe", http.url, "-o", str(tmp_path / "run"), "--ladder", "1,100000", preexec_fn=limit)
+        done = bia("probe", http.url, "-o", str(tmp_path / "run"), "--ladder", "1,100000", preexec_fn=limit)
     assert done.returncode == 2
     assert ("error: the ladder's c=100000 needs about 300000 open files at once (a socket and two capture files per request), but this process "
             "may open 1024 (ulimit -n)") in done.stderr and "raise ulimit -n or lower the ladder" in done.stderr
@@ -448,7 +442,7 @@ def test_a_band_within_the_servers_slots_is_fired(tmp_path):
 
 
 def test_a_ladder_that_is_not_numbers_is_refused_in_one_line(tmp_path):
-    done = _bia("probe", "http://127.0.0.1:9", "-o", str(tmp_path / "run"), "--ladder", "1,x")
+    done = bia("probe", "http://127.0.0.1:9", "-o", str(tmp_path / "run"), "--ladder", "1,x")
     assert done.returncode == 2 and done.stderr.strip() == "error: --ladder takes comma-separated integers, got '1,x'"
 
 
@@ -511,7 +505,8 @@ def _two_gets_apart(client, url: str, pause_s: float) -> list[str]:
 def test_the_probe_drops_idle_connections_before_a_server_resets_them():
     import httpx
 
-    from analysis.probe import KEEPALIVE_EXPIRY_S, _client
+    from analysis.probe import KEEPALIVE_EXPIRY_S
+    from analysis.probe._requests import _client
 
     pause = KEEPALIVE_EXPIRY_S + 0.3
     with HttpServer(ResetsStaleConnections) as server:

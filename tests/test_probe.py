@@ -7,11 +7,9 @@ import asyncio
 import itertools
 import json
 import math
-import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from html.parser import HTMLParser
@@ -20,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from _cli import bia, start_bia
 from loopback import HttpServer, Quiet, routes, stream_words
 
 from analysis.dumps._sse import parse_sse
@@ -276,12 +275,6 @@ def test_a_run_directory_is_not_overwritten_and_only_a_probe_run_resumes(tmp_pat
         asyncio.run(probe("http://127.0.0.1:9", tmp_path / "empty", resume=True))
 
 
-def _bia(*args: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "analysis", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=ROOT, **kw)
-
-
 def _wait_for(condition, seconds: float = 90.0) -> None:
     deadline = time.time() + seconds
     while not condition():
@@ -304,7 +297,7 @@ def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, h
     args = ["--ladder", "1,4,8", "--max-tokens", "40", "--top-logprobs", "2", "--prompts", str(tmp_path / "prompts.txt"), "--declared-min", "8"]
     (tmp_path / "prompts.txt").write_text("If the argument is\n")
     with BackgroundServer("one-by-one", log_file=tmp_path / "serve.log") as server:
-        child = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), *args)
+        child = start_bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), *args)
         try:
             _wait_for(lambda: _in_flight(folder, "band.c8"))
         finally:
@@ -324,12 +317,12 @@ def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, h
             assert stopped.manifest["stopped"]["why"].startswith("cancelled (Ctrl-C")
         assert "request(s) never came back" in run_html(stopped)
 
-        refused = _bia("probe", server.url, "-o", str(folder), "--resume", "--ladder", "1,2", "--max-tokens", "40")
+        refused = start_bia("probe", server.url, "-o", str(folder), "--resume", "--ladder", "1,2", "--max-tokens", "40")
         assert refused.wait(timeout=60) == 2 and refused.communicate()[1] == (
             f"error: --ladder 1,2 differs from the run's 1,4,8: a resumed run keeps the settings in {folder / 'manifest.json'} (drop the "
             "option, or write a new run with another -o)\n")  # the one that differs named; --max-tokens 40 is the run's own
         # issue 32 item 6: the original command with --resume appended finishes the run (its settings are the manifest's)
-        resumed = _bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), *args, "--resume")
+        resumed = start_bia("probe", server.url, "-o", str(folder), "--server-log", str(tmp_path / "serve.log"), *args, "--resume")
         _, err = resumed.communicate(timeout=120)
         assert resumed.returncode == 0, err
     run = read_run(folder)
@@ -400,22 +393,20 @@ def test_one_command_against_bia_serve_gives_a_run_whose_report_shows_every_band
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     log = tmp_path / "serve.log"
-    server = _bia("serve", "--port", str(port), "--log-file", str(log))
+    server = start_bia("serve", "--port", str(port), "--log-file", str(log))
     try:
         _wait_for(lambda: _healthy(httpx, port), 120)
         (tmp_path / "prompts.txt").write_text("If the argument is\n")
-        probe_run = subprocess.run([sys.executable, "-m", "analysis", "probe", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "run"),
-                                    "--prompts", str(tmp_path / "prompts.txt"), "--max-tokens", "12", "--server-log", str(log),
-                                    "--expect", "kernel_mode=batch-invariant"],  # the server runs the default mode: a flag that never reached it
-                                   capture_output=True, text=True, cwd=ROOT, timeout=300)
+        probe_run = bia("probe", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "run"), "--prompts", str(tmp_path / "prompts.txt"),
+                        "--max-tokens", "12", "--server-log", str(log),
+                        "--expect", "kernel_mode=batch-invariant")  # the server runs the default mode: a flag that never reached it
     finally:
         server.terminate()
         server.communicate(timeout=30)
     assert probe_run.returncode == 0, probe_run.stderr
     assert "engine: bia serve (GET /v1/models: owned_by 'bia')" in probe_run.stderr
     assert "warning: the server reports kernel_mode='default', not the expected 'batch-invariant'" in probe_run.stderr
-    report = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path / "run"), "-o", str(tmp_path / "report.html")],
-                            capture_output=True, text=True, cwd=ROOT, timeout=600)
+    report = bia("report", str(tmp_path / "run"), "-o", str(tmp_path / "report.html"), timeout=600)
     assert report.returncode == 0, report.stderr
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     bands = _table(html, "Bands that part earliest:")  # one prompt: every band is among the worst 20
@@ -455,12 +446,12 @@ def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_
     (tmp_path / "prompts.txt").write_text("If the argument is\n")
 
     def start_server() -> subprocess.Popen:
-        server = _bia("serve", "--port", str(port), "--mode", "batch-invariant")
+        server = start_bia("serve", "--port", str(port), "--mode", "batch-invariant")
         _wait_for(lambda: _healthy(httpx, port), 120)
         return server
 
     server = start_server()
-    child = _bia("probe", url, "-o", str(folder), "--prompts", str(tmp_path / "prompts.txt"), "--max-tokens", "40", "--top-logprobs", "2",
+    child = start_bia("probe", url, "-o", str(folder), "--prompts", str(tmp_path / "prompts.txt"), "--max-tokens", "40", "--top-logprobs", "2",
                  "--declared-min", "8", "--no-metrics")
     try:
         _wait_for(lambda: _in_flight(folder, "band.c4"))  # band c=4 is streaming: the kill cuts it
@@ -476,7 +467,7 @@ def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_
 
     server = start_server()
     try:
-        resumed = _bia("probe", url, "-o", str(folder), "--resume", "--retry-refused")
+        resumed = start_bia("probe", url, "-o", str(folder), "--resume", "--retry-refused")
         _, err = resumed.communicate(timeout=180)
     finally:
         server.terminate()
@@ -579,8 +570,7 @@ def test_a_server_behind_a_key_stops_the_probe_until_it_is_given_and_the_key_is_
         assert "GET /v1/models: HTTP 401, the server wants credentials (give --api-key)" in said[0]
         stopped = read_run(folder)
         assert stopped.manifest["done"] == [] and stopped.manifest["refused"] == [] and len(stopped.missing()) == 5
-        resumed = subprocess.run([sys.executable, "-m", "analysis", "probe", server.url, "-o", str(folder), "--resume"], capture_output=True,
-                                 text=True, cwd=ROOT, env={**os.environ, "BIA_API_KEY": "s3cret-key"}, timeout=120, check=False)
+        resumed = bia("probe", server.url, "-o", str(folder), "--resume", env={"BIA_API_KEY": "s3cret-key"})
     assert resumed.returncode == 0, resumed.stderr
     assert "engine: vLLM" in resumed.stderr  # nothing had been fired: detected again, with the key this time
     run = read_run(folder)
@@ -642,9 +632,8 @@ def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answer
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"text": "x", "answer": "cde"}\n{"text": "y", "answer": "zzz"}\n')
     with HttpServer(BatchSensitive) as server:
-        run_ = subprocess.run([sys.executable, "-m", "analysis", "probe", server.url, "-o", str(tmp_path / "run"), "--prompts", str(prompts),
-                               "--ladder", "1,2", "--max-tokens", "3", "--declared-min", "2"], capture_output=True, text=True, cwd=ROOT,
-                              timeout=120, check=False)
+        run_ = bia("probe", server.url, "-o", str(tmp_path / "run"), "--prompts", str(prompts), "--ladder", "1,2", "--max-tokens", "3",
+                   "--declared-min", "2")
     assert run_.returncode == 0, run_.stderr
     table, std = accuracy_table(read_run(tmp_path / "run"))
     assert table.rows() == [("m=1 reference", 2, 1, 0.5), ("c=1 repeat 0", 2, 1, 0.5), ("c=2 repeat 0", 2, 0, 0.0)]
@@ -654,8 +643,7 @@ def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answer
     assert "Std@Acc across them = 0.2357" in run_tables_html(read_run(tmp_path / "run"), epsilon=0.05)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "x"}\n{"answer": "no text"}\n')
-    refused = subprocess.run([sys.executable, "-m", "analysis", "probe", "http://127.0.0.1:9", "-o", str(tmp_path / "never"), "--prompts", str(bad)],
-                             capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    refused = bia("probe", "http://127.0.0.1:9", "-o", str(tmp_path / "never"), "--prompts", str(bad))
     assert refused.returncode == 2 and f'{bad}: line 2: field "text"' in refused.stderr and not (tmp_path / "never").exists()
 
 
@@ -700,9 +688,8 @@ def test_references_that_part_before_declared_min_run_no_band_unless_asked(tmp_p
 def test_a_dry_run_says_what_would_be_sent_and_fires_nothing(tmp_path):
     fake = FakeVllm()
     with HttpServer(fake.handler) as server:
-        shown = subprocess.run([sys.executable, "-m", "analysis", "probe", server.url, "-o", str(tmp_path / "run"), "--dry-run", "--ladder", "1,4",
-                                "--prompts", str(_write(tmp_path / "p.txt", "Hello\n"))], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                               check=False)
+        shown = bia("probe", server.url, "-o", str(tmp_path / "run"), "--dry-run", "--ladder", "1,4", "--prompts",
+                    str(_write(tmp_path / "p.txt", "Hello\n")))
     assert shown.returncode == 0, shown.stderr
     assert fake.bodies == [] and not (tmp_path / "run").exists()  # no completion requested, nothing written
     lines = shown.stdout.splitlines()
@@ -741,13 +728,13 @@ def test_a_url_naming_another_endpoint_or_tls_to_plain_http_says_what_it_did(tmp
     from analysis.serve import BackgroundServer
 
     with BackgroundServer("default") as server:
-        other = _bia("probe", f"{server.url}/v1/completions", "--dry-run")
+        other = start_bia("probe", f"{server.url}/v1/completions", "--dry-run")
         out, err = other.communicate(timeout=120)
         assert other.returncode == 0, err
         assert err.splitlines()[0] == (f"note: {server.url}/v1/completions names /v1/completions, not the chat endpoint; probing the server "
                                        f"at {server.url} (its /v1/chat/completions): give the base URL to say so")
         assert out.startswith("engine: bia serve")
-        tls = _bia("probe", server.url.replace("http://", "https://"), "--dry-run")
+        tls = start_bia("probe", server.url.replace("http://", "https://"), "--dry-run")
         _, err = tls.communicate(timeout=120)
     assert tls.returncode == 6
     assert err.startswith(f"error: the server at {server.url.replace('http://', 'https://')} answered, but not in TLS (")

@@ -2,50 +2,10 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
-import struct
-import subprocess
-import sys
-import termios
-import threading
-
 import pytest
-from conftest import ROOT
+from _cli import bia
 
 from analysis.serve import BackgroundServer
-
-
-def _bia(args: list[str], *, terminal: bool, timeout: float = 300) -> tuple[int, str, str]:
-    """Run ``bia ARGS`` with stderr on a pseudo-terminal (``terminal``) or a pipe; its exit code, stdout and stderr."""
-    command = [sys.executable, "-m", "analysis", *args]
-    env = dict(os.environ)
-    if not terminal:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
-        return done.returncode, done.stdout, done.stderr
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a terminal 120 columns wide, as a user's
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower, text=True, cwd=ROOT, env=env)
-    os.close(follower)
-    seen: list[bytes] = []
-
-    def drain() -> None:  # read as it comes, so that a full terminal buffer never blocks the child
-        while True:
-            try:
-                data = os.read(leader, 4096)
-            except OSError:  # EIO: the child closed its end
-                return
-            if not data:
-                return
-            seen.append(data)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    out, _ = child.communicate(timeout=timeout)
-    reader.join(timeout=10)
-    os.close(leader)
-    return child.returncode, out, b"".join(seen).decode("utf-8", "replace")
 
 
 @pytest.fixture(scope="module")
@@ -59,37 +19,37 @@ def test_experiment_shows_a_bar_with_its_eta_on_a_terminal_and_nothing_when_pipe
     """It ran 5 min 37 s with no output at all. One sequence per reference decode (3 per prompt) and per batch row (1 + 2), then
     the replay with taps (1 + 1 + 2): 10 sequences."""
     args = ["experiment", "--prompts", str(prompts), "--ladder", "1,2", "--modes", "default", "--max-tokens", "4", "--top-k", "2"]
-    code, out, err = _bia([*args, "-o", str(tmp_path / "tty")], terminal=True)
-    assert code == 0, err
-    assert "default: decoding" in err and "default: first ops" in err and "10/10" in err and "seq/s" in err
-    assert "<" in err  # tqdm's elapsed<remaining: the ETA
-    code, out, err = _bia([*args, "-o", str(tmp_path / "pipe")], terminal=False)
-    assert code == 0 and err == "", err
-    assert "seq" not in out and "done" not in out  # nothing of the bar on stdout either
+    done = bia(*args, "-o", str(tmp_path / "tty"), terminal=True)
+    assert done.returncode == 0, done.stderr
+    assert "default: decoding" in done.stderr and "default: first ops" in done.stderr and "10/10" in done.stderr and "seq/s" in done.stderr
+    assert "<" in done.stderr  # tqdm's elapsed<remaining: the ETA
+    done = bia(*args, "-o", str(tmp_path / "pipe"), terminal=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "seq" not in done.stdout and "done" not in done.stdout  # nothing of the bar on stdout either
 
 
 def test_probe_shows_bands_and_requests_on_a_terminal_and_nothing_when_piped(tmp_path, prompts):
     with BackgroundServer("default") as server:
         args = ["probe", server.url, "--prompts", str(prompts), "--ladder", "1,2", "--max-tokens", "4", "--declared-min", "2"]
-        code, out, err = _bia([*args, "-o", str(tmp_path / "tty")], terminal=True)
-        assert code in (0, 5, 7, 8), err  # the verdict's code: bits may part in the default mode
-        assert "bands" in err and "requests" in err and "100%" in err
-        code, out, err = _bia([*args, "-o", str(tmp_path / "pipe")], terminal=False)
-    assert "bands:" not in err and "requests:" not in err and "%|" not in err
+        done = bia(*args, "-o", str(tmp_path / "tty"), terminal=True)
+        assert done.returncode in (0, 5, 7, 8), done.stderr  # the verdict's code: bits may part in the default mode
+        assert "bands" in done.stderr and "requests" in done.stderr and "100%" in done.stderr
+        done = bia(*args, "-o", str(tmp_path / "pipe"), terminal=False)
+    assert "bands:" not in done.stderr and "requests:" not in done.stderr and "%|" not in done.stderr
 
 
 def test_report_shows_its_cells_on_a_terminal_and_nothing_when_piped(tmp_path):
     args = ["report", "data/experiment-cpu/default"]
-    code, out, err = _bia([*args, "-o", str(tmp_path / "tty.html")], terminal=True)
-    assert code == 0, err
-    assert "cell" in err and "100%" in err
-    code, out, err = _bia([*args, "-o", str(tmp_path / "pipe.html")], terminal=False)
-    assert code == 0 and "%|" not in err, err
+    done = bia(*args, "-o", str(tmp_path / "tty.html"), terminal=True)
+    assert done.returncode == 0, done.stderr
+    assert "cell" in done.stderr and "100%" in done.stderr
+    done = bia(*args, "-o", str(tmp_path / "pipe.html"), terminal=False)
+    assert done.returncode == 0 and "%|" not in done.stderr, done.stderr
 
 
 def test_history_over_several_runs_shows_them_on_a_terminal_and_nothing_when_piped(tmp_path):
-    code, out, err = _bia(["history", "data/experiment-cpu", "-o", str(tmp_path / "tty")], terminal=True)
-    assert code == 0, err
-    assert "reading runs" in err and "4/4" in err
-    code, out, err = _bia(["history", "data/experiment-cpu", "-o", str(tmp_path / "pipe")], terminal=False)
-    assert code == 0 and err == "", err
+    done = bia("history", "data/experiment-cpu", "-o", str(tmp_path / "tty"), terminal=True)
+    assert done.returncode == 0, done.stderr
+    assert "reading runs" in done.stderr and "4/4" in done.stderr
+    done = bia("history", "data/experiment-cpu", "-o", str(tmp_path / "pipe"), terminal=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

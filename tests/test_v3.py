@@ -7,11 +7,9 @@ exact reasons, in order. Boundaries sit next to each rule.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from _cli import bia
 from conftest import V2_WITNESS, write_json
 
 from analysis import V3Policy, shape_check, shape_check_data, shape_check_text
@@ -457,10 +455,6 @@ def test_policy_file_toml_and_json(tmp_path):
 
 
 # --- the command line ----------------------------------------------------------------------
-
-
-def bia(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def test_cli_real_witness_exits_5_with_exact_stdout():

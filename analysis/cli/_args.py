@@ -68,6 +68,13 @@ def _need_extra(module: str, extra: str, command: str) -> None:
         raise _fail(f"bia {command} needs the {extra} extra ({module} is not installed): pip install -e '.[{extra}]' in a checkout of bia{gpu}")
 
 
+def _row_invariant_blas(modes: list[str]) -> None:
+    """For the row-invariant mode, MKL's AVX2 branch unless one is chosen: set before torch loads (MKL reads it once),
+    it makes runs repeat bit for bit and keeps the row-count-independent GEMM the mode rests on (rowwise.check_blas)."""
+    if "row-invariant" in modes:
+        os.environ.setdefault("MKL_CBWR", "AVX2")
+
+
 def _check_log_file(path: Path) -> None:
     """Refuse, before the model loads, a --log-file that cannot be appended to: a file or a folder that refuses writing in
     the way, a folder that does not exist, or a folder where the file should be."""

@@ -23,9 +23,7 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
     from ..core._cells import duration
     from ..core._output import claim_output, write_atomic
     from ..experiment import DEFAULT_PROMPTS
-    from ..probe import ProbeError, ServerGone
-    from ..probe._certify import certify_server, planned_repeats
-    from ..probe._engines import ServerUnreachable
+    from ..probe import ProbeError, ProbeSettings, ServerGone, ServerUnreachable, certify_server, planned_repeats
     from ..studies._certificate import certificate_document
 
     texts = list(DEFAULT_PROMPTS) if prompts is None else _read_lines(prompts, "--prompts")
@@ -34,6 +32,7 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
         claim_output(output, force=force, what="-o")
         claim_output(run_dir, what="--run", folder=True)  # a probe never overwrites a run
         repeats = planned_repeats(target_rate=target_rate, confidence=confidence, ladder=steps, prompts=len(texts), max_requests=max_requests)
+        settings = ProbeSettings(prompts=texts, ladder=steps, max_tokens=max_tokens, server_log=server_log, progress=sys.stderr.isatty())
     except (OutputExists, ProbeError) as exc:
         raise _fail(exc) from None
     batched = repeats * len(texts) * sum(c for c in steps if c > 1)
@@ -42,9 +41,8 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
     if sys.stderr.isatty():  # beside the bars; a log gets it with the verdict, so that a fault found first stays its one line
         typer.echo(f"certifying {url}: {plan}", err=True)
     try:
-        folder, judgement, stopped = asyncio.run(certify_server(
-            url, run_dir, target_rate=target_rate, confidence=confidence, prompts=texts, ladder=steps, max_requests=max_requests,
-            max_time=max_time, max_tokens=max_tokens, server_log=server_log, progress=sys.stderr.isatty()))
+        folder, judgement, stopped = asyncio.run(certify_server(url, run_dir, settings, target_rate=target_rate, confidence=confidence,
+                                                                max_requests=max_requests, max_time=max_time))
     except (ServerUnreachable, ServerGone) as exc:
         raise _fail(exc, EXIT_UNREACHABLE) from None
     except (ProbeError, ValueError) as exc:

@@ -17,7 +17,7 @@ def hf_command(checkpoint: Path, output: Path, prompts: Optional[Path], ladder: 
                device: str, force: bool) -> None:
     """The command's work once its options are parsed: each run written, or the fault in one line."""
     from ..experiment import DEFAULT_PROMPTS
-    from ..probe._callable import CallableError
+    from ..probe import CallableError
 
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
     try:
@@ -36,7 +36,7 @@ def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str],
 
     from ..core._output import claim_output
     from ..experiment.engines import transformers_engines, write_hf_checkpoint
-    from ..probe._callable import probe_callable
+    from ..probe import probe_callable
 
     if not checkpoint.exists():
         raise FileNotFoundError(f"--hf {checkpoint}: no such folder")

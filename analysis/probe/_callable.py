@@ -24,15 +24,17 @@ from typing import Any
 from ..core._frames import progress_bar
 from ..core._output import build_folder, claim_output
 from ..run import LAYOUTS, RUN_VERSION, Run, band_batch, read_run
+from ._settings import ProbeSettings
 
 
 class CallableError(ValueError):
     """A setting of :func:`probe_callable`, or what ``generate`` returned for one call; the message names the call and field."""
 
 
-def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]], prompts: Sequence[str], output: str | os.PathLike[str], *,
-                   ladder: Sequence[int] = (1, 4, 8, 16), layout: str = "copies", repeats: int = 1, engine: str | None = None,
-                   model: str | None = None, seed: int = 0, force: bool = False, progress: bool | None = None) -> Run:
+def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]], prompts: Sequence[str] | None, output: str | os.PathLike[str], *,
+                   ladder: Sequence[int] | None = None, layout: str | None = None, repeats: int | None = None, engine: str | None = None,
+                   model: str | None = None, seed: int | None = None, force: bool = False, progress: bool | None = None,
+                   settings: ProbeSettings | None = None) -> Run:
     """Probe an in-process engine: call ``generate`` alone and in batches of c, and write the run as ``bia probe`` does.
 
     Parameters
@@ -41,25 +43,29 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
         ``generate(prompts: list[str])`` returns one mapping per prompt, in order: ``token_ids`` (list of int),
         ``logprobs`` (list of float, each chosen token's), and optionally ``top_logprobs`` (per token, a list of
         ``(token_id, logprob)`` pairs). It must decode greedily, so that a prompt alone repeats itself.
-    prompts : sequence of str
-        The prompts; each is the target of its own references and bands.
+    prompts : sequence of str, or None
+        The prompts; each is the target of its own references and bands (None: the ``settings``' prompts).
     output : path
         The run directory to write (refused when it holds something, unless ``force``).
-    ladder : sequence of int
+    ladder : sequence of int, default (1, 4, 8, 16)
         The batch sizes c; each prompt is sent in one batch of each c per repeat.
-    layout : {"copies", "needle"}
+    layout : {"copies", "needle"}, default "copies"
         ``copies``: the batch is c copies of the prompt, every row recorded; ``needle``: the prompt at a seeded row
         among the other prompts, only its row recorded.
-    repeats : int
+    repeats : int, default 1
         How many times each band is sent.
     engine, model : str, optional
         What the run's identity names (by default ``generate``'s qualified name, and nothing).
-    seed : int
+    seed : int, default 0
         The needle layout's row choice.
     force : bool
         Replace a run already in ``output``.
     progress : bool, optional
         A bar over the sequences on stderr; by default only in a terminal.
+    settings : ProbeSettings, optional
+        The options this probe shares with a server's (:class:`analysis.probe.ProbeSettings`): ``ladder``, ``layout``,
+        ``repeats``, ``seed``, ``model``, ``progress``, ``engine`` (its ``auto`` is ``generate``'s name), and ``prompts`` when
+        ``prompts`` is None. A keyword given (not None) wins over the settings' value; one given by neither takes its default.
 
     Returns
     -------
@@ -82,6 +88,15 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     >>> judge(run).verdict, judge(run)["first"][0]
     ('RED', 'p0 c=2 repeat 0 slot 0: its logprob bits differ from ref #1 from token 1 (up to 32 ULP)')
     """
+    if settings is not None:  # what the call leaves out (None), the settings give
+        prompts = list(settings.prompts) if prompts is None else prompts
+        ladder, layout, repeats, seed, model, progress = (settings.ladder if ladder is None else ladder, settings.layout if layout is None else layout,
+                                                          settings.repeats if repeats is None else repeats, settings.seed if seed is None else seed,
+                                                          settings.model if model is None else model,
+                                                          settings.progress if progress is None else progress)
+        engine = engine if engine is not None else None if settings.engine == "auto" else settings.engine  # auto: generate's name
+    ladder, layout, repeats, seed = ((1, 4, 8, 16) if ladder is None else ladder, "copies" if layout is None else layout,
+                                     1 if repeats is None else repeats, 0 if seed is None else seed)
     ladder = _check_settings(prompts, ladder, layout, repeats)
     final = claim_output(output, force=force, what="the run", folder=True)
     bar = progress_bar(len(prompts) * (2 + repeats * sum(ladder)), progress, "seq")

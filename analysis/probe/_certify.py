@@ -14,14 +14,16 @@ import asyncio
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..metrics import requests_needed
 from ..run import RunError, read_run
 from ..studies import Judgement, judge
+from ._probe import probe
 from ._rundir import ProbeError
+from ._settings import ProbeSettings
 
 
 def planned_repeats(*, target_rate: float, confidence: float, ladder: Sequence[int], prompts: int, max_requests: int | None = None) -> int:
@@ -46,21 +48,30 @@ def planned_repeats(*, target_rate: float, confidence: float, ladder: Sequence[i
     return repeats
 
 
-async def certify_server(url: str, out: str | os.PathLike[str], *, target_rate: float = 0.01, confidence: float = 0.95,
-                         prompts: Sequence[str], ladder: Sequence[int] = (1, 4, 8, 16), max_requests: int | None = None,
-                         max_time: float | None = None, poll_s: float = 2.0, **probe_options: Any) -> tuple[Path, Judgement, str | None]:
+async def certify_server(url: str, out: str | os.PathLike[str], settings: ProbeSettings | None = None, *, target_rate: float = 0.01,
+                         confidence: float = 0.95, max_requests: int | None = None, max_time: float | None = None, poll_s: float = 2.0,
+                         say: Callable[[str], Any] | None = None, **options: Any) -> tuple[Path, Judgement, str | None]:
     """Probe ``url`` for a certificate and judge it; returns the run directory, the judgement, and why the probe was stopped
     early (``"RED"``, ``"max-time"``) or None when it finished its plan.
 
-    ``probe_options`` go to :func:`analysis.probe.probe` (``max_tokens``, ``engine``, ``server_log``, ``progress``...).
-    """
-    from . import probe
+    ``settings`` and ``options`` are :func:`analysis.probe.probe`'s (a :class:`ProbeSettings`, or its fields as keywords:
+    ``prompts``, which must be given, ``ladder``, ``max_tokens``, ``engine``, ``server_log``, ``progress``...); their
+    ``repeats`` is replaced by the plan's (:func:`planned_repeats`). ``say`` goes to the probe.
 
+    Examples
+    --------
+    >>> import asyncio
+    >>> settings = ProbeSettings(prompts=["If the argument is"], ladder=(1, 4), max_tokens=16)
+    >>> run_dir, judgement, stopped = asyncio.run(certify_server("http://127.0.0.1:8000", "runs/certify", settings,
+    ...                                                          max_requests=200))  # doctest: +SKIP
+    """
     if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
         raise ProbeError(f"--max-time takes a positive number of seconds, got {max_time!r}")
-    repeats = planned_repeats(target_rate=target_rate, confidence=confidence, ladder=ladder, prompts=len(prompts), max_requests=max_requests)
+    settings = ProbeSettings.of(settings, **options)
+    repeats = planned_repeats(target_rate=target_rate, confidence=confidence, ladder=settings.ladder, prompts=len(settings.prompts),
+                              max_requests=max_requests)
     out = Path(out)
-    task = asyncio.ensure_future(probe(url, out, prompts=list(prompts), ladder=tuple(ladder), repeats=repeats, **probe_options))
+    task = asyncio.ensure_future(probe(url, out, settings.replace(repeats=repeats), say=say))
     started, stopped = time.monotonic(), None
     while not task.done():
         await asyncio.wait({task}, timeout=poll_s)

@@ -1,0 +1,41 @@
+"""``bia trend``: the trend report, bands over time per host, engine and model, regressions flagged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..core._output import OutputExists
+from ._args import _fail, _go_offline, _unread
+from ._options import Offline
+
+
+def trend_command(
+    sources: Annotated[Optional[list[str]], typer.Argument(metavar="SOURCE...", help="History folders, runs, witnesses, markers; the embedded history if none.")] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("trend.html"),
+    title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-invariance trend",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
+    offline: Offline = False,
+) -> None:
+    """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
+    from ..core._fields import WitnessError
+    from ..studies._history import HistoryError
+    from ..io._sources import SourceError
+    from ..report import ReportError
+    from ..run import RunError
+    from ..report.trend import render_trend
+
+    _go_offline(offline)
+    try:
+        written = render_trend(sources or [], output, title=title, force=force)
+    except OutputExists as exc:
+        raise _fail(exc) from None
+    except (FileNotFoundError, SourceError) as exc:
+        raise _unread(exc) from None
+    except (WitnessError, RunError, HistoryError) as exc:
+        raise _fail(str(exc), 4) from None
+    except ReportError as exc:
+        raise _fail(str(exc), 1) from None
+    typer.echo(f"wrote {written}")
