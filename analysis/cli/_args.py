@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from ..core._output import OutputExists
-from ..core._strictjson import not_json
-from ..verdicts._v3 import EXIT_MISSING, PolicyError, V3Policy
+from ..core import OutputExists
+from ..core import not_json
+from ..verdicts import EXIT_MISSING, PolicyError, V3Policy
 
 EXIT_UNREACHABLE = 6  # a URL that could not be fetched, a server nothing answers at (docs/cli.md); 3 is a path that does not exist
 
@@ -78,7 +78,7 @@ def _row_invariant_blas(modes: list[str]) -> None:
 def _check_log_file(path: Path) -> None:
     """Refuse, before the model loads, a --log-file that cannot be appended to: a file or a folder that refuses writing in
     the way, a folder that does not exist, or a folder where the file should be."""
-    from ..core._output import OutputUnwritable, check_writable
+    from ..core import OutputUnwritable, check_writable
 
     try:
         check_writable(path, "--log-file")
@@ -103,7 +103,7 @@ def _read_runs(paths: list[Path], option: str) -> None:
 
 def _unread(exc: OSError) -> typer.Exit:
     """A source not read: exit 6 for a URL that could not be fetched (SourceError), 3 for a path that does not exist."""
-    from ..io._sources import SourceError
+    from ..io import SourceError
 
     return _fail(exc, EXIT_UNREACHABLE if isinstance(exc, SourceError) else EXIT_MISSING)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core._output import OutputExists
+from ..core import OutputExists
 from ._args import _fail, _unread
 from ._options import BandPerFile, MappingFile
 
@@ -15,10 +15,10 @@ from ._options import BandPerFile, MappingFile
 def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, command: str = "report"):
     """The run the dumps make, or a one-line error and bia's exit code: 3 a path that does not exist (6 a URL not fetched), 4 a dump
     bia cannot read, 2 a request it cannot place."""
-    from ..core._strictjson import NOT_JSON
+    from ..core import NOT_JSON
     from ..dumps import DumpError
-    from ..io._sources import SourceError
-    from ..report._inputs import ACCEPTS
+    from ..io import SourceError
+    from ..report import ACCEPTS
     from ..run import RunError, assemble_dumps
 
     try:
@@ -48,7 +48,7 @@ def assemble_command(
 
     Exit 0 written, 2 a request it cannot place (file and field named) or an occupied output, 3 no such path, 4 not a dump, 6 a URL not fetched.
     """
-    from ..report._inputs import is_lone
+    from ..report import is_lone
     from ..run import RunError, write_run
 
     if not dumps and mapping is None:

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core._output import OutputExists
-from ..verdicts._v3 import EXIT_MISSING, EXIT_RED
+from ..core import OutputExists
+from ..verdicts import EXIT_MISSING, EXIT_RED
 from ._args import _fail
 
 _STYLE = {"GREEN": "green", "AMBER": "yellow", "UNVERIFIED": "magenta", "RED": "red"}
@@ -51,11 +51,11 @@ def certify_command(
     output, 6 a URL nothing answers at, 3 no such path or a folder that holds no run (as bia report and bia witness say of a folder with
     nothing to read), 4 not a run bia reads.
     """
-    from ..core._output import claim_output, write_atomic
-    from ..report._inputs import run_directories
+    from ..core import claim_output, write_atomic
+    from ..report import run_directories
     from ..run import RunError, read_run
-    from ..studies._certificate import certificate_document
-    from ..studies._judgement import judge_runs
+    from ..studies import certificate_document
+    from ..studies import judge_runs
 
     if not (math.isfinite(target_rate) and 0 < target_rate <= 1):
         raise _fail(f"--target-rate takes a rate in (0, 1], got {target_rate!r}")

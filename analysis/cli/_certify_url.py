@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ..core._output import OutputExists
+from ..core import OutputExists
 from ._args import EXIT_UNREACHABLE, _fail, _parse_ladder, _read_lines
 
 
@@ -20,11 +20,11 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
                 server_log: Optional[Path], print_lines: Callable[[dict, Path], None]) -> None:
     """Probe ``url`` into ``run_dir``, write the certificate to ``output``, say it with ``print_lines`` (bia certify's) and exit
     with the verdict's code."""
-    from ..core._cells import duration
-    from ..core._output import claim_output, write_atomic
+    from ..core import duration
+    from ..core import claim_output, write_atomic
     from ..experiment import DEFAULT_PROMPTS
     from ..probe import ProbeError, ProbeSettings, ServerGone, ServerUnreachable, certify_server, planned_repeats
-    from ..studies._certificate import certificate_document
+    from ..studies import certificate_document
 
     texts = list(DEFAULT_PROMPTS) if prompts is None else _read_lines(prompts, "--prompts")
     steps = _parse_ladder(ladder)

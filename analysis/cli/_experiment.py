@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core._output import OutputExists
+from ..core import OutputExists
 from ._args import _fail, _need_extra, _parse_ladder, _read_lines, _read_runs, _row_invariant_blas
 
 

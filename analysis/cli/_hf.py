@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ..core._output import OutputExists
+from ..core import OutputExists
 from ._args import _fail, _parse_ladder, _read_lines
 
 
@@ -34,7 +34,7 @@ def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str],
     and write ``OUTPUT/<way>``; the run folders written."""
     import transformers
 
-    from ..core._output import claim_output
+    from ..core import claim_output
     from ..experiment.engines import transformers_engines, write_hf_checkpoint
     from ..probe import probe_callable
 

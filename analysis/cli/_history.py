@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..core._output import OutputExists
+from ..core import OutputExists
 from ._args import _fail, _go_offline, _unread
 from ._options import Offline
 
@@ -18,12 +18,12 @@ def history_command(
     offline: Offline = False,
 ) -> None:
     """Add runs, witnesses and markers to a history folder (each once), for bia trend."""
-    from ..core._fields import WitnessError
-    from ..studies._history import HistoryError, append_history
-    from ..io._sources import SourceError
+    from ..core import WitnessError
+    from ..studies import HistoryError, append_history
+    from ..io import SourceError
     from ..run import RunError
 
-    from ..core._output import OutputUnwritable, check_writable
+    from ..core import OutputUnwritable, check_writable
 
     _go_offline(offline)
     try:
@@ -41,6 +41,6 @@ def history_command(
 
 
 def _history_size(folder: Path) -> int:
-    from ..studies._history import read_history
+    from ..studies import read_history
 
     return read_history([folder]).entries.height if (folder / "history.json").is_file() else 0

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core._output import OutputExists
-from ..verdicts._v3 import EXIT_MISSING, EXIT_RED
+from ..core import OutputExists
+from ..verdicts import EXIT_MISSING, EXIT_RED
 from ._args import EXIT_UNREACHABLE, _fail, _parse_ladder, _prompt_records, _read_lines, _resume_conflicts
 
 

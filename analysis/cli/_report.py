@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core._output import OutputExists
-from ..verdicts._v3 import EXIT_MISSING, EXIT_RED, V3Policy
+from ..core import OutputExists
+from ..verdicts import EXIT_MISSING, EXIT_RED, V3Policy
 from ._args import _check_epsilon, _fail, _go_offline, _policy, _unread
 from ._assemble import _assemble
 from ._options import BandPerFile, Bands, MappingFile, ModelPrefix, Offline, PolicyFile
@@ -43,9 +43,9 @@ def report_command(
     import tempfile
 
     _go_offline(offline)
-    from ..core._output import claim_output
-    from ..io._sources import same_sources
-    from ..report._inputs import is_lone, sort_sources
+    from ..core import claim_output
+    from ..io import same_sources
+    from ..report import is_lone, sort_sources
 
     _check_epsilon(epsilon)
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
@@ -85,11 +85,11 @@ def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilo
     """Read the runs and witnesses, so that a bad file is named here, then render the report."""
     import dataclasses
 
-    from ..core._fields import WitnessError
-    from ..io._sources import SourceError
+    from ..core import WitnessError
+    from ..io import SourceError
     from ..witness import read_witnesses
     from ..report import ReportError, default_runs, default_sources, render_report
-    from ..report._inputs import ACCEPTS
+    from ..report import ACCEPTS
 
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
         from ..run import RunError, read_run

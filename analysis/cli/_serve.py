@@ -31,7 +31,7 @@ def serve_command(
     _row_invariant_blas([mode])
 
     from ..experiment import ExperimentError, bundled_model
-    from ..core._modes import mode_as_asked
+    from ..core import mode_as_asked
     from ..experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
 
     if mode not in KERNEL_MODES and mode not in MODE_ALIASES:

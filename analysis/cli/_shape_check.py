@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..verdicts._v3 import EXIT_MISSING, shape_check
+from ..verdicts import EXIT_MISSING, shape_check
 from ._args import EXIT_UNREACHABLE, _go_offline, _policy
 from ._options import Bands, Cap, Epsilon, Floor, ModelLabel, ModelPrefix, Offline, PolicyFile, S7Ratio
 
@@ -24,7 +24,7 @@ def shape_check_command(
     offline: Offline = False,
 ) -> None:
     """aprender's V3 serving-shape check. Exit 0 admissible, 5 not, 3 no such file, 4 unreadable, 6 a URL not fetched."""
-    from ..io._sources import SourceError
+    from ..io import SourceError
 
     _go_offline(offline)
     policy = _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..core._output import OutputExists
+from ..core import OutputExists
 from ._args import _fail, _go_offline, _unread
 from ._options import Offline
 
@@ -20,9 +20,9 @@ def trend_command(
     offline: Offline = False,
 ) -> None:
     """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
-    from ..core._fields import WitnessError
-    from ..studies._history import HistoryError
-    from ..io._sources import SourceError
+    from ..core import WitnessError
+    from ..studies import HistoryError
+    from ..io import SourceError
     from ..report import ReportError
     from ..run import RunError
     from ..report.trend import render_trend

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..verdicts._v3 import EXIT_RED
+from ..verdicts import EXIT_RED
 from ._args import _fail, _go_offline, _policy, _unread
 from ._options import Bands, ModelPrefix, Offline, PolicyFile
 
@@ -22,12 +22,12 @@ def witness_command(
     """A terminal table of witnesses and their bands, with the V3 verdict of each witness."""
     _go_offline(offline)
     from ..views import print_witness_tables
-    from ..core._fields import WitnessError
-    from ..io._sources import SourceError
+    from ..core import WitnessError
+    from ..io import SourceError
     from ..witness import read_witnesses
 
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
-    from ..report._inputs import run_directory_problem
+    from ..report import run_directory_problem
 
     for path in paths:  # a run directory, not read file by file as witnesses (its cache files are none)
         if (problem := run_directory_problem(path)) is not None:

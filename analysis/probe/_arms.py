@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..run._arms import ARMS, PREFIX_SHARES
+from ..run import ARMS, PREFIX_SHARES
 from ._engines import EngineProfile
 from ._rundir import ProbeError
 

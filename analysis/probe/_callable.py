@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core._frames import progress_bar
-from ..core._output import build_folder, claim_output
+from ..core import progress_bar
+from ..core import build_folder, claim_output
 from ..run import LAYOUTS, RUN_VERSION, Run, band_batch, read_run
 from ._settings import ProbeSettings
 

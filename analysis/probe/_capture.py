@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from httpx_sse._decoders import SSELineDecoder
 
-from ..core._cells import duration
+from ..core import duration
 
 
 class EventClock:

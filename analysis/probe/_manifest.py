@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from ..run._arms import ARM_REPEATS, PREFIX_SHARES
+from ..run import ARM_REPEATS, PREFIX_SHARES
 from ._engines import Detection
 from ._rundir import _now
 from ._settings import ProbeSettings

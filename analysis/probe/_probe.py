@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core._output import check_writable
+from ..core import check_writable
 from ..run import plan
 from ._arms import check_arms
 from ._checks import check_address, check_open_files, check_slots

@@ -17,6 +17,10 @@ from ..views.plots import plot_first_ops, rl_mismatch_figures, run_curves, run_f
 from ._notebook import DEFAULT_TITLE, ReportError, execute_to_html, export_html
 from ._parity import notebook_path, render_report
 
+# For the commands (analysis.cli), not the API reference: re-exported by name, kept out of __all__.
+from ._inputs import ACCEPTS as ACCEPTS, is_lone as is_lone, run_directories as run_directories
+from ._inputs import run_directory_problem as run_directory_problem, sort_sources as sort_sources
+
 __all__ = ["DEFAULT_TITLE", "ReportError", "admission_html", "answer_section_html", "bands_html", "default_rl_pairs", "default_runs", "default_sources", "engines_html", "figures_html", "judge_report",
            "execute_to_html", "export_html", "first_op_html", "header_html", "heading_html", "largest_k3", "markers_html",
            "mismatch_summaries", "mismatch_tokens", "mode_comparison", "mode_comparison_html", "negative_control", "notebook_path",
