@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, write_json
 
 from analysis import V3Policy, read_witness, shape_check
-from analysis.run import RunError, assemble_run, read_run, to_witness, write_witness
+from analysis.run import RunError, assemble_run, read_run, slot_table, to_witness, write_run, write_witness
 
 REF = [(10, -0.1, [(10, -0.1), (11, -2.0)]), (20, -0.2, [(20, -0.2), (21, -3.0)]), (30, -0.70, [(30, -0.70), (31, -0.72)]), (40, -0.3, [(40, -0.3), (41, -1.3)])]
 FORK = [REF[0], REF[1], (31, -0.69, [(31, -0.69), (30, -0.71)]), (40, -0.3, [(40, -0.3), (41, -1.3)])]
@@ -27,7 +27,7 @@ def make_run(tmp_path, band4=FORK, widths4=(4, 4, 3)):
     folder = tmp_path / "run"
     (folder / "captures").mkdir(parents=True)
     manifest = {
-        "run_version": 1,
+        "run_version": 2,
         "identity": {"host": "box", "commit": "c" * 40, "binary_sha256": "b" * 64, "model": {"path": "tiny-model.gguf", "sha256": "m" * 64}},
         "sampler": {"temperature": 0.0, "seed": 0, "ignore_eos": True, "max_tokens": 4, "top_logprobs": 2},
         "ladder": [1, 4], "declared_min": 3, "max_constant_run": 16,
@@ -41,6 +41,28 @@ def make_run(tmp_path, band4=FORK, widths4=(4, 4, 3)):
     lines += [{"response": response(band4), "prompt_id": "p0", "role": "band", "c": 4, "slot": i} for i in range(4)]
     (folder / "captures" / "p0.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return folder
+
+
+def test_a_legacy_run_naming_concurrency_band_c_reads_as_c(tmp_path):
+    """run_version 1 named c band_c in its manifest and capture envelopes: such a run reads as the same run, and a run
+    written again says run_version 2 and c."""
+    new = read_run(make_run(tmp_path / "new"))
+    folder = make_run(tmp_path / "old")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["run_version"] = 1
+    manifest["m_formed"] = [{("band_c" if k == "c" else k): v for k, v in entry.items()} for entry in manifest["m_formed"]]
+    write_json(folder / "manifest.json", manifest)
+    lines = [json.loads(line) for line in (folder / "captures" / "p0.jsonl").read_text().splitlines()]
+    lines = [{("band_c" if k == "c" else k): v for k, v in line.items()} for line in lines]
+    (folder / "captures" / "p0.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    old = read_run(folder)
+    assert "band_c" in (folder / "captures" / "p0.jsonl").read_text() and "band_c" not in old.dump.requests.columns
+    assert old.dump.requests["c"].to_list() == new.dump.requests["c"].to_list() == [None, None, 1, 4, 4, 4, 4]
+    assert old.manifest["m_formed"] == new.manifest["m_formed"]
+    assert slot_table(old).equals(slot_table(new).with_columns(source=slot_table(old)["source"]))
+    again = write_run(old, tmp_path / "again")
+    assert json.loads((again / "manifest.json").read_text())["run_version"] == 2
+    assert '"c": 4' in (again / "captures" / "requests.jsonl").read_text() and "band_c" not in (again / "captures" / "requests.jsonl").read_text()
 
 
 def test_witness_from_a_run_by_hand(tmp_path):

@@ -38,7 +38,7 @@ def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, co
 
 
 def assemble_command(
-    dumps: Annotated[Optional[list[str]], typer.Argument(metavar="DUMP...", help="Dump files, folders or globs (envelopes: prompt_id, role, band_c, slot).")] = None,
+    dumps: Annotated[Optional[list[str]], typer.Argument(metavar="DUMP...", help="Dump files, folders or globs (envelopes: prompt_id, role, c, slot).")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/assembled"),
     mapping: MappingFile = None,
     band_per_file: BandPerFile = False,

@@ -18,6 +18,6 @@ S7Ratio = Annotated[Optional[float], typer.Option(help="S7: least decode-rate ra
 Offline = Annotated[bool, typer.Option("--offline", help="Read URL sources from the cache only; never the network.")]
 
 MappingFile = Annotated[Optional[Path], typer.Option("--mapping", help="Dumps: a JSON or CSV file saying which file is which (source, prompt_id, "
-                                                                        "role, band_c, slot, repeat).")]
+                                                                        "role, c, slot, repeat).")]
 BandPerFile = Annotated[bool, typer.Option("--band-per-file", help="Dumps: each file is one band of the requests it holds (c their count); "
                                                                    "a file of one request is an m=1 reference.")]

@@ -31,7 +31,7 @@ def envelope_c(line: dict) -> object:
 
     Examples
     --------
-    >>> envelope_c({"c": 4}), envelope_c({"band_c": 8}), envelope_c({})
+    >>> envelope_c({"c": 4}), envelope_c({"band_c": 8}), envelope_c({})  # the second: a legacy envelope
     (4, 8, None)
     """
     return line["c"] if "c" in line else line.get("band_c")  # legacy key of run_version 1

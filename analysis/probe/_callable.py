@@ -145,9 +145,9 @@ def _fire(generate, prompts: list[str], ladder: list[int], layout: str, repeats:
                 outs, seconds = _call(generate, batch, f"{pid} c={c} repeat {repeat}")
                 unit = f"{pid}/band/c{c}/r{repeat}"
                 rows = range(c) if layout == "copies" else [target]
-                lines += [_envelope(outs[row], seconds, unit=unit, prompt_id=pid, role="band", band_c=c, slot=slot, repeat=repeat,
+                lines += [_envelope(outs[row], seconds, unit=unit, prompt_id=pid, role="band", c=c, slot=slot, repeat=repeat,
                                     batch_row=row) for slot, row in enumerate(rows)]
-                m_formed.append({"unit": unit, "prompt_id": pid, "role": "band", "band_c": c, "repeat": repeat, "widths": [c],
+                m_formed.append({"unit": unit, "prompt_id": pid, "role": "band", "c": c, "repeat": repeat, "widths": [c],
                                  "steps": max(len(o["token_ids"]) for o in outs)})
                 advance(c)
     return lines, m_formed

@@ -46,14 +46,14 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
     checked = False  # the session's first unit fired is the server check
     show = sys.stderr.isatty() if progress is None else progress
     bands = tqdm(total=sum(u.role != "reference" for u in units), desc="bands", unit="band", disable=not show, file=sys.stderr, position=0)
-    sent = tqdm(total=sum(u.band_c or len(u.slots) for u in units), desc="requests", unit="request", disable=not show, file=sys.stderr, position=1)
+    sent = tqdm(total=sum(u.c or len(u.slots) for u in units), desc="requests", unit="request", disable=not show, file=sys.stderr, position=1)
     try:
         for unit in units:
             bands.set_postfix_str(unit.key)
             if unit.role != "reference" and unit.prompt_id in {entry["prompt_id"] for entry in manifest.get("skipped", [])}:
                 manifest["done"].append(unit.key)  # the references disagree: aprender's rule runs no band for this prompt
                 bands.update(1)  # a skipped band is done too
-                sent.update(unit.band_c or 1)
+                sent.update(unit.c or 1)
                 continue
             body = request_body(texts[unit.prompt_id], max_tokens=sampler["max_tokens"], top_logprobs=sampler["top_logprobs"], seed=sampler["seed"],
                                 profile=detection.profile, model=detection.model, logprobs=unit.role != "observer")
@@ -88,7 +88,7 @@ async def _fire_plan(client, endpoint, base, writer: _RunWriter, detection: Dete
             manifest["done"].append(unit.key)
             writer.save()
             bands.update(unit.role != "reference")
-            sent.update(unit.band_c or len(unit.slots))
+            sent.update(unit.c or len(unit.slots))
     finally:
         sent.close()
         bands.close()
@@ -167,7 +167,7 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
 
     Returns each request's result and its refusal (None when kept)."""
     manifest = writer.manifest
-    c = unit.band_c
+    c = unit.c
     tag = _arm_tag(unit, manifest)
     if unit.arm == "mixed" or (unit.arm is None and manifest["requested"]["layout"] == "needle"):
         rng = random.Random(f"{manifest['sampler']['seed']}/{unit.key}")  # the same position when a resume fires the band again
@@ -197,10 +197,10 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     cache_after = await metrics_snapshot(client, f"{base}/metrics", watched) if watched else None
     engine = engine_growth(writer.engine_metrics, cache_before, cache_after)
     decode = server_decode(engine, "band")
-    refusals = [writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, band_c=c, slot=slot, repeat=unit.repeat,
+    refusals = [writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, c=c, slot=slot, repeat=unit.repeat,
                             batch_row=row, **tag, **({"server_decode": decode} if decode else {}))
                 for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))]
-    entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "band_c": c, "repeat": unit.repeat, **tag, "widths": watcher.widths()}
+    entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "c": c, "repeat": unit.repeat, **tag, "widths": watcher.widths()}
     if engine:
         entry["engine"] = engine
     streams = stream_evidence([writer.live.pop(partial, None) for partial in partials], c)  # fillers too: they share the batch

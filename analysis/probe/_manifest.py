@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from ..run import ARM_REPEATS, PREFIX_SHARES
+from ..run import ARM_REPEATS, PREFIX_SHARES, RUN_VERSION
 from ._engines import Detection
 from ._rundir import _now
 from ._settings import ProbeSettings
@@ -28,7 +28,7 @@ def _new_manifest(endpoint: str, detection: Detection, settings: ProbeSettings) 
     """A new run's manifest: the settings it is made with, and what the engine decides."""
     s = settings
     manifest = {
-        "run_version": 1, "producer": "bia probe", "url": endpoint, "started": _now(),
+        "run_version": RUN_VERSION, "producer": "bia probe", "url": endpoint, "started": _now(),
         "sampler": {"temperature": 0.0, "seed": s.seed, "max_tokens": s.max_tokens, "top_logprobs": s.top_logprobs},
         "ladder": list(s.ladder), "repeats": s.repeats, "observer": s.observer, "bands_anyway": s.bands_anyway,
         "declared_min": s.declared_min if s.declared_min is not None else min(64, s.max_tokens),

@@ -193,4 +193,4 @@ async def dry_run(url: str, settings: ProbeSettings | None = None, **options: An
     body = request_body(first, max_tokens=settings.max_tokens, top_logprobs=settings.top_logprobs, seed=settings.seed, profile=detection.profile,
                         model=detection.model)
     return {"said": detection.describe(), "effective": manifest["effective"], "body": body, "units": [u.key for u in units],
-            "requests": sum(u.band_c or len(u.slots) for u in units) + sum(u.arm in ("cache", "prefix") for u in units)}  # with primers
+            "requests": sum(u.c or len(u.slots) for u in units) + sum(u.arm in ("cache", "prefix") for u in units)}  # with primers

@@ -76,7 +76,7 @@ class _RunWriter:
                 result = {"error": problem, "sse": result["sse"]}
             else:
                 window = _live_window(rows, result.get("sent_at_s"))
-                if window is not None and where.get("band_c") is not None:  # a band's request: its co-residency is read after the band
+                if window is not None and where.get("c") is not None:  # a band's request: its co-residency is read after the band
                     self.live[partial] = window
                 if where.get("role") == "reference":  # kept for aprender's reference rule, so it is not parsed again
                     self.reference_tokens[where["unit"]] = _identities(rows)

@@ -243,7 +243,7 @@ def read_mapping(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     out = []
     for entry, where in entries:
         if "band_c" in entry and "c" not in entry:  # legacy: mappings written for run_version 1 named c band_c
-            entry["c"] = entry.pop("band_c")
+            entry["c"] = entry.pop("band_c")  # legacy key
         source = entry.get("source")
         if not source or not isinstance(source, str):
             raise RunError(f'{path}: {where}: field "source": expected the dump file\'s path')

@@ -18,7 +18,7 @@ from ._layout import _parse_json
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
 
-_DERIVED_VERSION = 6  # 1: no capture stamps; 2: stamps without modification times; 3: requests without liveness; 4: no server timings; 5: band_c
+_DERIVED_VERSION = 6  # 1: no capture stamps; 2: stamps without modification times; 3: requests without liveness; 4: no server timings; 5: the legacy band_c
 
 
 _RACY_NS = 2_000_000_000  # a file modified this close to its stamping may change again within the clock's granularity

@@ -67,7 +67,8 @@ def first_ops_record(run: Run) -> dict[str, Any]:
         raise RunError(f"{path}: not readable as JSON: {exc}") from None
     if not isinstance(record, dict) or record.get("first_ops_version") not in (1, 2):
         raise RunError(f"{path}: field first_ops_version: expected 1 or 2, got {record.get('first_ops_version') if isinstance(record, dict) else record!r}")
-    if record["first_ops_version"] == 1 and isinstance(record.get("steps"), dict) and "band_c" in record["steps"]:
+    legacy = record["first_ops_version"] == 1 and isinstance(record.get("steps"), dict) and "band_c" in record["steps"]
+    if legacy:
         record["steps"] = {("c" if name == "band_c" else name): values for name, values in record["steps"].items()}  # legacy key of version 1
     ops = _ops(path, record.get("ops"))
     run._cache["first_ops"] = {"ops": ops, "tapped": record.get("tapped") is True, "kernel_mode": record.get("kernel_mode"),

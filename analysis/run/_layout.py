@@ -13,7 +13,7 @@ from ._manifest import manifest_problem
 from ._unit import _DEFAULTS, Unit
 from ..core import check_depth, not_json
 
-RUN_VERSION = 2  # 2: a band's concurrency is "c" in the manifest and the capture envelopes (1 named it "band_c")
+RUN_VERSION = 2  # 2: a band's concurrency is "c" in the manifest and the capture envelopes (1 named it "band_c": legacy)
 READABLE_VERSIONS = (1, 2)
 
 
@@ -130,11 +130,11 @@ def _legacy_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
 
     Examples
     --------
-    >>> _legacy_manifest({"run_version": 1, "m_formed": [{"band_c": 4, "widths": [4]}]})["m_formed"]
+    >>> _legacy_manifest({"run_version": 1, "m_formed": [{"band_c": 4, "widths": [4]}]})["m_formed"]  # legacy band_c
     [{'c': 4, 'widths': [4]}]
     """
     def upgraded(entry: Any) -> Any:
-        if not isinstance(entry, dict) or "band_c" not in entry or "c" in entry:
+        if not isinstance(entry, dict) or "band_c" not in entry or "c" in entry:  # no legacy key to read
             return entry
         return {("c" if key == "band_c" else key): value for key, value in entry.items()}  # legacy key of run_version 1
 

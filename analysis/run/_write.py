@@ -90,7 +90,8 @@ def _capture_lines(run: Run) -> tuple[list[str], list[dict[str, Any]]]:
             texts[source] = _source_text(source)
         payload_kind, payload, envelope = _payload(texts[source], source, record, row["source_format"])
         placement = {k: row[k] for k in _PLACEMENT if row[k] is not None}
-        keys = {k: v for k, v in envelope.items() if k not in ("response", "sse", *_PLACEMENT)}
+        # a legacy envelope's band_c is its placement's c, written again as c
+        keys = {k: v for k, v in envelope.items() if k not in ("response", "sse", *_PLACEMENT, "band_c")}  # legacy key
         if "format" not in envelope:
             keys["format"] = row["source_format"]
         members = [f"{json.dumps(payload_kind)}: {payload}", *(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in {**placement, **keys}.items())]

@@ -35,7 +35,7 @@ from ._model import load_model
 from ._taps import Taps, tapped_ops
 
 FIRST_OPS_FILE = "first_ops.json"
-FIRST_OPS_VERSION = 2  # 2: the steps name concurrency c (1 named it band_c)
+FIRST_OPS_VERSION = 2  # 2: the steps name concurrency c (1 named it band_c, read as legacy)
 _INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 

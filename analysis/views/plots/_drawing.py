@@ -25,7 +25,7 @@ def as_frame(value: Any) -> pl.DataFrame | None:
     if not isinstance(value, pl.DataFrame):
         return None
     if "band_c" in value.columns and "c" not in value.columns:  # legacy: run tables bia wrote before run_version 2
-        value = value.rename({"band_c": "c"})
+        value = value.rename({"band_c": "c"})  # legacy column name
     return value
 
 
