@@ -262,7 +262,7 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
     Parameters
     ----------
     run_dir : str or path
-        A run directory written by :func:`run_experiment`.
+        A run directory written by :func:`analysis.run_experiment`.
     model : TinyLM, optional
         The model the run decoded, already loaded.
     model_path : str or path, optional

@@ -105,7 +105,7 @@ def merge_globals(rows: pl.DataFrame) -> pl.DataFrame:
     Parameters
     ----------
     rows : polars.DataFrame
-        Batch-wide rows, as the second frame of :func:`~analysis.metrics.mismatch._mismatch_blocks.partials` gives them.
+        Batch-wide rows, as the second frame of ``_mismatch_blocks.partials`` gives them.
 
     Returns
     -------

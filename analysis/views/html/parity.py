@@ -379,7 +379,8 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1", judgem
     reference : {"ref1", "ref2"} or Run, default "ref1"
         What each request is compared with, as :func:`analysis.mode_comparison` takes it.
     judgement : Judgement, optional
-        The report's judgement (:func:`judge_report`), whose verdicts the rows show; by default the runs are judged here.
+        The report's judgement (:func:`judge_report`), whose verdicts the rows show; by default the runs are judged
+        here.
 
     Returns
     -------
@@ -418,7 +419,8 @@ def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
     runs : iterable of Run
         The runs.
     judgement : Judgement, optional
-        The report's judgement (:func:`judge_report`), whose verdicts the rows show; by default the runs are judged here.
+        The report's judgement (:func:`judge_report`), whose verdicts the rows show; by default the runs are judged
+        here.
 
     Returns
     -------

@@ -71,7 +71,7 @@ def plot_trend(history: History, key: tuple, metric: str, *, ax=None):
     history : History
         The history.
     key : tuple
-        The series, as :func:`series_keys` gives it.
+        The series, as :func:`analysis.plots.series_keys` gives it.
     metric : str
         One of the metrics ``METRICS`` names.
     ax : matplotlib.axes.Axes, optional
