@@ -9,7 +9,18 @@ from ..core import as_polars
 
 
 def dump_summary(dump) -> str:
-    """A dump's card: sizes, sources and formats, what was left out, counts that differ for a known reason, the first requests."""
+    """A dump's card: sizes, sources and formats, what was left out, counts that differ for a known reason, the first requests.
+
+    Parameters
+    ----------
+    dump : Dump
+        The dump (either backend).
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     sources = list(dump.formats)
     formats = sorted({f for found in dump.formats.values() for f in found})
     requests = as_polars(dump.requests)
@@ -27,6 +38,16 @@ def dump_summary(dump) -> str:
 def count_notes(requests) -> list[str]:
     """One line per request whose usage counts tokens its logprob entries never carried, for a recorded reason
     (``extra.usage_minus_entries``: the Responses API's end-of-message token).
+
+    Parameters
+    ----------
+    requests : polars.DataFrame
+        A dump's requests table (``source``, ``record``, ``completion_tokens``, ``n_completion_scored``, and
+        ``extra`` when any request has one).
+
+    Returns
+    -------
+    list of str
 
     Examples
     --------

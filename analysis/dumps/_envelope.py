@@ -38,7 +38,22 @@ def envelope_c(line: dict) -> object:
 
 
 def envelope_meta(line: dict, record: int, raw: bytes) -> Meta:
-    """The batch context and timing of one envelope line (its other keys kept as ``extra``)."""
+    """The batch context and timing of one envelope line (its other keys kept as ``extra``).
+
+    Parameters
+    ----------
+    line : dict
+        The parsed envelope line (``sample_key``, ``c``, ``slot``, ``prompt_id``, ``role``, ``repeat``, ``t_sent``,
+        ``arrival_times``, ...).
+    record : int
+        Its record number in the file.
+    raw : bytes
+        The payload's bytes, whose SHA-256 is kept.
+
+    Returns
+    -------
+    Meta
+    """
     extra = {k: v for k, v in line.items() if k not in ENVELOPE_KEYS}
     return Meta(record=record, sample_key=line.get("sample_key"), c=envelope_c(line), slot=line.get("slot"),
                 prompt_id=None if line.get("prompt_id") is None else str(line["prompt_id"]), role=line.get("role"), repeat=line.get("repeat"),

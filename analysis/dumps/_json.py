@@ -21,6 +21,15 @@ __all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_depth"
 def loads_payload(data: bytes | str) -> Any:
     """Parse JSON; raises ValueError with the parser's message, or a ``StrictJsonError`` for nesting or a repeated key.
 
+    Parameters
+    ----------
+    data : bytes or str
+        JSON text (``NaN`` and ``Infinity`` accepted).
+
+    Returns
+    -------
+    object
+
     Examples
     --------
     >>> loads_payload(b'{"logprob": -Infinity}')
@@ -51,6 +60,13 @@ def check_unique_keys(data: bytes | str, value: Any) -> None:
     orjson. Only then (or when a colon may be written as a ``\\u`` escape) is the text parsed again
     to name the key.
 
+    Parameters
+    ----------
+    data : bytes or str
+        The JSON text.
+    value : object
+        What a parser made of ``data``.
+
     Raises
     ------
     DuplicateKeyError
@@ -74,7 +90,19 @@ def _colons_differ(data: bytes | str, value: Any) -> bool:
 
 
 def refusal(exc: ValueError, line: int = 1) -> tuple[str | None, str]:
-    """(field, problem) of a ``DumpError`` for what :func:`loads_payload` raised; ``line``: the file's line the text starts on."""
+    """(field, problem) of a ``DumpError`` for what :func:`loads_payload` raised; ``line``: the file's line the text starts on.
+
+    Parameters
+    ----------
+    exc : ValueError
+        What :func:`loads_payload` raised.
+    line : int, default 1
+        The file's line the text starts on.
+
+    Returns
+    -------
+    tuple of (str or None, str)
+    """
     if isinstance(exc, (NestingError, DuplicateKeyError)):
         return exc.field, exc.problem
     return None, not_json(exc, line)

@@ -64,7 +64,23 @@ def _str_or_none(value: Any, rows: Rows, where: str, field_name: str) -> str | N
 
 
 def choice_index(choice: dict, position: int, rows: Rows, where: str) -> int:
-    """A choice's ``index``, or its position when the engine omits it."""
+    """A choice's ``index``, or its position when the engine omits it.
+
+    Parameters
+    ----------
+    choice : dict
+        One element of ``choices``.
+    position : int
+        Its position in the list.
+    rows : Rows
+        The rows being built (for the source's name in errors).
+    where : str
+        Where the choice is in the source, for error messages.
+
+    Returns
+    -------
+    int
+    """
     index = _int_or_none(choice.get("index"), rows, where, "index")
     return position if index is None else index
 
@@ -163,7 +179,33 @@ def add_entry(
     text_offset: int | None = None,
     support_size: int | None = None,
 ) -> None:
-    """Append one ``logprobs.content`` entry and its candidates."""
+    """Append one ``logprobs.content`` entry and its candidates.
+
+    Parameters
+    ----------
+    rows : Rows
+        The rows being built.
+    entry : object
+        The ``logprobs.content`` entry as parsed (``token``, ``logprob`` or ``prob``, ``bytes``, ``top_logprobs``, ...).
+    key : tuple of (int, int, str, int)
+        (record, choice_index, segment, position).
+    where : str
+        Where the entry is in the source, for error messages.
+    request_id : str or None
+        The request's id.
+    meta : Meta
+        The capture's batch context (its ``sample_key`` is kept).
+    known_id : int, optional
+        The token id a parallel ``token_ids`` list gives; the entry's own id must agree with it.
+    stream_chunk : int, optional
+        The stream event that carried the token.
+    t_arrival : float, optional
+        When that event arrived, in seconds since the request was sent.
+    text_offset : int, optional
+        The token's character offset in the text.
+    support_size : int, optional
+        How many tokens the sampler could draw from at this step.
+    """
     entry = _obj(entry, rows, where)
     token_id, text = _entry_identity(entry, rows, where)
     if known_id is not None:
@@ -201,7 +243,17 @@ USAGE_FIELDS = ("completion_tokens", "prompt_tokens", "total_tokens")
 
 
 def usage_counts(usage: Any) -> dict | None:
-    """The token counts of a ``usage`` object (the part every engine shares), or None."""
+    """The token counts of a ``usage`` object (the part every engine shares), or None.
+
+    Parameters
+    ----------
+    usage : object
+        A response's ``usage``, as parsed; anything else than an object gives None.
+
+    Returns
+    -------
+    dict or None
+    """
     if not isinstance(usage, dict):
         return None
     kept = {k: usage[k] for k in USAGE_FIELDS if usage.get(k) is not None}
@@ -214,6 +266,19 @@ TIMING_FIELDS = ("predicted_n", "predicted_ms", "predicted_per_second")  # llama
 def server_timings(timings: Any, source: str, where: str) -> dict | None:
     """The decode part of a server's per-request ``timings`` (llama.cpp's fields, which bia serve also sends), or None
     without one: counts as int, times and rates as float, so that every reader writes the same ``extra``.
+
+    Parameters
+    ----------
+    timings : object
+        The response's ``timings``, as parsed (None when it has none).
+    source : str
+        The source's name, for error messages.
+    where : str
+        Where the response is in the source, for error messages.
+
+    Returns
+    -------
+    dict or None
 
     Examples
     --------

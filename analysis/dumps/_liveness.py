@@ -33,6 +33,20 @@ def liveness(declared: Any, times: list[float | None], tokens: int | None = None
     were sent, not when they were decoded; else ``observed burst``, the whole answer released at
     once after the last token (never live).
 
+    Parameters
+    ----------
+    declared : object
+        The ``stream_mode`` the server sent, or None.
+    times : list of float or None
+        The content chunks' arrival times, in seconds since the request was sent (None: not recorded).
+    tokens : int, optional
+        How many completion tokens the chunks carried, when known.
+
+    Returns
+    -------
+    tuple of (str, bool or None)
+        How it is known, and whether the stream is live (None: unknown).
+
     Examples
     --------
     >>> liveness(None, [0.1, 0.2, 0.3, 0.4])  # a token every 0.1 s
@@ -70,7 +84,22 @@ def _rushed(known: list[float], tokens: int | None) -> bool:
 
 def timing_columns(declared: Any, times: list[float | None], tokens: int | None = None) -> dict[str, Any]:
     """A stream's timing columns from the arrival times of its content chunks (which carried ``tokens`` tokens,
-    when known): the first known one, the last one, how many there were, and its liveness."""
+    when known): the first known one, the last one, how many there were, and its liveness.
+
+    Parameters
+    ----------
+    declared : object
+        The ``stream_mode`` the server sent, or None.
+    times : list of float or None
+        The content chunks' arrival times, in seconds since the request was sent.
+    tokens : int, optional
+        How many completion tokens the chunks carried, when known.
+
+    Returns
+    -------
+    dict
+        ``ttft_s``, ``t_last_content``, ``n_content_chunks``, ``liveness`` and ``stream_live``.
+    """
     how, live = liveness(declared, times, tokens)
     return {"ttft_s": next((t for t in times if t is not None), None), "t_last_content": times[-1] if times else None,
             "n_content_chunks": len(times), "liveness": how, "stream_live": live}

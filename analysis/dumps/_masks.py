@@ -21,7 +21,23 @@ _HEX = re.compile(r"\A(?:[0-9a-fA-F]{2})*\Z")
 
 
 def b64(text: Any, source: str, where: str, field: str) -> bytes:
-    """Strict base64: malformed text is an error naming the field."""
+    """Strict base64: malformed text is an error naming the field.
+
+    Parameters
+    ----------
+    text : object
+        The base64 text (anything else is an error).
+    source : str
+        The source's name, for error messages.
+    where : str
+        Where the value is in the source.
+    field : str
+        The field's name, for error messages.
+
+    Returns
+    -------
+    bytes
+    """
     if not isinstance(text, str):
         raise DumpError(source, where, field, f"expected base64 text, got {type(text).__name__}")
     try:
@@ -34,6 +50,20 @@ def decode_compact_logprobs(compact: Any, rows, where: str) -> tuple[np.ndarray,
     """(ids, logprobs, offsets) arrays from ``{"format": "u32-f32-le-v1", "data", "offsets", "num_top_logprobs"}``.
 
     Row j is ``[offsets[j], offsets[j + 1])``.
+
+    Parameters
+    ----------
+    compact : object
+        The compact object as parsed.
+    rows : Rows
+        The rows being built (for the source's name in errors).
+    where : str
+        Where the object is in the source, for error messages.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Token ids (int64), logprobs (float64) and row offsets (int64).
 
     Examples
     --------
@@ -124,6 +154,22 @@ def decode_sampling_mask(mask: Any, logprobs: Any, rows, where: str) -> list[tup
 
     Rows are checked: non-empty, no duplicate id, logprobs parallel and summing to 1 within 1e-4.
 
+    Parameters
+    ----------
+    mask : object
+        The support per token: rows of ids (ids packed with their float32 logprob as prime-rl writes them, or plain),
+        or a CSR ``{ids, counts}`` object of base64 arrays.
+    logprobs : object
+        The support's logprobs, parallel to ``mask``, or None.
+    rows : Rows
+        The rows being built (for the source's name in errors).
+    where : str
+        Where the mask is in the source, for error messages.
+
+    Returns
+    -------
+    list
+
     Examples
     --------
     >>> import types
@@ -195,7 +241,21 @@ def _check_support_row(ids: list[int], logprobs: list[float] | None, source: str
 
 def validate_routed_experts(value: Any, rows, where: str) -> dict:
     """Check ``{data: b64, shape: [tokens, layers, top_k], start?, dtype?}``, or vLLM 0.32's chat choice string
-    (base64 of ``.npy`` bytes), and keep it undecoded."""
+    (base64 of ``.npy`` bytes), and keep it undecoded.
+
+    Parameters
+    ----------
+    value : object
+        The ``routed_experts`` value as parsed.
+    rows : Rows
+        The rows being built (for the source's name in errors).
+    where : str
+        Where the value is in the source, for error messages.
+
+    Returns
+    -------
+    dict
+    """
     source = rows.source
     if isinstance(value, str):
         return _npy_routed_experts(value, source, where)

@@ -26,7 +26,25 @@ from .formats import DUMP_SUFFIXES, FORMATS, detect_format, parse_jsonl, parse_p
 
 
 def parse_source(raw: bytes, source: str, fmt: str = "auto", *, lenient: bool = False, torch_options: dict | None = None) -> tuple[Rows, set[str]]:
-    """Parse one source's bytes; returns its rows and the formats found in it."""
+    """Parse one source's bytes; returns its rows and the formats found in it.
+
+    Parameters
+    ----------
+    raw : bytes
+        The source's whole content.
+    source : str
+        Its name (path or URL), for error messages and the ``source`` column.
+    fmt : str, default "auto"
+        "auto" (detect it) or one of ``FORMATS``.
+    lenient : bool, default False
+        Skip bad records (listed in the rows' ``skipped``) instead of failing.
+    torch_options : dict, optional
+        For a torch dump: ``top_k``, ``prompt_length``, ``eos_token_id``.
+
+    Returns
+    -------
+    tuple of (Rows, set of str)
+    """
     if fmt not in ("auto", *FORMATS):
         raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {fmt!r}")
     detected = detect_format(raw, source) if fmt == "auto" else fmt
@@ -81,7 +99,19 @@ class Dump:
         return dump_summary(self)
 
     def write_parquet(self, folder: str | os.PathLike[str]) -> Path:
-        """Write the three tables as Parquet (plus a manifest), so the dump is parsed only once."""
+        """Write the three tables as Parquet (plus a manifest), so the dump is parsed only once.
+
+        Parameters
+        ----------
+        folder : str or path
+            The folder to write ``tokens.parquet``, ``candidates.parquet``, ``requests.parquet`` and
+            ``manifest.json`` in; created when missing, files already there overwritten.
+
+        Returns
+        -------
+        pathlib.Path
+            ``folder``.
+        """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("tokens", "candidates", "requests"):
@@ -104,7 +134,17 @@ class ScannedDump:
 
 
 def scan_dump(folder: str | os.PathLike[str]) -> ScannedDump:
-    """Lazily open a dump folder written by :meth:`Dump.write_parquet`."""
+    """Lazily open a dump folder written by :meth:`Dump.write_parquet`.
+
+    Parameters
+    ----------
+    folder : str or path
+        A folder holding the three Parquet tables and ``manifest.json``.
+
+    Returns
+    -------
+    ScannedDump
+    """
     folder = Path(folder)
     manifest = folder / "manifest.json"
     if not manifest.exists():
@@ -275,6 +315,17 @@ def _torn_tail(path: Path, source: str) -> tuple[int | None, DumpError | None]:
 
 def read_dump(source: str | os.PathLike[str], **options: Any) -> Dump:
     """Read one dump source (file, folder or URL); see :func:`read_dumps` for the options.
+
+    Parameters
+    ----------
+    source : str or path
+        A file, a folder or an http(s) URL.
+    **options
+        The keywords of :func:`read_dumps` (``format``, ``backend``, ``lenient``, ...).
+
+    Returns
+    -------
+    Dump
 
     Examples
     --------

@@ -142,6 +142,21 @@ class Rows:
         """Append one scored position. ``key`` is (record, choice_index, segment, position).
 
         ``missing`` marks a position the source scored with no value at all (status "missing").
+
+        Parameters
+        ----------
+        key : tuple of (int, int, str, int)
+            (record, choice_index, segment, position).
+        where : str
+            Where the position is in the source, for error messages.
+        raw : object
+            The value as received (a logprob or a probability, by ``kind``; None when null).
+        kind : {"logprob", "prob"}, default "logprob"
+            What ``raw`` is.
+        missing : bool, default False
+            The source scored the position with no value at all.
+        **columns
+            The token table's other columns (``request_id``, ``token_id``, ``token_text``, ``t_arrival``, ...).
         """
         if missing:
             logprob, prob, status = None, None, "missing"
@@ -163,7 +178,25 @@ class Rows:
             column.append(row.get(name))
 
     def candidates_for(self, key, where: str, entries: list[dict[str, Any]], *, list_kind: str, sampled_id: int | None, sampled_text: str | None, kind: str = "logprob") -> None:
-        """Append a candidate list in delivered order; repeated ids (or texts) are flagged."""
+        """Append a candidate list in delivered order; repeated ids (or texts) are flagged.
+
+        Parameters
+        ----------
+        key : tuple of (int, int, str, int)
+            The position's (record, choice_index, segment, position).
+        where : str
+            Where the list is in the source, for error messages.
+        entries : list of dict
+            The candidates, each with ``raw`` and some of ``token_id``, ``token_text``, ``token_bytes``, ``vocab_rank``.
+        list_kind : str
+            Which list they come from (``top_logprobs``, ...).
+        sampled_id : int or None
+            The sampled token's id, to flag the candidate that is it.
+        sampled_text : str or None
+            The sampled token's text, used when the candidates have no ids.
+        kind : {"logprob", "prob"}, default "logprob"
+            What the ``raw`` values are.
+        """
         seen: set[Any] = set()
         for index, entry in enumerate(entries):
             raw = entry.get("raw")
@@ -201,7 +234,14 @@ class Rows:
         return {"source": self.source, "record": key[0], "choice_index": key[1], "segment": key[2], "position": key[3]}
 
     def request(self, **columns: Any) -> None:
-        """Append one request row; ``extra`` may be a dict (stored as JSON)."""
+        """Append one request row; ``extra`` may be a dict (stored as JSON).
+
+        Parameters
+        ----------
+        **columns
+            The request table's columns (``record``, ``request_id``, ``model``, ``extra``, ...); ``source`` and
+            ``source_format`` default to the rows'.
+        """
         columns.setdefault("source", self.source)
         columns.setdefault("source_format", self.source_format)
         extra = columns.get("extra")
@@ -231,7 +271,15 @@ class Rows:
         return len(self.tokens["position"])
 
     def add_frame(self, table: str, frame: pl.DataFrame) -> None:
-        """Append a whole frame built with vectorized code; row order with ``token()`` is kept."""
+        """Append a whole frame built with vectorized code; row order with ``token()`` is kept.
+
+        Parameters
+        ----------
+        table : {"tokens", "candidates", "requests"}
+            The table it belongs to.
+        frame : polars.DataFrame
+            Its rows; conformed to the table's schema.
+        """
         self._flush(table)
         self._parts[table].append(conform(frame, SCHEMAS[table]))
 
@@ -259,7 +307,19 @@ SCHEMAS = {"tokens": TOKEN_SCHEMA, "candidates": CANDIDATE_SCHEMA, "requests": R
 
 
 def classified(raw: pl.Expr, prefix: str = "") -> list[pl.Expr]:
-    """``status``, ``logprob`` and ``prob`` columns for raw logprobs: ``classify_logprob``, vectorized."""
+    """``status``, ``logprob`` and ``prob`` columns for raw logprobs: ``classify_logprob``, vectorized.
+
+    Parameters
+    ----------
+    raw : polars.Expr
+        The raw logprobs.
+    prefix : str, default ""
+        Put before each column's name (``cand_``).
+
+    Returns
+    -------
+    list of polars.Expr
+    """
     status = (
         pl.when(raw.is_null()).then(pl.lit("null_in_source"))
         .when(raw == SENTINEL_9999).then(pl.lit("sentinel_9999"))
@@ -273,7 +333,19 @@ def classified(raw: pl.Expr, prefix: str = "") -> list[pl.Expr]:
 
 
 def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    """Every schema column, in order and type; columns the frame lacks are null."""
+    """Every schema column, in order and type; columns the frame lacks are null.
+
+    Parameters
+    ----------
+    frame : polars.DataFrame
+        The frame.
+    schema : dict of str to polars.DataType
+        The columns wanted, in order.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
     missing = [pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in frame.columns]
     return frame.with_columns(missing).select([pl.col(n).cast(t) for n, t in schema.items()])
 

@@ -35,6 +35,16 @@ def parse_sse(text: str) -> Stream:
     is a cut one, except a final ``data: [DONE]``: captures saved with trailing whitespace
     stripped lose the blank line after it.
 
+    Parameters
+    ----------
+    text : str
+        The capture's text.
+
+    Returns
+    -------
+    Stream
+        Its events, and whether it was cut mid-event.
+
     Examples
     --------
     >>> s = parse_sse("data: a\\ndata: b\\n\\n: note\\r\\ndata: [DONE]\\r\\n\\r\\n")

@@ -34,6 +34,15 @@ class DumpError(ValueError):
 def placeholder_id(text: Any) -> int | None:
     """The id in vLLM's ``token_id:N`` placeholder, else None.
 
+    Parameters
+    ----------
+    text : object
+        A token's text.
+
+    Returns
+    -------
+    int or None
+
     Examples
     --------
     >>> placeholder_id("token_id:151645"), placeholder_id("Hello")
@@ -51,6 +60,15 @@ def classify_logprob(raw: Any) -> tuple[float | None, str]:
 
     Sentinels never reach the numeric column: -9999, null, -inf, float32 lowest and other
     non-finite values each give None with their own status.
+
+    Parameters
+    ----------
+    raw : object
+        A number, or None.
+
+    Returns
+    -------
+    tuple of (float or None, str)
 
     Examples
     --------
@@ -76,6 +94,15 @@ def classify_logprob(raw: Any) -> tuple[float | None, str]:
 def classify_prob(raw: Any) -> tuple[float | None, float | None, str]:
     """Map a raw probability to ``(logprob, prob, value_status)``; probability 0 has no logprob.
 
+    Parameters
+    ----------
+    raw : object
+        A number, or None.
+
+    Returns
+    -------
+    tuple of (float or None, float or None, str)
+
     Examples
     --------
     >>> classify_prob(0.5)[2], classify_prob(0.0), classify_prob(None)
@@ -94,5 +121,15 @@ def classify_prob(raw: Any) -> tuple[float | None, float | None, str]:
 
 
 def is_number(value: Any) -> bool:
-    """A JSON number (not a bool)."""
+    """A JSON number (not a bool).
+
+    Parameters
+    ----------
+    value : object
+        A parsed JSON value.
+
+    Returns
+    -------
+    bool
+    """
     return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -29,6 +29,11 @@ class ExperimentError(ValueError):
 def check_device(device: str) -> None:
     """Refuse a device torch cannot use here (:class:`ExperimentError`, naming ``--device``).
 
+    Parameters
+    ----------
+    device : str
+        ``cpu``, ``cuda`` or ``cuda:N``; a CUDA device needs a torch that sees a GPU.
+
     Examples
     --------
     >>> check_device("cpu")
@@ -47,7 +52,18 @@ def check_device(device: str) -> None:
 
 
 def weights_sha256(path: Path) -> str:
-    """sha256 of a weights file, or of a model directory's files in name order."""
+    """sha256 of a weights file, or of a model directory's files in name order.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        A weights file or a model directory.
+
+    Returns
+    -------
+    str
+        The hex digest.
+    """
     digest = hashlib.sha256()
     for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
         if file.is_file():
@@ -57,6 +73,25 @@ def weights_sha256(path: Path) -> str:
 
 def experiment_batch(prompt: list[int], prompts: list[list[int]], c: int, layout: str, rng: random.Random) -> tuple[list[list[int]], int]:
     """The batch for one band and the row of the target request: in the needle layout the other rows are the
-    other prompts' tokens, or, with one prompt, its tokens reversed (:func:`analysis.run.band_batch` places them)."""
+    other prompts' tokens, or, with one prompt, its tokens reversed (:func:`analysis.run.band_batch` places them).
+
+    Parameters
+    ----------
+    prompt : list of int
+        The band's target prompt, as token ids.
+    prompts : list of list of int
+        Every prompt of the experiment (the target among them).
+    c : int
+        The band's width.
+    layout : {"copies", "needle"}
+        How the batch is laid out.
+    rng : random.Random
+        Draws the target's row in the needle layout.
+
+    Returns
+    -------
+    tuple of (list of list of int, int)
+        The batch's rows and the target's row.
+    """
     others = [p for p in prompts if p != prompt] or [prompt[::-1]]  # needle with one prompt: its reverse as filler
     return band_batch(prompt, others, c, layout, rng)

@@ -77,7 +77,44 @@ def run_experiment(
 
     With ``progress``, a bar on stderr counts the sequences decoded (and replayed with taps), with an ETA.
 
-    Returns the run directories, which :func:`analysis.run.read_run` reads.
+    Parameters
+    ----------
+    out : str or path
+        The folder that receives one run directory per mode, named after it.
+    prompts : sequence of str, default ``DEFAULT_PROMPTS``
+        The prompts, each decoded alone (twice, as ref #1 and ref #2) and in every band; non-empty.
+    ladder : sequence of int, default (1, 4, 8, 16)
+        The batch sizes ``c``, distinct and at least 1.
+    modes : sequence of str, default ("default", "one-by-one", "fixed-tiles")
+        The kernel modes (``KERNEL_MODES``, or an alias ``analysis.experiment.modes.kernel_mode`` accepts), distinct.
+    layout : {"copies", "needle"}, default "copies"
+        A band of ``c`` copies of the prompt (every row recorded), or the prompt at one drawn row among the
+        other prompts (that row recorded).
+    dtype : {"float32", "bfloat16"}, default "float32"
+        The model's weights and activations.
+    device : str, default "cpu"
+        ``cpu``, ``cuda`` or ``cuda:N``.
+    max_tokens : int, default 64
+        Greedy tokens decoded per sequence (every one: no end token stops it).
+    top_k : int, default 20
+        Candidates recorded per step.
+    seed : int, default 0
+        Seeds torch, and the needle layout's row draws (``seed + prompt index``).
+    model_path : str or path, optional
+        A bia weights file or a Hugging Face model folder; by default the bundled tiny model.
+    declared_min : int, optional
+        The manifest's ``declared_min``; by default ``min(64, max_tokens)``.
+    progress : bool, default False
+        Show the progress bar.
+    force : bool, default False
+        Replace a mode's run directory that already holds something.
+    taps : bool, default True
+        Also write each run's ``first_ops.json``.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The run directories, which :func:`analysis.run.read_run` reads.
     """
     import torch
 
@@ -221,6 +258,20 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
     """Replay an experiment run with taps on every op and write its ``first_ops.json``, which
     :func:`analysis.first_op_table` reads (see ``analysis.experiment.model.write_first_ops``;
     imported here when called, as torch is).
+
+    Parameters
+    ----------
+    run_dir : str or path
+        A run directory written by :func:`analysis.run_experiment`.
+    model : TinyLM, optional
+        The model the run decoded, already loaded.
+    model_path : str or path, optional
+        Otherwise the weights to load: by default the bundled model.
+
+    Returns
+    -------
+    pathlib.Path
+        The ``first_ops.json`` written.
 
     Examples
     --------

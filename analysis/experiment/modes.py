@@ -32,6 +32,15 @@ __all__ = ["INVARIANT_MODES", "KERNEL_MODES", "MODE_ALIASES", "PREFILL_DECODE_MO
 def kernel_mode(name: str) -> str:
     """The kernel mode ``name`` selects (an alias gives its mode); ValueError for any other name.
 
+    Parameters
+    ----------
+    name : str
+        A kernel mode or an alias.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> kernel_mode("batch-invariant")

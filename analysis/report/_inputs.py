@@ -11,24 +11,67 @@ ACCEPTS = ("bia report reads witness and release-marker files (JSON), run direct
 
 
 def is_run_dir(path: Path, *, strict: bool = False) -> bool:
-    """A run directory: its manifest.json (and, ``strict``, for one found inside a folder, its captures/ too)."""
+    """A run directory: its manifest.json (and, ``strict``, for one found inside a folder, its captures/ too).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        A folder.
+    strict : bool, default False
+        Also require ``captures/``.
+
+    Returns
+    -------
+    bool
+    """
     return (path / "manifest.json").is_file() and (not strict or (path / "captures").is_dir())
 
 
 def is_lone(run) -> bool:
-    """Whether a run holds a single request: it reads, and allows no batch comparison."""
+    """Whether a run holds a single request: it reads, and allows no batch comparison.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    bool
+    """
     return run.dump.requests.unique(["source", "record"]).height == 1
 
 
 def run_directories(path: Path) -> list[Path]:
-    """The run directory ``path`` is, or those inside the folder ``path`` (each with manifest.json and captures/), sorted."""
+    """The run directory ``path`` is, or those inside the folder ``path`` (each with manifest.json and captures/), sorted.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        A run directory, or a folder.
+
+    Returns
+    -------
+    list of pathlib.Path
+    """
     if is_run_dir(path):
         return [path]
     return sorted({p.parent for p in path.rglob("manifest.json") if is_run_dir(p.parent, strict=True)})
 
 
 def looks_like_witness(file: str) -> bool:
-    """Whether a file is a witness or a release marker (then read as one, its faults named as a witness's), not a dump."""
+    """Whether a file is a witness or a release marker (then read as one, its faults named as a witness's), not a dump.
+
+    Parameters
+    ----------
+    file : str
+        The file's path.
+
+    Returns
+    -------
+    bool
+        True as well for a file that cannot be read, so that the witness reader says why.
+    """
     from ..core import loads_strict
     from ..dumps import DUMP_SUFFIXES
     from ..witness import MARKER_KEYS
@@ -48,7 +91,19 @@ def looks_like_witness(file: str) -> bool:
 
 def not_a_dump(file: Path, runs: list[Path]) -> str | None:
     """Why a file found in a folder is no dump for a run (None when it may be one): sampler-trainer pairs (beside their runs,
-    the report's RL section reads them), or JSON that matches no dump format (a model's config, say)."""
+    the report's RL section reads them), or JSON that matches no dump format (a model's config, say).
+
+    Parameters
+    ----------
+    file : pathlib.Path
+        The file.
+    runs : list of pathlib.Path
+        The run directories found with it (pairs in ``RUN/../trainer/RUN.jsonl`` are theirs).
+
+    Returns
+    -------
+    str or None
+    """
     from ..core import loads_strict
     from ..dumps import DumpError
     from ..dumps import detect_format
@@ -77,7 +132,17 @@ def not_a_dump(file: Path, runs: list[Path]) -> str | None:
 def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str], list[tuple[str, str]]]:
     """(run directories, witness and marker sources, dump files, and the files skipped with why) among what ``bia report``
     was given; a folder contributes the run directories in it as runs, and its other files as witnesses or dumps, but
-    not the files in it that are no dump (:func:`not_a_dump`), which are skipped and said."""
+    not the files in it that are no dump (:func:`not_a_dump`), which are skipped and said.
+
+    Parameters
+    ----------
+    given : list of str
+        Paths, folders, globs and URLs, as given on the command line.
+
+    Returns
+    -------
+    tuple of (list of str, list of str, list of str, list of tuple of (str, str))
+    """
     from ..dumps import DUMP_SUFFIXES
     from ..io import expand_sources, is_url
 
@@ -117,7 +182,17 @@ def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str], lis
 
 
 def first_prompt(run: Path) -> str | None:
-    """The first prompt id a run's manifest lists, if it can be read."""
+    """The first prompt id a run's manifest lists, if it can be read.
+
+    Parameters
+    ----------
+    run : pathlib.Path
+        A run directory.
+
+    Returns
+    -------
+    str or None
+    """
     import json
 
     try:
@@ -128,7 +203,18 @@ def first_prompt(run: Path) -> str | None:
 
 
 def run_directory_problem(source: str) -> str | None:
-    """What to say when ``bia witness`` is given a run directory (or a folder of them): what it is, and what to run on it."""
+    """What to say when ``bia witness`` is given a run directory (or a folder of them): what it is, and what to run on it.
+
+    Parameters
+    ----------
+    source : str
+        What ``bia witness`` was given.
+
+    Returns
+    -------
+    str or None
+        None when it is no run directory and holds none.
+    """
     path = Path(source)
     runs = run_directories(path) if path.is_dir() else []
     if not runs:

@@ -26,7 +26,30 @@ class ReportError(RuntimeError):
 def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path, *, what: str,
                     executed_notebook: str | os.PathLike[str] | None = None, progress: bool = False, timeout_s: int = 600) -> Path:
     """Execute ``notebook`` with papermill and write it to ``output`` as one offline HTML file (:func:`export_html`);
-    a failing cell is a :class:`ReportError` naming the notebook's own error. ``output`` is already claimed."""
+    a failing cell is a :class:`ReportError` naming the notebook's own error. ``output`` is already claimed.
+
+    Parameters
+    ----------
+    notebook : pathlib.Path
+        The bundled notebook.
+    parameters : mapping of str to object
+        The notebook's parameters, injected by papermill.
+    output : pathlib.Path
+        The HTML file to write.
+    what : str
+        The report's kind, in errors (``trend``).
+    executed_notebook : str or path, optional
+        Where to keep the executed notebook; by default a temporary file, removed after.
+    progress : bool, default False
+        Show papermill's bar over the cells.
+    timeout_s : int, default 600
+        The longest a cell may run, in seconds.
+
+    Returns
+    -------
+    pathlib.Path
+        ``output``.
+    """
     import papermill
     from traitlets.config import Config
 
@@ -72,7 +95,18 @@ def _quiet_kernel_manager(log: Path) -> type:
 
 
 def export_html(notebook: str | os.PathLike[str]) -> str:
-    """Export an executed notebook as self-contained HTML: code hidden, nothing from the network."""
+    """Export an executed notebook as self-contained HTML: code hidden, nothing from the network.
+
+    Parameters
+    ----------
+    notebook : str or path
+        The executed ``.ipynb``.
+
+    Returns
+    -------
+    str
+        The page's HTML.
+    """
     import nbformat
     from nbconvert import HTMLExporter
 

@@ -43,6 +43,27 @@ def render_trend(sources: Iterable[str | os.PathLike[str]] | None = None, output
 
     ``progress`` shows papermill's bar over the notebook's cells; by default only when stderr is a terminal.
 
+    Parameters
+    ----------
+    sources : iterable of str or path, optional
+        History folders, run directories, witness and marker files or URLs, as :func:`analysis.read_history` takes
+        them; by default the history embedded in the package.
+    output : str or path, default "trend.html"
+        The HTML file to write.
+    title : str, default "Batch-invariance trend"
+        The page's title.
+    force : bool, default False
+        Replace an existing ``output``.
+    timeout_s : int, default 600
+        The longest a notebook cell may run, in seconds.
+    progress : bool, optional
+        Show papermill's bar; by default only when stderr is a terminal.
+
+    Returns
+    -------
+    pathlib.Path
+        The HTML file written.
+
     Examples
     --------
     >>> import tempfile

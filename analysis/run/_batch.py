@@ -23,6 +23,24 @@ def band_batch(prompt: T, others: Sequence[T], c: int, layout: str, rng: random.
     the caller's: the probe takes the other positions of its list, the experiment the other token lists
     (or the prompt reversed when there is none).
 
+    Parameters
+    ----------
+    prompt : object
+        The target request's prompt (text, or token ids).
+    others : sequence
+        The prompts that fill the other rows in the needle layout.
+    c : int
+        The band's width.
+    layout : {"copies", "needle"}
+        How the batch is laid out.
+    rng : random.Random
+        Draws the target's row in the needle layout (unused with copies).
+
+    Returns
+    -------
+    tuple of (list, int)
+        The batch's rows and the target's row.
+
     Examples
     --------
     >>> band_batch("a", ["b", "c"], 3, "copies", random.Random(0))

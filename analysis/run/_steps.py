@@ -58,7 +58,19 @@ def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stre
 
 def numbered_steps(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.Steps, pl.DataFrame, pl.DataFrame]:
     """The steps of the run's streams (and of a reference run's), its requests numbered (``req``, ``length``,
-    ``decode_tok_s``), and each prompt's reference request (``prompt_id``, ``ref``)."""
+    ``decode_tok_s``), and each prompt's reference request (``prompt_id``, ``ref``).
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        Each prompt's reference: ref #1 or ref #2 in this run, or ref #1 in another run.
+
+    Returns
+    -------
+    tuple of (Steps, polars.DataFrame, polars.DataFrame)
+    """
     other = reference if isinstance(reference, RunLike) else None
     if other is None and reference not in ("ref1", "ref2"):
         raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")

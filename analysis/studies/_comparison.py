@@ -58,7 +58,17 @@ def _against_default(rows: list[dict]) -> None:
 
 
 def engine_label(run) -> str:
-    """What served a run that names no kernel mode: the engine the probe detected, else the run's folder."""
+    """What served a run that names no kernel mode: the engine the probe detected, else the run's folder.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    str
+    """
     engine = (run.manifest.get("identity") or {}).get("engine")
     folder = Path(run.path).name if run.path else "run"
     return f"{engine} ({folder})" if engine else folder

@@ -437,7 +437,17 @@ def _evidence(row: dict[str, Any]) -> str:
 
 
 def rate_words(value: float) -> str:
-    """A rate in percent, with the digits a reader needs to see it against a target (0.997%, not 1%)."""
+    """A rate in percent, with the digits a reader needs to see it against a target (0.997%, not 1%).
+
+    Parameters
+    ----------
+    value : float
+        A rate, as a fraction (0.01 for 1%).
+
+    Returns
+    -------
+    str
+    """
     return f"{value * 100:.3g}%"
 
 

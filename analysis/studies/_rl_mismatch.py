@@ -25,6 +25,16 @@ TOP_SEQUENCES = 5  # per pairs file, in the largest-K3 table
 def trainer_pairs(runs: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The trainer pairs written beside these runs (``RUN/../trainer/<RUN's name>.jsonl``), in the runs' order.
 
+    Parameters
+    ----------
+    runs : iterable of str or path
+        Run directories.
+
+    Returns
+    -------
+    list of pathlib.Path
+        Only the files that exist.
+
     Examples
     --------
     >>> [p.name for p in trainer_pairs(["data/experiment-cpu/default", "data/llamacpp-cpu/cache-prompt"])]
@@ -124,6 +134,15 @@ def stale_pairs(pairs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """Why a pairs file is not of the run beside it (the run decoded again since, or another run's pairs): one sentence per
     such file, naming its first token whose sampler logprob the run does not hold; empty when every file matches.
 
+    Parameters
+    ----------
+    pairs : sequence of str or path
+        Sampler-trainer pairs files, each beside its run (``RUN/../trainer/RUN.jsonl``).
+
+    Returns
+    -------
+    list of str
+
     Examples
     --------
     >>> stale_pairs(["data/experiment-cpu/trainer/default.jsonl"])
@@ -147,6 +166,15 @@ def stale_pairs(pairs: Sequence[str | os.PathLike[str]]) -> list[str]:
 def mismatch_summaries(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
     """:func:`analysis.mismatch_summary` of each pairs file, one column per run: a row per ``framework`` and ``logged name``.
 
+    Parameters
+    ----------
+    pairs : sequence of str or path
+        Sampler-trainer pairs files.
+
+    Returns
+    -------
+    polars.DataFrame
+
     Examples
     --------
     >>> table = mismatch_summaries(["data/experiment-cpu/trainer/fixed-tiles.jsonl"])
@@ -165,6 +193,17 @@ def mismatch_summaries(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
 
 def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = TOP_SEQUENCES) -> pl.DataFrame:
     """Per pairs file, the ``n`` sequences with the largest K3 (their token mean), with where their tokens parted.
+
+    Parameters
+    ----------
+    pairs : sequence of str or path
+        Sampler-trainer pairs files.
+    n : int, default 5
+        Sequences kept per file.
+
+    Returns
+    -------
+    polars.DataFrame
 
     Examples
     --------

@@ -34,7 +34,19 @@ def _result(recorded: str | None, derived: str | None) -> str:
 
 
 def witness_table(ws, verdicts: Mapping[str, ShapeVerdict]) -> Table:
-    """One row per band, grouped by witness; the V3 verdict on each witness's first row."""
+    """One row per band, grouped by witness; the V3 verdict on each witness's first row.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+    verdicts : mapping of str to ShapeVerdict
+        Each witness's V3 verdict, by source.
+
+    Returns
+    -------
+    rich.table.Table
+    """
     table = Table(title="perf041 witnesses", show_lines=False)
     for name in ("witness", "host", "server commit", "version", "c", "m_formed", "divergence_at", "margin", "decode tok/s", "result", "V3 verdict"):
         table.add_column(name, justify="right" if name in ("c", "m_formed", "divergence_at", "margin", "decode tok/s") else "left")
@@ -67,7 +79,17 @@ def witness_table(ws, verdicts: Mapping[str, ShapeVerdict]) -> Table:
 
 
 def marker_table(ws) -> Table:
-    """One row per release marker."""
+    """One row per release marker.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+
+    Returns
+    -------
+    rich.table.Table
+    """
     table = Table(title="release markers")
     for name in ("source", "host", "commit", "cc", "max_m", "started (UTC)", "status"):
         table.add_column(name)
@@ -78,7 +100,19 @@ def marker_table(ws) -> Table:
 
 
 def print_witness_tables(ws, verdicts: Mapping[str, ShapeVerdict], *, show_reasons: bool = False, console: Console | None = None) -> None:
-    """Print the witness table, the marker table, and optionally every reason and discrepancy."""
+    """Print the witness table, the marker table, and optionally every reason and discrepancy.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+    verdicts : mapping of str to ShapeVerdict
+        Each witness's V3 verdict, by source.
+    show_reasons : bool, default False
+        Also print every verdict's reasons.
+    console : rich.console.Console, optional
+        Where to print; by default a new console, at least 160 columns wide when not a terminal.
+    """
     if console is None:
         console = Console()
         if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns

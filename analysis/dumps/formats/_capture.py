@@ -22,6 +22,19 @@ def parse_jsonl(text: str, rows: Rows, fmt_hint: str, lenient: bool, formats: se
     """Many responses, one per line: bare payloads, or envelopes ``{response|sse, c, slot, ...}``.
 
     A whole file holding one (pretty-printed) envelope is read as its single record.
+
+    Parameters
+    ----------
+    text : str
+        The file's text.
+    rows : Rows
+        The rows to append to.
+    fmt_hint : str
+        The format asked for: "auto" or "jsonl" detect each line's, another names them all.
+    lenient : bool
+        Skip bad lines (listed in ``rows.skipped``) instead of failing.
+    formats : set of str
+        Filled with the formats found.
     """
     try:
         whole = _json.loads_payload(text)

@@ -46,7 +46,23 @@ from ._streams_fast import _parsed_events, _sse_events, _sse_frames
 
 def read_jsonl(path: Path, source: str, fmt: str = "auto", limit: int | None = None) -> tuple[Frames, set[str]] | None:
     """The three frames of a JSON-lines file (its first ``limit`` bytes) and the formats found, or None when the
-    general path is needed. The first line decides: a bare chat completion, or a capture envelope."""
+    general path is needed. The first line decides: a bare chat completion, or a capture envelope.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+    source : str
+        Its name, for the ``source`` column and error messages.
+    fmt : str, default "auto"
+        The format asked for; anything but "auto" or "jsonl" takes the general path.
+    limit : int, optional
+        Read only the file's first ``limit`` bytes (None: all of it).
+
+    Returns
+    -------
+    tuple of (Frames, set of str) or None
+    """
     if fmt not in ("auto", "jsonl") or path.suffix in (".pt", ".pth"):  # a named payload format reads the file as one document
         return None
     with path.open("rb") as handle:
@@ -73,7 +89,21 @@ def read_jsonl(path: Path, source: str, fmt: str = "auto", limit: int | None = N
 
 
 def read_capture_jsonl(path: Path, source: str, limit: int | None = None) -> tuple[Frames, set[str]] | None:
-    """The three frames of a file of capture envelopes (``response`` or ``sse``) and the formats found, or None."""
+    """The three frames of a file of capture envelopes (``response`` or ``sse``) and the formats found, or None.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+    source : str
+        Its name, for the ``source`` column and error messages.
+    limit : int, optional
+        Read only the file's first ``limit`` bytes (None: all of it).
+
+    Returns
+    -------
+    tuple of (Frames, set of str) or None
+    """
     try:
         return _read_envelopes(path, source, limit)
     except _REFUSALS:

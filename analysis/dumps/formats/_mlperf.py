@@ -53,6 +53,16 @@ class MlperfLog:
     def subset(self, keep: np.ndarray) -> MlperfLog:
         """The log of the entries where ``keep`` (a boolean per entry) is true, each with its own record and tokens.
 
+        Parameters
+        ----------
+        keep : numpy.ndarray
+            One bool per entry.
+
+        Returns
+        -------
+        MlperfLog
+            ``self`` when every entry is kept.
+
         Examples
         --------
         >>> log = MlperfLog("x", np.arange(3), np.array([4, 5, 6]), [0, 1, 2], [None] * 3, np.array([0, 2, 3, 5]), np.arange(5))

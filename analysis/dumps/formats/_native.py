@@ -30,7 +30,19 @@ def _triple(value: Any, rows: Rows, where: str) -> tuple[Any, int | None, str | 
 
 
 def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
-    """SGLang ``/generate``: ``meta_info.{input,output}_token_logprobs`` triples and their top lists (lmdeploy's ``/generate``: pairs)."""
+    """SGLang ``/generate``: ``meta_info.{input,output}_token_logprobs`` triples and their top lists (lmdeploy's ``/generate``: pairs).
+
+    Parameters
+    ----------
+    payload : object
+        The parsed JSON document.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, sample key, arrivals, ...).
+    where : str, default "$"
+        Where the payload is in the source, for error messages.
+    """
     payload = _obj(payload, rows, where)
     info = _obj(payload.get("meta_info"), rows, where, "meta_info")
     mwhere = f"{where}.meta_info"
@@ -64,7 +76,31 @@ def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None
 
 def add_sglang_token(rows: Rows, meta: Meta, key: tuple, where: str, triple: Any, top: Any, top_where: str, request_id: Any, *,
                      stream_chunk: int | None = None, t_arrival: float | None = None) -> None:
-    """One ``[logprob, token_id, text]`` triple (or lmdeploy's pair) and its top list (null or a list of them)."""
+    """One ``[logprob, token_id, text]`` triple (or lmdeploy's pair) and its top list (null or a list of them).
+
+    Parameters
+    ----------
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context.
+    key : tuple of (int, int, str, int)
+        (record, choice_index, segment, position).
+    where : str
+        Where the triple is in the source, for error messages.
+    triple : object
+        ``[logprob, token_id, text]`` (or ``[logprob, token_id]``).
+    top : object
+        The position's top list (triples), or None.
+    top_where : str
+        Where the top list is in the source.
+    request_id : object
+        The request's id (``meta_info.id``).
+    stream_chunk : int, optional
+        The stream event that carried the token.
+    t_arrival : float, optional
+        When that event arrived, in seconds since the request was sent.
+    """
     logprob, token_id, text = _triple(triple, rows, where)
     top = None if top is None else _list(top, rows, top_where, None)
     rows.token(key, where, raw=logprob, request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
@@ -102,7 +138,29 @@ def _first_scored_position(info: dict, scored: int, rows: Rows, where: str) -> i
 def add_llamacpp_probabilities(probs: Any, rows: Rows, meta: Meta, where: str, *, start: int = 0,
                                stream_chunk: int | None = None, t_arrival: float | None = None) -> int:
     """``completion_probabilities``: the legacy ``{content, probs: [{tok_str, prob}]}`` or the
-    current ``{id, token, logprob|prob, bytes, top_logprobs|top_probs}`` entries. Returns the next position."""
+    current ``{id, token, logprob|prob, bytes, top_logprobs|top_probs}`` entries. Returns the next position.
+
+    Parameters
+    ----------
+    probs : object
+        The ``completion_probabilities`` list as parsed.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context.
+    where : str
+        Where the list is in the source, for error messages.
+    start : int, default 0
+        The completion position of its first entry (a stream's chunks continue where the last one stopped).
+    stream_chunk : int, optional
+        The stream event that carried the entries.
+    t_arrival : float, optional
+        When that event arrived, in seconds since the request was sent.
+
+    Returns
+    -------
+    int
+    """
     position = start
     for k, step in enumerate(_list(probs, rows, where, "completion_probabilities")):
         swhere = f"{where}[{k}]"
@@ -130,7 +188,19 @@ def _legacy_llamacpp_step(step: dict, rows: Rows, meta: Meta, key, where: str, s
 
 
 def parse_llamacpp(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
-    """llama.cpp ``/completion`` (non-streamed)."""
+    """llama.cpp ``/completion`` (non-streamed).
+
+    Parameters
+    ----------
+    payload : object
+        The parsed JSON document.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, sample key, arrivals, ...).
+    where : str, default "$"
+        Where the payload is in the source, for error messages.
+    """
     payload = _obj(payload, rows, where)
     probs = payload.get("completion_probabilities")
     n = 0 if probs is None else add_llamacpp_probabilities(probs, rows, meta, f"{where}.completion_probabilities")
@@ -147,7 +217,19 @@ def parse_llamacpp(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> No
 
 
 def parse_tgi(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
-    """Text Generation Inference: ``details.prefill``, ``details.tokens`` and ``details.top_tokens``."""
+    """Text Generation Inference: ``details.prefill``, ``details.tokens`` and ``details.top_tokens``.
+
+    Parameters
+    ----------
+    payload : object
+        The parsed JSON document.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, sample key, arrivals, ...).
+    where : str, default "$"
+        Where the payload is in the source, for error messages.
+    """
     if isinstance(payload, list) and len(payload) == 1:
         payload, where = payload[0], f"{where}[0]"
     payload = _obj(payload, rows, where)
@@ -213,6 +295,17 @@ def parse_primerl(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> Non
 
     The inference engine's logprob is the token's value; the trainer's recomputation of the
     same token is a candidate row with ``list_kind = "trainer_recompute"``, so both stay joinable.
+
+    Parameters
+    ----------
+    payload : object
+        The parsed JSON document.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, sample key, arrivals, ...).
+    where : str, default "$"
+        Where the payload is in the source, for error messages.
     """
     payload = _obj(payload, rows, where)
     if payload.get("schema_version") != 1:

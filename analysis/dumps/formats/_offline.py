@@ -40,6 +40,17 @@ def _literal(node: ast.AST, source: str) -> Any:
 def parse_repr(text: str, source: str) -> list:
     """The steps of a printed ``list[dict[int, Logprob]]``.
 
+    Parameters
+    ----------
+    text : str
+        The printed list (``#`` comment lines are ignored).
+    source : str
+        The source's name, for error messages.
+
+    Returns
+    -------
+    list of dict
+
     Examples
     --------
     >>> parse_repr("[{7: Logprob(logprob=-inf, rank=2, decoded_token='a')}]", "s")
@@ -54,7 +65,17 @@ def parse_repr(text: str, source: str) -> list:
 
 
 def looks_like_steps(payload: Any) -> bool:
-    """A JSON list of per-step dicts keyed by token ids whose values hold a logprob."""
+    """A JSON list of per-step dicts keyed by token ids whose values hold a logprob.
+
+    Parameters
+    ----------
+    payload : object
+        The parsed JSON document.
+
+    Returns
+    -------
+    bool
+    """
     if not isinstance(payload, list) or not payload:
         return False
     first = next((step for step in payload if step is not None), None)
@@ -69,14 +90,40 @@ _MODES = {"raw_logprobs": ("logprob", "raw"), "processed_logprobs": ("logprob", 
 
 
 def logprobs_mode(mode: Any, rows: Rows, where: str) -> tuple[str, str]:
-    """(value_kind, logprob_semantics) for vLLM's ``--logprobs-mode``; logits are kept raw, never as logprobs."""
+    """(value_kind, logprob_semantics) for vLLM's ``--logprobs-mode``; logits are kept raw, never as logprobs.
+
+    Parameters
+    ----------
+    mode : object
+        The ``logprobs_mode`` the capture recorded (None: not recorded).
+    rows : Rows
+        The rows being built (for the source's name in errors).
+    where : str
+        Where the value is in the source, for error messages.
+
+    Returns
+    -------
+    tuple of (str, str)
+    """
     if mode not in _MODES:
         raise DumpError(rows.source, where, "logprobs_mode", f"expected one of {sorted(m for m in _MODES if m)}, got {mode!r}")
     return _MODES[mode]
 
 
 def parse_offline(steps: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
-    """Append one completion from its per-step dicts; the first entry of each step is the sampled token."""
+    """Append one completion from its per-step dicts; the first entry of each step is the sampled token.
+
+    Parameters
+    ----------
+    steps : object
+        The list of per-step dicts ``{token_id: {logprob, rank, decoded_token}}``.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context (``extra["logprobs_mode"]`` says what the values are).
+    where : str, default "$"
+        Where the list is in the source, for error messages.
+    """
     if not isinstance(steps, list):
         raise DumpError(rows.source, where, None, "expected a list of per-step dicts")
     kind, semantics = logprobs_mode(meta.extra.get("logprobs_mode"), rows, where)

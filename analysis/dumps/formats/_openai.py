@@ -30,7 +30,19 @@ def _check_usage(rows: Rows, where: str, n_choices: int, completion_tokens: int 
 
 
 def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
-    """A non-streamed chat completion (``object: chat.completion``), or vLLM's generate response."""
+    """A non-streamed chat completion (``object: chat.completion``), or vLLM's generate response.
+
+    Parameters
+    ----------
+    payload : object
+        The parsed JSON document.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, sample key, arrivals, ...).
+    where : str, default "$"
+        Where the payload is in the source, for error messages.
+    """
     payload = _obj(payload, rows, where)
     if "error" in payload and "choices" not in payload:
         raise DumpError(rows.source, where, "error", f"the server answered with an error: {payload['error']!r}")
@@ -205,6 +217,19 @@ def parse_prompt_logprobs(prompt_logprobs: Any, rows: Rows, meta: Meta, where: s
     """vLLM's ``prompt_logprobs``: per prompt position null or ``{"<id>": {logprob, rank, decoded_token}}``.
 
     The first entry of each dict is the prompt token itself (vLLM puts it first).
+
+    Parameters
+    ----------
+    prompt_logprobs : object
+        The list as parsed.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context.
+    where : str
+        Where the list is in the source, for error messages.
+    request_id : str or None
+        The response's id.
     """
     for p, step in enumerate(_list(prompt_logprobs, rows, where, "prompt_logprobs")):
         key = (meta.record, 0, "prompt", p)
@@ -232,7 +257,36 @@ def parse_prompt_logprobs(prompt_logprobs: Any, rows: Rows, meta: Meta, where: s
 
 def parse_legacy_logprobs(logprobs: dict, rows: Rows, meta: Meta, where: str, index: int, request_id, *,
                           start: int = 0, stream_chunk: int | None = None, t_arrival: float | None = None, prompt_len: int = 0) -> int:
-    """``{tokens, token_logprobs, top_logprobs, text_offset}``; top_logprobs dicts are keyed by text."""
+    """``{tokens, token_logprobs, top_logprobs, text_offset}``; top_logprobs dicts are keyed by text.
+
+    Parameters
+    ----------
+    logprobs : dict
+        A choice's ``logprobs`` object.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context.
+    where : str
+        Where the object is in the source, for error messages.
+    index : int
+        The choice's index.
+    request_id : str or None
+        The response's id.
+    start : int, default 0
+        The position of its first token (a stream's chunks continue where the last one stopped).
+    stream_chunk : int, optional
+        The stream event that carried the tokens.
+    t_arrival : float, optional
+        When that event arrived, in seconds since the request was sent.
+    prompt_len : int, default 0
+        How many leading positions are the prompt's (with ``echo``); the rest are numbered from 0 in the completion.
+
+    Returns
+    -------
+    int
+        The position after the last token.
+    """
     tokens = _list(logprobs.get("tokens"), rows, where, "tokens")
     values = _list(logprobs.get("token_logprobs"), rows, where, "token_logprobs")
     tops = logprobs.get("top_logprobs")
@@ -260,7 +314,19 @@ def parse_legacy_logprobs(logprobs: dict, rows: Rows, meta: Meta, where: str, in
 
 
 def parse_completion(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
-    """A non-streamed legacy completion (``object: text_completion``); with ``echo`` the prompt leads."""
+    """A non-streamed legacy completion (``object: text_completion``); with ``echo`` the prompt leads.
+
+    Parameters
+    ----------
+    payload : object
+        The parsed JSON document.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, sample key, arrivals, ...).
+    where : str, default "$"
+        Where the payload is in the source, for error messages.
+    """
     payload = _obj(payload, rows, where)
     choices = _list(payload.get("choices"), rows, where, "choices")
     prompt_tokens, completion_tokens, usage = _usage(payload)

@@ -21,7 +21,19 @@ from .._values import MAX_LOGPROB
 
 
 def read_chat_jsonl(path: Path, source: str) -> Frames | None:
-    """The three frames of a file of bare chat completions, one a line, or None when the general path is needed."""
+    """The three frames of a file of bare chat completions, one a line, or None when the general path is needed.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+    source : str
+        Its name, for the ``source`` column and error messages.
+
+    Returns
+    -------
+    Frames or None
+    """
     try:
         return _read_bare(path, source)
     except _REFUSALS:

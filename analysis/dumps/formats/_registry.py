@@ -45,6 +45,15 @@ FORMATS = (*PAYLOAD_PARSERS, *STREAM_FORMATS, "vllm_offline_repr", "jsonl", "tor
 def payload_formats(payload: Any) -> list[str]:
     """Every format whose shape ``payload`` has; one means detected, several mean ambiguous.
 
+    Parameters
+    ----------
+    payload : object
+        A parsed JSON document.
+
+    Returns
+    -------
+    list of str
+
     Examples
     --------
     >>> payload_formats({"meta_info": {"output_token_logprobs": []}})
@@ -127,7 +136,20 @@ def _looks_sse(text: str) -> bool:
 
 
 def detect_format(raw: bytes, source: str) -> str:
-    """The format of one source's bytes. Unknown or ambiguous content is a ``DumpError`` naming the candidates."""
+    """The format of one source's bytes. Unknown or ambiguous content is a ``DumpError`` naming the candidates.
+
+    Parameters
+    ----------
+    raw : bytes
+        The source's content.
+    source : str
+        Its name (a ``.pt``, ``.pth``, ``.jsonl`` or ``.ndjson`` suffix counts).
+
+    Returns
+    -------
+    str
+        One of ``FORMATS``.
+    """
     if raw[:2] == b"PK" or raw[:1] == b"\x80" or str(source).endswith((".pt", ".pth")):
         return "torch"
     text = utf8_text(raw, source)
@@ -178,7 +200,19 @@ def _one_format(found: list[str], source: str, where: str) -> str:
 
 
 def utf8_text(raw: bytes, source: str) -> str:
-    """A file's bytes as text, or a DumpError naming it when they are not UTF-8."""
+    """A file's bytes as text, or a DumpError naming it when they are not UTF-8.
+
+    Parameters
+    ----------
+    raw : bytes
+        The file's content.
+    source : str
+        Its name, for the error.
+
+    Returns
+    -------
+    str
+    """
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -186,7 +220,21 @@ def utf8_text(raw: bytes, source: str) -> str:
 
 
 def parse_payload_text(text: str, fmt: str, rows: Rows, meta: Meta, lenient: bool) -> None:
-    """One payload's text (a stream, a printed offline repr, or one JSON document) parsed by its format's parser."""
+    """One payload's text (a stream, a printed offline repr, or one JSON document) parsed by its format's parser.
+
+    Parameters
+    ----------
+    text : str
+        The payload's text.
+    fmt : str
+        Its format (one of ``FORMATS``, not "jsonl" or "torch").
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context.
+    lenient : bool
+        Skip a broken stream event (listed in ``rows.skipped``) instead of failing.
+    """
     if fmt == "vllm_offline_repr":
         parse_offline(parse_repr(text, rows.source), rows, meta)
         return

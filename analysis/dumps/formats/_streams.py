@@ -28,7 +28,26 @@ def _arrival(meta: Meta, event: Event, rows: Rows, n_events: int) -> float | Non
 
 
 def stream_events(text: str, rows: Rows, meta: Meta, *, needs_done: bool, lenient: bool) -> list[tuple[Event, Any]]:
-    """The JSON events of a capture, checked: cut mid-event, data after [DONE], no [DONE], error events."""
+    """The JSON events of a capture, checked: cut mid-event, data after [DONE], no [DONE], error events.
+
+    Parameters
+    ----------
+    text : str
+        The SSE capture's text.
+    rows : Rows
+        The rows being built (problems are listed in ``rows.skipped`` when lenient).
+    meta : Meta
+        The capture's batch context (its record number names where).
+    needs_done : bool
+        The format ends with ``data: [DONE]``: a stream without one was cut.
+    lenient : bool
+        Skip a broken event instead of failing.
+
+    Returns
+    -------
+    list of tuple of (Event, object)
+        Each event with its parsed JSON.
+    """
     stream = parse_sse(text)
     where = f"record {meta.record}"
     if stream.cut_mid_event:
@@ -78,7 +97,21 @@ class _Choice:
 
 
 def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False, legacy: bool = False) -> None:
-    """An SSE capture of chat (``delta``) or legacy completion (``text``) chunks."""
+    """An SSE capture of chat (``delta``) or legacy completion (``text``) chunks.
+
+    Parameters
+    ----------
+    text : str
+        The SSE capture's text.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, arrival times of the events, ...).
+    lenient : bool, default False
+        Skip a broken event (listed in ``rows.skipped``) instead of failing.
+    legacy : bool, default False
+        Legacy completion chunks (``choices[].text``, ``logprobs.tokens``) rather than chat ``delta`` ones.
+    """
     events = stream_events(text, rows, meta, needs_done=True, lenient=lenient)
     n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0
     choices: dict[int, _Choice] = {}
@@ -135,7 +168,19 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
 
 
 def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
-    """llama.cpp's native ``/completion`` stream: one JSON object per event, the last with ``stop: true``."""
+    """llama.cpp's native ``/completion`` stream: one JSON object per event, the last with ``stop: true``.
+
+    Parameters
+    ----------
+    text : str
+        The SSE capture's text.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, arrival times of the events, ...).
+    lenient : bool, default False
+        Skip a broken event (listed in ``rows.skipped``) instead of failing.
+    """
     from ._native import add_llamacpp_probabilities
 
     events = stream_events(text, rows, meta, needs_done=False, lenient=lenient)
@@ -168,6 +213,17 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
     lmdeploy's SGLang-style endpoint sends only the new tokens. A stream is read as resent when
     every event's list starts with the one before and some event adds to it; each token then
     counts once, at the event that first carried it.
+
+    Parameters
+    ----------
+    text : str
+        The SSE capture's text.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, arrival times of the events, ...).
+    lenient : bool, default False
+        Skip a broken event (listed in ``rows.skipped``) instead of failing.
     """
     from ._native import add_sglang_token
 
@@ -223,6 +279,17 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
     ``response.output_text.done`` repeats them (rounded): checked for agreement, not read again.
     ``response.completed`` ends the stream and carries the usage, whose ``output_tokens`` counts the end-of-message
     token it never streams: that difference is recorded in ``extra`` (``usage_minus_entries``), not refused.
+
+    Parameters
+    ----------
+    text : str
+        The SSE capture's text.
+    rows : Rows
+        The rows to append to.
+    meta : Meta
+        The capture's batch context and timing (record number, arrival times of the events, ...).
+    lenient : bool, default False
+        Skip a broken event (listed in ``rows.skipped``) instead of failing.
     """
     events = stream_events(text, rows, meta, needs_done=False, lenient=lenient)
     n_events = len(parse_sse(text).events) if meta.arrivals is not None else 0

@@ -73,7 +73,22 @@ def _kept_length(ids: list[int], eos: int | None) -> tuple[int, str]:
 
 
 def parse_torch(raw: bytes, rows: Rows, *, top_k: int = 20, prompt_length: int | None = None, eos_token_id: int | None = None) -> None:
-    """Append the tokens and top-k candidates of a torch dump to ``rows``."""
+    """Append the tokens and top-k candidates of a torch dump to ``rows``.
+
+    Parameters
+    ----------
+    raw : bytes
+        The ``torch.save`` file's content.
+    rows : Rows
+        The rows to append to.
+    top_k : int, default 20
+        How many candidates to keep per step from full logits.
+    prompt_length : int, optional
+        Where the generated tokens start in ``sequences`` (the dump's own ``prompt_length`` wins); None: the
+        last ``n_steps`` tokens.
+    eos_token_id : int, optional
+        The end-of-sequence id, when the dump does not record it.
+    """
     obj = _load(raw, rows.source)
     eos = obj.get("eos_token_id", eos_token_id)
     if "top_ids" in obj:

@@ -24,6 +24,19 @@ PAGE_SIZE = 32  # tokens per page of the continuous-batching KV cache
 def load_checkpoint(checkpoint: str | Path, *, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
     """A causal LM checkpoint folder's model (in eval mode) and tokenizer, the tokenizer set to pad on the left.
 
+    Parameters
+    ----------
+    checkpoint : str or path
+        A local Hugging Face checkpoint folder (with ``config.json``).
+    dtype : str, default "float32"
+        The torch dtype's name the weights load in.
+    device : str, default "cpu"
+        The torch device.
+
+    Returns
+    -------
+    tuple of (model, tokenizer)
+
     Examples
     --------
     >>> import tempfile
@@ -147,6 +160,23 @@ def _results(logits: Any, chosen: Any, top_k: int) -> list[dict[str, Any]]:
 def transformers_engines(checkpoint: str | Path, *, max_new_tokens: int = 64, top_k: int = 5, dtype: str = "float32",
                          device: str = "cpu") -> dict[str, Generate]:
     """The ways transformers batches, by name: ``padded`` always, ``continuous`` where the release has ``generate_batch``.
+
+    Parameters
+    ----------
+    checkpoint : str or path
+        A local Hugging Face checkpoint folder.
+    max_new_tokens : int, default 64
+        Greedy tokens each request decodes.
+    top_k : int, default 5
+        Candidates recorded per step.
+    dtype : str, default "float32"
+        The torch dtype's name the weights load in.
+    device : str, default "cpu"
+        The torch device.
+
+    Returns
+    -------
+    dict of str to Generate
 
     Examples
     --------

@@ -60,6 +60,15 @@ def byte_tokens() -> list[str]:
 def gguf_tensor_names(state_keys) -> dict[str, str]:
     """llama.cpp's name for each torch tensor of the model; an unknown name is an error.
 
+    Parameters
+    ----------
+    state_keys : iterable of str
+        The model's state dict keys.
+
+    Returns
+    -------
+    dict of str to str
+
     Examples
     --------
     >>> gguf_tensor_names(["blocks.2.qkv.bias", "head.weight"])

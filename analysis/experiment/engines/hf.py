@@ -46,6 +46,15 @@ _TOP_NAMES = {
 def hf_tensor_names(state_keys) -> dict[str, tuple[str, bool]]:
     """GPT-2's name for each torch tensor of the model, and whether it is written transposed; an unknown name is an error.
 
+    Parameters
+    ----------
+    state_keys : iterable of str
+        The model's state dict keys.
+
+    Returns
+    -------
+    dict of str to tuple of (str, bool)
+
     Examples
     --------
     >>> hf_tensor_names(["blocks.1.qkv.weight", "blocks.1.qkv.bias", "head.weight"])  # doctest: +NORMALIZE_WHITESPACE
@@ -68,6 +77,15 @@ def hf_tensor_names(state_keys) -> dict[str, tuple[str, bool]]:
 
 def gpt2_config(cfg: dict) -> dict:
     """transformers' ``GPT2Config`` (as ``config.json``) for the model's config (``vocab``, ``d_model``, ...).
+
+    Parameters
+    ----------
+    cfg : dict
+        The model's config (``vocab``, ``d_model``, ``n_heads``, ``n_layers``, ``context``).
+
+    Returns
+    -------
+    dict
 
     Examples
     --------

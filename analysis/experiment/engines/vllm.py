@@ -52,6 +52,27 @@ def server_command(python, model, port: int, *, prefix_caching: bool = True, max
                    extra: tuple[str, ...] = ()) -> list[str]:
     """The command line that starts vLLM's OpenAI-compatible server on ``127.0.0.1:port``.
 
+    Parameters
+    ----------
+    python : str or path
+        The Python of vLLM's environment.
+    model : str or path
+        The model folder to serve.
+    port : int
+        The port to listen on.
+    prefix_caching : bool, default True
+        Enable vLLM's prefix caching.
+    max_num_seqs : int, default 32
+        The most requests vLLM batches at once.
+    max_model_len : int, default 256
+        The longest prompt plus completion, in tokens.
+    extra : tuple of str, default ()
+        More arguments, appended.
+
+    Returns
+    -------
+    list of str
+
     Examples
     --------
     >>> " ".join(server_command("py", "/m", 8000, prefix_caching=False)[3:])  # doctest: +NORMALIZE_WHITESPACE
@@ -66,7 +87,19 @@ def server_command(python, model, port: int, *, prefix_caching: bool = True, max
 
 
 def server_env(kv_cache_gib: int = 1, threads: int | None = None) -> dict[str, str]:
-    """The environment vLLM runs in: offline (nothing is downloaded), no usage reports, ``kv_cache_gib`` of KV cache on the CPU."""
+    """The environment vLLM runs in: offline (nothing is downloaded), no usage reports, ``kv_cache_gib`` of KV cache on the CPU.
+
+    Parameters
+    ----------
+    kv_cache_gib : int, default 1
+        The KV cache's size on the CPU, in GiB.
+    threads : int, optional
+        ``OMP_NUM_THREADS``; None leaves it as inherited.
+
+    Returns
+    -------
+    dict of str to str
+    """
     env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
                 "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "INFO")})

@@ -25,7 +25,20 @@ class Decoded:
 
 
 def step_outputs(logits: torch.Tensor, top_k: int):
-    """Greedy choice, its float32 logprob and the top-k, from the last position's logits (per row in every mode)."""
+    """Greedy choice, its float32 logprob and the top-k, from the last position's logits (per row in every mode).
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``[rows, vocab]`` logits.
+    top_k : int
+        How many candidates to keep.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        The chosen ids, their logprobs, the top-k ids and their logprobs.
+    """
     logprobs = logits.float().log_softmax(dim=-1)
     chosen = logprobs.argmax(dim=-1)
     values, ids = torch.topk(logprobs, top_k, dim=-1)
@@ -65,6 +78,24 @@ def decode(model, prompts: list[list[int]], *, mode: str, max_tokens: int, top_k
     lockstep but no row shares a kernel call with another; ``fixed-tiles`` runs the batch together
     on :mod:`.kernels` and ``row-invariant`` on :mod:`.rowwise` (a :class:`TinyLM` only). ``mode`` may be an
     alias (:func:`.model.kernel_mode`).
+
+    Parameters
+    ----------
+    model : TinyLM or HFModel
+        The model.
+    prompts : list of list of int
+        The batch's prompts, as token ids.
+    mode : str
+        The kernel mode.
+    max_tokens : int
+        Greedy tokens decoded per request (no end token stops one).
+    top_k : int
+        Candidates recorded per step.
+
+    Returns
+    -------
+    list of Decoded
+        One per prompt, in order.
     """
     mode = kernel_mode(mode)
     check_tiled(model, mode)
@@ -76,7 +107,15 @@ def decode(model, prompts: list[list[int]], *, mode: str, max_tokens: int, top_k
 
 def check_tiled(model, mode: str) -> None:
     """Refuse ``fixed-tiles`` or ``row-invariant`` for a model whose layers :mod:`.kernels` and :mod:`.rowwise` do not
-    know (a Hugging Face model), and ``row-invariant`` on a BLAS branch it cannot use (:func:`.rowwise.check_blas`)."""
+    know (a Hugging Face model), and ``row-invariant`` on a BLAS branch it cannot use (:func:`.rowwise.check_blas`).
+
+    Parameters
+    ----------
+    model : TinyLM or HFModel
+        The model.
+    mode : str
+        The kernel mode (not an alias).
+    """
     if mode in PACKED_KERNELS and not isinstance(model, TinyLM):
         raise ValueError(f"the {mode} mode runs bia's own TinyLM layers; {type(model).__name__} has its own kernels")
     if mode == "row-invariant":

@@ -90,6 +90,18 @@ def _outputs(decoded: list) -> tuple[np.ndarray, ...]:
 def steps_that_differ(rows: list, reference) -> np.ndarray:
     """``[rows, steps]``: whether each row's token, logprob or top-k at each step differ from the reference's, bit for bit.
 
+    Parameters
+    ----------
+    rows : list of Decoded
+        The batch rows' decodes.
+    reference : Decoded
+        The m=1 decode of the same prompt.
+
+    Returns
+    -------
+    numpy.ndarray
+        Booleans, ``[rows, steps]``.
+
     Examples
     --------
     >>> from analysis.experiment.model import Decoded
@@ -124,6 +136,27 @@ def band_first_ops(model, reference: tuple[list, _Reference, bool], batch: list[
     rows decoded from that prompt whose steps are recorded. The steps come as columns ``row`` (the
     index in ``rows``), ``step`` and ``op_index`` (in :func:`._taps.tapped_ops` order, one past
     the last op for ``logprobs``; -1 where the ops were not tapped).
+
+    Parameters
+    ----------
+    model : TinyLM or HFModel
+        The model.
+    reference : tuple
+        What :func:`reference_taps` gave for the target prompt.
+    batch : list of list of int
+        The band's rows, as token ids.
+    rows : list of int
+        The batch rows decoded from the target prompt whose steps are recorded.
+    mode : str
+        The kernel mode.
+    max_tokens : int
+        Greedy tokens decoded per request.
+    top_k : int
+        Candidates recorded per step.
+
+    Returns
+    -------
+    tuple of (list of Decoded, dict of str to numpy.ndarray, bool)
     """
     (alone,), kept, ref_tapped = reference
     n_ops = len(tapped_ops(len(model.blocks))) if hasattr(model, "blocks") else 0
@@ -142,7 +175,26 @@ def band_first_ops(model, reference: tuple[list, _Reference, bool], batch: list[
 
 
 def reference_taps(model, prompt: list[int], *, mode: str, max_tokens: int, top_k: int) -> tuple[list, _Reference, bool]:
-    """The m=1 decode of ``prompt`` with every op's output kept, for :func:`band_first_ops`."""
+    """The m=1 decode of ``prompt`` with every op's output kept, for :func:`band_first_ops`.
+
+    Parameters
+    ----------
+    model : TinyLM or HFModel
+        The model.
+    prompt : list of int
+        The prompt, as token ids.
+    mode : str
+        The kernel mode.
+    max_tokens : int
+        Greedy tokens decoded.
+    top_k : int
+        Candidates recorded per step.
+
+    Returns
+    -------
+    tuple
+        The decode's outputs, the ops' outputs kept, and whether they were tapped.
+    """
     kept = _Reference()
     outs, tapped = _tapped_decode(model, [prompt], kept, mode=mode, max_tokens=max_tokens, top_k=top_k)
     return outs, kept, tapped

@@ -46,6 +46,22 @@ class Block(nn.Module):
     tap = None
 
     def forward(self, x, cache, mask):
+        """One transformer block over ``x``, appending its keys and values to ``cache``.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            ``[B, T, d_model]`` hidden states.
+        cache : tuple of torch.Tensor or None
+            The keys and values of earlier positions, ``[B, heads, S - T, d_head]`` each; None before any.
+        mask : torch.Tensor
+            The additive attention mask, broadcast to ``[B, heads, T, S]`` (the dtype's lowest value where not allowed).
+
+        Returns
+        -------
+        tuple of (torch.Tensor, tuple of torch.Tensor)
+            The block's output and the keys and values of all ``S`` positions.
+        """
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         heads = lambda z: z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)  # noqa: E731
@@ -80,6 +96,22 @@ class TinyLM(nn.Module):
 
         ``valid [B, S]`` marks the key positions a row may attend to (the cache's and these T, not
         padding); causality within the new tokens is added here.
+
+        Parameters
+        ----------
+        ids : torch.Tensor
+            ``[B, T]`` token ids.
+        positions : torch.Tensor
+            ``[B, T]`` their positions.
+        valid : torch.Tensor
+            ``[B, S]`` booleans.
+        caches : list of tuple of torch.Tensor, optional
+            Each block's keys and values of the ``S - T`` earlier positions; None before any.
+
+        Returns
+        -------
+        tuple of (torch.Tensor, list of tuple of torch.Tensor)
+            ``[B, T, vocab]`` logits, and each block's keys and values of all ``S`` positions.
         """
         t, s = ids.shape[1], valid.shape[1]
         causal = torch.ones(t, s, dtype=torch.bool, device=ids.device).tril(diagonal=s - t)
@@ -95,11 +127,31 @@ class TinyLM(nn.Module):
 
 
     def encode(self, text: str) -> list[int]:
-        """The prompt's token ids: its UTF-8 bytes."""
+        """The prompt's token ids: its UTF-8 bytes.
+
+        Parameters
+        ----------
+        text : str
+            The prompt.
+
+        Returns
+        -------
+        list of int
+        """
         return list(text.encode("utf-8"))
 
     def token(self, token_id: int) -> tuple[str, bytes]:
-        """A token's text (U+FFFD for a byte that is not UTF-8 alone) and its bytes."""
+        """A token's text (U+FFFD for a byte that is not UTF-8 alone) and its bytes.
+
+        Parameters
+        ----------
+        token_id : int
+            The token (a byte, 0 to 255).
+
+        Returns
+        -------
+        tuple of (str, bytes)
+        """
         data = bytes([token_id])
         return data.decode("utf-8", errors="replace"), data
 
@@ -125,16 +177,53 @@ class HFModel:
         return out.logits, out[self._cache]
 
     def encode(self, text: str) -> list[int]:
+        """The prompt's token ids, from the model's tokenizer (no special tokens added).
+
+        Parameters
+        ----------
+        text : str
+            The prompt.
+
+        Returns
+        -------
+        list of int
+        """
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def token(self, token_id: int) -> tuple[str, bytes]:
+        """A token's text, from the model's tokenizer, and its UTF-8 bytes.
+
+        Parameters
+        ----------
+        token_id : int
+            The token.
+
+        Returns
+        -------
+        tuple of (str, bytes)
+        """
         text = self.tokenizer.decode([token_id])
         return text, text.encode("utf-8")
 
 
 def load_model(path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     """Load a model: weights saved by ``scripts/train_tiny_model.py`` (a ``.safetensors`` file with its
-    ``.json``), or a local Hugging Face model directory (needs transformers; never downloads)."""
+    ``.json``), or a local Hugging Face model directory (needs transformers; never downloads).
+
+    Parameters
+    ----------
+    path : str or path
+        The ``.safetensors`` file, or a Hugging Face model directory.
+    dtype : torch.dtype, default torch.float32
+        The weights' dtype.
+    device : str, default "cpu"
+        The torch device.
+
+    Returns
+    -------
+    TinyLM or HFModel
+        In eval mode.
+    """
     import json
     from pathlib import Path
 

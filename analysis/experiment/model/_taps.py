@@ -27,6 +27,15 @@ LAYER_OPS = (("ln1", "ln1", "out"), ("qkv", "qkv", "out"), ("scores", None, None
 def tapped_ops(n_layers: int) -> list[tuple[int | None, str]]:
     """Every tapped op of a model of ``n_layers`` blocks as (layer, op), in forward order.
 
+    Parameters
+    ----------
+    n_layers : int
+        The model's blocks.
+
+    Returns
+    -------
+    list of tuple of (int or None, str)
+
     Examples
     --------
     >>> ops = tapped_ops(2)

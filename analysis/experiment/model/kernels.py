@@ -43,6 +43,15 @@ QUERY_GROUP = 256  # query rows per attention call: bounds the keys gathered at 
 def pad_rows(x: torch.Tensor) -> torch.Tensor:
     """``x`` with zero rows appended up to a whole number of tiles (at least one).
 
+    Parameters
+    ----------
+    x : torch.Tensor
+        Rows along the first dimension.
+
+    Returns
+    -------
+    torch.Tensor
+
     Examples
     --------
     >>> pad_rows(torch.ones(17, 2)).shape
@@ -68,7 +77,21 @@ class TiledCache:
 
     @classmethod
     def empty(cls, model, count: int, length: int) -> TiledCache:
-        """Room for ``count`` sequences of up to ``length`` tokens."""
+        """Room for ``count`` sequences of up to ``length`` tokens.
+
+        Parameters
+        ----------
+        model : TinyLM
+            The model whose blocks, heads and dtype the cache takes.
+        count : int
+            How many sequences.
+        length : int
+            Tokens of room per sequence (rounded up to whole splits).
+
+        Returns
+        -------
+        TiledCache
+        """
         cfg, p = model.cfg, next(model.parameters())
         shape = (_splits(length), count + (-count % TILE_ROWS), cfg.n_heads, KV_SPLIT, cfg.d_model // cfg.n_heads)
         zeros = lambda: torch.zeros(shape, dtype=p.dtype, device=p.device)  # noqa: E731
@@ -79,21 +102,47 @@ class TiledCache:
         return self.keys[0].shape[0]
 
     def reserve(self, length: int) -> None:
-        """Grow every sequence's room to at least ``length`` tokens."""
+        """Grow every sequence's room to at least ``length`` tokens.
+
+        Parameters
+        ----------
+        length : int
+            Tokens of room wanted.
+        """
         more = _splits(length) - self.splits
         if more > 0:
             grow = lambda t: torch.cat([t, t.new_zeros((more, *t.shape[1:]))])  # noqa: E731
             self.keys, self.values = [grow(k) for k in self.keys], [grow(v) for v in self.values]
 
     def select(self, rows: list[int]) -> TiledCache:
-        """These sequences, in this order."""
+        """These sequences, in this order.
+
+        Parameters
+        ----------
+        rows : list of int
+            The sequences' rows in this cache.
+
+        Returns
+        -------
+        TiledCache
+        """
         index = torch.tensor(rows, dtype=torch.long, device=self.keys[0].device)
         take = lambda t: _pad_dim1(t.index_select(1, index))  # noqa: E731
         return TiledCache([take(k) for k in self.keys], [take(v) for v in self.values], len(rows))
 
     @classmethod
     def join(cls, caches: list[TiledCache]) -> TiledCache:
-        """The sequences of every cache, one cache after another, with the room of the longest."""
+        """The sequences of every cache, one cache after another, with the room of the longest.
+
+        Parameters
+        ----------
+        caches : list of TiledCache
+            The caches, of the same model.
+
+        Returns
+        -------
+        TiledCache
+        """
         room = max(c.splits for c in caches) * KV_SPLIT
         for cache in caches:
             cache.reserve(room)
@@ -123,6 +172,28 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     a decode step: a token's logprob from a one-pass forward over a whole sequence (a trainer's
     recompute) then has the bits its decode step gave. With ``prefill``, only the ``want`` rows go
     on past the last layer's attention.
+
+    Parameters
+    ----------
+    model : TinyLM
+        The model.
+    ids : torch.Tensor
+        The packed tokens' ids, 1-D.
+    positions : torch.Tensor
+        Each token's position in its sequence.
+    rows : torch.Tensor
+        Each token's row in ``cache``.
+    cache : TiledCache
+        The sequences' keys and values, written in place (and grown as needed).
+    want : torch.Tensor
+        The indices of the tokens whose logits are wanted.
+    prefill : bool, default False
+        A prefill: only the ``want`` rows go past the last attention.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[len(want), vocab]`` logits.
     """
     n = ids.shape[0]
     limits = [p + 1 for p in positions.tolist()]

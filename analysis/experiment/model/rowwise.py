@@ -72,6 +72,11 @@ def check_blas(environ=None) -> None:
     """Refuse MKL's ``COMPATIBLE`` code branch (``MKL_CBWR``), whose GEMM sums a row in an order that
     changes with the row count; ValueError naming the variable.
 
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment to read ``MKL_CBWR`` from; by default ``os.environ``.
+
     Examples
     --------
     >>> check_blas({"MKL_CBWR": "AVX2"})
@@ -119,6 +124,15 @@ def one_thread() -> Iterator[None]:
 def pad_to_min_rows(x: torch.Tensor) -> torch.Tensor:
     """``x`` with zero rows appended up to :data:`MIN_ROWS` rows; ``x`` itself when it has that many.
 
+    Parameters
+    ----------
+    x : torch.Tensor
+        Rows along the first dimension.
+
+    Returns
+    -------
+    torch.Tensor
+
     Examples
     --------
     >>> pad_to_min_rows(torch.ones(1, 3)).shape, pad_to_min_rows(torch.ones(9, 3)).shape
@@ -150,7 +164,21 @@ class RowCache:
 
     @classmethod
     def empty(cls, model, count: int, length: int) -> RowCache:
-        """Room for ``count`` sequences of up to ``length`` tokens."""
+        """Room for ``count`` sequences of up to ``length`` tokens.
+
+        Parameters
+        ----------
+        model : TinyLM
+            The model whose blocks, heads and dtype the cache takes.
+        count : int
+            How many sequences.
+        length : int
+            Tokens of room per sequence (rounded up).
+
+        Returns
+        -------
+        RowCache
+        """
         cfg, p = model.cfg, next(model.parameters())
         shape = (2, count, cfg.n_heads, _room(length), cfg.d_model // cfg.n_heads)
         return cls([torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in model.blocks], count)
@@ -161,19 +189,45 @@ class RowCache:
         return self.layers[0].shape[3]
 
     def reserve(self, length: int) -> None:
-        """Grow every sequence's room to at least ``length`` tokens."""
+        """Grow every sequence's room to at least ``length`` tokens.
+
+        Parameters
+        ----------
+        length : int
+            Tokens of room wanted.
+        """
         more = _room(length) - self.room
         if more > 0:
             self.layers = [torch.cat([t, t.new_zeros((*t.shape[:3], more, t.shape[4]))], dim=3) for t in self.layers]
 
     def select(self, rows: list[int]) -> RowCache:
-        """These sequences, in this order."""
+        """These sequences, in this order.
+
+        Parameters
+        ----------
+        rows : list of int
+            The sequences' rows in this cache.
+
+        Returns
+        -------
+        RowCache
+        """
         index = torch.tensor(rows, dtype=torch.long, device=self.layers[0].device)
         return RowCache([t.index_select(1, index) for t in self.layers], len(rows))
 
     @classmethod
     def join(cls, caches: list[RowCache]) -> RowCache:
-        """The sequences of every cache, one cache after another, with the room of the longest."""
+        """The sequences of every cache, one cache after another, with the room of the longest.
+
+        Parameters
+        ----------
+        caches : list of RowCache
+            The caches, of the same model.
+
+        Returns
+        -------
+        RowCache
+        """
         room = max(c.room for c in caches)
         for cache in caches:
             cache.reserve(room)
@@ -198,6 +252,28 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     number of tokens per sequence) and one new token per request (a decode step) go through the
     same arithmetic per token, so a token's logits are the same bits either way: ``prefill`` changes
     nothing here (it is taken so that this and :func:`.kernels.forward` are called alike).
+
+    Parameters
+    ----------
+    model : TinyLM
+        The model.
+    ids : torch.Tensor
+        The packed tokens' ids, 1-D.
+    positions : torch.Tensor
+        Each token's position in its sequence.
+    rows : torch.Tensor
+        Each token's row in ``cache``.
+    cache : RowCache
+        The sequences' keys and values, written in place (and grown as needed).
+    want : torch.Tensor
+        The indices of the tokens whose logits are wanted.
+    prefill : bool, default False
+        Ignored (see above).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[len(want), vocab]`` logits.
 
     Examples
     --------

@@ -34,6 +34,17 @@ def rollout_body(prompt: str, max_tokens: int) -> dict[str, Any]:
     """The chat request a rollout sends: greedy, every sampled token's logprob, and the token ids of prompt and
     completion (vLLM's ``return_token_ids``), so the trainer scores exactly the tokens the sampler saw.
 
+    Parameters
+    ----------
+    prompt : str
+        The user message.
+    max_tokens : int
+        Tokens to sample (no end token stops it).
+
+    Returns
+    -------
+    dict
+
     Examples
     --------
     >>> body = rollout_body("def f", 8)
@@ -47,6 +58,17 @@ def rollout_body(prompt: str, max_tokens: int) -> dict[str, Any]:
 def rollout_from_answer(answer: Any, where: str) -> dict[str, Any]:
     """One rollout from vLLM's chat answer: ``prompt_ids``, ``token_ids`` and their ``logprobs``; a :class:`PairError`
     naming ``where`` and the field when any is missing or they disagree in length.
+
+    Parameters
+    ----------
+    answer : object
+        The parsed JSON answer.
+    where : str
+        The rollout's name in errors (``prompt 3``).
+
+    Returns
+    -------
+    dict
 
     Examples
     --------
@@ -71,7 +93,23 @@ def rollout_from_answer(answer: Any, where: str) -> dict[str, Any]:
 
 def sample_rollouts(url: str, prompts: Sequence[str], *, max_tokens: int = 64, timeout_s: float = 300.0) -> list[dict[str, Any]]:
     """Sample every prompt at once from a vLLM server at ``url``, as a rollout batch is sampled: greedy, with the
-    sampled tokens' logprobs and ids (see :func:`rollout_from_answer`), in the prompts' order."""
+    sampled tokens' logprobs and ids (see :func:`rollout_from_answer`), in the prompts' order.
+
+    Parameters
+    ----------
+    url : str
+        The server's base URL.
+    prompts : sequence of str
+        The prompts, all sent at once.
+    max_tokens : int, default 64
+        Tokens sampled per rollout.
+    timeout_s : float, default 300.0
+        The HTTP client's timeout, in seconds.
+
+    Returns
+    -------
+    list of dict
+    """
     import httpx
 
     async def one(client: httpx.AsyncClient, index: int, prompt: str) -> dict[str, Any]:
@@ -91,6 +129,20 @@ def trainer_logprobs(checkpoint: str | os.PathLike[str], rollouts: Sequence[dict
     """Each rollout's completion tokens scored as a trainer scores them: transformers' model loaded from
     ``checkpoint`` in float32, one teacher-forced forward pass per batch of ``batch_size`` rollouts over prompt and
     completion (padded on the right, masked), each completion token's log-softmax at the position before it.
+
+    Parameters
+    ----------
+    checkpoint : str or path
+        The local checkpoint folder the sampler served (never downloaded).
+    rollouts : sequence of dict
+        The rollouts (``prompt_ids``, ``token_ids``).
+    batch_size : int, default 8
+        Rollouts per forward pass.
+
+    Returns
+    -------
+    list of list of float
+        Per rollout, one logprob per completion token.
 
     Examples
     --------
@@ -124,6 +176,23 @@ def write_pair(path: str | os.PathLike[str], rollouts: Sequence[dict[str, Any]],
     """Write the pair as prime-rl's token export (JSON lines, ``schema_version`` 1), one rollout a line: its
     completion's ``token_ids``, the sampler's ``inference_logprobs``, the trainer's ``trainer_logprobs``, a
     ``loss_mask`` of ones, and ``prompt_token_ids`` and ``finish_reason`` (kept by bia's reader as extras).
+
+    Parameters
+    ----------
+    path : str or path
+        The JSON-lines file to write.
+    rollouts : sequence of dict
+        The sampler's rollouts, as :func:`sample_rollouts` gives them.
+    trainer : sequence of sequence of float
+        The trainer's logprobs, one list per rollout, as :func:`trainer_logprobs` gives them.
+    sample_ids : sequence of str, optional
+        Each rollout's ``sample_id``; by default ``r0``, ``r1``, ...
+    force : bool, default False
+        Replace a file already there.
+
+    Returns
+    -------
+    pathlib.Path
 
     Examples
     --------

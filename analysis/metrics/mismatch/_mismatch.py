@@ -82,6 +82,15 @@ GLOBAL_MAX = ("absd", "k3", "x")
 def merge_sequences(parts: pl.DataFrame) -> pl.DataFrame:
     """One row per sequence, in first-seen order: the runs' sums added.
 
+    Parameters
+    ----------
+    parts : polars.DataFrame
+        Per-run sums with a ``sequence`` column; every other column is summed.
+
+    Returns
+    -------
+    polars.DataFrame
+
     Examples
     --------
     >>> merge_sequences(pl.DataFrame({"sequence": [3, 1, 3], "n": [2, 1, 4]})).rows()
@@ -92,6 +101,16 @@ def merge_sequences(parts: pl.DataFrame) -> pl.DataFrame:
 
 def merge_globals(rows: pl.DataFrame) -> pl.DataFrame:
     """One batch-wide row from several: sums add, extremes take the extreme, (co-)moments merge by Chan's formula.
+
+    Parameters
+    ----------
+    rows : polars.DataFrame
+        Batch-wide rows, as the second frame of ``_mismatch_blocks.partials`` gives them.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row, of the same columns.
 
     Examples
     --------
@@ -133,6 +152,19 @@ def sequence_table(parts: pl.DataFrame, c: Constants = Constants(), *, advantage
     (``exp(2·clip(Σδ))`` − 1), ``tis`` (slime's mean ``ρ``), and with an advantage, prime-rl's
     ``is_masked`` share.
 
+    Parameters
+    ----------
+    parts : polars.DataFrame
+        The merged per-sequence sums.
+    c : Constants, default Constants()
+        The frameworks' constants (the safety bound clips ``chi2_seq``).
+    advantage : bool, default False
+        The sums include the advantage's (``is_masked`` is added).
+
+    Returns
+    -------
+    polars.DataFrame
+
     Examples
     --------
     >>> tokens = pl.LazyFrame({"sequence": ["a", "a"], "rollout_logprob": [-0.1, -2.0],
@@ -165,6 +197,22 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
     A metric is null where its framework would divide by zero or refuse (verl and SkyRL with no
     masked token, a standard deviation of fewer than two tokens); prime-rl's per-sample metrics
     need the advantage and are left out without it.
+
+    Parameters
+    ----------
+    parts : polars.DataFrame
+        The merged per-sequence sums.
+    glob : polars.DataFrame
+        The merged batch-wide row.
+    c : Constants, default Constants()
+        The frameworks' constants.
+    advantage : bool, default False
+        The sums include the advantage's (prime-rl's per-sample metrics are given).
+
+    Returns
+    -------
+    polars.DataFrame
+        One row.
 
     Examples
     --------

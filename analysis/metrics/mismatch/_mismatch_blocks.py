@@ -53,6 +53,17 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
     sums NaN, which the caller names), as float32 where they are float32 (numpy widens a block's
     loss-masked ones, exactly, which costs less than widening every row here) and float64 otherwise.
 
+    Parameters
+    ----------
+    tokens : polars.LazyFrame
+        The token frame.
+    advantage : bool, default False
+        Also read ``advantage``.
+
+    Returns
+    -------
+    polars.LazyFrame
+
     Examples
     --------
     >>> tokens = pl.LazyFrame({"sequence": [0, 0], "rollout_logprob": [-0.1, None],
@@ -83,6 +94,15 @@ _MOMENT_ROWS = ("absd", "k3", "x", "p", "q")  # the names of _mismatch.GLOBAL_M2
 
 def run_fields(advantage: bool) -> tuple[str, ...]:
     """The rows of :func:`block_sums`' per-run array, in order: the counts, then the sums of ``_SEQ_ROWS``, prime-rl's, |δ| and K3.
+
+    Parameters
+    ----------
+    advantage : bool
+        Include the advantage's sums.
+
+    Returns
+    -------
+    tuple of str
 
     Examples
     --------
@@ -115,6 +135,26 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
     GLOBAL_SUMS, and for each GLOBAL_M2 quantity its Σ (``g_``) and its second moment about the
     block's own mean (``m2_``), the co-moment of ``p`` and ``q`` (``c2_pq``), then the GLOBAL_MAX
     maxima and ``min_absd`` (NaN without a masked token).
+
+    Parameters
+    ----------
+    starts : numpy.ndarray
+        The row where each run starts, increasing, the first 0.
+    mask : numpy.ndarray
+        The loss mask, booleans.
+    r, t : numpy.ndarray
+        The rollout's and the trainer's logprobs.
+    advantage : numpy.ndarray or None
+        The advantage per token, or None without one.
+    support : numpy.ndarray or None
+        Whether each token's trainer logprob was replayed on a support, or None.
+    c : Constants, default Constants()
+        The frameworks' constants.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The per-run array (fields x runs) and the batch-wide row.
 
     Examples
     --------
@@ -223,6 +263,22 @@ def partials(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: boo
     ``tokens`` has ``sequence``, ``rollout_logprob``, ``trainer_logprob``, ``mask``, ``advantage``
     when ``advantage`` is set, and optionally ``has_support``. Sequences come out in first-seen order.
 
+    Parameters
+    ----------
+    tokens : polars.LazyFrame
+        The token frame.
+    c : Constants, default Constants()
+        The frameworks' constants.
+    advantage : bool, default False
+        Read ``advantage`` and sum prime-rl's quantities.
+    chunk_size : int, default 1_000_000
+        Rows per streamed batch.
+
+    Returns
+    -------
+    tuple of polars.DataFrame
+        The per-sequence sums and the batch-wide row.
+
     Examples
     --------
     >>> tokens = pl.LazyFrame({"sequence": [0, 0], "rollout_logprob": [-0.1, -2.0],
@@ -240,6 +296,19 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
 
     The threads never wait at a piece's end: while the last batches of one piece are summed, polars
     already reads the next piece's (each piece on its own would leave a core idle at its end).
+
+    Parameters
+    ----------
+    pieces : iterable of tuple of (polars.LazyFrame, bool)
+        Each piece's token frame, and whether it has an advantage.
+    c : Constants, default Constants()
+        The frameworks' constants.
+    chunk_size : int, default 1_000_000
+        Rows per streamed batch.
+
+    Returns
+    -------
+    list of tuple of polars.DataFrame
 
     Examples
     --------

@@ -321,6 +321,16 @@ def bits(flags: np.ndarray | Bits) -> Bits:
     """A flag column as an Arrow bitmap: given as one (from an Arrow array's buffer, read where it lies), or packed from
     numpy booleans.
 
+    Parameters
+    ----------
+    flags : numpy.ndarray or Bits
+        Booleans, or a bitmap and its bit offset.
+
+    Returns
+    -------
+    Bits
+        The bitmap (``uint8``, least significant bit first) and its bit offset.
+
     Examples
     --------
     >>> packed, offset = bits(np.array([True, False, True]))
@@ -344,6 +354,33 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     :data:`~analysis.metrics.mismatch._mismatch_blocks.ROW_FIELDS`, in their order. ``mask`` and ``support``
     are numpy booleans or :data:`Bits` (an Arrow bitmap, read without unpacking it: polars' booleans
     as bytes cost its cast, and their reading, more than the bits).
+
+    Parameters
+    ----------
+    keys : numpy.ndarray or None
+        An integer key per row (a sequence's), or None when ``firsts`` is given.
+    firsts : numpy.ndarray or None
+        The rows where a run starts, or None when ``keys`` is given.
+    block_rows : int
+        Rows per block.
+    mask : numpy.ndarray or Bits
+        The loss mask.
+    r, t : numpy.ndarray
+        The rollout's and the trainer's logprobs.
+    advantage : numpy.ndarray or None
+        The advantage per token, or None without one.
+    support : numpy.ndarray or Bits or None
+        Whether each token's trainer logprob was replayed on a support, or None.
+    constants : Constants
+        The frameworks' constants.
+    n_fields : int
+        The per-run fields' count.
+    n_row : int
+        The per-block row's length.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
 
     Examples
     --------

@@ -231,6 +231,21 @@ def mismatch_table(data: Any, *, replay: bool = True, chunk_size: int = 1_000_00
     ``chi2_seq``, ``tis``, and with an advantage, prime-rl's ``is_masked`` share; null where the
     sequence has no masked token.
 
+    Parameters
+    ----------
+    data
+        What :func:`mismatch_summary` takes: a token frame, Parquet path(s), a dump, or two dumps.
+    replay : bool, default True
+        Renormalize the trainer's logprob on a recorded support (False: it already is).
+    chunk_size : int, default 1_000_000
+        Rows per streamed batch.
+    **constants
+        The frameworks' constants (see :func:`mismatch_summary`).
+
+    Returns
+    -------
+    polars.DataFrame
+
     Examples
     --------
     >>> import polars as pl, analysis

@@ -60,6 +60,17 @@ def _logsumexp(column: str) -> pl.Expr:
 def violations(tokens: pl.LazyFrame, *, replay: bool) -> pl.LazyFrame:
     """The tokens with a support that breaks a rule, with a ``rule`` column naming the first it breaks.
 
+    Parameters
+    ----------
+    tokens : polars.LazyFrame
+        The token frame, with ``support_ids`` and ``token_id``.
+    replay : bool
+        Also check that the trainer's logprobs on the support are there, one per id.
+
+    Returns
+    -------
+    polars.LazyFrame
+
     Examples
     --------
     >>> tokens = pl.LazyFrame({"sequence": [0, 0], "position": [0, 1], "token_id": [1, 1],
@@ -91,6 +102,15 @@ def replay(tokens: pl.LazyFrame) -> pl.LazyFrame:
 
     ``trainer_logprob_full`` keeps the full-vocabulary value. Rows without a support keep theirs.
 
+    Parameters
+    ----------
+    tokens : polars.LazyFrame
+        The token frame, with ``support_ids`` and ``trainer_support_logprobs``.
+
+    Returns
+    -------
+    polars.LazyFrame
+
     Examples
     --------
     >>> import math
@@ -113,6 +133,18 @@ def check_and_replay(tokens: pl.LazyFrame, *, replay_support: bool = True) -> pl
 
     A frame without ``support_ids`` comes back with ``has_support`` false everywhere. With
     ``replay_support=False`` the trainer's logprob is taken as already on the support (prime-rl's own export).
+
+    Parameters
+    ----------
+    tokens : polars.LazyFrame
+        The token frame, with ``support_ids`` (and ``token_id``, ``support_logprobs``, ``trainer_support_logprobs``)
+        where a support was recorded.
+    replay_support : bool, default True
+        Replay the trainer's logprob on the support.
+
+    Returns
+    -------
+    polars.LazyFrame
 
     Examples
     --------

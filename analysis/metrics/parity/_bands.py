@@ -24,6 +24,15 @@ from ._rates import wilson_interval
 def longest_constant_run(identities: Sequence) -> int:
     """The longest run of one repeated token (a frozen slot repeats one token).
 
+    Parameters
+    ----------
+    identities : sequence
+        A stream's token identities.
+
+    Returns
+    -------
+    int
+
     Examples
     --------
     >>> longest_constant_run([5, 5, 1, 7, 7, 7, 2]), longest_constant_run([])
@@ -51,6 +60,15 @@ class Completions:
 def unique_completions(streams_: Iterable[Stream]) -> Completions:
     """Unique completions and the modal share, with its Wilson interval.
 
+    Parameters
+    ----------
+    streams_ : iterable of Stream
+        The streams, at least one.
+
+    Returns
+    -------
+    Completions
+
     Examples
     --------
     >>> c = unique_completions([Stream(("a",), (1, 2)), Stream(("b",), (1, 2)), Stream(("c",), (1, 3))])
@@ -66,6 +84,18 @@ def unique_completions(streams_: Iterable[Stream]) -> Completions:
 def fork_table(streams_: Sequence[Stream], at: int | None = None) -> list[tuple[Any, int]]:
     """At the first position where the streams disagree (or ``at``), each token taken and by how many.
 
+    Parameters
+    ----------
+    streams_ : sequence of Stream
+        The streams.
+    at : int, optional
+        The position to count at; by default the first where any stream parts from the first one.
+
+    Returns
+    -------
+    list of tuple of (object, int)
+        (token identity, streams), most taken first.
+
     Examples
     --------
     >>> fork_table([Stream(("a",), (1, 2, 3)), Stream(("b",), (1, 2, 4)), Stream(("c",), (1, 2, 4))])
@@ -80,6 +110,18 @@ def fork_table(streams_: Sequence[Stream], at: int | None = None) -> list[tuple[
 def tie_density(margins: Iterable[float | None], thresholds: Sequence[float] = (1e-3, 1e-2, 1e-1)) -> dict[float, float]:
     """The fraction of steps (with a margin) whose top-1/top-2 margin is below each threshold.
 
+    Parameters
+    ----------
+    margins : iterable of float or None
+        Per-step margins (None: unknown, left out).
+    thresholds : sequence of float, default (1e-3, 1e-2, 1e-1)
+        The thresholds, in logprob units.
+
+    Returns
+    -------
+    dict of float to float
+        Per threshold, the fraction (NaN for every one when no margin is known).
+
     Examples
     --------
     >>> tie_density([0.0005, 0.02, 0.5, None])
@@ -92,12 +134,36 @@ def tie_density(margins: Iterable[float | None], thresholds: Sequence[float] = (
 
 
 def step_margins(stream: Stream) -> list[float | None]:
-    """The top-1 minus top-2 margin at every step of a stream."""
+    """The top-1 minus top-2 margin at every step of a stream.
+
+    Parameters
+    ----------
+    stream : Stream
+        The stream.
+
+    Returns
+    -------
+    list of float or None
+        None where a step has fewer than two finite candidates.
+    """
     return [top2_margin(c) for c in stream.candidates]
 
 
 def band_summary(reference: Stream, slots: Sequence[Stream], *, epsilon: float = NEAR_TIE_EPSILON) -> dict[str, Any]:
     """Divergence from the reference over a band's slots, intra-batch agreement, frozen runs, completions.
+
+    Parameters
+    ----------
+    reference : Stream
+        The m=1 reference.
+    slots : sequence of Stream
+        The band's slots, at least one.
+    epsilon : float, default 0.05
+        The near-tie epsilon (``NEAR_TIE_EPSILON``).
+
+    Returns
+    -------
+    dict
 
     Examples
     --------
@@ -141,6 +207,18 @@ def flip_curve(pairs: Iterable[tuple[Stream, Stream]], edges: Sequence[float] = 
     out. Bins are ``[edges[i], edges[i + 1])``. :func:`analysis.run.flip_table` gives the same
     for a whole run without building streams.
 
+    Parameters
+    ----------
+    pairs : iterable of tuple of (Stream, Stream)
+        (reference, other) pairs.
+    edges : sequence of float, default ``FLIP_EDGES``
+        The margin bins' edges, increasing.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``margin_low``, ``margin_high``, ``steps``, ``flips``, ``p_flip`` (null for an empty bin).
+
     Examples
     --------
     >>> ref = Stream(("r",), (1, 2), (), (((1, -0.1), (3, -0.1005)), ((2, -0.1), (4, -2.0))))
@@ -170,6 +248,15 @@ def div_index(streams_: Sequence[Stream]) -> int:
 
     Streams that never part give their shortest length.
 
+    Parameters
+    ----------
+    streams_ : sequence of Stream
+        The streams, at least one.
+
+    Returns
+    -------
+    int
+
     Examples
     --------
     >>> div_index([Stream(("a",), (1, 2, 3)), Stream(("b",), (1, 2, 4)), Stream(("c",), (1, 5, 3))])
@@ -181,7 +268,19 @@ def div_index(streams_: Sequence[Stream]) -> int:
 
 
 def top1_prob(stream: Stream, position: int) -> float | None:
-    """The top-1 probability at a step: the best finite candidate, else the sampled token's (greedy)."""
+    """The top-1 probability at a step: the best finite candidate, else the sampled token's (greedy).
+
+    Parameters
+    ----------
+    stream : Stream
+        The stream.
+    position : int
+        The step (0-based).
+
+    Returns
+    -------
+    float or None
+    """
     values = [v for _, v in _cands(stream, position) if v is not None and math.isfinite(v)]
     if values:
         return math.exp(max(values))
@@ -192,6 +291,18 @@ def top1_prob(stream: Stream, position: int) -> float | None:
 def avg_std_top1_prob(streams_: Sequence[Stream], upto: int | None = None) -> float | None:
     """Yuan et al.'s Avg_Std@top1_prob: the standard deviation of the top-1 probability across the
     streams (configurations), averaged over positions 0..Div_Index (population std, ddof 0).
+
+    Parameters
+    ----------
+    streams_ : sequence of Stream
+        One stream per configuration, of the same prompt.
+    upto : int, optional
+        The last position averaged over; by default :func:`div_index` of the streams.
+
+    Returns
+    -------
+    float or None
+        None when no position has a top-1 probability in every stream.
 
     Examples
     --------
@@ -211,6 +322,16 @@ def avg_std_top1_prob(streams_: Sequence[Stream], upto: int | None = None) -> fl
 
 def std_at_acc(accuracies: Sequence[float]) -> float | None:
     """Yuan et al.'s Std@Acc: the standard deviation of accuracy across configurations (population std, ddof 0).
+
+    Parameters
+    ----------
+    accuracies : sequence of float
+        One accuracy per configuration.
+
+    Returns
+    -------
+    float or None
+        None without any.
 
     Examples
     --------

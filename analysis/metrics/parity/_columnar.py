@@ -65,7 +65,19 @@ class Steps:
 
 def of_requests(steps: Steps, reqs: pl.Series) -> Steps:
     """The same steps, only those of the requests ``reqs``: a few pairs among many requests (each prompt's references among
-    a run's bands) are compared on these as on the whole, reading a fraction of the rows."""
+    a run's bands) are compared on these as on the whole, reading a fraction of the rows.
+
+    Parameters
+    ----------
+    steps : Steps
+        The steps.
+    reqs : polars.Series
+        The requests' ``req`` to keep.
+
+    Returns
+    -------
+    Steps
+    """
     keep = pl.col("req").is_in(reqs.unique().implode())  # one list to look in (a bare Series of the same type is deprecated)
     return Steps(steps.steps.filter(keep), steps.cands.filter(keep), steps.requests.filter(keep), steps.firsts.filter(keep), steps.packed)
 
@@ -93,12 +105,33 @@ def _identity(token_id: str, text: str, data: str, as_int: bool) -> pl.Expr:
 
 
 def float32_bits(value: pl.Expr) -> pl.Expr:
-    """A value's float32 bits as an integer (``parity.same_float32`` compares these: -0.0 is not 0.0)."""
+    """A value's float32 bits as an integer (``parity.same_float32`` compares these: -0.0 is not 0.0).
+
+    Parameters
+    ----------
+    value : polars.Expr
+        Floats.
+
+    Returns
+    -------
+    polars.Expr
+        Int64.
+    """
     return value.cast(pl.Float32).reinterpret(dtype=pl.Int32).cast(pl.Int64)
 
 
 def ordered_bits(bits: pl.Expr) -> pl.Expr:
-    """Float32 bits moved onto a line where float order is integer order (``parity.ulp_distance``: -0.0 and 0.0 meet)."""
+    """Float32 bits moved onto a line where float order is integer order (``parity.ulp_distance``: -0.0 and 0.0 meet).
+
+    Parameters
+    ----------
+    bits : polars.Expr
+        Float32 bits, as :func:`float32_bits` gives them.
+
+    Returns
+    -------
+    polars.Expr
+    """
     return pl.when(bits < 0).then(-(bits.and_(0x7FFFFFFF))).otherwise(bits)
 
 
@@ -108,6 +141,17 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     ``parts`` holds (tokens, candidates, requests) frames, polars or pandas, eager or lazy; a
     request is known by its part and its key (source, record, choice_index). Only requests the
     ``requests`` frames list are numbered.
+
+    Parameters
+    ----------
+    parts : sequence of tuple
+        (tokens, candidates, requests) frames, one triple per dump.
+    engine : str, default "auto"
+        The polars engine that collects the tokens.
+
+    Returns
+    -------
+    Steps
     """
     coded = pl.col("source").cast(pl.Categorical).to_physical().alias("source_code")  # joins on integers, not on strings
     tokens = pl.concat([_lazy(t, TOKEN_SCHEMA).filter(pl.col("segment") == "completion").with_columns(coded, part=pl.lit(i, pl.Int64))
@@ -197,14 +241,40 @@ def _with_lengths(steps: Steps, pairs: pl.DataFrame) -> pl.DataFrame:
 
 
 def agreements(steps: Steps, pairs: pl.DataFrame) -> pl.DataFrame:
-    """``parity.agreement`` for every pair: ``pair``, ``agree_to`` (leading steps with one identity)."""
+    """``parity.agreement`` for every pair: ``pair``, ``agree_to`` (leading steps with one identity).
+
+    Parameters
+    ----------
+    steps : Steps
+        The requests' steps.
+    pairs : polars.DataFrame
+        ``pair``, ``ref`` and ``other`` (requests' ``req``).
+
+    Returns
+    -------
+    polars.DataFrame
+    """
     parted = _aligned(steps, pairs, ["ident"]).filter(pl.col("ident_r") != pl.col("ident_o")).group_by("pair").agg(first_difference=pl.col("idx").min())
     return (_with_lengths(steps, pairs).join(parted, on="pair", how="left")
             .select("pair", agree_to=pl.coalesce("first_difference", pl.min_horizontal("reference_length", "length"))))
 
 
 def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.DataFrame:
-    """``parity.compare`` for every pair, one row each (the columns of :class:`~analysis.parity.Comparison`)."""
+    """``parity.compare`` for every pair, one row each (the columns of :class:`~analysis.parity.Comparison`).
+
+    Parameters
+    ----------
+    steps : Steps
+        The requests' steps.
+    pairs : polars.DataFrame
+        ``pair``, ``ref`` and ``other`` (requests' ``req``).
+    epsilon : float
+        The near-tie epsilon.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
     if pairs.height == 0:
         return pl.DataFrame(schema=COMPARISON_SCHEMA)
     base = _with_lengths(steps, pairs).join(agreements(steps, pairs), on="pair")
@@ -293,21 +363,53 @@ def _at_divergence(steps: Steps, diverged: pl.DataFrame) -> pl.DataFrame:
 
 
 def constant_runs(steps: Steps) -> pl.DataFrame:
-    """``parity.longest_constant_run`` of every request: ``req``, ``max_constant_run`` (0 without tokens)."""
+    """``parity.longest_constant_run`` of every request: ``req``, ``max_constant_run`` (0 without tokens).
+
+    Parameters
+    ----------
+    steps : Steps
+        The requests' steps.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
     runs = (steps.steps.select("req", run=pl.col("ident").rle_id().over("req"))
             .group_by("req", "run").len().group_by("req").agg(max_constant_run=pl.col("len").max().cast(pl.Int64)))
     return steps.requests.select("req").join(runs, on="req", how="left").with_columns(pl.col("max_constant_run").fill_null(0))
 
 
 def sequences(steps: Steps) -> pl.DataFrame:
-    """Every request's whole completion as one list of identities: ``req``, ``sequence``."""
+    """Every request's whole completion as one list of identities: ``req``, ``sequence``.
+
+    Parameters
+    ----------
+    steps : Steps
+        The requests' steps.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
     lists = steps.steps.group_by("req").agg(sequence=pl.col("ident").sort_by("idx"))
     out = steps.requests.select("req").join(lists, on="req", how="left")
     return out.with_columns(pl.col("sequence").fill_null(pl.lit([], dtype=out.schema["sequence"])))
 
 
 def wilson(successes: pl.Expr, trials: pl.Expr, z: float = 1.959963984540054) -> tuple[pl.Expr, pl.Expr]:
-    """``parity.wilson_interval`` as expressions: (low, high)."""
+    """``parity.wilson_interval`` as expressions: (low, high).
+
+    Parameters
+    ----------
+    successes, trials : polars.Expr
+        The counts.
+    z : float, default 1.959963984540054
+        The normal quantile (95%).
+
+    Returns
+    -------
+    tuple of polars.Expr
+    """
     p = successes / trials
     centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z * (p * (1 - p) / trials + z * z / (4 * trials * trials)).sqrt() / (1 + z * z / trials)
@@ -315,18 +417,57 @@ def wilson(successes: pl.Expr, trials: pl.Expr, z: float = 1.959963984540054) ->
 
 
 def decode_rate(completion_tokens: pl.Expr, first: pl.Expr, last: pl.Expr, chunks: pl.Expr, live: pl.Expr) -> pl.Expr:
-    """``parity.decode_rate`` as an expression: null where a rate cannot be measured."""
+    """``parity.decode_rate`` as an expression: null where a rate cannot be measured.
+
+    Parameters
+    ----------
+    completion_tokens : polars.Expr
+        The request's completion tokens.
+    first, last : polars.Expr
+        The first and last content chunk's arrival, in seconds.
+    chunks : polars.Expr
+        How many content chunks came.
+    live : polars.Expr
+        Whether the stream is live (null: unknown, no rate).
+
+    Returns
+    -------
+    polars.Expr
+        Tokens per second.
+    """
     measurable = (live.fill_null(False) & (completion_tokens >= 2) & (chunks >= 2) & (last > first)).fill_null(False)
     return pl.when(measurable).then((completion_tokens - 1) / (last - first)).cast(pl.Float64)
 
 
 def band_rate(rates: pl.Expr) -> pl.Expr:
-    """``parity.band_decode_rate`` as an aggregation: the median, null if any slot is untimed."""
+    """``parity.band_decode_rate`` as an aggregation: the median, null if any slot is untimed.
+
+    Parameters
+    ----------
+    rates : polars.Expr
+        The slots' decode rates.
+
+    Returns
+    -------
+    polars.Expr
+    """
     return pl.when((rates.null_count() == 0) & (rates.len() > 0)).then(rates.median())
 
 
 def flip_bins(at_risk: pl.DataFrame, edges: Sequence[float]) -> pl.DataFrame:
-    """P(flip | margin) per bin ``[edges[i], edges[i + 1])`` from steps at risk (``margin``, ``flip``)."""
+    """P(flip | margin) per bin ``[edges[i], edges[i + 1])`` from steps at risk (``margin``, ``flip``).
+
+    Parameters
+    ----------
+    at_risk : polars.DataFrame
+        One row per step at risk: ``margin`` and ``flip``.
+    edges : sequence of float
+        The bins' edges, increasing.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
     bins = pl.DataFrame({"margin_low": [float(e) for e in edges[:-1]], "margin_high": [float(e) for e in edges[1:]]}).with_row_index("bin")
     found = np.searchsorted(np.asarray(edges, dtype=float), at_risk["margin"].to_numpy(), side="right") - 1
     counted = (at_risk.with_columns(bin=pl.Series(found, dtype=pl.Int64)).filter((pl.col("bin") >= 0) & (pl.col("bin") < len(edges) - 1))

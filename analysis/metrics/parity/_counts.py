@@ -11,7 +11,18 @@ _COUNTS = {"c": pl.Int64, "requests": pl.Int64, "bitwise": pl.Int64, "bits_known
 
 def per_c_counts(slots: pl.DataFrame) -> pl.DataFrame:
     """Per c from per-request rows (``c``, ``bitwise`` (bool or null), ``diverged``, ``divergence_at``, ``near_tie``,
-    ``margin_known``, ``where``): how many requests matched m=1 in bits and in tokens, and where the first one parted."""
+    ``margin_known``, ``where``): how many requests matched m=1 in bits and in tokens, and where the first one parted.
+
+    Parameters
+    ----------
+    slots : polars.DataFrame
+        One row per request, with the columns above.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per c.
+    """
     parted = pl.col("diverged")
     return (slots.group_by("c").agg(
         requests=pl.len(), bitwise=pl.col("bitwise").sum(), bits_known=pl.col("bitwise").count(), same=(~parted).sum(), parted=parted.sum(),
@@ -32,6 +43,16 @@ def run_counts(slots: pl.DataFrame) -> pl.DataFrame:
     """:func:`per_c_counts` of a run's :func:`~analysis.run.slot_table`: per c, the requests that match m=1 in bits and in tokens.
 
     A request whose tokens all match ref #1's with no logprob to compare (:func:`bits_unrecorded`) has unknown bits.
+
+    Parameters
+    ----------
+    slots : polars.DataFrame
+        A run's slot table.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per c.
 
     Examples
     --------

@@ -65,6 +65,20 @@ def streams(tokens: Any, candidates: Any | None = None, *, segment: str = "compl
     Rows may come in any order: a stream is its request's tokens by ``position``, and each step's
     candidates are its ``top_logprobs`` list in delivered order.
 
+    Parameters
+    ----------
+    tokens : DataFrame
+        A dump's tokens (polars or pandas).
+    candidates : DataFrame, optional
+        Its candidates; without them the streams have none.
+    segment : {"completion", "prompt"}, default "completion"
+        Which tokens.
+
+    Returns
+    -------
+    dict of tuple to Stream
+        Keyed by (source, record, choice_index).
+
     Examples
     --------
     >>> import analysis
@@ -99,6 +113,15 @@ def streams(tokens: Any, candidates: Any | None = None, *, segment: str = "compl
 def top2_margin(candidates: Iterable[tuple[Any, float | None]]) -> float | None:
     """Best minus second-best finite candidate logprob; None with fewer than two (never 0.0).
 
+    Parameters
+    ----------
+    candidates : iterable of tuple of (object, float or None)
+        (identity, logprob) pairs.
+
+    Returns
+    -------
+    float or None
+
     Examples
     --------
     >>> top2_margin([("a", -0.1), ("b", -0.3), ("c", None)])
@@ -111,12 +134,33 @@ def top2_margin(candidates: Iterable[tuple[Any, float | None]]) -> float | None:
 
 
 def is_near_tie(margin: float | None, epsilon: float = NEAR_TIE_EPSILON) -> bool:
-    """``0 <= margin < epsilon`` (half-open, as aprender's V3 check reads it)."""
+    """``0 <= margin < epsilon`` (half-open, as aprender's V3 check reads it).
+
+    Parameters
+    ----------
+    margin : float or None
+        A top-1 minus top-2 margin (None: unknown, never a near tie).
+    epsilon : float, default 0.05
+        The threshold (``NEAR_TIE_EPSILON``).
+
+    Returns
+    -------
+    bool
+    """
     return margin is not None and 0.0 <= margin < epsilon
 
 
 def ulp_distance(a: float, b: float) -> int:
     """How many float32 values lie between ``a`` and ``b`` once both are cast to float32.
+
+    Parameters
+    ----------
+    a, b : float
+        The values.
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -131,7 +175,17 @@ def ulp_distance(a: float, b: float) -> int:
 
 
 def same_float32(a: float | None, b: float | None) -> bool:
-    """Bitwise equality after casting to float32; two missing values are equal."""
+    """Bitwise equality after casting to float32; two missing values are equal.
+
+    Parameters
+    ----------
+    a, b : float or None
+        The values.
+
+    Returns
+    -------
+    bool
+    """
     if a is None or b is None:
         return a is None and b is None
     return np.float32(a).view(np.int32) == np.float32(b).view(np.int32)
@@ -142,6 +196,15 @@ def same_float32(a: float | None, b: float | None) -> bool:
 
 def agreement(a: Sequence, b: Sequence) -> int:
     """How many leading tokens two identity sequences share.
+
+    Parameters
+    ----------
+    a, b : sequence
+        Token identities.
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -206,6 +269,20 @@ class Comparison:
 def compare(reference: Stream, other: Stream, *, epsilon: float = NEAR_TIE_EPSILON) -> Comparison:
     """Compare ``other`` with ``reference`` position by position.
 
+    Parameters
+    ----------
+    reference : Stream
+        The reference stream.
+    other : Stream
+        The stream compared with it.
+    epsilon : float, default 0.05
+        The near-tie epsilon: a divergence where the reference's top-1 margin is below it is a near tie
+        (``NEAR_TIE_EPSILON``).
+
+    Returns
+    -------
+    Comparison
+
     Examples
     --------
     >>> ref = Stream(("r",), (1, 2, 3), (-0.1, -0.2, -0.3), ((), (), ((3, -0.3), (4, -0.31))))
@@ -260,6 +337,16 @@ def k3(reference_logprob: float | None, other_logprob: float | None) -> float | 
     """prime-rl's per-token mismatch ``exp(d) - 1 - d`` with ``d = other - reference`` (the same token's
     logprob in two runs): 0 when they agree, positive otherwise, second order in ``d`` when small.
 
+    Parameters
+    ----------
+    reference_logprob, other_logprob : float or None
+        The token's logprob in each run.
+
+    Returns
+    -------
+    float or None
+        None when either is missing.
+
     Examples
     --------
     >>> k3(-0.5, -0.5)
@@ -287,6 +374,16 @@ def topk_kl(reference: Sequence[tuple[Any, float | None]], other: Sequence[tuple
     every token of the reference's top-k in the other's list (their probability is unknown otherwise):
     None when one is missing or a list is empty. The first entry of a token counts (vLLM repeats the
     sampled token). The rest buckets are floored at 1e-12, since they come from a subtraction.
+
+    Parameters
+    ----------
+    reference, other : sequence of tuple of (object, float or None)
+        Each stream's (identity, logprob) candidates at one step.
+
+    Returns
+    -------
+    float or None
+        In nats.
 
     Examples
     --------

@@ -17,6 +17,19 @@ from ...core import as_polars
 def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """Wilson score interval for a proportion (95% by default).
 
+    Parameters
+    ----------
+    successes : int
+        Successes.
+    trials : int
+        Trials, at least one.
+    z : float, default 1.959963984540054
+        The normal quantile.
+
+    Returns
+    -------
+    tuple of (float, float)
+
     Examples
     --------
     >>> tuple(round(x, 4) for x in wilson_interval(8, 10))
@@ -37,6 +50,22 @@ def decode_rate(completion_tokens: int | None, first_arrival: float | None, last
     Only for a live stream (``stream_live``: declared live by the server, or observed live from its
     arrival times, see ``analysis.dumps._liveness.liveness``); None with fewer than two content chunks or two
     tokens, or a zero span: a rate is measured, never invented.
+
+    Parameters
+    ----------
+    completion_tokens : int or None
+        The request's completion tokens.
+    first_arrival, last_arrival : float or None
+        The first and last content chunk's arrival, in seconds.
+    content_chunks : int or None
+        How many content chunks came.
+    live : bool or None
+        Whether the stream is live (None: unknown).
+
+    Returns
+    -------
+    float or None
+        Tokens per second.
 
     Examples
     --------
@@ -67,6 +96,15 @@ def request_decode_rates(requests: Any) -> pl.DataFrame:
        engine's mean time per output token, see ``analysis.probe._widths.server_decode``), named by its metric.
 
     Null where none is known: a stream read in a burst or a rush, from a server that does not time its requests, has no rate.
+
+    Parameters
+    ----------
+    requests : DataFrame
+        A dump's requests (polars or pandas).
+
+    Returns
+    -------
+    polars.DataFrame
 
     Examples
     --------
@@ -102,6 +140,15 @@ def request_decode_rates(requests: Any) -> pl.DataFrame:
 def band_decode_rate(rates: Sequence[float | None]) -> float | None:
     """A band's rate: the median of its slots' rates (linear interpolation); None if any slot is untimed.
 
+    Parameters
+    ----------
+    rates : sequence of float or None
+        The slots' decode rates, in tokens per second.
+
+    Returns
+    -------
+    float or None
+
     Examples
     --------
     >>> band_decode_rate([30.0, 32.0, 31.0, 35.0]), band_decode_rate([30.0, None])
@@ -118,6 +165,21 @@ def ratio_interval(base: Sequence[float], batched: Sequence[float], *, n_boot: i
 
     Resamples the repeats of each band independently, as S7 compares c=4 with c=1 when bands
     were repeated. Returns (ratio, low, high).
+
+    Parameters
+    ----------
+    base, batched : sequence of float
+        The repeats' rates of the base band and of the batched one, each at least one.
+    n_boot : int, default 2000
+        Bootstrap resamples.
+    seed : int, default 0
+        Seeds the resampling.
+    level : float, default 0.95
+        The interval's coverage.
+
+    Returns
+    -------
+    tuple of (float, float, float)
 
     Examples
     --------

@@ -21,6 +21,16 @@ def attribution_html(runs: Iterable[Any]) -> str:
     """The section: its heading and words, the figure, the shares per engine and c, and each run's requests
     that part with their cause and evidence (worst first). Empty when no run was probed with arms.
 
+    Parameters
+    ----------
+    runs : iterable of Run
+        The runs; those without arms are left out.
+
+    Returns
+    -------
+    str
+        HTML.
+
     Examples
     --------
     >>> from analysis import read_run

@@ -18,6 +18,16 @@ def run_card(run: Any) -> str:
     """A :class:`~analysis.Run`'s card in Jupyter: its verdict first (the answer table's row of :func:`analysis.judge`), then
     what served it, its plan, what it lacks, and per c how much of it matched m=1.
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    str
+        HTML.
+
     Examples
     --------
     >>> from analysis import read_run

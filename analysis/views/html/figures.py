@@ -83,6 +83,16 @@ def figures_html(figures: list[tuple[Any, str]], summary: str, *, open_: bool = 
 
 
 def png_base64(ax_or_figure) -> str:
-    """A figure as base64 PNG (empty when nothing is left to draw), for an ``<img>`` of a self-contained page; closed after."""
+    """A figure as base64 PNG (empty when nothing is left to draw), for an ``<img>`` of a self-contained page; closed after.
+
+    Parameters
+    ----------
+    ax_or_figure : matplotlib.axes.Axes or matplotlib.figure.Figure
+        What to render.
+
+    Returns
+    -------
+    str
+    """
     png, _ = _png(ax_or_figure)
     return base64.b64encode(png).decode("ascii") if png is not None else ""

@@ -75,6 +75,20 @@ def _trend(title: str, sources: list[str], history: History) -> str:
 def heading_html(words: str, name: str, level: int = 3) -> str:
     """A heading naming a run or a file: ``words`` then ``name`` as code, both escaped.
 
+    Parameters
+    ----------
+    words : str
+        The words before the name.
+    name : str
+        The run's or file's name.
+    level : int, default 3
+        The heading's level (``<h3>``).
+
+    Returns
+    -------
+    str
+        HTML.
+
     Examples
     --------
     >>> heading_html("Run", "runs/<b>")
@@ -85,6 +99,16 @@ def heading_html(words: str, name: str, level: int = 3) -> str:
 
 def series_heading_html(key: tuple) -> str:
     """A series' heading (host / engine / model) and its settings, escaped: these values come from the files read.
+
+    Parameters
+    ----------
+    key : tuple
+        The series' (host, engine, model, settings); a missing part shows as a dash.
+
+    Returns
+    -------
+    str
+        HTML.
 
     Examples
     --------

@@ -36,7 +36,27 @@ def _short(commit: str | None) -> str:
 
 def provenance_html(parameters: Mapping[str, Any], ws, policy: V3Policy, runs: Iterable[Any] = (), *, default: bool = False) -> str:
     """The parameters as they took effect (the sources and runs read, the policy in force), and the provenance of every
-    file and run: its kind, version, host, server commit and sha256, with any README beside the data."""
+    file and run: its kind, version, host, server commit and sha256, with any README beside the data.
+
+    Parameters
+    ----------
+    parameters : mapping
+        The report's parameters as given (``sources``, ``runs``, ``epsilon``, ``reference``, ``policy`` overrides,
+        ``admission``).
+    ws : WitnessSet
+        The witness set.
+    policy : V3Policy
+        The policy in force.
+    runs : iterable of Run, default ()
+        The runs read.
+    default : bool, default False
+        The report was made with its default inputs.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     files = _witness_files(ws)
     for run in runs:
         identity = run.manifest.get("identity", {}) or {}
@@ -76,7 +96,19 @@ def _readmes(sources: Iterable[str]) -> list[dict[str, str]]:
 
 def judge_report(ws, runs: Iterable[Any] = ()) -> Any:
     """The report's one judgement: every run's rows (:func:`analysis.judge`, at ``bia certify``'s default 1% target), then every
-    witness's. The answer table, the verdict cards and the sections side by side all render these rows."""
+    witness's. The answer table, the verdict cards and the sections side by side all render these rows.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set; judged when it holds any source.
+    runs : iterable of Run, default ()
+        The runs.
+
+    Returns
+    -------
+    Judgement
+    """
     from ...studies import judge
 
     return judge([*runs, *([ws] if ws.sources else [])])
@@ -84,6 +116,16 @@ def judge_report(ws, runs: Iterable[Any] = ()) -> Any:
 
 def answer_section_html(judgement: Any) -> str:
     """The answer the report opens with: one row per run and arm (and witness), verdict, cause, cost, evidence and next step.
+
+    Parameters
+    ----------
+    judgement : Judgement
+        What :func:`analysis.judge` gave.
+
+    Returns
+    -------
+    str
+        HTML.
 
     Examples
     --------
@@ -159,6 +201,15 @@ _LONG_DECIMAL = re.compile(r"(?<![\w.])\d+\.\d{5,}(?:[eE][-+]?\d+)?(?![\w.])")
 def rounded(text: str) -> str:
     """A reason with its long decimals rounded for people; V3's own text keeps every digit.
 
+    Parameters
+    ----------
+    text : str
+        A verdict's reason.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> rounded("per-request decode at c=4 is 102.92960513109377 tok/s, 3.5% of c=1's 2940.1234567 tok/s")
@@ -173,7 +224,20 @@ def _for_people(verdict: ShapeVerdict) -> dict[str, Any]:
 
 
 def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict]) -> str:
-    """Each witness's recorded and re-derived run verdict, its V3 verdict, and every discrepancy."""
+    """Each witness's recorded and re-derived run verdict, its V3 verdict, and every discrepancy.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+    verdicts : mapping of str to ShapeVerdict
+        Each witness's V3 verdict, by source.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     polars_set = ws.to_backend("polars")
     witnesses = [{"source": row["source"], "version": cell(row["witness_version"]), "host": cell(row["host"]), "commit": _short(row["commit"]),
                   "model": cell(row["model_path"]), "recorded": row["recorded_verdict"], "derived": cell(row["derived_verdict"]),
@@ -222,12 +286,34 @@ def _names(items: list[str], n: int = 8) -> str:
 
 
 def bands_html(ws) -> str:
-    """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result."""
+    """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     return witness_bands_html(ws)
 
 
 def witness_details_html(ws) -> str:
-    """A witness set's detail, collapsed: its bands, the env knobs that differ, and the release markers."""
+    """A witness set's detail, collapsed: its bands, the env knobs that differ, and the release markers.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     knobs = differing_env_knobs(ws.to_backend("polars").witnesses)
     knobs = knobs.rename({c: c.removeprefix("env_") for c in knobs.columns if c.startswith("env_")})
     body = (bands_html(ws) + table_html(knobs, caption="Environment knobs that differ between the witnesses.",
@@ -243,7 +329,22 @@ def _count(ws) -> str:
 def run_details_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """A run's detail, collapsed: provenance, settings, what it lacks, negative control, forks, and its
     prompt, band and request tables cut to their worst rows; before it, for an experiment run replayed with taps,
-    where its drift from m=1 starts."""
+    where its drift from m=1 starts.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    epsilon : float
+        The near-tie epsilon.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     return first_op_html(run) + _collapsed(f"Run detail: {run.label}", run_html(run) + run_tables_html(run, epsilon=epsilon, reference=reference))
 
 
@@ -269,7 +370,23 @@ _WORSE = ("GREEN", "AMBER", "UNVERIFIED", "RED")
 
 def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1", judgement: Any = None) -> str:
     """:func:`mode_comparison` for people: one row per run, its verdict and its one ULP figure (:func:`analysis.judge`'s),
-    then each measure listed over the ladder's c."""
+    then each measure listed over the ladder's c.
+
+    Parameters
+    ----------
+    runs : iterable of Run
+        The runs.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with, as :func:`analysis.mode_comparison` takes it.
+    judgement : Judgement, optional
+        The report's judgement (:func:`judge_report`), whose verdicts the rows show; by default the runs are judged
+        here.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     runs = list(runs)
     verdicts = _verdicts(judgement, runs)
     frame = mode_comparison(runs, reference=reference)
@@ -295,7 +412,21 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1", judgem
 def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
     """:func:`analysis.engine_table` for people, when the runs come from more than one engine: one row per run, against
     the reference engine (torch in its default kernel mode where there is one), and whether each is batch invariant by itself.
-    Empty when the runs come from one engine or hold no prompt in common."""
+    Empty when the runs come from one engine or hold no prompt in common.
+
+    Parameters
+    ----------
+    runs : iterable of Run
+        The runs.
+    judgement : Judgement, optional
+        The report's judgement (:func:`judge_report`), whose verdicts the rows show; by default the runs are judged
+        here.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     runs = list(runs)
     if len({(r.manifest.get("identity") or {}).get("engine") for r in runs}) < 2:
         return ""

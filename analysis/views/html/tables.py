@@ -22,7 +22,24 @@ FEW = 5  # per-prompt sentences (negative controls, forks) listed before the res
 
 
 def table_html(frame: Any, *, caption: str = "", empty: str = "nothing to show", more: str = "") -> str:
-    """Any frame as an escaped HTML table of people-formatted cells, in its own horizontal scroll box."""
+    """Any frame as an escaped HTML table of people-formatted cells, in its own horizontal scroll box.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Polars or pandas.
+    caption : str, default ""
+        The table's caption.
+    empty : str, default "nothing to show"
+        What is shown instead of a table without rows.
+    more : str, default ""
+        A note after the table (the rows left out, say).
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     frame = as_polars(frame)
     rows = [[cell(v) for v in row] for row in frame.iter_rows()]
     return render("table.html.j2", columns=frame.columns, rows=rows, caption=caption, empty=empty, more=more)
@@ -77,7 +94,19 @@ def _label(identity: Any, labels: Mapping[Any, str]) -> str:
 
 
 def negative_control(run, prompt_id: str) -> dict[str, Any]:
-    """Plant a divergence in a copy of ref #1 (a token it never produced, at its middle step) and check that it is found."""
+    """Plant a divergence in a copy of ref #1 (a token it never produced, at its middle step) and check that it is found.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    prompt_id : str
+        The prompt whose ref #1 is copied.
+
+    Returns
+    -------
+    dict
+    """
     from ...metrics import parity
 
     refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
@@ -154,7 +183,18 @@ def _identity(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def run_html(run) -> str:
-    """A run's provenance, settings, what it lacks, its negative control and the forks inside its bands."""
+    """A run's provenance, settings, what it lacks, its negative control and the forks inside its bands.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     manifest = run.manifest
     prompts = sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None})
     return render("run.html.j2", run=run, identity=_identity(manifest), ladder=cell(run.ladder), declared_min=cell(run.declared_min),
@@ -170,7 +210,19 @@ def _refused(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def run_admission(run, policy) -> list[dict[str, Any]]:
-    """aprender's V3 verdict of each prompt's witness, prompts with the same verdict and reasons grouped."""
+    """aprender's V3 verdict of each prompt's witness, prompts with the same verdict and reasons grouped.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    policy : V3Policy
+        The policy the witnesses are judged by.
+
+    Returns
+    -------
+    list of dict
+    """
     from ...verdicts import ShapeVerdict, shape_check_data
     from ...run import RunError, to_witness
 
@@ -191,7 +243,22 @@ def run_admission(run, policy) -> list[dict[str, Any]]:
 
 def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     """The run's prompts, bands (per c, then the worst bands) and requests (the worst), then the observer
-    and accuracy checks when the run has them."""
+    and accuracy checks when the run has them.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    epsilon : float
+        The near-tie epsilon.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     from ...run import accuracy_table, observer_table
 
     against = reference if isinstance(reference, str) else f"ref #1 of {reference.label}"
@@ -287,7 +354,18 @@ def _observer_html(observed: pl.DataFrame) -> str:
 
 
 def witness_bands_html(ws) -> str:
-    """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result."""
+    """The bands of every witness: shape served, agreement with m=1, rate, recorded and derived result.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     from ..plots.witness import witness_label
 
     bands = ws.to_backend("polars").bands
@@ -304,7 +382,18 @@ def witness_bands_html(ws) -> str:
 
 
 def markers_html(ws) -> str:
-    """Release markers, if any were read."""
+    """Release markers, if any were read.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     markers = ws.to_backend("polars").markers
     if markers.is_empty():
         return table_html(markers, empty="No release markers among the sources.")

@@ -11,7 +11,18 @@ from ..plots.trend import series_name
 
 
 def regressions_html(history: History) -> str:
-    """Each regression in words: the rule, the series and c, the last good and first bad entries, the commits between."""
+    """Each regression in words: the rule, the series and c, the last good and first bad entries, the commits between.
+
+    Parameters
+    ----------
+    history : History
+        The history.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     flagged = history.regressions()
     rows = [{"rule": r["words"], "series": series_name(tuple(r[k] for k in SERIES)), "c": r["c"], "before": cell(r["before"]), "after": cell(r["after"]),
              "last_good": f"{cell(r['last_good_time'])} ({(r['last_good_commit'] or MISSING)[:10]})",
@@ -28,7 +39,18 @@ def _entry_source(history: History, entry: str) -> str:
 
 
 def entries_html(history: History) -> str:
-    """Every entry, newest first, with the settings that put it in its series."""
+    """Every entry, newest first, with the settings that put it in its series.
+
+    Parameters
+    ----------
+    history : History
+        The history.
+
+    Returns
+    -------
+    str
+        HTML.
+    """
     shown = history.entries.sort("time", descending=True).select("time", "kind", "host", "engine", "model", pl.col("series_settings").alias("settings"),
                                                                   "commit", "verdict", "source")
     return frame_html(shown, caption="Entries, newest first.", limit=50, shorten={"commit": 10})  # the whole hash in each tooltip

@@ -40,7 +40,8 @@ def _deprecated(old: str, new: Callable) -> Callable:
         return new(*args, **options)
 
     alias.__name__ = alias.__qualname__ = old
-    alias.__doc__ = f"Deprecated: call :func:`{new.__name__}`, which takes a run, a witness set or their frames alike."
+    alias.__doc__ = (f"Deprecated: call :func:`{new.__name__}`, which takes a run, a witness set or their frames alike."
+                     f"\n\nParameters\n----------\n*args, **options\n    What :func:`{new.__name__}` takes.\n")
     return alias
 
 

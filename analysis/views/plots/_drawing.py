@@ -18,7 +18,17 @@ from ...witness import WitnessSet
 
 
 def as_frame(value: Any) -> pl.DataFrame | None:
-    """A polars frame as is, a pandas frame as polars (a legacy ``band_c`` column read as ``c``); None for anything else."""
+    """A polars frame as is, a pandas frame as polars (a legacy ``band_c`` column read as ``c``); None for anything else.
+
+    Parameters
+    ----------
+    value : object
+        Anything.
+
+    Returns
+    -------
+    polars.DataFrame or None
+    """
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(value, pandas.DataFrame):
         value = pl.from_pandas(value)
@@ -35,6 +45,25 @@ def drawn(value: Any, plot: str, *, run: Callable[[Run], pl.DataFrame] | None = 
     """What a plot draws from its input: a :class:`~analysis.Run`'s table (``run(value)``), a
     :class:`~analysis.WitnessSet`'s (``witnesses(value)``), a :class:`~analysis.History`'s (``history(value)``), or a frame as
     given (polars or pandas). Anything else is a TypeError naming what the plot takes: a path, say, is not read for the caller.
+
+    Parameters
+    ----------
+    value : object
+        What the plot was given.
+    plot : str
+        The plot's name, for the error.
+    run : callable, optional
+        The run's table the plot draws (``slot_table``, say); None: the plot takes no run.
+    witnesses : callable, optional
+        The witness set's table the plot draws; None: it takes no witness set.
+    history : callable, optional
+        The history's table the plot draws; None: it takes no history.
+    frame : str, default ""
+        The frame's name in the error; by default the run's table's.
+
+    Returns
+    -------
+    polars.DataFrame
 
     Examples
     --------

@@ -19,6 +19,16 @@ _COLOURS = dict(zip(_CAUSES, ["#8c8c8c", "#d62728", "#9467bd", "#ff7f0e", "#1f77
 def attribution_shares_by_engine(runs: Iterable[Any]) -> pl.DataFrame:
     """Per run with arms (named by its engine and folder), per c and cause: the requests that part from m=1 and their share.
 
+    Parameters
+    ----------
+    runs : iterable of Run
+        The runs.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``engine``, ``c``, ``cause``, ``requests``, ``share``.
+
     Examples
     --------
     >>> from analysis import read_run
@@ -36,6 +46,17 @@ def plot_attribution(shares: Any, *, ax=None):
 
     ``shares``: a run probed with control arms (``bia probe --arms``), several such runs, or the rows of
     :func:`attribution_shares_by_engine` (engine, c, cause, share). A run without arms is not attributed.
+
+    Parameters
+    ----------
+    shares : Run, iterable of Run, or DataFrame
+        See above.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------

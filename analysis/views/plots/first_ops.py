@@ -81,7 +81,20 @@ def plot_first_ops(run, *, ax=None):
 
 
 def op_counts(ops: list[tuple[int | None, str]], table: pl.DataFrame) -> pl.DataFrame:
-    """Every op in forward order with its label, the requests whose first differing step it starts, and the steps it starts."""
+    """Every op in forward order with its label, the requests whose first differing step it starts, and the steps it starts.
+
+    Parameters
+    ----------
+    ops : list of tuple of (int or None, str)
+        Every tapped op as (layer, op), in forward order.
+    table : polars.DataFrame
+        The differing steps: ``op_index`` and ``onset`` (the request's first differing step).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``op_index``, ``label``, ``steps``, ``requests``.
+    """
     order = pl.DataFrame({"op_index": list(range(len(ops))), "label": [_label(layer, op) for layer, op in ops]},
                          schema={"op_index": pl.Int64, "label": pl.String})
     found = table.group_by("op_index").agg(steps=pl.len().cast(pl.Int64), requests=pl.col("onset").sum().cast(pl.Int64))
@@ -89,5 +102,17 @@ def op_counts(ops: list[tuple[int | None, str]], table: pl.DataFrame) -> pl.Data
 
 
 def kernel_mode(run, record: dict[str, Any]) -> str:
-    """The run's kernel mode as asked, with the mode that ran when they differ (its manifest's; else what first_ops.json names)."""
+    """The run's kernel mode as asked, with the mode that ran when they differ (its manifest's; else what first_ops.json names).
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    record : dict
+        Its ``first_ops.json``, parsed.
+
+    Returns
+    -------
+    str
+    """
     return kernel_mode_words(run.manifest) or record["kernel_mode"] or "unknown"

@@ -19,6 +19,16 @@ def rl_mismatch_figures(pairs: Sequence[str | os.PathLike[str]] | pl.DataFrame) 
 
     ``pairs``: sampler-trainer pairs files, or their tokens (:func:`analysis.report.mismatch_tokens`, polars or pandas).
 
+    Parameters
+    ----------
+    pairs : sequence of str or path, or DataFrame
+        See above.
+
+    Returns
+    -------
+    list of tuple of (matplotlib.figure.Figure, str)
+        Each figure with its alt text.
+
     Examples
     --------
     >>> import matplotlib.pyplot as plt

@@ -14,7 +14,17 @@ from .witness import plot_env_knobs
 
 
 def witness_figures(ws) -> list[tuple[Any, str]]:
-    """The witness set's figures with their alt text: divergence and decode rate against c, and the env knobs that differ."""
+    """The witness set's figures with their alt text: divergence and decode rate against c, and the env knobs that differ.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witness set.
+
+    Returns
+    -------
+    list of tuple of (matplotlib.figure.Figure, str)
+    """
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -77,5 +87,17 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[A
 
 def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | None]], pl.DataFrame, pl.DataFrame]:
     """For the report's plots: each prompt's reference margin per step, P(flip | margin) over the run's
-    batched requests, and per-step ``|delta logprob|`` before each fork (see :mod:`analysis.run`)."""
+    batched requests, and per-step ``|delta logprob|`` before each fork (see :mod:`analysis.run`).
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with.
+
+    Returns
+    -------
+    tuple of (dict, polars.DataFrame, polars.DataFrame)
+    """
     return reference_margins(run, reference=reference), flip_table(run, reference=reference), drift_table(run, reference=reference)

@@ -166,6 +166,19 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
 
     ``slots``: a run, or its :func:`analysis.slot_table`.
 
+    Parameters
+    ----------
+    slots : Run or DataFrame
+        See above.
+    epsilon : float, default 0.05
+        The near-tie epsilon, drawn as a line.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
     Examples
     --------
     >>> import matplotlib; matplotlib.use("Agg")
@@ -198,6 +211,21 @@ def plot_margin_trace(margins: Run | Sequence[float | None] | Mapping[str, Seque
     each); ``divergences`` then maps each prompt to its parting steps. Given a run, its
     :func:`analysis.reference_margins` and, unless given, where its batched requests part. Past
     ``LEGEND_LIMIT - 2`` prompts the lines are grey, the partings red dots on them, and the earliest named.
+
+    Parameters
+    ----------
+    margins : Run, sequence of float or None, or mapping of str to them
+        See above.
+    divergences : sequence of int, or mapping of str to them, default ()
+        The steps where batched requests parted.
+    epsilon : float, default 0.05
+        The near-tie epsilon, drawn as a line.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------
@@ -276,6 +304,17 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     and ``c`` when known. Past ``LEGEND_LIMIT - 1`` requests with ``c``, one line per c (the largest drift
     over its requests at each step) and the request that drifts furthest named; else one line per request.
 
+    Parameters
+    ----------
+    deltas : Run or DataFrame
+        See above.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
     Examples
     --------
     >>> import matplotlib; matplotlib.use("Agg")
@@ -334,6 +373,17 @@ def plot_flip_curve(curve: Any, *, ax=None):
 
     ``curve``: a run, or its :func:`analysis.flip_table` (or :func:`analysis.parity.flip_curve`).
 
+    Parameters
+    ----------
+    curve : Run or DataFrame
+        See above.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
     Examples
     --------
     >>> import matplotlib; matplotlib.use("Agg")
@@ -368,6 +418,17 @@ def plot_unique_completions(bands: Any, *, ax=None):
 
     ``bands``: a run, or its :func:`analysis.band_table`.
 
+    Parameters
+    ----------
+    bands : Run or DataFrame
+        See above.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
     Examples
     --------
     >>> import matplotlib; matplotlib.use("Agg")
@@ -397,6 +458,19 @@ def plot_unique_completions(bands: Any, *, ax=None):
 
 def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
     """The fork: each token taken at position ``at`` and how many streams took it (as text).
+
+    Parameters
+    ----------
+    branches : sequence of tuple of (str, int)
+        Each token taken and how many streams took it, as :func:`analysis.parity.fork_table` gives them.
+    at : int
+        The position of the fork.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------

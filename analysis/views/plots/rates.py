@@ -156,6 +156,17 @@ def plot_band_widths(widths: Any, *, ax=None):
 
     ``widths``: a run, or the rows of its :func:`analysis.width_table` (c, width, share).
 
+    Parameters
+    ----------
+    widths : Run or DataFrame
+        See above.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
     Examples
     --------
     >>> import matplotlib; matplotlib.use("Agg")

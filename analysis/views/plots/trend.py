@@ -21,12 +21,31 @@ METRICS = (
 
 
 def series_keys(history: History) -> list[tuple[str | None, ...]]:
-    """Every series (host, engine, model, series_settings) the history holds, in time order of their first entry."""
+    """Every series (host, engine, model, series_settings) the history holds, in time order of their first entry.
+
+    Parameters
+    ----------
+    history : History
+        The history.
+
+    Returns
+    -------
+    list of tuple
+    """
     return [tuple(row) for row in history.entries.sort("time").select(SERIES).unique(maintain_order=True).iter_rows()]
 
 
 def series_name(key: tuple) -> str:
     """A series as people read it: host / engine / model, then its settings in brackets.
+
+    Parameters
+    ----------
+    key : tuple
+        The series' (host, engine, model, settings).
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -46,6 +65,21 @@ def _series(frame: pl.DataFrame, key: tuple) -> pl.DataFrame:
 def plot_trend(history: History, key: tuple, metric: str, *, ax=None):
     """One metric of one series over time: a line per batch size c, release markers as labelled
     vertical lines, each regression's first bad entry circled in red.
+
+    Parameters
+    ----------
+    history : History
+        The history.
+    key : tuple
+        The series, as :func:`analysis.plots.series_keys` gives it.
+    metric : str
+        One of the metrics ``METRICS`` names.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------
@@ -144,6 +178,18 @@ def _rule_metric(rule_name: str) -> str | None:
 
 
 def figure_alt(key: tuple, metric: str) -> str:
-    """The alt text of one series' figure of one metric."""
+    """The alt text of one series' figure of one metric.
+
+    Parameters
+    ----------
+    key : tuple
+        The series' (host, engine, model, settings).
+    metric : str
+        One of the metrics ``METRICS`` names.
+
+    Returns
+    -------
+    str
+    """
     what = next(words for m, _, words in METRICS if m == metric)
     return f"{series_name(key)}: {metric.replace('_', ' ')} over time per batch size c ({what})"

@@ -15,6 +15,17 @@ from ._drawing import _axes, _empty, drawn
 def witness_label(source: str, version: int | None) -> str:
     """A short legend label: the file name and its witness_version.
 
+    Parameters
+    ----------
+    source : str
+        The witness file's path.
+    version : int or None
+        Its ``witness_version`` (None: not shown).
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> witness_label("data/aprender-lambda/witness@464c168e62.json", 2)
@@ -32,6 +43,16 @@ def differing_env_knobs(witnesses: Any) -> pl.DataFrame:
     """The env knob columns whose values differ between witnesses (null counts as "unset"); of a witness set, or its
     ``witnesses`` frame.
 
+    Parameters
+    ----------
+    witnesses : WitnessSet or DataFrame
+        A witness set, or its ``witnesses`` frame.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``source``, ``witness_version`` and the differing ``env_`` columns.
+
     Examples
     --------
     >>> import analysis
@@ -48,6 +69,17 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
     """A grid of the env knobs that differ between witnesses: one row per witness, value in each cell.
 
     ``witnesses``: a witness set, or its ``witnesses`` frame.
+
+    Parameters
+    ----------
+    witnesses : WitnessSet or DataFrame
+        See above.
+    ax : matplotlib.axes.Axes, optional
+        The axes to draw on; by default a new figure's.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------
