@@ -17,6 +17,8 @@ from analysis import OutputExists, assemble_run, read_run, write_run
 from analysis.cli import app
 from analysis.run import RunError, assemble_dumps
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "tests" / "samples"
 CHAT = SAMPLES / "vllm_chat_nonstream_token_ids__OpenPipe-ART.json"  # a real vLLM chat completion with logprobs, pretty-printed

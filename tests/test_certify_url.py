@@ -12,6 +12,8 @@ from analysis.probe import ProbeError, planned_repeats
 from analysis.run import read_run
 from analysis.serve import BackgroundServer
 
+pytestmark = pytest.mark.engine
+
 
 def _certify(url, tmp_path, *options, log=None):
     return bia("certify", url, "--run", str(tmp_path / "run"), "-o", str(tmp_path / "c.json"), "--prompts", str(_prompts(tmp_path)),

@@ -14,6 +14,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
+pytestmark = pytest.mark.engine
+
 RECIPE = ROOT / "docs" / "examples" / "batch-invariance.yml"
 
 

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from analysis.cli import app
 
+pytestmark = pytest.mark.slow
+
 DATA = ROOT / "data"
 
 

@@ -14,6 +14,8 @@ import pytest
 from _cli import bia
 from conftest import ROOT, V2_WITNESS
 
+pytestmark = pytest.mark.slow
+
 WITNESS = str(V2_WITNESS)
 RUN = str(ROOT / "data" / "experiment-cpu" / "default")
 DUMP = str(ROOT / "tests" / "samples" / "vllm_chat_nonstream_token_ids__OpenPipe-ART.json")

@@ -9,6 +9,9 @@ import sys
 
 from _cli import bia
 from conftest import LAMBDA, V2_WITNESS, write_json
+import pytest
+
+pytestmark = pytest.mark.slow
 
 
 def test_table_lists_every_band_and_verdict():

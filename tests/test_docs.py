@@ -10,6 +10,8 @@ from conftest import ROOT
 
 import analysis
 
+pytestmark = pytest.mark.slow
+
 DOCS = ROOT / "docs"
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 DOCS = sorted((ROOT / "docs").rglob("*.md"))  # README's Python is run by test_packaging
 BIA = (".venv/bin/bia", "bia")
 SERVED = "http://127.0.0.1:8000"  # README's server block: bia serve started in the background, then certified

@@ -14,6 +14,8 @@ from analysis.core._output import OutputExists  # noqa: E402
 from analysis.experiment import ExperimentError, bundled_model, run_experiment  # noqa: E402
 from analysis.run import read_run, slot_table, to_witness  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 SMALL = {"prompts": ["Return a new list"], "ladder": (1, 2, 4), "max_tokens": 8, "top_k": 3}
 MODES = ("default", "one-by-one", "fixed-tiles", "row-invariant")
 

@@ -18,6 +18,8 @@ from analysis.experiment.model import ModelConfig, Taps, TinyLM, band_first_ops,
 from analysis.experiment.model._first_ops import _Comparison, _Reference  # noqa: E402
 from analysis.report import first_op_html, plot_first_ops  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 SMALL = {"prompts": ["Return a new list", "If x"], "ladder": (1, 4), "max_tokens": 8, "top_k": 3}
 STEPS = 6
 

@@ -27,6 +27,8 @@ from analysis import DumpError, PolicyError, V3Policy, WitnessError
 from analysis.cli import app
 from analysis.run import RunError, band_table, read_run, to_witness
 
+pytestmark = pytest.mark.slow
+
 FUZZ_EXAMPLES = int(os.environ.get("BIA_FUZZ_EXAMPLES", "150"))
 BUDGET = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=bool(os.environ.get("CI")), database=None,
                   suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -23,6 +23,8 @@ from analysis.probe import ProbeError, ServerUnreachable, dry_run, probe
 from analysis.probe._capture import fetch_stream, network_error
 from analysis.run import read_run
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = {"choices": [{"index": 0, "delta": {"content": "ab"},
                       "logprobs": {"content": [{"token": "ab", "logprob": -0.1, "top_logprobs": [{"token": "ab", "logprob": -0.1}]}]}}]}

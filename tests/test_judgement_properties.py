@@ -18,6 +18,9 @@ from analysis.studies._certificate import certificate_document
 from analysis.studies._judgement import EXIT_CODES
 from analysis.views.html import answer_html
 from analysis.views.html import run_review
+import pytest
+
+pytestmark = pytest.mark.slow
 
 A = [("a", -0.5), ("b", -0.25), ("c", -0.125)]
 B = [("a", -0.5), ("b", -0.2500001), ("c", -0.125)]  # A with token 1's float32 logprob 3 ULP away

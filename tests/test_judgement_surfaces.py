@@ -19,6 +19,8 @@ from analysis.probe._summary import result_line
 from analysis.report import answer_section_html, judge_report, reviews_html
 from analysis.studies._judgement import EXIT_CODES
 
+pytestmark = pytest.mark.slow
+
 DATA = ROOT / "data"
 RUNS = sorted(str(p.parent.relative_to(ROOT)) for p in DATA.glob("*/*/manifest.json"))
 

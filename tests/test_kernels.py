@@ -16,6 +16,8 @@ from analysis.experiment import bundled_model  # noqa: E402
 from analysis.experiment.model import decode, kernels, load_model, rowwise  # noqa: E402
 from analysis.experiment.modes import INVARIANT_MODES, PREFILL_DECODE_MODES  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 # lengths from 5 to 80 bytes: with the completion, one batch spans one to three attention splits
 PROMPTS = [
     "Raise",

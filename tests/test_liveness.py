@@ -13,6 +13,8 @@ from analysis import judge
 from analysis.probe import probe
 from analysis.run import read_run, slot_table
 
+pytestmark = pytest.mark.slow
+
 WORDS = ["ab", "cd", "ef", "gh", "ij", "kl"]
 
 

@@ -31,6 +31,8 @@ from analysis.experiment.model import decode, load_model  # noqa: E402
 from analysis.probe import probe  # noqa: E402
 from analysis.run import band_table, read_run, slot_table, to_witness  # noqa: E402
 
+pytestmark = pytest.mark.engine
+
 MAX_TOKENS = 64
 
 

@@ -26,6 +26,8 @@ from analysis.experiment.engines import llama_server, write_gguf  # noqa: E402
 from analysis.run import band_table, slot_table  # noqa: E402
 from analysis.studies import prefill_table  # noqa: E402
 
+pytestmark = pytest.mark.engine
+
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = "repeat,copies,mixed,prefix,cache,serial,prefill"
 MAX_TOKENS = 16  # small for CI: two prompts, every arm, c = 1 and 4, about a minute per cache setting on 2 cores

@@ -314,6 +314,7 @@ def test_parquet_pieces_equal_the_frame(tmp_path):
     assert mismatch_summary(str(tmp_path / "*.parquet")).equals(mismatch_summary([path]))
 
 
+@pytest.mark.slow  # a local Ray instance takes seconds to start
 def test_ray_engine_gives_equal_results(tmp_path):
     ray = pytest.importorskip("ray")
     path = tmp_path / "step.parquet"

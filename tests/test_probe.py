@@ -25,6 +25,8 @@ from analysis.dumps._sse import parse_sse
 from analysis.probe import PROFILES, EventClock, ProbeError, detect_engine, probe, request_body, stream_problem
 from analysis.run import band_table, observer_table, read_run, slot_table, to_witness
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

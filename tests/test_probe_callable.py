@@ -11,6 +11,8 @@ import pytest
 
 from analysis import CallableError, OutputExists, judge, probe_callable, read_run, slot_table
 
+pytestmark = pytest.mark.slow
+
 
 def _shifted(prompts):
     """A toy engine: two tokens per prompt; in a batch the second logprob moves by 2**-20 (32 float32 ULPs at -0.25)."""

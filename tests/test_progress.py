@@ -7,6 +7,8 @@ from _cli import bia
 
 from analysis.serve import BackgroundServer
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory):

@@ -19,6 +19,8 @@ from conftest import LAMBDA, ROOT, V2_WITNESS, write_json
 from analysis import judge, render_report
 from analysis.report import ReportError
 
+pytestmark = pytest.mark.slow
+
 EVIL_HOST = "<script>window.__pwned = 1</script>"
 EVIL_MODEL = "<img src=x onerror=\"window.__pwned = 2\">.gguf"
 

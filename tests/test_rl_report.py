@@ -12,6 +12,8 @@ from conftest import ROOT
 
 from analysis import report
 
+pytestmark = pytest.mark.slow
+
 TRAINER = ROOT / "data" / "experiment-cpu" / "trainer"
 
 

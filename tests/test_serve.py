@@ -21,6 +21,8 @@ uvicorn = pytest.importorskip("uvicorn")
 from analysis.dumps._read import parse_source
 from analysis.serve import BackgroundServer as Server
 
+pytestmark = pytest.mark.engine
+
 BODY = {"messages": [{"role": "user", "content": "If the argument is"}], "max_tokens": 8, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 3}
 

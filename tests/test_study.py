@@ -12,6 +12,8 @@ from polars.testing import assert_frame_equal
 from analysis.run import RunError, band_table, prompt_table, read_run, slot_table
 from analysis import scan_study, study_tables, write_dataset
 
+pytestmark = pytest.mark.slow
+
 RUNS = ["data/experiment-cpu/default", "data/experiment-cpu/batch-invariant"]
 KEYS = {"slots": ["run", "prompt_id", "c", "repeat", "slot"], "bands": ["run", "prompt_id", "c", "repeat"], "prompts": ["run", "prompt_id"]}
 

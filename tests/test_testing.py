@@ -13,6 +13,8 @@ from conftest import ROOT
 from analysis.serve import BackgroundServer
 from analysis.testing import assert_batch_invariant, assert_dumps_equal
 
+pytestmark = pytest.mark.slow
+
 
 def test_the_bundled_row_invariant_run_passes_and_its_target_asks_for_more():
     assert assert_batch_invariant(ROOT / "data" / "experiment-cpu" / "row-invariant").verdict == "AMBER"

@@ -20,6 +20,8 @@ from analysis.experiment.model import decode, load_model  # noqa: E402
 from analysis.experiment.trainer import recompute_logprobs, write_trainer_pairs  # noqa: E402
 from conftest import ROOT  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 # 5 to 99 bytes: with 24 tokens each, the sequences span one to four attention splits of 32 keys
 PROMPTS = [
     "Raise",

@@ -16,6 +16,8 @@ from analysis import judge, probe_callable, read_run  # noqa: E402
 from analysis.experiment import bundled_model  # noqa: E402
 from analysis.experiment.engines import load_checkpoint, padded_generate, write_hf_checkpoint  # noqa: E402
 
+pytestmark = pytest.mark.engine
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):

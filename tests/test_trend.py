@@ -22,6 +22,8 @@ from analysis import HistoryError, append_history, read_history
 from analysis.io._sources import SourceRepeated
 from analysis.cli import app
 
+pytestmark = pytest.mark.slow
+
 NO_CACHE = ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt"  # c=1 alone repeats m=1 bit for bit
 CACHED = ROOT / "data" / "llamacpp-cpu" / "cache-prompt"  # the prompt cache makes c=1 differ from m=1 in bits
 

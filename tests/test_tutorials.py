@@ -20,7 +20,7 @@ from conftest import ROOT
 
 from analysis.run import read_run, slot_table
 
-pytestmark = pytest.mark.tutorials
+pytestmark = [pytest.mark.tutorials, pytest.mark.slow]
 
 NOTEBOOKS = ROOT / "notebooks"
 # The templates are what the wheel bundles for bia report and bia trend; every other notebook is a tutorial.

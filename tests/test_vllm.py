@@ -58,6 +58,8 @@ from analysis.probe import probe  # noqa: E402
 from analysis.run import band_table, read_run, slot_table, to_witness, width_table  # noqa: E402
 from analysis.run._layout import engine_steps  # noqa: E402
 
+pytestmark = pytest.mark.engine
+
 MAX_TOKENS = 32
 PARITY_TOKENS = 48
 # 161 bytes, one token each: a whole 128-token block of vLLM's CPU KV cache is shared by every copy, so it can hit
