@@ -37,33 +37,26 @@ from .report import render_report
 from .report.trend import render_trend
 from .experiment import ExperimentError, run_experiment
 from .probe import CallableError, ProbeError, ProbeSettings, probe_callable  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
-from . import dumps, parity, plots, report, run, trend, views  # the public modules, bound by name
+from . import dumps as dumps, parity as parity, plots as plots, report as report, run as run, trend as trend  # bound by name
+from . import views as views  # the public modules, bound by name
 
 # The flow a notebook walks, in one namespace: read -> tables -> plots -> report.
-__all__ = sorted([
-    "__version__",
-    # read
-    "read_witness", "read_witnesses", "read_dump", "read_dumps", "scan_dump", "read_run", "assemble_run", "read_mlperf_pair", "expand_sources", "fetch_url",
-    "scan_study", "write_dataset", "study_tables", "read_history", "append_history",
-    # objects and errors
-    "CallableError", "Dump", "DumpError", "ExperimentError", "OutputExists", "PolicyError", "ProbeError", "ProbeSettings", "Run", "RunError", "ShapeVerdict", "SourceError",
-    "Study", "V3Policy", "WitnessError", "WitnessSet", "History", "HistoryError", "Rule", "REGRESSION_RULES", "RESULT_SETTINGS",
-    # tables and verdicts
-    "slot_table", "band_table", "prompt_table", "flip_table", "drift_table", "first_op_table", "width_table", "observer_table", "accuracy_table",
-    "band_forks", "reference_margins", "mode_comparison", "engine_table", "attribution_table", "attribution_shares", "to_witness", "write_witness",
-    "shape_check", "shape_check_data",
-    "shape_check_text", "derive_band_result", "derive_run_verdict",
-    # the one judgement every surface renders, its certificate, bounds on the divergence rate, and how many requests a study needs
-    "judge", "Judgement", "certificate", "divergence_bound", "requests_needed",
-    # RL: the sampler-trainer mismatch as each framework logs it
-    "mismatch_summary", "mismatch_table", "SamplingMaskError",
-    # plots
-    "plot_band_widths", "plot_decode_rate", "plot_delta_before_fork", "plot_divergence", "plot_env_knobs", "plot_flip_curve",
-    "plot_fork_tree", "plot_margin_at_divergence", "plot_margin_trace", "plot_run_decode_rate", "plot_run_divergence",
-    "plot_unique_completions", "plot_trend",
-    # report, and making runs
-    "render_report", "render_trend", "default_sources", "default_runs", "run_experiment", "probe_callable", "write_run",
-], key=str)
+__all__ = [
+    "CallableError", "Dump", "DumpError", "ExperimentError", "History", "HistoryError", "Judgement", "OutputExists",
+    "PolicyError", "ProbeError", "ProbeSettings", "REGRESSION_RULES", "RESULT_SETTINGS", "Rule", "Run", "RunError",
+    "SamplingMaskError", "ShapeVerdict", "SourceError", "Study", "V3Policy", "WitnessError", "WitnessSet",
+    "__version__", "accuracy_table", "append_history", "assemble_run", "attribution_shares", "attribution_table",
+    "band_forks", "band_table", "certificate", "default_runs", "default_sources", "derive_band_result",
+    "derive_run_verdict", "divergence_bound", "drift_table", "engine_table", "expand_sources", "fetch_url",
+    "first_op_table", "flip_table", "judge", "mismatch_summary", "mismatch_table", "mode_comparison",
+    "observer_table", "plot_band_widths", "plot_decode_rate", "plot_delta_before_fork", "plot_divergence",
+    "plot_env_knobs", "plot_flip_curve", "plot_fork_tree", "plot_margin_at_divergence", "plot_margin_trace",
+    "plot_run_decode_rate", "plot_run_divergence", "plot_trend", "plot_unique_completions", "probe_callable",
+    "prompt_table", "read_dump", "read_dumps", "read_history", "read_mlperf_pair", "read_run", "read_witness",
+    "read_witnesses", "reference_margins", "render_report", "render_trend", "requests_needed", "run_experiment",
+    "scan_dump", "scan_study", "shape_check", "shape_check_data", "shape_check_text", "slot_table", "study_tables",
+    "to_witness", "width_table", "write_dataset", "write_run", "write_witness",
+]
 
 # A run's card opens with its verdict: the judgement sits above the run's floor, so the face gives Run its card.
 # Deliberate patches: the face's cards replace the plain ones (views sit above the objects' floors).

@@ -323,10 +323,10 @@ def _requests_html(run, epsilon: float, reference: Any, against: str) -> str:
     arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms names each request's arm
     slots = slot_table(run, epsilon=epsilon, reference=reference).select(
         *arms, prompt="prompt_id", c="c", repeat="repeat", slot="slot", **{
-            "agrees to": "agree_to", "divergence at": "divergence_at", "bit-identical prefix": "bitwise_prefix", "max ULP": "max_ulp",
+            "divergence at": "divergence_at", "bit-identical prefix": "bitwise_prefix", "max ULP": "max_ulp",
             "reference margin": "reference_margin", "own margin": "own_margin", "near-tie": "near_tie", "KL top-k max": "kl_topk_max",
             "length": "length", "decode tok/s": "decode_tok_s"})
-    return worst_html(slots, by=["agrees to", "bit-identical prefix", "max ULP"], descending=[False, False, True], what="requests",
+    return worst_html(slots, by=["divergence at", "bit-identical prefix", "max ULP"], descending=[False, False, True], what="requests",
                       caption=f"Requests: each batched request against {against} (positions 0-based); those that part earliest, then those "
                               "whose bits part earliest, first.", empty="No batched requests in the run.")
 
