@@ -36,7 +36,7 @@ import analysis
 ROOT = Path(analysis.__file__).resolve().parent
 
 # Paths under analysis/ (a folder, or a single module's file) whose public functions are checked.
-CHECKED_FOLDERS = ["core/", "io/", "verdicts/", "witness/", "run/", "studies/", "serve.py", "testing.py"]
+CHECKED_FOLDERS = ["core/", "io/", "verdicts/", "witness/", "run/", "studies/", "serve/", "testing.py"]
 
 
 def _modules():
