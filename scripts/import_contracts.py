@@ -5,7 +5,7 @@
 
 A module is private when a part of its name below the root package starts with ``_`` (``analysis.run._model``,
 ``analysis.dumps.formats._openai_fast``). Its folder is the first part below the root (``analysis.run``); a
-top-level module (``analysis.serve``) is a folder of its own. An import of a private module from another folder
+top-level module (``analysis.testing``) is a folder of its own. An import of a private module from another folder
 breaks the contract: that folder's face (its ``__init__`` and ``__all__``) is the way in.
 """
 

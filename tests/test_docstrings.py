@@ -37,7 +37,7 @@ ROOT = Path(analysis.__file__).resolve().parent
 
 # Paths under analysis/ (a folder, or a single module's file) whose public functions are checked.
 CHECKED_FOLDERS = ["core/", "io/", "verdicts/", "witness/", "run/", "studies/", "dumps/", "metrics/", "experiment/",
-                   "views/", "report/", "serve.py", "testing.py"]
+                   "views/", "report/", "serve/", "testing.py"]
 
 
 def _modules():

@@ -13,7 +13,7 @@ from _cli import bia
 from conftest import V2_WITNESS, write_json
 
 from analysis import V3Policy, shape_check, shape_check_data, shape_check_text
-from analysis.verdicts._v3 import PolicyError
+from analysis.verdicts import PolicyError
 
 C1, C4, C8, C16 = 0, 1, 2, 3
 

@@ -145,7 +145,7 @@ def v3_witness(**changes):
         "probe": "perf041-rs",
         "declared_min": 64,
         "sampler": {"temperature": 0.0, "seed": 0, "ignore_eos": True, "max_tokens": 128, "top_logprobs": 2},
-        "env": {k: None for k in analysis.witness._read.ENV_KEYS},
+        "env": {k: None for k in analysis.witness._schema.ENV_KEYS},
         "reference": {"stable": True, "tokens": 128, "self_divergence_at": 128},
         "bands": bands,
         "result": "PASS",
