@@ -190,6 +190,7 @@ def served_arms(tmp_path_factory):
     return read_run(folder, cache=False)
 
 
+@pytest.mark.engine
 def test_every_arm_against_bia_serve_is_recorded_once_and_complete(served_arms):
     run = served_arms
     assert run.manifest["arms"] == ALL_ARMS and run.manifest["complete"] and run.manifest["refused"] == [] and run.missing() == []
@@ -310,6 +311,7 @@ def test_a_manifest_naming_an_unknown_arm_is_refused_naming_the_field(tmp_path):
         load_manifest(tmp_path)
 
 
+@pytest.mark.slow
 def test_bia_probe_refuses_an_unknown_arm_before_connecting():
     import subprocess
     import sys

@@ -345,6 +345,7 @@ def test_mixed_kinds_in_one_file(tmp_path):
     assert frames[2]["source_format"].to_list() == [sse, chat, chat, sse, sse, chat]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk_bytes", [4096, 50_000])
 def test_small_chunks_lines_longer_than_a_chunk_and_reading_ahead(tmp_path, monkeypatch, chunk_bytes):
     import analysis.dumps._fastkit as fast
@@ -660,6 +661,7 @@ def _file_st(draw):
     return odd, draw(st.lists(_envelope_st(odd), min_size=2, max_size=4))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(_file_st(), st.sampled_from(sorted(WRITERS)))
 def test_property_the_columnar_path_agrees_or_steps_aside(tmp_path_factory, drawn, writer):

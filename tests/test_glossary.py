@@ -17,6 +17,8 @@ import analysis
 from analysis.io._bundled import default_rl_pairs
 from analysis.run import reference_table
 
+pytestmark = pytest.mark.slow
+
 GLOSSARY = ROOT / "docs" / "glossary.md"
 
 # Sections that list only the columns they add to others' (study frames are run tables or dump frames plus keys).

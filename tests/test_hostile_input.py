@@ -70,6 +70,7 @@ def _cases(f: dict[str, Path]) -> list[tuple[list[str], int, str]]:
     ]
 
 
+@pytest.mark.slow
 def test_every_bad_option_is_one_line_with_its_exit_code(files):
     runner = CliRunner()
     for args, code, words in _cases(files):
@@ -81,6 +82,7 @@ def test_every_bad_option_is_one_line_with_its_exit_code(files):
         assert not (files["tmp"] / "run").exists() and not (files["tmp"] / "exp").exists(), shown
 
 
+@pytest.mark.slow
 def test_the_real_command_prints_no_traceback(files):
     """The installed entry point, in a process of its own, on one mistake of each kind."""
     for args in (["probe", CLOSED, "--ladder", "abc"], ["experiment", "--device", "tpu", "-o", str(files["tmp"] / "e")],

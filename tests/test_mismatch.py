@@ -243,6 +243,7 @@ token = st.tuples(logprob, st.floats(-2.5, 2.5), st.booleans(), st.sampled_from(
 batch = st.lists(st.lists(token, min_size=0, max_size=6), min_size=1, max_size=5)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch)
 def test_summary_matches_a_numpy_transcription(seqs):

@@ -11,6 +11,8 @@ from conftest import ROOT
 
 from analysis.core._output import write_atomic
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("command", [
     ["report", "data/aprender-lambda", "-o", "{blocked}/r.html"],

@@ -43,6 +43,7 @@ def test_public_surface_is_sorted_and_complete():
     assert public <= set(analysis.__all__), public - set(analysis.__all__)
 
 
+@pytest.mark.slow
 def test_torch_is_pinned_to_the_cpu_build_and_not_imported():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["optional-dependencies"]["torch"] == ["safetensors>=0.4", "torch==2.13.0"]
@@ -116,6 +117,7 @@ def test_a_run_card_names_its_kernel_mode():
     assert "kernel mode" not in analysis.read_run(ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt")._repr_html_()  # none recorded, none said
 
 
+@pytest.mark.slow
 def test_objects_show_their_html_in_a_notebook_papermill_runs(tmp_path):
     """Each object, left as a cell's last expression, shows its HTML card among the executed outputs."""
     import nbformat

@@ -261,6 +261,7 @@ def _every_figure_with_a_legend():
     yield "plot_delta_before_fork, 9 long labels", plots.plot_delta_before_fork(deltas).figure
 
 
+@pytest.mark.slow
 def test_every_legend_lies_inside_its_axes():
     """Issue 32 item 10: plot_divergence put its legend below the axes (bbox_to_anchor (0.5, -0.16)), where a notebook's inline
     figure cut it off; every plot's legend now lies inside the axes' box, its long labels wrapped to the panel."""

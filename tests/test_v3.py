@@ -457,6 +457,7 @@ def test_policy_file_toml_and_json(tmp_path):
 # --- the command line ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_real_witness_exits_5_with_exact_stdout():
     run = bia("shape-check", "data/aprender-lambda/witness@464c168e62.json", cwd=V2_WITNESS.parents[2])
     assert run.returncode == 5
@@ -471,6 +472,7 @@ def test_cli_real_witness_exits_5_with_exact_stdout():
     assert run.stderr == ""
 
 
+@pytest.mark.slow
 def test_cli_spec_examples(tmp_path, control):
     ok = write_json(tmp_path / "control.json", control)
     run = bia("shape-check", str(ok))
@@ -495,6 +497,7 @@ def test_cli_spec_examples(tmp_path, control):
     assert run.returncode == 3 and "absent.json" in run.stderr
 
 
+@pytest.mark.slow
 def test_cli_policy_options(tmp_path, control):
     control["model"]["path"] = "llama-3.1-8b.gguf"
     path = write_json(tmp_path / "w.json", control)
