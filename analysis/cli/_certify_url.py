@@ -19,7 +19,43 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
                 prompts: Optional[Path], max_tokens: int, max_requests: Optional[int], max_time: Optional[float],
                 server_log: Optional[Path], print_lines: Callable[[dict, Path], None]) -> None:
     """Probe ``url`` into ``run_dir``, write the certificate to ``output``, say it with ``print_lines`` (bia certify's) and exit
-    with the verdict's code."""
+    with the verdict's code.
+
+    Parameters
+    ----------
+    url : str
+        The server's http(s) address.
+    run_dir : Path
+        The run directory the probe writes (``--run``); refused when it holds something.
+    output : Path
+        The certificate to write (``-o``).
+    force : bool
+        Overwrite ``output`` when it exists.
+    target_rate : float
+        GREEN needs the upper bound on the divergence rate below this rate.
+    confidence : float
+        The confidence of that one-sided bound.
+    ladder : str
+        The batch sizes, comma separated, as ``--ladder`` gives them.
+    prompts : Path, optional
+        A text file of prompts, one per line; bia's own prompts when None.
+    max_tokens : int
+        Tokens per request.
+    max_requests : int, optional
+        At most this many batched requests (the bound's number when None).
+    max_time : float, optional
+        Seconds after which probing stops and what came back is judged.
+    server_log : Path, optional
+        The server's log, for the batch widths it formed.
+    print_lines : callable
+        Says the certificate (its document, and where it was written) to the user.
+
+    Raises
+    ------
+    typer.Exit
+        Always: the verdict's exit code, 2 for a bad option or an occupied output, 6 when nothing answers at ``url``,
+        130 when interrupted.
+    """
     from ..core import duration
     from ..core import claim_output, write_atomic
     from ..experiment import DEFAULT_PROMPTS

@@ -3,9 +3,10 @@ whole first sentence in ``bia --help``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from typer.core import TyperCommand, TyperGroup
+import click
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 # what typer's own help shows as <int>, <path>, <list[str]>: the words click's help uses
 _PLAIN = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "path": "PATH", "bool": "BOOLEAN"}
@@ -26,6 +27,18 @@ class Command(TyperCommand):
     """A command whose help names values as its options' metavars say, else by click's plain type names."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """The usage line's pieces: the options' metavar, then each argument's value in words (in brackets when
+        optional).
+
+        Parameters
+        ----------
+        ctx : click.Context
+            The command's context.
+
+        Returns
+        -------
+        list of str
+        """
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if param.param_type_name == "argument":
@@ -33,12 +46,23 @@ class Command(TyperCommand):
         return pieces
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
-        arguments = [(_metavar(p, ctx), (p.help or "") + ("" if p.required else "  [optional]")) for p in self.get_params(ctx)
+        """Write the Arguments and Options sections, each value named in words.
+
+        Parameters
+        ----------
+        ctx : click.Context
+            The command's context.
+        formatter : click.HelpFormatter
+            The help being written.
+        """
+        arguments = [(_metavar(p, ctx), (cast(TyperArgument, p).help or "") + ("" if p.required else "  [optional]"))
+                     for p in self.get_params(ctx)
                      if p.param_type_name == "argument"]
         options = []
         for param in self.get_params(ctx):
-            if param.param_type_name == "option" and not param.hidden:
-                if not param.is_flag and param.metavar is None:
+            option = cast(click.Option, param)  # read as one only when its type name says it is
+            if param.param_type_name == "option" and not option.hidden:
+                if not option.is_flag and param.metavar is None:
                     param.metavar = _metavar(param, ctx)  # typer's help takes an option's metavar as given
                 options.append(param.get_help_record(ctx))
         for title, rows in (("Arguments", arguments), ("Options", [r for r in options if r])):
@@ -52,6 +76,18 @@ class Group(TyperGroup):
     ends with one line and exit 130 (typer's own handling says nothing)."""
 
     def invoke(self, ctx: Any) -> Any:
+        """Run the command ``ctx`` names; Ctrl-C ends it with one line on stderr and exit 130.
+
+        Parameters
+        ----------
+        ctx : click.Context
+            The group's context.
+
+        Returns
+        -------
+        object
+            What the command returns.
+        """
         import typer
 
         try:
@@ -62,6 +98,15 @@ class Group(TyperGroup):
             raise typer.Exit(130) from None
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Write the Commands section: each command that is not hidden, with its whole first sentence.
+
+        Parameters
+        ----------
+        ctx : click.Context
+            The group's context.
+        formatter : click.HelpFormatter
+            The help being written.
+        """
         rows = [(name, command.get_short_help_str(limit=10_000)) for name in self.list_commands(ctx)
                 if (command := self.get_command(ctx, name)) is not None and not command.hidden]
         if rows:

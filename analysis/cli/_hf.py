@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import typer
 
@@ -15,7 +15,36 @@ from ._args import _fail, _parse_ladder, _read_lines
 
 def hf_command(checkpoint: Path, output: Path, prompts: Optional[Path], ladder: str, layout: str, max_tokens: int, top_k: int, dtype: str,
                device: str, force: bool) -> None:
-    """The command's work once its options are parsed: each run written, or the fault in one line."""
+    """The command's work once its options are parsed: each run written, or the fault in one line.
+
+    Parameters
+    ----------
+    checkpoint : Path
+        A Hugging Face causal LM checkpoint folder, or bia's own model file (``.safetensors``), as ``--hf`` gives it.
+    output : Path
+        The folder for the runs: one per way transformers batches.
+    prompts : Path, optional
+        A text file of prompts, one per line; bia's own prompts when None.
+    ladder : str
+        The batch sizes, comma separated.
+    layout : str
+        ``copies`` or ``needle``.
+    max_tokens : int
+        Tokens generated per request.
+    top_k : int
+        Candidates recorded per step.
+    dtype : str
+        ``float32`` or ``bfloat16``.
+    device : str
+        ``cpu``, or ``cuda``.
+    force : bool
+        Replace runs already in ``output``.
+
+    Raises
+    ------
+    typer.Exit
+        Exit 2 with the fault in one line: a missing or bad checkpoint, an occupied output, a bad setting.
+    """
     from ..experiment import DEFAULT_PROMPTS
     from ..probe import CallableError
 
@@ -31,7 +60,45 @@ def hf_command(checkpoint: Path, output: Path, prompts: Optional[Path], ladder: 
 def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str], ladder: Sequence[int], layout: str, max_tokens: int,
                       top_k: int, dtype: str, device: str, force: bool) -> list[Path]:
     """Probe each way the installed transformers batches (``padded``, and ``continuous`` where it exists) on ``checkpoint``
-    and write ``OUTPUT/<way>``; the run folders written."""
+    and write ``OUTPUT/<way>``; the run folders written.
+
+    Parameters
+    ----------
+    checkpoint : Path
+        A Hugging Face causal LM checkpoint folder, or bia's own model file (``.safetensors``, written as a GPT-2
+        checkpoint first).
+    output : Path
+        The folder that receives ``padded/`` and ``continuous/``.
+    prompts : sequence of str
+        The prompts.
+    ladder : sequence of int
+        The batch sizes c.
+    layout : str
+        ``copies`` or ``needle`` (see :func:`analysis.probe.probe_callable`).
+    max_tokens : int
+        Tokens generated per request.
+    top_k : int
+        Candidates recorded per step.
+    dtype : str
+        The model's dtype: ``float32`` or ``bfloat16``.
+    device : str
+        Where the model runs: ``cpu`` or ``cuda``.
+    force : bool
+        Replace runs already in ``output``.
+
+    Returns
+    -------
+    list of Path
+
+    Raises
+    ------
+    FileNotFoundError
+        No such checkpoint.
+    ValueError
+        A checkpoint that is neither a Hugging Face folder nor bia's model.
+    OutputExists
+        A run already in the way, without ``force``.
+    """
     import transformers
 
     from ..core import claim_output
@@ -52,5 +119,5 @@ def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str],
     for way, generate in engines.items():
         run = probe_callable(generate, prompts, output / way, ladder=ladder, layout=layout, force=force,
                              engine=f"transformers {transformers.__version__} ({way} batching)", model=checkpoint.stem if own else checkpoint.name)
-        written.append(run.path)
+        written.append(cast(Path, run.path))  # read back from the folder it was written to: it has its path
     return written

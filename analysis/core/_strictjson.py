@@ -51,14 +51,15 @@ class StrictJsonError(ValueError):
 NOT_JSON = "not valid JSON"  # how every reader starts to say that a file is no JSON at all (not_json)
 
 
-def not_json(exc: ValueError, line: int = 1) -> str:
+def not_json(exc: ValueError | RecursionError, line: int = 1) -> str:
     """bia's one wording for text a JSON parser refused: ``not valid JSON at line L column C (why)``, or
     ``not valid JSON (why)`` when the parser named no place; the caller prefixes the file and record.
 
     Parameters
     ----------
-    exc : ValueError
-        What :func:`loads_strict`, ``json.loads`` or ``orjson.loads`` raised.
+    exc : ValueError or RecursionError
+        What :func:`loads_strict`, ``json.loads`` or ``orjson.loads`` raised (``json.loads`` raises a RecursionError for
+        nesting past Python's limit).
     line : int
         The file's line the parsed text starts on (a JSON-lines record's), so that the place is the file's.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..run import ARMS, PREFIX_SHARES
 from ._engines import EngineProfile
@@ -21,6 +21,20 @@ PRIMER_TAIL = " Now write about something else entirely."  # what makes a prefix
 
 def check_arms(arms: Sequence[str] | None, profile: EngineProfile | None = None, layout: str = "copies") -> None:
     """Refuse arms that are unknown, named twice, or that the engine cannot run, before anything is fired.
+
+    Parameters
+    ----------
+    arms : sequence of str, optional
+        The control arms to fire (names from ``analysis.run.ARMS``); None fires none, and nothing is checked.
+    profile : EngineProfile, optional
+        The engine the arms would run on; without it only the names and the layout are checked.
+    layout : str, default "copies"
+        The run's layout: arms replace it, so any other than ``copies`` is refused with them.
+
+    Raises
+    ------
+    ProbeError
+        An arm that is unknown or named twice, arms given with another layout, or an arm the engine cannot run.
 
     Examples
     --------
@@ -56,6 +70,15 @@ def check_arms(arms: Sequence[str] | None, profile: EngineProfile | None = None,
 def cold_fields(profile: EngineProfile) -> dict[str, Any]:
     """The fields that make one request skip the engine's prompt cache; ``{}`` where it has none or takes none.
 
+    Parameters
+    ----------
+    profile : EngineProfile
+        The engine; its ``cold`` fields are sent, with each ``"{salt}"`` value made a fresh random salt.
+
+    Returns
+    -------
+    dict of str to object
+
     Examples
     --------
     >>> from analysis.probe import PROFILES
@@ -69,6 +92,22 @@ def cold_fields(profile: EngineProfile) -> dict[str, Any]:
 
 def prefill_body(body: dict[str, Any], prompt: str, completion: str, profile: EngineProfile) -> dict[str, Any]:
     """A request asking for the one token after the prompt and ``completion`` (the reference's first j tokens), cold.
+
+    Parameters
+    ----------
+    body : dict of str to object
+        The prompt's ordinary request body, whose other fields are kept.
+    prompt : str
+        The prompt's text.
+    completion : str
+        The text of the reference's first j completion tokens.
+    profile : EngineProfile
+        The engine: its ``prefill`` says how the completion is put into the prompt (``concat``, ``continue`` or an
+        assistant message), its ``cold`` how the request skips the prompt cache.
+
+    Returns
+    -------
+    dict of str to object
 
     Examples
     --------
@@ -93,6 +132,20 @@ def prefill_body(body: dict[str, Any], prompt: str, completion: str, profile: En
 def completion_prefix(pieces: list[bytes | None], j: int) -> tuple[str | None, str | None]:
     """The text of the first ``j`` completion tokens, or None and why it cannot be sent as a message.
 
+    Parameters
+    ----------
+    pieces : list of bytes or None
+        The reference's completion tokens, as bytes (None where a token has neither bytes nor text).
+    j : int
+        How many of the first tokens to join.
+
+    Returns
+    -------
+    text : str or None
+        The first ``j`` tokens as text, or None when they cannot be sent.
+    why : str or None
+        Why they cannot, or None when they can.
+
     Examples
     --------
     >>> completion_prefix([b"a", b"b"], 1), completion_prefix([b"a"], 3)[1]
@@ -105,13 +158,24 @@ def completion_prefix(pieces: list[bytes | None], j: int) -> tuple[str | None, s
     if any(piece is None for piece in pieces[:j]):
         return None, f"a token among the first {j} has neither bytes nor text"
     try:
-        return b"".join(pieces[:j]).decode("utf-8"), None
+        return b"".join(cast("list[bytes]", pieces[:j])).decode("utf-8"), None  # no None among them: checked above
     except UnicodeDecodeError:
         return None, f"the first {j} tokens' bytes are not whole UTF-8 text: no chat message can hold them"
 
 
 def prefix_primer(text: str, index: int) -> str:
     """The prefix arm's primer for its ``index``-th share: the prompt's first share of characters, then other words.
+
+    Parameters
+    ----------
+    text : str
+        The prompt's text.
+    index : int
+        Which share of ``analysis.run.PREFIX_SHARES`` (taken modulo their number) the primer shares with the prompt.
+
+    Returns
+    -------
+    str
 
     Examples
     --------

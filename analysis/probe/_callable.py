@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..core import progress_bar
 from ..core import build_folder, claim_output
@@ -89,7 +89,8 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     ('RED', 'p0 c=2 repeat 0 slot 0: its logprob bits differ from ref #1 from token 1 (up to 32 ULP)')
     """
     if settings is not None:  # what the call leaves out (None), the settings give
-        prompts = list(settings.prompts) if prompts is None else prompts
+        if prompts is None:  # texts, or mappings, which _check_settings refuses: a callable takes texts alone
+            prompts = cast("list[str]", list(settings.prompts))
         ladder, layout, repeats, seed, model, progress = (settings.ladder if ladder is None else ladder, settings.layout if layout is None else layout,
                                                           settings.repeats if repeats is None else repeats, settings.seed if seed is None else seed,
                                                           settings.model if model is None else model,
@@ -97,23 +98,26 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
         engine = engine if engine is not None else None if settings.engine == "auto" else settings.engine  # auto: generate's name
     ladder, layout, repeats, seed = ((1, 4, 8, 16) if ladder is None else ladder, "copies" if layout is None else layout,
                                      1 if repeats is None else repeats, 0 if seed is None else seed)
-    ladder = _check_settings(prompts, ladder, layout, repeats)
+    texts, ladder = _check_settings(prompts, ladder, layout, repeats)
     final = claim_output(output, force=force, what="the run", folder=True)
-    bar = progress_bar(len(prompts) * (2 + repeats * sum(ladder)), progress, "seq")
+    bar = progress_bar(len(texts) * (2 + repeats * sum(ladder)), progress, "seq")
     try:
         with build_folder(final) as folder:  # built aside and renamed into place whole, as bia experiment does
-            lines, m_formed = _fire(generate, list(prompts), ladder, layout, repeats, seed, bar.update)
+            lines, m_formed = _fire(generate, texts, ladder, layout, repeats, seed, bar.update)
             (folder / "captures").mkdir()
             (folder / "captures" / "requests.jsonl").write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines),
                                                                 encoding="utf-8")
-            manifest = _manifest(generate, list(prompts), ladder, layout, repeats, engine, model, seed, m_formed, lines)
+            manifest = _manifest(generate, texts, ladder, layout, repeats, engine, model, seed, m_formed, lines)
             (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     finally:
         bar.close()
     return read_run(final)
 
 
-def _check_settings(prompts: Sequence[str], ladder: Sequence[int], layout: str, repeats: int) -> list[int]:
+def _check_settings(prompts: Sequence[str] | None, ladder: Sequence[int], layout: str,
+                    repeats: int) -> tuple[list[str], list[int]]:
+    """The prompts and the ladder as lists, once checked; a CallableError names the first setting no run can be made
+    of."""
     if isinstance(prompts, str) or not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise CallableError(f"prompts: expected a non-empty list of non-empty strings, got {prompts!r}")
     ladder = list(ladder)
@@ -125,7 +129,7 @@ def _check_settings(prompts: Sequence[str], ladder: Sequence[int], layout: str, 
         raise CallableError("layout: needle puts the prompt among other prompts; give at least two")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise CallableError(f"repeats: expected an integer >= 1, got {repeats!r}")
-    return ladder
+    return list(prompts), ladder
 
 
 def _fire(generate, prompts: list[str], ladder: list[int], layout: str, repeats: int, seed: int,

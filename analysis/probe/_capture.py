@@ -49,13 +49,36 @@ class EventClock:
         self.arrivals: list[float] = []
 
     def feed(self, data: bytes, now: float) -> int:
-        """Take the next bytes read at ``now``; how many events they completed."""
+        """Take the next bytes read at ``now``; how many events they completed.
+
+        Parameters
+        ----------
+        data : bytes
+            The bytes just read from the stream (a UTF-8 character may be split across two reads).
+        now : float
+            When they arrived, in seconds on the caller's clock: the arrival time of each event they complete.
+
+        Returns
+        -------
+        int
+        """
         before = len(self.arrivals)
         self._route(self._text.decode(data), now)
         return len(self.arrivals) - before
 
     def finish(self, now: float) -> int:
-        """The stream ended at ``now``: a last line held back (a CR that a LF might have followed) ends here."""
+        """The stream ended at ``now``: a last line held back (a CR that a LF might have followed) ends here.
+
+        Parameters
+        ----------
+        now : float
+            When the stream ended, on the caller's clock: the arrival time of any event that ends with it.
+
+        Returns
+        -------
+        int
+            How many events the stream's end completed.
+        """
         before = len(self.arrivals)
         self._route(self._text.decode(b"", final=True), now)
         if self._cr:
@@ -149,7 +172,20 @@ def open_partial(partial: Path) -> tuple[Any, Any]:
     """A request's partial capture files, opened to append: its raw bytes (unbuffered) and its event times (line-buffered).
 
     A band opens every request's files before it releases them (``fetch_stream(..., opened=...)``), so no file is opened
-    between the band's first send and its last: opening 2c files inside the release would spread it."""
+    between the band's first send and its last: opening 2c files inside the release would spread it.
+
+    Parameters
+    ----------
+    partial : Path
+        The request's ``.sse`` file; the event times go to its ``.times`` sibling.
+
+    Returns
+    -------
+    raw : file
+        The ``.sse`` file, opened ``ab`` without buffering.
+    times : file
+        The ``.times`` file, opened ``a`` with line buffering.
+    """
     return partial.open("ab", buffering=0), partial.with_suffix(".times").open("a", buffering=1)
 
 
@@ -169,9 +205,34 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     ``deadline`` covers the whole request, the stream included: httpx's time-out is per read, so a
     server that trickles bytes or keep-alive comments would never trip it. A request past its
     deadline is refused, keeping what had arrived.
+
+    Parameters
+    ----------
+    client : httpx.AsyncClient
+        The client the request is sent with.
+    url : str
+        The chat endpoint to POST to.
+    body : dict
+        The request's JSON body.
+    partial : Path, optional
+        The ``.sse`` file the raw bytes are appended to as they arrive (event times to its ``.times`` sibling); none
+        are written without it (or ``opened``).
+    origin : float, optional
+        A ``time.monotonic()`` reading; with it the result says when the request was sent (``sent_at_s``) on that clock.
+    deadline : float, optional
+        Seconds the whole request may take, its stream included; no limit when None.
+    opened : tuple of two files, optional
+        ``partial``'s two files already open (from :func:`open_partial`), used instead of opening them here.
+
+    Returns
+    -------
+    dict of str to object
+        The whole stream, or the refusal with its reason and what arrived.
     """
     sent = time.monotonic()
-    clock, chunks, answer = EventClock(), [], {}
+    clock = EventClock()
+    chunks: list[bytes] = []
+    answer: dict[str, Any] = {}
     raw, times = opened if opened is not None else open_partial(partial) if partial is not None else (None, None)
     try:
         async with asyncio.timeout(deadline):
@@ -192,6 +253,7 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
     finally:
         if raw is not None:
             raw.close()
+        if times is not None:  # the two are opened together: both or neither
             times.close()
     text = _text(chunks)
     problem = clock.problem() if clock.arrivals else _no_events(sum(map(len, chunks)), answer)
@@ -207,6 +269,16 @@ def network_error(exc: BaseException) -> str:
     """An HTTP client error in one line, with the operating system's reason where httpx's own message is empty.
 
     httpx words a connection reset as ``ReadError`` with no text; the reason lies at the end of the exception's causes.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The error httpx raised; its causes (``__cause__``, then ``__context__``) are read for a reason when its own
+        text is empty.
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -279,6 +351,15 @@ def _text(chunks: list[bytes]) -> str:
 
 def stream_problem(text: str) -> str | None:
     """Why a finished stream cannot count: cut mid-event, no [DONE], or an error event; None when whole.
+
+    Parameters
+    ----------
+    text : str
+        The stream's text, as captured.
+
+    Returns
+    -------
+    str or None
 
     Examples
     --------

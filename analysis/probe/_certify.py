@@ -30,6 +30,28 @@ def planned_repeats(*, target_rate: float, confidence: float, ladder: Sequence[i
     """The fewest repeats of the plan whose batched requests (every prompt at every c > 1, c copies each) reach the number the
     bound needs, or the most that ``max_requests`` allows.
 
+    Parameters
+    ----------
+    target_rate : float
+        The rate of batched requests that part from m=1 the certificate is to bound.
+    confidence : float
+        The bound's confidence.
+    ladder : sequence of int
+        The batch sizes c; those above 1 count.
+    prompts : int
+        How many prompts the plan fires.
+    max_requests : int, optional
+        The most batched requests to send; at least one round of the ladder.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ProbeError
+        A ladder with no c above 1, or a ``max_requests`` below one round of it.
+
     Examples
     --------
     >>> planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2)  # 56 a repeat; 299 needed: 6 repeats
@@ -57,6 +79,38 @@ async def certify_server(url: str, out: str | os.PathLike[str], settings: ProbeS
     ``settings`` and ``options`` are :func:`analysis.probe.probe`'s (a :class:`ProbeSettings`, or its fields as keywords:
     ``prompts``, which must be given, ``ladder``, ``max_tokens``, ``engine``, ``server_log``, ``progress``...); their
     ``repeats`` is replaced by the plan's (:func:`planned_repeats`). ``say`` goes to the probe.
+
+    Parameters
+    ----------
+    url : str
+        The server's chat endpoint or its base URL.
+    out : path
+        The run directory to write.
+    settings : ProbeSettings, optional
+        The probe's settings; without it they are made of ``options``.
+    target_rate : float, default 0.01
+        The rate of batched requests that part from m=1 to bound.
+    confidence : float, default 0.95
+        The bound's confidence.
+    max_requests : int, optional
+        The most batched requests to plan (see :func:`planned_repeats`).
+    max_time : float, optional
+        Seconds after which the probe is stopped and what came back is judged; a positive number.
+    poll_s : float, default 2.0
+        How often, in seconds, the run written so far is judged.
+    say : callable, optional
+        Takes each line the probe tells (see :func:`analysis.probe.probe`).
+    **options
+        Fields of :class:`ProbeSettings` as keywords, over ``settings`` when it is given.
+
+    Returns
+    -------
+    run_dir : Path
+        The run directory.
+    judgement : Judgement
+        :func:`analysis.judge`'s judgement of the run at the target rate and confidence.
+    stopped : str or None
+        ``"RED"`` or ``"max-time"`` when the probe was stopped early, None when it finished its plan.
 
     Examples
     --------

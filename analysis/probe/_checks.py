@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard, cast
 from urllib.parse import urlsplit
 
 from ._engines import Detection
@@ -27,6 +27,16 @@ SLOT_SETTINGS = {"total_slots": "llama.cpp's total_slots (llama-server -np)",
 
 def check_address(url: str) -> None:
     """Refuse a URL the probe cannot send to: it must be ``http://`` or ``https://`` with a host.
+
+    Parameters
+    ----------
+    url : str
+        The address the probe is to send to.
+
+    Raises
+    ------
+    ProbeError
+        A URL with no http(s) scheme or no host, or one that does not parse (a port that is not a number, say).
 
     Examples
     --------
@@ -46,14 +56,45 @@ def check_address(url: str) -> None:
 
 
 def check_timeout(timeout: float) -> None:
-    """Refuse a time-out that bounds nothing: it must be a positive, finite number of seconds."""
+    """Refuse a time-out that bounds nothing: it must be a positive, finite number of seconds.
+
+    Parameters
+    ----------
+    timeout : float
+        Seconds each whole request may take.
+
+    Raises
+    ------
+    ProbeError
+        A time-out that is not a number (a bool included), not finite, or not above 0.
+    """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
         raise ProbeError(f"timeout must be a positive, finite number of seconds (the deadline of each whole request), got {timeout!r}")
 
 
 def check_settings(prompts: Sequence[str | Mapping[str, Any]], ladder: Sequence[int], repeats: int, max_tokens: int, top_logprobs: int,
                    layout: str) -> None:
-    """Refuse settings no run can be made of, before anything is sent or written."""
+    """Refuse settings no run can be made of, before anything is sent or written.
+
+    Parameters
+    ----------
+    prompts : sequence of str or mapping
+        The prompts: non-empty texts, or mappings whose ``text`` is one.
+    ladder : sequence of int
+        The batch sizes c, each a whole number of at least 1 and no wider than the process may hold open
+        (:func:`check_open_files`).
+    repeats, max_tokens : int
+        How many times each band is fired, and each request's length; at least 1 each.
+    top_logprobs : int
+        Candidates per step, from 0 to ``MAX_TOP_LOGPROBS``.
+    layout : {"copies", "needle"}
+        How a band is laid out.
+
+    Raises
+    ------
+    ProbeError
+        The first setting no run can be made of.
+    """
     if layout not in ("copies", "needle"):
         raise ProbeError(f"layout must be 'copies' or 'needle', got {layout!r}")
     texts = [p if isinstance(p, str) else p.get("text") if isinstance(p, Mapping) else None for p in prompts]
@@ -69,7 +110,7 @@ def check_settings(prompts: Sequence[str | Mapping[str, Any]], ladder: Sequence[
     check_open_files(ladder)
 
 
-def _whole(value: Any) -> bool:
+def _whole(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -78,6 +119,17 @@ def check_open_files(ladder: Sequence[int]) -> None:
 
     A ladder past the limit would otherwise fail mid-band with "Too many open files", its partial
     files left behind.
+
+    Parameters
+    ----------
+    ladder : sequence of int
+        The batch sizes c; the widest is checked against the process's open-file limit (``ulimit -n``), less what it
+        holds and some headroom.
+
+    Raises
+    ------
+    ProbeError
+        The widest band needs more open files than the process may open.
     """
     try:
         import resource
@@ -110,6 +162,18 @@ def check_slots(ladder: Sequence[int], detection: Detection) -> None:
     Only servers that say so are checked (llama.cpp's ``/props``, SGLang's server info when
     ``max_running_requests`` is set); the rest of such a band would wait in the server's queue and
     be measured as a narrower batch than its c.
+
+    Parameters
+    ----------
+    ladder : sequence of int
+        The batch sizes c; the widest is checked.
+    detection : Detection
+        What was detected of the server: its profile and the server info whose effective settings give its slots.
+
+    Raises
+    ------
+    ProbeError
+        The widest band is wider than the slots the server reports.
     """
     effective = detection.profile.effective(detection.info)
     widest = max(ladder)
@@ -124,10 +188,32 @@ def check_slots(ladder: Sequence[int], detection: Detection) -> None:
 def check_first_answer(endpoint: str, role: str, results: list[dict[str, Any]], refusals: list[dict[str, Any] | None],
                        tokens: tuple | None, top_logprobs: int) -> None:
     """The session's first unit is the server check: unless one of its requests came back as a chat stream (with
-    logprobs, for a reference), nothing after it could count, so the probe stops and says what came back."""
+    logprobs, for a reference), nothing after it could count, so the probe stops and says what came back.
+
+    Parameters
+    ----------
+    endpoint : str
+        The chat endpoint the requests went to, named in the error.
+    role : str
+        The unit's role: for ``reference`` the stream must also carry logprobs.
+    results : list of dict
+        The unit's requests as captured.
+    refusals : list of dict or None
+        For each request, why it was refused (a dict with its ``error``), or None where it was kept.
+    tokens : tuple, optional
+        The token identities of the unit's reference as kept (None where none was); an empty tuple means its stream
+        carried no logprobs.
+    top_logprobs : int
+        The candidates per step that were asked for, named in the error.
+
+    Raises
+    ------
+    ProbeError
+        Every request was refused, or a reference came back without logprobs.
+    """
     kept = [result for result, refusal in zip(results, refusals) if refusal is None]
     if not kept:
-        first = refusals[0]
+        first = cast("dict[str, Any]", refusals[0])  # none kept: every request was refused, so each has its refusal
         raise ProbeError(f"{endpoint}: the server did not answer as an OpenAI-compatible chat stream: {first['error']}; "
                          f"what came back: {came_back(first)}")
     if role == "reference" and tokens == ():
@@ -138,6 +224,15 @@ def check_first_answer(endpoint: str, role: str, results: list[dict[str, Any]], 
 
 def came_back(result: dict[str, Any]) -> str:
     """A refused or kept request's answer in a line: status, content type and first bytes.
+
+    Parameters
+    ----------
+    result : dict of str to object
+        The request as captured: its ``status``, ``content_type``, and ``body`` or ``sse``.
+
+    Returns
+    -------
+    str
 
     Examples
     --------

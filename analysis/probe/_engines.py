@@ -83,6 +83,15 @@ class EngineProfile:
     def effective(self, info: Any) -> dict[str, Any]:
         """The settings this server reports about itself, from its description (missing ones left out).
 
+        Parameters
+        ----------
+        info : object
+            The server's description as JSON (what its first answering ``info_paths`` endpoint gave), or None.
+
+        Returns
+        -------
+        dict of str to object
+
         Examples
         --------
         >>> PROFILES["sglang"].effective({"enable_deterministic_inference": True, "tp_size": 1})
@@ -204,6 +213,29 @@ async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = 
     """Choose the engine profile of the server at ``base_url`` (or take ``engine`` as given) and find its model.
 
     :class:`ServerUnreachable` when no connection can be made to it at all.
+
+    Parameters
+    ----------
+    client : httpx.AsyncClient
+        The client the GET requests are sent with.
+    base_url : str
+        The server's base URL (no ``/v1/...``).
+    engine : str, default "auto"
+        ``auto`` (detected from ``/v1/models``, each engine's own endpoint, then the metric names on ``/metrics``), or a
+        key of ``PROFILES`` to take as given.
+    model : str, optional
+        The model name to send; the server's first model by default.
+
+    Returns
+    -------
+    Detection
+
+    Raises
+    ------
+    ServerUnreachable
+        No connection can be made to the server, or an https:// address answered in plain HTTP.
+    ValueError
+        An ``engine`` that is neither ``auto`` nor a known profile.
 
     Examples
     --------

@@ -8,7 +8,7 @@ import contextlib
 import random
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..run import Unit, plan
 from ._arms import cold_fields, completion_prefix, prefill_body, prefix_primer
@@ -167,7 +167,7 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
 
     Returns each request's result and its refusal (None when kept)."""
     manifest = writer.manifest
-    c = unit.c
+    c = cast(int, unit.c)  # a band or its observer twin: only references and prefill units have no c
     tag = _arm_tag(unit, manifest)
     if unit.arm == "mixed" or (unit.arm is None and manifest["requested"]["layout"] == "needle"):
         rng = random.Random(f"{manifest['sampler']['seed']}/{unit.key}")  # the same position when a resume fires the band again
@@ -200,7 +200,8 @@ async def _fire_band(client, endpoint, base, writer: _RunWriter, unit: Unit, bod
     refusals = [writer.keep(result, partial, unit=unit.key, prompt_id=unit.prompt_id, role=role, c=c, slot=slot, repeat=unit.repeat,
                             batch_row=row, **tag, **({"server_decode": decode} if decode else {}))
                 for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))]
-    entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "c": c, "repeat": unit.repeat, **tag, "widths": watcher.widths()}
+    entry: dict[str, Any] = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "c": c,
+                             "repeat": unit.repeat, **tag, "widths": watcher.widths()}
     if engine:
         entry["engine"] = engine
     streams = stream_evidence([writer.live.pop(partial, None) for partial in partials], c)  # fillers too: they share the batch

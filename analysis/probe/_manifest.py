@@ -49,6 +49,15 @@ def _new_manifest(endpoint: str, detection: Detection, settings: ProbeSettings) 
 def expectation_notes(manifest: dict[str, Any]) -> list[str]:
     """A line for each expected setting the server contradicts or does not report.
 
+    Parameters
+    ----------
+    manifest : dict of str to object
+        The run's manifest: its ``expected`` keys, their ``requested`` values and the server's ``effective`` settings.
+
+    Returns
+    -------
+    list of str
+
     Examples
     --------
     >>> expectation_notes({"expected": ["kernel_mode"], "requested": {"kernel_mode": "batch-invariant"}, "effective": {"kernel_mode": "default"}})

@@ -8,7 +8,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..core import check_writable
 from ..run import plan
@@ -60,6 +60,20 @@ async def probe(url: str, out: str | os.PathLike[str], settings: ProbeSettings |
     :func:`analysis.attribution_table` puts each divergence on the first arm that reproduces it.
     An arm the engine cannot run (the cache arm without a per-request cold switch, the prefill arm
     without a way to put completion tokens into the prompt) is refused before anything is fired.
+
+    Parameters
+    ----------
+    url : str
+        The server's chat endpoint (``.../v1/chat/completions``) or its base URL; http(s) only.
+    out : path
+        The run directory to write, or with ``resume`` the run to finish.
+    settings : ProbeSettings, optional
+        How the server is probed; without it the settings are made of ``options``.
+    say : callable, optional
+        Takes each line to tell the user (the engine chosen and why, warnings); ``print`` to stderr by default.
+    **options
+        Fields of :class:`ProbeSettings` as keywords (``prompts``, ``ladder``, ``max_tokens``, ``resume``, ...), over
+        ``settings`` when it is given.
 
     Returns
     -------
@@ -137,7 +151,7 @@ async def probe(url: str, out: str | os.PathLike[str], settings: ProbeSettings |
         finally:
             writer.close()
             if discard:
-                shutil.rmtree(created, ignore_errors=True)
+                shutil.rmtree(cast(Path, created), ignore_errors=True)  # discard: only when the probe created a folder
             else:
                 manifest["finished"] = _now()
                 writer.save()
@@ -165,6 +179,22 @@ async def dry_run(url: str, settings: ProbeSettings | None = None, **options: An
     alone, the time-out is :data:`DRY_RUN_TIMEOUT_S` unless given. A dry run describes a new run: ``resume`` is left aside, so
     the plan's settings are checked as a new run's are. Detection runs (GET requests only); the answer holds the engine line,
     the first prompt's request body, the plan's units, and how many completions the run would request.
+
+    Parameters
+    ----------
+    url : str
+        The server's chat endpoint or its base URL, as :func:`probe` takes it.
+    settings : ProbeSettings, optional
+        The settings of the probe to describe; without it they are made of ``options``.
+    **options
+        Fields of :class:`ProbeSettings` as keywords, over ``settings`` when it is given.
+
+    Returns
+    -------
+    dict of str to object
+        ``said`` (the engine line), ``effective`` (what the server reports of itself), ``body`` (the first prompt's
+        request), ``units`` (the plan's unit keys) and ``requests`` (the completions the run would request, primers
+        included).
 
     Examples
     --------

@@ -18,6 +18,27 @@ def request_body(prompt: str, *, max_tokens: int, top_logprobs: int, seed: int =
     candidates (left out when ``logprobs`` is false: the observer-effect twin), plus what the
     engine profile adds (``ignore_eos``; vLLM's ``return_tokens_as_token_ids``).
 
+    Parameters
+    ----------
+    prompt : str
+        The text of the one user message.
+    max_tokens : int
+        The completion's length.
+    top_logprobs : int
+        Candidates per step.
+    seed : int, default 0
+        The request's seed.
+    profile : EngineProfile, optional
+        The engine whose fields are added (``apr``'s by default: ``ignore_eos``).
+    model : str, optional
+        The model name to send; none is sent without it.
+    logprobs : bool, default True
+        Ask for logprobs; false for the observer twin (which then also leaves out ``return_tokens_as_token_ids``).
+
+    Returns
+    -------
+    dict of str to object
+
     Examples
     --------
     >>> body = request_body("Hi", max_tokens=8, top_logprobs=5, profile=PROFILES["vllm"], model="m")

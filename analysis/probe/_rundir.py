@@ -196,7 +196,8 @@ def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = Fal
     moved = 0
     captures = folder / "captures" / "requests.jsonl"
     if captures.exists():
-        keep, drop = [], []
+        keep: list[str] = []
+        drop: list[str] = []
         for line in captures.read_text(encoding="utf-8", errors="replace").splitlines():
             if not line.strip():
                 continue

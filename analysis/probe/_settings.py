@@ -133,7 +133,25 @@ class ProbeSettings:
         object.__setattr__(self, "expect", dict(self.expect or {}))
 
     def replace(self, **changes: Any) -> ProbeSettings:
-        """A copy with ``changes`` (field names as keywords), checked again; an unknown name is a TypeError that names it."""
+        """A copy with ``changes`` (field names as keywords), checked again; an unknown name is a TypeError that
+        names it.
+
+        Parameters
+        ----------
+        **changes
+            New values for fields of the settings, by field name.
+
+        Returns
+        -------
+        ProbeSettings
+
+        Raises
+        ------
+        TypeError
+            A name that is not a field.
+        ProbeError
+            Changed settings no run can be made of.
+        """
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
             raise TypeError(f"ProbeSettings has no option {unknown[0]!r}")
@@ -141,7 +159,25 @@ class ProbeSettings:
 
     @classmethod
     def of(cls, settings: ProbeSettings | None = None, /, **options: Any) -> ProbeSettings:
-        """``settings`` with ``options`` over it, or settings made of ``options`` alone: how the probe's functions take both."""
+        """``settings`` with ``options`` over it, or settings made of ``options`` alone: how the probe's functions
+        take both.
+
+        Parameters
+        ----------
+        settings : ProbeSettings, optional
+            The settings to start from (positional only); without them the settings are made of ``options`` alone.
+        **options
+            Fields of :class:`ProbeSettings` by name, over ``settings`` or over the defaults.
+
+        Returns
+        -------
+        ProbeSettings
+
+        Raises
+        ------
+        TypeError
+            ``settings`` that is not a ProbeSettings, or an option that is not a field.
+        """
         if settings is None:
             unknown = sorted(set(options) - {f.name for f in dataclasses.fields(cls)})
             if unknown:  # the TypeError a function's own keyword would raise

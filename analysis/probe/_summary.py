@@ -13,6 +13,15 @@ def result_line(folder: str | os.PathLike[str]) -> str:
     """The run's verdict and reason (its :func:`analysis.judge` row, as the report's card heads it), its next step, and per c
     the share of requests bit-identical and token-identical to m=1 (from :func:`analysis.run.slot_table`, as the card counts them).
 
+    Parameters
+    ----------
+    folder : path
+        The run directory.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> result_line("data/experiment-cpu/batch-invariant")  # doctest: +ELLIPSIS

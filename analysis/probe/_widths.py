@@ -53,6 +53,17 @@ class LogWatcher:
 def metric_values(text: str, names: tuple[str, ...] | list[str]) -> dict[str, float]:
     """Each named Prometheus sample summed over its label sets; names absent from the text are left out.
 
+    Parameters
+    ----------
+    text : str
+        A ``/metrics`` page in the Prometheus text format.
+    names : tuple or list of str
+        The sample names to read.
+
+    Returns
+    -------
+    dict of str to float
+
     Examples
     --------
     >>> text = 'vllm:prefix_cache_hits_total{model_name="a"} 12.0\\nvllm:x 1\\n'
@@ -61,7 +72,8 @@ def metric_values(text: str, names: tuple[str, ...] | list[str]) -> dict[str, fl
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    wanted, out = set(names), {}
+    wanted = set(names)
+    out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in wanted:
@@ -70,7 +82,21 @@ def metric_values(text: str, names: tuple[str, ...] | list[str]) -> dict[str, fl
 
 
 async def metrics_snapshot(client: httpx.AsyncClient, url: str, names: tuple[str, ...]) -> dict[str, float] | None:
-    """The named metrics now, or None when /metrics does not answer."""
+    """The named metrics now, or None when /metrics does not answer.
+
+    Parameters
+    ----------
+    client : httpx.AsyncClient
+        The client to GET with; its read time-out bounds the whole GET.
+    url : str
+        The server's ``/metrics`` address.
+    names : tuple of str
+        The sample names to read (see :func:`metric_values`).
+
+    Returns
+    -------
+    dict of str to float or None
+    """
     try:
         async with asyncio.timeout(client.timeout.read):  # the whole GET, not each read: a trickling /metrics must not hold the band
             response = await client.get(url)
@@ -81,6 +107,18 @@ async def metrics_snapshot(client: httpx.AsyncClient, url: str, names: tuple[str
 
 def running_requests(text: str, metric: str) -> int | None:
     """The sum of a Prometheus gauge over its label sets (one per model served), None when absent.
+
+    Parameters
+    ----------
+    text : str
+        A ``/metrics`` page in the Prometheus text format.
+    metric : str
+        The gauge's name (the engine profile's ``running_metric``).
+
+    Returns
+    -------
+    int or None
+        The sum, rounded to a whole number of requests.
 
     Examples
     --------
@@ -94,6 +132,15 @@ def running_requests(text: str, metric: str) -> int | None:
 def co_resident(windows: list[tuple[float, float]]) -> int:
     """The most live windows open at one instant: how many of a band's requests were decoding at the same time,
     seen from their streams (each window from its first to its last content chunk; windows that touch overlap).
+
+    Parameters
+    ----------
+    windows : list of (float, float)
+        Each request's live window, as (first, last) content chunk times on one clock.
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -114,6 +161,17 @@ def stream_evidence(windows: list[tuple[float, float] | None], c: int) -> dict |
     """A band's co-residency from its streams, as the manifest keeps it: ``co_resident`` (see :func:`co_resident`), how
     many of its ``c`` requests had a live window (``timed``), and the windows on the run's clock (``live_s``).
     None when no request had one (every stream refused, untimed, or released in one burst).
+
+    Parameters
+    ----------
+    windows : list of (float, float) or None
+        Each of the band's requests' live window (see :func:`co_resident`), None where it had none.
+    c : int
+        The band's width, kept as ``of``.
+
+    Returns
+    -------
+    dict or None
 
     Examples
     --------
@@ -198,6 +256,17 @@ def engine_growth(roles: dict[str, str], before: dict[str, float] | None, after:
     ``EngineProfile.engine_metrics``) with its metric's name and values before and after. None when either snapshot
     is missing or the server exports none of them.
 
+    Parameters
+    ----------
+    roles : dict of str to str
+        Each role's metric name on the engine (the profile's ``engine_metrics``).
+    before, after : dict of str to float, optional
+        The metrics read just before and just after (see :func:`metrics_snapshot`); None where /metrics did not answer.
+
+    Returns
+    -------
+    dict of str to dict or None
+
     Examples
     --------
     >>> engine_growth({"generated": "g_total"}, {"g_total": 10.0}, {"g_total": 74.0})
@@ -217,6 +286,17 @@ def server_decode(engine: dict[str, dict] | None, unit: str) -> dict | None:
     the engine's histogram (``tpot_sum`` / ``tpot_count``) diffed around them. Timed by the engine, it holds when the
     streams arrive in a rush. ``unit`` says what it averages over ("band" or "request"). None without the histogram
     or without a finished request with two tokens.
+
+    Parameters
+    ----------
+    engine : dict of str to dict, optional
+        The engine's counters around the band or reference (see :func:`engine_growth`).
+    unit : str
+        What the rate is over, kept as ``over``: ``band`` or ``request``.
+
+    Returns
+    -------
+    dict or None
 
     Examples
     --------
