@@ -60,8 +60,8 @@ __all__ = [
 
 # A run's card opens with its verdict: the judgement sits above the run's floor, so the face gives Run its card.
 # Deliberate patches: the face's cards replace the plain ones (views sit above the objects' floors).
-Run._repr_html_ = views.run_card  # type: ignore[method-assign,assignment]
-Judgement._repr_html_ = views.html.judgement_html  # type: ignore[method-assign,assignment]
+Run._repr_html_ = views.run_card  # type: ignore[attr-defined]  # neither class defines one: the face gives them theirs
+Judgement._repr_html_ = views.html.judgement_html  # type: ignore[attr-defined]
 
 # Public classes say they belong to the package face, as httpx's do: reprs, tracebacks and pickles name
 # ``analysis.Run`` rather than the private module that happens to define it today.

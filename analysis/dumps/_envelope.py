@@ -7,6 +7,7 @@ Below both the general reader and the columnar fast path, which read the same en
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from ._kit import Meta
 
@@ -16,7 +17,7 @@ ENVELOPE_KEYS = {"response", "sse", "format", "c", "slot", "prompt_id", "role", 
 # Other envelope keys go to requests.extra; "logprobs_mode" there also sets vLLM offline semantics.
 
 
-def envelope_c(line: dict) -> object:
+def envelope_c(line: dict) -> Any:
     """The envelope's concurrency: ``c``, or the legacy ``band_c`` of run_version 1 captures.
 
     Parameters
@@ -26,8 +27,9 @@ def envelope_c(line: dict) -> object:
 
     Returns
     -------
-    object
-        The value as written (checked by the reader), or None when neither key is there.
+    Any
+        The value as written, unchecked as every envelope value is here (the reader checks it), or None when
+        neither key is there.
 
     Examples
     --------

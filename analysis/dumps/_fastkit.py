@@ -9,7 +9,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -157,7 +157,7 @@ def _chunks(path: Path, limit: int | None = None):
             buffer[:held] = buffer[cut + 1 : size]
 
 
-def _spans(data: bytes, size: int) -> list[tuple[int, int]]:
+def _spans(data: bytes | bytearray, size: int) -> list[tuple[int, int]]:
     """(start, end) of each line in ``data[:size]``."""
     if data.find(b"\r", 0, size) != -1:
         raise _Unsupported("CR line ends")
@@ -179,7 +179,7 @@ def _check_text(data, ends: list[int] | np.ndarray, pattern: str) -> None:
     offsets = pa.py_buffer(np.concatenate([[0], np.minimum(ends, len(data))]).astype(np.int64))
     array = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(ends), [None, offsets, pa.py_buffer(data)])
     try:
-        text = pl.from_arrow(array).cast(pl.String)
+        text = _series(array).cast(pl.String)
     except pl.exceptions.PolarsError:
         raise _Unsupported("not UTF-8") from None
     if text.str.contains(pattern).any():
@@ -197,6 +197,12 @@ def _table(data, n_rows: int, longest: int, schema: pa.Schema) -> pa.Table:
     if table.num_rows != n_rows:
         raise _Unsupported("a line the JSON reader skipped or split")
     return table
+
+
+def _series(array: pa.Array) -> pl.Series:
+    """A pyarrow array (or chunked array) as a polars Series, which ``pl.from_arrow`` gives for one; its annotation says
+    ``DataFrame | Series`` because a table gives a frame."""
+    return cast(pl.Series, pl.from_arrow(array))
 
 
 def _flatten(lists: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -320,7 +326,7 @@ def _is_int(value: Any) -> bool:
 
 def _envelope_columns(env: dict) -> dict[str, Any]:
     """The request columns of ``_envelope.envelope_meta``, refusing values the general path would refuse."""
-    out = {name: env.get(name) for name in ("sample_key", "slot", "role", "repeat", "t_sent")}
+    out: dict[str, Any] = {name: env.get(name) for name in ("sample_key", "slot", "role", "repeat", "t_sent")}
     out["c"] = envelope_c(env)
     for name in ("sample_key", "role"):
         if out[name] is not None and not isinstance(out[name], str):
@@ -338,7 +344,7 @@ def _envelope_columns(env: dict) -> dict[str, Any]:
 def _concat(parts: list[Frames]) -> Frames:
     if not parts:
         raise _Unsupported("an empty file")
-    return tuple(pl.concat([p[i] for p in parts], how="vertical", rechunk=False) for i in range(3))
+    return cast(Frames, tuple(pl.concat([p[i] for p in parts], how="vertical", rechunk=False) for i in range(3)))
 
 
 def _ahead(items):

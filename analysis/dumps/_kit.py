@@ -51,7 +51,7 @@ def _obj(value: Any, rows: Rows, where: str, field_name: str | None = None) -> d
     return value
 
 
-def _list(value: Any, rows: Rows, where: str, field_name: str) -> list:
+def _list(value: Any, rows: Rows, where: str, field_name: str | None) -> list:
     if not isinstance(value, list):
         raise DumpError(rows.source, where, field_name, f"expected a list, got {type(value).__name__}")
     return value

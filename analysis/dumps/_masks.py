@@ -20,7 +20,7 @@ _DTYPES = {"int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint8": "u1", "int8
 _HEX = re.compile(r"\A(?:[0-9a-fA-F]{2})*\Z")
 
 
-def b64(text: Any, source: str, where: str, field: str) -> bytes:
+def b64(text: Any, source: str, where: str, field: str | None) -> bytes:
     """Strict base64: malformed text is an error naming the field.
 
     Parameters
@@ -198,7 +198,7 @@ def decode_sampling_mask(mask: Any, logprobs: Any, rows, where: str) -> list[tup
     else:
         raise DumpError(source, where, None, "expected rows of ids, a CSR {ids, counts} object, or __nd__ arrays")
     lp_rows = _logprob_rows(logprobs, id_rows, source, where) if logprobs is not None else packed_logprobs
-    out = []
+    out: list[tuple[list[int], list[float] | None] | None] = []
     for j, ids in enumerate(id_rows):
         if ids is None:
             out.append(None)

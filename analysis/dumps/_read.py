@@ -150,7 +150,9 @@ def scan_dump(folder: str | os.PathLike[str]) -> ScannedDump:
     if not manifest.exists():
         raise FileNotFoundError(f"{folder}: no manifest.json; write one with Dump.write_parquet")
     formats = json.loads(manifest.read_text(encoding="utf-8"))["formats"]
-    return ScannedDump(*(pl.scan_parquet(folder / f"{name}.parquet") for name in ("tokens", "candidates", "requests")), formats=formats)
+    tokens, candidates, requests = (pl.scan_parquet(folder / f"{name}.parquet")
+                                    for name in ("tokens", "candidates", "requests"))
+    return ScannedDump(tokens, candidates, requests, formats=formats)
 
 
 def _fast_jsonl(path: Path, source: str, fmt: str, limit: int | None = None) -> tuple[tuple[pl.DataFrame, ...], set[str]] | None:

@@ -8,7 +8,7 @@ key plus (list_kind, list_index). ``requests``: one row per request and choice.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -17,7 +17,10 @@ import math
 from ..core import INT64_MAX, INT64_MIN
 from ._values import FLOAT32_LOWEST, MAX_LOGPROB, SENTINEL_9999, DumpError, classify_logprob, classify_prob
 
-KEY = {
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
+KEY: dict[str, PolarsDataType] = {
     "source": pl.String,
     "record": pl.Int64,  # line of a JSONL file, else 0: the request within the source
     "choice_index": pl.Int64,
@@ -25,7 +28,7 @@ KEY = {
     "position": pl.Int64,
 }
 
-TOKEN_SCHEMA: dict[str, pl.DataType] = {
+TOKEN_SCHEMA: dict[str, PolarsDataType] = {
     **KEY,
     "request_id": pl.String,
     "sample_key": pl.String,
@@ -49,7 +52,7 @@ TOKEN_SCHEMA: dict[str, pl.DataType] = {
     "source_format": pl.String,
 }
 
-CANDIDATE_SCHEMA: dict[str, pl.DataType] = {
+CANDIDATE_SCHEMA: dict[str, PolarsDataType] = {
     **KEY,
     "list_kind": pl.String,  # "top_logprobs" | "sampling_support" | "requested_ids" | "full_vocab"
     "list_index": pl.Int64,
@@ -65,7 +68,7 @@ CANDIDATE_SCHEMA: dict[str, pl.DataType] = {
     "is_duplicate": pl.Boolean,
 }
 
-REQUEST_SCHEMA: dict[str, pl.DataType] = {
+REQUEST_SCHEMA: dict[str, PolarsDataType] = {
     "source": pl.String,
     "record": pl.Int64,
     "choice_index": pl.Int64,
@@ -98,10 +101,11 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
 
 
 _INT = (int,)
-_PYTHON_TYPES = {pl.String: (str,), pl.Int64: _INT, pl.Float64: (int, float), pl.Boolean: (bool,), pl.Binary: (bytes,)}
+_PYTHON_TYPES: dict[PolarsDataType, tuple[type, ...]] = {pl.String: (str,), pl.Int64: _INT, pl.Float64: (int, float),
+                                                         pl.Boolean: (bool,), pl.Binary: (bytes,)}
 
 
-def _check_types(source: str, where: str, row: dict[str, Any], schema: dict[str, pl.DataType], names) -> None:
+def _check_types(source: str, where: str, row: dict[str, Any], schema: dict[str, PolarsDataType], names) -> None:
     """Values copied from a payload must fit their column: a list is not a request id."""
     for name in names:
         value = row.get(name)
@@ -112,7 +116,7 @@ def _check_types(source: str, where: str, row: dict[str, Any], schema: dict[str,
             continue
         if not isinstance(value, allowed) or (isinstance(value, bool) and schema[name] is not pl.Boolean):
             raise DumpError(source, where, name, f"expected {schema[name]} for column {name}, got {type(value).__name__} {value!r:.60}")
-        if allowed is _INT and not INT64_MIN <= value <= INT64_MAX:
+        if allowed is _INT and not INT64_MIN <= cast(int, value) <= INT64_MAX:  # an int: isinstance above
             raise DumpError(source, where, name, f"expected an integer that fits in 64 bits for column {name}, got {value}")
 
 
@@ -131,9 +135,9 @@ class Rows:
 
     def __init__(self, source: str, source_format: str) -> None:
         self.source, self.source_format = source, source_format
-        self.tokens = {name: [] for name in TOKEN_SCHEMA}
-        self.candidates = {name: [] for name in CANDIDATE_SCHEMA}
-        self.requests = {name: [] for name in REQUEST_SCHEMA}
+        self.tokens: dict[str, list[Any]] = {name: [] for name in TOKEN_SCHEMA}
+        self.candidates: dict[str, list[Any]] = {name: [] for name in CANDIDATE_SCHEMA}
+        self.requests: dict[str, list[Any]] = {name: [] for name in REQUEST_SCHEMA}
         self.skipped: list[DumpError] = []
         self._parts: dict[str, list[pl.DataFrame]] = {"tokens": [], "candidates": [], "requests": []}
 
@@ -296,7 +300,7 @@ class Rows:
             self._flush(table)
             parts = self._parts[table]
             out.append(pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=SCHEMAS[table]))
-        return tuple(out)
+        return out[0], out[1], out[2]
 
 
 def _exp(logprob: float) -> float:
@@ -332,14 +336,14 @@ def classified(raw: pl.Expr, prefix: str = "") -> list[pl.Expr]:
     return [status.alias(f"{prefix}status"), logprob.alias(f"{prefix}logprob"), logprob.exp().alias(f"{prefix}prob")]
 
 
-def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def conform(frame: pl.DataFrame, schema: dict[str, PolarsDataType]) -> pl.DataFrame:
     """Every schema column, in order and type; columns the frame lacks are null.
 
     Parameters
     ----------
     frame : polars.DataFrame
         The frame.
-    schema : dict of str to polars.DataType
+    schema : dict of str to polars data type
         The columns wanted, in order.
 
     Returns

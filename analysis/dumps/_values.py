@@ -25,6 +25,8 @@ class DumpError(ValueError):
     expected; the same parts are attributes.
     """
 
+    others: list[DumpError]  # only on the error that stands for several sources (``_read._all_failures``): the rest
+
     def __init__(self, source: str, record: str, field: str | None, problem: str) -> None:
         self.source, self.record, self.field, self.problem = source, record, field, problem
         where = f"{record}.{field}" if field else record

@@ -32,8 +32,10 @@ def _capture(decoded, request_id: str, model_name: str, model) -> tuple[str, lis
         text, data = model.token(i)
         return {"id": i, "token": text, "bytes": list(data)}
 
-    events, times = [{"id": request_id, "object": "chat.completion.chunk", "model": model_name, "stream_mode": "live",
-                      "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]}], [0.0]
+    events: list[dict[str, Any]] = [{
+        "id": request_id, "object": "chat.completion.chunk", "model": model_name, "stream_mode": "live",
+        "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]}]
+    times = [0.0]
     for step, tid in enumerate(decoded.token_ids):
         entry = {**token(tid), "logprob": decoded.logprobs[step],
                  "top_logprobs": [{**token(c), "logprob": v} for c, v in zip(decoded.top_ids[step], decoded.top_logprobs[step])]}

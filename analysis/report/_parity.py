@@ -79,7 +79,7 @@ def render_report(
     if isinstance(policy, V3Policy):
         policy = dataclasses.asdict(policy)
     sources, runs = _once(sources or [], "source"), _once(runs or [], "run")
-    parameters = {
+    parameters: dict[str, Any] = {
         "sources": sources,
         "runs": runs,
         "epsilon": float(epsilon),

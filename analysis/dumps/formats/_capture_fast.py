@@ -28,7 +28,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -123,10 +123,12 @@ def _read_envelopes(path: Path, source: str, limit: int | None = None) -> tuple[
     formats: set[str] = set()
     for kind, parsed in _ahead(_parsed_runs(path, limit)):
         if kind == "response":
-            parts.append(_payload_frames(*parsed, source))
+            table, meta = parsed
+            parts.append(_payload_frames(table, meta, source))
             formats.add("openai_chat")
         else:
-            parts.append(_sse_frames(*parsed, source))
+            table, run = parsed
+            parts.append(_sse_frames(table, run, source))
             formats.add("openai_chat_sse")
     return _concat(parts), formats
 
@@ -382,8 +384,9 @@ def _sse_line(env: Any, record: int, sha: str) -> _Line:
 
 def _parsed_responses(data: bytes, run: list[_Line]) -> tuple[pa.Table, _LineMeta]:
     view = memoryview(data)
-    buffer = b"\n".join(view[line.span[0] : line.span[1]] for line in run)
-    _check_text(buffer, np.cumsum([line.span[1] - line.span[0] + 1 for line in run]), _RESPONSE_GUARD)
-    table = _table(buffer, len(run), max(line.span[1] - line.span[0] for line in run), _SCHEMA)
+    spans = [cast(tuple[int, int], line.span) for line in run]  # a response line's span is always set
+    buffer = b"\n".join(view[a:b] for a, b in spans)
+    _check_text(buffer, np.cumsum([b - a + 1 for a, b in spans]), _RESPONSE_GUARD)
+    table = _table(buffer, len(run), max(b - a for a, b in spans), _SCHEMA)
     _check_shapes(table)
     return table, _LineMeta.of(run)

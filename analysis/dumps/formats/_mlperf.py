@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import orjson
@@ -31,7 +31,8 @@ from .._schema import REQUEST_SCHEMA, TOKEN_SCHEMA, conform
 from .._values import DumpError
 
 FORMAT = "mlperf_accuracy_log"
-DTYPES = {"int64": np.dtype("<i8"), "int32": np.dtype("<i4")}  # little-endian: what the SUTs' .tobytes() wrote on x86 and Arm
+# little-endian: what the SUTs' .tobytes() wrote on x86 and Arm
+DTYPES: dict[str, np.dtype] = {"int64": np.dtype("<i8"), "int32": np.dtype("<i4")}
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
@@ -203,7 +204,7 @@ def _add_entry(out: _Entries, entry: object, source: str, k: int) -> None:
         raise DumpError(source, f"entry {k}", None, f"expected an object {{seq_id, qsl_idx, data}}, got {type(entry).__name__} {entry!r:.60}")
     if "qsl_idx" not in entry:
         raise DumpError(source, f"entry {k}", "qsl_idx", "missing: the sample's index in the query sample library")
-    out.qsl_idx.append(_integer(entry, "qsl_idx", source, k))
+    out.qsl_idx.append(cast(int, _integer(entry, "qsl_idx", source, k)))  # not None: the key is there
     out.seq_id.append(_integer(entry, "seq_id", source, k))
     out.token_count.append(_integer(entry, "token_count", source, k))
     data = entry.get("data")

@@ -31,7 +31,7 @@ def _literal(node: ast.AST, source: str) -> Any:
     if isinstance(node, ast.List):
         return [_literal(item, source) for item in node.elts]
     if isinstance(node, ast.Dict) and None not in node.keys:
-        return {_literal(k, source): _literal(v, source) for k, v in zip(node.keys, node.values)}
+        return {_literal(k, source): _literal(v, source) for k, v in zip(node.keys, node.values) if k is not None}
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Logprob" and not node.args:
         return {kw.arg: _literal(kw.value, source) for kw in node.keywords}
     raise DumpError(source, f"line {getattr(node, 'lineno', '?')}", None, f"unexpected Python syntax in a logprobs repr: {ast.dump(node)[:60]}")

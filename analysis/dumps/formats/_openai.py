@@ -344,7 +344,7 @@ def parse_completion(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> 
             else:
                 n = len(logprobs.get("tokens") or [])
                 echoed = prompt_tokens is not None and completion_tokens is not None and n == prompt_tokens + completion_tokens
-                prompt_len = prompt_tokens if echoed else 0
+                prompt_len = prompt_tokens if echoed and prompt_tokens is not None else 0  # echoed: it is not None
                 scored = parse_legacy_logprobs(logprobs, rows, meta, f"{cwhere}.logprobs", index, request_id, prompt_len=prompt_len) - prompt_len
         _check_usage(rows, cwhere, len(choices), completion_tokens, scored, logprobs is not None)
         text = choice.get("text")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -14,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._fastkit import (Frames, _BARE_GUARD, _LineMeta, _REFUSALS, _SCHEMA, _Unsupported, _ahead, _binary, _check_text, _chunks,
-                        _concat, _field, _flatten, _placeholder_ids, _table, _token_ids)
+                        _concat, _field, _flatten, _placeholder_ids, _series, _table, _token_ids)
 from .._kit import TIMING_FIELDS, USAGE_FIELDS
 from .._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, classified, conform
 from .._values import MAX_LOGPROB
@@ -120,19 +121,19 @@ def _timed() -> pl.Expr:
 def _requests(batch, choices, choice_line, choice_pos, entry_choice, meta: _LineMeta, source: str) -> pl.DataFrame:
     usage = batch.column("usage")
     lines = meta.frame().with_columns(
-        id=pl.from_arrow(batch.column("id")),
-        model=pl.from_arrow(batch.column("model")),
-        prompt_tokens=pl.from_arrow(_field(usage, "prompt_tokens")),
-        completion_tokens=pl.from_arrow(_field(usage, "completion_tokens")),
+        id=_series(batch.column("id")),
+        model=_series(batch.column("model")),
+        prompt_tokens=_series(_field(usage, "prompt_tokens")),
+        completion_tokens=_series(_field(usage, "completion_tokens")),
         n_choices=pl.Series(np.bincount(choice_line, minlength=batch.num_rows)),
         extra=pl.Series([_extra_json(base, u, t) for base, u, t in zip(meta.extra, usage.to_pylist(), batch.column("timings").to_pylist())],
                         dtype=pl.String),
     )
     scored = np.bincount(entry_choice, minlength=len(choices))
     frame = pl.concat([pl.DataFrame({
-        "choice_index": pl.from_arrow(_field(choices, "index")).fill_null(pl.Series(choice_pos)),
-        "finish_reason": pl.from_arrow(_field(choices, "finish_reason")),
-        "completion_text": pl.from_arrow(_field(_field(choices, "message"), "content")),
+        "choice_index": _series(_field(choices, "index")).fill_null(pl.Series(choice_pos)),
+        "finish_reason": _series(_field(choices, "finish_reason")),
+        "completion_text": _series(_field(_field(choices, "message"), "content")),
         "n_completion_scored": scored,
         "has_logprobs": pc.is_valid(_field(choices, "logprobs")).to_numpy(zero_copy_only=False),
     }), lines[choice_line]], how="horizontal")
@@ -181,10 +182,10 @@ def _token_key(source: str) -> dict[str, pl.Expr]:
 def _tokens(entries, keys: pl.DataFrame, source: str, source_format: str) -> pl.DataFrame:
     """One row per ``logprobs.content`` entry; ``keys`` holds each entry's record, choice_index, position, request_id,
     sample_key (and for streams stream_chunk and t_arrival)."""
-    token = pl.from_arrow(_field(entries, "token"))
-    own_id = _token_ids(pl.from_arrow(_field(entries, "id")))
+    token = _series(_field(entries, "token"))
+    own_id = _token_ids(_series(_field(entries, "id")))
     placeholder = _placeholder_ids(token)
-    raw = pl.from_arrow(_field(entries, "logprob"))
+    raw = _series(_field(entries, "logprob"))
     conflict = (own_id.is_not_null() & placeholder.is_not_null() & (own_id != placeholder)).any()
     if raw.null_count() or conflict or (token.is_null() & own_id.is_null()).any():
         raise _Unsupported("placeholder conflicts, null values or entries without a token")
@@ -193,8 +194,8 @@ def _tokens(entries, keys: pl.DataFrame, source: str, source_format: str) -> pl.
         placeholder=placeholder,
         own_id=own_id,
         raw_value=raw,
-        bytes=pl.from_arrow(_binary(_field(entries, "bytes"))),
-        n_candidates=pl.from_arrow(pc.list_value_length(_field(entries, "top_logprobs"))).cast(pl.Int64),
+        bytes=_series(_binary(_field(entries, "bytes"))),
+        n_candidates=_series(pc.list_value_length(_field(entries, "top_logprobs"))).cast(pl.Int64),
     ).with_columns(*classified(pl.col("raw_value"), ""))
     if ((frame["status"] == "ok") & (frame["raw_value"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive logprob")
@@ -229,14 +230,14 @@ def _duplicates(parent: pl.Expr, cand_id: pl.Expr, text: pl.Expr, data: pl.Expr,
 
 
 def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
-    cands, parent, list_index = _flatten(_field(entries, "top_logprobs"))
-    token = pl.from_arrow(_field(cands, "token"))
+    cands, parents, list_index = _flatten(_field(entries, "top_logprobs"))
+    token = _series(_field(cands, "token"))
     placeholder = _placeholder_ids(token)
-    own_id = _token_ids(pl.from_arrow(_field(cands, "id")))
-    raw = pl.from_arrow(_field(cands, "logprob"))
+    own_id = _token_ids(_series(_field(cands, "id")))
+    raw = _series(_field(cands, "logprob"))
     if raw.null_count():
         raise _Unsupported("a null candidate value")
-    parent = pl.Series("parent", parent)
+    parent = pl.Series("parent", parents)
     frame = pl.DataFrame({
         "parent": parent,
         "record": tokens["record"].gather(parent),
@@ -249,7 +250,7 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         "cand_id": placeholder.fill_null(own_id),
         "placeholder": placeholder,
         "raw": raw,
-        "bytes": pl.from_arrow(_binary(_field(cands, "bytes"))),
+        "bytes": _series(_binary(_field(cands, "bytes"))),
     }).with_columns(*classified(pl.col("raw"), "c_"))
     if ((frame["c_status"] == "ok") & (frame["raw"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive candidate logprob")
@@ -259,7 +260,9 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         cand_bytes=pl.when(own_bytes).then(None).otherwise(pl.col("bytes")),
     )
     ids = frame["cand_id"]
-    all_ids = ids.null_count() == 0 and (frame.height == 0 or (ids.min() >= 0 and ids.max() < (1 << 32) and frame["parent"].max() < (1 << 30)))
+    # Int64 columns with no null, so a non-empty frame's min and max are ints
+    all_ids = ids.null_count() == 0 and (frame.height == 0 or (
+        cast(int, ids.min()) >= 0 and cast(int, ids.max()) < (1 << 32) and cast(int, frame["parent"].max()) < (1 << 30)))
     sampled = (
         pl.when(pl.col("sampled_id").is_not_null() & pl.col("cand_id").is_not_null()).then(pl.col("cand_id") == pl.col("sampled_id"))
         .when(pl.col("sampled_text").is_not_null() & pl.col("cand_id").is_null()).then(pl.col("cand_text") == pl.col("sampled_text"))

@@ -93,7 +93,7 @@ def _choices_formats(payload: dict) -> list[str]:
             return ["openai_chat"]
         return ["vllm_generate"] if payload.get("prompt_logprobs") is not None else []
     first = choices[0] if isinstance(choices[0], dict) else {}
-    logprobs = first.get("logprobs") if isinstance(first.get("logprobs"), dict) else {}
+    logprobs = first["logprobs"] if isinstance(first.get("logprobs"), dict) else {}
     legacy = payload.get("object") == "text_completion" or "text" in first
     chat = payload.get("object") == "chat.completion" or "message" in first
     if (first.get("token_ids") is not None or "compact_logprobs" in first) and not legacy and not chat:

@@ -239,7 +239,9 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
         a and len(b) > len(a) for a, b in zip(lists, lists[1:]))
     n = 0
     times: list[float | None] = []
-    texts, request_id, info = [], None, {}
+    texts: list[str] = []
+    info: dict[str, Any] = {}
+    request_id = None
     for (event, chunk, info, ewhere), triples in zip(steps, lists):
         t = _arrival(meta, event, rows, n_events)
         request_id = info.get("id", request_id)
@@ -321,7 +323,7 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
             _check_copy(_list(chunk["logprobs"], rows, ewhere, "logprobs"), entries, rows, ewhere, lenient)
     if not completed:
         _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", None, "the stream ended without response.completed"))
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    usage = response["usage"] if isinstance(response.get("usage"), dict) else {}
     completion_tokens = usage.get("output_tokens")
     gap = {}
     if completion_tokens is not None and n and completion_tokens != n:
@@ -361,8 +363,8 @@ def _unsent_end_of_message(counted: int, entries: list, text: str, response: dic
     >>> _unsent_end_of_message(67, hi, "Hi", thought)
     {}
     """
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    details = usage.get("output_tokens_details") if isinstance(usage.get("output_tokens_details"), dict) else {}
+    usage = response["usage"] if isinstance(response.get("usage"), dict) else {}
+    details = usage["output_tokens_details"] if isinstance(usage.get("output_tokens_details"), dict) else {}
     reasoning = details.get("reasoning_tokens")
     reasoning = reasoning if isinstance(reasoning, int) and not isinstance(reasoning, bool) and reasoning > 0 else 0
     end_token = int(response.get("status") == "completed")

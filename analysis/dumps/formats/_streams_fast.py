@@ -6,6 +6,7 @@ with polars expressions. The envelope lines themselves are cut out by ``_capture
 from __future__ import annotations
 
 from itertools import chain
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -35,11 +36,11 @@ def _sse_events(sse: str) -> list[str]:
 
 def _parsed_events(run: list[_Line]) -> pa.Table:
     """Every event of every stream of consecutive SSE envelopes, read as one JSON-lines buffer."""
-    try:
-        buffer = "\n".join(chain.from_iterable(line.events for line in run)).encode()
+    try:  # an SSE line's events are a list until they are parsed below
+        buffer = "\n".join(chain.from_iterable(cast(list[str], line.events) for line in run)).encode()
     except UnicodeEncodeError:
         raise _Unsupported("a lone surrogate") from None
-    longest = max(len(event) for line in run for event in line.events)
+    longest = max(len(event) for line in run for event in cast(list[str], line.events))
     for line in run:
         line.events = None  # parsed now: not kept while the next chunk is read
     n_events = sum(line.n_events for line in run)

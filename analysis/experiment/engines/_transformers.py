@@ -56,7 +56,9 @@ def load_checkpoint(checkpoint: str | Path, *, dtype: str = "float32", device: s
     tokenizer.padding_side = "left"  # a decoder-only model continues from the last position: padding goes before the prompt
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).to(device).eval()
+    # Any: transformers types PreTrainedModel.to as a functools wrapper, which mypy cannot call as a bound method
+    loaded: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+    model = loaded.to(device).eval()
     return model, tokenizer
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -164,7 +165,9 @@ class HFModel:
 
         import inspect
 
-        self.model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype).to(device).eval()
+        # Any: transformers types PreTrainedModel.to as a functools wrapper, which mypy cannot call as a bound method
+        loaded: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+        self.model = loaded.to(device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         # transformers 5.x renamed past_key_values to cache; take whichever this version has
         self._cache = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
@@ -202,7 +205,7 @@ class HFModel:
         -------
         tuple of (str, bytes)
         """
-        text = self.tokenizer.decode([token_id])
+        text = cast(str, self.tokenizer.decode([token_id]))  # one sequence: one string
         return text, text.encode("utf-8")
 
 

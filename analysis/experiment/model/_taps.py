@@ -58,7 +58,8 @@ class Taps:
     def __init__(self, model, sink: Sink) -> None:
         self.model, self.sink = model, sink
         self.ops = tapped_ops(len(model.blocks))
-        self.calls, self.rows = -1, []
+        self.calls = -1
+        self.rows: list[int] = []
         self._handles: list = []
 
     def __enter__(self) -> Taps:

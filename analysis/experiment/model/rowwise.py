@@ -323,7 +323,7 @@ class _Weights:
     pos: torch.Tensor
     blocks: tuple
     ln_f: tuple
-    head: torch.Tensor
+    head: tuple[torch.Tensor, torch.Tensor | None]  # as _linear_weights gives it
     heads: int
     params: tuple  # (the parent's dict, name, object) of each submodule and Parameter, to notice one replaced
     stamp: tuple  # each Linear weight's (version, address) when copied, to notice one changed
@@ -440,7 +440,8 @@ def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: in
             width = length * KV_SPLIT
             mask = table[positions[index], :, :width].reshape(-1, 1, width)  # [queries * heads, 1, W], a view of the rows taken
             read = [order[i] for i in take]
-            rows, span = _as_slice(read), slice(min(read), max(read) + 1)
+            rows: torch.Tensor | slice | None = _as_slice(read)
+            span = slice(min(read), max(read) + 1)
             if rows is None:
                 rows = torch.tensor([r - span.start for r in read], device=positions.device)
             calls.append(_Window(index, rows, length, mask, span))

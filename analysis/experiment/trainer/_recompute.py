@@ -71,16 +71,16 @@ def recompute_logprobs(model, sequences: Sequence[tuple[Sequence[int], Sequence[
     """
     mode = kernel_mode(mode)
     check_tiled(model, mode)
-    sequences = [(list(prompt), list(completion)) for prompt, completion in sequences]
-    _check_sequences(model, sequences, batch_size)
+    pairs = [(list(prompt), list(completion)) for prompt, completion in sequences]
+    _check_sequences(model, pairs, batch_size)
     if mode == "one-by-one":
         batch_size = 1
     forward = {"fixed-tiles": functools.partial(_packed_logprobs, kernels), "row-invariant": functools.partial(_packed_logprobs, rowwise)
                }.get(mode, _padded_logprobs)
     out: list[list[float]] = []
     with torch.no_grad():
-        for start in range(0, len(sequences), batch_size):
-            out += forward(model, sequences[start: start + batch_size])
+        for start in range(0, len(pairs), batch_size):
+            out += forward(model, pairs[start: start + batch_size])
     return out
 
 

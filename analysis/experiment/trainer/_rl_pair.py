@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ...core import claim_output
 from ..engines import SERVED_NAME
@@ -85,6 +85,7 @@ def rollout_from_answer(answer: Any, where: str) -> dict[str, Any]:
     for field, value in (("prompt_token_ids", prompt_ids), ("choices[0].token_ids", token_ids), ("choices[0].logprobs.content", content)):
         if not isinstance(value, list) or not value:
             raise PairError(f"{where}: {field} is missing or empty (vLLM gives it with return_token_ids and logprobs)")
+    content = cast(list, content)  # a non-empty list: checked above
     if len(content) != len(token_ids):
         raise PairError(f"{where}: choices[0].logprobs.content holds {len(content)} entries for {len(token_ids)} token_ids")
     return {"prompt_ids": prompt_ids, "token_ids": token_ids, "logprobs": [float(step["logprob"]) for step in content],

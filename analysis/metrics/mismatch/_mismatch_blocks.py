@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -239,8 +240,9 @@ def _batch_row(moments: np.ndarray, rc: np.ndarray, c: Constants) -> np.ndarray:
     centred = moments - (totals / n)[:, None] if n else moments
     if c.verl_rollout_is == "token":  # the token-level IS weights; the sequence level takes them from the per-sequence Σδ
         w = np.minimum(rc, c.verl_is_threshold)
-        weights = (w.sum(), np.einsum("i,i->", w, w), np.count_nonzero(rc > c.verl_is_threshold),
-                   np.count_nonzero(rc < 1.0 / c.verl_is_threshold))
+        weights: tuple[float | np.integer, ...] = (w.sum(), np.einsum("i,i->", w, w),
+                                                   np.count_nonzero(rc > c.verl_is_threshold),
+                                                   np.count_nonzero(rc < 1.0 / c.verl_is_threshold))
     else:
         weights = (np.nan,) * 4
     sums = (n, *weights, np.count_nonzero(rc > c.skyrl_token_tis_ratio_clip_high), rc.sum())
@@ -318,7 +320,7 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
     [[2], [1]]
     """
     pieces = list(pieces)
-    collected = [([], [], []) for _ in pieces]
+    collected: list[tuple[list, list, list]] = [([], [], []) for _ in pieces]  # each piece's batches' keys, runs, rows
     outstanding = [0] * len(pieces)  # each piece's batches submitted and not yet collected
     read = [False] * len(pieces)  # each piece's batches all submitted
     merged: list = [None] * len(pieces)  # each piece's _merged, a future submitted once it is read and summed whole
@@ -413,6 +415,15 @@ def _numpy_columns(batch: pl.DataFrame) -> dict[str, np.ndarray]:
     return {name: batch[name].to_numpy() for name in _INPUTS if name in batch.columns}
 
 
+_Column = TypeVar("_Column")
+
+
+def _inputs(columns: Mapping[str, _Column]) -> tuple[_Column, _Column, _Column, _Column | None, _Column | None]:
+    """The :data:`_INPUTS` of ``columns`` in order, as the block functions take them: ``mask``, ``r`` and ``t`` always
+    there (:func:`token_columns`), ``advantage`` and ``has_support`` None where absent."""
+    return columns["mask"], columns["r"], columns["t"], columns.get("advantage"), columns.get("has_support")
+
+
 def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarray, np.ndarray] | None:
     """A batch's run keys, per-run sums and batch-wide rows, one of each per block of :data:`BLOCK_ROWS` rows."""
     if not batch.height:
@@ -427,7 +438,8 @@ def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarra
     for begin in range(0, batch.height, BLOCK_ROWS):
         end = min(begin + BLOCK_ROWS, batch.height)
         block_starts = np.concatenate(([begin], starts[np.searchsorted(starts, begin, "right"):np.searchsorted(starts, end)]))
-        run, row = block_sums(block_starts - begin, *(columns[name][begin:end] if name in columns else None for name in _INPUTS), c)
+        block = {name: column[begin:end] for name, column in columns.items()}
+        run, row = block_sums(block_starts - begin, *_inputs(block), c)
         firsts.append(block_starts)
         runs.append(run)
         rows.append(row)
@@ -443,22 +455,26 @@ def _compiled_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.nda
     if not key.dtype.is_integer() or key.null_count():  # any other key: polars finds where it changes
         columns = _numpy_columns(batch)
         firsts = np.union1d(_run_starts(batch), np.arange(0, batch.height, BLOCK_ROWS))
-        firsts, runs, rows = _mismatch_kernel.batch_sums(None, firsts, BLOCK_ROWS, *(columns.get(name) for name in _INPUTS), c, *sizes)
+        firsts, runs, rows = _mismatch_kernel.batch_sums(None, firsts, BLOCK_ROWS, *_inputs(columns), c, *sizes)
         return key.gather(firsts), runs, rows
     # An integer key: each of the batch's Arrow chunks as it lies in memory, its blocks counted from the chunk's
     # start (a batch of several chunks, as the streaming engine gives, is otherwise copied whole into one array per
     # column first: a tenth of the pass's time), the loop finding the runs on the key's own buffer.
-    keys, runs, rows = [], [], []
+    keys: list[np.ndarray] = []
+    run_parts: list[np.ndarray] = []
+    row_parts: list[np.ndarray] = []
     for chunk in batch.to_arrow().to_batches():
         if not chunk.num_rows:
             continue
         names = chunk.schema.names
-        columns = {name: _chunk_array(chunk.column(name)) for name in ("sequence", *_INPUTS) if name in names}
-        f, r, w = _mismatch_kernel.batch_sums(columns["sequence"], None, BLOCK_ROWS, *(columns.get(name) for name in _INPUTS), c, *sizes)
-        keys.append(columns["sequence"][f])  # numpy's gather: polars' Series.gather runs a query (0.4 ms a batch)
-        runs.append(r)
-        rows.append(w)
-    return pl.Series("sequence", np.concatenate(keys)), np.concatenate(runs, axis=1), np.concatenate(rows)
+        # numpy arrays, a boolean's as Bits (see _chunk_array): Any, as which is which follows from the column
+        arrays: dict[str, Any] = {name: _chunk_array(chunk.column(name))
+                                  for name in ("sequence", *_INPUTS) if name in names}
+        f, r, w = _mismatch_kernel.batch_sums(arrays["sequence"], None, BLOCK_ROWS, *_inputs(arrays), c, *sizes)
+        keys.append(arrays["sequence"][f])  # numpy's gather: polars' Series.gather runs a query (0.4 ms a batch)
+        run_parts.append(r)
+        row_parts.append(w)
+    return pl.Series("sequence", np.concatenate(keys)), np.concatenate(run_parts, axis=1), np.concatenate(row_parts)
 
 
 def _chunk_array(array: pa.Array) -> np.ndarray | tuple[np.ndarray, int]:

@@ -38,7 +38,7 @@ import numpy as np
 try:
     import numba
 except ImportError:  # the numpy pass runs instead
-    numba = None
+    numba = None  # type: ignore[assignment]  # the module or None, as AVAILABLE says
 
 #: Whether the compiled pass is available (numba importable).
 AVAILABLE = numba is not None
@@ -402,6 +402,7 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     if keys is not None:
         firsts = np.empty(height, dtype=np.int64)
         firsts = firsts[:_run_firsts(keys, block_rows, firsts)].copy()
+    assert firsts is not None  # given when keys are not
     firsts = firsts.astype(np.int64, copy=False)
     runs, rows = np.zeros((n_fields, len(firsts))), np.zeros((-(-height // block_rows), n_row))
     # the whole batch in three steps, two compiled calls and numpy's exp between: calling per block cost more in

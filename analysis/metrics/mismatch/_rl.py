@@ -163,7 +163,8 @@ def _on_ray(pieces, constants, replay, chunk_size):
     if not ray.is_initialized():
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     task = ray.remote(_piece_partials)
-    return ray.get([task.remote(*piece, constants, replay, chunk_size) for piece in pieces])
+    return ray.get([task.remote(path, offset, length, constants, replay, chunk_size)
+                    for path, offset, length in pieces])
 
 
 def mismatch_summary(data: Any, *, engine: str = "polars", replay: bool = True, chunk_size: int = 1_000_000,

@@ -14,7 +14,12 @@ recorded), optionally ``support_logprobs`` (the sampler's, parallel to the ids) 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars.expr.whenthen import ChainedThen, Then
 
 #: The renderers client's tolerance on Σ exp(logprob) over a recorded support.
 SUM_TOLERANCE = 1e-4
@@ -91,7 +96,7 @@ def violations(tokens: pl.LazyFrame, *, replay: bool) -> pl.LazyFrame:
     if replay:
         trainer = pl.col("trainer_support_logprobs") if "trainer_support_logprobs" in names else pl.lit(None, pl.List(pl.Float64))
         checks.append(("trainer_support_missing", trainer.is_null() | (trainer.list.len() != n) | trainer.list.eval(pl.element().is_null()).list.any()))
-    rule = pl.when(checks[0][1]).then(pl.lit(checks[0][0]))
+    rule: Then | ChainedThen = pl.when(checks[0][1]).then(pl.lit(checks[0][0]))
     for name, broken in checks[1:]:
         rule = rule.when(broken).then(pl.lit(name))
     return tokens.filter(ids.is_not_null()).with_columns(rule=rule).filter(pl.col("rule").is_not_null())

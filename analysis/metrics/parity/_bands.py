@@ -11,7 +11,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -228,7 +228,7 @@ def flip_curve(pairs: Iterable[tuple[Stream, Stream]], edges: Sequence[float] = 
     margins, flips = [], []
     for reference, other in pairs:
         c = compare(reference, other)
-        last = c.divergence_at if c.diverged else min(len(reference), len(other)) - 1
+        last = cast(int, c.divergence_at) if c.diverged else min(len(reference), len(other)) - 1  # diverged: it is set
         for step in range(last + 1):
             margin = top2_margin(_cands(reference, step))
             if margin is not None:
@@ -316,7 +316,7 @@ def avg_std_top1_prob(streams_: Sequence[Stream], upto: int | None = None) -> fl
     for position in range(min(last + 1, min(len(s) for s in streams_))):
         probs = [top1_prob(s, position) for s in streams_]
         if all(p is not None for p in probs):
-            stds.append(float(np.std(probs)))
+            stds.append(float(np.std(cast(list[float], probs))))  # no None: checked above
     return sum(stds) / len(stds) if stds else None
 
 

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import polars as pl
 
 from ...dumps import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA
+
+if TYPE_CHECKING:
+    from polars._typing import EngineType
 
 REQUEST_KEY = ["part", "source", "record", "choice_index"]
 _CODED_KEY = ["part", "source_code", "record", "choice_index"]
@@ -135,7 +138,7 @@ def ordered_bits(bits: pl.Expr) -> pl.Expr:
     return pl.when(bits < 0).then(-(bits.and_(0x7FFFFFFF))).otherwise(bits)
 
 
-def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") -> Steps:
+def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: EngineType = "auto") -> Steps:
     """The ``steps`` and ``cands`` frames of the completion tokens of one or more dumps.
 
     ``parts`` holds (tokens, candidates, requests) frames, polars or pandas, eager or lazy; a
@@ -154,21 +157,23 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
     Steps
     """
     coded = pl.col("source").cast(pl.Categorical).to_physical().alias("source_code")  # joins on integers, not on strings
-    tokens = pl.concat([_lazy(t, TOKEN_SCHEMA).filter(pl.col("segment") == "completion").with_columns(coded, part=pl.lit(i, pl.Int64))
-                        .select(*_CODED_KEY, "position", "token_id", "token_text", "token_bytes", "logprob")
-                        for i, (t, _, _) in enumerate(parts)])
-    cands = pl.concat([_lazy(c, CANDIDATE_SCHEMA).filter((pl.col("segment") == "completion") & (pl.col("list_kind") == "top_logprobs"))
-                       .with_columns(coded, part=pl.lit(i, pl.Int64))
-                       .select(*_CODED_KEY, "position", "list_index", "cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob",
-                               "is_duplicate")
-                       for i, (_, c, _) in enumerate(parts)])
-    keys = pl.concat([_lazy(r, REQUEST_SCHEMA).with_columns(coded, part=pl.lit(i, pl.Int64)).select(*REQUEST_KEY, "source_code")
-                      for i, (_, _, r) in enumerate(parts)]).unique(maintain_order=True).with_row_index("req").with_columns(pl.col("req").cast(pl.Int64))
-    keys = keys.collect()
-    tokens = tokens.join(keys.lazy().select(*_CODED_KEY, "req"), on=_CODED_KEY, how="inner").sort("req", "position")
-    tokens = tokens.with_columns(idx=pl.int_range(pl.len(), dtype=pl.Int64).over("req")).with_row_index("step").collect(engine=engine)
+    tokens_plan = pl.concat([_lazy(t, TOKEN_SCHEMA).filter(pl.col("segment") == "completion").with_columns(coded, part=pl.lit(i, pl.Int64))
+                             .select(*_CODED_KEY, "position", "token_id", "token_text", "token_bytes", "logprob")
+                             for i, (t, _, _) in enumerate(parts)])
+    cands_plan = pl.concat([_lazy(c, CANDIDATE_SCHEMA).filter((pl.col("segment") == "completion") & (pl.col("list_kind") == "top_logprobs"))
+                            .with_columns(coded, part=pl.lit(i, pl.Int64))
+                            .select(*_CODED_KEY, "position", "list_index", "cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob",
+                                    "is_duplicate")
+                            for i, (_, c, _) in enumerate(parts)])
+    keys_plan = pl.concat([_lazy(r, REQUEST_SCHEMA).with_columns(coded, part=pl.lit(i, pl.Int64)).select(*REQUEST_KEY, "source_code")
+                           for i, (_, _, r) in enumerate(parts)]).unique(maintain_order=True).with_row_index("req").with_columns(pl.col("req").cast(pl.Int64))
+    keys = keys_plan.collect()
+    tokens_plan = (tokens_plan.join(keys.lazy().select(*_CODED_KEY, "req"), on=_CODED_KEY, how="inner")
+                   .sort("req", "position"))
+    tokens = (tokens_plan.with_columns(idx=pl.int_range(pl.len(), dtype=pl.Int64).over("req")).with_row_index("step")
+              .collect(engine=engine))
     tokens = tokens.with_columns(pl.col("step").cast(pl.Int64))
-    cands = _numbered_candidates(cands.collect(engine=engine), tokens)
+    cands = _numbered_candidates(cands_plan.collect(engine=engine), tokens)
     keys = keys.drop("source_code")
     as_int = tokens["token_id"].null_count() == 0 and cands["cand_token_id"].null_count() == 0
     cands = cands.select(
@@ -177,7 +182,8 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: str = "auto") 
         logprob=pl.col("cand_logprob"),
     ).with_columns(finite=pl.col("logprob").is_finite().fill_null(False))
     # One integer per (step, candidate id) when ids and steps fit 31 bits each: joins and distinct counts on it are far faster.
-    packed = as_int and cands.height > 0 and cands["ident"].min() >= 0 and cands["ident"].max() < _PACK and tokens.height < _PACK
+    packed = (as_int and cands.height > 0 and cast(int, cands["ident"].min()) >= 0 and cast(int, cands["ident"].max()) < _PACK
+              and tokens.height < _PACK)  # as_int: ident is the Int64 id, with no null
     cands = cands.with_columns(key=(pl.col("step") * _PACK + pl.col("ident")) if packed else pl.lit(None, pl.Int64))
     if cands["is_duplicate"].null_count() == 0 and not cands["is_duplicate"].any():
         cands = cands.with_columns(first=pl.col("finite"))  # the reader saw no token twice in any list: every finite entry is its token's first
@@ -215,7 +221,8 @@ def _numbered_candidates(cands: pl.DataFrame, tokens: pl.DataFrame) -> pl.DataFr
     starts = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(1)) for k in key]).fill_null(True)
     cands = cands.with_columns(run=starts.cast(pl.Int64).cum_sum() - 1)
     heads = cands.filter(starts).select("run", *key).join(tokens.select(*key, "step"), on=key, how="inner")
-    step_of_run = pl.Series("step", [None] * (cands["run"].max() + 1 if cands.height else 0), dtype=pl.Int64).scatter(heads["run"], heads["step"])
+    n_runs = cast(int, cands["run"].max()) + 1 if cands.height else 0  # run numbers from 0, with no null
+    step_of_run = pl.Series("step", [None] * n_runs, dtype=pl.Int64).scatter(heads["run"], heads["step"])
     cands = cands.with_columns(step=step_of_run.gather(cands["run"])).filter(pl.col("step").is_not_null())
     cands = cands.with_columns(req=tokens["req"].gather(cands["step"]), idx=tokens["idx"].gather(cands["step"])).drop("run", *_CODED_KEY, "position")
     step, index = pl.col("step").diff(), pl.col("list_index").diff()

@@ -89,7 +89,7 @@ def streams(tokens: Any, candidates: Any | None = None, *, segment: str = "compl
     """
     key = ["source", "record", "choice_index"]
     tokens = as_polars(tokens).filter(pl.col("segment") == segment).sort(*key, "position").with_row_index("_row")
-    steps = [()] * tokens.height
+    steps: list[tuple[tuple[Any, float | None], ...]] = [()] * tokens.height  # per token row: (identity, logprob)s
     if candidates is not None:
         cands = (as_polars(candidates).filter((pl.col("segment") == segment) & (pl.col("list_kind") == "top_logprobs"))
                  .join(tokens.select(*key, "position", "_row"), on=[*key, "position"], how="inner", nulls_equal=True)

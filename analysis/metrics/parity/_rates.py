@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -156,7 +156,7 @@ def band_decode_rate(rates: Sequence[float | None]) -> float | None:
     """
     if not rates or any(r is None for r in rates):
         return None
-    return statistics.median(rates)
+    return statistics.median(cast(Sequence[float], rates))  # no None: checked above
 
 
 def ratio_interval(base: Sequence[float], batched: Sequence[float], *, n_boot: int = 2000, seed: int = 0,
@@ -187,12 +187,13 @@ def ratio_interval(base: Sequence[float], batched: Sequence[float], *, n_boot: i
     >>> round(ratio, 4), low <= ratio <= high
     (0.75, True)
     """
-    base, batched = np.asarray(base, dtype=float), np.asarray(batched, dtype=float)
-    if base.size == 0 or batched.size == 0:
+    base_rates, batched_rates = np.asarray(base, dtype=float), np.asarray(batched, dtype=float)
+    if base_rates.size == 0 or batched_rates.size == 0:
         raise ValueError("both bands need at least one rate")
     rng = np.random.default_rng(seed)
-    boot_base = np.median(rng.choice(base, size=(n_boot, base.size)), axis=1)
-    boot_batched = np.median(rng.choice(batched, size=(n_boot, batched.size)), axis=1)
+    boot_base = np.median(rng.choice(base_rates, size=(n_boot, base_rates.size)), axis=1)
+    boot_batched = np.median(rng.choice(batched_rates, size=(n_boot, batched_rates.size)), axis=1)
     ratios = boot_batched / boot_base
     tail = (1 - level) / 2 * 100
-    return float(np.median(batched) / np.median(base)), float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))
+    return (float(np.median(batched_rates) / np.median(base_rates)), float(np.percentile(ratios, tail)),
+            float(np.percentile(ratios, 100 - tail)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from html import escape
+from typing import cast
 
 from ...studies import TOP_SEQUENCES, largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs
 from .tables import table_html
@@ -36,7 +37,9 @@ def rl_mismatch_html(pairs: Sequence[str | os.PathLike[str]]) -> str:
     for (run,), group in tokens.group_by("run", maintain_order=True):
         parted = int((group["delta"] != 0).sum())
         said.append(f"{run}: every one of the {group.height} tokens has the sampler's bits, so every metric is at its no-mismatch value"
-                    if parted == 0 else f"{run}: {parted} of {group.height} tokens part, by up to {group['delta'].abs().max():.3g} nats")
+                    if parted == 0 else
+                    f"{run}: {parted} of {group.height} tokens part, "
+                    f"by up to {cast(float, group['delta'].abs().max()):.3g} nats")
     intro = ("<h2>Sampler and trainer</h2><p>Each sampled sequence scored again as an RL trainer scores it: one teacher-forced "
              "forward pass over prompt and completion, batched as a trainer batches, in the run's kernel mode. The metrics are each "
              "framework's own (names as they log them, their averaging and constants); delta is the trainer's logprob minus the "

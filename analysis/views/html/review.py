@@ -9,7 +9,7 @@ the evidence complete. Every value is formatted for people here; the templates e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -168,7 +168,8 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
     counts = per_c_counts(_within_spans(slots, spans))
     no_bits = _bits_not_judged(spans)
-    lines = [*judged, _bits_line(counts, slots["max_ulp"].max(), no_bits),
+    max_ulp = cast("int | None", slots["max_ulp"].max())  # an Int64 column
+    lines = [*judged, _bits_line(counts, max_ulp, no_bits),
              _tokens_line(counts) if counts.height else ("tokens", MISSING, None), _near_tie_line(counts, epsilon), _run_completeness(run)]
     run_to_run = _run_to_run_line(spans, slots)
     if run_to_run:

@@ -298,11 +298,12 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
     ).sort(*arms, "c").select(*arms, c="c", bands="bands", **{"batch widths formed": "widths_formed", "requests": "requests",
                             "parted from m=1": "parted", "at a near-tie": "near_tie", "earliest divergence": "earliest",
                             "most unique completions": "most_completions", "median decode tok/s": "rate", "median time per 1000 seq": "per_1000"})
-    worst = bands.select(*arms, prompt="prompt_id", c="c", repeat="repeat", **{
+    worst_columns: dict[str, str | pl.Expr] = {
         "m formed": "m_formed", "widths formed": "widths_seen", "width evidence": "width_evidence", "earliest divergence": "divergence_min",
         "parted": pl.format("{} of {}", "diverged_slots", "n_slots"), "near-tie": "near_tie_slots", "slots agree to": "intra_agree_to",
         "unique completions": "unique_completions", "modal share": "modal_share", "decode tok/s": "decode_tok_s",
-        "time per 1000 seq": "s_per_1000_seq", "prefix cache": "prefix_cache"})
+        "time per 1000 seq": "s_per_1000_seq", "prefix cache": "prefix_cache"}
+    worst = bands.select(*arms, prompt="prompt_id", c="c", repeat="repeat", **worst_columns)
     if worst["prefix cache"].null_count() == worst.height:
         worst = worst.drop("prefix cache")
     per_c, worst = _as_durations(per_c, "median time per 1000 seq"), _as_durations(worst, "time per 1000 seq")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -40,7 +40,9 @@ def rl_mismatch_figures(pairs: Sequence[str | os.PathLike[str]] | pl.DataFrame) 
     import matplotlib.pyplot as plt
 
     tokens = as_frame(pairs)
-    tokens = (mismatch_tokens(pairs) if tokens is None else tokens).with_columns(size=pl.col("delta").abs())
+    if tokens is None:  # not a frame: the pairs files
+        tokens = mismatch_tokens(cast("Sequence[str | os.PathLike[str]]", pairs))
+    tokens = tokens.with_columns(size=pl.col("delta").abs())
     runs = tokens["run"].unique(maintain_order=True).to_list()
     tokens = tokens.with_columns(color=pl.col("run").replace_strict(runs, [f"C{i % 10}" for i in range(len(runs))]))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -71,7 +73,8 @@ def _distribution(tokens: pl.DataFrame, ax) -> None:
     if nonzero.is_empty():
         ax.bia_empty = "No token's logprob differs between sampler and trainer: no distribution of |delta| to draw."
         return
-    bins = np.logspace(np.log10(nonzero.min()) - 0.1, np.log10(nonzero.max()) + 0.1, 30)
+    low, high = cast(float, nonzero.min()), cast(float, nonzero.max())  # a Float64 series, not empty
+    bins = np.logspace(np.log10(low) - 0.1, np.log10(high) + 0.1, 30)
     for group, color, label in _each_run(tokens):
         ax.hist(group.filter(pl.col("size") > 0)["size"].to_numpy(), bins=bins, histtype="step", color=color, label=label)
     ax.set(xscale="log", xlabel="|trainer - rollout logprob| (nats)", ylabel="tokens", title="Per-token mismatch")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -154,7 +154,7 @@ def _never_parted_lengths(measured: pl.DataFrame, witnesses: Any) -> list[int]:
     """The reference lengths when every measured band's divergence_at reaches its witness's (none parted), else []."""
     if witnesses is None:
         return []
-    tokens = as_frame(witnesses).select("source", "reference_tokens").unique("source")
+    tokens = cast(pl.DataFrame, as_frame(witnesses)).select("source", "reference_tokens").unique("source")  # a frame
     joined = measured.join(tokens, on="source", how="left")
     if joined["reference_tokens"].null_count() or (joined["divergence_at"] < joined["reference_tokens"]).any():
         return []
@@ -237,21 +237,22 @@ def plot_margin_trace(margins: Run | Sequence[float | None] | Mapping[str, Seque
     """
     ax = _axes(ax)
     if isinstance(margins, Run):
-        margins, divergences = reference_margins(margins), divergences or _partings(margins)
+        run = margins
+        margins, divergences = reference_margins(run), divergences or _partings(run)
     elif isinstance(margins, (str, os.PathLike, pl.DataFrame)) or not isinstance(margins, Iterable):
         hint = f": read the run first, plot_margin_trace(analysis.read_run({margins!r}))" if isinstance(margins, (str, os.PathLike)) else ""
         raise TypeError(f"plot_margin_trace draws a Run, or margins per step (a list, or a mapping of prompt to lists: "
                         f"analysis.reference_margins(run)), not a {type(margins).__name__}{hint}")
     traces = dict(margins) if isinstance(margins, Mapping) else {"": margins}
     parted = dict(divergences) if isinstance(divergences, Mapping) else {"": divergences}
-    traces = {p: [(i, m) for i, m in enumerate(t) if m is not None] for p, t in traces.items()}
-    traces = {p: t for p, t in traces.items() if t}
-    if not traces:
+    points = {p: [(i, m) for i, m in enumerate(t) if m is not None] for p, t in traces.items()}
+    points = {p: t for p, t in points.items() if t}
+    if not points:
         return _empty(ax, "The reference has no step with two candidates.")
-    if len(traces) > LEGEND_LIMIT - 2:
-        _grey_traces(ax, traces, parted)
+    if len(points) > LEGEND_LIMIT - 2:
+        _grey_traces(ax, points, parted)
     else:
-        _coloured_traces(ax, traces, parted)
+        _coloured_traces(ax, points, parted)
     ax.axhline(epsilon, color="red", linestyle="--", linewidth=1, label=f"epsilon = {epsilon:g}")
     _margin_axis(ax)
     ax.set_xlabel("step (0-based)")

@@ -4,6 +4,7 @@ regressions; the series' keys and names, and each figure's alt text."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import cast
 
 import polars as pl
 
@@ -147,9 +148,9 @@ def _span(times: pl.Series, markers: pl.DataFrame) -> tuple[dt.datetime, dt.date
     times = times.drop_nulls()
     if not times.len():
         return None
-    first, last = times.min(), times.max()
-    before = markers.filter(pl.col("time") <= first)["time"].max()
-    after = markers.filter(pl.col("time") > last)["time"].min()
+    first, last = cast(dt.datetime, times.min()), cast(dt.datetime, times.max())  # a Datetime series, nulls dropped
+    before = cast("dt.datetime | None", markers.filter(pl.col("time") <= first)["time"].max())
+    after = cast("dt.datetime | None", markers.filter(pl.col("time") > last)["time"].min())
     low, high = before or first, after or last
     pad = (high - low) / 20 if high > low else dt.timedelta(hours=12)
     return low - pad, high + pad
