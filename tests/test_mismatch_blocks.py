@@ -57,12 +57,12 @@ def test_runs_cut_across_blocks_and_runs_without_a_masked_token(monkeypatch):
 
 def test_token_level_weights_are_summed_only_for_the_token_level():
     seqs, glob = _mismatch_blocks.partials(STEP.lazy())
-    assert math.isnan(glob["s_w"].item()) and math.isnan(glob["c_hi"].item())  # the sequence level never reads them
+    assert math.isnan(glob["s_w"].item()) and math.isnan(glob["n_hi"].item())  # the sequence level never reads them
     c = _mismatch_blocks.Constants(verl_rollout_is="token")
     glob = _mismatch_blocks.partials(STEP.lazy(), c)[1].row(0, named=True)
     # rho = 1, 3, 1/4: w = min(rho, 2) = 1, 2, 1/4; one above 2, one below 1/2
-    assert (glob["s_w"], glob["s_w2"], glob["c_hi"], glob["c_lo"]) == pytest.approx((3.25, 1 + 4 + 1 / 16, 1, 1), rel=1e-12)
-    assert glob["c_sky"] == 1 and glob["s_rho_c"] == pytest.approx(4.25, rel=1e-12)
+    assert (glob["s_w"], glob["s_w2"], glob["n_hi"], glob["n_lo"]) == pytest.approx((3.25, 1 + 4 + 1 / 16, 1, 1), rel=1e-12)
+    assert glob["n_sky"] == 1 and glob["s_rho_c"] == pytest.approx(4.25, rel=1e-12)
     assert seqs["sequence"].to_list() == ["A", "B", "C", "D", "E"]
 
 

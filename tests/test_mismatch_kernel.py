@@ -143,7 +143,7 @@ def test_the_numpy_pass_runs_when_the_compiled_one_is_switched_off(monkeypatch):
 
 def test_prime_rl_counts_with_a_zero_or_null_advantage_and_a_nan_in_one_quantity_only():
     # prime-rl masks a token when Δp = p − q > high with a positive advantage and when Δp < −low otherwise: an advantage
-    # of exactly 0 or NaN (a null) takes the second branch and counts in neither c_ph nor c_pl. The loop computes this
+    # of exactly 0 or NaN (a null) takes the second branch and counts in neither n_ph nor n_pl. The loop computes this
     # with 0/1 products; numpy with np.where. Rows 0-3: Δp = +0.5, −0.5, +0.5, −0.5 with advantages 1, 0, NaN, −1.
     p, q = np.array([0.75, 0.25, 0.75, 0.25]), np.array([0.25, 0.75, 0.25, 0.75])
     r, t = np.log(q), np.log(p)
@@ -153,7 +153,7 @@ def test_prime_rl_counts_with_a_zero_or_null_advantage_and_a_nan_in_one_quantity
     firsts, runs, rows = kernel.batch_sums(None, np.array([0]), 1 << 14, mask, r, t, advantage, None, c, RUN_FIELDS, ROW_FIELDS)
     fields = dict(zip(_mismatch_blocks.run_fields(True), runs[:, 0]))
     # dropped: row 0 (positive, Δp > 0.2), row 1 (zero: Δp < −0.2), row 3 (negative, Δp < −0.2); row 2 (NaN: Δp > 0) kept
-    assert (fields["c_pm"], fields["c_ph"], fields["c_pl"]) == (3.0, 1.0, 1.0)
+    assert (fields["n_pm"], fields["n_ph"], fields["n_pl"]) == (3.0, 1.0, 1.0)
     numpy_runs, numpy_row = _mismatch_blocks.block_sums(np.array([0]), mask, r, t, advantage, None, c)
     np.testing.assert_allclose(runs[:, 0], numpy_runs[:, 0], rtol=1e-12, atol=1e-14)
     # t = r = 800 on one token: δ and K3 are 0 there, but p = q = inf and |p − q| is NaN; only its extreme is NaN

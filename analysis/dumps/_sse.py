@@ -19,7 +19,7 @@ class Event:
 
 
 @dataclass
-class Stream:
+class SseCapture:
     """A whole SSE capture, parsed."""
 
     events: list[Event] = field(default_factory=list)
@@ -27,7 +27,7 @@ class Stream:
     trailing_line: int | None = None
 
 
-def parse_sse(text: str) -> Stream:
+def parse_sse(text: str) -> SseCapture:
     """Split an SSE capture into events.
 
     CR, LF and CRLF end lines; a blank line dispatches; ``:`` lines are comments; several
@@ -42,7 +42,7 @@ def parse_sse(text: str) -> Stream:
 
     Returns
     -------
-    Stream
+    SseCapture
         Its events, and whether it was cut mid-event.
 
     Examples
@@ -59,7 +59,7 @@ def parse_sse(text: str) -> Stream:
     decoder = SSELineDecoder()
     lines = decoder.decode(text) + decoder.flush() if text else []
     events = SSEDecoder()
-    stream = Stream()
+    stream = SseCapture()
     start: int | None = None
     has_data = False  # WHATWG dispatches only an event that had a data line
     for number, line in enumerate(lines, start=1):

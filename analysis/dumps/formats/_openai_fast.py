@@ -251,8 +251,8 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         "placeholder": placeholder,
         "raw": raw,
         "bytes": _series(_binary(_field(cands, "bytes"))),
-    }).with_columns(*classified(pl.col("raw"), "c_"))
-    if ((frame["c_status"] == "ok") & (frame["raw"] > MAX_LOGPROB)).any():
+    }).with_columns(*classified(pl.col("raw"), "cand_"))
+    if ((frame["cand_status"] == "ok") & (frame["raw"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive candidate logprob")
     own_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
     frame = frame.with_columns(
@@ -274,10 +274,10 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         cand_token_id=pl.col("cand_id"),
         cand_token_text=pl.col("cand_text"),
         cand_token_bytes=pl.col("cand_bytes"),
-        cand_logprob=pl.col("c_logprob"),
-        cand_prob=pl.col("c_prob"),
+        cand_logprob=pl.col("cand_logprob"),
+        cand_prob=pl.col("cand_prob"),
         cand_raw_value=pl.col("raw"),
-        cand_status=pl.col("c_status"),
+        cand_status=pl.col("cand_status"),
         is_sampled=sampled,
         is_duplicate=_duplicates(pl.col("parent"), pl.col("cand_id"), pl.col("cand_text"), pl.col("cand_bytes"), all_ids),
     )

@@ -68,13 +68,13 @@ class Constants:
 
 
 #: The per-sequence sums every per-sequence metric is built from (a count, or Σ over the loss-masked tokens).
-SEQ_SUMS = ("n_rows", "n", "n_support", "s_r", "s_t", "s_d", "s_absd", "s_k3", "s_miles", "s_rho2", "s_tis", "c_tisclip",
+SEQ_SUMS = ("n_rows", "n", "n_support", "s_r", "s_t", "s_d", "s_absd", "s_k3", "s_miles", "s_rho2", "s_tis", "n_tisclip",
             "s_tisabs")
 #: prime-rl's per-sample counts and sums, which need the advantage.
-ADV_SUMS = ("c_pm", "c_ph", "c_pl", "s_k3m", "s_k3k")
-#: Batch-wide values: sums (``s_w``, ``s_w2``, ``c_hi``, ``c_lo``: NaN unless ``verl_rollout_is="token"``, the only mode
+ADV_SUMS = ("n_pm", "n_ph", "n_pl", "s_k3m", "s_k3k")
+#: Batch-wide values: sums (``s_w``, ``s_w2``, ``n_hi``, ``n_lo``: NaN unless ``verl_rollout_is="token"``, the only mode
 #: that reads them), second moments with the sum they are centred on, and the co-moment of ``p = exp t`` and ``q = exp r``.
-GLOBAL_SUMS = ("n", "s_w", "s_w2", "c_hi", "c_lo", "c_sky", "s_rho_c")
+GLOBAL_SUMS = ("n", "s_w", "s_w2", "n_hi", "n_lo", "n_sky", "s_rho_c")
 GLOBAL_M2 = {"absd": "absd", "k3": "k3", "x": "x", "p": "p", "q": "q"}
 GLOBAL_MAX = ("absd", "k3", "x")
 
@@ -187,7 +187,7 @@ def sequence_table(parts: pl.DataFrame, c: Constants = Constants(), *, advantage
         k(pl.col("s_tis"), n).alias("tis"),
     ]
     if advantage:
-        cols.append(k(pl.col("c_pm").cast(pl.Float64), n).alias("is_masked"))
+        cols.append(k(pl.col("n_pm").cast(pl.Float64), n).alias("is_masked"))
     return parts.select(cols)
 
 
@@ -236,7 +236,7 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
     seq_log_w = pl.col("s_d").clip(-c.safety_bound, c.safety_bound)
     if c.verl_rollout_is == "token":
         s_w, s_w2 = g["s_w"], g["s_w2"]
-        frac_hi, frac_lo = g["c_hi"] / verl_n, g["c_lo"] / verl_n
+        frac_hi, frac_lo = g["n_hi"] / verl_n, g["n_lo"] / verl_n
     else:  # the sequence's weight exp(clip(Σδ)) on each of its masked tokens; the shares are over sequences
         w_seq = pl.min_horizontal(seq_log_w.exp(), pl.lit(c.verl_is_threshold))
         s_w, s_w2 = (nf * w_seq).sum(), (nf * w_seq * w_seq).sum()
@@ -289,7 +289,7 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
         # slime
         "slime:train/train_rollout_logprob_abs_diff": slime(pl.col("s_absd")),
         "slime:train/tis": slime(pl.col("s_tis")),
-        "slime:train/tis_clipfrac": slime(pl.col("c_tisclip").cast(pl.Float64)),
+        "slime:train/tis_clipfrac": slime(pl.col("n_tisclip").cast(pl.Float64)),
         "slime:train/tis_abs": slime(pl.col("s_tisabs")),
         "slime:train/mis_kl": slime(-pl.col("s_d")),
         "slime:train/mis_k3_kl": slime(pl.col("s_k3")),
@@ -311,14 +311,14 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
         "skyrl:policy/rollout_train_logprobs_abs_diff_max": g["max_absd"],
         "skyrl:policy/rollout_train_logprobs_abs_diff_min": g["min_absd"],
         "skyrl:is_ratio_mean": g["s_rho_c"] / pl.max_horizontal(N, pl.lit(1)),
-        "skyrl:tis_token_clip_high_ratio": g["c_sky"] / pl.max_horizontal(N, pl.lit(1)),
+        "skyrl:tis_token_clip_high_ratio": g["n_sky"] / pl.max_horizontal(N, pl.lit(1)),
     }
     if advantage:  # prime-rl: per sample (_safe_mean: 0 over an empty mask), then mean and max over samples
         def safe(total: str, count: pl.Expr) -> pl.Expr:
             return pl.col(total).cast(pl.Float64) / pl.max_horizontal(count, pl.lit(1)).cast(pl.Float64)
 
-        per_sample = {"is_masked": safe("c_pm", n), "is_masked_high": safe("c_ph", n), "is_masked_low": safe("c_pl", n),
-                      "masked_mismatch_kl": safe("s_k3m", pl.col("c_pm")), "unmasked_mismatch_kl": safe("s_k3k", n - pl.col("c_pm"))}
+        per_sample = {"is_masked": safe("n_pm", n), "is_masked_high": safe("n_ph", n), "is_masked_low": safe("n_pl", n),
+                      "masked_mismatch_kl": safe("s_k3m", pl.col("n_pm")), "unmasked_mismatch_kl": safe("s_k3k", n - pl.col("n_pm"))}
         for name, value in per_sample.items():
             cols[f"prime-rl:{name}/mean"] = value.mean()
             cols[f"prime-rl:{name}/max"] = value.max()

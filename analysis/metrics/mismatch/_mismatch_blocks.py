@@ -89,7 +89,7 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
 
 #: The rows of a block's per-token array that are summed per sequence, in order (prime-rl's ADV_SUMS go between,
 #: with an advantage); then the GLOBAL_M2 quantities, whose first two, |δ| and K3, are also summed; then Δp = p − q.
-_SEQ_ROWS = ("s_r", "s_t", "s_d", "s_miles", "s_rho2", "s_tis", "c_tisclip", "s_tisabs")
+_SEQ_ROWS = ("s_r", "s_t", "s_d", "s_miles", "s_rho2", "s_tis", "n_tisclip", "s_tisabs")
 _MOMENT_ROWS = ("absd", "k3", "x", "p", "q")  # the names of _mismatch.GLOBAL_M2, which merge_globals reads by name
 
 
@@ -167,7 +167,7 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
     >>> runs["n_rows"].tolist(), runs["n"].tolist(), runs["s_tis"].round(12).tolist()  # rho = 3, 1 | 1/4
     ([2.0, 2.0], [2.0, 1.0], [4.0, 0.25])
     >>> row = dict(zip(ROW_FIELDS, row.tolist()))
-    >>> row["n"], round(row["max_absd"], 12) == round(math.log(4), 12), row["c_sky"]
+    >>> row["n"], round(row["max_absd"], 12) == round(math.log(4), 12), row["n_sky"]
     (3.0, True, 1.0)
     """
     masked = np.flatnonzero(mask)
@@ -222,12 +222,12 @@ def _token_rows(r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: C
     np.subtract(rho, 1.0, out=tisabs)
     np.abs(tisabs, out=tisabs)
     if advantage is not None:  # prime-rl: masked when Δp > high for a positive advantage, Δp < −low otherwise (null: otherwise)
-        c_pm, c_ph, c_pl, s_k3m, s_k3k = rows[len(_SEQ_ROWS):len(_SEQ_ROWS) + extra]
+        n_pm, n_ph, n_pl, s_k3m, s_k3k = rows[len(_SEQ_ROWS):len(_SEQ_ROWS) + extra]
         positive, high, low = advantage > 0, pminus > c.prime_rl_dppo_mask_high, pminus < -c.prime_rl_dppo_mask_low
         dropped = np.where(positive, high, low)
-        c_pm[:] = dropped
-        np.logical_and(positive, high, out=c_ph)
-        np.logical_and(advantage < 0, low, out=c_pl)
+        n_pm[:] = dropped
+        np.logical_and(positive, high, out=n_ph)
+        np.logical_and(advantage < 0, low, out=n_pl)
         np.multiply(dropped, k3, out=s_k3m)  # products, not np.where: an infinite K3 gives NaN as before
         np.multiply(~dropped, k3, out=s_k3k)
     return rows, rc

@@ -134,9 +134,9 @@ def _run_sums(lo, hi, d, aa, rho, rc_all, p, q, c, runs, j):
     verl_lo = 1.0 / verl_thr
     has_adv = aa.shape[0] > 0
     # the sums live in registers while the run's tokens stream past, and are stored once at its end
-    s_d = s_miles = s_rho2 = s_tis = c_tisclip = s_tisabs = s_absd = s_k3 = 0.0
-    c_pm = c_ph = c_pl = s_k3m = s_k3k = 0.0
-    s_w = s_w2 = c_hi = c_lo = c_sky = s_rc = s_x = s_p = s_q = 0.0
+    s_d = s_miles = s_rho2 = s_tis = n_tisclip = s_tisabs = s_absd = s_k3 = 0.0
+    n_pm = n_ph = n_pl = s_k3m = s_k3k = 0.0
+    s_w = s_w2 = n_hi = n_lo = n_sky = s_rc = s_x = s_p = s_q = 0.0
     # views from 0: an index that cannot be negative needs no wraparound check, and the loop vectorises
     d, rho, rc_all, p, q = d[lo:hi], rho[lo:hi], rc_all[lo:hi], p[lo:hi], q[lo:hi]
     if has_adv:
@@ -151,7 +151,7 @@ def _run_sums(lo, hi, d, aa, rho, rc_all, p, q, c, runs, j):
         s_miles += miles
         s_rho2 += rc * rc
         s_tis += rhok
-        c_tisclip += 1.0 if (rhok > tis_hi or rhok < tis_lo) else 0.0
+        n_tisclip += 1.0 if (rhok > tis_hi or rhok < tis_lo) else 0.0
         s_tisabs += abs(rhok - 1.0)
         s_absd += abs(dk)
         s_k3 += k3
@@ -160,9 +160,9 @@ def _run_sums(lo, hi, d, aa, rho, rc_all, p, q, c, runs, j):
         w = verl_thr if rc > verl_thr else rc  # np.minimum: NaN stays NaN
         s_w += w
         s_w2 += w * w
-        c_hi += 1.0 if rc > verl_thr else 0.0
-        c_lo += 1.0 if rc < verl_lo else 0.0
-        c_sky += 1.0 if rc > sky_hi else 0.0
+        n_hi += 1.0 if rc > verl_thr else 0.0
+        n_lo += 1.0 if rc < verl_lo else 0.0
+        n_sky += 1.0 if rc > sky_hi else 0.0
         s_rc += rc
         s_x += abs(pk - qk)
         s_p += pk
@@ -177,19 +177,19 @@ def _run_sums(lo, hi, d, aa, rho, rc_all, p, q, c, runs, j):
             positive = 1.0 if a > 0 else 0.0  # a NaN advantage (a null) counts as not positive, as in numpy
             negative = 1.0 if a < 0 else 0.0
             dropped = positive * high + (1.0 - positive) * low
-            c_pm += dropped
-            c_ph += positive * high
-            c_pl += negative * low
+            n_pm += dropped
+            n_ph += positive * high
+            n_pl += negative * low
             s_k3m += dropped * k3  # a product: an infinite K3 gives NaN as numpy does
             s_k3k += (1.0 - dropped) * k3
     runs[_N, j] = hi - lo
     runs[_S_D, j], runs[_S_MILES, j] = s_d, s_miles
-    runs[_S_RHO2, j], runs[_S_TIS, j], runs[_C_TISCLIP, j], runs[_S_TISABS, j] = s_rho2, s_tis, c_tisclip, s_tisabs
+    runs[_S_RHO2, j], runs[_S_TIS, j], runs[_C_TISCLIP, j], runs[_S_TISABS, j] = s_rho2, s_tis, n_tisclip, s_tisabs
     if has_adv:
-        runs[_S_TISABS + 1, j], runs[_S_TISABS + 2, j], runs[_S_TISABS + 3, j] = c_pm, c_ph, c_pl
+        runs[_S_TISABS + 1, j], runs[_S_TISABS + 2, j], runs[_S_TISABS + 3, j] = n_pm, n_ph, n_pl
         runs[_S_TISABS + 4, j], runs[_S_TISABS + 5, j] = s_k3m, s_k3k
     runs[runs.shape[0] - 2, j], runs[runs.shape[0] - 1, j] = s_absd, s_k3  # the last two rows
-    return s_w, s_w2, c_hi, c_lo, c_sky, s_rc, s_x, s_p, s_q
+    return s_w, s_w2, n_hi, n_lo, n_sky, s_rc, s_x, s_p, s_q
 
 
 def _finish_block(row, lo, hi, d, rho, p, q, verl_token):
@@ -266,7 +266,7 @@ def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support,
         if begin // block_rows != block:  # a new block: the previous one's moments
             _finish_block(rows[block], block_lo, at[j], d, rho, p, q, verl_token)
             block, block_lo = begin // block_rows, at[j]
-        s_w, s_w2, c_hi, c_lo, c_sky, s_rc, s_x, s_p, s_q = _run_sums(at[j], at[j + 1], d, aa, rho, rc, p, q, c, runs, j)
+        s_w, s_w2, n_hi, n_lo, n_sky, s_rc, s_x, s_p, s_q = _run_sums(at[j], at[j + 1], d, aa, rho, rc, p, q, c, runs, j)
         n_support = 0.0
         for i in range(begin, min(end, support_rows)):
             n_support += _bit(support, support_offset, i)
@@ -274,9 +274,9 @@ def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support,
         row = rows[block]
         row[_G_SW] += s_w
         row[_G_SW2] += s_w2
-        row[_G_CHI] += c_hi
-        row[_G_CLO] += c_lo
-        row[_G_CSKY] += c_sky
+        row[_G_CHI] += n_hi
+        row[_G_CLO] += n_lo
+        row[_G_CSKY] += n_sky
         row[_G_SRC] += s_rc
         # the block's Σ of |δ|, K3, |p − q|, p and q, from its runs'
         row[_G_TOTALS] += runs[last - 1, j]
