@@ -143,7 +143,7 @@ def rust_debug_str(text: str) -> str:
         if char in _SIMPLE_ESCAPES:
             out.append(_SIMPLE_ESCAPES[char])
         elif _needs_unicode_escape(char):
-            out.append("\\u{%x}" % ord(char))
+            out.append(f"\\u{{{ord(char):x}}}")
         else:
             out.append(char)
     out.append('"')

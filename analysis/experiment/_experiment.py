@@ -48,7 +48,7 @@ def _capture(decoded, request_id: str, model_name: str, model) -> tuple[str, lis
                    "usage": {"prompt_tokens": len(decoded.prompt), "completion_tokens": len(decoded.token_ids)}})
     times.append(times[-1])
     text = "".join(f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events) + "data: [DONE]\n\n"
-    return text, times + [times[-1]]
+    return text, [*times, times[-1]]
 
 
 def run_experiment(

@@ -174,8 +174,8 @@ def _within_deadline(url: str, out, *, timeout: float, max_bytes: int, headers: 
 
 async def _stream_into(url: str, out, *, timeout: float, max_bytes: int, headers: dict[str, str]) -> tuple[int, httpx.Headers]:
     try:
-        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
-            async with client.stream("GET", url, headers=headers) as response:
+        async with (asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client,
+                    client.stream("GET", url, headers=headers) as response):
                 if response.status_code == 304 and headers:
                     return 304, response.headers
                 if response.status_code >= 400:

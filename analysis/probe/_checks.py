@@ -48,7 +48,7 @@ def check_address(url: str) -> None:
     hint = f" (no scheme: did you mean http://{url}?)" if isinstance(url, str) and "://" not in url else ""
     try:
         parts = urlsplit(url)
-        parts.port  # a port that is not a number, or out of range, raises here
+        _ = parts.port  # a port that is not a number, or out of range, raises here
     except (TypeError, ValueError) as exc:
         raise ProbeError(f"url must be an http:// or https:// address with a host, got {url!r}: {exc}") from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:

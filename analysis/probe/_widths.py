@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from pathlib import Path
@@ -214,25 +215,21 @@ class MetricsPoller:
         # a GET begun while the band was in flight is read to its end (up to FINISH_S): under load /metrics can take
         # longer than a short band lasts, and its answer still shows the band's requests when the gauge lags them
         self._stop.set()
-        done, pending = await asyncio.wait(self._tasks, timeout=self.FINISH_S)
+        _, pending = await asyncio.wait(self._tasks, timeout=self.FINISH_S)
         for task in pending:
             task.cancel()
         for task in pending:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         self._found.sort()
         self.times, self.samples = [t for t, _ in self._found], [v for _, v in self._found]
 
     FINISH_S = 1.0
 
     async def _poll(self, delay: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), delay)
             return
-        except TimeoutError:
-            pass
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -245,10 +242,8 @@ class MetricsPoller:
                     self._found.append((round((started + time.monotonic()) / 2 - self.origin, 6), value))  # the middle of the GET
             except (httpx.HTTPError, ValueError, TimeoutError) as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), max(0.0, self.interval * self.concurrency - (time.monotonic() - started)))
-            except TimeoutError:
-                pass
 
 
 def engine_growth(roles: dict[str, str], before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, dict] | None:

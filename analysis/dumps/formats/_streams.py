@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from .. import _json
@@ -235,8 +236,8 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
         chunk = _obj(chunk, rows, ewhere)
         steps.append((event, chunk, _obj(chunk.get("meta_info"), rows, ewhere, "meta_info"), ewhere))
     lists = [_list(info.get("output_token_logprobs") or [], rows, ewhere, "meta_info.output_token_logprobs") for _, _, info, ewhere in steps]
-    resent = all(len(b) >= len(a) and b[: len(a)] == a for a, b in zip(lists, lists[1:])) and any(
-        a and len(b) > len(a) for a, b in zip(lists, lists[1:]))
+    resent = all(len(b) >= len(a) and b[: len(a)] == a for a, b in pairwise(lists)) and any(
+        a and len(b) > len(a) for a, b in pairwise(lists))
     n = 0
     times: list[float | None] = []
     texts: list[str] = []

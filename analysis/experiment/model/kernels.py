@@ -195,7 +195,6 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     torch.Tensor
         ``[len(want), vocab]`` logits.
     """
-    n = ids.shape[0]
     limits = [p + 1 for p in positions.tolist()]
     cache.reserve(max(limits))
     slots = (positions // KV_SPLIT, rows, positions % KV_SPLIT)  # where each token's key and value go

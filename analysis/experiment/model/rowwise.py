@@ -53,6 +53,7 @@ picks its kernels by shape, so the mode runs on the CPU only (``fixed-tiles`` ru
 from __future__ import annotations
 
 import contextlib
+from itertools import pairwise
 import math
 import weakref
 from collections.abc import Iterator
@@ -466,7 +467,7 @@ def _mask_table(heads: int, room: int, device) -> torch.Tensor:
 def _as_slice(index) -> slice | None:
     """``index`` (a sequence of ints) as a slice when it counts up by one, else None."""
     first = index[0]
-    if index[-1] - first == len(index) - 1 and all(b - a == 1 for a, b in zip(index, index[1:])):
+    if index[-1] - first == len(index) - 1 and all(b - a == 1 for a, b in pairwise(index)):
         return slice(first, first + len(index))
     return None
 

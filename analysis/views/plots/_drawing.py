@@ -133,7 +133,7 @@ def _legend(ax, limit: int = LEGEND_LIMIT, **options) -> None:
         from matplotlib.lines import Line2D
 
         rest = len(handles) - (limit - 1)
-        handles, labels = handles[:limit - 1] + [Line2D([], [], linestyle="none")], labels[:limit - 1] + [f"... and {rest} more"]
+        handles, labels = [*handles[: limit - 1], Line2D([], [], linestyle="none")], [*labels[: limit - 1], f"... and {rest} more"]
     if handles:
         fontsize = options.pop("fontsize", "small")
         width = _wrap_width(ax, fontsize, options.get("ncol", 1))
