@@ -5,7 +5,9 @@ from ._history import RESULT_SETTINGS, History, HistoryError, append_history, re
 from ._certificate import certificate
 from ._engines import engine_table
 from ._judge import judge
-from ._judgement import EXIT_CODES, VERDICTS, Judgement, judge_runs, rate_words, worst
+from ._judgement import judge_runs
+from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
+from ._judgement_words import rate_words
 from ._comparison import mode_comparison
 from ._study import Study, scan_study, study_tables, write_dataset
 from ._attribution import LADDER, UNEXPLAINED
