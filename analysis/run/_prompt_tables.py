@@ -1,6 +1,7 @@
-"""The run's tables per prompt and per step: tie density, Div_Index and S7 per prompt (:func:`prompt_table`), flips by
-margin (:func:`flip_table`), drift before the fork (:func:`drift_table`), the reference's margins (:func:`reference_margins`),
-the observer-effect check (:func:`observer_table`) and accuracy against the prompts' answers (:func:`accuracy_table`)."""
+"""The run's tables per prompt and per step: tie density, Div_Index and S7 per prompt (:func:`prompt_table`), flips
+by margin (:func:`flip_table`), drift before the fork (:func:`drift_table`), the reference's margins
+(:func:`reference_margins`), the observer-effect check (:func:`observer_table`) and accuracy against the prompts'
+answers (:func:`accuracy_table`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The run's per-request tables against m=1: every batched request against its reference (:func:`slot_table`) and each
-prompt's ref #2 against its ref #1 (:func:`reference_table`). The band and prompt tables are built over these comparisons."""
+"""The run's per-request tables against m=1: every batched request against its reference (:func:`slot_table`) and
+each prompt's ref #2 against its ref #1 (:func:`reference_table`). The band and prompt tables are built over these
+comparisons."""
 
 from __future__ import annotations
 
