@@ -9,8 +9,8 @@ import polars as pl
 
 from analysis import parity
 from analysis.run import Run, band_widths
+from analysis.run._band_tables import _release_skew, _seconds_per_1000, _send_spans
 from analysis.run._layout import _cache_summary
-from analysis.run._tables import _release_skew, _seconds_per_1000, _send_spans
 
 BAND_ORDER = ["prompt_id", "c", "repeat", "slot"]
 

@@ -10,8 +10,8 @@ import pytest
 from analysis import Run, read_dumps
 from analysis.probe._widths import engine_growth, server_decode
 from analysis.run import RunError, band_widths, width_table
+from analysis.run._band_tables import _band_widths_text
 from analysis.run._layout import _checked_manifest, engine_steps, width_evidence
-from analysis.run._tables import _band_widths_text
 
 
 def _engine(generated: tuple[float, float], steps: tuple[float, float]) -> dict:

@@ -1,6 +1,6 @@
-"""The judgement (analysis.judge, analysis.studies._judgement): each rule on request, reference and band rows written by hand,
-and runs assembled from hand-written streams. Fast enough for mutation testing; tests/test_judgement_surfaces.py reads whole
-runs and holds every surface to the same verdict."""
+"""The judgement (analysis.judge, analysis.studies._judgement and its _judgement_* modules): each rule on request,
+reference and band rows written by hand, and runs assembled from hand-written streams. Fast enough for mutation testing;
+tests/test_judgement_surfaces.py reads whole runs and holds every surface to the same verdict."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 from analysis import RunError, assemble_run, certificate, judge, write_run
 from analysis.studies._certificate import certificate_document
 from analysis.views.html import answer_html
-from analysis.studies._judgement import (SCHEMA, Judgement, Subject, _alone_states, _formation, _states, _with_measured_fix,
-                                         cost_words, judge_arm, judge_runs, worst)
+from analysis.studies._judgement import Subject, _alone_states, _formation, _states, judge_arm, judge_runs
+from analysis.studies._judgement_cost import _with_measured_fix, cost_words
+from analysis.studies._judgement_frame import SCHEMA, Judgement, worst
 
 CP = {"target_rate": 0.01, "confidence": 0.95}
 _SLOT = {"arm": pl.String, "prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "diverged": pl.Boolean,
@@ -294,7 +295,7 @@ def test_the_cost_skips_a_c_with_no_rates_of_c1s_origin_and_unmeasured_rates():
 
 
 def test_a_red_torch_run_is_told_what_row_invariant_cost_beside_it():
-    from analysis.studies._judgement import _with_measured_fix
+    from analysis.studies._judgement_cost import _with_measured_fix
 
     def row(run, verdict, step, base, medians):
         cost = [{"c": c, "ratio": m / base, "low": None, "high": None, "origin": "streams", "base_rates": 2, "rates": 2, "median": m,

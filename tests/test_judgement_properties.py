@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from analysis import assemble_run, judge, read_history, read_run, write_run
 from analysis.probe._summary import result_line
 from analysis.studies._certificate import certificate_document
-from analysis.studies._judgement import EXIT_CODES
+from analysis.studies._judgement_frame import EXIT_CODES
 from analysis.views.html import answer_html
 from analysis.views.html import run_review
 import pytest

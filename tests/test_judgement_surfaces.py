@@ -17,7 +17,7 @@ from conftest import ROOT
 from analysis import judge, read_history, read_run, read_witnesses
 from analysis.probe._summary import result_line
 from analysis.report import answer_section_html, judge_report, reviews_html
-from analysis.studies._judgement import EXIT_CODES
+from analysis.studies._judgement_frame import EXIT_CODES
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from analysis import REGRESSION_RULES, Rule
-from analysis.studies._history import BAND_SCHEMA, MARKER_SCHEMA
+from analysis.studies._history_frames import BAND_SCHEMA, MARKER_SCHEMA
 from analysis.verdicts._regressions import regressions
 
 

@@ -204,7 +204,7 @@ def test_widths_in_the_band_table_and_what_an_interrupted_run_misses(tmp_path):
 
 
 def test_seconds_per_1000_sequences_by_hand():
-    from analysis.run._tables import _release_skew, _seconds_per_1000, _send_spans
+    from analysis.run._band_tables import _release_skew, _seconds_per_1000, _send_spans
 
     band = pl.DataFrame({"extra": ['{"sent_at_s": 0.0}', '{"sent_at_s": 0.1}'], "t_last_content": [1.0, 0.5]})
     assert _send_spans(band) == [(0.0, 1.0), (0.1, pytest.approx(0.6))]

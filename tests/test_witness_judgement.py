@@ -11,7 +11,7 @@ import pytest
 from conftest import LAMBDA, V2_WITNESS, write_json
 
 from analysis import judge, read_witnesses
-from analysis.studies._judgement import SCHEMA
+from analysis.studies._judgement_frame import SCHEMA
 from analysis.studies._witness_judgement import judge_witnesses
 
 V2 = json.loads(V2_WITNESS.read_text())

@@ -35,8 +35,9 @@ from ._mlperf import read_mlperf_pair
 from ._read import assemble_run, read_run
 from ._steps import references
 from ._write import write_run
-from ._tables import (accuracy_table, band_forks, band_table, drift_table, flip_table, observer_table, prompt_table, reference_margins, reference_table,
-                      slot_table, width_table)
+from ._slot_tables import reference_table, slot_table
+from ._band_tables import band_forks, band_table, width_table
+from ._prompt_tables import accuracy_table, drift_table, flip_table, observer_table, prompt_table, reference_margins
 from ._arms import ARMS, ARM_REPEATS, ARM_WORDS, PREFIX_SHARES, arm_words
 from ._first_ops import first_ops_record, has_first_ops
 from ._steps import numbered_steps

@@ -7,7 +7,8 @@ from typing import Any
 
 from ..run import RunLike
 from ..witness import WitnessSet
-from ._judgement import Judgement, judge_runs
+from ._judgement import judge_runs
+from ._judgement_frame import Judgement
 from ._witness_judgement import judge_witnesses
 
 

@@ -18,52 +18,30 @@ rules, in the order they are applied (``docs/verdicts.md`` states them for peopl
    divergence rate over the batched requests is below the target, else AMBER with how many more requests would do.
 
 ``max_ulp`` is the one ULP figure of a run: the largest distance of a batched request's logprob from its m=1 reference.
-``cost`` compares each c's per-request decode rate with c=1's, both sides timed the same way (the streams' own
-arrival times, or the server's own per-token timing), with a bootstrap interval where each side has three rates.
+``cost`` is each c's decode rate per request against c=1's (``_judgement_cost``). The row's object and columns are in
+``_judgement_frame``, its sentences in ``_judgement_words``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import polars as pl
 
-from ..core import cell
-from ..metrics import divergence_bound, ratio_interval, requests_needed
+from ..metrics import divergence_bound, requests_needed
 from ..run import Run, RunLike, band_table, legacy_arm, read_run, reference_table, run_arms, slot_table
-from ..run import ARM_WORDS, arm_words
+from ._judgement_cost import _cost, _with_measured_fix, cost_words
+from ._judgement_frame import SCHEMA, Judgement
+from ._judgement_words import _alone_reason, _bound_reason, _evidence, _first_words, _red_reason, _where
 from ._next_steps import next_step
 
-if TYPE_CHECKING:
-    from polars._typing import PolarsDataType
-
-# worst last: a run's (and a CI job's) verdict is the worst of its arms'
-VERDICTS = ("GREEN", "AMBER", "UNVERIFIED", "RED")
-# bia's exit codes 2, 3, 4 and 6 say the input was bad (docs/cli.md); 5 is a check that failed, as shape-check's NOT ADMISSIBLE
-EXIT_CODES = {"GREEN": 0, "RED": 5, "UNVERIFIED": 7, "AMBER": 8}
 BATCHED_ARMS = ("copies", "mixed")  # the arms whose bands batch the prompt; the others are controls sent alone
 ALONE_ARMS = ("copies", "mixed", "repeat")  # arms whose c=1 requests are the prompt alone and cold, as m=1 is
-MIN_RATE_SAMPLES = 3  # rates a side needs before a ratio of medians gets an interval
 
-_FIRST = pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "role": pl.String, "parted": pl.String,
-                    "position": pl.Int64, "max_ulp": pl.Int64})
-_UNFORMED = pl.List(pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "widest_seen": pl.Int64}))
-_COST = pl.List(pl.Struct({"c": pl.Int64, "ratio": pl.Float64, "low": pl.Float64, "high": pl.Float64, "origin": pl.String,
-                           "base_rates": pl.Int64, "rates": pl.Int64, "median": pl.Float64, "base_median": pl.Float64}))
-SCHEMA: dict[str, PolarsDataType] = {
-    "run": pl.String, "arm": pl.String, "engine": pl.String, "verdict": pl.String, "cause": pl.String, "reason": pl.String,
-    "evidence": pl.String, "cost": pl.String, "first": pl.String, "max_ulp": pl.Int64, "next_step": pl.String,
-    "requests": pl.Int64, "divergent": pl.Int64, "tokens_parted": pl.Int64, "bits_only": pl.Int64, "bits_unknown": pl.Int64,
-    "alone": pl.Int64, "alone_parted": pl.Int64, "bands": pl.Int64, "bands_unformed": pl.Int64, "missing": pl.Int64,
-    "cs_missing": pl.List(pl.Int64), "upper_bound": pl.Float64, "rule_of_three": pl.Float64, "target_rate": pl.Float64,
-    "confidence": pl.Float64, "requests_needed": pl.Int64, "first_request": _FIRST, "unformed": _UNFORMED, "cost_by_c": _COST
-}
 _ORDER = ["c", "prompt_id", "repeat", "slot"]
 
 
@@ -87,80 +65,6 @@ class Subject:
 def _subject(run: Run) -> Subject:
     return Subject(run.label, run.manifest, [int(c) for c in run.ladder], lambda first, arm: _batched_cause(run, first, arm),
                    lambda: _cache_served(run))
-
-
-class Judgement:
-    """The judgement of one or more runs (or witness sets): one row per run and arm, with the columns :func:`analysis.judge` lists.
-
-    It shows in Jupyter as the verdict card every report opens with (verdict, cause, reason in full, cost, next step),
-    prints as one line per row, and converts with ``.frame`` (polars) and ``.to_dicts()``.
-
-    Examples
-    --------
-    >>> from analysis import judge
-    >>> j = judge("data/experiment-cpu/default")
-    >>> j.verdict, j.exit_code, j.frame.select("arm", "cause").row(0)
-    ('RED', 5, ('copies', 'co-batching'))
-    """
-
-    def __init__(self, frame: pl.DataFrame) -> None:
-        self.frame = frame
-
-    @property
-    def verdict(self) -> str:
-        """The worst verdict of every row (GREEN for none)."""
-        return worst(self.frame["verdict"].to_list())
-
-    @property
-    def exit_code(self) -> int:
-        """``bia certify``'s exit code for this judgement: 0 GREEN, 5 RED, 7 UNVERIFIED, 8 AMBER."""
-        return EXIT_CODES[self.verdict]
-
-    def to_dicts(self) -> list[dict[str, Any]]:
-        """The rows as dictionaries (what ``certificate.json`` lists)."""
-        return self.frame.to_dicts()
-
-    def __len__(self) -> int:
-        return self.frame.height
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.frame[key]
-
-    def __getattr__(self, name: str) -> Any:
-        # a frame's methods (row, select, filter, ...) on its frame: certificate() returned a frame before it was a Judgement
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.frame, name)
-
-    def __iter__(self):
-        return iter(self.frame.iter_rows(named=True))
-
-    def __add__(self, other: Judgement) -> Judgement:
-        return Judgement(pl.concat([self.frame, other.frame], how="vertical"))
-
-    def __repr__(self) -> str:
-        lines = [f"{row['verdict']} {row['run']} ({row['arm']}): {row['reason']}" for row in self]
-        return "\n".join(lines) if lines else "Judgement(nothing judged)"
-
-
-def worst(verdicts: Iterable[str]) -> str:
-    """The worst of several verdicts (RED over UNVERIFIED over AMBER over GREEN); GREEN for none.
-
-    Parameters
-    ----------
-    verdicts : iterable of str
-        Verdicts, each one of ``VERDICTS``.
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> worst(["GREEN", "AMBER", "RED"]), worst([])
-    ('RED', 'GREEN')
-    """
-    return max(verdicts, key=VERDICTS.index, default="GREEN")
 
 
 def judge_runs(runs: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> Judgement:
@@ -381,159 +285,3 @@ def _batched_cause(run: Run, first: Mapping[str, Any], arm: str) -> str:
                                           & (pl.col("c") == first["c"]) & (pl.col("slot") == first["slot"])
                                           & pl.col("repeat").eq_missing(first["repeat"]))
     return table["cause"][0] if table.height else ("mixing" if arm == "mixed" else "co-batching")
-
-
-# --- words -------------------------------------------------------------------------------------------
-
-
-def _where(request: Mapping[str, Any]) -> str:
-    """A band as people name it: its prompt, c and repeat (an assembled run's bands have no repeat)."""
-    repeat = f" repeat {request['repeat']}" if request.get("repeat") is not None else ""
-    return f"{request['prompt_id']} c={request['c']}{repeat}"
-
-
-def _first_words(first: Mapping[str, Any]) -> str:
-    """The first request that parts, in words: which, and how."""
-    ulp = f" (up to {first['max_ulp']:,} ULP)" if first.get("max_ulp") else ""
-    how = (f"its tokens part at token {first['position']}" if first["tokens_parted"]
-           else f"its logprob bits differ from ref #1 from token {first['position']}{ulp}")
-    if first["role"] == "ref #2":
-        return f"{first['prompt_id']} ref #2, sent alone: {how}"
-    if first["c"] == 1:
-        arm = first["role"].split(" ")[0]
-        return f"{first['prompt_id']} sent alone ({arm} c=1{_repeat(first)} slot {first['slot']}): {how}"
-    return f"{_where(first)} slot {first['slot']}: {how}"
-
-
-def _repeat(first: Mapping[str, Any]) -> str:
-    return f" repeat {first['repeat']}" if first.get("repeat") is not None else ""
-
-
-def _alone_reason(row: dict[str, Any], first: Mapping[str, Any]) -> str:
-    what = "its prompt cache" if row["cause"] == "prompt cache" else "run to run"
-    return (f"not reproducible alone ({what}): {row['alone_parted']} of {row['alone']} requests sent alone part from ref #1 of their "
-            f"prompt, the first {_first_words(first)}; batching is not judged until the server repeats itself alone")
-
-
-def _red_reason(row: dict[str, Any], first: Mapping[str, Any]) -> str:
-    return (f"{row['divergent']} of {row['requests']} batched requests part from m=1 ({row['tokens_parted']} in tokens, "
-            f"{row['bits_only']} only in bits); the first is {_first_words(first)}")
-
-
-def _bound_reason(row: dict[str, Any], green: bool) -> str:
-    n, needed, target = row["requests"], row["requests_needed"], rate_words(row["target_rate"])
-    head = (f"0 of {n} batched requests part from m=1, every band seen formed; the {row['confidence']:.0%} upper bound on the "
-            f"divergence rate is {rate_words(row['upper_bound'])}, ")
-    if green:
-        return head + f"below the {target} target"
-    return head + f"not below the {target} target: {needed} batched requests would do ({needed - n} more)"
-
-
-def _evidence(row: dict[str, Any]) -> str:
-    formed = row["bands"] - row["bands_unformed"]
-    bound = f"; bound {rate_words(row['upper_bound'])} at {row['confidence']:.0%}" if row["upper_bound"] is not None else ""
-    alone = f"; alone: {row['alone'] - row['alone_parted']} of {row['alone']} match ref #1"
-    return f"{row['requests']} batched requests, {formed} of {row['bands']} bands seen formed{bound} ({row['requests_needed']} needed){alone}"
-
-
-def rate_words(value: float) -> str:
-    """A rate in percent, with the digits a reader needs to see it against a target (0.997%, not 1%).
-
-    Parameters
-    ----------
-    value : float
-        A rate, as a fraction (0.01 for 1%).
-
-    Returns
-    -------
-    str
-    """
-    return f"{value * 100:.3g}%"
-
-
-# --- the cost of batching --------------------------------------------------------------------------------
-
-
-def _origin_kind(origin: str | None) -> str | None:
-    if origin is None:
-        return None
-    return "streams" if origin == "stream" else "server"
-
-
-def _cost(states: pl.DataFrame) -> list[dict[str, Any]]:
-    """Per c > 1, the median per-request decode rate over c=1's, both sides of one origin, with a bootstrap interval."""
-    timed = states.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0)).with_columns(
-        kind=pl.col("decode_rate_origin").map_elements(_origin_kind, return_dtype=pl.String))
-    rates = {(c, kind): group["decode_tok_s"].to_list() for (c, kind), group in timed.group_by("c", "kind")}
-    out = []
-    for c in sorted({c for c, _ in rates if c > 1}):
-        kind = next((k for k in ("streams", "server") if rates.get((1, k)) and rates.get((c, k))), None)
-        if kind is None:
-            continue
-        base, batched = rates[(1, kind)], rates[(c, kind)]
-        if min(len(base), len(batched)) >= MIN_RATE_SAMPLES:
-            ratio, low, high = ratio_interval(base, batched)
-        else:
-            ratio, low, high = statistics.median(batched) / statistics.median(base), None, None
-        out.append({"c": c, "ratio": ratio, "low": low, "high": high, "origin": kind, "base_rates": len(base), "rates": len(batched),
-                    "median": statistics.median(batched), "base_median": statistics.median(base)})
-    return out
-
-
-def cost_words(cost: list[Mapping[str, Any]] | None) -> str | None:
-    """A run's cost in words: each c's decode rate per request against c=1's, with its interval where it has one.
-
-    Parameters
-    ----------
-    cost : list of Mapping of str to Any or None
-        A row's ``cost_by_c``: per c, ``c``, ``ratio``, ``low`` and ``high`` (None without an interval) and ``origin``
-        (``streams`` or the server's timings). None or empty gives None.
-
-    Returns
-    -------
-    str or None
-
-    Examples
-    --------
-    >>> cost_words([{"c": 4, "ratio": 0.9, "low": 0.8, "high": 1.01, "origin": "streams"}, {"c": 8, "ratio": 0.5, "low": None,
-    ...             "high": None, "origin": "streams"}])
-    'c=4 0.90× (0.80–1.01), c=8 0.50× of c=1’s decode rate per request (streams’ timings)'
-    """
-    if not cost:
-        return None
-    parts = [f"c={c['c']} {c['ratio']:.2f}×" + (f" ({c['low']:.2f}–{c['high']:.2f})" if c.get("low") is not None else "") for c in cost]
-    origins = sorted({c["origin"] for c in cost})
-    timing = " and ".join("streams’ timings" if o == "streams" else "the server’s timings" for o in origins)
-    return f"{', '.join(parts)} of c=1’s decode rate per request ({timing})"
-
-
-def _with_measured_fix(frame: pl.DataFrame) -> pl.DataFrame:
-    """A RED row whose next step is bia's row-invariant mode, with what that mode cost where a row-invariant run was judged
-    beside it (in the same folder): its median decode rate per request over the RED run's, at each c both timed alike."""
-    rows = frame.to_dicts()
-    fixes = {str(PurePath(r["run"]).parent): r for r in rows if PurePath(r["run"]).name == "row-invariant" and r["verdict"] in ("GREEN", "AMBER")}
-    for row in rows:
-        fix = fixes.get(str(PurePath(row["run"]).parent))
-        if fix and row["verdict"] == "RED" and row["next_step"].endswith("--modes row-invariant"):
-            measured = _rate_over(fix["cost_by_c"], row["cost_by_c"])
-            if measured:
-                row["next_step"] += f" (measured beside it, its decode rate over this run's: {measured})"
-    return pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else frame
-
-
-def _rate_over(fix: list[Mapping[str, Any]], red: list[Mapping[str, Any]]) -> str | None:
-    """One run's median decode rate per request over another's at c=1 and each c, where both sides are timed the same way.
-
-    Examples
-    --------
-    >>> a = [{"c": 4, "origin": "streams", "median": 90.0, "base_median": 110.0}]
-    >>> _rate_over(a, [{"c": 4, "origin": "streams", "median": 100.0, "base_median": 100.0}])
-    '1.10× at c=1, 0.90× at c=4'
-    """
-    theirs = {c["c"]: c for c in red}
-    pairs = [(c, theirs[c["c"]]) for c in fix if c["c"] in theirs and theirs[c["c"]]["origin"] == c["origin"]]
-    if not pairs:
-        return None
-    ratios = [("1", pairs[0][0]["base_median"] / pairs[0][1]["base_median"])]
-    ratios += [(str(mine["c"]), mine["median"] / other["median"]) for mine, other in pairs]
-    return ", ".join(f"{r:.2f}× at c={c}" for c, r in ratios)

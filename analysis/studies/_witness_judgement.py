@@ -13,7 +13,8 @@ from typing import Any
 import polars as pl
 
 from ..metrics import divergence_bound, requests_needed
-from ._judgement import SCHEMA, Judgement, cost_words
+from ._judgement_cost import cost_words
+from ._judgement_frame import SCHEMA, Judgement
 
 _CAUSE_STEP = {
     "run-to-run": "make it repeat itself alone (no prompt cache, deterministic kernels), then record again",

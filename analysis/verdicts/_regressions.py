@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from polars._typing import PolarsDataType
 
 # A series: one server (host, engine, model) run with one set of the settings that change results
-# (``series_settings``, see analysis.studies._history.RESULT_SETTINGS). Bands are compared only within their
+# (``series_settings``, see analysis.studies._history_frames.RESULT_SETTINGS). Bands are compared only within their
 # series and c, so a change of setting starts another series and is never a regression.
 SERIES = ("host", "engine", "model", "series_settings")
 
