@@ -65,7 +65,7 @@ def test_write_run_reads_back_to_equal_frames(tmp_path):
     back = read_run(written, cache=False)
     for name, frame in _frames(run).items():
         assert frame.equals(_frames(back)[name]), name
-    assert back.dump.requests.height == 3 and back.manifest["run_version"] == 1
+    assert back.dump.requests.height == 3 and back.manifest["run_version"] == 2
     assert [o["source"] for o in back.manifest["assembled_from"]] == [str(CHAT), str(STREAM), str(folder / "ref2.json")]
     lines = [json.loads(line) for line in (written / "captures" / "requests.jsonl").read_text().splitlines()]
     assert lines[1]["sse"] == STREAM.read_text()  # a stream's bytes as received
