@@ -36,9 +36,16 @@ __all__ = ["assert_batch_invariant", "assert_dumps_equal"]
 _FAILING = {"RED", "UNVERIFIED"}
 
 
-def assert_batch_invariant(subject: Run | str | os.PathLike[str] | Callable[[list[str]], Any], *, target_rate: float | None = None,
-                           confidence: float = 0.95, prompts: Sequence[str] | None = None, ladder: Sequence[int] = (1, 4, 8, 16),
-                           repeats: int = 1, output: str | os.PathLike[str] | None = None) -> Judgement:
+def assert_batch_invariant(
+    subject: Run | str | os.PathLike[str] | Callable[[list[str]], Any],
+    *,
+    target_rate: float | None = None,
+    confidence: float = 0.95,
+    prompts: Sequence[str] | None = None,
+    ladder: Sequence[int] = (1, 4, 8, 16),
+    repeats: int = 1,
+    output: str | os.PathLike[str] | None = None,
+) -> Judgement:
     """Assert that batching leaves every request's tokens and logprob bits as they are alone.
 
     Parameters
@@ -105,19 +112,26 @@ def _run_of(subject: Any, output: Path, prompts: Sequence[str] | None, ladder: S
         from .probe import probe_callable
 
         return probe_callable(subject, texts, output, ladder=ladder, repeats=repeats)
-    raise TypeError(f"assert_batch_invariant takes a Run, a run directory, a URL or a generate function, not {type(subject).__name__}")
+    raise TypeError(
+        f"assert_batch_invariant takes a Run, a run directory, a URL or a generate function, not {type(subject).__name__}"
+    )
 
 
 def _failure(row: dict[str, Any]) -> str:
     cause = f" ({row['cause']})" if row["cause"] else ""
-    lines = [f"Batch invariance assertion failed: {row['verdict']}{cause} for {row['run']} ({row['arm']})", f"[why] {row['reason']}"]
+    lines = [
+        f"Batch invariance assertion failed: {row['verdict']}{cause} for {row['run']} ({row['arm']})",
+        f"[why] {row['reason']}",
+    ]
     if row["first"]:
         lines.append(f"[first] {row['first']}")
     lines.append(f"[next] {row['next_step']}")
     return "\n".join(lines)
 
 
-def assert_dumps_equal(left: Dump | str | os.PathLike[str], right: Dump | str | os.PathLike[str], *, ulp: int = 0) -> None:
+def assert_dumps_equal(
+    left: Dump | str | os.PathLike[str], right: Dump | str | os.PathLike[str], *, ulp: int = 0
+) -> None:
     """Assert that two dumps hold the same completions: request by request (in source order), the same tokens, and
     float32 logprobs no more than ``ulp`` units in the last place apart (0: bit for bit).
 
@@ -152,44 +166,80 @@ def assert_dumps_equal(left: Dump | str | os.PathLike[str], right: Dump | str | 
     if ra.height != rb.height:
         raise AssertionError(f"Dumps are different (number of requests)\n[left] {ra.height}\n[right] {rb.height}")
     ta, tb = _completion(a, ra), _completion(b, rb)
-    lengths = ta.group_by("request").len().join(tb.group_by("request").len(), on="request", how="full", coalesce=True, suffix="_b")
+    lengths = (
+        ta.group_by("request")
+        .len()
+        .join(tb.group_by("request").len(), on="request", how="full", coalesce=True, suffix="_b")
+    )
     both = ta.join(tb, on=["request", "position"], how="inner", suffix="_b").with_columns(
-        ulps=(ordered_bits(float32_bits(pl.col("logprob"))) - ordered_bits(float32_bits(pl.col("logprob_b")))).abs())
-    problems = pl.concat([
-        both.filter(pl.col("ident") != pl.col("ident_b")).select("request", "position", kind=pl.lit(0), ulps=pl.lit(None, pl.Int64)),
-        both.filter(pl.col("ulps") > ulp).select("request", "position", kind=pl.lit(1), ulps="ulps"),
-        both.filter(pl.col("logprob").is_null() != pl.col("logprob_b").is_null()).select("request", "position", kind=pl.lit(2),
-                                                                                            ulps=pl.lit(None, pl.Int64)),
-        lengths.filter(pl.col("len").fill_null(0) != pl.col("len_b").fill_null(0)).select(
-            "request", position=pl.min_horizontal(pl.col("len").fill_null(0), pl.col("len_b").fill_null(0)).cast(pl.Int64), kind=pl.lit(3),
-            ulps=pl.lit(None, pl.Int64)),
-    ]).sort("request", "position", "kind")
+        ulps=(ordered_bits(float32_bits(pl.col("logprob"))) - ordered_bits(float32_bits(pl.col("logprob_b")))).abs()
+    )
+    problems = pl.concat(
+        [
+            both.filter(pl.col("ident") != pl.col("ident_b")).select(
+                "request", "position", kind=pl.lit(0), ulps=pl.lit(None, pl.Int64)
+            ),
+            both.filter(pl.col("ulps") > ulp).select("request", "position", kind=pl.lit(1), ulps="ulps"),
+            both.filter(pl.col("logprob").is_null() != pl.col("logprob_b").is_null()).select(
+                "request", "position", kind=pl.lit(2), ulps=pl.lit(None, pl.Int64)
+            ),
+            lengths.filter(pl.col("len").fill_null(0) != pl.col("len_b").fill_null(0)).select(
+                "request",
+                position=pl.min_horizontal(pl.col("len").fill_null(0), pl.col("len_b").fill_null(0)).cast(pl.Int64),
+                kind=pl.lit(3),
+                ulps=pl.lit(None, pl.Int64),
+            ),
+        ]
+    ).sort("request", "position", "kind")
     if problems.height:
         raise AssertionError(_difference(problems.row(0, named=True), ra, rb, ta, tb, ulp))
 
 
 def _ordered_requests(dump: Dump) -> pl.DataFrame:
     requests = dump.requests if isinstance(dump.requests, pl.DataFrame) else pl.from_pandas(dump.requests)
-    return requests.select("source", "record", "choice_index").sort("source", "record", "choice_index").with_row_index("request")
+    return (
+        requests.select("source", "record", "choice_index")
+        .sort("source", "record", "choice_index")
+        .with_row_index("request")
+    )
 
 
 def _completion(dump: Dump, requests: pl.DataFrame) -> pl.DataFrame:
     """Each request's completion tokens: its ordinal, the position, the token's identity and its logprob."""
     tokens = dump.tokens if isinstance(dump.tokens, pl.DataFrame) else pl.from_pandas(dump.tokens)
-    return tokens.filter(pl.col("segment") == "completion").join(requests, on=["source", "record", "choice_index"]).select(
-        "request", "position", "logprob", "token_id", "token_text", ident=_identity("token_id", "token_text", "token_bytes", False))
+    return (
+        tokens.filter(pl.col("segment") == "completion")
+        .join(requests, on=["source", "record", "choice_index"])
+        .select(
+            "request",
+            "position",
+            "logprob",
+            "token_id",
+            "token_text",
+            ident=_identity("token_id", "token_text", "token_bytes", False),
+        )
+    )
 
 
-def _difference(first: dict[str, Any], ra: pl.DataFrame, rb: pl.DataFrame, ta: pl.DataFrame, tb: pl.DataFrame, ulp: int) -> str:
+def _difference(
+    first: dict[str, Any], ra: pl.DataFrame, rb: pl.DataFrame, ta: pl.DataFrame, tb: pl.DataFrame, ulp: int
+) -> str:
     request, at = first["request"], first["position"]
-    what = {0: f"tokens part at token {at}", 1: f"logprob at token {at} is {first['ulps']} ULP apart, more than {ulp}",
-            2: f"token {at} has a logprob on one side only", 3: f"one side ends at token {at}"}[first["kind"]]
+    what = {
+        0: f"tokens part at token {at}",
+        1: f"logprob at token {at} is {first['ulps']} ULP apart, more than {ulp}",
+        2: f"token {at} has a logprob on one side only",
+        3: f"one side ends at token {at}",
+    }[first["kind"]]
 
     def side(requests: pl.DataFrame, tokens: pl.DataFrame) -> str:
         where = requests.row(request, named=True)
         token = tokens.filter((pl.col("request") == request) & (pl.col("position") == at))
-        value = (f"{token['token_text'][0]!r} (id {token['token_id'][0]}), logprob {token['logprob'][0]!r}" if token.height
-                 else "no token there")
+        value = (
+            f"{token['token_text'][0]!r} (id {token['token_id'][0]}), logprob {token['logprob'][0]!r}"
+            if token.height
+            else "no token there"
+        )
         return f"{where['source']} record {where['record']}: {value}"
 
-    return (f"Dumps are different (request {request + 1} of {ra.height}: {what})\n[left] {side(ra, ta)}\n[right] {side(rb, tb)}")
+    return f"Dumps are different (request {request + 1} of {ra.height}: {what})\n[left] {side(ra, ta)}\n[right] {side(rb, tb)}"

@@ -28,9 +28,18 @@ app = typer.Typer(
 )
 
 # The commands, in the order bia --help lists them.
-for _name, _command in (("shape-check", shape_check_command), ("witness", witness_command), ("assemble", assemble_command),
-                        ("report", report_command), ("experiment", experiment_command), ("probe", probe_command), ("serve", serve_command),
-                        ("certify", certify_command), ("history", history_command), ("trend", trend_command)):
+for _name, _command in (
+    ("shape-check", shape_check_command),
+    ("witness", witness_command),
+    ("assemble", assemble_command),
+    ("report", report_command),
+    ("experiment", experiment_command),
+    ("probe", probe_command),
+    ("serve", serve_command),
+    ("certify", certify_command),
+    ("history", history_command),
+    ("trend", trend_command),
+):
     app.command(_name, cls=Command)(_command)
 del _name, _command
 

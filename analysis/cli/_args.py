@@ -8,11 +8,12 @@ from pathlib import Path
 
 import typer
 
-from ..core import OutputExists
-from ..core import not_json
+from ..core import OutputExists, not_json
 from ..verdicts import EXIT_MISSING, PolicyError, V3Policy
 
-EXIT_UNREACHABLE = 6  # a URL that could not be fetched, a server nothing answers at (docs/cli.md); 3 is a path that does not exist
+EXIT_UNREACHABLE = (
+    6  # a URL that could not be fetched, a server nothing answers at (docs/cli.md); 3 is a path that does not exist
+)
 
 
 def _go_offline(offline: bool) -> None:
@@ -65,7 +66,9 @@ def _need_extra(module: str, extra: str, command: str) -> None:
         found = False
     if not found:
         gpu = " (README says how a GPU user gets a CUDA build of torch instead)" if module == "torch" else ""
-        raise _fail(f"bia {command} needs the {extra} extra ({module} is not installed): pip install -e '.[{extra}]' in a checkout of bia{gpu}")
+        raise _fail(
+            f"bia {command} needs the {extra} extra ({module} is not installed): pip install -e '.[{extra}]' in a checkout of bia{gpu}"
+        )
 
 
 def _row_invariant_blas(modes: list[str]) -> None:
@@ -159,7 +162,9 @@ def _prompt_records(path: Path) -> list[dict]:
         except (ValueError, RecursionError) as exc:
             raise _fail(f"{path}: line {number}: {not_json(exc, number)}") from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"]:
-            typer.echo(f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True)
+            typer.echo(
+                f'error: {path}: line {number}: field "text": expected a non-empty string in an object', err=True
+            )
             raise typer.Exit(2)
         records.append(record)
     if not records:
@@ -169,12 +174,20 @@ def _prompt_records(path: Path) -> list[dict]:
 
 # What a run's manifest records of each probe option that a resume keeps (the run's own settings)
 _RECORDED = {
-    "ladder": lambda m: m.get("ladder"), "repeats": lambda m: m.get("repeats"), "observer": lambda m: m.get("observer"),
-    "bands_anyway": lambda m: m.get("bands_anyway"), "declared_min": lambda m: m.get("declared_min"), "arms": lambda m: m.get("arms"),
-    "max_tokens": lambda m: (m.get("sampler") or {}).get("max_tokens"), "top_logprobs": lambda m: (m.get("sampler") or {}).get("top_logprobs"),
-    "seed": lambda m: (m.get("sampler") or {}).get("seed"), "layout": lambda m: (m.get("requested") or {}).get("layout"),
-    "engine": lambda m: (m.get("requested") or {}).get("engine"), "log_pattern": lambda m: (m.get("requested") or {}).get("log_pattern"),
-    "prompts": lambda m: [p.get("text") for p in m.get("prompts") or []], "fillers": lambda m: m.get("fillers") or [],
+    "ladder": lambda m: m.get("ladder"),
+    "repeats": lambda m: m.get("repeats"),
+    "observer": lambda m: m.get("observer"),
+    "bands_anyway": lambda m: m.get("bands_anyway"),
+    "declared_min": lambda m: m.get("declared_min"),
+    "arms": lambda m: m.get("arms"),
+    "max_tokens": lambda m: (m.get("sampler") or {}).get("max_tokens"),
+    "top_logprobs": lambda m: (m.get("sampler") or {}).get("top_logprobs"),
+    "seed": lambda m: (m.get("sampler") or {}).get("seed"),
+    "layout": lambda m: (m.get("requested") or {}).get("layout"),
+    "engine": lambda m: (m.get("requested") or {}).get("engine"),
+    "log_pattern": lambda m: (m.get("requested") or {}).get("log_pattern"),
+    "prompts": lambda m: [p.get("text") for p in m.get("prompts") or []],
+    "fillers": lambda m: m.get("fillers") or [],
     "model": lambda m: ((m.get("identity") or {}).get("model") or {}).get("path"),
 }
 
@@ -200,7 +213,10 @@ def _resume_conflicts(output: Path, given: list[str], values: dict) -> list[str]
             value = [p.get("text") if isinstance(p, dict) else p for p in value]
         recorded = _RECORDED[name](manifest)
         if value != recorded:
-            shown = ((f"{len(value)} prompt(s)", f"{len(recorded or [])}") if name in ("prompts", "fillers")
-                     else tuple(",".join(map(str, v)) if isinstance(v, list) else v for v in (value, recorded)))
+            shown = (
+                (f"{len(value)} prompt(s)", f"{len(recorded or [])}")
+                if name in ("prompts", "fillers")
+                else tuple(",".join(map(str, v)) if isinstance(v, list) else v for v in (value, recorded))
+            )
             differ.append(f"{option} {shown[0]} differs from the run's {shown[1]}")
     return differ

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -26,20 +26,30 @@ def _assemble(dumps: list[str], mapping: Path | None, band_per_file: bool, *, co
     except (FileNotFoundError, SourceError) as exc:
         raise _unread(exc) from None
     except DumpError as exc:
-        if exc.problem.startswith(NOT_JSON):  # a file broken off, not one of an unknown kind: said as bia witness says it
+        if exc.problem.startswith(
+            NOT_JSON
+        ):  # a file broken off, not one of an unknown kind: said as bia witness says it
             raise _fail(exc, 4) from None
         where = f"{exc.record}.{exc.field}" if exc.field else exc.record
         if command == "assemble":
             raise _fail(f"{exc.source}: not a logprob dump bia reads ({where}: {exc.problem})", 4) from None
-        raise _fail(f"{exc.source}: neither a witness (no witness_version), a release marker, a run directory nor a logprob dump bia reads "
-                    f"({where}: {exc.problem}); {ACCEPTS}", 4) from None
+        raise _fail(
+            f"{exc.source}: neither a witness (no witness_version), a release marker, a run directory nor a logprob dump bia reads "
+            f"({where}: {exc.problem}); {ACCEPTS}",
+            4,
+        ) from None
     except RunError as exc:
         raise _fail(str(exc), 2) from None
 
 
 def assemble_command(
-    dumps: Annotated[Optional[list[str]], typer.Argument(metavar="DUMP...", help="Dump files, folders or globs (envelopes: prompt_id, role, c, slot).")] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path("runs/assembled"),
+    dumps: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="DUMP...", help="Dump files, folders or globs (envelopes: prompt_id, role, c, slot)."),
+    ] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The run directory to write.")] = Path(
+        "runs/assembled"
+    ),
     mapping: MappingFile = None,
     band_per_file: BandPerFile = False,
     force: Annotated[bool, typer.Option("--force", help="Replace what the output folder holds.")] = False,
@@ -61,6 +71,11 @@ def assemble_command(
     except RunError as exc:
         raise _fail(str(exc), 4) from None
     requests = run.dump.requests.unique(["source", "record"]).height
-    typer.echo(f"wrote {folder}: {requests} request{'s' if requests != 1 else ''}, {len(run.prompts)} prompt(s), ladder {run.ladder}")
+    typer.echo(
+        f"wrote {folder}: {requests} request{'s' if requests != 1 else ''}, {len(run.prompts)} prompt(s), ladder {run.ladder}"
+    )
     if is_lone(run):
-        typer.echo("note: one request allows no batch comparison (it is ref #1 of its prompt); add the prompt sent in batches of c", err=True)
+        typer.echo(
+            "note: one request allows no batch comparison (it is ref #1 of its prompt); add the prompt sent in batches of c",
+            err=True,
+        )

@@ -6,7 +6,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,20 +19,40 @@ _STYLE = {"GREEN": "green", "AMBER": "yellow", "UNVERIFIED": "magenta", "RED": "
 
 def certify_command(
     runs: Annotated[list[str], typer.Argument(metavar="RUN...", help="Run directories, or folders that hold them.")],
-    target_rate: Annotated[float, typer.Option(metavar="RATE", help="GREEN needs the upper bound on the divergence rate "
-                                                                    "below this rate (0.01: 1%).")] = 0.01,
-    confidence: Annotated[float, typer.Option(metavar="P", help="The confidence of that one-sided bound (0.95: 95%).")] = 0.95,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The certificate to write (JSON).")] = Path("certificate.json"),
+    target_rate: Annotated[
+        float,
+        typer.Option(
+            metavar="RATE", help="GREEN needs the upper bound on the divergence rate below this rate (0.01: 1%)."
+        ),
+    ] = 0.01,
+    confidence: Annotated[
+        float, typer.Option(metavar="P", help="The confidence of that one-sided bound (0.95: 95%).")
+    ] = 0.95,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The certificate to write (JSON).")] = Path(
+        "certificate.json"
+    ),
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
-    run: Annotated[Path, typer.Option("--run", help="With a URL: the run directory the probe writes.")] = Path("runs/certify"),
+    run: Annotated[Path, typer.Option("--run", help="With a URL: the run directory the probe writes.")] = Path(
+        "runs/certify"
+    ),
     ladder: Annotated[str, typer.Option(metavar="C,C,...", help="With a URL: the batch sizes.")] = "1,4,8,16",
-    prompts: Annotated[Optional[Path], typer.Option(help="With a URL: a text file of prompts, one per line (bia's two by default).")] = None,
+    prompts: Annotated[
+        Path | None, typer.Option(help="With a URL: a text file of prompts, one per line (bia's two by default).")
+    ] = None,
     max_tokens: Annotated[int, typer.Option(help="With a URL: tokens per request.")] = 64,
-    max_requests: Annotated[Optional[int], typer.Option(metavar="N", help="With a URL: at most this many batched requests (the bound's "
-                                                                          "number by default).")] = None,
-    max_time: Annotated[Optional[float], typer.Option(metavar="SECONDS", help="With a URL: stop probing after this long and judge "
-                                                                              "what came back.")] = None,
-    server_log: Annotated[Optional[Path], typer.Option(help="With a URL: the server's log, for the batch widths it formed.")] = None,
+    max_requests: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N", help="With a URL: at most this many batched requests (the bound's number by default)."
+        ),
+    ] = None,
+    max_time: Annotated[
+        float | None,
+        typer.Option(metavar="SECONDS", help="With a URL: stop probing after this long and judge what came back."),
+    ] = None,
+    server_log: Annotated[
+        Path | None, typer.Option(help="With a URL: the server's log, for the batch widths it formed.")
+    ] = None,
 ) -> None:
     """Certify runs batch invariant: one verdict per run and arm, GREEN, AMBER, RED or UNVERIFIED, written as certificate.json.
 
@@ -54,22 +74,35 @@ def certify_command(
     from ..core import claim_output, write_atomic
     from ..report import run_directories
     from ..run import RunError, read_run
-    from ..studies import certificate_document
-    from ..studies import judge_runs
+    from ..studies import certificate_document, judge_runs
 
     if not (math.isfinite(target_rate) and 0 < target_rate <= 1):
         raise _fail(f"--target-rate takes a rate in (0, 1], got {target_rate!r}")
     if not (math.isfinite(confidence) and 0 < confidence < 1):
         raise _fail(f"--confidence takes a probability in (0, 1), got {confidence!r}")
-    urls = [given for given in runs if re.match(r"[a-z][a-z0-9+.-]*://", given, flags=re.I)]  # as text: a Path folds "//"
+    urls = [
+        given for given in runs if re.match(r"[a-z][a-z0-9+.-]*://", given, flags=re.I)
+    ]  # as text: a Path folds "//"
     if urls and (len(runs) > 1 or not urls[0].lower().startswith(("http://", "https://"))):
         raise _fail(f"{urls[0]}: bia certify takes one http(s) URL to probe, or run directories, not both")
     if urls:
         from ._certify_url import certify_url
 
-        return certify_url(urls[0], run_dir=run, output=output, force=force, target_rate=target_rate, confidence=confidence, ladder=ladder,
-                           prompts=prompts, max_tokens=max_tokens, max_requests=max_requests, max_time=max_time, server_log=server_log,
-                           print_lines=_print_lines)
+        return certify_url(
+            urls[0],
+            run_dir=run,
+            output=output,
+            force=force,
+            target_rate=target_rate,
+            confidence=confidence,
+            ladder=ladder,
+            prompts=prompts,
+            max_tokens=max_tokens,
+            max_requests=max_requests,
+            max_time=max_time,
+            server_log=server_log,
+            print_lines=_print_lines,
+        )
     try:
         claim_output(output, force=force, what="-o")
     except OutputExists as exc:
@@ -85,7 +118,9 @@ def certify_command(
             try:
                 read.append(read_run(folder))
             except RunError as exc:
-                raise _fail(f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED) from None
+                raise _fail(
+                    f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED
+                ) from None
     judgement = judge_runs(read, target_rate=target_rate, confidence=confidence)
     document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
     write_atomic(output, json.dumps(document, indent=2) + "\n")
@@ -101,6 +136,8 @@ def _print_lines(document: dict, output: Path) -> None:
     console = Console(soft_wrap=True)
     for arm in document["arms"]:
         verdict = arm["verdict"]
-        console.print(f"[{_STYLE[verdict]}]{verdict}[/] {escape(arm['run'])} ({escape(arm['arm'])}): {escape(arm['reason'])}")
+        console.print(
+            f"[{_STYLE[verdict]}]{verdict}[/] {escape(arm['run'])} ({escape(arm['arm'])}): {escape(arm['reason'])}"
+        )
         console.print(f"  next: {escape(arm['next_step'])}")
     console.print(f"wrote {escape(str(output))}: {document['verdict']}, exit {document['exit_code']}")

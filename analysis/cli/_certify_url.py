@@ -7,7 +7,6 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -15,9 +14,22 @@ from ..core import OutputExists
 from ._args import EXIT_UNREACHABLE, _fail, _parse_ladder, _read_lines
 
 
-def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_rate: float, confidence: float, ladder: str,
-                prompts: Optional[Path], max_tokens: int, max_requests: Optional[int], max_time: Optional[float],
-                server_log: Optional[Path], print_lines: Callable[[dict, Path], None]) -> None:
+def certify_url(
+    url: str,
+    *,
+    run_dir: Path,
+    output: Path,
+    force: bool,
+    target_rate: float,
+    confidence: float,
+    ladder: str,
+    prompts: Path | None,
+    max_tokens: int,
+    max_requests: int | None,
+    max_time: float | None,
+    server_log: Path | None,
+    print_lines: Callable[[dict, Path], None],
+) -> None:
     """Probe ``url`` into ``run_dir``, write the certificate to ``output``, say it with ``print_lines`` (bia certify's) and exit
     with the verdict's code.
 
@@ -56,8 +68,7 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
         Always: the verdict's exit code, 2 for a bad option or an occupied output, 6 when nothing answers at ``url``,
         130 when interrupted.
     """
-    from ..core import duration
-    from ..core import claim_output, write_atomic
+    from ..core import claim_output, duration, write_atomic
     from ..experiment import DEFAULT_PROMPTS
     from ..probe import ProbeError, ProbeSettings, ServerGone, ServerUnreachable, certify_server, planned_repeats
     from ..studies import certificate_document
@@ -67,18 +78,35 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
     try:
         claim_output(output, force=force, what="-o")
         claim_output(run_dir, what="--run", folder=True)  # a probe never overwrites a run
-        repeats = planned_repeats(target_rate=target_rate, confidence=confidence, ladder=steps, prompts=len(texts), max_requests=max_requests)
-        settings = ProbeSettings(prompts=texts, ladder=steps, max_tokens=max_tokens, server_log=server_log, progress=sys.stderr.isatty())
+        repeats = planned_repeats(
+            target_rate=target_rate, confidence=confidence, ladder=steps, prompts=len(texts), max_requests=max_requests
+        )
+        settings = ProbeSettings(
+            prompts=texts, ladder=steps, max_tokens=max_tokens, server_log=server_log, progress=sys.stderr.isatty()
+        )
     except (OutputExists, ProbeError) as exc:
         raise _fail(exc) from None
     batched = repeats * len(texts) * sum(c for c in steps if c > 1)
-    plan = (f"up to {batched} batched requests ({len(texts)} prompts x c={','.join(map(str, steps))} x {repeats} repeats) into {run_dir}; "
-            "it stops at the first request that parts")
-    if sys.stderr.isatty():  # beside the bars; a log gets it with the verdict, so that a fault found first stays its one line
+    plan = (
+        f"up to {batched} batched requests ({len(texts)} prompts x c={','.join(map(str, steps))} x {repeats} repeats) into {run_dir}; "
+        "it stops at the first request that parts"
+    )
+    if (
+        sys.stderr.isatty()
+    ):  # beside the bars; a log gets it with the verdict, so that a fault found first stays its one line
         typer.echo(f"certifying {url}: {plan}", err=True)
     try:
-        folder, judgement, stopped = asyncio.run(certify_server(url, run_dir, settings, target_rate=target_rate, confidence=confidence,
-                                                                max_requests=max_requests, max_time=max_time))
+        folder, judgement, stopped = asyncio.run(
+            certify_server(
+                url,
+                run_dir,
+                settings,
+                target_rate=target_rate,
+                confidence=confidence,
+                max_requests=max_requests,
+                max_time=max_time,
+            )
+        )
     except (ServerUnreachable, ServerGone) as exc:
         raise _fail(exc, EXIT_UNREACHABLE) from None
     except (ProbeError, ValueError) as exc:
@@ -88,7 +116,11 @@ def certify_url(url: str, *, run_dir: Path, output: Path, force: bool, target_ra
         raise typer.Exit(130) from None
     typer.echo(f"probed {url}: {plan}", err=True)
     if stopped:
-        said = "a request parted, so the verdict is RED whatever follows" if stopped == "RED" else f"--max-time {duration(max_time)} ran out"
+        said = (
+            "a request parted, so the verdict is RED whatever follows"
+            if stopped == "RED"
+            else f"--max-time {duration(max_time)} ran out"
+        )
         typer.echo(f"stopped early: {said}", err=True)
     document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
     document["probe"] = {"url": url, "run": str(folder), "planned_batched_requests": batched, "stopped": stopped}

@@ -55,9 +55,11 @@ class Command(TyperCommand):
         formatter : click.HelpFormatter
             The help being written.
         """
-        arguments = [(_metavar(p, ctx), (cast(TyperArgument, p).help or "") + ("" if p.required else "  [optional]"))
-                     for p in self.get_params(ctx)
-                     if p.param_type_name == "argument"]
+        arguments = [
+            (_metavar(p, ctx), (cast(TyperArgument, p).help or "") + ("" if p.required else "  [optional]"))
+            for p in self.get_params(ctx)
+            if p.param_type_name == "argument"
+        ]
         options = []
         for param in self.get_params(ctx):
             option = cast(click.Option, param)  # read as one only when its type name says it is
@@ -94,7 +96,10 @@ class Group(TyperGroup):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             command = ctx.invoked_subcommand or "bia"
-            typer.echo(f"interrupted: bia {command} stopped before it finished; what it writes is written whole or not at all", err=True)
+            typer.echo(
+                f"interrupted: bia {command} stopped before it finished; what it writes is written whole or not at all",
+                err=True,
+            )
             raise typer.Exit(130) from None
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
@@ -107,8 +112,11 @@ class Group(TyperGroup):
         formatter : click.HelpFormatter
             The help being written.
         """
-        rows = [(name, command.get_short_help_str(limit=10_000)) for name in self.list_commands(ctx)
-                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
+        rows = [
+            (name, command.get_short_help_str(limit=10_000))
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        ]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, cast
+from typing import cast
 
 import typer
 
@@ -13,8 +13,18 @@ from ..core import OutputExists
 from ._args import _fail, _parse_ladder, _read_lines
 
 
-def hf_command(checkpoint: Path, output: Path, prompts: Optional[Path], ladder: str, layout: str, max_tokens: int, top_k: int, dtype: str,
-               device: str, force: bool) -> None:
+def hf_command(
+    checkpoint: Path,
+    output: Path,
+    prompts: Path | None,
+    ladder: str,
+    layout: str,
+    max_tokens: int,
+    top_k: int,
+    dtype: str,
+    device: str,
+    force: bool,
+) -> None:
     """The command's work once its options are parsed: each run written, or the fault in one line.
 
     Parameters
@@ -50,15 +60,41 @@ def hf_command(checkpoint: Path, output: Path, prompts: Optional[Path], ladder: 
 
     texts = DEFAULT_PROMPTS if prompts is None else _read_lines(prompts, "--prompts")
     try:
-        for folder in transformers_runs(checkpoint, output, prompts=texts, ladder=_parse_ladder(ladder), layout=layout, max_tokens=max_tokens,
-                                        top_k=top_k, dtype=dtype, device=device, force=force):
+        for folder in transformers_runs(
+            checkpoint,
+            output,
+            prompts=texts,
+            ladder=_parse_ladder(ladder),
+            layout=layout,
+            max_tokens=max_tokens,
+            top_k=top_k,
+            dtype=dtype,
+            device=device,
+            force=force,
+        ):
             typer.echo(f"wrote {folder}")
-    except (CallableError, FileNotFoundError, OutputExists, ValueError) as exc:  # a file an option reads: a bad option (docs/cli.md)
+    except (
+        CallableError,
+        FileNotFoundError,
+        OutputExists,
+        ValueError,
+    ) as exc:  # a file an option reads: a bad option (docs/cli.md)
         raise _fail(exc) from None
 
 
-def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str], ladder: Sequence[int], layout: str, max_tokens: int,
-                      top_k: int, dtype: str, device: str, force: bool) -> list[Path]:
+def transformers_runs(
+    checkpoint: Path,
+    output: Path,
+    *,
+    prompts: Sequence[str],
+    ladder: Sequence[int],
+    layout: str,
+    max_tokens: int,
+    top_k: int,
+    dtype: str,
+    device: str,
+    force: bool,
+) -> list[Path]:
     """Probe each way the installed transformers batches (``padded``, and ``continuous`` where it exists) on ``checkpoint``
     and write ``OUTPUT/<way>``; the run folders written.
 
@@ -107,9 +143,13 @@ def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str],
 
     if not checkpoint.exists():
         raise FileNotFoundError(f"--hf {checkpoint}: no such folder")
-    own = checkpoint.is_file() and checkpoint.suffix == ".safetensors"  # bia's own model (data/tiny-model), written as GPT-2 first
+    own = (
+        checkpoint.is_file() and checkpoint.suffix == ".safetensors"
+    )  # bia's own model (data/tiny-model), written as GPT-2 first
     if not own and not (checkpoint / "config.json").is_file():
-        raise ValueError(f"--hf {checkpoint}: not a Hugging Face checkpoint folder (no config.json), nor bia's model (.safetensors)")
+        raise ValueError(
+            f"--hf {checkpoint}: not a Hugging Face checkpoint folder (no config.json), nor bia's model (.safetensors)"
+        )
     for way in ("padded", "continuous"):  # refused before the model loads, as the experiment's own runs are
         claim_output(output / way, force=force, what=f"the transformers {way} run", folder=True)
     with tempfile.TemporaryDirectory(prefix="bia-hf-") as scratch:
@@ -117,7 +157,15 @@ def transformers_runs(checkpoint: Path, output: Path, *, prompts: Sequence[str],
         engines = transformers_engines(folder, max_new_tokens=max_tokens, top_k=top_k, dtype=dtype, device=device)
     written = []
     for way, generate in engines.items():
-        run = probe_callable(generate, prompts, output / way, ladder=ladder, layout=layout, force=force,
-                             engine=f"transformers {transformers.__version__} ({way} batching)", model=checkpoint.stem if own else checkpoint.name)
+        run = probe_callable(
+            generate,
+            prompts,
+            output / way,
+            ladder=ladder,
+            layout=layout,
+            force=force,
+            engine=f"transformers {transformers.__version__} ({way} batching)",
+            model=checkpoint.stem if own else checkpoint.name,
+        )
         written.append(cast(Path, run.path))  # read back from the folder it was written to: it has its path
     return written

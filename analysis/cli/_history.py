@@ -13,17 +13,20 @@ from ._options import Offline
 
 
 def history_command(
-    sources: Annotated[list[str], typer.Argument(metavar="SOURCE...", help="Run directories, witness and marker files or URLs, folders of them.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="The history folder to add them to (made when missing).")],
+    sources: Annotated[
+        list[str],
+        typer.Argument(metavar="SOURCE...", help="Run directories, witness and marker files or URLs, folders of them."),
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="The history folder to add them to (made when missing).")
+    ],
     offline: Offline = False,
 ) -> None:
     """Add runs, witnesses and markers to a history folder (each once), for bia trend."""
-    from ..core import WitnessError
-    from ..studies import HistoryError, append_history
+    from ..core import OutputUnwritable, WitnessError, check_writable
     from ..io import SourceError
     from ..run import RunError
-
-    from ..core import OutputUnwritable, check_writable
+    from ..studies import HistoryError, append_history
 
     _go_offline(offline)
     try:
@@ -35,9 +38,13 @@ def history_command(
     except (WitnessError, RunError, HistoryError) as exc:
         raise _fail(str(exc), 4) from None
     except OutputExists as exc:
-        raise _fail(exc.problem if isinstance(exc, OutputUnwritable) else f"{exc.problem}; a history folder holds history.json") from None
-    typer.echo(f"{output}: {history.entries.height - before} new entr{'y' if history.entries.height - before == 1 else 'ies'}, "
-               f"{history.entries.height} in all")
+        raise _fail(
+            exc.problem if isinstance(exc, OutputUnwritable) else f"{exc.problem}; a history folder holds history.json"
+        ) from None
+    typer.echo(
+        f"{output}: {history.entries.height - before} new entr{'y' if history.entries.height - before == 1 else 'ies'}, "
+        f"{history.entries.height} in all"
+    )
 
 
 def _history_size(folder: Path) -> int:

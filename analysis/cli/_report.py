@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,19 +16,38 @@ from ._options import BandPerFile, Bands, MappingFile, ModelPrefix, Offline, Pol
 
 
 def report_command(
-    sources: Annotated[Optional[list[str]], typer.Argument(metavar="SOURCE...", help="Witness sources, run directories and dumps (files, folders, globs); "
-                                                                "the embedded default if none.")] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("parity-report.html"),
+    sources: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="SOURCE...",
+            help="Witness sources, run directories and dumps (files, folders, globs); the embedded default if none.",
+        ),
+    ] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path(
+        "parity-report.html"
+    ),
     epsilon: Annotated[float, typer.Option(help="The near-tie epsilon for runs.")] = 0.05,
-    reference: Annotated[str, typer.Option(metavar="REFERENCE", help="Compare batched requests with ref1, ref2, or another run directory's ref #1.")] = "ref1",
+    reference: Annotated[
+        str,
+        typer.Option(
+            metavar="REFERENCE", help="Compare batched requests with ref1, ref2, or another run directory's ref #1."
+        ),
+    ] = "ref1",
     title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-parity report",
-    notebook: Annotated[Optional[Path], typer.Option(help="Also keep the executed notebook here.")] = None,
+    notebook: Annotated[Path | None, typer.Option(help="Also keep the executed notebook here.")] = None,
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
     bands: Bands = None,
-    admission: Annotated[bool, typer.Option("--admission", help="Judge the runs by aprender's V3 release gate too (implied by "
-                                                                "--policy, --model-prefix and --bands).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite the output (and --notebook) when they exist.")] = False,
+    admission: Annotated[
+        bool,
+        typer.Option(
+            "--admission",
+            help="Judge the runs by aprender's V3 release gate too (implied by --policy, --model-prefix and --bands).",
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the output (and --notebook) when they exist.")
+    ] = False,
     mapping: MappingFile = None,
     band_per_file: BandPerFile = False,
     offline: Offline = False,
@@ -68,28 +87,56 @@ def report_command(
         raise _fail("--band-per-file places dumps, and no dump was given")
     assembled = _assemble(dumps, mapping, band_per_file) if dumps or mapping is not None else None
     if assembled is not None and is_lone(assembled):
-        typer.echo("note: one request allows no batch comparison; the report says what it can and cannot judge", err=True)
+        typer.echo(
+            "note: one request allows no batch comparison; the report says what it can and cannot judge", err=True
+        )
     with tempfile.TemporaryDirectory(prefix="bia-report-") as scratch:
         if assembled is not None:
             from ..run import write_run
 
             name = f"{Path(dumps[0]).name if len(dumps) == 1 and mapping is None else 'dumps'} (assembled)"
-            labelled = dataclasses.replace(assembled, manifest={**assembled.manifest, "label": name})  # the scratch folder goes
+            labelled = dataclasses.replace(
+                assembled, manifest={**assembled.manifest, "label": name}
+            )  # the scratch folder goes
             runs.append(str(write_run(labelled, Path(scratch) / name)))
-        _report(runs, witness_sources, output=output, epsilon=epsilon, reference=reference, title=title, notebook=notebook, policy=policy,
-                policy_file=policy_file, model_prefix=model_prefix, bands=bands, admission=admission)
+        _report(
+            runs,
+            witness_sources,
+            output=output,
+            epsilon=epsilon,
+            reference=reference,
+            title=title,
+            notebook=notebook,
+            policy=policy,
+            policy_file=policy_file,
+            model_prefix=model_prefix,
+            bands=bands,
+            admission=admission,
+        )
 
 
-def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilon: float, reference: str, title: str, notebook: Path | None,
-            policy: V3Policy, policy_file: Path | None, model_prefix: str | None, bands: str | None, admission: bool) -> None:
+def _report(
+    runs: list[str],
+    witness_sources: list[str],
+    *,
+    output: Path,
+    epsilon: float,
+    reference: str,
+    title: str,
+    notebook: Path | None,
+    policy: V3Policy,
+    policy_file: Path | None,
+    model_prefix: str | None,
+    bands: str | None,
+    admission: bool,
+) -> None:
     """Read the runs and witnesses, so that a bad file is named here, then render the report."""
     import dataclasses
 
     from ..core import WitnessError
     from ..io import SourceError
+    from ..report import ACCEPTS, ReportError, default_runs, default_sources, render_report
     from ..witness import read_witnesses
-    from ..report import ReportError, default_runs, default_sources, render_report
-    from ..report import ACCEPTS
 
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
         from ..run import RunError, read_run
@@ -105,9 +152,21 @@ def _report(runs: list[str], witness_sources: list[str], *, output: Path, epsilo
         raise typer.Exit(EXIT_RED) from None
     overrides = {k: v for k, v in dataclasses.asdict(policy).items() if v != getattr(V3Policy(), k)}
     try:
-        asked = admission or policy_file is not None or model_prefix is not None or bands is not None  # then the runs meet aprender's gate too
-        written = render_report(witness_sources, output, runs=runs, epsilon=epsilon, reference=reference, title=title, policy=overrides,
-                                admission=asked, executed_notebook=notebook, force=True)  # claimed above
+        asked = (
+            admission or policy_file is not None or model_prefix is not None or bands is not None
+        )  # then the runs meet aprender's gate too
+        written = render_report(
+            witness_sources,
+            output,
+            runs=runs,
+            epsilon=epsilon,
+            reference=reference,
+            title=title,
+            policy=overrides,
+            admission=asked,
+            executed_notebook=notebook,
+            force=True,
+        )  # claimed above
     except ReportError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,15 +11,27 @@ from ._args import _check_log_file, _fail, _need_extra, _row_invariant_blas
 
 
 def serve_command(
-    host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(metavar="ADDRESS", help="Address to listen on (loopback by default).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    mode: Annotated[str, typer.Option(metavar="MODE", help="Kernel mode: default, one-by-one, fixed-tiles or "
-                                           "row-invariant (batch-invariant: one-by-one's old name).")] = "default",
+    mode: Annotated[
+        str,
+        typer.Option(
+            metavar="MODE",
+            help="Kernel mode: default, one-by-one, fixed-tiles or "
+            "row-invariant (batch-invariant: one-by-one's old name).",
+        ),
+    ] = "default",
     dtype: Annotated[str, typer.Option(metavar="DTYPE", help="float32 or bfloat16.")] = "float32",
     device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, or cuda when torch sees a GPU.")] = "cpu",
-    model: Annotated[Optional[Path], typer.Option(help="Model weights; the bundled tiny model by default.")] = None,
-    log_file: Annotated[Optional[Path], typer.Option(help="Append the per-step batch log here (what bia probe --server-log reads).")] = None,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print every decode step's batch line on the terminal.")] = False,
+    model: Annotated[Path | None, typer.Option(help="Model weights; the bundled tiny model by default.")] = None,
+    log_file: Annotated[
+        Path | None, typer.Option(help="Append the per-step batch log here (what bia probe --server-log reads).")
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Also print every decode step's batch line on the terminal.")
+    ] = False,
 ) -> None:
     """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching.
 
@@ -30,12 +42,14 @@ def serve_command(
     _need_extra("torch", "torch", "serve")
     _row_invariant_blas([mode])
 
-    from ..experiment import ExperimentError, bundled_model
     from ..core import mode_as_asked
+    from ..experiment import ExperimentError, bundled_model
     from ..experiment.modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
 
     if mode not in KERNEL_MODES and mode not in MODE_ALIASES:
-        raise _fail(f"--mode takes one of {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's old name), got {mode!r}")
+        raise _fail(
+            f"--mode takes one of {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's old name), got {mode!r}"
+        )
     if dtype not in ("float32", "bfloat16"):
         raise _fail(f"--dtype takes float32 or bfloat16, got {dtype!r}")
     weights = model or bundled_model()
@@ -68,6 +82,12 @@ def serve_command(
         except OSError as exc:  # checked above; this is what changed since
             raise _fail(f"--log-file {log_file}: cannot be written: {exc.strerror or exc}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
-    if not serve(create_app(loaded, mode, Path(weights).stem), host, port,
-                 said=f"kernel mode {mode_as_asked(mode, kernel_mode(mode))}, {dtype} on {device}, model {Path(weights).stem}"):
-        raise _fail(f"--host {host} --port {port}: cannot listen there (the port in use, or an address not of this machine)")
+    if not serve(
+        create_app(loaded, mode, Path(weights).stem),
+        host,
+        port,
+        said=f"kernel mode {mode_as_asked(mode, kernel_mode(mode))}, {dtype} on {device}, model {Path(weights).stem}",
+    ):
+        raise _fail(
+            f"--host {host} --port {port}: cannot listen there (the port in use, or an address not of this machine)"
+        )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,12 @@ from ._options import Offline
 
 
 def trend_command(
-    sources: Annotated[Optional[list[str]], typer.Argument(metavar="SOURCE...", help="History folders, runs, witnesses, markers; the embedded history if none.")] = None,
+    sources: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="SOURCE...", help="History folders, runs, witnesses, markers; the embedded history if none."
+        ),
+    ] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path("trend.html"),
     title: Annotated[str, typer.Option(help="The report's title.")] = "Batch-invariance trend",
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
@@ -21,11 +26,11 @@ def trend_command(
 ) -> None:
     """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
     from ..core import WitnessError
-    from ..studies import HistoryError
     from ..io import SourceError
     from ..report import ReportError
-    from ..run import RunError
     from ..report.trend import render_trend
+    from ..run import RunError
+    from ..studies import HistoryError
 
     _go_offline(offline)
     try:

@@ -12,7 +12,9 @@ from ._options import Bands, ModelPrefix, Offline, PolicyFile
 
 
 def witness_command(
-    paths: Annotated[list[str], typer.Argument(metavar="SOURCE...", help="Witness or marker files, folders, globs or URLs.")],
+    paths: Annotated[
+        list[str], typer.Argument(metavar="SOURCE...", help="Witness or marker files, folders, globs or URLs.")
+    ],
     reasons: Annotated[bool, typer.Option("--reasons", help="List every V3 reason and discrepancy.")] = False,
     policy_file: PolicyFile = None,
     model_prefix: ModelPrefix = None,
@@ -21,9 +23,9 @@ def witness_command(
 ) -> None:
     """A terminal table of witnesses and their bands, with the V3 verdict of each witness."""
     _go_offline(offline)
-    from ..views import print_witness_tables
     from ..core import WitnessError
     from ..io import SourceError
+    from ..views import print_witness_tables
     from ..witness import read_witnesses
 
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)

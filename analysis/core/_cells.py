@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from decimal import Decimal
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 from ..core._frames import as_polars
@@ -187,8 +187,15 @@ class Shortened(NamedTuple):
     full: str
 
 
-def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show", limit: int | None = None,
-               shorten: Mapping[str, int] | None = None, nowrap: bool = False) -> str:
+def frame_html(
+    frame: Any,
+    *,
+    caption: str = "",
+    empty: str = "nothing to show",
+    limit: int | None = None,
+    shorten: Mapping[str, int] | None = None,
+    nowrap: bool = False,
+) -> str:
     """A polars or pandas frame as an escaped HTML table of people-formatted cells, in a box of its own that scrolls
     sideways when the table is wider than the card (a notebook's output area, which has no report stylesheet); with
     ``limit``, the first rows and a count of the rest; ``shorten`` cuts a column's values to so many characters, each
@@ -230,7 +237,9 @@ def frame_html(frame: Any, *, caption: str = "", empty: str = "nothing to show",
     cut = [(shorten or {}).get(name) for name in shown.columns]
     rows = [[_shortened(cell(v), n) for v, n in zip(row, cut)] for row in shown.iter_rows()]
     more = f"the first {shown.height} of {frame.height} rows" if frame.height > shown.height else ""
-    return render("table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty, more=more, nowrap=nowrap)
+    return render(
+        "table.html.j2", columns=shown.columns, rows=rows, caption=caption, empty=empty, more=more, nowrap=nowrap
+    )
 
 
 SCROLL_BOX = '<div class="bia-scroll" style="max-width:100%;overflow-x:auto">'  # the report's class with its rule inline: the templates' boxes too
@@ -261,8 +270,15 @@ def _shortened(text: str, n: int | None) -> str | Shortened:
     return Shortened(text[:n], text) if n is not None and len(text) > n else text
 
 
-def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], lines: Sequence[tuple[str, str | None]] = (),
-                 preview: Any = None, preview_rows: int = 5, shorten: Mapping[str, int] | None = None) -> str:
+def summary_html(
+    kind: str,
+    name: str | None,
+    facts: list[tuple[str, Any]],
+    lines: Sequence[tuple[str, str | None]] = (),
+    preview: Any = None,
+    preview_rows: int = 5,
+    shorten: Mapping[str, int] | None = None,
+) -> str:
     """The compact HTML card an object shows in Jupyter (``shorten``: as :func:`frame_html` takes it).
 
     Parameters
@@ -287,8 +303,14 @@ def summary_html(kind: str, name: str | None, facts: list[tuple[str, Any]], line
     str
     """
     table = frame_html(preview, limit=preview_rows, shorten=shorten, nowrap=True) if preview is not None else ""
-    return render("summary.html.j2", kind=kind, name=name, facts=[(label, cell(value)) for label, value in facts], lines=list(lines),
-                  preview=table)
+    return render(
+        "summary.html.j2",
+        kind=kind,
+        name=name,
+        facts=[(label, cell(value)) for label, value in facts],
+        lines=list(lines),
+        preview=table,
+    )
 
 
 def few(items: list[str], n: int = 3) -> str:

@@ -16,7 +16,9 @@ INVARIANT_MODES = ("one-by-one", "fixed-tiles", "row-invariant")
 #: matmuls still take the sequence's length as their shape, so a prompt's pass and a decode step sum differently.
 PREFILL_DECODE_MODES = ("fixed-tiles", "row-invariant")
 
-SETTING_ALIASES: Mapping[str, Mapping[str, str]] = {"kernel_mode": MODE_ALIASES}  # per setting: requested name -> canonical name
+SETTING_ALIASES: Mapping[str, Mapping[str, str]] = {
+    "kernel_mode": MODE_ALIASES
+}  # per setting: requested name -> canonical name
 
 
 def canonical_setting(name: str, value: Any) -> Any:
@@ -94,4 +96,6 @@ def kernel_mode_words(manifest: Mapping[str, Any]) -> str | None:
     >>> kernel_mode_words({"effective": {"kernel_mode": "default"}}), kernel_mode_words({"requested": {"layout": "copies"}})
     ('default', None)
     """
-    return mode_as_asked((manifest.get("requested") or {}).get("kernel_mode"), (manifest.get("effective") or {}).get("kernel_mode"))
+    return mode_as_asked(
+        (manifest.get("requested") or {}).get("kernel_mode"), (manifest.get("effective") or {}).get("kernel_mode")
+    )

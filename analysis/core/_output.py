@@ -24,7 +24,10 @@ class OutputExists(FileExistsError):
     """
 
     def __init__(self, problem: str, remedy: str | None = None) -> None:
-        self.problem, self.remedy = problem, remedy  # remedy: what force does ("overwrite it"), None when it would not help
+        self.problem, self.remedy = (
+            problem,
+            remedy,
+        )  # remedy: what force does ("overwrite it"), None when it would not help
         super().__init__(self._said("force=True"))
 
     def _said(self, how: str) -> str:
@@ -100,7 +103,9 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777 if path.is_file() else 0o666 & ~_umask()  # as a plain open() would leave it, not mkstemp's 0600
+    mode = (
+        path.stat().st_mode & 0o777 if path.is_file() else 0o666 & ~_umask()
+    )  # as a plain open() would leave it, not mkstemp's 0600
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
@@ -151,7 +156,9 @@ def build_folder(final: Path) -> Iterator[Path]:
     os.replace(folder, final)
 
 
-def claim_output(path: str | os.PathLike[str], *, force: bool = False, what: str = "output", folder: bool = False) -> Path:
+def claim_output(
+    path: str | os.PathLike[str], *, force: bool = False, what: str = "output", folder: bool = False
+) -> Path:
     """Check that ``path`` may be written; with ``force``, clear what is there first.
 
     Parameters

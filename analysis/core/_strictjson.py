@@ -42,7 +42,9 @@ class StrictJsonError(ValueError):
         The path of the offending key (``choices[0].logprob``) when one is to blame.
     """
 
-    def __init__(self, problem: str, field: str | None = None, decode_error: json.JSONDecodeError | None = None) -> None:
+    def __init__(
+        self, problem: str, field: str | None = None, decode_error: json.JSONDecodeError | None = None
+    ) -> None:
         super().__init__(problem)
         self.problem, self.field = problem, field
         self.decode_error = decode_error  # where the parser stopped, when it did: not_json says it
@@ -75,7 +77,7 @@ def not_json(exc: ValueError | RecursionError, line: int = 1) -> str:
     at = exc if isinstance(exc, json.JSONDecodeError) else getattr(exc, "decode_error", None)
     if at is None:
         return f"{NOT_JSON} ({exc})"
-    ends = not at.doc[at.pos:].strip()  # nothing after where it stopped: a file cut short, the commonest cause
+    ends = not at.doc[at.pos :].strip()  # nothing after where it stopped: a file cut short, the commonest cause
     return f"{NOT_JSON} at line {at.lineno + line - 1} column {at.colno} ({at.msg}{' at the end of the text: cut short?' if ends else ''})"
 
 
@@ -116,7 +118,9 @@ def _bounded_int(text: str) -> int:
         try:
             float(value)
         except OverflowError:
-            raise StrictJsonError(f"number {text[:20]}... ({len(text)} digits) is out of range for a 64-bit float") from None
+            raise StrictJsonError(
+                f"number {text[:20]}... ({len(text)} digits) is out of range for a 64-bit float"
+            ) from None
     return value
 
 
@@ -153,7 +157,9 @@ def _too_deep_at(raw: bytes, limit: int) -> int | None:
     """
     a = np.frombuffer(raw, dtype=np.uint8)
     index = np.arange(len(a))
-    last_plain = np.maximum.accumulate(np.where(a != 0x5C, index, -1))  # the last byte at or before each that is not a backslash
+    last_plain = np.maximum.accumulate(
+        np.where(a != 0x5C, index, -1)
+    )  # the last byte at or before each that is not a backslash
     quotes = np.flatnonzero(a == 0x22)
     before = quotes - 1
     run = np.where(before >= 0, before - last_plain[np.maximum(before, 0)], 0)  # backslashes just before each quote

@@ -28,9 +28,11 @@ __all__ = [
 # checks each capture as it lands (parse_source, parse_sse, LIVE_SPAN), analysis.read_mlperf_pair pairs two logs
 # (MlperfLog, read_mlperf_log), run/ writes captures in the formats it re-reads (PAYLOAD_PARSERS, STREAM_FORMATS),
 # studies/ conforms its frames to the schema (conform).
-from ._liveness import LIVE_SPAN as LIVE_SPAN  # noqa: E402
-from ._read import parse_source as parse_source  # noqa: E402
-from ._schema import conform as conform  # noqa: E402
-from ._sse import parse_sse as parse_sse  # noqa: E402
-from .formats import MlperfLog as MlperfLog, PAYLOAD_PARSERS as PAYLOAD_PARSERS, STREAM_FORMATS as STREAM_FORMATS  # noqa: E402
-from .formats import read_mlperf_log as read_mlperf_log  # noqa: E402
+from ._liveness import LIVE_SPAN as LIVE_SPAN
+from ._read import parse_source as parse_source
+from ._schema import conform as conform
+from ._sse import parse_sse as parse_sse
+from .formats import PAYLOAD_PARSERS as PAYLOAD_PARSERS
+from .formats import STREAM_FORMATS as STREAM_FORMATS
+from .formats import MlperfLog as MlperfLog
+from .formats import read_mlperf_log as read_mlperf_log

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..core import few, summary_html
-from ..core import as_polars
+from ..core import as_polars, few, summary_html
 
 
 def dump_summary(dump) -> str:
@@ -25,13 +24,33 @@ def dump_summary(dump) -> str:
     formats = sorted({f for found in dump.formats.values() for f in found})
     requests = as_polars(dump.requests)
     notes = count_notes(requests)
-    facts = [("requests", len(dump.requests)), ("scored tokens", len(dump.tokens)), ("candidates", len(dump.candidates)),
-             ("sources", few(sources)), ("formats", few(formats)), ("records left out", len(dump.skipped)), ("backend", dump.backend)]
+    facts = [
+        ("requests", len(dump.requests)),
+        ("scored tokens", len(dump.tokens)),
+        ("candidates", len(dump.candidates)),
+        ("sources", few(sources)),
+        ("formats", few(formats)),
+        ("records left out", len(dump.skipped)),
+        ("backend", dump.backend),
+    ]
     if notes:
         facts.append(("usage counts tokens never sent", len(notes)))
     lines = [(str(e), "fail") for e in dump.skipped[:5]] + [(note, None) for note in notes[:5]]
-    columns = [c for c in ("request_id", "source_format", "model", "prompt_id", "role", "c", "slot", "completion_tokens", "finish_reason")
-               if c in requests.columns]
+    columns = [
+        c
+        for c in (
+            "request_id",
+            "source_format",
+            "model",
+            "prompt_id",
+            "role",
+            "c",
+            "slot",
+            "completion_tokens",
+            "finish_reason",
+        )
+        if c in requests.columns
+    ]
     return summary_html("bia dump", None, facts, lines, requests.select(columns))
 
 
@@ -59,8 +78,12 @@ def count_notes(requests) -> list[str]:
     if "extra" not in requests.columns:
         return []
     notes = []
-    for row in requests.filter(requests["extra"].str.contains('"usage_minus_entries"', literal=True).fill_null(False)).iter_rows(named=True):
+    for row in requests.filter(
+        requests["extra"].str.contains('"usage_minus_entries"', literal=True).fill_null(False)
+    ).iter_rows(named=True):
         extra = json.loads(row["extra"])
-        notes.append(f"{row['source']} record {row['record']}: usage counts {row['completion_tokens']} tokens, {row['n_completion_scored']} logprob "
-                     f"entries ({extra['usage_minus_entries']} more: {extra.get('usage_minus_entries_reason', 'reason not recorded')})")
+        notes.append(
+            f"{row['source']} record {row['record']}: usage counts {row['completion_tokens']} tokens, {row['n_completion_scored']} logprob "
+            f"entries ({extra['usage_minus_entries']} more: {extra.get('usage_minus_entries_reason', 'reason not recorded')})"
+        )
     return notes

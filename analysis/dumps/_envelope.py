@@ -12,8 +12,20 @@ from typing import Any
 from ._kit import Meta
 
 LEGACY_KEYS = {"band_c": "c"}  # legacy: run_version 1 captures named the envelope's c band_c
-ENVELOPE_KEYS = {"response", "sse", "format", "c", "slot", "prompt_id", "role", "repeat", "sample_key", "t_sent", "arrival_times",
-                 *LEGACY_KEYS}
+ENVELOPE_KEYS = {
+    "response",
+    "sse",
+    "format",
+    "c",
+    "slot",
+    "prompt_id",
+    "role",
+    "repeat",
+    "sample_key",
+    "t_sent",
+    "arrival_times",
+    *LEGACY_KEYS,
+}
 # Other envelope keys go to requests.extra; "logprobs_mode" there also sets vLLM offline semantics.
 
 
@@ -57,7 +69,16 @@ def envelope_meta(line: dict, record: int, raw: bytes) -> Meta:
     Meta
     """
     extra = {k: v for k, v in line.items() if k not in ENVELOPE_KEYS}
-    return Meta(record=record, sample_key=line.get("sample_key"), c=envelope_c(line), slot=line.get("slot"),
-                prompt_id=None if line.get("prompt_id") is None else str(line["prompt_id"]), role=line.get("role"), repeat=line.get("repeat"),
-                t_sent=line.get("t_sent"),
-                arrivals=line.get("arrival_times"), raw_sha256=hashlib.sha256(raw).hexdigest(), extra=extra)
+    return Meta(
+        record=record,
+        sample_key=line.get("sample_key"),
+        c=envelope_c(line),
+        slot=line.get("slot"),
+        prompt_id=None if line.get("prompt_id") is None else str(line["prompt_id"]),
+        role=line.get("role"),
+        repeat=line.get("repeat"),
+        t_sent=line.get("t_sent"),
+        arrivals=line.get("arrival_times"),
+        raw_sha256=hashlib.sha256(raw).hexdigest(),
+        extra=extra,
+    )

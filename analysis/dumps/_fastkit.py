@@ -20,20 +20,34 @@ import pyarrow.json as pj
 from ..core import INT64_MAX, INT64_MIN
 from ._envelope import ENVELOPE_KEYS, envelope_c
 
-
 Frames = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
 
 
 _NULL = pa.null()  # a field that must be absent or null here: anything else sends the file to the general path
 
 
-_CANDIDATE = pa.struct([("token", pa.string()), ("logprob", pa.float64()), ("bytes", pa.list_(pa.int64())), ("id", pa.int64()), ("prob", _NULL)])
+_CANDIDATE = pa.struct(
+    [
+        ("token", pa.string()),
+        ("logprob", pa.float64()),
+        ("bytes", pa.list_(pa.int64())),
+        ("id", pa.int64()),
+        ("prob", _NULL),
+    ]
+)
 
 
-_ENTRY = pa.struct([
-    ("token", pa.string()), ("logprob", pa.float64()), ("bytes", pa.list_(pa.int64())), ("id", pa.int64()),
-    ("top_logprobs", pa.list_(_CANDIDATE)), ("prob", _NULL), ("top_probs", _NULL),
-])
+_ENTRY = pa.struct(
+    [
+        ("token", pa.string()),
+        ("logprob", pa.float64()),
+        ("bytes", pa.list_(pa.int64())),
+        ("id", pa.int64()),
+        ("top_logprobs", pa.list_(_CANDIDATE)),
+        ("prob", _NULL),
+        ("top_probs", _NULL),
+    ]
+)
 
 
 _LOGPROBS = pa.struct([("content", pa.list_(_ENTRY)), ("tokens", _NULL)])
@@ -42,32 +56,73 @@ _LOGPROBS = pa.struct([("content", pa.list_(_ENTRY)), ("tokens", _NULL)])
 _USAGE = pa.struct([("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("total_tokens", pa.int64())])
 
 
-_TIMINGS = pa.struct([("predicted_n", pa.int64()), ("predicted_ms", pa.float64()), ("predicted_per_second", pa.float64())])  # _kit.TIMING_FIELDS
+_TIMINGS = pa.struct(
+    [("predicted_n", pa.int64()), ("predicted_ms", pa.float64()), ("predicted_per_second", pa.float64())]
+)  # _kit.TIMING_FIELDS
 
 
-_CHOICE = pa.struct([
-    ("index", pa.int64()), ("finish_reason", pa.string()), ("message", pa.struct([("content", pa.string())])), ("logprobs", _LOGPROBS),
-    ("token_ids", _NULL), ("compact_logprobs", _NULL), ("sampling_mask", _NULL), ("kept_tokens", _NULL), ("routed_experts", _NULL), ("text", _NULL),
-])
+_CHOICE = pa.struct(
+    [
+        ("index", pa.int64()),
+        ("finish_reason", pa.string()),
+        ("message", pa.struct([("content", pa.string())])),
+        ("logprobs", _LOGPROBS),
+        ("token_ids", _NULL),
+        ("compact_logprobs", _NULL),
+        ("sampling_mask", _NULL),
+        ("kept_tokens", _NULL),
+        ("routed_experts", _NULL),
+        ("text", _NULL),
+    ]
+)
 
 
-_SCHEMA = pa.schema([
-    ("id", pa.string()), ("request_id", _NULL), ("model", pa.string()), ("object", pa.string()), ("choices", pa.list_(_CHOICE)), ("usage", _USAGE),
-    ("timings", _TIMINGS),
-    ("prompt_logprobs", _NULL), ("nvext", _NULL), ("error", _NULL), ("response", _NULL), ("sse", _NULL), ("meta_info", _NULL), ("details", _NULL),
-])
+_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("request_id", _NULL),
+        ("model", pa.string()),
+        ("object", pa.string()),
+        ("choices", pa.list_(_CHOICE)),
+        ("usage", _USAGE),
+        ("timings", _TIMINGS),
+        ("prompt_logprobs", _NULL),
+        ("nvext", _NULL),
+        ("error", _NULL),
+        ("response", _NULL),
+        ("sse", _NULL),
+        ("meta_info", _NULL),
+        ("details", _NULL),
+    ]
+)
 # One event of a streamed chat completion (``chat.completion.chunk``).
 
 
-_CHUNK_CHOICE = pa.struct([
-    ("index", pa.int64()), ("delta", pa.struct([("content", pa.string())])), ("finish_reason", pa.string()), ("logprobs", _LOGPROBS), ("text", _NULL),
-])
+_CHUNK_CHOICE = pa.struct(
+    [
+        ("index", pa.int64()),
+        ("delta", pa.struct([("content", pa.string())])),
+        ("finish_reason", pa.string()),
+        ("logprobs", _LOGPROBS),
+        ("text", _NULL),
+    ]
+)
 
 
-_CHUNK_SCHEMA = pa.schema([
-    ("id", pa.string()), ("model", pa.string()), ("object", pa.string()), ("stream_mode", pa.string()), ("choices", pa.list_(_CHUNK_CHOICE)),
-    ("usage", _USAGE), ("timings", _TIMINGS), ("error", _NULL), ("stop", _NULL), ("completion_probabilities", _NULL),
-])
+_CHUNK_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("model", pa.string()),
+        ("object", pa.string()),
+        ("stream_mode", pa.string()),
+        ("choices", pa.list_(_CHUNK_CHOICE)),
+        ("usage", _USAGE),
+        ("timings", _TIMINGS),
+        ("error", _NULL),
+        ("stop", _NULL),
+        ("completion_probabilities", _NULL),
+    ]
+)
 
 
 _PLACEHOLDER = r"^token_id:(-?\d+)$"
@@ -84,7 +139,9 @@ _PLACEHOLDER = r"^token_id:(-?\d+)$"
 _ESCAPED_LETTER = r"\\u00[4-7]"
 
 
-_SEPARATOR = "[\u2028\u2029\x85]"  # str.splitlines ends a line there: the general path would number and cut lines its own way
+_SEPARATOR = (
+    "[\u2028\u2029\x85]"  # str.splitlines ends a line there: the general path would number and cut lines its own way
+)
 
 
 def _keys(*names: str) -> str:
@@ -100,8 +157,13 @@ _RESPONSE_GUARD = "|".join([_keys(*_PAYLOAD_KEYS), _ESCAPED_LETTER, _SEPARATOR])
 _BARE_GUARD = "|".join([_keys(*_PAYLOAD_KEYS, "response", "sse"), _ESCAPED_LETTER, _SEPARATOR])
 
 
-_CHUNK_GUARD = "|".join([_keys("error", "stop", "completion_probabilities", "text", "tokens"),
-                         _keys("id", "model", "stream_mode", "choices") + "[ \t]*null", _ESCAPED_LETTER])
+_CHUNK_GUARD = "|".join(
+    [
+        _keys("error", "stop", "completion_probabilities", "text", "tokens"),
+        _keys("id", "model", "stream_mode", "choices") + "[ \t]*null",
+        _ESCAPED_LETTER,
+    ]
+)
 
 
 _RAW_SEPARATOR = re.compile(b"\xe2\x80[\xa8\xa9]|\xc2\x85")
@@ -117,7 +179,9 @@ class _Unsupported(Exception):
 _REFUSALS = (_Unsupported, pl.exceptions.PolarsError, pa.ArrowException, OverflowError)
 
 
-_CHUNK_BYTES = 32 << 20  # lines are parsed this many bytes at a time, so memory stays bounded and reading overlaps building
+_CHUNK_BYTES = (
+    32 << 20
+)  # lines are parsed this many bytes at a time, so memory stays bounded and reading overlaps building
 
 
 def _chunks(path: Path, limit: int | None = None):
@@ -129,7 +193,9 @@ def _chunks(path: Path, limit: int | None = None):
     pages already parsed do not stay in this process. A CR or a blank line sends the file to the general path
     (it numbers and hashes lines its own way).
     """
-    size = path.stat().st_size + 1 if limit is None else limit  # a small file gets a small buffer (it grows if the file does)
+    size = (
+        path.stat().st_size + 1 if limit is None else limit
+    )  # a small file gets a small buffer (it grows if the file does)
     buffer = bytearray(max(1, min(_CHUNK_BYTES, size)))
     held = 0  # the start of a line the last chunk did not end, kept at the front
     left = limit
@@ -190,8 +256,11 @@ def _table(data, n_rows: int, longest: int, schema: pa.Schema) -> pa.Table:
     # About four blocks a chunk: enough to keep the reader's threads busy, few enough that the per-batch polars work stays small.
     options = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 2, len(data) // 4 + 1))
     try:
-        table = pj.read_json(pa.BufferReader(pa.py_buffer(data)), read_options=options,
-                             parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+        table = pj.read_json(
+            pa.BufferReader(pa.py_buffer(data)),
+            read_options=options,
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise _Unsupported(str(exc)) from None
     if table.num_rows != n_rows:
@@ -228,7 +297,9 @@ def _binary(lists: pa.Array) -> pa.Array:
     mask = None if lists.null_count == 0 else validity.buffers()[1]
     if mask is not None and validity.offset:
         raise _Unsupported("an unaligned validity bitmap")
-    return pa.Array.from_buffers(pa.binary(), len(lists), [mask, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=lists.null_count)
+    return pa.Array.from_buffers(
+        pa.binary(), len(lists), [mask, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=lists.null_count
+    )
 
 
 def _field(array: pa.Array, name: str) -> pa.Array:
@@ -245,10 +316,14 @@ def _placeholder_ids(token: pl.Series) -> pl.Series:
     marked = token.str.starts_with("token_id:").fill_null(False)
     digits = token.str.strip_prefix("token_id:")
     plain = digits.str.contains(r"^-?[0-9]+$").fill_null(False)
-    if (marked & ~plain).any():  # another digit (the general path's \d is any Unicode digit), or no number: the full rule
+    if (
+        marked & ~plain
+    ).any():  # another digit (the general path's \d is any Unicode digit), or no number: the full rule
         ids = token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
     else:
-        ids = digits.zip_with(marked, pl.Series([None], dtype=pl.String)).cast(pl.Int64)  # strict: an id beyond int64 raises
+        ids = digits.zip_with(marked, pl.Series([None], dtype=pl.String)).cast(
+            pl.Int64
+        )  # strict: an id beyond int64 raises
     return _token_ids(ids)
 
 
@@ -297,9 +372,11 @@ class _LineMeta:
     @classmethod
     def of(cls, lines: list[_Line]) -> _LineMeta:
 
-
         meta = [_envelope_columns(line.env) for line in lines]
-        columns = {name: [m[name] for m in meta] for name in ("sample_key", "c", "slot", "prompt_id", "role", "repeat", "t_sent")}
+        columns = {
+            name: [m[name] for m in meta]
+            for name in ("sample_key", "c", "slot", "prompt_id", "role", "repeat", "t_sent")
+        }
         extra = [{k: v for k, v in line.env.items() if k not in ENVELOPE_KEYS} for line in lines]
         return cls([line.record for line in lines], [line.sha for line in lines], extra=extra, **columns)
 
@@ -307,17 +384,19 @@ class _LineMeta:
         return _LineMeta(*(getattr(self, name)[start:stop] for name in self.__dataclass_fields__))
 
     def frame(self) -> pl.DataFrame:
-        return pl.DataFrame({
-            "record": pl.Series(self.record, dtype=pl.Int64),
-            "raw_sha256": pl.Series(self.raw_sha256, dtype=pl.String),
-            "sample_key": pl.Series(self.sample_key, dtype=pl.String),
-            "c": pl.Series(self.c, dtype=pl.Int64),
-            "slot": pl.Series(self.slot, dtype=pl.Int64),
-            "prompt_id": pl.Series(self.prompt_id, dtype=pl.String),
-            "role": pl.Series(self.role, dtype=pl.String),
-            "repeat": pl.Series(self.repeat, dtype=pl.Int64),
-            "t_sent": pl.Series(self.t_sent, dtype=pl.Float64, strict=False),
-        })
+        return pl.DataFrame(
+            {
+                "record": pl.Series(self.record, dtype=pl.Int64),
+                "raw_sha256": pl.Series(self.raw_sha256, dtype=pl.String),
+                "sample_key": pl.Series(self.sample_key, dtype=pl.String),
+                "c": pl.Series(self.c, dtype=pl.Int64),
+                "slot": pl.Series(self.slot, dtype=pl.Int64),
+                "prompt_id": pl.Series(self.prompt_id, dtype=pl.String),
+                "role": pl.Series(self.role, dtype=pl.String),
+                "repeat": pl.Series(self.repeat, dtype=pl.Int64),
+                "t_sent": pl.Series(self.t_sent, dtype=pl.Float64, strict=False),
+            }
+        )
 
 
 def _is_int(value: Any) -> bool:
@@ -370,7 +449,7 @@ def _ahead(items):
                     break
             else:
                 put((False, None))
-        except BaseException as error:  # noqa: BLE001 - handed to the caller, which raises it
+        except BaseException as error:
             put((False, error))
         finally:
             items.close()

@@ -15,7 +15,15 @@ import orjson
 
 from ..core import MAX_DEPTH, DuplicateKeyError, NestingError, StrictJsonError, check_depth, duplicate_path, not_json
 
-__all__ = ["DuplicateKeyError", "NestingError", "StrictJsonError", "check_depth", "check_unique_keys", "loads_payload", "refusal"]
+__all__ = [
+    "DuplicateKeyError",
+    "NestingError",
+    "StrictJsonError",
+    "check_depth",
+    "check_unique_keys",
+    "loads_payload",
+    "refusal",
+]
 
 
 def loads_payload(data: bytes | str) -> Any:

@@ -102,7 +102,9 @@ def _placeholder(token: Any, rows: Rows, where: str, field_name: str) -> int | N
     """The id of vLLM's ``token_id:N`` placeholder, refused when N is no token id; None for other tokens."""
     found = placeholder_id(token)
     if found is not None and not 0 <= found <= INT64_MAX:
-        raise DumpError(rows.source, where, field_name, f"placeholder {token!r} holds no token id (an integer 0..{INT64_MAX})")
+        raise DumpError(
+            rows.source, where, field_name, f"placeholder {token!r} holds no token id (an integer 0..{INT64_MAX})"
+        )
     return found
 
 
@@ -127,7 +129,9 @@ def _entry_bytes(entry: dict, token: str | None, placeholder: bool, rows: Rows, 
     raw = entry.get("bytes")
     if raw is None:
         return None
-    if not isinstance(raw, list) or not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255 for b in raw):
+    if not isinstance(raw, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255 for b in raw
+    ):
         raise DumpError(rows.source, where, "bytes", "expected a list of integers 0..255")
     data = bytes(raw)
     if placeholder and token is not None and data == token.encode():
@@ -157,7 +161,9 @@ def _candidates(entry: dict, rows: Rows, where: str) -> tuple[list[dict[str, Any
                     {
                         "token_id": cand_id,
                         "token_text": text,
-                        "token_bytes": _entry_bytes(cand, cand.get("token"), placeholder_id(cand.get("token")) is not None, rows, cwhere),
+                        "token_bytes": _entry_bytes(
+                            cand, cand.get("token"), placeholder_id(cand.get("token")) is not None, rows, cwhere
+                        ),
                         "raw": raw,
                     }
                 )
@@ -210,7 +216,9 @@ def add_entry(
     token_id, text = _entry_identity(entry, rows, where)
     if known_id is not None:
         if token_id is not None and token_id != known_id:
-            raise DumpError(rows.source, where, "token", f"token id {token_id} disagrees with token_ids[{key[3]}] = {known_id}")
+            raise DumpError(
+                rows.source, where, "token", f"token id {token_id} disagrees with token_ids[{key[3]}] = {known_id}"
+            )
         token_id = known_id
     raw, kind = _value_field(entry)
     cands = _candidates(entry, rows, where)
@@ -224,7 +232,9 @@ def add_entry(
         sample_key=meta.sample_key,
         token_id=token_id,
         token_text=text,
-        token_bytes=_entry_bytes(entry, entry.get("token"), placeholder_id(entry.get("token")) is not None, rows, where),
+        token_bytes=_entry_bytes(
+            entry, entry.get("token"), placeholder_id(entry.get("token")) is not None, rows, where
+        ),
         n_candidates=None if cands is None else len(cands[0]),
         stream_chunk=stream_chunk,
         t_arrival=t_arrival,
@@ -234,9 +244,9 @@ def add_entry(
     )
     if cands:
         entries, cand_kind, _ = cands
-        rows.candidates_for(key, f"{where}", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=text, kind=cand_kind)
-
-
+        rows.candidates_for(
+            key, f"{where}", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=text, kind=cand_kind
+        )
 
 
 USAGE_FIELDS = ("completion_tokens", "prompt_tokens", "total_tokens")
@@ -260,7 +270,11 @@ def usage_counts(usage: Any) -> dict | None:
     return kept or None
 
 
-TIMING_FIELDS = ("predicted_n", "predicted_ms", "predicted_per_second")  # llama.cpp's (and bia serve's) decode timing of one request
+TIMING_FIELDS = (
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_second",
+)  # llama.cpp's (and bia serve's) decode timing of one request
 
 
 def server_timings(timings: Any, source: str, where: str) -> dict | None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-
-LIVE_SHARE = 0.5  # observed live: more than half the content chunks arrived at a time of their own (read as produced) ...
+LIVE_SHARE = (
+    0.5  # observed live: more than half the content chunks arrived at a time of their own (read as produced) ...
+)
 LIVE_SPAN = 0.2  # ... or the content chunks spread over at least a fifth of the time from the send to the last of them
 # A rush: tokens read microseconds apart, late in the request's life (a front end that lags its engine, as vLLM's does on a
 # busy CPU, sends a finished request's tokens at once). 0.1 ms a token is 10,000 tokens/s for one sequence, faster than
@@ -66,7 +67,9 @@ def liveness(declared: Any, times: list[float | None], tokens: int | None = None
         return "declared replay", False
     known = [t for t in times if t is not None]
     rush = len(known) >= 2 and _rushed(known, tokens)
-    if declared is not None:  # a server's "live" holds unless the client read the tokens faster than any engine makes them
+    if (
+        declared is not None
+    ):  # a server's "live" holds unless the client read the tokens faster than any engine makes them
         return ("observed rush", False) if rush else ("declared live", True)
     if len(known) < 2:
         return "untimed", None
@@ -101,5 +104,10 @@ def timing_columns(declared: Any, times: list[float | None], tokens: int | None 
         ``ttft_s``, ``t_last_content``, ``n_content_chunks``, ``liveness`` and ``stream_live``.
     """
     how, live = liveness(declared, times, tokens)
-    return {"ttft_s": next((t for t in times if t is not None), None), "t_last_content": times[-1] if times else None,
-            "n_content_chunks": len(times), "liveness": how, "stream_live": live}
+    return {
+        "ttft_s": next((t for t in times if t is not None), None),
+        "t_last_content": times[-1] if times else None,
+        "n_content_chunks": len(times),
+        "liveness": how,
+        "stream_live": live,
+    }

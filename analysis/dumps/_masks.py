@@ -15,8 +15,19 @@ import numpy as np
 
 from ._values import MAX_LOGPROB, DumpError
 
-_DTYPES = {"int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint8": "u1", "int8": "i1", "int16": "<i2", "uint16": "<u2",
-           "float32": "<f4", "float16": "<f2", "bfloat16": None, "float64": "<f8"}
+_DTYPES = {
+    "int32": "<i4",
+    "uint32": "<u4",
+    "int64": "<i8",
+    "uint8": "u1",
+    "int8": "i1",
+    "int16": "<i2",
+    "uint16": "<u2",
+    "float32": "<f4",
+    "float16": "<f2",
+    "bfloat16": None,
+    "float64": "<f8",
+}
 _HEX = re.compile(r"\A(?:[0-9a-fA-F]{2})*\Z")
 
 
@@ -79,22 +90,38 @@ def decode_compact_logprobs(compact: Any, rows, where: str) -> tuple[np.ndarray,
     if compact.get("format") != "u32-f32-le-v1":
         raise DumpError(source, where, "format", f"expected 'u32-f32-le-v1', got {compact.get('format')!r}")
     offsets = compact.get("offsets")
-    if not isinstance(offsets, list) or not offsets or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+    if (
+        not isinstance(offsets, list)
+        or not offsets
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    ):
         raise DumpError(source, where, "offsets", "expected a non-empty list of integers")
     if offsets[0] != 0:
         raise DumpError(source, where, "offsets", f"must start at 0, got {offsets[0]}")
     for j in range(1, len(offsets)):
         if offsets[j] <= offsets[j - 1]:
-            raise DumpError(source, where, "offsets", f"must strictly increase (no empty row): offsets[{j}] = {offsets[j]} after {offsets[j - 1]}")
+            raise DumpError(
+                source,
+                where,
+                "offsets",
+                f"must strictly increase (no empty row): offsets[{j}] = {offsets[j]} after {offsets[j - 1]}",
+            )
     count = offsets[-1]
     data = b64(compact.get("data"), source, where, "data")
     if len(data) != 8 * count:
-        raise DumpError(source, where, "data", f"decodes to {len(data)} bytes; {count} entries need exactly {8 * count}")
+        raise DumpError(
+            source, where, "data", f"decodes to {len(data)} bytes; {count} entries need exactly {8 * count}"
+        )
     ids = np.frombuffer(data, dtype="<u4", count=count).astype(np.int64)
     values = np.frombuffer(data, dtype="<f4", count=count, offset=4 * count).astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(values) | (values > MAX_LOGPROB))
     if bad.size:
-        raise DumpError(source, where, "data", f"value {float(values[bad[0]])!r} at entry {int(bad[0])} is not a finite logprob <= 1e-6")
+        raise DumpError(
+            source,
+            where,
+            "data",
+            f"value {float(values[bad[0]])!r} at entry {int(bad[0])} is not a finite logprob <= 1e-6",
+        )
     return ids, values, np.asarray(offsets, dtype=np.int64)
 
 
@@ -149,7 +176,9 @@ def _unpack_int64(value: int) -> tuple[int, float]:
     return token_id, logprob
 
 
-def decode_sampling_mask(mask: Any, logprobs: Any, rows, where: str) -> list[tuple[list[int], list[float] | None] | None]:
+def decode_sampling_mask(
+    mask: Any, logprobs: Any, rows, where: str
+) -> list[tuple[list[int], list[float] | None] | None]:
     """Per completion token: (support ids, their logprobs or None), or None where nothing was recorded.
 
     Rows are checked: non-empty, no duplicate id, logprobs parallel and summing to 1 within 1e-4.
@@ -296,8 +325,15 @@ def _npy_routed_experts(text: str, source: str, where: str) -> dict:
     except ValueError as exc:
         raise DumpError(source, where, None, f"expected base64 .npy bytes ({exc})") from None
     if dtype.kind not in "iu" or len(shape) != 3:
-        raise DumpError(source, where, None, f"expected a 3-d integer array [tokens, layers, top_k], got {dtype} {list(shape)}")
+        raise DumpError(
+            source, where, None, f"expected a 3-d integer array [tokens, layers, top_k], got {dtype} {list(shape)}"
+        )
     need = math.prod(shape) * dtype.itemsize
     if len(data) - stream.tell() != need:
-        raise DumpError(source, where, None, f"holds {len(data) - stream.tell()} bytes of data; shape {list(shape)} of {dtype} needs {need}")
+        raise DumpError(
+            source,
+            where,
+            None,
+            f"holds {len(data) - stream.tell()} bytes of data; shape {list(shape)} of {dtype} needs {need}",
+        )
     return {"format": "npy", "data": text, "shape": list(shape), "dtype": dtype.name}

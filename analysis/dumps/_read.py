@@ -20,12 +20,23 @@ from ._card import dump_summary
 from ._kit import Meta
 from ._schema import SCHEMAS, Rows
 from ._values import DumpError
-from .formats import DUMP_SUFFIXES, FORMATS, detect_format, parse_jsonl, parse_payload_text, parse_torch, read_jsonl, utf8_text
+from .formats import (
+    DUMP_SUFFIXES,
+    FORMATS,
+    detect_format,
+    parse_jsonl,
+    parse_payload_text,
+    parse_torch,
+    read_jsonl,
+    utf8_text,
+)
 
 # --- parsing a source -------------------------------------------------------------------------
 
 
-def parse_source(raw: bytes, source: str, fmt: str = "auto", *, lenient: bool = False, torch_options: dict | None = None) -> tuple[Rows, set[str]]:
+def parse_source(
+    raw: bytes, source: str, fmt: str = "auto", *, lenient: bool = False, torch_options: dict | None = None
+) -> tuple[Rows, set[str]]:
     """Parse one source's bytes; returns its rows and the formats found in it.
 
     Parameters
@@ -92,8 +103,10 @@ class Dump:
     backend: str = "polars"
 
     def __repr__(self) -> str:
-        return (f"Dump({len(self.tokens)} tokens, {len(self.candidates)} candidates, {len(self.requests)} requests "
-                f"from {len(self.formats)} source(s); skipped {len(self.skipped)}; backend={self.backend!r})")
+        return (
+            f"Dump({len(self.tokens)} tokens, {len(self.candidates)} candidates, {len(self.requests)} requests "
+            f"from {len(self.formats)} source(s); skipped {len(self.skipped)}; backend={self.backend!r})"
+        )
 
     def _repr_html_(self) -> str:
         return dump_summary(self)
@@ -150,12 +163,15 @@ def scan_dump(folder: str | os.PathLike[str]) -> ScannedDump:
     if not manifest.exists():
         raise FileNotFoundError(f"{folder}: no manifest.json; write one with Dump.write_parquet")
     formats = json.loads(manifest.read_text(encoding="utf-8"))["formats"]
-    tokens, candidates, requests = (pl.scan_parquet(folder / f"{name}.parquet")
-                                    for name in ("tokens", "candidates", "requests"))
+    tokens, candidates, requests = (
+        pl.scan_parquet(folder / f"{name}.parquet") for name in ("tokens", "candidates", "requests")
+    )
     return ScannedDump(tokens, candidates, requests, formats=formats)
 
 
-def _fast_jsonl(path: Path, source: str, fmt: str, limit: int | None = None) -> tuple[tuple[pl.DataFrame, ...], set[str]] | None:
+def _fast_jsonl(
+    path: Path, source: str, fmt: str, limit: int | None = None
+) -> tuple[tuple[pl.DataFrame, ...], set[str]] | None:
     """The columnar path (frames and formats found), when the file is JSON lines of chat completions, bare or in
     capture envelopes; ``limit`` reads only the file's first bytes (a torn tail left out). None: take the general path."""
     return read_jsonl(path, source, fmt, limit)
@@ -219,8 +235,13 @@ def read_dumps(
         path = local_path(source, **fetch)
         try:
             if not torn_tail and path.suffix in (".jsonl", ".ndjson") and _blank(path):
-                raise DumpError(source, "$", None, "an empty file: no JSON line (a run's capture file may be empty before its first "
-                                                   "response: read_run reads those)")
+                raise DumpError(
+                    source,
+                    "$",
+                    None,
+                    "an empty file: no JSON line (a run's capture file may be empty before its first "
+                    "response: read_run reads those)",
+                )
             keep, torn = _torn_tail(path, source) if torn_tail else (None, None)
             fast = _fast_jsonl(path, source, format, keep)
             if fast is not None:
@@ -229,12 +250,16 @@ def read_dumps(
                     skipped.append(torn)
             else:
                 raw = path.read_bytes()
-                rows, found = parse_source(raw if keep is None else raw[:keep], source, format, lenient=lenient, torch_options=torch_options)
+                rows, found = parse_source(
+                    raw if keep is None else raw[:keep], source, format, lenient=lenient, torch_options=torch_options
+                )
                 if torn is not None:
                     rows.skipped.append(torn)
                 skipped.extend(rows.skipped)
                 parts = rows.frames()
-        except DumpError as exc:  # every source is tried, so one error names all that cannot be read, not only the first
+        except (
+            DumpError
+        ) as exc:  # every source is tried, so one error names all that cannot be read, not only the first
             failed.append(exc)
             continue
         formats[source] = sorted(found)
@@ -242,8 +267,13 @@ def read_dumps(
             tables[name].append(frame)
     if failed:
         raise _all_failures(failed)
-    frames = {name: pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=SCHEMAS[name]) for name, parts in tables.items()}
-    return Dump(**{n: to_backend(f, backend) for n, f in frames.items()}, formats=formats, skipped=skipped, backend=backend)
+    frames = {
+        name: pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=SCHEMAS[name])
+        for name, parts in tables.items()
+    }
+    return Dump(
+        **{n: to_backend(f, backend) for n, f in frames.items()}, formats=formats, skipped=skipped, backend=backend
+    )
 
 
 def _blank(path: Path) -> bool:
@@ -311,8 +341,12 @@ def _torn_tail(path: Path, source: str) -> tuple[int | None, DumpError | None]:
             block = handle.read(min(1 << 24, left))
             lines += block.count(b"\n")
             left -= len(block)
-    return cut, DumpError(source, f"line {lines}", None, f"cut short ({size - cut} bytes, no newline, not JSON): an append the writer "
-                                                         "did not finish; left out")
+    return cut, DumpError(
+        source,
+        f"line {lines}",
+        None,
+        f"cut short ({size - cut} bytes, no newline, not JSON): an append the writer did not finish; left out",
+    )
 
 
 def read_dump(source: str | os.PathLike[str], **options: Any) -> Dump:
@@ -336,4 +370,3 @@ def read_dump(source: str | os.PathLike[str], **options: Any) -> Dump:
     [('completion', 6), ('prompt', 4)]
     """
     return read_dumps([source], **options)
-

@@ -8,11 +8,10 @@ key plus (list_kind, list_index). ``requests``: one row per request and choice.
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
-
-import math
 
 from ..core import INT64_MAX, INT64_MIN
 from ._values import FLOAT32_LOWEST, MAX_LOGPROB, SENTINEL_9999, DumpError, classify_logprob, classify_prob
@@ -101,8 +100,13 @@ REQUEST_SCHEMA: dict[str, PolarsDataType] = {
 
 
 _INT = (int,)
-_PYTHON_TYPES: dict[PolarsDataType, tuple[type, ...]] = {pl.String: (str,), pl.Int64: _INT, pl.Float64: (int, float),
-                                                         pl.Boolean: (bool,), pl.Binary: (bytes,)}
+_PYTHON_TYPES: dict[PolarsDataType, tuple[type, ...]] = {
+    pl.String: (str,),
+    pl.Int64: _INT,
+    pl.Float64: (int, float),
+    pl.Boolean: (bool,),
+    pl.Binary: (bytes,),
+}
 
 
 def _check_types(source: str, where: str, row: dict[str, Any], schema: dict[str, PolarsDataType], names) -> None:
@@ -115,9 +119,16 @@ def _check_types(source: str, where: str, row: dict[str, Any], schema: dict[str,
         if allowed is None:
             continue
         if not isinstance(value, allowed) or (isinstance(value, bool) and schema[name] is not pl.Boolean):
-            raise DumpError(source, where, name, f"expected {schema[name]} for column {name}, got {type(value).__name__} {value!r:.60}")
+            raise DumpError(
+                source,
+                where,
+                name,
+                f"expected {schema[name]} for column {name}, got {type(value).__name__} {value!r:.60}",
+            )
         if allowed is _INT and not INT64_MIN <= cast(int, value) <= INT64_MAX:  # an int: isinstance above
-            raise DumpError(source, where, name, f"expected an integer that fits in 64 bits for column {name}, got {value}")
+            raise DumpError(
+                source, where, name, f"expected an integer that fits in 64 bits for column {name}, got {value}"
+            )
 
 
 def _clean_bytes(value: Any) -> bytes | None:
@@ -142,7 +153,16 @@ class Rows:
         self._parts: dict[str, list[pl.DataFrame]] = {"tokens": [], "candidates": [], "requests": []}
 
     # --- tokens ------------------------------------------------------------------------------
-    def token(self, key: tuple[int, int, str, int], where: str, *, raw: Any, kind: str = "logprob", missing: bool = False, **columns: Any) -> None:
+    def token(
+        self,
+        key: tuple[int, int, str, int],
+        where: str,
+        *,
+        raw: Any,
+        kind: str = "logprob",
+        missing: bool = False,
+        **columns: Any,
+    ) -> None:
         """Append one scored position. ``key`` is (record, choice_index, segment, position).
 
         ``missing`` marks a position the source scored with no value at all (status "missing").
@@ -181,7 +201,17 @@ class Rows:
         for name, column in self.tokens.items():
             column.append(row.get(name))
 
-    def candidates_for(self, key, where: str, entries: list[dict[str, Any]], *, list_kind: str, sampled_id: int | None, sampled_text: str | None, kind: str = "logprob") -> None:
+    def candidates_for(
+        self,
+        key,
+        where: str,
+        entries: list[dict[str, Any]],
+        *,
+        list_kind: str,
+        sampled_id: int | None,
+        sampled_text: str | None,
+        kind: str = "logprob",
+    ) -> None:
         """Append a candidate list in delivered order; repeated ids (or texts) are flagged.
 
         Parameters
@@ -204,9 +234,13 @@ class Rows:
         seen: set[Any] = set()
         for index, entry in enumerate(entries):
             raw = entry.get("raw")
-            logprob, prob, status = self._classify(raw, kind, f"{where}[{index}]", "prob" if kind == "prob" else "logprob")
+            logprob, prob, status = self._classify(
+                raw, kind, f"{where}[{index}]", "prob" if kind == "prob" else "logprob"
+            )
             cand_id, text = entry.get("token_id"), entry.get("token_text")
-            identity = ("id", cand_id) if cand_id is not None else ("text", text, _clean_bytes(entry.get("token_bytes")))
+            identity = (
+                ("id", cand_id) if cand_id is not None else ("text", text, _clean_bytes(entry.get("token_bytes")))
+            )
             if sampled_id is not None and cand_id is not None:
                 is_sampled = cand_id == sampled_id
             elif sampled_text is not None and cand_id is None:
@@ -229,7 +263,13 @@ class Rows:
                 "is_duplicate": identity in seen,
             }
             seen.add(identity)
-            _check_types(self.source, f"{where}[{index}]", row, CANDIDATE_SCHEMA, ("cand_token_id", "cand_token_text", "cand_vocab_rank"))
+            _check_types(
+                self.source,
+                f"{where}[{index}]",
+                row,
+                CANDIDATE_SCHEMA,
+                ("cand_token_id", "cand_token_text", "cand_vocab_rank"),
+            )
             for name, column in self.candidates.items():
                 column.append(row.get(name))
 
@@ -251,7 +291,13 @@ class Rows:
         extra = columns.get("extra")
         if isinstance(extra, dict):
             columns["extra"] = json.dumps(extra, sort_keys=True, default=str) if extra else None
-        _check_types(self.source, f"record {columns.get('record')}", columns, REQUEST_SCHEMA, [n for n in columns if n in REQUEST_SCHEMA])
+        _check_types(
+            self.source,
+            f"record {columns.get('record')}",
+            columns,
+            REQUEST_SCHEMA,
+            [n for n in columns if n in REQUEST_SCHEMA],
+        )
         for name, column in self.requests.items():
             column.append(columns.get(name))
 
@@ -325,11 +371,16 @@ def classified(raw: pl.Expr, prefix: str = "") -> list[pl.Expr]:
     list of polars.Expr
     """
     status = (
-        pl.when(raw.is_null()).then(pl.lit("null_in_source"))
-        .when(raw == SENTINEL_9999).then(pl.lit("sentinel_9999"))
-        .when(raw.is_nan() | (raw == math.inf)).then(pl.lit("nonfinite"))
-        .when(raw == -math.inf).then(pl.lit("neg_inf"))
-        .when(raw <= FLOAT32_LOWEST).then(pl.lit("float_lowest"))
+        pl.when(raw.is_null())
+        .then(pl.lit("null_in_source"))
+        .when(raw == SENTINEL_9999)
+        .then(pl.lit("sentinel_9999"))
+        .when(raw.is_nan() | (raw == math.inf))
+        .then(pl.lit("nonfinite"))
+        .when(raw == -math.inf)
+        .then(pl.lit("neg_inf"))
+        .when(raw <= FLOAT32_LOWEST)
+        .then(pl.lit("float_lowest"))
         .otherwise(pl.lit("ok"))
     )
     logprob = pl.when(status == "ok").then(raw)

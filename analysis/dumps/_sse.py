@@ -73,7 +73,9 @@ def parse_sse(text: str) -> SseCapture:
             start, has_data = None, False
     if start is not None:
         last = events.decode("") if has_data else None
-        if last is not None and last.data == "[DONE]":  # saved with trailing whitespace stripped: a complete stream, not a cut one
+        if (
+            last is not None and last.data == "[DONE]"
+        ):  # saved with trailing whitespace stripped: a complete stream, not a cut one
             stream.events.append(Event(last.data, last.event, start, len(stream.events)))
         else:
             stream.cut_mid_event, stream.trailing_line = True, start

@@ -48,7 +48,9 @@ def check_device(device: str) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise ExperimentError(f"--device {device}: this torch ({torch.__version__}) sees no GPU; install a CUDA build of torch on a GPU machine")
+            raise ExperimentError(
+                f"--device {device}: this torch ({torch.__version__}) sees no GPU; install a CUDA build of torch on a GPU machine"
+            )
 
 
 def weights_sha256(path: Path) -> str:
@@ -71,7 +73,9 @@ def weights_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def experiment_batch(prompt: list[int], prompts: list[list[int]], c: int, layout: str, rng: random.Random) -> tuple[list[list[int]], int]:
+def experiment_batch(
+    prompt: list[int], prompts: list[list[int]], c: int, layout: str, rng: random.Random
+) -> tuple[list[list[int]], int]:
     """The batch for one band and the row of the target request: in the needle layout the other rows are the
     other prompts' tokens, or, with one prompt, its tokens reversed (:func:`analysis.run.band_batch` places them).
 

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core import progress_bar
-from ..core import build_folder, claim_output
+from ..core import build_folder, claim_output, progress_bar
 from ..run import LAYOUTS, RUN_VERSION
 from ._common import ExperimentError, bundled_model, check_device, experiment_batch, weights_sha256
 from .modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
@@ -32,20 +31,50 @@ def _capture(decoded, request_id: str, model_name: str, model) -> tuple[str, lis
         text, data = model.token(i)
         return {"id": i, "token": text, "bytes": list(data)}
 
-    events: list[dict[str, Any]] = [{
-        "id": request_id, "object": "chat.completion.chunk", "model": model_name, "stream_mode": "live",
-        "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]}]
+    events: list[dict[str, Any]] = [
+        {
+            "id": request_id,
+            "object": "chat.completion.chunk",
+            "model": model_name,
+            "stream_mode": "live",
+            "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}],
+        }
+    ]
     times = [0.0]
     for step, tid in enumerate(decoded.token_ids):
-        entry = {**token(tid), "logprob": decoded.logprobs[step],
-                 "top_logprobs": [{**token(c), "logprob": v} for c, v in zip(decoded.top_ids[step], decoded.top_logprobs[step])]}
+        entry = {
+            **token(tid),
+            "logprob": decoded.logprobs[step],
+            "top_logprobs": [
+                {**token(c), "logprob": v} for c, v in zip(decoded.top_ids[step], decoded.top_logprobs[step])
+            ],
+        }
         last = step == len(decoded.token_ids) - 1
-        events.append({"id": request_id, "object": "chat.completion.chunk", "model": model_name,
-                       "choices": [{"index": 0, "delta": {"content": token(tid)["token"]}, "logprobs": {"content": [entry]},
-                                    "finish_reason": "length" if last else None}]})
+        events.append(
+            {
+                "id": request_id,
+                "object": "chat.completion.chunk",
+                "model": model_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": token(tid)["token"]},
+                        "logprobs": {"content": [entry]},
+                        "finish_reason": "length" if last else None,
+                    }
+                ],
+            }
+        )
         times.append(decoded.arrivals[step])
-    events.append({"id": request_id, "object": "chat.completion.chunk", "model": model_name, "choices": [],
-                   "usage": {"prompt_tokens": len(decoded.prompt), "completion_tokens": len(decoded.token_ids)}})
+    events.append(
+        {
+            "id": request_id,
+            "object": "chat.completion.chunk",
+            "model": model_name,
+            "choices": [],
+            "usage": {"prompt_tokens": len(decoded.prompt), "completion_tokens": len(decoded.token_ids)},
+        }
+    )
     times.append(times[-1])
     text = "".join(f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events) + "data: [DONE]\n\n"
     return text, [*times, times[-1]]
@@ -137,11 +166,15 @@ def run_experiment(
         except ValueError as exc:
             raise ExperimentError(f"--modes: {exc}") from None
         if device != "cpu":
-            raise ExperimentError(f"--modes: the row-invariant mode rests on MKL's CPU GEMM; on --device {device} use fixed-tiles")
+            raise ExperimentError(
+                f"--modes: the row-invariant mode rests on MKL's CPU GEMM; on --device {device} use fixed-tiles"
+            )
     own = [kernel_mode(m) for m in modes if kernel_mode(m) in ("fixed-tiles", "row-invariant")]
     if model_path.is_dir() and own:
-        raise ExperimentError(f"--modes: {' and '.join(own)} run{'s' if len(own) == 1 else ''} bia's own model's layers, not a Hugging Face "
-                              f"model's ({model_path}); leave {'it' if len(own) == 1 else 'them'} out of --modes")
+        raise ExperimentError(
+            f"--modes: {' and '.join(own)} run{'s' if len(own) == 1 else ''} bia's own model's layers, not a Hugging Face "
+            f"model's ({model_path}); leave {'it' if len(own) == 1 else 'them'} out of --modes"
+        )
     if not force:  # refused before the model is loaded; with force, cleared only once it has loaded
         for mode in modes:
             claim_output(Path(out) / mode, what=f"the {mode} run", folder=True)
@@ -156,7 +189,9 @@ def run_experiment(
     weights_sha = weights_sha256(model_path)
     encoded = [model.encode(p) for p in prompts]
     written = []
-    bar = progress_bar(len(modes) * len(prompts) * (3 + sum(ladder) + (1 + sum(ladder) if taps else 0)), progress, "seq")  # and replays
+    bar = progress_bar(
+        len(modes) * len(prompts) * (3 + sum(ladder) + (1 + sum(ladder) if taps else 0)), progress, "seq"
+    )  # and replays
     for mode, final in zip(modes, folders):
         with build_folder(final) as folder:  # built aside, renamed into place whole: a kill leaves no half run
             bar.set_description(f"{mode}: decoding")
@@ -167,10 +202,21 @@ def run_experiment(
                 refs = [decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0] for _ in range(2)]
                 again = decode(model, [prompt], mode=mode, max_tokens=max_tokens, top_k=top_k)[0]
                 bar.update(3)
-                identical &= again.token_ids == refs[0].token_ids and again.logprobs == refs[0].logprobs  # bits: floats compare exactly
+                identical &= (
+                    again.token_ids == refs[0].token_ids and again.logprobs == refs[0].logprobs
+                )  # bits: floats compare exactly
                 for slot, ref in enumerate(refs):
                     sse, times = _capture(ref, f"{pid}-ref{slot + 1}", model_path.stem, model)
-                    lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "reference", "slot": slot})
+                    lines.append(
+                        {
+                            "sse": sse,
+                            "arrival_times": times,
+                            "t_sent": 0.0,
+                            "prompt_id": pid,
+                            "role": "reference",
+                            "slot": slot,
+                        }
+                    )
                 rng = random.Random(seed + index)
                 for c in ladder:
                     batch, target = experiment_batch(prompt, encoded, c, layout, rng)
@@ -179,42 +225,87 @@ def run_experiment(
                     recorded = range(c) if layout == "copies" else [target]
                     for slot, row in enumerate(recorded):
                         sse, times = _capture(outs[row], f"{pid}-c{c}-s{slot}", model_path.stem, model)
-                        lines.append({"sse": sse, "arrival_times": times, "t_sent": 0.0, "prompt_id": pid, "role": "band", "c": c,
-                                      "slot": slot, "repeat": 0, "batch_row": row})
+                        lines.append(
+                            {
+                                "sse": sse,
+                                "arrival_times": times,
+                                "t_sent": 0.0,
+                                "prompt_id": pid,
+                                "role": "band",
+                                "c": c,
+                                "slot": slot,
+                                "repeat": 0,
+                                "batch_row": row,
+                            }
+                        )
                     bar.update(c)
-            (folder / "captures" / "requests.jsonl").write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n")
-            settings = {"kernel_mode": mode, "dtype": dtype, "device": device, "layout": layout}  # as asked; effective below
+            (folder / "captures" / "requests.jsonl").write_text(
+                "\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n"
+            )
+            settings = {
+                "kernel_mode": mode,
+                "dtype": dtype,
+                "device": device,
+                "layout": layout,
+            }  # as asked; effective below
             manifest = {
                 "run_version": RUN_VERSION,
                 "producer": "bia experiment",
-                "identity": {"host": platform.node(), "engine": "bia torch (analysis.experiment)", "commit": None, "binary_sha256": weights_sha,
-                             "model": {"path": model_path.name, "sha256": weights_sha}},
-                "sampler": {"temperature": 0.0, "seed": seed, "ignore_eos": True, "max_tokens": max_tokens, "top_logprobs": top_k},
+                "identity": {
+                    "host": platform.node(),
+                    "engine": "bia torch (analysis.experiment)",
+                    "commit": None,
+                    "binary_sha256": weights_sha,
+                    "model": {"path": model_path.name, "sha256": weights_sha},
+                },
+                "sampler": {
+                    "temperature": 0.0,
+                    "seed": seed,
+                    "ignore_eos": True,
+                    "max_tokens": max_tokens,
+                    "top_logprobs": top_k,
+                },
                 "ladder": list(ladder),
                 "declared_min": declared_min if declared_min is not None else min(64, max_tokens),
                 "max_constant_run": 16,
-                "environment": {"torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-                                "threads": torch.get_num_threads(), "deterministic_algorithms": True,
-                                "cuda": torch.version.cuda if device.startswith("cuda") else None,
-                                "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None},
+                "environment": {
+                    "torch": torch.__version__,
+                    "python": platform.python_version(),
+                    "machine": platform.machine(),
+                    "threads": torch.get_num_threads(),
+                    "deterministic_algorithms": True,
+                    "cuda": torch.version.cuda if device.startswith("cuda") else None,
+                    "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+                },
                 "requested": settings,
-                "effective": {**settings, "kernel_mode": kernel_mode(mode), "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-                              "device": str(next(model.parameters()).device)},
+                "effective": {
+                    **settings,
+                    "kernel_mode": kernel_mode(mode),
+                    "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+                    "device": str(next(model.parameters()).device),
+                },
                 "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
                 "m_formed": m_formed,
-                "determinism": {"checked": True, "identical": identical,
-                                "what": "the m=1 reference decoded a third time gave the same tokens and float32 logprob bits"},
+                "determinism": {
+                    "checked": True,
+                    "identical": identical,
+                    "what": "the m=1 reference decoded a third time gave the same tokens and float32 logprob bits",
+                },
             }
             (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
             if taps:  # after the timed decode, so that the taps never slow the rates the run records
                 bar.set_description(f"{mode}: first ops")
                 try:
                     replay_with_taps(folder, model=model, advance=bar.update)
-                except ExperimentError as exc:  # a decode that does not repeat bit for bit: the run stands, without first ops
+                except (
+                    ExperimentError
+                ) as exc:  # a decode that does not repeat bit for bit: the run stands, without first ops
                     import warnings
 
                     warnings.warn(f"no first_ops.json: {exc}", stacklevel=2)
-        read_run(final).write_derived()  # the Parquet tables, rebuildable from captures/, naming the captures where they stay
+        read_run(
+            final
+        ).write_derived()  # the Parquet tables, rebuildable from captures/, naming the captures where they stay
         written.append(final)
     bar.close()
     return written
@@ -224,12 +315,22 @@ def _check_settings(prompts, ladder, modes, layout, dtype, device, max_tokens, t
     """Refuse, before anything is loaded or decoded, settings that cannot give a run."""
     if not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ExperimentError(f"--prompts: expected at least one non-empty prompt, got {list(prompts)!r}"[:300])
-    if not ladder or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in ladder) or len(set(ladder)) != len(ladder):
+    if (
+        not ladder
+        or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in ladder)
+        or len(set(ladder)) != len(ladder)
+    ):
         raise ExperimentError(f"--ladder: expected distinct batch sizes >= 1, got {list(ladder)!r}")
     known = (*KERNEL_MODES, *MODE_ALIASES)
-    if not modes or any(mode not in known for mode in modes) or len({kernel_mode(m) for m in modes if m in known}) != len(modes):
-        raise ExperimentError(f"--modes: expected distinct kernel modes among {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's "
-                              f"old name), got {list(modes)!r}")
+    if (
+        not modes
+        or any(mode not in known for mode in modes)
+        or len({kernel_mode(m) for m in modes if m in known}) != len(modes)
+    ):
+        raise ExperimentError(
+            f"--modes: expected distinct kernel modes among {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's "
+            f"old name), got {list(modes)!r}"
+        )
     if layout not in LAYOUTS:
         raise ExperimentError(f"--layout: expected 'copies' or 'needle', got {layout!r}")
     if dtype not in ("float32", "bfloat16"):
@@ -239,7 +340,9 @@ def _check_settings(prompts, ladder, modes, layout, dtype, device, max_tokens, t
         raise ExperimentError(f"--max-tokens: expected an integer >= 1, got {max_tokens!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ExperimentError(f"--top-k: expected an integer >= 1, got {top_k!r}")
-    if declared_min is not None and (isinstance(declared_min, bool) or not isinstance(declared_min, int) or declared_min < 0):
+    if declared_min is not None and (
+        isinstance(declared_min, bool) or not isinstance(declared_min, int) or declared_min < 0
+    ):
         raise ExperimentError(f"declared_min: expected an integer >= 0, got {declared_min!r}")
 
 
@@ -252,8 +355,10 @@ def _check_fits(model, prompts, max_tokens: int, top_k: int) -> None:
         raise ExperimentError(f"--top-k {top_k}: the model has only {cfg.vocab} tokens")
     longest = max(len(model.encode(p)) for p in prompts)
     if longest + max_tokens > cfg.context:
-        raise ExperimentError(f"--max-tokens {max_tokens}: the longest prompt ({longest} tokens) and the completion exceed the model's "
-                              f"context of {cfg.context} tokens")
+        raise ExperimentError(
+            f"--max-tokens {max_tokens}: the longest prompt ({longest} tokens) and the completion exceed the model's "
+            f"context of {cfg.context} tokens"
+        )
 
 
 def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path | None = None) -> Path:

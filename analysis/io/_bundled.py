@@ -5,10 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
-
-
-
 PACKAGE = Path(__file__).resolve().parents[1]  # the installed analysis/ folder
 
 
@@ -69,8 +65,11 @@ def default_runs() -> list[str]:
      ['experiment-cpu', 'row-invariant'], ['llamacpp-cpu', 'cache-prompt'], ['llamacpp-cpu', 'no-cache-prompt'], ['vllm-cpu', 'no-prefix-cache'], ['vllm-cpu', 'prefix-cache'],
      ['transformers-cpu', 'continuous'], ['transformers-cpu', 'padded']]
     """
-    return [_shown(p.parent) for folder in ("data/experiment-cpu", "data/llamacpp-cpu", "data/vllm-cpu", "data/transformers-cpu")
-            for p in sorted(bundled(folder).glob("*/manifest.json"))]
+    return [
+        _shown(p.parent)
+        for folder in ("data/experiment-cpu", "data/llamacpp-cpu", "data/vllm-cpu", "data/transformers-cpu")
+        for p in sorted(bundled(folder).glob("*/manifest.json"))
+    ]
 
 
 def default_rl_pairs() -> list[str]:

@@ -25,7 +25,9 @@ from ..core import duration
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
-STALE_PART_S = 3600.0  # a *.part untouched this long belongs to a fetch that was killed: a live one writes within its deadline
+STALE_PART_S = (
+    3600.0  # a *.part untouched this long belongs to a fetch that was killed: a live one writes within its deadline
+)
 
 
 class SourceError(OSError):
@@ -122,8 +124,13 @@ def fetch_url(
         # (meta is not None: a 304 answers the validators, which are sent only when there is a copy)
         meta = {**cast(dict[str, Any], meta), "revalidated_unix": time.time()}
     else:
-        meta = {"url": url, "status": status, "etag": headers.get("etag"), "last_modified": headers.get("last-modified"),
-                "fetched_unix": time.time()}
+        meta = {
+            "url": url,
+            "status": status,
+            "etag": headers.get("etag"),
+            "last_modified": headers.get("last-modified"),
+            "fetched_unix": time.time(),
+        }
     meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return body_path
 
@@ -160,7 +167,9 @@ def _sweep_stale_parts(folder: Path) -> None:
             pass
 
 
-def _within_deadline(url: str, out, *, timeout: float, max_bytes: int, headers: dict[str, str]) -> tuple[int, httpx.Headers]:
+def _within_deadline(
+    url: str, out, *, timeout: float, max_bytes: int, headers: dict[str, str]
+) -> tuple[int, httpx.Headers]:
     """Download on an event loop, where ``asyncio.timeout`` bounds the whole fetch: httpx's own time-out
     is per read, so a server sending a byte every few seconds would never trip it."""
     fetch = _stream_into(url, out, timeout=timeout, max_bytes=max_bytes, headers=headers)
@@ -168,30 +177,39 @@ def _within_deadline(url: str, out, *, timeout: float, max_bytes: int, headers: 
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(fetch)
-    with ThreadPoolExecutor(1) as pool:  # called from inside a running loop (a notebook): a loop of its own, on a thread
+    with ThreadPoolExecutor(
+        1
+    ) as pool:  # called from inside a running loop (a notebook): a loop of its own, on a thread
         return pool.submit(asyncio.run, fetch).result()
 
 
-async def _stream_into(url: str, out, *, timeout: float, max_bytes: int, headers: dict[str, str]) -> tuple[int, httpx.Headers]:
+async def _stream_into(
+    url: str, out, *, timeout: float, max_bytes: int, headers: dict[str, str]
+) -> tuple[int, httpx.Headers]:
     try:
-        async with (asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client,
-                    client.stream("GET", url, headers=headers) as response):
-                if response.status_code == 304 and headers:
-                    return 304, response.headers
-                if response.status_code >= 400:
-                    raise SourceError(f"{url}: HTTP {response.status_code} {response.reason_phrase}")
-                announced = response.headers.get("content-length")
-                if announced is not None and announced.isdigit() and int(announced) > max_bytes:
-                    raise SourceError(f"{url}: body of {announced} bytes exceeds the limit of {max_bytes} bytes")
-                received = 0
-                async for chunk in response.aiter_bytes():
-                    received += len(chunk)
-                    if received > max_bytes:
-                        raise SourceError(f"{url}: body exceeds the limit of {max_bytes} bytes")
-                    out.write(chunk)
-                return response.status_code, response.headers
+        async with (
+            asyncio.timeout(timeout),
+            httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client,
+            client.stream("GET", url, headers=headers) as response,
+        ):
+            if response.status_code == 304 and headers:
+                return 304, response.headers
+            if response.status_code >= 400:
+                raise SourceError(f"{url}: HTTP {response.status_code} {response.reason_phrase}")
+            announced = response.headers.get("content-length")
+            if announced is not None and announced.isdigit() and int(announced) > max_bytes:
+                raise SourceError(f"{url}: body of {announced} bytes exceeds the limit of {max_bytes} bytes")
+            received = 0
+            async for chunk in response.aiter_bytes():
+                received += len(chunk)
+                if received > max_bytes:
+                    raise SourceError(f"{url}: body exceeds the limit of {max_bytes} bytes")
+                out.write(chunk)
+            return response.status_code, response.headers
     except (TimeoutError, httpx.TimeoutException):
-        raise SourceError(f"{url}: timed out after {duration(timeout)} (the time-out covers the whole download)") from None
+        raise SourceError(
+            f"{url}: timed out after {duration(timeout)} (the time-out covers the whole download)"
+        ) from None
     except httpx.HTTPError as exc:
         raise SourceError(f"{url}: {type(exc).__name__}: {exc}") from None
 

@@ -2,6 +2,7 @@
 decode rates, per-c counts, bounds on a divergence rate) and RL sampler-trainer mismatch. Each family is a folder;
 the layers above import what they use from here, never from a private module of either."""
 
+from . import parity
 from .mismatch import SamplingMaskError, mismatch_summary, mismatch_table
 from .parity import _columnar as columnar
 from .parity._bounds import divergence_bound, requests_needed
@@ -9,7 +10,6 @@ from .parity._columnar import _identity as token_identity
 from .parity._columnar import float32_bits, ordered_bits
 from .parity._counts import bits_unrecorded, per_c_counts, run_counts
 from .parity._rates import ratio_interval
-from . import parity
 
 __all__ = [
     "SamplingMaskError",

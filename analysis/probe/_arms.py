@@ -16,7 +16,9 @@ from ..run import ARMS, PREFIX_SHARES
 from ._engines import EngineProfile
 from ._rundir import ProbeError
 
-PRIMER_TAIL = " Now write about something else entirely."  # what makes a prefix primer part from the prompt after its shared text
+PRIMER_TAIL = (
+    " Now write about something else entirely."  # what makes a prefix primer part from the prompt after its shared text
+)
 
 
 def check_arms(arms: Sequence[str] | None, profile: EngineProfile | None = None, layout: str = "copies") -> None:
@@ -55,15 +57,22 @@ def check_arms(arms: Sequence[str] | None, profile: EngineProfile | None = None,
     if len(set(arms)) != len(arms):
         raise ProbeError(f"arms names an arm twice: {list(arms)}")
     if layout != "copies":
-        raise ProbeError(f"arms replace the layout: the {layout} layout is the mixed arm; give arms or a layout, not both")
+        raise ProbeError(
+            f"arms replace the layout: the {layout} layout is the mixed arm; give arms or a layout, not both"
+        )
     if profile is None:
         return
     if "cache" in arms and profile.cold is None:
-        raise ProbeError(f"the cache arm cannot run on {profile.label}: bia knows no field that makes one of its requests skip the prompt "
-                         "cache, so no request can be known cold; leave the cache arm out (or give --engine if the engine was misread)")
+        raise ProbeError(
+            f"the cache arm cannot run on {profile.label}: bia knows no field that makes one of its requests skip the prompt "
+            "cache, so no request can be known cold; leave the cache arm out (or give --engine if the engine was misread)"
+        )
     if "prefill" in arms and profile.prefill is None:
-        why = ("its prompt logprobs (logprob_start_len) are on its native /generate, which bia probe does not speak"
-               if profile.name == "sglang" else "bia knows no way to put completion tokens into its prompt and score them")
+        why = (
+            "its prompt logprobs (logprob_start_len) are on its native /generate, which bia probe does not speak"
+            if profile.name == "sglang"
+            else "bia knows no way to put completion tokens into its prompt and score them"
+        )
         raise ProbeError(f"the prefill arm cannot run on {profile.label}: {why}; leave the prefill arm out")
 
 

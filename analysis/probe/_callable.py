@@ -18,11 +18,9 @@ import platform
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, cast
 
-from ..core import progress_bar
-from ..core import build_folder, claim_output
+from ..core import build_folder, claim_output, progress_bar
 from ..run import LAYOUTS, RUN_VERSION, Run, band_batch, read_run
 from ._settings import ProbeSettings
 
@@ -31,10 +29,21 @@ class CallableError(ValueError):
     """A setting of :func:`probe_callable`, or what ``generate`` returned for one call; the message names the call and field."""
 
 
-def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]], prompts: Sequence[str] | None, output: str | os.PathLike[str], *,
-                   ladder: Sequence[int] | None = None, layout: str | None = None, repeats: int | None = None, engine: str | None = None,
-                   model: str | None = None, seed: int | None = None, force: bool = False, progress: bool | None = None,
-                   settings: ProbeSettings | None = None) -> Run:
+def probe_callable(
+    generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
+    prompts: Sequence[str] | None,
+    output: str | os.PathLike[str],
+    *,
+    ladder: Sequence[int] | None = None,
+    layout: str | None = None,
+    repeats: int | None = None,
+    engine: str | None = None,
+    model: str | None = None,
+    seed: int | None = None,
+    force: bool = False,
+    progress: bool | None = None,
+    settings: ProbeSettings | None = None,
+) -> Run:
     """Probe an in-process engine: call ``generate`` alone and in batches of c, and write the run as ``bia probe`` does.
 
     Parameters
@@ -91,13 +100,23 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     if settings is not None:  # what the call leaves out (None), the settings give
         if prompts is None:  # texts, or mappings, which _check_settings refuses: a callable takes texts alone
             prompts = cast("list[str]", list(settings.prompts))
-        ladder, layout, repeats, seed, model, progress = (settings.ladder if ladder is None else ladder, settings.layout if layout is None else layout,
-                                                          settings.repeats if repeats is None else repeats, settings.seed if seed is None else seed,
-                                                          settings.model if model is None else model,
-                                                          settings.progress if progress is None else progress)
-        engine = engine if engine is not None else None if settings.engine == "auto" else settings.engine  # auto: generate's name
-    ladder, layout, repeats, seed = ((1, 4, 8, 16) if ladder is None else ladder, "copies" if layout is None else layout,
-                                     1 if repeats is None else repeats, 0 if seed is None else seed)
+        ladder, layout, repeats, seed, model, progress = (
+            settings.ladder if ladder is None else ladder,
+            settings.layout if layout is None else layout,
+            settings.repeats if repeats is None else repeats,
+            settings.seed if seed is None else seed,
+            settings.model if model is None else model,
+            settings.progress if progress is None else progress,
+        )
+        engine = (
+            engine if engine is not None else None if settings.engine == "auto" else settings.engine
+        )  # auto: generate's name
+    ladder, layout, repeats, seed = (
+        (1, 4, 8, 16) if ladder is None else ladder,
+        "copies" if layout is None else layout,
+        1 if repeats is None else repeats,
+        0 if seed is None else seed,
+    )
     texts, ladder = _check_settings(prompts, ladder, layout, repeats)
     final = claim_output(output, force=force, what="the run", folder=True)
     bar = progress_bar(len(texts) * (2 + repeats * sum(ladder)), progress, "seq")
@@ -105,8 +124,9 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
         with build_folder(final) as folder:  # built aside and renamed into place whole, as bia experiment does
             lines, m_formed = _fire(generate, texts, ladder, layout, repeats, seed, bar.update)
             (folder / "captures").mkdir()
-            (folder / "captures" / "requests.jsonl").write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines),
-                                                                encoding="utf-8")
+            (folder / "captures" / "requests.jsonl").write_text(
+                "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8"
+            )
             manifest = _manifest(generate, texts, ladder, layout, repeats, engine, model, seed, m_formed, lines)
             (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     finally:
@@ -114,14 +134,19 @@ def probe_callable(generate: Callable[[list[str]], Sequence[Mapping[str, Any]]],
     return read_run(final)
 
 
-def _check_settings(prompts: Sequence[str] | None, ladder: Sequence[int], layout: str,
-                    repeats: int) -> tuple[list[str], list[int]]:
+def _check_settings(
+    prompts: Sequence[str] | None, ladder: Sequence[int], layout: str, repeats: int
+) -> tuple[list[str], list[int]]:
     """The prompts and the ladder as lists, once checked; a CallableError names the first setting no run can be made
     of."""
     if isinstance(prompts, str) or not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise CallableError(f"prompts: expected a non-empty list of non-empty strings, got {prompts!r}")
     ladder = list(ladder)
-    if not ladder or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in ladder) or len(set(ladder)) != len(ladder):
+    if (
+        not ladder
+        or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in ladder)
+        or len(set(ladder)) != len(ladder)
+    ):
         raise CallableError(f"ladder: expected distinct batch sizes >= 1, got {ladder!r}")
     if layout not in LAYOUTS:
         raise CallableError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -132,27 +157,51 @@ def _check_settings(prompts: Sequence[str] | None, ladder: Sequence[int], layout
     return list(prompts), ladder
 
 
-def _fire(generate, prompts: list[str], ladder: list[int], layout: str, repeats: int, seed: int,
-          advance: Callable[[int], Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _fire(
+    generate, prompts: list[str], ladder: list[int], layout: str, repeats: int, seed: int, advance: Callable[[int], Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every call of the plan, in the probe's order: a prompt's two references, then its bands, repeat by repeat."""
     lines, m_formed = [], []
     for index, prompt in enumerate(prompts):
         pid = f"p{index}"
         for slot in (0, 1):
             (out,), seconds = _call(generate, [prompt], f"{pid} ref #{slot + 1}")
-            lines.append(_envelope(out, seconds, unit=f"{pid}/reference/s{slot}", prompt_id=pid, role="reference", slot=slot))
+            lines.append(
+                _envelope(out, seconds, unit=f"{pid}/reference/s{slot}", prompt_id=pid, role="reference", slot=slot)
+            )
             advance(1)
         rng = random.Random(seed + index)
         for repeat in range(repeats):
             for c in ladder:
-                batch, target = band_batch(prompts[index], prompts[:index] + prompts[index + 1:], c, layout, rng)
+                batch, target = band_batch(prompts[index], prompts[:index] + prompts[index + 1 :], c, layout, rng)
                 outs, seconds = _call(generate, batch, f"{pid} c={c} repeat {repeat}")
                 unit = f"{pid}/band/c{c}/r{repeat}"
                 rows = range(c) if layout == "copies" else [target]
-                lines += [_envelope(outs[row], seconds, unit=unit, prompt_id=pid, role="band", c=c, slot=slot, repeat=repeat,
-                                    batch_row=row) for slot, row in enumerate(rows)]
-                m_formed.append({"unit": unit, "prompt_id": pid, "role": "band", "c": c, "repeat": repeat, "widths": [c],
-                                 "steps": max(len(o["token_ids"]) for o in outs)})
+                lines += [
+                    _envelope(
+                        outs[row],
+                        seconds,
+                        unit=unit,
+                        prompt_id=pid,
+                        role="band",
+                        c=c,
+                        slot=slot,
+                        repeat=repeat,
+                        batch_row=row,
+                    )
+                    for slot, row in enumerate(rows)
+                ]
+                m_formed.append(
+                    {
+                        "unit": unit,
+                        "prompt_id": pid,
+                        "role": "band",
+                        "c": c,
+                        "repeat": repeat,
+                        "widths": [c],
+                        "steps": max(len(o["token_ids"]) for o in outs),
+                    }
+                )
                 advance(c)
     return lines, m_formed
 
@@ -163,8 +212,14 @@ def _call(generate, batch: list[str], where: str) -> tuple[list[dict[str, Any]],
     result = generate(list(batch))
     seconds = time.perf_counter() - started
     if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Sequence) or len(result) != len(batch):
-        got = f"{len(result)} items" if isinstance(result, Sequence) and not isinstance(result, (str, bytes)) else repr(type(result).__name__)
-        raise CallableError(f"generate, call {where}: expected a list of {len(batch)} results (one per prompt), got {got}")
+        got = (
+            f"{len(result)} items"
+            if isinstance(result, Sequence) and not isinstance(result, (str, bytes))
+            else repr(type(result).__name__)
+        )
+        raise CallableError(
+            f"generate, call {where}: expected a list of {len(batch)} results (one per prompt), got {got}"
+        )
     return [_checked(item, f"generate, call {where}, row {row}") for row, item in enumerate(result)], seconds
 
 
@@ -174,14 +229,29 @@ def _checked(item: Any, where: str) -> dict[str, Any]:
     ids, logprobs = item.get("token_ids"), item.get("logprobs")
     if not isinstance(ids, Sequence) or isinstance(ids, (str, bytes)) or not all(_is_int(t) for t in ids):
         raise CallableError(f"{where}: field token_ids: expected a list of integers, got {ids!r:.80}")
-    if not isinstance(logprobs, Sequence) or isinstance(logprobs, (str, bytes)) or len(logprobs) != len(ids) or not all(_is_logprob(v) for v in logprobs):
-        raise CallableError(f"{where}: field logprobs: expected one finite logprob <= 0 per token ({len(ids)}), got {logprobs!r:.80}")
+    if (
+        not isinstance(logprobs, Sequence)
+        or isinstance(logprobs, (str, bytes))
+        or len(logprobs) != len(ids)
+        or not all(_is_logprob(v) for v in logprobs)
+    ):
+        raise CallableError(
+            f"{where}: field logprobs: expected one finite logprob <= 0 per token ({len(ids)}), got {logprobs!r:.80}"
+        )
     top = item.get("top_logprobs")
-    if top is not None and (not isinstance(top, Sequence) or len(top) != len(ids)
-                            or not all(isinstance(step, Sequence) and all(_is_pair(p) for p in step) for step in top)):
-        raise CallableError(f"{where}: field top_logprobs: expected per token a list of (token_id, logprob) pairs, got {top!r:.80}")
-    return {"token_ids": [int(t) for t in ids], "logprobs": [float(v) for v in logprobs],
-            "top_logprobs": None if top is None else [[(int(t), float(v)) for t, v in step] for step in top]}
+    if top is not None and (
+        not isinstance(top, Sequence)
+        or len(top) != len(ids)
+        or not all(isinstance(step, Sequence) and all(_is_pair(p) for p in step) for step in top)
+    ):
+        raise CallableError(
+            f"{where}: field top_logprobs: expected per token a list of (token_id, logprob) pairs, got {top!r:.80}"
+        )
+    return {
+        "token_ids": [int(t) for t in ids],
+        "logprobs": [float(v) for v in logprobs],
+        "top_logprobs": None if top is None else [[(int(t), float(v)) for t, v in step] for step in top],
+    }
 
 
 def _is_int(value: Any) -> bool:
@@ -200,34 +270,83 @@ def _is_pair(pair: Any) -> bool:
 
 def _envelope(out: dict[str, Any], seconds: float, **placement: Any) -> dict[str, Any]:
     """One request as a chat completion in the capture envelope; the call's time is its ``timings``."""
+
     def token(i: int) -> str:
         return f"token_id:{i}"
 
     tops = out["top_logprobs"] or [[] for _ in out["token_ids"]]
-    entries = [{"token": token(t), "logprob": v, "top_logprobs": [{"token": token(c), "logprob": w} for c, w in top]}
-               for t, v, top in zip(out["token_ids"], out["logprobs"], tops)]
+    entries = [
+        {"token": token(t), "logprob": v, "top_logprobs": [{"token": token(c), "logprob": w} for c, w in top]}
+        for t, v, top in zip(out["token_ids"], out["logprobs"], tops)
+    ]
     n = len(out["token_ids"])
-    response = {"id": f"{placement['unit']}/s{placement['slot']}", "object": "chat.completion", "model": "callable",
-                "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": None},
-                             "logprobs": {"content": entries}}],
-                "usage": {"completion_tokens": n},
-                "timings": {"predicted_n": n, "predicted_ms": round(1000 * seconds, 3),
-                            "predicted_per_second": round(n / seconds, 3) if seconds > 0 and n else None}}
+    response = {
+        "id": f"{placement['unit']}/s{placement['slot']}",
+        "object": "chat.completion",
+        "model": "callable",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "length",
+                "message": {"role": "assistant", "content": None},
+                "logprobs": {"content": entries},
+            }
+        ],
+        "usage": {"completion_tokens": n},
+        "timings": {
+            "predicted_n": n,
+            "predicted_ms": round(1000 * seconds, 3),
+            "predicted_per_second": round(n / seconds, 3) if seconds > 0 and n else None,
+        },
+    }
     return {"response": response, "t_sent": 0.0, **placement}
 
 
-def _manifest(generate, prompts: list[str], ladder: list[int], layout: str, repeats: int, engine: str | None, model: str | None, seed: int,
-              m_formed: list[dict[str, Any]], lines: list[dict[str, Any]]) -> dict[str, Any]:
+def _manifest(
+    generate,
+    prompts: list[str],
+    ladder: list[int],
+    layout: str,
+    repeats: int,
+    engine: str | None,
+    model: str | None,
+    seed: int,
+    m_formed: list[dict[str, Any]],
+    lines: list[dict[str, Any]],
+) -> dict[str, Any]:
     name = engine or getattr(generate, "__qualname__", None) or type(generate).__name__
     entries = [entry for line in lines for entry in line["response"]["choices"][0]["logprobs"]["content"]]
     steps = max((len(line["response"]["choices"][0]["logprobs"]["content"]) for line in lines), default=0)
     top = max((len(entry["top_logprobs"]) for entry in entries), default=0)
-    return {"run_version": RUN_VERSION, "producer": "bia probe_callable",
-            "identity": {"engine": name, "model": {"path": model} if model else None, "host": platform.node(), "commit": None},
-            "environment": {"python": platform.python_version(), "machine": platform.machine(), "platform": platform.platform()},
-            "sampler": {"temperature": 0.0, "seed": seed, "max_tokens": steps, "top_logprobs": top or None, "ignore_eos": None},
-            "ladder": ladder, "repeats": repeats, "declared_min": min(64, steps), "max_constant_run": 16,
-            "requested": {"layout": layout}, "effective": {"layout": layout},
-            "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
-            "m_formed": m_formed, "complete": True,
-            "widths": "exact: generate received each band's c prompts in one call"}
+    return {
+        "run_version": RUN_VERSION,
+        "producer": "bia probe_callable",
+        "identity": {
+            "engine": name,
+            "model": {"path": model} if model else None,
+            "host": platform.node(),
+            "commit": None,
+        },
+        "environment": {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "platform": platform.platform(),
+        },
+        "sampler": {
+            "temperature": 0.0,
+            "seed": seed,
+            "max_tokens": steps,
+            "top_logprobs": top or None,
+            "ignore_eos": None,
+        },
+        "ladder": ladder,
+        "repeats": repeats,
+        "declared_min": min(64, steps),
+        "max_constant_run": 16,
+        "requested": {"layout": layout},
+        "effective": {"layout": layout},
+        "prompts": [{"prompt_id": f"p{i}", "text": p} for i, p in enumerate(prompts)],
+        "m_formed": m_formed,
+        "complete": True,
+        "widths": "exact: generate received each band's c prompts in one call",
+    }

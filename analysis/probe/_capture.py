@@ -85,16 +85,22 @@ class EventClock:
             self._take(self._lines.flush(), now)
         else:
             lines = self._tail.split("\n")
-            self._take(lines if lines[-1] else lines[:-1], now)  # an unterminated last line is still a line, as at flush
+            self._take(
+                lines if lines[-1] else lines[:-1], now
+            )  # an unterminated last line is still a line, as at flush
             self._tail = ""
-        if self._event_start is not None and self._data == ["[DONE]"]:  # a final [DONE] without its blank line ends the stream (parse_sse)
+        if self._event_start is not None and self._data == [
+            "[DONE]"
+        ]:  # a final [DONE] without its blank line ends the stream (parse_sse)
             self._take([""], now)
         return len(self.arrivals) - before
 
     def _route(self, text: str, now: float) -> None:
         if not self._begun and text:
             text, self._begun = text.removeprefix("\ufeff"), True  # a leading BOM is not part of the first field name
-        if not self._cr and "\r" in text:  # CR line ends from here on: the line decoder takes over where the fast path stopped
+        if (
+            not self._cr and "\r" in text
+        ):  # CR line ends from here on: the line decoder takes over where the fast path stopped
             self._cr, text, self._tail = True, self._tail + text, ""
         if self._cr:
             self._take(self._lines.decode(text), now)
@@ -165,7 +171,9 @@ class EventClock:
             self._done = True
 
 
-KEPT_BYTES = 64 * 1024  # an HTTP error's body kept with its refusal, and the most of an answer read before its first SSE event
+KEPT_BYTES = (
+    64 * 1024
+)  # an HTTP error's body kept with its refusal, and the most of an answer read before its first SSE event
 
 
 def open_partial(partial: Path) -> tuple[Any, Any]:
@@ -189,8 +197,15 @@ def open_partial(partial: Path) -> tuple[Any, Any]:
     return partial.open("ab", buffering=0), partial.with_suffix(".times").open("a", buffering=1)
 
 
-async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial: Path | None = None, origin: float | None = None,
-                       deadline: float | None = None, opened: tuple[Any, Any] | None = None) -> dict[str, Any]:
+async def fetch_stream(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict,
+    partial: Path | None = None,
+    origin: float | None = None,
+    deadline: float | None = None,
+    opened: tuple[Any, Any] | None = None,
+) -> dict[str, Any]:
     """POST ``body`` and read its SSE answer, all of it within ``deadline`` seconds.
 
     Returns ``{"sse", "arrival_times", "t_sent"}`` for a whole stream, or ``{"error", ...}`` with
@@ -241,9 +256,15 @@ async def fetch_stream(client: httpx.AsyncClient, url: str, body: dict, partial:
             return refused
     except TimeoutError:
         received = sum(map(len, chunks))
-        arrived = f"the {received} bytes that had arrived are kept with the refusal" if received else "nothing had arrived"
-        return {"error": f"the request ran past its {duration(deadline)} deadline (the time-out covers the whole request, the stream "
-                         f"included); {arrived}", "sse": _text(chunks), **answer}
+        arrived = (
+            f"the {received} bytes that had arrived are kept with the refusal" if received else "nothing had arrived"
+        )
+        return {
+            "error": f"the request ran past its {duration(deadline)} deadline (the time-out covers the whole request, the stream "
+            f"included); {arrived}",
+            "sse": _text(chunks),
+            **answer,
+        }
     except httpx.ConnectError as exc:  # nothing answers at the address: the server is down, not this request refused
         return {"error": f"ConnectError: {exc}", "unreachable": True}
     except httpx.TimeoutException:
@@ -301,7 +322,9 @@ def network_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text or 'the connection broke, and no reason was given'}"
 
 
-async def _exchange(client, url, body, clock: EventClock, chunks: list[bytes], answer: dict, raw, times, sent: float) -> dict[str, Any] | None:
+async def _exchange(
+    client, url, body, clock: EventClock, chunks: list[bytes], answer: dict, raw, times, sent: float
+) -> dict[str, Any] | None:
     """Send the request and read its answer into ``chunks`` and the clock; a refusal, or None when the stream was read to its end."""
     async with client.stream("POST", url, json=body) as response:
         answer.update(status=response.status_code, content_type=response.headers.get("content-type"))
@@ -317,7 +340,9 @@ async def _exchange(client, url, body, clock: EventClock, chunks: list[bytes], a
                 if completed:
                     times.write(f"{now!r}\n" * completed)
             received += len(data)
-            if received > KEPT_BYTES and not clock.arrivals:  # an HTML page or a file, not an event stream: read no more of it
+            if (
+                received > KEPT_BYTES and not clock.arrivals
+            ):  # an HTML page or a file, not an event stream: read no more of it
                 return {"error": _no_events(received, answer), "sse": _text(chunks), **answer}
         clock.finish(time.monotonic() - sent)
     return None
@@ -336,7 +361,9 @@ async def _http_refusal(response: httpx.Response, answer: dict) -> dict[str, Any
         if len(kept) >= KEPT_BYTES:
             break
     text = kept.decode("utf-8", errors="replace")
-    words = re.sub(r"<[^>]*>", " ", text[:2000]) if "html" in (answer.get("content_type") or "") else text[:300]  # an error page's words
+    words = (
+        re.sub(r"<[^>]*>", " ", text[:2000]) if "html" in (answer.get("content_type") or "") else text[:300]
+    )  # an error page's words
     detail = " ".join(words.split())[:200]
     why = f"HTTP {response.status_code} {response.reason_phrase}".rstrip() + (f": {detail}" if detail else "")
     if response.status_code == 405:

@@ -26,7 +26,9 @@ from ._rundir import ProbeError
 from ._settings import ProbeSettings
 
 
-def planned_repeats(*, target_rate: float, confidence: float, ladder: Sequence[int], prompts: int, max_requests: int | None = None) -> int:
+def planned_repeats(
+    *, target_rate: float, confidence: float, ladder: Sequence[int], prompts: int, max_requests: int | None = None
+) -> int:
     """The fewest repeats of the plan whose batched requests (every prompt at every c > 1, c copies each) reach the number the
     bound needs, or the most that ``max_requests`` allows.
 
@@ -65,14 +67,26 @@ def planned_repeats(*, target_rate: float, confidence: float, ladder: Sequence[i
     repeats = math.ceil(requests_needed(target_rate, confidence) / per_repeat)
     if max_requests is not None:
         if max_requests < per_repeat:
-            raise ProbeError(f"--max-requests {max_requests}: one round of the ladder sends {per_repeat} batched requests; give at least that")
+            raise ProbeError(
+                f"--max-requests {max_requests}: one round of the ladder sends {per_repeat} batched requests; give at least that"
+            )
         repeats = min(repeats, max_requests // per_repeat)
     return repeats
 
 
-async def certify_server(url: str, out: str | os.PathLike[str], settings: ProbeSettings | None = None, *, target_rate: float = 0.01,
-                         confidence: float = 0.95, max_requests: int | None = None, max_time: float | None = None, poll_s: float = 2.0,
-                         say: Callable[[str], Any] | None = None, **options: Any) -> tuple[Path, Judgement, str | None]:
+async def certify_server(
+    url: str,
+    out: str | os.PathLike[str],
+    settings: ProbeSettings | None = None,
+    *,
+    target_rate: float = 0.01,
+    confidence: float = 0.95,
+    max_requests: int | None = None,
+    max_time: float | None = None,
+    poll_s: float = 2.0,
+    say: Callable[[str], Any] | None = None,
+    **options: Any,
+) -> tuple[Path, Judgement, str | None]:
     """Probe ``url`` for a certificate and judge it; returns the run directory, the judgement, and why the probe was stopped
     early (``"RED"``, ``"max-time"``) or None when it finished its plan.
 
@@ -122,8 +136,13 @@ async def certify_server(url: str, out: str | os.PathLike[str], settings: ProbeS
     if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
         raise ProbeError(f"--max-time takes a positive number of seconds, got {max_time!r}")
     settings = ProbeSettings.of(settings, **options)
-    repeats = planned_repeats(target_rate=target_rate, confidence=confidence, ladder=settings.ladder, prompts=len(settings.prompts),
-                              max_requests=max_requests)
+    repeats = planned_repeats(
+        target_rate=target_rate,
+        confidence=confidence,
+        ladder=settings.ladder,
+        prompts=len(settings.prompts),
+        max_requests=max_requests,
+    )
     out = Path(out)
     task = asyncio.ensure_future(probe(url, out, settings.replace(repeats=repeats), say=say))
     started, stopped = time.monotonic(), None

@@ -21,8 +21,10 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's limit, which vLLM's default max_logprobs and b
 FILES_PER_REQUEST = 3  # a request in flight holds its socket and its partial .sse and .times files open
 FILE_HEADROOM = 64  # the manifest, the captures, the server log, /metrics polls and kept-alive connections
 # What a server says of the requests it runs at once (the engine profile's effective settings) and where it says it.
-SLOT_SETTINGS = {"total_slots": "llama.cpp's total_slots (llama-server -np)",
-                 "max_running_requests": "SGLang's max_running_requests (--max-running-requests)"}
+SLOT_SETTINGS = {
+    "total_slots": "llama.cpp's total_slots (llama-server -np)",
+    "max_running_requests": "SGLang's max_running_requests (--max-running-requests)",
+}
 
 
 def check_address(url: str) -> None:
@@ -69,11 +71,19 @@ def check_timeout(timeout: float) -> None:
         A time-out that is not a number (a bool included), not finite, or not above 0.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
-        raise ProbeError(f"timeout must be a positive, finite number of seconds (the deadline of each whole request), got {timeout!r}")
+        raise ProbeError(
+            f"timeout must be a positive, finite number of seconds (the deadline of each whole request), got {timeout!r}"
+        )
 
 
-def check_settings(prompts: Sequence[str | Mapping[str, Any]], ladder: Sequence[int], repeats: int, max_tokens: int, top_logprobs: int,
-                   layout: str) -> None:
+def check_settings(
+    prompts: Sequence[str | Mapping[str, Any]],
+    ladder: Sequence[int],
+    repeats: int,
+    max_tokens: int,
+    top_logprobs: int,
+    layout: str,
+) -> None:
     """Refuse settings no run can be made of, before anything is sent or written.
 
     Parameters
@@ -106,7 +116,9 @@ def check_settings(prompts: Sequence[str | Mapping[str, Any]], ladder: Sequence[
         if not _whole(value) or value < 1:
             raise ProbeError(f"{name} must be at least 1, got {value!r}")
     if not _whole(top_logprobs) or not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
-        raise ProbeError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (OpenAI's limit, which servers enforce), got {top_logprobs!r}")
+        raise ProbeError(
+            f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (OpenAI's limit, which servers enforce), got {top_logprobs!r}"
+        )
     check_open_files(ladder)
 
 
@@ -141,9 +153,11 @@ def check_open_files(ladder: Sequence[int]) -> None:
     held, widest = _open_files(), max(ladder)
     room = max(0, (soft - held - FILE_HEADROOM) // FILES_PER_REQUEST)
     if widest > room:
-        raise ProbeError(f"the ladder's c={widest} needs about {widest * FILES_PER_REQUEST} open files at once (a socket and two capture "
-                         f"files per request), but this process may open {soft} (ulimit -n) and holds {held}: the widest band that fits is "
-                         f"c={room}; raise ulimit -n or lower the ladder")
+        raise ProbeError(
+            f"the ladder's c={widest} needs about {widest * FILES_PER_REQUEST} open files at once (a socket and two capture "
+            f"files per request), but this process may open {soft} (ulimit -n) and holds {held}: the widest band that fits is "
+            f"c={room}; raise ulimit -n or lower the ladder"
+        )
 
 
 def _open_files() -> int:
@@ -180,13 +194,21 @@ def check_slots(ladder: Sequence[int], detection: Detection) -> None:
     for name, what in SLOT_SETTINGS.items():
         slots = effective.get(name)
         if _whole(slots) and slots >= 1 and widest > slots:
-            raise ProbeError(f"the ladder's c={widest} is wider than the {slots} requests the server runs at once (GET {detection.info_path}: "
-                             f"{what} = {slots}): no batch of {widest} can form; lower the ladder to at most {slots} or start the server "
-                             "with more")
+            raise ProbeError(
+                f"the ladder's c={widest} is wider than the {slots} requests the server runs at once (GET {detection.info_path}: "
+                f"{what} = {slots}): no batch of {widest} can form; lower the ladder to at most {slots} or start the server "
+                "with more"
+            )
 
 
-def check_first_answer(endpoint: str, role: str, results: list[dict[str, Any]], refusals: list[dict[str, Any] | None],
-                       tokens: tuple | None, top_logprobs: int) -> None:
+def check_first_answer(
+    endpoint: str,
+    role: str,
+    results: list[dict[str, Any]],
+    refusals: list[dict[str, Any] | None],
+    tokens: tuple | None,
+    top_logprobs: int,
+) -> None:
     """The session's first unit is the server check: unless one of its requests came back as a chat stream (with
     logprobs, for a reference), nothing after it could count, so the probe stops and says what came back.
 
@@ -214,12 +236,16 @@ def check_first_answer(endpoint: str, role: str, results: list[dict[str, Any]], 
     kept = [result for result, refusal in zip(results, refusals) if refusal is None]
     if not kept:
         first = cast("dict[str, Any]", refusals[0])  # none kept: every request was refused, so each has its refusal
-        raise ProbeError(f"{endpoint}: the server did not answer as an OpenAI-compatible chat stream: {first['error']}; "
-                         f"what came back: {came_back(first)}")
+        raise ProbeError(
+            f"{endpoint}: the server did not answer as an OpenAI-compatible chat stream: {first['error']}; "
+            f"what came back: {came_back(first)}"
+        )
     if role == "reference" and tokens == ():
-        raise ProbeError(f"{endpoint}: the server streamed a chat completion without logprobs (asked for logprobs with top_logprobs="
-                         f"{top_logprobs}); bia compares tokens by their logprobs, so no request could count; the stream began "
-                         f"{kept[0].get('sse', '')[:120]!r}")
+        raise ProbeError(
+            f"{endpoint}: the server streamed a chat completion without logprobs (asked for logprobs with top_logprobs="
+            f"{top_logprobs}); bia compares tokens by their logprobs, so no request could count; the stream began "
+            f"{kept[0].get('sse', '')[:120]!r}"
+        )
 
 
 def came_back(result: dict[str, Any]) -> str:
@@ -240,6 +266,10 @@ def came_back(result: dict[str, Any]) -> str:
     "HTTP 404, content-type 'text/html', first bytes '<h1>Not Found</h1>'"
     """
     data = result.get("body") or result.get("sse") or ""
-    parts = [f"HTTP {result['status']}, content-type {result.get('content_type')!r}"] if result.get("status") is not None else []
+    parts = (
+        [f"HTTP {result['status']}, content-type {result.get('content_type')!r}"]
+        if result.get("status") is not None
+        else []
+    )
     parts.append(f"first bytes {data[:80]!r}" if data else "no body" if parts else "no HTTP answer")
     return ", ".join(parts)

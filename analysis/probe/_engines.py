@@ -21,7 +21,9 @@ from ._rundir import ProbeError
 def _tls_mismatch(error: Exception) -> bool:
     """Whether a connection failed in the TLS handshake because the other side spoke plain HTTP (OpenSSL's words for it)."""
     said = str(error).upper()
-    return any(sign in said for sign in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE"))
+    return any(
+        sign in said for sign in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE")
+    )
 
 
 class ServerUnreachable(ProbeError):
@@ -135,27 +137,75 @@ class EngineProfile:
 PROFILES: dict[str, EngineProfile] = {
     profile.name: profile
     for profile in (
-        EngineProfile("vllm", "vLLM", {"ignore_eos": True, "return_tokens_as_token_ids": True}, "vllm:num_requests_running", ("/version",),
-                      {"version": ("version",)}, ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_hit_rate"),
-                      {"cache_salt": "{salt}"}, "continue",
-                      {"generated": "vllm:generation_tokens_total", "steps": "vllm:iteration_tokens_total_count",
-                       "tpot_sum": "vllm:request_time_per_output_token_seconds_sum",
-                       "tpot_count": "vllm:request_time_per_output_token_seconds_count"}),
-        EngineProfile("sglang", "SGLang", {"ignore_eos": True}, "sglang:num_running_reqs", ("/server_info", "/get_server_info"),
-                      {"deterministic_inference": ("enable_deterministic_inference",), "radix_cache_disabled": ("disable_radix_cache",),
-                       "attention_backend": ("attention_backend",), "max_running_requests": ("max_running_requests",), "tp_size": ("tp_size",),
-                       "dtype": ("dtype",)}, ("sglang:cache_hit_rate", "sglang:cached_tokens_total", "sglang:prompt_tokens_total")),
-        EngineProfile("llamacpp", "llama.cpp server", {"ignore_eos": True}, "llamacpp:requests_processing", ("/props",),
-                      {"total_slots": ("total_slots",), "build_info": ("build_info",)},
-                      ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"), {"cache_prompt": False}, "assistant"),
+        EngineProfile(
+            "vllm",
+            "vLLM",
+            {"ignore_eos": True, "return_tokens_as_token_ids": True},
+            "vllm:num_requests_running",
+            ("/version",),
+            {"version": ("version",)},
+            ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_hit_rate"),
+            {"cache_salt": "{salt}"},
+            "continue",
+            {
+                "generated": "vllm:generation_tokens_total",
+                "steps": "vllm:iteration_tokens_total_count",
+                "tpot_sum": "vllm:request_time_per_output_token_seconds_sum",
+                "tpot_count": "vllm:request_time_per_output_token_seconds_count",
+            },
+        ),
+        EngineProfile(
+            "sglang",
+            "SGLang",
+            {"ignore_eos": True},
+            "sglang:num_running_reqs",
+            ("/server_info", "/get_server_info"),
+            {
+                "deterministic_inference": ("enable_deterministic_inference",),
+                "radix_cache_disabled": ("disable_radix_cache",),
+                "attention_backend": ("attention_backend",),
+                "max_running_requests": ("max_running_requests",),
+                "tp_size": ("tp_size",),
+                "dtype": ("dtype",),
+            },
+            ("sglang:cache_hit_rate", "sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+        ),
+        EngineProfile(
+            "llamacpp",
+            "llama.cpp server",
+            {"ignore_eos": True},
+            "llamacpp:requests_processing",
+            ("/props",),
+            {"total_slots": ("total_slots",), "build_info": ("build_info",)},
+            ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"),
+            {"cache_prompt": False},
+            "assistant",
+        ),
         EngineProfile("apr", "apr serve (aprender)", {"ignore_eos": True}, None),
-        EngineProfile("bia", "bia serve", {"ignore_eos": True}, "bia:num_requests_running", ("/health",),
-                      {"kernel_mode": ("kernel_mode",), "dtype": ("dtype",), "device": ("device",)}, (), {}, "concat"),
+        EngineProfile(
+            "bia",
+            "bia serve",
+            {"ignore_eos": True},
+            "bia:num_requests_running",
+            ("/health",),
+            {"kernel_mode": ("kernel_mode",), "dtype": ("dtype",), "device": ("device",)},
+            (),
+            {},
+            "concat",
+        ),
         EngineProfile("openai", "a plain OpenAI-compatible server", {}, None),
     )
 }
 
-_OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "llama.cpp": "llamacpp", "apr": "apr", "aprender": "apr", "bia": "bia"}
+_OWNERS = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llamacpp": "llamacpp",
+    "llama.cpp": "llamacpp",
+    "apr": "apr",
+    "aprender": "apr",
+    "bia": "bia",
+}
 _METRIC_PREFIXES = {"vllm:": "vllm", "sglang:": "sglang", "llamacpp:": "llamacpp", "bia:": "bia"}
 
 
@@ -190,7 +240,9 @@ async def _get(client: httpx.AsyncClient, url: str, as_json: bool = True) -> tup
     """A GET's status (None when nothing answered, or not within the client's time-out: then the error in place of the body) and
     its JSON body (None unless a 200 with JSON; its text when ``as_json`` is false)."""
     try:
-        async with asyncio.timeout(client.timeout.read):  # the whole GET: httpx's time-out is per read, and a trickle never trips it
+        async with asyncio.timeout(
+            client.timeout.read
+        ):  # the whole GET: httpx's time-out is per read, and a trickle never trips it
             response = await client.get(url)
     except (httpx.HTTPError, TimeoutError) as exc:
         return None, exc
@@ -209,7 +261,9 @@ async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
     return body if status == 200 else None
 
 
-async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = "auto", model: str | None = None) -> Detection:
+async def detect_engine(
+    client: httpx.AsyncClient, base_url: str, engine: str = "auto", model: str | None = None
+) -> Detection:
     """Choose the engine profile of the server at ``base_url`` (or take ``engine`` as given) and find its model.
 
     :class:`ServerUnreachable` when no connection can be made to it at all.
@@ -258,11 +312,17 @@ async def detect_engine(client: httpx.AsyncClient, base_url: str, engine: str = 
     votes: list[str] = []
     status, models = await _get(client, f"{base}/v1/models")
     if isinstance(models, httpx.ConnectError) and base.startswith("https://") and _tls_mismatch(models):
-        raise ServerUnreachable(f"the server at {base} answered, but not in TLS ({models}): it speaks plain HTTP; give "
-                                f"http://{base.removeprefix('https://')}")
-    if isinstance(models, (httpx.ConnectError, httpx.ConnectTimeout)):  # no connection at all, not a server slow to answer
-        raise ServerUnreachable(f"nothing answers at {base} ({type(models).__name__}: {models or 'no connection'}); "
-                                "is the server running, on this host and port?")
+        raise ServerUnreachable(
+            f"the server at {base} answered, but not in TLS ({models}): it speaks plain HTTP; give "
+            f"http://{base.removeprefix('https://')}"
+        )
+    if isinstance(
+        models, (httpx.ConnectError, httpx.ConnectTimeout)
+    ):  # no connection at all, not a server slow to answer
+        raise ServerUnreachable(
+            f"nothing answers at {base} ({type(models).__name__}: {models or 'no connection'}); "
+            "is the server running, on this host and port?"
+        )
     if status in (401, 403):
         evidence.append(f"GET /v1/models: HTTP {status}, the server wants credentials (give --api-key)")
     entries = models.get("data") if isinstance(models, dict) else None

@@ -22,8 +22,14 @@ from ._rundir import ProbeError, _load_for_resume, _now, _RunWriter, _supersede
 from ._settings import ProbeSettings
 
 
-async def probe(url: str, out: str | os.PathLike[str], settings: ProbeSettings | None = None, *, say: Callable[[str], Any] | None = None,
-                **options: Any) -> Path:
+async def probe(
+    url: str,
+    out: str | os.PathLike[str],
+    settings: ProbeSettings | None = None,
+    *,
+    say: Callable[[str], Any] | None = None,
+    **options: Any,
+) -> Path:
     """Probe the chat endpoint at ``url`` (``.../v1/chat/completions`` or the server's base URL) and write a run.
 
     How is ``settings``, a :class:`ProbeSettings`; or its fields given as keywords (``prompts=[...], ladder=(1, 4)``), which are
@@ -94,7 +100,9 @@ async def probe(url: str, out: str | os.PathLike[str], settings: ProbeSettings |
     say = say or (lambda line: print(line, file=sys.stderr))
     check_address(url)
     settings = ProbeSettings.of(settings, **options)  # checked as it is made (with resume, only its time-out)
-    check_writable(folder, "the run directory")  # before any request: a file in the way, or a folder that refuses writing
+    check_writable(
+        folder, "the run directory"
+    )  # before any request: a file in the way, or a folder that refuses writing
     resume, engine, model = settings.resume, settings.engine, settings.model
     created = _first_missing(folder)  # what the probe may remove again when it stops having kept nothing
     base, endpoint, note = _addresses(url)
@@ -104,7 +112,9 @@ async def probe(url: str, out: str | os.PathLike[str], settings: ProbeSettings |
         if resume:
             manifest = _load_for_resume(folder)
             check_open_files(manifest["ladder"])
-            redetect = manifest["requested"].get("engine") == "auto" and not manifest["done"]  # nothing fired yet: the profile may still change
+            redetect = (
+                manifest["requested"].get("engine") == "auto" and not manifest["done"]
+            )  # nothing fired yet: the profile may still change
             if not redetect:  # the bands already fired keep their request body
                 engine = (manifest.get("engine") or {}).get("profile", "auto")
                 model = ((manifest.get("identity") or {}).get("model") or {}).get("path")
@@ -120,11 +130,20 @@ async def probe(url: str, out: str | os.PathLike[str], settings: ProbeSettings |
                 _apply_detection(manifest, detection)
             effective = detection.profile.effective(detection.info)
             if effective != manifest.get("effective", {}):
-                say(f"warning: the server now reports {effective}, where the run began with {manifest.get('effective', {})}")
+                say(
+                    f"warning: the server now reports {effective}, where the run began with {manifest.get('effective', {})}"
+                )
             if settings.server_log is not None:  # a restarted server may log elsewhere
                 manifest["requested"]["server_log"] = str(settings.server_log)
-            manifest.setdefault("resumed", []).append({"at": _now(), "url": endpoint, "moved_aside": moved, "said": detection.describe(),
-                                                       "effective": effective})
+            manifest.setdefault("resumed", []).append(
+                {
+                    "at": _now(),
+                    "url": endpoint,
+                    "moved_aside": moved,
+                    "said": detection.describe(),
+                    "effective": effective,
+                }
+            )
         else:
             manifest = _new_manifest(endpoint, detection, settings)
         for line in expectation_notes(manifest):
@@ -135,17 +154,36 @@ async def probe(url: str, out: str | os.PathLike[str], settings: ProbeSettings |
         writer.engine_metrics = dict(detection.profile.engine_metrics) if watch else {}
         discard = False
         try:
-            await _fire_plan(client, endpoint, base, writer, detection, settings.metrics, settings.metrics_interval, settings.progress, say,
-                             settings.timeout)
+            await _fire_plan(
+                client,
+                endpoint,
+                base,
+                writer,
+                detection,
+                settings.metrics,
+                settings.metrics_interval,
+                settings.progress,
+                say,
+                settings.timeout,
+            )
             manifest["complete"] = True
             manifest.pop("stopped", None)
-        except ProbeError as exc:  # the server is gone, refuses the key, or is no chat server: say what becomes of the run
+        except (
+            ProbeError
+        ) as exc:  # the server is gone, refuses the key, or is no chat server: say what becomes of the run
             manifest["stopped"] = {"at": _now(), "why": f"{type(exc).__name__}: {exc}"}
             discard = created is not None and not manifest["done"]
-            raise type(exc)(f"{exc}; nothing was kept, so {created} was removed" if discard else
-                            f"{exc}; the run stays readable, and bia probe --resume finishes it") from None
+            raise type(exc)(
+                f"{exc}; nothing was kept, so {created} was removed"
+                if discard
+                else f"{exc}; the run stays readable, and bia probe --resume finishes it"
+            ) from None
         except BaseException as exc:  # Ctrl-C, a cancelled task, a crash: say so in the manifest, then let it go on
-            why = "cancelled (Ctrl-C, or the caller stopped it)" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else f"{type(exc).__name__}: {exc}"
+            why = (
+                "cancelled (Ctrl-C, or the caller stopped it)"
+                if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+                else f"{type(exc).__name__}: {exc}"
+            )
             manifest["stopped"] = {"at": _now(), "why": why}
             raise
         finally:
@@ -220,7 +258,18 @@ async def dry_run(url: str, settings: ProbeSettings | None = None, **options: An
     manifest = _new_manifest(endpoint, detection, settings)
     units = plan(manifest)
     first = manifest["prompts"][0]["text"]
-    body = request_body(first, max_tokens=settings.max_tokens, top_logprobs=settings.top_logprobs, seed=settings.seed, profile=detection.profile,
-                        model=detection.model)
-    return {"said": detection.describe(), "effective": manifest["effective"], "body": body, "units": [u.key for u in units],
-            "requests": sum(u.c or len(u.slots) for u in units) + sum(u.arm in ("cache", "prefix") for u in units)}  # with primers
+    body = request_body(
+        first,
+        max_tokens=settings.max_tokens,
+        top_logprobs=settings.top_logprobs,
+        seed=settings.seed,
+        profile=detection.profile,
+        model=detection.model,
+    )
+    return {
+        "said": detection.describe(),
+        "effective": manifest["effective"],
+        "body": body,
+        "units": [u.key for u in units],
+        "requests": sum(u.c or len(u.slots) for u in units) + sum(u.arm in ("cache", "prefix") for u in units),
+    }  # with primers

@@ -10,8 +10,17 @@ import httpx
 
 from ._engines import PROFILES, EngineProfile
 
-def request_body(prompt: str, *, max_tokens: int, top_logprobs: int, seed: int = 0, profile: EngineProfile | None = None,
-                 model: str | None = None, logprobs: bool = True) -> dict[str, Any]:
+
+def request_body(
+    prompt: str,
+    *,
+    max_tokens: int,
+    top_logprobs: int,
+    seed: int = 0,
+    profile: EngineProfile | None = None,
+    model: str | None = None,
+    logprobs: bool = True,
+) -> dict[str, Any]:
     """The greedy request aprender's probe sends, with the engine's extras.
 
     Temperature 0, a seed, ``max_tokens``, streamed with usage, logprobs with ``top_logprobs``
@@ -48,8 +57,14 @@ def request_body(prompt: str, *, max_tokens: int, top_logprobs: int, seed: int =
     ['ignore_eos', 'max_tokens', 'messages', 'seed', 'stream', 'stream_options', 'temperature']
     """
     profile = profile or PROFILES["apr"]
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}], "temperature": 0, "seed": seed, "max_tokens": max_tokens,
-                            "stream": True, "stream_options": {"include_usage": True}}
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "seed": seed,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if model is not None:
         body["model"] = model
     if logprobs:
@@ -76,10 +91,16 @@ def _addresses(url: str) -> tuple[str, str, str | None]:
         if path.endswith(tail):
             return origin + path[: -len(tail)], stripped, None
     cut = path.find("/v1")
-    if cut >= 0 and path[cut + 3: cut + 4] in ("", "/"):  # the API root, or another endpoint under it
+    if cut >= 0 and path[cut + 3 : cut + 4] in ("", "/"):  # the API root, or another endpoint under it
         base = origin + path[:cut]
-        note = None if path[cut:] == "/v1" else (f"note: {url} names {path[cut:]}, not the chat endpoint; probing the server at {base} "
-                                                 "(its /v1/chat/completions): give the base URL to say so")
+        note = (
+            None
+            if path[cut:] == "/v1"
+            else (
+                f"note: {url} names {path[cut:]}, not the chat endpoint; probing the server at {base} "
+                "(its /v1/chat/completions): give the base URL to say so"
+            )
+        )
         return base, base + "/v1/chat/completions", note
     return stripped, stripped + "/v1/chat/completions", None
 

@@ -14,7 +14,6 @@ from typing import Any
 import orjson
 
 from ..dumps import LIVE_SPAN
-
 from ..run import Unit
 
 
@@ -43,8 +42,12 @@ class _RunWriter:
         self.cache_metrics: tuple[str, ...] = ()  # set by the probe from the engine profile when /metrics answers
         self.engine_metrics: dict[str, str] = {}  # role -> the engine's counter, likewise
         self.reference_tokens: dict[str, tuple] = {}  # unit key -> token identities of the references kept this session
-        self.reference_pieces: dict[str, list] = {}  # prompt id -> ref #1's completion tokens as bytes, for the prefill arm
-        self.live: dict[Path, tuple[float, float]] = {}  # partial path -> (first, last content chunk) on the run's clock, for kept streams
+        self.reference_pieces: dict[
+            str, list
+        ] = {}  # prompt id -> ref #1's completion tokens as bytes, for the prefill arm
+        self.live: dict[
+            Path, tuple[float, float]
+        ] = {}  # partial path -> (first, last content chunk) on the run's clock, for kept streams
         for sub in ("captures", "partial"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         self.save()
@@ -76,7 +79,9 @@ class _RunWriter:
                 result = {"error": problem, "sse": result["sse"]}
             else:
                 window = _live_window(rows, result.get("sent_at_s"))
-                if window is not None and where.get("c") is not None:  # a band's request: its co-residency is read after the band
+                if (
+                    window is not None and where.get("c") is not None
+                ):  # a band's request: its co-residency is read after the band
                     self.live[partial] = window
                 if where.get("role") == "reference":  # kept for aprender's reference rule, so it is not parsed again
                     self.reference_tokens[where["unit"]] = _identities(rows)
@@ -101,7 +106,9 @@ class _RunWriter:
         from ..metrics import parity
 
         keys = [f"{prompt_id}/reference/s{slot}" for slot in (0, 1)]
-        wanted = {f'"unit":"{key}"'.encode(): key for key in keys if key not in self.reference_tokens}  # as orjson writes the envelope
+        wanted = {
+            f'"unit":"{key}"'.encode(): key for key in keys if key not in self.reference_tokens
+        }  # as orjson writes the envelope
         if wanted:
             self.captures.flush()
             with self.captures_path.open("rb") as handle:
@@ -137,8 +144,7 @@ def _drop_partial(partial: Path) -> None:
 def _parse_capture(line: bytes, source: Path):
     """A capture envelope parsed by the dump reader: (its rows, None), or (None, why it cannot be read; the
     reader's error names the record and field)."""
-    from ..dumps import DumpError
-    from ..dumps import parse_source
+    from ..dumps import DumpError, parse_source
 
     try:
         return parse_source(line, str(source))[0], None
@@ -159,7 +165,9 @@ def _live_window(rows, sent_at: float | None) -> tuple[float, float] | None:
     first, last, live = requests["ttft_s"][0], requests["t_last_content"][0], requests["stream_live"][0]
     if first is None or last is None or not live:  # a stream released in one burst shows no time it was decoding
         return None
-    if last - first < LIVE_SPAN * last:  # its tokens came in a rush at the end: the server sent them late, not as it decoded them
+    if (
+        last - first < LIVE_SPAN * last
+    ):  # its tokens came in a rush at the end: the server sent them late, not as it decoded them
         return None
     return sent_at + first, sent_at + last
 
@@ -170,8 +178,10 @@ def _pieces(rows) -> list[bytes | None]:
     import polars as pl
 
     tokens = rows.frames()[0].filter(pl.col("segment") == "completion").sort("position")
-    return [bytes(b) if b is not None else t.encode("utf-8") if t is not None else None
-            for b, t in zip(tokens["token_bytes"].to_list(), tokens["token_text"].to_list())]
+    return [
+        bytes(b) if b is not None else t.encode("utf-8") if t is not None else None
+        for b, t in zip(tokens["token_bytes"].to_list(), tokens["token_text"].to_list())
+    ]
 
 
 def _identities(rows) -> tuple:
@@ -203,7 +213,11 @@ def _supersede(folder: Path, manifest: dict[str, Any], retry_refused: bool = Fal
                 continue
             try:
                 unit = json.loads(line).get("unit")
-            except (ValueError, RecursionError, AttributeError):  # the last append, cut short by a kill (or not an object): set aside
+            except (
+                ValueError,
+                RecursionError,
+                AttributeError,
+            ):  # the last append, cut short by a kill (or not an object): set aside
                 unit = None
             (keep if unit in done else drop).append(line)
         if drop:
@@ -238,11 +252,15 @@ def _load_for_resume(folder: Path) -> dict[str, Any]:
     except RunError as exc:
         raise RunUnreadable(f"{exc}; it cannot be resumed") from None
     if manifest.get("producer") != "bia probe" or "done" not in manifest:
-        raise ProbeError(f"{path}: not a run bia probe wrote (producer {manifest.get('producer')!r}); it cannot be resumed")
+        raise ProbeError(
+            f"{path}: not a run bia probe wrote (producer {manifest.get('producer')!r}); it cannot be resumed"
+        )
     lacking = [key for key in ("requested", "ladder", "prompts", "sampler") if key not in manifest]
     if lacking:
         raise ProbeError(f"{path}: lacks {', '.join(lacking)}; it cannot be resumed")
     textless = [i for i, prompt in enumerate(manifest["prompts"]) if not isinstance(prompt.get("text"), str)]
     if textless:
-        raise ProbeError(f'{path}: field "prompts[{textless[0]}].text": a resumed run fires its prompts again and needs their text')
+        raise ProbeError(
+            f'{path}: field "prompts[{textless[0]}].text": a resumed run fires its prompts again and needs their text'
+        )
     return manifest

@@ -122,11 +122,15 @@ class ProbeSettings:
             check_settings(self.prompts, self.ladder, self.repeats, self.max_tokens, self.top_logprobs, self.layout)
             check_arms(self.arms, layout=self.layout)
             if self.declared_min is not None and not 0 <= self.declared_min <= self.max_tokens:
-                raise ProbeError(f"declared_min must be between 0 and max_tokens={self.max_tokens}, got {self.declared_min}: "
-                                 "no reference could reach it")
+                raise ProbeError(
+                    f"declared_min must be between 0 and max_tokens={self.max_tokens}, got {self.declared_min}: "
+                    "no reference could reach it"
+                )
         for name in ("prompts", "ladder", "fillers", "arms"):
             value = getattr(self, name)
-            if value is not None and not isinstance(value, (str, tuple)):  # a str is refused above, never split into letters
+            if value is not None and not isinstance(
+                value, (str, tuple)
+            ):  # a str is refused above, never split into letters
                 object.__setattr__(self, name, tuple(value))
         if self.fillers is None:
             object.__setattr__(self, "fillers", ())

@@ -29,5 +29,8 @@ def result_line(folder: str | os.PathLike[str]) -> str:
     """
     review = run_review(read_run(folder), epsilon=NEAR_TIE_EPSILON)
     step = next((answer for question, answer, _ in review.lines if question.startswith("next step")), None)
-    per_c = "; ".join(f"c={r['c']}: bits {r['bit-identical to m=1']}, tokens {r['token-identical']}" for r in review.per_c.iter_rows(named=True))
+    per_c = "; ".join(
+        f"c={r['c']}: bits {r['bit-identical to m=1']}, tokens {r['token-identical']}"
+        for r in review.per_c.iter_rows(named=True)
+    )
     return " ".join(part for part in (review.headline, f"Next: {step}." if step else "", per_c) if part)

@@ -99,7 +99,9 @@ async def metrics_snapshot(client: httpx.AsyncClient, url: str, names: tuple[str
     dict of str to float or None
     """
     try:
-        async with asyncio.timeout(client.timeout.read):  # the whole GET, not each read: a trickling /metrics must not hold the band
+        async with asyncio.timeout(
+            client.timeout.read
+        ):  # the whole GET, not each read: a trickling /metrics must not hold the band
             response = await client.get(url)
         return metric_values(response.text, names) if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, TimeoutError):
@@ -150,7 +152,9 @@ def co_resident(windows: list[tuple[float, float]]) -> int:
     >>> co_resident([(0.0, 1.0), (2.0, 3.0)]), co_resident([])
     (1, 0)
     """
-    edges = sorted([(start, 0) for start, _ in windows] + [(end, 1) for _, end in windows])  # at a tie, a start before an end
+    edges = sorted(
+        [(start, 0) for start, _ in windows] + [(end, 1) for _, end in windows]
+    )  # at a tie, a start before an end
     most = open_now = 0
     for _, is_end in edges:
         open_now += -1 if is_end else 1
@@ -184,8 +188,12 @@ def stream_evidence(windows: list[tuple[float, float] | None], c: int) -> dict |
     timed = [w for w in windows if w is not None]
     if not timed:
         return None
-    return {"co_resident": co_resident(timed), "timed": len(timed), "of": c,
-            "live_s": [None if w is None else [round(w[0], 6), round(w[1], 6)] for w in windows]}
+    return {
+        "co_resident": co_resident(timed),
+        "timed": len(timed),
+        "of": c,
+        "live_s": [None if w is None else [round(w[0], 6), round(w[1], 6)] for w in windows],
+    }
 
 
 class MetricsPoller:
@@ -194,8 +202,15 @@ class MetricsPoller:
     /metrics takes a tenth of a second under load is still read several times during a band that lasts a few
     tenths. Each sample's time (the middle of its GET) is noted on the run's clock (``origin``)."""
 
-    def __init__(self, client: httpx.AsyncClient, url: str, metric: str, interval: float = 0.01, origin: float | None = None,
-                 concurrency: int = 3) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        metric: str,
+        interval: float = 0.01,
+        origin: float | None = None,
+        concurrency: int = 3,
+    ) -> None:
         self.client, self.url, self.metric, self.interval = client, url, metric, interval
         self.origin = time.monotonic() if origin is None else origin
         self.concurrency = max(1, concurrency)
@@ -237,16 +252,26 @@ class MetricsPoller:
                     response = await self.client.get(self.url)
                 value = running_requests(response.text, self.metric) if response.status_code == 200 else None
                 if value is None:
-                    self.errors.append(f"HTTP {response.status_code}" if response.status_code != 200 else f"no {self.metric} in /metrics")
+                    self.errors.append(
+                        f"HTTP {response.status_code}"
+                        if response.status_code != 200
+                        else f"no {self.metric} in /metrics"
+                    )
                 else:
-                    self._found.append((round((started + time.monotonic()) / 2 - self.origin, 6), value))  # the middle of the GET
+                    self._found.append(
+                        (round((started + time.monotonic()) / 2 - self.origin, 6), value)
+                    )  # the middle of the GET
             except (httpx.HTTPError, ValueError, TimeoutError) as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), max(0.0, self.interval * self.concurrency - (time.monotonic() - started)))
+                await asyncio.wait_for(
+                    self._stop.wait(), max(0.0, self.interval * self.concurrency - (time.monotonic() - started))
+                )
 
 
-def engine_growth(roles: dict[str, str], before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, dict] | None:
+def engine_growth(
+    roles: dict[str, str], before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, dict] | None:
     """The engine's counters around a band or a reference, as the manifest keeps them: each role (see
     ``EngineProfile.engine_metrics``) with its metric's name and values before and after. None when either snapshot
     is missing or the server exports none of them.
@@ -271,8 +296,11 @@ def engine_growth(roles: dict[str, str], before: dict[str, float] | None, after:
     """
     if before is None or after is None:
         return None
-    out = {role: {"metric": name, "before": before.get(name), "after": after.get(name)} for role, name in roles.items()
-           if name in before or name in after}
+    out = {
+        role: {"metric": name, "before": before.get(name), "after": after.get(name)}
+        for role, name in roles.items()
+        if name in before or name in after
+    }
     return out or None
 
 
@@ -300,10 +328,18 @@ def server_decode(engine: dict[str, dict] | None, unit: str) -> dict | None:
     {'tok_s': 100.0, 'tpot_s': 0.01, 'requests': 4, 'over': 'band', 'metric': 't_sum / t_count'}
     """
     engine = engine or {}
-    grown = {role: (engine[role]["after"] - engine[role]["before"]) for role in ("tpot_sum", "tpot_count")
-             if role in engine and engine[role]["before"] is not None and engine[role]["after"] is not None}
+    grown = {
+        role: (engine[role]["after"] - engine[role]["before"])
+        for role in ("tpot_sum", "tpot_count")
+        if role in engine and engine[role]["before"] is not None and engine[role]["after"] is not None
+    }
     if len(grown) < 2 or grown["tpot_count"] < 1 or grown["tpot_sum"] <= 0:
         return None
     tpot = grown["tpot_sum"] / grown["tpot_count"]
-    return {"tok_s": round(1 / tpot, 6), "tpot_s": round(tpot, 9), "requests": round(grown["tpot_count"]), "over": unit,
-            "metric": f"{engine['tpot_sum']['metric']} / {engine['tpot_count']['metric']}"}
+    return {
+        "tok_s": round(1 / tpot, 6),
+        "tpot_s": round(tpot, 9),
+        "requests": round(grown["tpot_count"]),
+        "over": unit,
+        "metric": f"{engine['tpot_sum']['metric']} / {engine['tpot_count']['metric']}",
+    }

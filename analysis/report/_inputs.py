@@ -5,9 +5,11 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-ACCEPTS = ("bia report reads witness and release-marker files (JSON), run directories (with manifest.json) and logprob dumps "
-            "(chat and completion responses or their SSE streams, with logprobs, from OpenAI-compatible servers, vLLM, SGLang, llama.cpp, "
-            "TGI: README, \"Per-token logprob dumps\")")
+ACCEPTS = (
+    "bia report reads witness and release-marker files (JSON), run directories (with manifest.json) and logprob dumps "
+    "(chat and completion responses or their SSE streams, with logprobs, from OpenAI-compatible servers, vLLM, SGLang, llama.cpp, "
+    'TGI: README, "Per-token logprob dumps")'
+)
 
 
 def is_run_dir(path: Path, *, strict: bool = False) -> bool:
@@ -86,7 +88,7 @@ def looks_like_witness(file: str) -> bool:
         data = loads_strict(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return b'"witness_version"' in raw or all(f'"{key}"'.encode() in raw for key in MARKER_KEYS)
-    return isinstance(data, dict) and ("witness_version" in data or MARKER_KEYS <= data.keys())
+    return isinstance(data, dict) and ("witness_version" in data or data.keys() >= MARKER_KEYS)
 
 
 def not_a_dump(file: Path, runs: list[Path]) -> str | None:
@@ -105,8 +107,7 @@ def not_a_dump(file: Path, runs: list[Path]) -> str | None:
     str or None
     """
     from ..core import loads_strict
-    from ..dumps import DumpError
-    from ..dumps import detect_format
+    from ..dumps import DumpError, detect_format
 
     try:
         raw = file.read_bytes()
@@ -119,8 +120,11 @@ def not_a_dump(file: Path, runs: list[Path]) -> str | None:
         head = None  # not JSON lines: a document, or no JSON at all
     if isinstance(head, dict) and {"inference_logprobs", "trainer_logprobs"} <= head.keys():
         beside = [run for run in runs if file == run.parent / "trainer" / f"{run.name}.jsonl"]
-        return ("sampler-trainer pairs of " + str(beside[0]) + ": the report's RL section reads them") if beside else (
-            "sampler-trainer pairs, not a dump of a run: analysis.mismatch_summary reads them")
+        return (
+            ("sampler-trainer pairs of " + str(beside[0]) + ": the report's RL section reads them")
+            if beside
+            else ("sampler-trainer pairs, not a dump of a run: analysis.mismatch_summary reads them")
+        )
     try:
         detect_format(raw, str(file))
     except DumpError as exc:
@@ -165,8 +169,11 @@ def sort_sources(given: list[str]) -> tuple[list[str], list[str], list[str], lis
         elif path.is_dir():
             inner = run_directories(path)
             runs += [str(p) for p in inner]
-            loose = sorted(str(p) for p in path.rglob("*")
-                           if p.is_file() and p.name.endswith(DUMP_SUFFIXES) and not any(p.is_relative_to(r) for r in inner))
+            loose = sorted(
+                str(p)
+                for p in path.rglob("*")
+                if p.is_file() and p.name.endswith(DUMP_SUFFIXES) and not any(p.is_relative_to(r) for r in inner)
+            )
             if not loose and not inner:
                 expand_sources(source, suffix=DUMP_SUFFIXES)  # says that the folder holds nothing to read
             for file in loose:
@@ -220,15 +227,22 @@ def run_directory_problem(source: str) -> str | None:
     if not runs:
         return None
     run, one = runs[0], runs[0] == path
-    what = f"{source} is a run directory" if one else \
-        f"{source} holds run directories ({', '.join(str(r) for r in runs[:3])}{f' and {len(runs) - 3} more' if len(runs) > 3 else ''})"
+    what = (
+        f"{source} is a run directory"
+        if one
+        else f"{source} holds run directories ({', '.join(str(r) for r in runs[:3])}{f' and {len(runs) - 3} more' if len(runs) > 3 else ''})"
+    )
     witness = run / "witness.json"
     if witness.is_file():
         check = f"its witness is {witness}: bia witness {witness}, or bia shape-check {witness}"
     else:
         prompt = first_prompt(run)
-        check = (f"for aprender's V3 check, write a prompt's witness first (python -c \"import analysis; "
-                 f"analysis.write_witness(analysis.read_run('{run}'){'' if prompt is None else f', prompt_id={prompt!r}'})\") "
-                 f"and run bia shape-check {witness}")
-    return (f"{what}, not {'a witness' if one else 'witnesses'}: bia report {source} -o report.html reports {'it' if one else 'them'} "
-            f"(the runs' verdicts, figures and detail); {check}")
+        check = (
+            f"for aprender's V3 check, write a prompt's witness first (python -c \"import analysis; "
+            f"analysis.write_witness(analysis.read_run('{run}'){'' if prompt is None else f', prompt_id={prompt!r}'})\") "
+            f"and run bia shape-check {witness}"
+        )
+    return (
+        f"{what}, not {'a witness' if one else 'witnesses'}: bia report {source} -o report.html reports {'it' if one else 'them'} "
+        f"(the runs' verdicts, figures and detail); {check}"
+    )

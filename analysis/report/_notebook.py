@@ -9,12 +9,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-
 from ..core import write_atomic
 from ..io import PACKAGE
-
-
-
 
 DEFAULT_TITLE = "Batch-parity report"
 
@@ -23,8 +19,16 @@ class ReportError(RuntimeError):
     """The report notebook failed; the message carries the notebook's own error."""
 
 
-def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path, *, what: str,
-                    executed_notebook: str | os.PathLike[str] | None = None, progress: bool = False, timeout_s: int = 600) -> Path:
+def execute_to_html(
+    notebook: Path,
+    parameters: Mapping[str, Any],
+    output: Path,
+    *,
+    what: str,
+    executed_notebook: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+    timeout_s: int = 600,
+) -> Path:
     """Execute ``notebook`` with papermill and write it to ``output`` as one offline HTML file (:func:`export_html`);
     a failing cell is a :class:`ReportError` naming the notebook's own error. ``output`` is already claimed.
 
@@ -75,8 +79,14 @@ def execute_to_html(notebook: Path, parameters: Mapping[str, Any], output: Path,
         except papermill.PapermillExecutionError as exc:
             raise ReportError(f"the {what} notebook failed: {exc.ename}: {exc.evalue}") from None
         except RuntimeError as exc:  # nbclient's DeadKernelError and its start-up time-out: what the kernel said, last
-            said = (Path(tmp) / "kernel.log").read_text(errors="replace").strip().splitlines()[-5:] if (Path(tmp) / "kernel.log").exists() else []
-            raise ReportError(f"the {what} notebook's kernel failed: {exc}" + (f"; it said: {' | '.join(said)}" if said else "")) from None
+            said = (
+                (Path(tmp) / "kernel.log").read_text(errors="replace").strip().splitlines()[-5:]
+                if (Path(tmp) / "kernel.log").exists()
+                else []
+            )
+            raise ReportError(
+                f"the {what} notebook's kernel failed: {exc}" + (f"; it said: {' | '.join(said)}" if said else "")
+            ) from None
         html = export_html(executed)
     write_atomic(output, html)  # a kill or an error while writing leaves no half-written report
     return output
@@ -120,7 +130,9 @@ def export_html(notebook: str | os.PathLike[str]) -> str:
     )
     node = nbformat.read(os.fspath(notebook), as_version=4)
     # the page's <title> is the report's: papermill keeps the parameters it injected in the notebook's metadata
-    title = (node.metadata.get("papermill") or {}).get("parameters", {}).get("title") or node.metadata.get("title", DEFAULT_TITLE)
+    title = (node.metadata.get("papermill") or {}).get("parameters", {}).get("title") or node.metadata.get(
+        "title", DEFAULT_TITLE
+    )
     node.metadata["title"] = title  # the lab template prefers the notebook's own title to the resources' name
     body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": title}})
     return body

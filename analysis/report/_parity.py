@@ -96,5 +96,12 @@ def render_report(
     if executed_notebook:
         claim_output(executed_notebook, force=force, what="the executed notebook")
     show = progress if progress is not None else sys.stderr.isatty()
-    return execute_to_html(notebook_path(), parameters, output, what="report", executed_notebook=executed_notebook, progress=show,
-                           timeout_s=timeout_s)
+    return execute_to_html(
+        notebook_path(),
+        parameters,
+        output,
+        what="report",
+        executed_notebook=executed_notebook,
+        progress=show,
+        timeout_s=timeout_s,
+    )

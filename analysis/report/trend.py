@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..core import claim_output
 from ..io import bundled, default_sources
@@ -20,7 +20,20 @@ from ..views.html import entries_html, header_html, regressions_html, series_hea
 from ..views.plots import METRICS, figure_alt, plot_trend, series_keys, series_name
 from ._notebook import execute_to_html
 
-__all__ = ["DEFAULT_TITLE", "METRICS", "default_history_sources", "entries_html", "figure_alt", "header_html", "plot_trend", "regressions_html", "render_trend", "series_heading_html", "series_keys", "series_name"]
+__all__ = [
+    "DEFAULT_TITLE",
+    "METRICS",
+    "default_history_sources",
+    "entries_html",
+    "figure_alt",
+    "header_html",
+    "plot_trend",
+    "regressions_html",
+    "render_trend",
+    "series_heading_html",
+    "series_keys",
+    "series_name",
+]
 
 DEFAULT_TITLE = "Batch-invariance trend"
 
@@ -37,8 +50,15 @@ def default_history_sources() -> list[str]:
     return default_sources()
 
 
-def render_trend(sources: Iterable[str | os.PathLike[str]] | None = None, output: str | os.PathLike[str] = "trend.html", *,
-                 title: str = DEFAULT_TITLE, force: bool = False, timeout_s: int = 600, progress: bool | None = None) -> Path:
+def render_trend(
+    sources: Iterable[str | os.PathLike[str]] | None = None,
+    output: str | os.PathLike[str] = "trend.html",
+    *,
+    title: str = DEFAULT_TITLE,
+    force: bool = False,
+    timeout_s: int = 600,
+    progress: bool | None = None,
+) -> Path:
     """Execute the trend notebook over ``sources`` (the embedded history when empty) and export one HTML file.
 
     ``progress`` shows papermill's bar over the notebook's cells; by default only when stderr is a terminal.
@@ -73,6 +93,6 @@ def render_trend(sources: Iterable[str | os.PathLike[str]] | None = None, output
     parameters = {"history": [os.fspath(s) for s in (sources or [])], "title": title}
     read_history(parameters["history"] or default_history_sources())  # a bad source is named here, not inside a kernel
     show = progress if progress is not None else sys.stderr.isatty()
-    return execute_to_html(bundled("notebooks/trend_report.ipynb"), parameters, output, what="trend", progress=show, timeout_s=timeout_s)
-
-
+    return execute_to_html(
+        bundled("notebooks/trend_report.ipynb"), parameters, output, what="trend", progress=show, timeout_s=timeout_s
+    )

@@ -23,23 +23,61 @@ envelopes say so (or a mapping file, or one band per file); :func:`write_run` wr
 directory that :func:`read_run` reads back to the same frames.
 """
 
-
-from ._arms import legacy_arm, run_arms
+from ._arms import ARM_REPEATS, ARM_WORDS, ARMS, PREFIX_SHARES, arm_words, legacy_arm, run_arms
 from ._assemble import assemble_dumps, read_mapping
+from ._band_tables import band_forks, band_table, width_table
 from ._batch import LAYOUTS, band_batch
 from ._export import to_witness, write_witness
-from ._first_ops import first_op_table
+from ._first_ops import first_op_table, first_ops_record, has_first_ops
 from ._layout import RUN_VERSION, RunError, RunLike, Unit, band_widths, load_manifest, plan
-from ._model import Run
 from ._mlperf import read_mlperf_pair
-from ._read import assemble_run, read_run
-from ._steps import references
-from ._write import write_run
-from ._slot_tables import reference_table, slot_table
-from ._band_tables import band_forks, band_table, width_table
+from ._model import Run
 from ._prompt_tables import accuracy_table, drift_table, flip_table, observer_table, prompt_table, reference_margins
-from ._arms import ARMS, ARM_REPEATS, ARM_WORDS, PREFIX_SHARES, arm_words
-from ._first_ops import first_ops_record, has_first_ops
-from ._steps import numbered_steps
+from ._read import assemble_run, read_run
+from ._slot_tables import reference_table, slot_table
+from ._steps import numbered_steps, references
+from ._write import write_run
 
-__all__ = ["ARMS", "ARM_REPEATS", "ARM_WORDS", "LAYOUTS", "PREFIX_SHARES", "RUN_VERSION", "Run", "RunError", "RunLike", "Unit", "accuracy_table", "arm_words", "assemble_dumps", "assemble_run", "band_batch", "band_forks", "band_table", "band_widths", "drift_table", "first_op_table", "first_ops_record", "flip_table", "has_first_ops", "legacy_arm", "load_manifest", "numbered_steps", "observer_table", "plan", "prompt_table", "read_mapping", "read_mlperf_pair", "read_run", "reference_margins", "reference_table", "references", "run_arms", "slot_table", "to_witness", "width_table", "write_run", "write_witness"]
+__all__ = [
+    "ARMS",
+    "ARM_REPEATS",
+    "ARM_WORDS",
+    "LAYOUTS",
+    "PREFIX_SHARES",
+    "RUN_VERSION",
+    "Run",
+    "RunError",
+    "RunLike",
+    "Unit",
+    "accuracy_table",
+    "arm_words",
+    "assemble_dumps",
+    "assemble_run",
+    "band_batch",
+    "band_forks",
+    "band_table",
+    "band_widths",
+    "drift_table",
+    "first_op_table",
+    "first_ops_record",
+    "flip_table",
+    "has_first_ops",
+    "legacy_arm",
+    "load_manifest",
+    "numbered_steps",
+    "observer_table",
+    "plan",
+    "prompt_table",
+    "read_mapping",
+    "read_mlperf_pair",
+    "read_run",
+    "reference_margins",
+    "reference_table",
+    "references",
+    "run_arms",
+    "slot_table",
+    "to_witness",
+    "width_table",
+    "write_run",
+    "write_witness",
+]

@@ -42,10 +42,15 @@ PREFIX_SHARES = (0.25, 0.5, 0.9)  # how much of the prompt's text each prefix pr
 REFERENCE_ARM = "reference"  # the arm column of the m=1 references, which every arm shares
 #: Each arm in a few words, for a judgement row named after it: a run without arms is one arm, named after its layout
 #: (``copies``, ``mixed``), a name that alone does not say what was sent.
-ARM_WORDS = {"repeat": "the prompt alone and cold, again", "copies": "every slot a copy of the prompt",
-             "mixed": "the prompt among other prompts", "prefix": "the prompt after a primer sharing part of its text",
-             "cache": "the prompt on a cache it warmed", "serial": "the widest c sent one after another",
-             "prefill": "ref #1's completion scored as a prompt"}
+ARM_WORDS = {
+    "repeat": "the prompt alone and cold, again",
+    "copies": "every slot a copy of the prompt",
+    "mixed": "the prompt among other prompts",
+    "prefix": "the prompt after a primer sharing part of its text",
+    "cache": "the prompt on a cache it warmed",
+    "serial": "the widest c sent one after another",
+    "prefill": "ref #1's completion scored as a prompt",
+}
 
 
 def arm_words(arm: str) -> str:
@@ -151,7 +156,9 @@ def arm_plan(manifest: Mapping[str, Any]) -> list[Unit]:
     return units
 
 
-def _arm_units(arm: str, pid: str, repeat: int, ladder: list[int], roles: tuple[str, ...], max_tokens: int) -> list[Unit]:
+def _arm_units(
+    arm: str, pid: str, repeat: int, ladder: list[int], roles: tuple[str, ...], max_tokens: int
+) -> list[Unit]:
     if arm == "repeat":
         return [Unit(pid, "band", 1, repeat * ARM_REPEATS + i, (0,), arm) for i in range(ARM_REPEATS)]
     if arm == "copies":
@@ -183,7 +190,9 @@ def arm_expression(manifest: Mapping[str, Any]) -> pl.Expr:
         A string expression named ``arm`` over the requests' ``role`` and ``extra`` columns.
     """
     named = pl.col("extra").str.json_path_match("$.arm") if manifest is not None else pl.lit(None, pl.String)
-    fallback = pl.when(pl.col("role") == "reference").then(pl.lit(REFERENCE_ARM)).otherwise(pl.lit(legacy_arm(manifest or {})))
+    fallback = (
+        pl.when(pl.col("role") == "reference").then(pl.lit(REFERENCE_ARM)).otherwise(pl.lit(legacy_arm(manifest or {})))
+    )
     return pl.coalesce(named, fallback).cast(pl.String).alias("arm")
 
 

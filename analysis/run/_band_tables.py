@@ -20,12 +20,31 @@ if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); onl
     from ._model import Run
 
 _BAND = ["prompt_id", "arm", "c", "repeat"]
-_BAND_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "c": pl.Int64, "repeat": pl.Int64, "m_formed": pl.Int64, "widths_seen": pl.String,
-                "width_evidence": pl.String,
-                "n_slots": pl.Int64, "divergence_min": pl.Int64, "divergence_median": pl.Float64, "divergence_max": pl.Int64,
-                "diverged_slots": pl.Int64, "near_tie_slots": pl.Int64, "intra_agree_to": pl.Int64, "max_constant_run": pl.Int64,
-                "unique_completions": pl.Int64, "modal_share": pl.Float64, "modal_share_low": pl.Float64, "modal_share_high": pl.Float64,
-                "decode_tok_s": pl.Float64, "s_per_1000_seq": pl.Float64, "release_skew_s": pl.Float64, "prefix_cache": pl.String}
+_BAND_SCHEMA = {
+    "prompt_id": pl.String,
+    "arm": pl.String,
+    "c": pl.Int64,
+    "repeat": pl.Int64,
+    "m_formed": pl.Int64,
+    "widths_seen": pl.String,
+    "width_evidence": pl.String,
+    "n_slots": pl.Int64,
+    "divergence_min": pl.Int64,
+    "divergence_median": pl.Float64,
+    "divergence_max": pl.Int64,
+    "diverged_slots": pl.Int64,
+    "near_tie_slots": pl.Int64,
+    "intra_agree_to": pl.Int64,
+    "max_constant_run": pl.Int64,
+    "unique_completions": pl.Int64,
+    "modal_share": pl.Float64,
+    "modal_share_low": pl.Float64,
+    "modal_share_high": pl.Float64,
+    "decode_tok_s": pl.Float64,
+    "s_per_1000_seq": pl.Float64,
+    "release_skew_s": pl.Float64,
+    "prefix_cache": pl.String,
+}
 
 
 def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
@@ -63,8 +82,9 @@ def _band_table(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
         return pl.DataFrame(schema=_BAND_SCHEMA)
     steps = numbered_steps(run, reference)[0]
     slots = _with_agreement_to_slot_0(steps, slots, "intra")
-    slots = (slots.join(_columnar.constant_runs(steps).rename({"req": "other"}), on="other", how="left")
-             .join(_columnar.sequences(steps).rename({"req": "other"}), on="other", how="left"))
+    slots = slots.join(_columnar.constant_runs(steps).rename({"req": "other"}), on="other", how="left").join(
+        _columnar.sequences(steps).rename({"req": "other"}), on="other", how="left"
+    )
     sent = pl.col("extra").str.json_path_match("$.sent_at_s").cast(pl.Float64)
     slots = slots.with_columns(sent=sent, end=sent + pl.col("t_last_content"))
     timed = (pl.col("sent").null_count() == 0) & (pl.col("end").null_count() == 0)
@@ -81,17 +101,24 @@ def _band_table(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
         s_per_1000_seq=pl.when(timed).then((pl.col("end").max() - pl.col("sent").min()) / pl.len() * 1000),
         release_skew_s=pl.when(timed).then(pl.col("sent").max() - pl.col("sent").min()),
     )
-    completions = (slots.group_by([*_BAND, "sequence"]).agg(count=pl.len())
-                   .group_by(_BAND).agg(unique_completions=pl.len().cast(pl.Int64), modal_count=pl.col("count").max()))
+    completions = (
+        slots.group_by([*_BAND, "sequence"])
+        .agg(count=pl.len())
+        .group_by(_BAND)
+        .agg(unique_completions=pl.len().cast(pl.Int64), modal_count=pl.col("count").max())
+    )
     bands = bands.join(completions, on=_BAND, how="left", nulls_equal=True, maintain_order="left")
     low, high = _columnar.wilson(pl.col("modal_count"), pl.col("n_slots"))
-    bands = bands.with_columns(modal_share=pl.col("modal_count") / pl.col("n_slots"), modal_share_low=low, modal_share_high=high)
+    bands = bands.with_columns(
+        modal_share=pl.col("modal_count") / pl.col("n_slots"), modal_share_low=low, modal_share_high=high
+    )
     widths = _band_widths_text(run, bands)
-    return bands.with_columns(pl.Series("m_formed", [w["m_formed"] for w in widths], dtype=pl.Int64),
-                              pl.Series("widths_seen", [w["widths_seen"] for w in widths], dtype=pl.String),
-                              pl.Series("width_evidence", [w["width_evidence"] for w in widths], dtype=pl.String),
-                              pl.Series("prefix_cache", [w["prefix_cache"] for w in widths], dtype=pl.String),
-                              ).select([pl.col(n).cast(t) for n, t in _BAND_SCHEMA.items()])
+    return bands.with_columns(
+        pl.Series("m_formed", [w["m_formed"] for w in widths], dtype=pl.Int64),
+        pl.Series("widths_seen", [w["widths_seen"] for w in widths], dtype=pl.String),
+        pl.Series("width_evidence", [w["width_evidence"] for w in widths], dtype=pl.String),
+        pl.Series("prefix_cache", [w["prefix_cache"] for w in widths], dtype=pl.String),
+    ).select([pl.col(n).cast(t) for n, t in _BAND_SCHEMA.items()])
 
 
 def _with_agreement_to_slot_0(steps: _columnar.Steps, bands: pl.DataFrame, name: str) -> pl.DataFrame:
@@ -102,7 +129,10 @@ def _with_agreement_to_slot_0(steps: _columnar.Steps, bands: pl.DataFrame, name:
     return bands.join(agreed, on="pair", how="left", maintain_order="left")
 
 
-_EVIDENCE_NOTE = {"metrics": " (running-requests gauge samples)", "streams": " (requests decoding at once, from their streams)"}
+_EVIDENCE_NOTE = {
+    "metrics": " (running-requests gauge samples)",
+    "streams": " (requests decoding at once, from their streams)",
+}
 
 
 def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
@@ -117,12 +147,19 @@ def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
         widths, origin = _chosen_widths(evidence)
         seen = ", ".join(f"m={w} x{n}" for w, n in sorted(Counter(widths).items(), reverse=True))
         if origin == "engine":  # a bound from a mean, said as such
-            generated, steps = cast("tuple[int, int]", engine_steps(entry or {}))  # the engine's evidence: both counters
+            generated, steps = cast(
+                "tuple[int, int]", engine_steps(entry or {})
+            )  # the engine's evidence: both counters
             seen = f"m>={widths[0]} ({generated} tokens in {steps} engine steps, {generated / steps:.2f} a step)"
         others = [f"{kind} {max(found)}" for kind, found in evidence.items() if kind != origin]
-        out.append({"m_formed": max(widths) if widths else None,
-                    "widths_seen": (seen + ("" if origin == "engine" else _EVIDENCE_NOTE.get(origin or "", ""))) or None,
-                    "width_evidence": "; ".join([origin, *others]) if origin else None, "prefix_cache": _entry_cache_summary(entry)})
+        out.append(
+            {
+                "m_formed": max(widths) if widths else None,
+                "widths_seen": (seen + ("" if origin == "engine" else _EVIDENCE_NOTE.get(origin or "", ""))) or None,
+                "width_evidence": "; ".join([origin, *others]) if origin else None,
+                "prefix_cache": _entry_cache_summary(entry),
+            }
+        )
     return out
 
 
@@ -148,18 +185,42 @@ def band_forks(run: Run) -> pl.DataFrame:
     ('p0', 1, 64, None)
     """
     steps, requests, _ = numbered_steps(run)
-    bands = requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64))
+    bands = (
+        requests.filter(pl.col("role") == "band")
+        .sort(_BAND_ORDER)
+        .with_row_index("pair")
+        .with_columns(pl.col("pair").cast(pl.Int64))
+    )
     bands = _with_agreement_to_slot_0(steps, bands, "agree_to").with_columns(
         at=pl.col("agree_to").filter(pl.col("req") != pl.col("first")).min().over(_BAND),
-        shortest=pl.col("length").min().over(_BAND))
+        shortest=pl.col("length").min().over(_BAND),
+    )
     bands = bands.with_columns(at=pl.coalesce("at", "shortest"))
-    taken = (bands.filter(pl.col("at") < pl.col("shortest")).select(*_BAND, "pair", "at", "req")
-             .join(steps.steps.select("req", "idx", "ident", "token_id", "token_text", "token_bytes"), left_on=["req", "at"], right_on=["req", "idx"])
-             .group_by([*_BAND, "at", "ident"], maintain_order=True)
-             .agg(pl.col("token_id", "token_text", "token_bytes").first(), slots=pl.len().cast(pl.Int64), first_slot=pl.col("pair").min())
-             .sort([*_BAND, "slots", "first_slot"], descending=[*[False] * len(_BAND), True, False], nulls_last=False, maintain_order=True))
+    taken = (
+        bands.filter(pl.col("at") < pl.col("shortest"))
+        .select(*_BAND, "pair", "at", "req")
+        .join(
+            steps.steps.select("req", "idx", "ident", "token_id", "token_text", "token_bytes"),
+            left_on=["req", "at"],
+            right_on=["req", "idx"],
+        )
+        .group_by([*_BAND, "at", "ident"], maintain_order=True)
+        .agg(
+            pl.col("token_id", "token_text", "token_bytes").first(),
+            slots=pl.len().cast(pl.Int64),
+            first_slot=pl.col("pair").min(),
+        )
+        .sort(
+            [*_BAND, "slots", "first_slot"],
+            descending=[*[False] * len(_BAND), True, False],
+            nulls_last=False,
+            maintain_order=True,
+        )
+    )
     keys = bands.group_by(_BAND, maintain_order=True).agg(pl.col("at").first())
-    forks = keys.join(taken.drop("ident", "first_slot"), on=[*_BAND, "at"], how="left", nulls_equal=True, maintain_order="left")
+    forks = keys.join(
+        taken.drop("ident", "first_slot"), on=[*_BAND, "at"], how="left", nulls_equal=True, maintain_order="left"
+    )
     return forks.rename({"at": "position"})  # a token position, as in every table
 
 
@@ -216,11 +277,34 @@ def width_table(run: Run) -> pl.DataFrame:
     for entry in run.manifest.get("m_formed", []):
         if entry.get("role", "band") != "band":
             continue
-        prompt, c, repeat, arm = str(entry.get("prompt_id")), entry.get("c"), entry.get("repeat"), entry.get("arm", legacy_arm(run.manifest))
+        prompt, c, repeat, arm = (
+            str(entry.get("prompt_id")),
+            entry.get("c"),
+            entry.get("repeat"),
+            entry.get("arm", legacy_arm(run.manifest)),
+        )
         widths, origin = _chosen_widths(_entry_evidence(entries.entry(prompt, c, repeat, arm=arm)))
         for width, steps in sorted(Counter(widths).items(), reverse=True):
-            rows.append({"prompt_id": prompt, "arm": arm, "c": c, "repeat": repeat, "width": width, "steps": steps,
-                         "share": steps / len(widths), "origin": origin})
-    schema = {"prompt_id": pl.String, "arm": pl.String, "c": pl.Int64, "repeat": pl.Int64, "width": pl.Int64, "steps": pl.Int64,
-              "share": pl.Float64, "origin": pl.String}
+            rows.append(
+                {
+                    "prompt_id": prompt,
+                    "arm": arm,
+                    "c": c,
+                    "repeat": repeat,
+                    "width": width,
+                    "steps": steps,
+                    "share": steps / len(widths),
+                    "origin": origin,
+                }
+            )
+    schema = {
+        "prompt_id": pl.String,
+        "arm": pl.String,
+        "c": pl.Int64,
+        "repeat": pl.Int64,
+        "width": pl.Int64,
+        "steps": pl.Int64,
+        "share": pl.Float64,
+        "origin": pl.String,
+    }
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
-from ..dumps import Dump, DumpError
-from ..dumps import DUMP_SUFFIXES
+from ..dumps import DUMP_SUFFIXES, Dump, DumpError
 from ._layout import _parse_json
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
@@ -41,12 +40,19 @@ def _capture_stamps(captures: Path, record: dict[str, Any] | None = None) -> dic
         stat = file.stat()
         mtimes[file.name] = stat.st_mtime_ns
         old = known.get("files", {}).get(file.name)
-        if (old and old["size"] == stat.st_size and known.get("mtime_ns", {}).get(file.name) == stat.st_mtime_ns
-                and stat.st_mtime_ns < known.get("at_ns", 0) - _RACY_NS):
+        if (
+            old
+            and old["size"] == stat.st_size
+            and known.get("mtime_ns", {}).get(file.name) == stat.st_mtime_ns
+            and stat.st_mtime_ns < known.get("at_ns", 0) - _RACY_NS
+        ):
             files[file.name] = old
             continue
         with file.open("rb") as handle:
-            files[file.name] = {"size": os.fstat(handle.fileno()).st_size, "sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
+            files[file.name] = {
+                "size": os.fstat(handle.fileno()).st_size,
+                "sha256": hashlib.file_digest(handle, "sha256").hexdigest(),
+            }
     return {"files": files, "mtime_ns": mtimes, "at_ns": at_ns}
 
 
@@ -62,10 +68,19 @@ def _derived_record(folder: Path) -> dict[str, Any] | None:
 def _write_derived(run: Run, stamps: dict[str, dict[str, Any]]) -> Path:
     path = cast(Path, run.path)  # both callers write only a run read from its folder
     folder = path / "derived"
-    (folder / "manifest.json").unlink(missing_ok=True)  # the tables below are not the recorded ones until the new manifest lands
+    (folder / "manifest.json").unlink(
+        missing_ok=True
+    )  # the tables below are not the recorded ones until the new manifest lands
     run.dump.write_parquet(folder)
-    record = {"derived_version": _DERIVED_VERSION, "captures_dir": str(path / "captures"), "captures": stamps, "formats": run.dump.formats,
-              "skipped": [{"source": e.source, "record": e.record, "field": e.field, "problem": e.problem} for e in run.dump.skipped]}
+    record = {
+        "derived_version": _DERIVED_VERSION,
+        "captures_dir": str(path / "captures"),
+        "captures": stamps,
+        "formats": run.dump.formats,
+        "skipped": [
+            {"source": e.source, "record": e.record, "field": e.field, "problem": e.problem} for e in run.dump.skipped
+        ],
+    }
     partial = folder / "manifest.json.part"
     partial.write_text(json.dumps(record, indent=1), encoding="utf-8")
     partial.replace(folder / "manifest.json")
@@ -81,12 +96,26 @@ def _read_derived(folder: Path, captures: Path, record: dict[str, Any], stamps: 
     except (OSError, pl.exceptions.PolarsError):
         return None  # missing, unreadable or half-written: parse the captures instead
     old, new = record["captures_dir"], str(captures)
+
     def moved(source: str) -> str:
-        return new + source[len(old):] if source.startswith(old) else source
+        return new + source[len(old) :] if source.startswith(old) else source
 
     if old != new:  # the run was moved or copied: sources name the captures where they are now
-        tables = [t.with_columns(pl.when(pl.col("source").str.starts_with(old)).then(pl.lit(new) + pl.col("source").str.slice(len(old)))
-                                 .otherwise(pl.col("source")).alias("source")) for t in tables]
+        tables = [
+            t.with_columns(
+                pl.when(pl.col("source").str.starts_with(old))
+                .then(pl.lit(new) + pl.col("source").str.slice(len(old)))
+                .otherwise(pl.col("source"))
+                .alias("source")
+            )
+            for t in tables
+        ]
     skipped = [DumpError(moved(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])]
     tokens, candidates, requests = tables
-    return Dump(tokens, candidates, requests, formats={moved(k): v for k, v in record.get("formats", {}).items()}, skipped=skipped)
+    return Dump(
+        tokens,
+        candidates,
+        requests,
+        formats={moved(k): v for k, v in record.get("formats", {}).items()},
+        skipped=skipped,
+    )

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
+from ..core import claim_output, write_atomic
 from ..metrics import columnar as _columnar
 from ..metrics import parity
-from ..core import claim_output, write_atomic
 from ..verdicts import derive_run_verdict
 from ._arms import main_arm
 from ._layout import _DEFAULTS, RunError, band_widths
@@ -21,6 +21,7 @@ from ._steps import numbered_steps
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
+
 
 def _refusal(row: Mapping[str, Any], n_predict: int) -> str | None:
     """Why a request cannot stand in a witness (``row`` a numbered request, with its stream's ``length``), else None."""
@@ -35,8 +36,10 @@ def _refusal(row: Mapping[str, Any], n_predict: int) -> str | None:
 def _env_strings(environment: Mapping[str, Any]) -> dict[str, str | None]:
     """A run's environment as a witness's ``env`` holds it: strings or null (aprender's kernel knobs), another value as
     JSON spells it (``true``, ``1``), so that bia reads back the witness it writes."""
-    return {key: value if value is None or isinstance(value, str) else json.dumps(value, sort_keys=True)
-            for key, value in environment.items()}
+    return {
+        key: value if value is None or isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for key, value in environment.items()
+    }
 
 
 def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = None) -> dict[str, Any]:
@@ -76,17 +79,25 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
     requests = requests.filter(pl.col("prompt_id") == prompt_id)
     sampler = dict(manifest.get("sampler", {}))
     n_predict = int(sampler.get("max_tokens", sampler.get("n_predict", 0)) or 0)
-    if n_predict < 1:  # aprender refuses every request whose completion_tokens is not n_predict (PP-28): 0 would refuse them all
-        raise RunError(f"{run.label}: the manifest records no max_tokens (sampler.max_tokens), the length aprender's witness holds "
-                       "every request to (PP-28); a run assembled from dumps does not know it: give it in the manifest "
-                       "(assemble_dumps(..., manifest={'sampler': {'max_tokens': N}}))")
+    if (
+        n_predict < 1
+    ):  # aprender refuses every request whose completion_tokens is not n_predict (PP-28): 0 would refuse them all
+        raise RunError(
+            f"{run.label}: the manifest records no max_tokens (sampler.max_tokens), the length aprender's witness holds "
+            "every request to (PP-28); a run assembled from dumps does not know it: give it in the manifest "
+            "(assemble_dumps(..., manifest={'sampler': {'max_tokens': N}}))"
+        )
     declared_min, max_run = run.declared_min, int(manifest.get("max_constant_run", _DEFAULTS["max_constant_run"]))
     refs = requests.filter(pl.col("role") == "reference").sort("slot").to_dicts()
     band_rows: dict[int, tuple[int | None, list[dict[str, Any]]]] = {}
     arm = main_arm(manifest)  # a witness holds one layout's bands: the copies arm's where the run has it
     for c in run.ladder:
         rows = requests.filter((pl.col("role") == "band") & (pl.col("c") == c) & (pl.col("arm") == arm))
-        chosen = repeat if repeat is not None else (cast(int, rows["repeat"].drop_nulls().min()) if rows["repeat"].drop_nulls().len() else None)
+        chosen = (
+            repeat
+            if repeat is not None
+            else (cast(int, rows["repeat"].drop_nulls().min()) if rows["repeat"].drop_nulls().len() else None)
+        )
         if chosen is not None:
             rows = rows.filter(pl.col("repeat") == chosen)
         band_rows[c] = (chosen, rows.sort("slot").to_dicts())
@@ -98,10 +109,25 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
         for c, (chosen, band_requests) in band_rows.items():
             widths, evidence = band_widths(manifest, prompt_id, c, chosen, arm=arm)
             expected = 1 if arm == "mixed" else c  # needle: only the target is recorded
-            band = _band(c, max(widths, default=None), band_requests, facts, runs, refs[0], n_predict, declared_min, max_run, expected)
-            bands.append({**band, "m_formed_evidence": evidence})  # log, metrics, engine or streams (see band_widths); aprender ignores it
+            band = _band(
+                c,
+                max(widths, default=None),
+                band_requests,
+                facts,
+                runs,
+                refs[0],
+                n_predict,
+                declared_min,
+                max_run,
+                expected,
+            )
+            bands.append(
+                {**band, "m_formed_evidence": evidence}
+            )  # log, metrics, engine or streams (see band_widths); aprender ignores it
     result = derive_run_verdict(reference["stable"], [(b["c"], b["result"]) for b in bands])
-    prompt_text = next((p.get("text") for p in manifest.get("prompts", []) if str(p.get("prompt_id")) == prompt_id), None)
+    prompt_text = next(
+        (p.get("text") for p in manifest.get("prompts", []) if str(p.get("prompt_id")) == prompt_id), None
+    )
     identity = manifest.get("identity", {})
     return {
         "witness_version": 3,
@@ -109,8 +135,13 @@ def to_witness(run: Run, prompt_id: str | None = None, *, repeat: int | None = N
         "host": identity.get("host"),
         "commit": identity.get("commit"),
         "binary_sha256": identity.get("binary_sha256"),
-        "prompt_sha256": hashlib.sha256(prompt_text.encode()).hexdigest() if isinstance(prompt_text, str) else identity.get("prompt_sha256"),
-        "model": {"path": (identity.get("model") or {}).get("path"), "sha256": (identity.get("model") or {}).get("sha256")},
+        "prompt_sha256": hashlib.sha256(prompt_text.encode()).hexdigest()
+        if isinstance(prompt_text, str)
+        else identity.get("prompt_sha256"),
+        "model": {
+            "path": (identity.get("model") or {}).get("path"),
+            "sha256": (identity.get("model") or {}).get("sha256"),
+        },
         "sampler": sampler,
         "declared_min": declared_min,
         "env": _env_strings(manifest.get("environment") or {}),
@@ -149,7 +180,11 @@ def _constant_runs(run: Run) -> dict[int, int]:
 
 
 def _reference(refs: list[dict], facts: dict, n_predict: int, declared_min: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"stable": False, "tokens": refs[0]["completion_tokens"] if refs else None, "self_divergence_at": None}
+    out: dict[str, Any] = {
+        "stable": False,
+        "tokens": refs[0]["completion_tokens"] if refs else None,
+        "self_divergence_at": None,
+    }
     if len(refs) < 2:
         out["reason"] = f"the run holds {len(refs)} m=1 reference(s); two are needed"
         return out
@@ -161,8 +196,10 @@ def _reference(refs: list[dict], facts: dict, n_predict: int, declared_min: int)
     agree = facts[(refs[0]["req"], refs[1]["req"])]["agree_to"]
     out["self_divergence_at"] = agree
     if agree < declared_min:
-        out["reason"] = (f"the two m=1 references diverge at token {agree} < declared_min {declared_min}; "
-                         "a batched difference could not be laid at batching's door")
+        out["reason"] = (
+            f"the two m=1 references diverge at token {agree} < declared_min {declared_min}; "
+            "a batched difference could not be laid at batching's door"
+        )
     else:
         out["stable"] = True
     return out
@@ -171,33 +208,59 @@ def _reference(refs: list[dict], facts: dict, n_predict: int, declared_min: int)
 def _band(c, m_formed, rows, facts, runs, ref_row, n_predict, declared_min, max_run, expected) -> dict[str, Any]:
     slots = []
     for i, row in enumerate(rows):
-        slots.append({"i": i, "completion_tokens": row["completion_tokens"], "finish_reason": row["finish_reason"], "refused": _refusal(row, n_predict),
-                      "decode_tok_s": row["decode_tok_s"], "decode_rate_origin": row.get("decode_rate_origin")})
-    band = {"c": c, "m_formed": m_formed, "result": "UNMEASURABLE", "divergence_at": None, "intra_agree_to": None, "max_constant_run": None,
-            "declared_min": declared_min, "max_constant_run_declared": max_run, "reason": None,
-            "decode_tok_s": parity.band_decode_rate([s["decode_tok_s"] for s in slots]), "slots": slots}
+        slots.append(
+            {
+                "i": i,
+                "completion_tokens": row["completion_tokens"],
+                "finish_reason": row["finish_reason"],
+                "refused": _refusal(row, n_predict),
+                "decode_tok_s": row["decode_tok_s"],
+                "decode_rate_origin": row.get("decode_rate_origin"),
+            }
+        )
+    band = {
+        "c": c,
+        "m_formed": m_formed,
+        "result": "UNMEASURABLE",
+        "divergence_at": None,
+        "intra_agree_to": None,
+        "max_constant_run": None,
+        "declared_min": declared_min,
+        "max_constant_run_declared": max_run,
+        "reason": None,
+        "decode_tok_s": parity.band_decode_rate([s["decode_tok_s"] for s in slots]),
+        "slots": slots,
+    }
     refusals = [f"slot {s['i']}: {s['refused']}" for s in slots if s["refused"]]
     if len(slots) != expected:
         band["reason"] = f"fired c={c} requests, {len(slots)} of the {expected} recorded came back"
     elif refusals:
         band["reason"] = "; ".join(refusals)
     elif c > 1 and m_formed is None:
-        band["reason"] = ("no batch width was observed in this band's window (no server log line, no running-requests gauge sample), "
-                          "so whether the batched path ran is unknown")
+        band["reason"] = (
+            "no batch width was observed in this band's window (no server log line, no running-requests gauge sample), "
+            "so whether the batched path ran is unknown"
+        )
     elif c > 1 and m_formed < 2:
-        band["reason"] = (f"no batch with m>1 formed in this band's window (max m={m_formed}); the batched path was never exercised, "
-                          "so nothing about it was witnessed")
+        band["reason"] = (
+            f"no batch with m>1 formed in this band's window (max m={m_formed}); the batched path was never exercised, "
+            "so nothing about it was witnessed"
+        )
     if band["reason"]:
         return band
     first = facts[(ref_row["req"], rows[0]["req"])]
-    band["divergence_at"] = first["agree_to"]  # aprender: reference against slot 0; the shorter length when they never part
+    band["divergence_at"] = first[
+        "agree_to"
+    ]  # aprender: reference against slot 0; the shorter length when they never part
     if first["diverged"] and first["reference_margin"] is not None:
         band["top2_margin_at_divergence"] = first["reference_margin"]
     band["intra_agree_to"] = min(facts[(rows[0]["req"], row["req"])]["agree_to"] for row in rows)
     band["max_constant_run"] = max(runs[row["req"]] for row in rows)
     reasons = []
     if max_run > 0 and band["max_constant_run"] >= max_run:
-        reasons.append(f"a slot repeated one token {band['max_constant_run']} times, at or above max_constant_run={max_run} (#2753 signature)")
+        reasons.append(
+            f"a slot repeated one token {band['max_constant_run']} times, at or above max_constant_run={max_run} (#2753 signature)"
+        )
     if band["intra_agree_to"] < declared_min:
         reasons.append(f"slots of one batch disagree at token {band['intra_agree_to']} < declared_min={declared_min}")
     band["result"] = "FAIL" if reasons else "PASS"

@@ -15,7 +15,14 @@ if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); onl
     from ._model import Run
 
 FIRST_OPS_FILE = "first_ops.json"
-_COLUMNS = {"prompt_id": pl.String, "c": pl.Int64, "slot": pl.Int64, "step": pl.Int64, "layer": pl.Int64, "op": pl.String}
+_COLUMNS = {
+    "prompt_id": pl.String,
+    "c": pl.Int64,
+    "slot": pl.Int64,
+    "step": pl.Int64,
+    "layer": pl.Int64,
+    "op": pl.String,
+}
 _SCHEMA = {**_COLUMNS, "op_index": pl.Int64, "onset": pl.Boolean}
 
 
@@ -58,21 +65,31 @@ def first_ops_record(run: Run) -> dict[str, Any]:
         return run._cache["first_ops"]
     if not has_first_ops(run):
         where = run.path / FIRST_OPS_FILE if run.path is not None else "an assembled run"
-        raise RunError(f"{where}: no first-op record; an experiment run gets one from analysis.experiment.write_first_ops "
-                       "(bia experiment writes it)")
+        raise RunError(
+            f"{where}: no first-op record; an experiment run gets one from analysis.experiment.write_first_ops "
+            "(bia experiment writes it)"
+        )
     path = cast(Path, run.path) / FIRST_OPS_FILE  # has_first_ops: the run has a folder
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise RunError(f"{path}: not readable as JSON: {exc}") from None
     if not isinstance(record, dict) or record.get("first_ops_version") not in (1, 2):
-        raise RunError(f"{path}: field first_ops_version: expected 1 or 2, got {record.get('first_ops_version') if isinstance(record, dict) else record!r}")
+        raise RunError(
+            f"{path}: field first_ops_version: expected 1 or 2, got {record.get('first_ops_version') if isinstance(record, dict) else record!r}"
+        )
     legacy = record["first_ops_version"] == 1 and isinstance(record.get("steps"), dict) and "band_c" in record["steps"]
     if legacy:
-        record["steps"] = {("c" if name == "band_c" else name): values for name, values in record["steps"].items()}  # legacy key of version 1
+        record["steps"] = {
+            ("c" if name == "band_c" else name): values for name, values in record["steps"].items()
+        }  # legacy key of version 1
     ops = _ops(path, record.get("ops"))
-    run._cache["first_ops"] = {"ops": ops, "tapped": record.get("tapped") is True, "kernel_mode": record.get("kernel_mode"),
-                               "steps": _steps(path, record.get("steps"), ops)}
+    run._cache["first_ops"] = {
+        "ops": ops,
+        "tapped": record.get("tapped") is True,
+        "kernel_mode": record.get("kernel_mode"),
+        "steps": _steps(path, record.get("steps"), ops),
+    }
     return run._cache["first_ops"]
 
 
@@ -91,19 +108,32 @@ def _ops(path, ops: Any) -> list[tuple[int | None, str]]:
 def _steps(path, steps: Any, ops: list[tuple[int | None, str]]) -> pl.DataFrame:
     """The steps' columns as a frame, each value of its column's type and each (layer, op) one of ``ops``."""
     if not isinstance(steps, dict) or set(steps) != set(_COLUMNS):
-        raise RunError(f"{path}: field steps: expected the columns {', '.join(_COLUMNS)}, got "
-                       f"{sorted(steps) if isinstance(steps, dict) else type(steps).__name__}")
+        raise RunError(
+            f"{path}: field steps: expected the columns {', '.join(_COLUMNS)}, got "
+            f"{sorted(steps) if isinstance(steps, dict) else type(steps).__name__}"
+        )
     lengths = {name: len(values) if isinstance(values, list) else None for name, values in steps.items()}
     if None in lengths.values() or len(set(lengths.values())) != 1:
         raise RunError(f"{path}: field steps: every column must be a list of one length, got lengths {lengths}")
-    frame = pl.DataFrame([_column(path, name, steps[name], dtype) for name, dtype in _COLUMNS.items()]).with_row_index("record")
-    order = pl.DataFrame({"layer": [layer for layer, _ in ops], "op": [op for _, op in ops]}, schema={"layer": pl.Int64, "op": pl.String})
-    frame = frame.join(order.with_row_index("op_index").with_columns(pl.col("op_index").cast(pl.Int64)), on=["layer", "op"], how="left",
-                       nulls_equal=True, maintain_order="left")
+    frame = pl.DataFrame([_column(path, name, steps[name], dtype) for name, dtype in _COLUMNS.items()]).with_row_index(
+        "record"
+    )
+    order = pl.DataFrame(
+        {"layer": [layer for layer, _ in ops], "op": [op for _, op in ops]}, schema={"layer": pl.Int64, "op": pl.String}
+    )
+    frame = frame.join(
+        order.with_row_index("op_index").with_columns(pl.col("op_index").cast(pl.Int64)),
+        on=["layer", "op"],
+        how="left",
+        nulls_equal=True,
+        maintain_order="left",
+    )
     unknown = frame.filter(pl.col("op").is_not_null() & pl.col("op_index").is_null())
     if unknown.height:
         bad = unknown.row(0, named=True)
-        raise RunError(f"{path}: steps record {bad['record']}: field op: layer {bad['layer']} op {bad['op']!r} is not one of the file's ops")
+        raise RunError(
+            f"{path}: steps record {bad['record']}: field op: layer {bad['layer']} op {bad['op']!r} is not one of the file's ops"
+        )
     return frame.drop("record")
 
 
@@ -113,12 +143,19 @@ def _column(path, name: str, values: list, dtype) -> pl.Series:
         column = pl.Series(name, values, strict=True)
     except (TypeError, ValueError, pl.exceptions.PolarsError):
         column = None
-    if column is not None and column.dtype in (dtype, pl.Null) and (name in ("layer", "op") or column.null_count() == 0):
+    if (
+        column is not None
+        and column.dtype in (dtype, pl.Null)
+        and (name in ("layer", "op") or column.null_count() == 0)
+    ):
         return column.cast(dtype)
     wanted = str if dtype == pl.String else int
     # only on the error path: find the record to name
-    i, value = next((i, v) for i, v in enumerate(values) if not (v is None and name in ("layer", "op"))
-                    and (not isinstance(v, wanted) or isinstance(v, bool)))
+    i, value = next(
+        (i, v)
+        for i, v in enumerate(values)
+        if not (v is None and name in ("layer", "op")) and (not isinstance(v, wanted) or isinstance(v, bool))
+    )
     raise RunError(f"{path}: steps record {i}: field {name}: expected {wanted.__name__}, got {value!r}"[:300])
 
 
@@ -160,6 +197,8 @@ def first_op_table(run: Run) -> pl.DataFrame:
     """
     steps = first_ops_record(run)["steps"]
     request = ["prompt_id", "c", "slot"]
-    return (steps.sort([*request, "step"])
-            .with_columns(onset=pl.col("step") == pl.col("step").min().over(request))
-            .select([pl.col(n).cast(t) for n, t in _SCHEMA.items()]))
+    return (
+        steps.sort([*request, "step"])
+        .with_columns(onset=pl.col("step") == pl.col("step").min().over(request))
+        .select([pl.col(n).cast(t) for n, t in _SCHEMA.items()])
+    )

@@ -7,16 +7,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-
+from ..core import check_depth, not_json
 from ._arms import arm_plan
 from ._manifest import manifest_problem
 from ._unit import _DEFAULTS, Unit
-from ..core import check_depth, not_json
 
-RUN_VERSION = 2  # 2: a band's concurrency is "c" in the manifest and the capture envelopes (1 named it "band_c": legacy)
+RUN_VERSION = (
+    2  # 2: a band's concurrency is "c" in the manifest and the capture envelopes (1 named it "band_c": legacy)
+)
 READABLE_VERSIONS = (1, 2)
-
-
 
 
 @runtime_checkable
@@ -96,9 +95,13 @@ def load_manifest(path: Path) -> dict[str, Any]:
         No such folder, no manifest, or one that is not UTF-8 JSON or has a field of the wrong type.
     """
     manifest_path = path / "manifest.json"
-    if not path.exists():  # a relative path from another folder (a notebook in notebooks/, say): say where it was looked for
+    if (
+        not path.exists()
+    ):  # a relative path from another folder (a notebook in notebooks/, say): say where it was looked for
         where = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
-        raise RunError(f"{path}: no such folder{where}; the bundled runs are analysis.default_runs(), whatever the working folder")
+        raise RunError(
+            f"{path}: no such folder{where}; the bundled runs are analysis.default_runs(), whatever the working folder"
+        )
     if not manifest_path.exists():
         raise RunError(f"{path}: no manifest.json; a run directory starts with its manifest")
     try:
@@ -133,17 +136,23 @@ def _legacy_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     >>> _legacy_manifest({"run_version": 1, "m_formed": [{"band_c": 4, "widths": [4]}]})["m_formed"]  # legacy band_c
     [{'c': 4, 'widths': [4]}]
     """
+
     def upgraded(entry: Any) -> Any:
         if not isinstance(entry, dict) or "band_c" not in entry or "c" in entry:  # no legacy key to read
             return entry
         return {("c" if key == "band_c" else key): value for key, value in entry.items()}  # legacy key of run_version 1
 
-    lists = {name: [upgraded(e) for e in manifest[name]] for name in ("m_formed", "refused", "skipped") if isinstance(manifest.get(name), list)}
+    lists = {
+        name: [upgraded(e) for e in manifest[name]]
+        for name in ("m_formed", "refused", "skipped")
+        if isinstance(manifest.get(name), list)
+    }
     return {**manifest, **lists}
 
 
-def band_widths(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
-                arm: str | None = None) -> tuple[list[int], str | None]:
+def band_widths(
+    manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band", arm: str | None = None
+) -> tuple[list[int], str | None]:
     """Every batch width a run recorded for one band, and the evidence they come from.
 
     The server log's per-step widths when there are any (``"log"``); else whichever of the
@@ -210,8 +219,9 @@ def _chosen_widths(evidence: Mapping[str, list[int]]) -> tuple[list[int], str | 
     return [], None
 
 
-def width_evidence(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
-                   arm: str | None = None) -> dict[str, list[int]]:
+def width_evidence(
+    manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band", arm: str | None = None
+) -> dict[str, list[int]]:
     """Each kind of evidence of a band's batch width, with the widths it shows: ``log`` (the server log's per-step
     widths, or the ``max`` a witness recorded), ``metrics`` (the gauge's busy samples), ``engine`` (one width: see
     :func:`engine_steps`), ``streams`` (the co-residency of the band's streams, one width). Kinds the run has
@@ -291,15 +301,19 @@ def engine_steps(entry: Mapping[str, Any]) -> tuple[int, int] | None:
     True
     """
     engine = entry.get("engine") or {}
-    grown = [round(engine[role]["after"] - engine[role]["before"]) for role in ("generated", "steps") if role in engine
-             and engine[role].get("before") is not None and engine[role].get("after") is not None]
+    grown = [
+        round(engine[role]["after"] - engine[role]["before"])
+        for role in ("generated", "steps")
+        if role in engine and engine[role].get("before") is not None and engine[role].get("after") is not None
+    ]
     if len(grown) < 2 or grown[0] < 1 or grown[1] < 1:
         return None
     return grown[0], grown[1]
 
 
-def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band",
-                arm: str | None = None) -> dict[str, Any] | None:
+def _band_entry(
+    manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str = "band", arm: str | None = None
+) -> dict[str, Any] | None:
     """The manifest's record of one band (its ``m_formed`` entry: widths, gauge samples, cache metrics)."""
     for entry in manifest.get("m_formed", []):
         if _matches(entry, prompt_id, c, repeat, role, arm):
@@ -310,8 +324,13 @@ def _band_entry(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int
 def _matches(entry: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, role: str, arm: str | None) -> bool:
     """Whether an ``m_formed`` entry records this band: an entry without ``prompt_id``, ``repeat`` (or a null one) or ``arm``
     matches any, one without ``role`` is a band's."""
-    return (entry.get("c") == c and str(entry.get("prompt_id", prompt_id)) == prompt_id and entry.get("repeat") in (None, repeat)
-            and entry.get("role", "band") == role and (arm is None or entry.get("arm", arm) == arm))
+    return (
+        entry.get("c") == c
+        and str(entry.get("prompt_id", prompt_id)) == prompt_id
+        and entry.get("repeat") in (None, repeat)
+        and entry.get("role", "band") == role
+        and (arm is None or entry.get("arm", arm) == arm)
+    )
 
 
 _ANY = object()  # an entry field left out (or a null repeat): it matches any value asked for
@@ -338,28 +357,42 @@ class _BandEntries:
         try:
             for position, entry in enumerate(self._entries):
                 repeat = entry.get("repeat")
-                band = (entry.get("c"), str(entry["prompt_id"]) if "prompt_id" in entry else _ANY, _ANY if repeat is None else repeat,
-                        entry.get("role", "band"))
-                self._by_arm.setdefault((*band, entry["arm"] if "arm" in entry else _ANY), position)
+                band = (
+                    entry.get("c"),
+                    str(entry["prompt_id"]) if "prompt_id" in entry else _ANY,
+                    _ANY if repeat is None else repeat,
+                    entry.get("role", "band"),
+                )
+                self._by_arm.setdefault((*band, entry.get("arm", _ANY)), position)
                 self._any_arm.setdefault(band, position)
-        except (TypeError, AttributeError):  # a value that cannot be a key (a list where a number belongs): look each band up in turn
+        except (
+            TypeError,
+            AttributeError,
+        ):  # a value that cannot be a key (a list where a number belongs): look each band up in turn
             self._by_arm = None
 
-    def entry(self, prompt_id: str, c: int, repeat: int | None, role: str = "band", arm: str | None = None) -> dict[str, Any] | None:
+    def entry(
+        self, prompt_id: str, c: int, repeat: int | None, role: str = "band", arm: str | None = None
+    ) -> dict[str, Any] | None:
         """The band's ``m_formed`` entry, as :func:`_band_entry` finds it."""
         if self._by_arm is None or not isinstance(prompt_id, str):
             return _band_entry(self._manifest, prompt_id, c, repeat, role, arm)
         try:
             keys = [(c, p, r, role) for p in (prompt_id, _ANY) for r in ((_ANY,) if repeat is None else (repeat, _ANY))]
-            found = ([self._any_arm.get(key) for key in keys] if arm is None
-                     else [self._by_arm.get((*key, a)) for key in keys for a in (arm, _ANY)])
+            found = (
+                [self._any_arm.get(key) for key in keys]
+                if arm is None
+                else [self._by_arm.get((*key, a)) for key in keys for a in (arm, _ANY)]
+            )
         except TypeError:
             return _band_entry(self._manifest, prompt_id, c, repeat, role, arm)
         positions = [p for p in found if p is not None]
         return self._entries[min(positions)] if positions else None
 
 
-def _cache_summary(manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, arm: str | None = None) -> str | None:
+def _cache_summary(
+    manifest: Mapping[str, Any], prompt_id: str, c: int, repeat: int | None, arm: str | None = None
+) -> str | None:
     """The prefix-cache metrics around a band, as text: a counter's growth during it, a gauge's value after it.
 
     Examples

@@ -7,7 +7,8 @@ is wrong, as a path (``m_formed[3].c``), with what was expected and what was fou
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Check = Callable[[Any], bool]
 
@@ -51,8 +52,12 @@ _TOP: dict[str, tuple[str, Check]] = {
     "skipped": ("a list of objects", _list_of(_OBJECT)),
     "done": ("a list of strings", _list_of(_is(str))),
     "label": ("a string", _is(str)),
-    "arms": (f"a list of distinct arm names ({', '.join(ARM_NAMES)})",
-             lambda v: isinstance(v, list) and all(isinstance(a, str) and a in ARM_NAMES for a in v) and len(set(v)) == len(v)),
+    "arms": (
+        f"a list of distinct arm names ({', '.join(ARM_NAMES)})",
+        lambda v: (
+            isinstance(v, list) and all(isinstance(a, str) and a in ARM_NAMES for a in v) and len(set(v)) == len(v)
+        ),
+    ),
     "prefill_skipped": ("a list of objects", _list_of(_OBJECT)),
     "resent": ("a list of objects", _list_of(_OBJECT)),
     "expected": ("a list of strings", _list_of(_is(str))),
@@ -73,20 +78,45 @@ _BAND = {
     "widths": ("a list of integers >= 0", _list_of(_int(0))),
     "running": ("a list of integers >= 0", _list_of(_int(0))),
     "max": ("an integer >= 0 or null", lambda v: v is None or _int(0)(v)),
-    "streams": ("an object with co_resident an integer >= 0", lambda v: isinstance(v, dict) and _int(0)(v.get("co_resident"))),
-    "cache": ("an object of {before, after} numbers", lambda v: isinstance(v, dict) and all(
-        isinstance(e, dict) and all(x is None or _number(x) for x in e.values()) for e in v.values())),
-    "engine": ("an object of {metric, before, after}: a name and two numbers", lambda v: isinstance(v, dict) and all(
-        isinstance(e, dict) and isinstance(e.get("metric"), str) and all(e.get(k) is None or _number(e.get(k)) for k in ("before", "after"))
-        for e in v.values())),
+    "streams": (
+        "an object with co_resident an integer >= 0",
+        lambda v: isinstance(v, dict) and _int(0)(v.get("co_resident")),
+    ),
+    "cache": (
+        "an object of {before, after} numbers",
+        lambda v: (
+            isinstance(v, dict)
+            and all(isinstance(e, dict) and all(x is None or _number(x) for x in e.values()) for e in v.values())
+        ),
+    ),
+    "engine": (
+        "an object of {metric, before, after}: a name and two numbers",
+        lambda v: (
+            isinstance(v, dict)
+            and all(
+                isinstance(e, dict)
+                and isinstance(e.get("metric"), str)
+                and all(e.get(k) is None or _number(e.get(k)) for k in ("before", "after"))
+                for e in v.values()
+            )
+        ),
+    ),
 }
-_ENTRY = {"prompt_id": ("a string or an integer", _ID), "c": ("an integer >= 1 or null", lambda v: v is None or _int(1)(v)),
-          "slot": ("an integer >= 0 or null", lambda v: v is None or _int(0)(v))}
+_ENTRY = {
+    "prompt_id": ("a string or an integer", _ID),
+    "c": ("an integer >= 1 or null", lambda v: v is None or _int(1)(v)),
+    "slot": ("an integer >= 0 or null", lambda v: v is None or _int(0)(v)),
+}
 _IDENTITY = {"model": ("an object", _NULLABLE_OBJECT)}
 _COUNT = ("an integer >= 0 or null", lambda v: v is None or _int(0)(v))
-_SAMPLER = {"max_tokens": _COUNT, "n_predict": _COUNT, "top_logprobs": _COUNT,
-            "temperature": ("a number or null", lambda v: v is None or _number(v)), "seed": ("an integer or null", lambda v: v is None or _int(-(2**63))(v)),
-            "ignore_eos": ("true, false or null", lambda v: v is None or isinstance(v, bool))}
+_SAMPLER = {
+    "max_tokens": _COUNT,
+    "n_predict": _COUNT,
+    "top_logprobs": _COUNT,
+    "temperature": ("a number or null", lambda v: v is None or _number(v)),
+    "seed": ("an integer or null", lambda v: v is None or _int(-(2**63))(v)),
+    "ignore_eos": ("true, false or null", lambda v: v is None or isinstance(v, bool)),
+}
 _REQUESTED = {"layout": ("a string or null", lambda v: v is None or isinstance(v, str))}
 
 

@@ -44,8 +44,13 @@ from ._model import Run
 UNKNOWN_C = 2  # the band c of a performance log whose batch size is not given: the least batch that batches anything
 
 
-def read_mlperf_pair(accuracy_log: str | os.PathLike[str], performance_log: str | os.PathLike[str], *, dtype: str = "int64",
-                     batch_size: int | None = None) -> Run:
+def read_mlperf_pair(
+    accuracy_log: str | os.PathLike[str],
+    performance_log: str | os.PathLike[str],
+    *,
+    dtype: str = "int64",
+    batch_size: int | None = None,
+) -> Run:
     """Read an MLPerf Inference accuracy-mode and performance-mode ``mlperf_log_accuracy.json`` as one run.
 
     The accuracy log is each sample's m=1 reference (ref #1); each entry of the performance log is a batched request
@@ -95,31 +100,55 @@ def read_mlperf_pair(accuracy_log: str | os.PathLike[str], performance_log: str 
     qsl1 c=8 repeat 0 slot 0: its tokens part at token 1
     """
     c = _batch_c(batch_size)
-    if os.path.exists(accuracy_log) and os.path.exists(performance_log) and os.path.samefile(accuracy_log, performance_log):
-        raise ValueError(f"{os.fspath(performance_log)}: the same file as the accuracy log; pass a performance run's log")  # one source, two roles
+    if (
+        os.path.exists(accuracy_log)
+        and os.path.exists(performance_log)
+        and os.path.samefile(accuracy_log, performance_log)
+    ):
+        raise ValueError(
+            f"{os.fspath(performance_log)}: the same file as the accuracy log; pass a performance run's log"
+        )  # one source, two roles
     reference, batched = read_mlperf_log(accuracy_log, dtype), read_mlperf_log(performance_log, dtype)
     _check_references(reference)
     repeats = _check_batched(batched, reference)
-    compared = reference.subset(np.isin(reference.qsl_idx, batched.qsl_idx))  # the others are listed in the manifest, not judged
-    return Run(_manifest(reference, compared, batched, dtype, batch_size, c), _dump(compared, batched, repeats, c), None)
+    compared = reference.subset(
+        np.isin(reference.qsl_idx, batched.qsl_idx)
+    )  # the others are listed in the manifest, not judged
+    return Run(
+        _manifest(reference, compared, batched, dtype, batch_size, c), _dump(compared, batched, repeats, c), None
+    )
 
 
 def _dump(references: MlperfLog, batched: MlperfLog, repeats: np.ndarray, c: int) -> Dump:
     """Both logs' frames, each request placed: a reference as ref #1 of its sample, a batched entry as a band of c."""
     ref_tokens, ref_requests = references.frames()
     tokens, requests = batched.frames()
-    ref_requests = ref_requests.with_columns(prompt_id=_prompts(references), role=pl.lit("reference"), slot=pl.lit(0, pl.Int64))
-    requests = requests.with_columns(prompt_id=_prompts(batched), role=pl.lit("band"), c=pl.lit(c, pl.Int64), slot=pl.lit(0, pl.Int64),
-                                     repeat=pl.Series(repeats, dtype=pl.Int64))
-    return Dump(pl.concat([ref_tokens, tokens]), pl.DataFrame(schema=CANDIDATE_SCHEMA), pl.concat([ref_requests, requests]),
-                {references.source: [MlperfLog.FORMAT], batched.source: [MlperfLog.FORMAT]}, [])
+    ref_requests = ref_requests.with_columns(
+        prompt_id=_prompts(references), role=pl.lit("reference"), slot=pl.lit(0, pl.Int64)
+    )
+    requests = requests.with_columns(
+        prompt_id=_prompts(batched),
+        role=pl.lit("band"),
+        c=pl.lit(c, pl.Int64),
+        slot=pl.lit(0, pl.Int64),
+        repeat=pl.Series(repeats, dtype=pl.Int64),
+    )
+    return Dump(
+        pl.concat([ref_tokens, tokens]),
+        pl.DataFrame(schema=CANDIDATE_SCHEMA),
+        pl.concat([ref_requests, requests]),
+        {references.source: [MlperfLog.FORMAT], batched.source: [MlperfLog.FORMAT]},
+        [],
+    )
 
 
 def _batch_c(batch_size: Any) -> int:
     if batch_size is None:
         return UNKNOWN_C
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1 (the performance run's batch size) or None, got {batch_size!r}")
+        raise ValueError(
+            f"batch_size must be an integer >= 1 (the performance run's batch size) or None, got {batch_size!r}"
+        )
     return batch_size
 
 
@@ -133,20 +162,35 @@ def _check_references(log: MlperfLog) -> None:
     again = np.flatnonzero(first != np.arange(len(first)))
     if again.size:
         k = int(again[0])
-        raise DumpError(log.source, f"entry {k}", "qsl_idx", f"sample {log.qsl_idx[k]} again (first at entry {first[k]}): an accuracy-mode "
-                                                            "log holds each sample once, its reference")
+        raise DumpError(
+            log.source,
+            f"entry {k}",
+            "qsl_idx",
+            f"sample {log.qsl_idx[k]} again (first at entry {first[k]}): an accuracy-mode "
+            "log holds each sample once, its reference",
+        )
 
 
 def _check_batched(batched: MlperfLog, reference: MlperfLog) -> np.ndarray:
     """Each performance-log entry's repeat (its rank among its sample's entries), once every sample has a reference."""
     if not len(batched.qsl_idx):
-        raise DumpError(batched.source, "$", None, "no entries: loadgen logs performance mode's responses only when asked to "
-                                                   "(accuracy_log_sampling_target or accuracy_log_probability, as TEST01's audit.config)")
+        raise DumpError(
+            batched.source,
+            "$",
+            None,
+            "no entries: loadgen logs performance mode's responses only when asked to "
+            "(accuracy_log_sampling_target or accuracy_log_probability, as TEST01's audit.config)",
+        )
     absent = np.flatnonzero(~np.isin(batched.qsl_idx, reference.qsl_idx))
     if absent.size:
         k = int(absent[0])
-        raise DumpError(batched.source, f"entry {k}", "qsl_idx", f"sample {batched.qsl_idx[k]} is not in the accuracy log {reference.source}, "
-                                                                 "which holds every sample accuracy mode ran: the two logs are not a pair")
+        raise DumpError(
+            batched.source,
+            f"entry {k}",
+            "qsl_idx",
+            f"sample {batched.qsl_idx[k]} is not in the accuracy log {reference.source}, "
+            "which holds every sample accuracy mode ran: the two logs are not a pair",
+        )
     ranks = pl.DataFrame({"q": batched.qsl_idx}).select(pl.int_range(pl.len()).over("q"))
     return ranks.to_series().to_numpy().astype(np.int64)
 
@@ -157,14 +201,30 @@ def _first_entries(qsl_idx: np.ndarray) -> np.ndarray:
     return first[inverse]
 
 
-def _manifest(reference: MlperfLog, compared: MlperfLog, batched: MlperfLog, dtype: str, batch_size: int | None, c: int) -> dict[str, Any]:
+def _manifest(
+    reference: MlperfLog, compared: MlperfLog, batched: MlperfLog, dtype: str, batch_size: int | None, c: int
+) -> dict[str, Any]:
     label = f"{batched.source} against {reference.source}"
     if batch_size is None:
         label += f" (batch size unknown: c={c} stands for any batch above 1)"
     alone = np.sort(reference.qsl_idx[~np.isin(reference.qsl_idx, compared.qsl_idx)])
-    mlperf = {"accuracy_log": reference.source, "performance_log": batched.source, "dtype": dtype, "batch_size": batch_size,
-              "reference_entries": len(reference.qsl_idx), "performance_entries": len(batched.qsl_idx), "samples_compared": len(compared.qsl_idx),
-              "reference_only": alone.tolist()}
-    manifest = {**_DEFAULTS, "ladder": [c], "label": label, "producer": "MLPerf Inference loadgen", "requested": {"layout": "needle"},
-                "complete": True, "mlperf": mlperf}
+    mlperf = {
+        "accuracy_log": reference.source,
+        "performance_log": batched.source,
+        "dtype": dtype,
+        "batch_size": batch_size,
+        "reference_entries": len(reference.qsl_idx),
+        "performance_entries": len(batched.qsl_idx),
+        "samples_compared": len(compared.qsl_idx),
+        "reference_only": alone.tolist(),
+    }
+    manifest = {
+        **_DEFAULTS,
+        "ladder": [c],
+        "label": label,
+        "producer": "MLPerf Inference loadgen",
+        "requested": {"layout": "needle"},
+        "complete": True,
+        "mlperf": mlperf,
+    }
     return _checked_manifest(manifest, "manifest")

@@ -9,11 +9,12 @@ from typing import Any
 
 import polars as pl
 
-from ..metrics import parity
 from ..dumps import Dump
+from ..metrics import parity
 from ._arms import REFERENCE_ARM, legacy_arm, with_arm_column
-from ._layout import _DEFAULTS, RunError, plan
 from ._derived import _capture_stamps, _derived_record, _write_derived
+from ._layout import _DEFAULTS, RunError, plan
+
 
 @dataclass(frozen=True)
 class Run:
@@ -81,10 +82,14 @@ class Run:
         return sorted({p for p in self.dump.requests["prompt_id"].to_list() if p is not None})
 
     def __repr__(self) -> str:
-        engine = (self.manifest.get("identity") or {}).get("engine") or self.manifest.get("producer") or "unknown engine"
+        engine = (
+            (self.manifest.get("identity") or {}).get("engine") or self.manifest.get("producer") or "unknown engine"
+        )
         state = "complete" if self.manifest.get("complete", True) else "incomplete"
-        return (f"Run({str(self.path) if self.path else 'assembled'!r}: {engine}, {len(self.prompts)} prompt(s), ladder {self.ladder}, "
-                f"{len(self.dump.requests)} requests, {state})")
+        return (
+            f"Run({str(self.path) if self.path else 'assembled'!r}: {engine}, {len(self.prompts)} prompt(s), ladder {self.ladder}, "
+            f"{len(self.dump.requests)} requests, {state})"
+        )
 
     def missing(self) -> list[dict[str, Any]]:
         """The requests the run's plan calls for that the captures lack and no refusal explains
@@ -99,24 +104,52 @@ class Run:
         [('reference', 'not sent'), ('reference', 'not sent'), ('band', 'not sent')]
         """
         legacy = legacy_arm(self.manifest)
-        requests = self.dump.requests if isinstance(self.dump.requests, pl.DataFrame) else pl.from_pandas(self.dump.requests)
+        requests = (
+            self.dump.requests if isinstance(self.dump.requests, pl.DataFrame) else pl.from_pandas(self.dump.requests)
+        )
         arm_column = pl.col("arm") if "arm" in requests.columns else pl.lit(None, pl.String)
-        have = set(requests.select("prompt_id", "role", "c", "slot", pl.col("repeat").fill_null(0), arm_column).rows())  # repeat null: 0
-        have |= {(r.get("prompt_id"), r.get("role"), r.get("c"), r.get("slot"), r.get("repeat") or 0,
-                  r.get("arm", REFERENCE_ARM if r.get("role") == "reference" else legacy)) for r in self.manifest.get("refused", [])}
-        passed = {(str(s.get("prompt_id")), s.get("slot")) for s in self.manifest.get("prefill_skipped", [])}  # positions no request can word
+        have = set(
+            requests.select("prompt_id", "role", "c", "slot", pl.col("repeat").fill_null(0), arm_column).rows()
+        )  # repeat null: 0
+        have |= {
+            (
+                r.get("prompt_id"),
+                r.get("role"),
+                r.get("c"),
+                r.get("slot"),
+                r.get("repeat") or 0,
+                r.get("arm", REFERENCE_ARM if r.get("role") == "reference" else legacy),
+            )
+            for r in self.manifest.get("refused", [])
+        }
+        passed = {
+            (str(s.get("prompt_id")), s.get("slot")) for s in self.manifest.get("prefill_skipped", [])
+        }  # positions no request can word
         out = []
-        skipped = {entry.get("prompt_id") for entry in self.manifest.get("skipped", [])}  # references that disagree: no band by design
+        skipped = {
+            entry.get("prompt_id") for entry in self.manifest.get("skipped", [])
+        }  # references that disagree: no band by design
         for unit in plan(self.manifest):
             if unit.role != "reference" and unit.prompt_id in skipped:
                 continue
             arm = unit.arm or (REFERENCE_ARM if unit.role == "reference" else legacy)
             for slot in unit.slots:
-                if (unit.prompt_id, unit.role, unit.c, slot, unit.repeat, arm) in have or (unit.role == "prefill" and (unit.prompt_id, slot) in passed):
+                if (unit.prompt_id, unit.role, unit.c, slot, unit.repeat, arm) in have or (
+                    unit.role == "prefill" and (unit.prompt_id, slot) in passed
+                ):
                     continue
                 partial = self.path is not None and (self.path / "partial" / f"{unit.capture_name(slot)}.sse").exists()
-                out.append({"prompt_id": unit.prompt_id, "role": unit.role, "c": unit.c, "slot": slot, "repeat": unit.repeat, "arm": arm,
-                            "state": "in flight when the probe stopped" if partial else "not sent"})
+                out.append(
+                    {
+                        "prompt_id": unit.prompt_id,
+                        "role": unit.role,
+                        "c": unit.c,
+                        "slot": slot,
+                        "repeat": unit.repeat,
+                        "arm": arm,
+                        "state": "in flight when the probe stopped" if partial else "not sent",
+                    }
+                )
         return out
 
     def write_derived(self) -> Path:

@@ -20,9 +20,18 @@ from ._steps import numbered_steps
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
 
-_PROMPT_SCHEMA = {"prompt_id": pl.String, "tie_density_1e-3": pl.Float64, "tie_density_1e-2": pl.Float64, "tie_density_1e-1": pl.Float64,
-                  "div_index": pl.Int64, "avg_std_top1_prob": pl.Float64, "std_output_length": pl.Float64,
-                  "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64}
+_PROMPT_SCHEMA = {
+    "prompt_id": pl.String,
+    "tie_density_1e-3": pl.Float64,
+    "tie_density_1e-2": pl.Float64,
+    "tie_density_1e-1": pl.Float64,
+    "div_index": pl.Int64,
+    "avg_std_top1_prob": pl.Float64,
+    "std_output_length": pl.Float64,
+    "s7_ratio": pl.Float64,
+    "s7_low": pl.Float64,
+    "s7_high": pl.Float64,
+}
 
 
 def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
@@ -44,28 +53,65 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     polars.DataFrame
     """
     steps, requests, refs = numbered_steps(run, reference)
-    bands = requests.filter((pl.col("role") == "band") & (pl.col("arm") == main_arm(run.manifest)))  # one layout's configurations
-    firsts = (bands.filter(pl.col("slot") == 0).sort("c", "repeat").join(refs, on="prompt_id", maintain_order="left")
-              .select("prompt_id", "ref", other="req").with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
+    bands = requests.filter(
+        (pl.col("role") == "band") & (pl.col("arm") == main_arm(run.manifest))
+    )  # one layout's configurations
+    firsts = (
+        bands.filter(pl.col("slot") == 0)
+        .sort("c", "repeat")
+        .join(refs, on="prompt_id", maintain_order="left")
+        .select("prompt_id", "ref", other="req")
+        .with_row_index("pair")
+        .with_columns(pl.col("pair").cast(pl.Int64))
+    )
     lengths = steps.requests.select("req", "length")
-    configurations = pl.concat([refs.select("prompt_id", req="ref"), firsts.select("prompt_id", req="other")]).join(lengths, on="req", how="left")
+    configurations = pl.concat([refs.select("prompt_id", req="ref"), firsts.select("prompt_id", req="other")]).join(
+        lengths, on="req", how="left"
+    )
     thresholds = {"1e-3": 1e-3, "1e-2": 1e-2, "1e-1": 1e-1}
-    margins = steps.steps.join(refs, left_on="req", right_on="ref").group_by("prompt_id").agg(
-        (pl.col("margin") < t).sum().truediv(pl.col("margin").count()).alias(f"tie_density_{name}") for name, t in thresholds.items())
-    parted = (_columnar.agreements(steps, firsts).join(firsts.select("pair", "prompt_id"), on="pair")
-              .group_by("prompt_id").agg(first_part=pl.col("agree_to").min()))
-    per_prompt = (configurations.group_by("prompt_id").agg(n=pl.len(), shortest=pl.col("length").min(),
-                                                           std_output_length=pl.col("length").cast(pl.Float64).std(ddof=0))
-                  .join(refs.join(lengths.rename({"req": "ref", "length": "ref_length"}), on="ref"), on="prompt_id")
-                  .join(parted, on="prompt_id", how="left").with_columns(div_index=pl.coalesce("first_part", "ref_length")))
-    top1 = (configurations.join(steps.steps.select("req", "idx", p=pl.coalesce("top1", "logprob").exp()), on="req")
-            .join(per_prompt.select("prompt_id", "n", limit=pl.min_horizontal(pl.col("div_index") + 1, "shortest")), on="prompt_id")
-            .filter(pl.col("idx") < pl.col("limit"))
-            .group_by("prompt_id", "idx").agg(pl.col("n").first(), known=pl.col("p").count(), std=pl.col("p").std(ddof=0))
-            .filter(pl.col("known") == pl.col("n")).group_by("prompt_id").agg(avg_std_top1_prob=pl.col("std").mean()))
-    table = (refs.select("prompt_id").join(margins, on="prompt_id", how="left", maintain_order="left")
-             .join(per_prompt, on="prompt_id", how="left", maintain_order="left").join(top1, on="prompt_id", how="left", maintain_order="left")
-             .join(_s7(bands), on="prompt_id", how="left", maintain_order="left"))
+    margins = (
+        steps.steps.join(refs, left_on="req", right_on="ref")
+        .group_by("prompt_id")
+        .agg(
+            (pl.col("margin") < t).sum().truediv(pl.col("margin").count()).alias(f"tie_density_{name}")
+            for name, t in thresholds.items()
+        )
+    )
+    parted = (
+        _columnar.agreements(steps, firsts)
+        .join(firsts.select("pair", "prompt_id"), on="pair")
+        .group_by("prompt_id")
+        .agg(first_part=pl.col("agree_to").min())
+    )
+    per_prompt = (
+        configurations.group_by("prompt_id")
+        .agg(
+            n=pl.len(), shortest=pl.col("length").min(), std_output_length=pl.col("length").cast(pl.Float64).std(ddof=0)
+        )
+        .join(refs.join(lengths.rename({"req": "ref", "length": "ref_length"}), on="ref"), on="prompt_id")
+        .join(parted, on="prompt_id", how="left")
+        .with_columns(div_index=pl.coalesce("first_part", "ref_length"))
+    )
+    top1 = (
+        configurations.join(steps.steps.select("req", "idx", p=pl.coalesce("top1", "logprob").exp()), on="req")
+        .join(
+            per_prompt.select("prompt_id", "n", limit=pl.min_horizontal(pl.col("div_index") + 1, "shortest")),
+            on="prompt_id",
+        )
+        .filter(pl.col("idx") < pl.col("limit"))
+        .group_by("prompt_id", "idx")
+        .agg(pl.col("n").first(), known=pl.col("p").count(), std=pl.col("p").std(ddof=0))
+        .filter(pl.col("known") == pl.col("n"))
+        .group_by("prompt_id")
+        .agg(avg_std_top1_prob=pl.col("std").mean())
+    )
+    table = (
+        refs.select("prompt_id")
+        .join(margins, on="prompt_id", how="left", maintain_order="left")
+        .join(per_prompt, on="prompt_id", how="left", maintain_order="left")
+        .join(top1, on="prompt_id", how="left", maintain_order="left")
+        .join(_s7(bands), on="prompt_id", how="left", maintain_order="left")
+    )
     # a reference without margins has no tie density: NaN, as parity.tie_density gives
     table = table.with_columns(pl.col(f"tie_density_{name}").fill_null(float("nan")) for name in thresholds)
     return table.select([pl.col(n).cast(t) for n, t in _PROMPT_SCHEMA.items()])
@@ -73,16 +119,25 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
 
 def _s7(bands: pl.DataFrame) -> pl.DataFrame:
     """S7's c=4 / c=1 decode-rate ratio per prompt, with its bootstrap interval over each band's repeats."""
-    rates = (bands.filter(pl.col("c").is_in([1, 4])).group_by("prompt_id", "c", "repeat")
-             .agg(rate=_columnar.band_rate(pl.col("decode_tok_s"))).sort("prompt_id", "c", "repeat"))
+    rates = (
+        bands.filter(pl.col("c").is_in([1, 4]))
+        .group_by("prompt_id", "c", "repeat")
+        .agg(rate=_columnar.band_rate(pl.col("decode_tok_s")))
+        .sort("prompt_id", "c", "repeat")
+    )
     sides = rates.group_by("prompt_id", maintain_order=True).agg(  # each prompt's c=1 and c=4 rates, in repeat order
-        base=pl.col("rate").filter(pl.col("c") == 1), batched=pl.col("rate").filter(pl.col("c") == 4))
+        base=pl.col("rate").filter(pl.col("c") == 1), batched=pl.col("rate").filter(pl.col("c") == 4)
+    )
     rows = []
     for prompt, base, batched in sides.rows():  # one bootstrap per prompt
         if base and batched and None not in base and None not in batched:
             ratio, low, high = parity.ratio_interval(base, batched)
             rows.append({"prompt_id": prompt, "s7_ratio": ratio, "s7_low": low, "s7_high": high})
-    return pl.DataFrame(rows, schema={"prompt_id": pl.String, "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64}, orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={"prompt_id": pl.String, "s7_ratio": pl.Float64, "s7_low": pl.Float64, "s7_high": pl.Float64},
+        orient="row",
+    )
 
 
 def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float] = parity.FLIP_EDGES) -> pl.DataFrame:
@@ -111,11 +166,20 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
     """
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
     steps = numbered_steps(run, reference)[0]
-    at_risk = (slots.select("pair", "ref", "diverged", "divergence_at",
-                            last=pl.when(pl.col("diverged")).then("divergence_at").otherwise(pl.min_horizontal("length", "reference_length") - 1))
-               .join(steps.steps.select(ref="req", idx="idx", margin="margin"), on="ref")
-               .filter((pl.col("idx") <= pl.col("last")) & pl.col("margin").is_not_null())
-               .select("margin", flip=pl.col("diverged") & (pl.col("idx") == pl.col("divergence_at"))))
+    at_risk = (
+        slots.select(
+            "pair",
+            "ref",
+            "diverged",
+            "divergence_at",
+            last=pl.when(pl.col("diverged"))
+            .then("divergence_at")
+            .otherwise(pl.min_horizontal("length", "reference_length") - 1),
+        )
+        .join(steps.steps.select(ref="req", idx="idx", margin="margin"), on="ref")
+        .filter((pl.col("idx") <= pl.col("last")) & pl.col("margin").is_not_null())
+        .select("margin", flip=pl.col("diverged") & (pl.col("idx") == pl.col("divergence_at")))
+    )
     return _columnar.flip_bins(at_risk, edges)
 
 
@@ -144,10 +208,12 @@ def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
     steps = numbered_steps(run, reference)[0]
     side = steps.steps.select("req", "idx", "logprob")
-    joined = (slots.select("pair", "ref", "other", "agree_to", label=pl.format("{} c={} slot {}", "prompt_id", "c", "slot"))
-              .join(side.rename({"req": "ref", "logprob": "lp_r"}), on="ref")
-              .join(side.rename({"req": "other", "logprob": "lp_o"}), on=["other", "idx"])
-              .filter((pl.col("idx") < pl.col("agree_to")) & pl.col("lp_r").is_not_null() & pl.col("lp_o").is_not_null()))
+    joined = (
+        slots.select("pair", "ref", "other", "agree_to", label=pl.format("{} c={} slot {}", "prompt_id", "c", "slot"))
+        .join(side.rename({"req": "ref", "logprob": "lp_r"}), on="ref")
+        .join(side.rename({"req": "other", "logprob": "lp_o"}), on=["other", "idx"])
+        .filter((pl.col("idx") < pl.col("agree_to")) & pl.col("lp_r").is_not_null() & pl.col("lp_o").is_not_null())
+    )
     return joined.sort("pair", "idx").select("label", step="idx", abs_delta=(pl.col("lp_r") - pl.col("lp_o")).abs())
 
 
@@ -175,7 +241,11 @@ def reference_margins(run: Run, *, reference: str | Run = "ref1") -> dict[str, l
     {'p0': [2.5141, 0.3024], 'p1': [1.9879, 1.3107]}
     """
     steps, _, refs = numbered_steps(run, reference)
-    lists = steps.steps.join(refs, left_on="req", right_on="ref").group_by("prompt_id", maintain_order=True).agg(pl.col("margin").sort_by("idx"))
+    lists = (
+        steps.steps.join(refs, left_on="req", right_on="ref")
+        .group_by("prompt_id", maintain_order=True)
+        .agg(pl.col("margin").sort_by("idx"))
+    )
     margins = dict(zip(lists["prompt_id"].to_list(), lists["margin"].to_list()))
     return {prompt: margins.get(prompt, []) for prompt in refs["prompt_id"].to_list()}
 
@@ -206,10 +276,17 @@ def observer_table(run: Run) -> pl.DataFrame:
     """
     requests = run.dump.requests
     key = ["prompt_id", "arm", "c", "repeat", "slot"]
-    scored = requests.filter(pl.col("role") == "band").select(*key, pl.col("completion_text").alias("text_with_logprobs"))
-    bare = requests.filter(pl.col("role") == "observer").select(*key, pl.col("completion_text").alias("text_without_logprobs"))
+    scored = requests.filter(pl.col("role") == "band").select(
+        *key, pl.col("completion_text").alias("text_with_logprobs")
+    )
+    bare = requests.filter(pl.col("role") == "observer").select(
+        *key, pl.col("completion_text").alias("text_without_logprobs")
+    )
     joined = bare.join(scored, on=key, how="left", nulls_equal=True).sort(key)
-    parts = [_first_difference(a, b) for a, b in zip(joined["text_with_logprobs"].to_list(), joined["text_without_logprobs"].to_list())]
+    parts = [
+        _first_difference(a, b)
+        for a, b in zip(joined["text_with_logprobs"].to_list(), joined["text_without_logprobs"].to_list())
+    ]
     return joined.with_columns(
         pl.Series("texts_equal", [None if p == -2 else p == -1 for p in parts], dtype=pl.Boolean),
         pl.Series("first_difference", [None if p < 0 else p for p in parts], dtype=pl.Int64),
@@ -261,15 +338,23 @@ def accuracy_table(run: Run, *, match: str = "contains") -> tuple[pl.DataFrame, 
     """
     if match not in ("contains", "exact"):
         raise RunError(f"match must be 'contains' or 'exact', got {match!r}")
-    answers = {str(p.get("prompt_id")): str(p["answer"]) for p in run.manifest.get("prompts", []) if p.get("answer") is not None}
-    requests = run.dump.requests.filter(pl.col("prompt_id").is_in(list(answers)) & (pl.col("slot") == 0)
-                                        & pl.col("role").is_in(["reference", "band"]))
+    answers = {
+        str(p.get("prompt_id")): str(p["answer"])
+        for p in run.manifest.get("prompts", [])
+        if p.get("answer") is not None
+    }
+    requests = run.dump.requests.filter(
+        pl.col("prompt_id").is_in(list(answers)) & (pl.col("slot") == 0) & pl.col("role").is_in(["reference", "band"])
+    )
     correct: dict[str, list[bool]] = {}
     for row in requests.sort("c", "repeat", "prompt_id", nulls_last=False).iter_rows(named=True):
         config = "m=1 reference" if row["role"] == "reference" else f"c={row['c']} repeat {row['repeat']}"
         text, answer = row["completion_text"] or "", answers[row["prompt_id"]]
         correct.setdefault(config, []).append(answer in text if match == "contains" else text.strip() == answer.strip())
-    rows = [{"configuration": config, "prompts": len(hits), "correct": sum(hits), "accuracy": sum(hits) / len(hits)} for config, hits in correct.items()]
+    rows = [
+        {"configuration": config, "prompts": len(hits), "correct": sum(hits), "accuracy": sum(hits) / len(hits)}
+        for config, hits in correct.items()
+    ]
     schema = {"configuration": pl.String, "prompts": pl.Int64, "correct": pl.Int64, "accuracy": pl.Float64}
     table = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     return table, parity.std_at_acc(table["accuracy"].to_list())

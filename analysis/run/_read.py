@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -10,9 +11,10 @@ from typing import Any
 import polars as pl
 
 from ..dumps import Dump, DumpError, read_dumps
-from ._layout import _DEFAULTS, RunError, load_manifest, _checked_manifest
-from ._derived import _capture_stamps, _derived_record, _write_derived, _read_derived
+from ._derived import _capture_stamps, _derived_record, _read_derived, _write_derived
+from ._layout import _DEFAULTS, RunError, _checked_manifest, load_manifest
 from ._model import Run
+
 
 def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any) -> Run:
     """Read a run directory (see the module docstring for its layout).
@@ -54,30 +56,47 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
         raise RunError(f"{path}: no captures/ folder")
     cached = cache and not options
     record = _derived_record(path / "derived") if cached else None
-    stamps = _capture_stamps(captures, record) if cached else None  # taken before parsing: a capture appended meanwhile makes the cache stale
-    if record is not None and stamps is not None and (dump := _read_derived(path / "derived", captures, record, stamps)) is not None:
+    stamps = (
+        _capture_stamps(captures, record) if cached else None
+    )  # taken before parsing: a capture appended meanwhile makes the cache stale
+    if (
+        record is not None
+        and stamps is not None
+        and (dump := _read_derived(path / "derived", captures, record, stamps)) is not None
+    ):
         return Run(manifest, dump, path)
     # A probe killed while appending a capture leaves its last line cut short: that request is left out
     # (Dump.skipped says so) and Run.missing lists it, so the run still opens.
     run = Run(manifest, _without_repeated_lines(read_dumps(captures, torn_tail=True, **options)), path)
     if stamps is not None and os.access(path, os.W_OK):  # stamps are taken exactly when the cache is used
-        try:
+        with contextlib.suppress(
+            OSError
+        ):  # a full disk or a folder we may not write into: the run is read all the same
             _write_derived(run, stamps)
-        except OSError:  # a full disk or a folder we may not write into: the run is read all the same
-            pass
     return run
 
 
-_UNIT = ("prompt_id", "role", "c", "repeat", "slot", "envelope_arm")  # what names one request of a run's plan (with its control arm)
+_UNIT = (
+    "prompt_id",
+    "role",
+    "c",
+    "repeat",
+    "slot",
+    "envelope_arm",
+)  # what names one request of a run's plan (with its control arm)
 
 
 def _without_repeated_lines(dump: Dump) -> Dump:
     """The dump with each capture line that repeats an earlier one byte for byte (a copy appended twice) left
     out, and said in ``Dump.skipped``; two different lines for one request of the plan are a RunError naming both."""
-    requests = dump.requests if isinstance(dump.requests, pl.DataFrame) else pl.from_pandas(dump.requests[["source", "record", "raw_sha256", "extra",
-                                                                                                             *_UNIT[:-1]]])
+    requests = (
+        dump.requests
+        if isinstance(dump.requests, pl.DataFrame)
+        else pl.from_pandas(dump.requests[["source", "record", "raw_sha256", "extra", *_UNIT[:-1]]])
+    )
     keyed = requests.filter(pl.col("role").is_in(["reference", "band", "observer", "prefill"])).with_columns(
-        pl.col("repeat").fill_null(0), envelope_arm=pl.col("extra").str.json_path_match("$.arm").fill_null(""))
+        pl.col("repeat").fill_null(0), envelope_arm=pl.col("extra").str.json_path_match("$.arm").fill_null("")
+    )
     repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
     if repeated.is_empty():
         return dump
@@ -86,24 +105,36 @@ def _without_repeated_lines(dump: Dump) -> Dump:
         first, *others = group.select("source", "record", "raw_sha256", "role", "slot").rows()
         for source, record, digest, role, slot in others:
             if digest != first[2]:
-                raise RunError(f"{source}: line {record}: {role} slot {slot} was already recorded at {first[0]} line {first[1]}, "
-                               "with different content; one request of the plan has one capture line")
+                raise RunError(
+                    f"{source}: line {record}: {role} slot {slot} was already recorded at {first[0]} line {first[1]}, "
+                    "with different content; one request of the plan has one capture line"
+                )
             dropped.append((source, record))
-            notes.append(DumpError(source, f"line {record}", None, f"the same capture line as line {first[1]}: read once"))
-    tokens, candidates, requests = (_drop_records(frame, dropped) for frame in (dump.tokens, dump.candidates, dump.requests))
+            notes.append(
+                DumpError(source, f"line {record}", None, f"the same capture line as line {first[1]}: read once")
+            )
+    tokens, candidates, requests = (
+        _drop_records(frame, dropped) for frame in (dump.tokens, dump.candidates, dump.requests)
+    )
     return Dump(tokens, candidates, requests, dump.formats, notes)
 
 
 def _drop_records(frame, records: list[tuple[str, int]]):
     """A polars or pandas frame without the rows of these (source, record) pairs."""
     if isinstance(frame, pl.DataFrame):
-        return frame.join(pl.DataFrame(records, schema={"source": pl.String, "record": pl.Int64}, orient="row"), on=["source", "record"], how="anti")
+        return frame.join(
+            pl.DataFrame(records, schema={"source": pl.String, "record": pl.Int64}, orient="row"),
+            on=["source", "record"],
+            how="anti",
+        )
     gone = set(records)
     keep = [pair not in gone for pair in zip(frame["source"], frame["record"])]
     return frame[keep].reset_index(drop=True)
 
 
-def assemble_run(mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any] | None = None, **options: Any) -> Run:
+def assemble_run(
+    mapping: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any] | None = None, **options: Any
+) -> Run:
     """Build a run from loose dump files and a mapping of which file is which.
 
     Each mapping entry: ``{"source": path, "prompt_id": ..., "role": "reference" | "band",

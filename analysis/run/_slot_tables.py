@@ -15,12 +15,34 @@ from ._steps import _band_pairs, numbered_steps
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
 
-_SLOT_SCHEMA = {"prompt_id": pl.String, "arm": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "source": pl.String, "record": pl.Int64,
-                "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64, "max_abs_delta": pl.Float64,
-                "max_ulp": pl.Int64, "topk_order_changes": pl.Int64, "reference_margin": pl.Float64, "own_margin": pl.Float64,
-                "in_reference_topk": pl.Boolean, "near_tie": pl.Boolean, "k3_mean": pl.Float64, "k3_max": pl.Float64, "kl_topk_mean": pl.Float64,
-                "kl_topk_max": pl.Float64, "length": pl.Int64, "ttft_s": pl.Float64, "decode_tok_s": pl.Float64,
-                "decode_rate_origin": pl.String, "reference_length": pl.Int64}
+_SLOT_SCHEMA = {
+    "prompt_id": pl.String,
+    "arm": pl.String,
+    "c": pl.Int64,
+    "repeat": pl.Int64,
+    "slot": pl.Int64,
+    "source": pl.String,
+    "record": pl.Int64,
+    "diverged": pl.Boolean,
+    "divergence_at": pl.Int64,
+    "bitwise_prefix": pl.Int64,
+    "max_abs_delta": pl.Float64,
+    "max_ulp": pl.Int64,
+    "topk_order_changes": pl.Int64,
+    "reference_margin": pl.Float64,
+    "own_margin": pl.Float64,
+    "in_reference_topk": pl.Boolean,
+    "near_tie": pl.Boolean,
+    "k3_mean": pl.Float64,
+    "k3_max": pl.Float64,
+    "kl_topk_mean": pl.Float64,
+    "kl_topk_max": pl.Float64,
+    "length": pl.Int64,
+    "ttft_s": pl.Float64,
+    "decode_tok_s": pl.Float64,
+    "decode_rate_origin": pl.String,
+    "reference_length": pl.Int64,
+}
 
 
 def _slot_comparisons(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
@@ -69,8 +91,16 @@ def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference:
     return _slot_comparisons(run, epsilon, reference).select([pl.col(n).cast(t) for n, t in _SLOT_SCHEMA.items()])
 
 
-_REFERENCE_SCHEMA = {"prompt_id": pl.String, "diverged": pl.Boolean, "divergence_at": pl.Int64, "bitwise_prefix": pl.Int64,
-                     "length": pl.Int64, "reference_length": pl.Int64, "max_ulp": pl.Int64, "max_abs_delta": pl.Float64}
+_REFERENCE_SCHEMA = {
+    "prompt_id": pl.String,
+    "diverged": pl.Boolean,
+    "divergence_at": pl.Int64,
+    "bitwise_prefix": pl.Int64,
+    "length": pl.Int64,
+    "reference_length": pl.Int64,
+    "max_ulp": pl.Int64,
+    "max_abs_delta": pl.Float64,
+}
 
 
 def reference_table(run: Run) -> pl.DataFrame:
@@ -103,9 +133,15 @@ def reference_table(run: Run) -> pl.DataFrame:
 def _reference_table(run: Run) -> pl.DataFrame:
     steps, _, first = numbered_steps(run, "ref1")
     second = numbered_steps(run, "ref2")[2]
-    pairs = (first.join(second.rename({"ref": "other"}), on="prompt_id", how="inner").sort("prompt_id")
-             .with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64)))
-    steps = _columnar.of_requests(steps, pl.concat([pairs["ref"], pairs["other"]]))  # the references' steps, not every band's
+    pairs = (
+        first.join(second.rename({"ref": "other"}), on="prompt_id", how="inner")
+        .sort("prompt_id")
+        .with_row_index("pair")
+        .with_columns(pl.col("pair").cast(pl.Int64))
+    )
+    steps = _columnar.of_requests(
+        steps, pl.concat([pairs["ref"], pairs["other"]])
+    )  # the references' steps, not every band's
     compared = _columnar.compare_pairs(steps, pairs.select("pair", "ref", "other"), epsilon=parity.NEAR_TIE_EPSILON)
     joined = pairs.select("pair", "prompt_id").join(compared, on="pair", how="left", maintain_order="left")
     return joined.select([pl.col(n).cast(t) for n, t in _REFERENCE_SCHEMA.items()])

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
+from ..dumps import REQUEST_SCHEMA
 from ..metrics import columnar as _columnar
 from ..metrics import parity
-from ..dumps import REQUEST_SCHEMA
 from ._layout import RunError, RunLike
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
+
 
 def _stream_of(streams: dict, row: Mapping[str, Any]) -> parity.Stream:
     return streams.get((row["source"], row["record"], row["choice_index"]), parity.Stream((row["source"],), ()))
@@ -82,8 +83,12 @@ def numbered_steps(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.S
         run._cache[key] = (steps, numbered, other)  # holding ``other`` keeps its id from being reused
     steps, numbered, _ = run._cache[key]
     slot = 1 if reference == "ref2" else 0
-    refs = (numbered[-1].filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
-            .unique("prompt_id", keep="last", maintain_order=True).select("prompt_id", ref="req"))
+    refs = (
+        numbered[-1]
+        .filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
+        .unique("prompt_id", keep="last", maintain_order=True)
+        .select("prompt_id", ref="req")
+    )
     return steps, numbered[0], refs
 
 
@@ -91,7 +96,9 @@ def _numbered_requests(requests: Any, steps: _columnar.Steps, part: int) -> pl.D
     numbers = steps.requests.filter(pl.col("part") == part).drop("part")
     requests = parity.request_decode_rates(requests)
     # a pandas dump holds integer columns with gaps as floats: back to the schema's types
-    requests = requests.with_columns(pl.col(name).cast(dtype) for name, dtype in REQUEST_SCHEMA.items() if name in requests.columns)
+    requests = requests.with_columns(
+        pl.col(name).cast(dtype) for name, dtype in REQUEST_SCHEMA.items() if name in requests.columns
+    )
     return requests.join(numbers, on=["source", "record", "choice_index"], how="left", nulls_equal=True)
 
 
@@ -101,9 +108,15 @@ _BAND_ORDER = ["prompt_id", "arm", "c", "repeat", "slot"]
 def _band_pairs(run: Run, reference: str | Run) -> tuple[_columnar.Steps, pl.DataFrame]:
     """Every batched request with its reference (``pair``, ``ref``, ``other``), in the tables' order."""
     steps, requests, refs = numbered_steps(run, reference)
-    bands = requests.filter(pl.col("role") == "band").sort(_BAND_ORDER).join(refs, on="prompt_id", how="left", maintain_order="left")
+    bands = (
+        requests.filter(pl.col("role") == "band")
+        .sort(_BAND_ORDER)
+        .join(refs, on="prompt_id", how="left", maintain_order="left")
+    )
     orphan = bands.filter(pl.col("ref").is_null())
     if orphan.height:
         row = orphan.row(0, named=True)
-        raise RunError(f"{row['source']}: prompt {row['prompt_id']!r} has no {reference if isinstance(reference, str) else 'reference run'} reference")
+        raise RunError(
+            f"{row['source']}: prompt {row['prompt_id']!r} has no {reference if isinstance(reference, str) else 'reference run'} reference"
+        )
     return steps, bands.with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64), other=pl.col("req"))

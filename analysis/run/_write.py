@@ -94,7 +94,10 @@ def _capture_lines(run: Run) -> tuple[list[str], list[dict[str, Any]]]:
         keys = {k: v for k, v in envelope.items() if k not in ("response", "sse", *_PLACEMENT, "band_c")}  # legacy key
         if "format" not in envelope:
             keys["format"] = row["source_format"]
-        members = [f"{json.dumps(payload_kind)}: {payload}", *(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in {**placement, **keys}.items())]
+        members = [
+            f"{json.dumps(payload_kind)}: {payload}",
+            *(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in {**placement, **keys}.items()),
+        ]
         lines.append("{" + ", ".join(members) + "}")
         origins.append({"source": source, "record": record, "line": len(lines)})
     return lines, origins
@@ -108,7 +111,9 @@ def _source_text(source: str) -> str:
     try:
         return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
-        raise RunError(f"{source}: not UTF-8 text: a capture envelope holds JSON or a stream's text, not this payload") from None
+        raise RunError(
+            f"{source}: not UTF-8 text: a capture envelope holds JSON or a stream's text, not this payload"
+        ) from None
 
 
 def _payload(text: str, source: str, record: int, fmt: str | None) -> tuple[str, str, dict[str, Any]]:
@@ -145,8 +150,10 @@ def _value(text: str, source: str, fmt: str | None) -> tuple[str, str]:
         return "sse", json.dumps(text)
     if fmt in PAYLOAD_PARSERS:
         return "response", _one_line(text.strip(" \t\r\n"))
-    raise RunError(f"{source}: a {fmt} payload has no capture-envelope form (it holds a JSON response or a stream's text); "
-                   "a run directory cannot keep it as received")
+    raise RunError(
+        f"{source}: a {fmt} payload has no capture-envelope form (it holds a JSON response or a stream's text); "
+        "a run directory cannot keep it as received"
+    )
 
 
 _SEPARATORS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
@@ -172,25 +179,25 @@ def _skip_space(text: str, at: int) -> int:
 def _members(text: str) -> dict[str, tuple[int, int]] | None:
     """Where each member's value of a JSON object lies in ``text`` (start, end), or None when ``text`` is no object."""
     at = _skip_space(text, 0)
-    if text[at:at + 1] != "{":
+    if text[at : at + 1] != "{":
         return None
     at = _skip_space(text, at + 1)
     spans: dict[str, tuple[int, int]] = {}
-    if text[at:at + 1] == "}":
+    if text[at : at + 1] == "}":
         return spans
     try:
         while True:
             key, at = _DECODER.raw_decode(text, at)
             at = _skip_space(text, at)
-            if text[at:at + 1] != ":":
+            if text[at : at + 1] != ":":
                 return None
             start = _skip_space(text, at + 1)
             _, at = _DECODER.raw_decode(text, start)
             spans[key] = (start, at)
             at = _skip_space(text, at)
-            if text[at:at + 1] == "}":
+            if text[at : at + 1] == "}":
                 return spans
-            if text[at:at + 1] != ",":
+            if text[at : at + 1] != ",":
                 return None
             at = _skip_space(text, at + 1)
     except ValueError:

@@ -24,7 +24,10 @@ REQUESTS = logging.getLogger("bia.requests")  # a line per request: what the ter
 def _error(status: int, message: str, param: str | None = None):
     from starlette.responses import JSONResponse
 
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}, status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}},
+        status_code=status,
+    )
 
 
 def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
@@ -71,8 +74,10 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
         pending = await engine.submit(prompt, max_tokens, params.top_k)
         rid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
         if params.stream:
-            return StreamingResponse(_stream(pending, rid, want_logprobs, params.include_usage, len(prompt), started),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                _stream(pending, rid, want_logprobs, params.include_usage, len(prompt), started),
+                media_type="text/event-stream",
+            )
         entries, text = [], []
         while True:
             event = await pending.events.get()
@@ -81,58 +86,124 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
             if event["done"]:
                 break
         _said(rid, len(prompt), len(entries), started, streamed=False)
-        return JSONResponse({"id": rid, "object": "chat.completion", "model": model_name,
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)}, "finish_reason": "length",
-                                          "logprobs": {"content": entries} if want_logprobs else None}],
-                             "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(entries), "total_tokens": len(prompt) + len(entries)},
-                             "timings": event["timings"]})
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "model": model_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "".join(text)},
+                        "finish_reason": "length",
+                        "logprobs": {"content": entries} if want_logprobs else None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": len(entries),
+                    "total_tokens": len(prompt) + len(entries),
+                },
+                "timings": event["timings"],
+            }
+        )
 
     async def _stream(pending, rid, want_logprobs, usage, n_prompt, started):
         def chunk(payload):
             return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
-        yield chunk({"id": rid, "object": "chat.completion.chunk", "model": model_name, "stream_mode": "live",
-                     "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]})
+        yield chunk(
+            {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "model": model_name,
+                "stream_mode": "live",
+                "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}],
+            }
+        )
         n = 0
         while True:
             event = await pending.events.get()
             entry = _entry(model, event)
             n += 1
-            yield chunk({"id": rid, "object": "chat.completion.chunk", "model": model_name,
-                         "choices": [{"index": 0, "delta": {"content": entry["token"]}, "logprobs": {"content": [entry]} if want_logprobs else None,
-                                      "finish_reason": "length" if event["done"] else None}],
-                         **({"timings": event["timings"]} if event["done"] else {})})
+            yield chunk(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "model": model_name,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"content": entry["token"]},
+                            "logprobs": {"content": [entry]} if want_logprobs else None,
+                            "finish_reason": "length" if event["done"] else None,
+                        }
+                    ],
+                    **({"timings": event["timings"]} if event["done"] else {}),
+                }
+            )
             if event["done"]:
                 break
         _said(rid, n_prompt, n, started, streamed=True)
         if usage:
-            yield chunk({"id": rid, "object": "chat.completion.chunk", "model": model_name, "choices": [],
-                         "usage": {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}})
+            yield chunk(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "model": model_name,
+                    "choices": [],
+                    "usage": {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n},
+                }
+            )
         yield "data: [DONE]\n\n"
 
     def _said(rid: str, n_prompt: int, n: int, started: float, *, streamed: bool) -> None:
-        REQUESTS.info("%s: %d prompt and %d completion tokens in %s%s", rid, n_prompt, n, duration(time.monotonic() - started),
-                      " (streamed)" if streamed else "")
+        REQUESTS.info(
+            "%s: %d prompt and %d completion tokens in %s%s",
+            rid,
+            n_prompt,
+            n,
+            duration(time.monotonic() - started),
+            " (streamed)" if streamed else "",
+        )
 
     async def health(request):
         parameter = next(model.parameters())
-        return JSONResponse({"status": "ok", "server": "bia serve", "kernel_mode": engine.mode, "dtype": str(parameter.dtype).removeprefix("torch."),
-                             "device": str(parameter.device)})
+        return JSONResponse(
+            {
+                "status": "ok",
+                "server": "bia serve",
+                "kernel_mode": engine.mode,
+                "dtype": str(parameter.dtype).removeprefix("torch."),
+                "device": str(parameter.device),
+            }
+        )
 
     async def models(request):
         return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "bia"}]})
 
     registry = CollectorRegistry()
-    Gauge("bia:num_requests_running", "Requests in the decode batch.", registry=registry).set_function(lambda: len(engine.active))
-    Gauge("bia:num_requests_waiting", "Requests waiting to join the batch.", registry=registry).set_function(lambda: engine.waiting.qsize())
+    Gauge("bia:num_requests_running", "Requests in the decode batch.", registry=registry).set_function(
+        lambda: len(engine.active)
+    )
+    Gauge("bia:num_requests_waiting", "Requests waiting to join the batch.", registry=registry).set_function(
+        lambda: engine.waiting.qsize()
+    )
     steps = Counter("bia:decode_steps", "Decode steps run.", registry=registry)
     engine.on_step = lambda m: steps.inc()
 
     async def metrics(request):
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/v1/models", models), Route("/health", health),
-                             Route("/metrics", metrics)], lifespan=lifespan)
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/health", health),
+            Route("/metrics", metrics),
+        ],
+        lifespan=lifespan,
+    )
 
 
 def _entry(model, event: dict) -> dict:
@@ -140,5 +211,8 @@ def _entry(model, event: dict) -> dict:
         text, data = model.token(i)
         return {"id": i, "token": text, "bytes": list(data)}
 
-    return {**token(event["token_id"]), "logprob": event["logprob"],
-            "top_logprobs": [{**token(i), "logprob": v} for i, v in zip(event["top_ids"], event["top_logprobs"])]}
+    return {
+        **token(event["token_id"]),
+        "logprob": event["logprob"],
+        "top_logprobs": [{**token(i), "logprob": v} for i, v in zip(event["top_ids"], event["top_logprobs"])],
+    }

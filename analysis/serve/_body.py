@@ -61,7 +61,11 @@ def _optional(body: dict, key: str, kind: type, default: Any) -> Any:
 
 def _messages_content(body: dict) -> str:
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages)
+    ):
         raise _BadRequest("messages must be a non-empty list of {role, content}", "messages")
     return messages[-1]["content"]
 
@@ -84,5 +88,11 @@ def _params(raw: bytes) -> _Params:
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _BadRequest("stream_options must be an object", "stream_options")
-    return _Params(content, max_tokens, top_k, _optional(body, "logprobs", bool, False), _optional(body, "stream", bool, False),
-                   _optional(options or {}, "include_usage", bool, False))
+    return _Params(
+        content,
+        max_tokens,
+        top_k,
+        _optional(body, "logprobs", bool, False),
+        _optional(body, "stream", bool, False),
+        _optional(options or {}, "include_usage", bool, False),
+    )

@@ -112,7 +112,12 @@ class Engine:
                 request.events.put_nowait(event)
             m = len(emitted)
             self.on_step(m)
-            LOG.info("[PMAT-044] Batch m=%d done in %.2f ms (%.1f tok/s/slot)", m, 1000 * elapsed, 1 / elapsed if elapsed > 0 else 0.0)
+            LOG.info(
+                "[PMAT-044] Batch m=%d done in %.2f ms (%.1f tok/s/slot)",
+                m,
+                1000 * elapsed,
+                1 / elapsed if elapsed > 0 else 0.0,
+            )
             self.active = [r for r in self.active if r.generated < r.max_tokens]
             await asyncio.sleep(0)
 
@@ -123,8 +128,11 @@ class Engine:
         else:
             n = len(request.prompt)
             with torch.no_grad():
-                logits, cache = self.model(torch.tensor([request.prompt], device=self.device), torch.arange(n, device=self.device)[None],
-                                           torch.ones(1, n, dtype=torch.bool, device=self.device))
+                logits, cache = self.model(
+                    torch.tensor([request.prompt], device=self.device),
+                    torch.arange(n, device=self.device)[None],
+                    torch.ones(1, n, dtype=torch.bool, device=self.device),
+                )
             request.last, request.cache, request.length = logits[:, -1], cache, n
         request.decode_from = time.perf_counter()
         request.prefill_s = request.decode_from - started
@@ -135,16 +143,27 @@ class Engine:
         for request in self.active:
             chosen, own, top_ids, top_values = step_outputs(request.last, MAX_TOP_LOGPROBS)
             request.generated += 1
-            event = {"token_id": int(chosen[0]), "logprob": float(own[0]), "top_ids": top_ids[0].tolist()[: request.top_k],
-                     "top_logprobs": top_values[0].tolist()[: request.top_k], "done": request.generated >= request.max_tokens}
+            event = {
+                "token_id": int(chosen[0]),
+                "logprob": float(own[0]),
+                "top_ids": top_ids[0].tolist()[: request.top_k],
+                "top_logprobs": top_values[0].tolist()[: request.top_k],
+                "done": request.generated >= request.max_tokens,
+            }
             emitted.append((request, event))
             if event["done"]:  # the request's own timing, in llama.cpp's fields, for a client that could not time it
-                event["timings"] = timings(len(request.prompt), request.prefill_s, request.generated, time.perf_counter() - request.decode_from)
+                event["timings"] = timings(
+                    len(request.prompt), request.prefill_s, request.generated, time.perf_counter() - request.decode_from
+                )
             else:
                 going.append((request, chosen[0]))
         if going:
             with torch.no_grad():
-                (self._advance_tiled if self.mode in PACKED_KERNELS else {"default": self._advance_together, "one-by-one": self._advance_alone}[self.mode])(going)
+                (
+                    self._advance_tiled
+                    if self.mode in PACKED_KERNELS
+                    else {"default": self._advance_together, "one-by-one": self._advance_alone}[self.mode]
+                )(going)
         return emitted
 
     def _prefill_tiled(self, request: _Request) -> None:
@@ -162,14 +181,18 @@ class Engine:
         cache = self._pool.regroup(requests)
         rows = torch.arange(len(requests), device=self.device)
         positions = torch.tensor([r.length for r in requests], device=self.device)
-        logits = PACKED_KERNELS[self.mode].forward(self.model, torch.stack([t for _, t in going]), positions, rows, cache, want=rows)
+        logits = PACKED_KERNELS[self.mode].forward(
+            self.model, torch.stack([t for _, t in going]), positions, rows, cache, want=rows
+        )
         for row, request in enumerate(requests):
-            request.last, request.length = logits[row:row + 1], request.length + 1
+            request.last, request.length = logits[row : row + 1], request.length + 1
 
     def _advance_alone(self, going) -> None:
         for request, token in going:
             valid = torch.ones(1, request.length + 1, dtype=torch.bool, device=self.device)
-            logits, request.cache = self.model(token.view(1, 1), torch.tensor([[request.length]], device=self.device), valid, request.cache)
+            logits, request.cache = self.model(
+                token.view(1, 1), torch.tensor([[request.length]], device=self.device), valid, request.cache
+            )
             request.last, request.length = logits[:, -1], request.length + 1
 
     def _advance_together(self, going) -> None:
@@ -186,14 +209,14 @@ class Engine:
             caches.append((torch.cat(ks), torch.cat(vs)))
         valid = torch.zeros(len(going), longest + 1, dtype=torch.bool, device=self.device)
         for row, (request, _) in enumerate(going):
-            valid[row, longest - request.length:] = True
+            valid[row, longest - request.length :] = True
         tokens = torch.stack([t for _, t in going]).view(-1, 1)
         positions = torch.tensor([[r.length] for r, _ in going], device=self.device)
         logits, new = self.model(tokens, positions, valid, caches)
         for row, (request, _) in enumerate(going):
             start = longest - request.length
-            request.cache = [(k[row:row + 1, :, start:], v[row:row + 1, :, start:]) for k, v in new]
-            request.last, request.length = logits[row:row + 1, -1], request.length + 1
+            request.cache = [(k[row : row + 1, :, start:], v[row : row + 1, :, start:]) for k, v in new]
+            request.last, request.length = logits[row : row + 1, -1], request.length + 1
 
 
 def timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, float | int | None]:
@@ -224,8 +247,15 @@ def timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float
     >>> timings(18, 0.0047, 64, 0.0205)["predicted_per_second"]
     3121.95
     """
+
     def per_second(n: int, s: float) -> float | None:
         return round(n / s, 2) if s > 0 else None
 
-    return {"prompt_n": prompt_n, "prompt_ms": round(1000 * prompt_s, 3), "prompt_per_second": per_second(prompt_n, prompt_s),
-            "predicted_n": predicted_n, "predicted_ms": round(1000 * predicted_s, 3), "predicted_per_second": per_second(predicted_n, predicted_s)}
+    return {
+        "prompt_n": prompt_n,
+        "prompt_ms": round(1000 * prompt_s, 3),
+        "prompt_per_second": per_second(prompt_n, prompt_s),
+        "predicted_n": predicted_n,
+        "predicted_ms": round(1000 * predicted_s, 3),
+        "predicted_per_second": per_second(predicted_n, predicted_s),
+    }

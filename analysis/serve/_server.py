@@ -52,7 +52,9 @@ def serve(app, host: str, port: int, *, said: str, say=None) -> bool:
         server.run()
     except KeyboardInterrupt:  # Ctrl-C stops it, as uvicorn.run does
         pass
-    except SystemExit:  # uvicorn's own exit when it cannot start (its exit 3, bia's code for a missing path): the caller says so
+    except (
+        SystemExit
+    ):  # uvicorn's own exit when it cannot start (its exit 3, bia's code for a missing path): the caller says so
         if server.started:
             raise
     return server.started
@@ -70,7 +72,9 @@ class BackgroundServer:
     ...     run_dir = asyncio.run(probe(server.url, "runs/demo", prompts=["If the argument is"], server_log=server.log_file))
     """
 
-    def __init__(self, mode: str = "default", *, model_path=None, log_file=None, dtype: str = "float32", device: str = "cpu") -> None:
+    def __init__(
+        self, mode: str = "default", *, model_path=None, log_file=None, dtype: str = "float32", device: str = "cpu"
+    ) -> None:
         import socket
         import threading
         from pathlib import Path

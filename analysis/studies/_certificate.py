@@ -45,7 +45,9 @@ def certificate(run: Any, *, target_rate: float = 0.01, confidence: float = 0.95
     return judge_runs(run, target_rate=target_rate, confidence=confidence)
 
 
-def certificate_document(judgement: Judgement | list[pl.DataFrame], *, target_rate: float, confidence: float) -> dict[str, Any]:
+def certificate_document(
+    judgement: Judgement | list[pl.DataFrame], *, target_rate: float, confidence: float
+) -> dict[str, Any]:
     """``certificate.json``: the worst verdict over every run and arm, its exit code, and each row of the judgement.
 
     Parameters
@@ -69,9 +71,22 @@ def certificate_document(judgement: Judgement | list[pl.DataFrame], *, target_ra
     >>> doc["verdict"], doc["exit_code"], doc["requests_needed"], doc["arms"][0]["cause"]
     ('RED', 5, 299, 'prompt cache')
     """
-    frames = judgement.frame if isinstance(judgement, Judgement) else pl.concat(judgement, how="vertical") if judgement else None
+    frames = (
+        judgement.frame
+        if isinstance(judgement, Judgement)
+        else pl.concat(judgement, how="vertical")
+        if judgement
+        else None
+    )
     arms = frames.to_dicts() if frames is not None else []
     verdict = worst([arm["verdict"] for arm in arms])
-    return {"certificate_version": CERTIFICATE_VERSION, "verdict": verdict, "exit_code": EXIT_CODES[verdict], "target_rate": target_rate,
-            "confidence": confidence, "bound": "one-sided exact Clopper-Pearson upper bound on the divergence rate of batched requests (c > 1)",
-            "requests_needed": requests_needed(target_rate, confidence), "arms": arms}
+    return {
+        "certificate_version": CERTIFICATE_VERSION,
+        "verdict": verdict,
+        "exit_code": EXIT_CODES[verdict],
+        "target_rate": target_rate,
+        "confidence": confidence,
+        "bound": "one-sided exact Clopper-Pearson upper bound on the divergence rate of batched requests (c > 1)",
+        "requests_needed": requests_needed(target_rate, confidence),
+        "arms": arms,
+    }

@@ -9,8 +9,6 @@ from typing import Any, cast
 import polars as pl
 
 
-
-
 def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataFrame:
     """Runs side by side (for example one experiment's kernel modes): the parity each bought against the
     m=1 reference and what it cost in decode rate, per run and band, as the Thinking Machines study
@@ -38,10 +36,18 @@ def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataF
         mode = (run.manifest.get("effective") or {}).get("kernel_mode") or engine_label(run)
         for (c,), group in slots.group_by(["c"], maintain_order=True):
             rates = group["decode_tok_s"].drop_nulls()
-            rows.append({"run": run.label, "kernel_mode": mode, "c": c, "requests": group.height,
-                         "bit_identical_share": float(cast(float, (group["bitwise_prefix"] == group["length"]).mean())),
-                         "token_flips": int(group["diverged"].sum()), "max_ulp": group["max_ulp"].max(),
-                         "median_decode_tok_s": float(cast(float, rates.median())) if rates.len() else None})
+            rows.append(
+                {
+                    "run": run.label,
+                    "kernel_mode": mode,
+                    "c": c,
+                    "requests": group.height,
+                    "bit_identical_share": float(cast(float, (group["bitwise_prefix"] == group["length"]).mean())),
+                    "token_flips": int(group["diverged"].sum()),
+                    "max_ulp": group["max_ulp"].max(),
+                    "median_decode_tok_s": float(cast(float, rates.median())) if rates.len() else None,
+                }
+            )
     if not rows:
         return pl.DataFrame(schema={"run": pl.String, "c": pl.Int64})
     _against_default(rows)

@@ -18,9 +18,19 @@ from ..metrics import parity
 from ..run import RunError, RunLike, read_run, references, slot_table
 from ._comparison import engine_label
 
-_SCHEMA = {"engine": pl.String, "run": pl.String, "role": pl.String, "c": pl.Int64, "requests": pl.Int64, "token_identical": pl.Int64,
-           "earliest_divergence": pl.Int64, "min_bitwise_prefix": pl.Int64, "max_ulp": pl.Int64, "max_abs_delta": pl.Float64,
-           "own_m1_bit_identical": pl.Float64}
+_SCHEMA = {
+    "engine": pl.String,
+    "run": pl.String,
+    "role": pl.String,
+    "c": pl.Int64,
+    "requests": pl.Int64,
+    "token_identical": pl.Int64,
+    "earliest_divergence": pl.Int64,
+    "min_bitwise_prefix": pl.Int64,
+    "max_ulp": pl.Int64,
+    "max_abs_delta": pl.Float64,
+    "own_m1_bit_identical": pl.Float64,
+}
 
 
 def engine_table(runs: Iterable[Any], *, reference: Any = 0) -> pl.DataFrame:
@@ -72,8 +82,10 @@ def _check_same_prompts(run: Any, base: Any) -> None:
     ours, theirs = _prompt_texts(run), _prompt_texts(base)
     for prompt in sorted(ours.keys() & theirs.keys()):
         if ours[prompt] is not None and theirs[prompt] is not None and ours[prompt] != theirs[prompt]:
-            raise RunError(f"{run.path or 'assembled run'}: prompt {prompt!r} is {ours[prompt]!r}, but {base.path or 'the reference'} "
-                           f"sent {theirs[prompt]!r} under that id; engines are compared on the same prompts")
+            raise RunError(
+                f"{run.path or 'assembled run'}: prompt {prompt!r} is {ours[prompt]!r}, but {base.path or 'the reference'} "
+                f"sent {theirs[prompt]!r} under that id; engines are compared on the same prompts"
+            )
 
 
 def _engine_rows(run: Any, base: Any) -> pl.DataFrame:
@@ -82,12 +94,21 @@ def _engine_rows(run: Any, base: Any) -> pl.DataFrame:
     where = run.label
     against, own = slot_table(run, reference=base), slot_table(run)
     own_c = own.group_by("c").agg((pl.col("bitwise_prefix") == pl.col("length")).mean().alias("own_m1_bit_identical"))
-    bands = (against.group_by("c").agg(
-        pl.len().alias("requests"), (~pl.col("diverged")).sum().alias("token_identical"),
-        pl.col("divergence_at").filter(pl.col("diverged")).min().alias("earliest_divergence"),
-        pl.col("bitwise_prefix").min().alias("min_bitwise_prefix"), pl.col("max_ulp").max(), pl.col("max_abs_delta").max())
-        .join(own_c, on="c", how="left").rename({"c": "c"}).sort("c")
-        .with_columns(engine=pl.lit(label), run=pl.lit(where), role=pl.lit("band")))
+    bands = (
+        against.group_by("c")
+        .agg(
+            pl.len().alias("requests"),
+            (~pl.col("diverged")).sum().alias("token_identical"),
+            pl.col("divergence_at").filter(pl.col("diverged")).min().alias("earliest_divergence"),
+            pl.col("bitwise_prefix").min().alias("min_bitwise_prefix"),
+            pl.col("max_ulp").max(),
+            pl.col("max_abs_delta").max(),
+        )
+        .join(own_c, on="c", how="left")
+        .rename({"c": "c"})
+        .sort("c")
+        .with_columns(engine=pl.lit(label), run=pl.lit(where), role=pl.lit("band"))
+    )
     return pl.concat([_reference_row(run, base, label, where), bands.select(list(_SCHEMA))], how="vertical_relaxed")
 
 
@@ -98,14 +119,24 @@ def _reference_row(run: Any, base: Any, label: str, where: str) -> pl.DataFrame:
     alone = [parity.compare(first[p], second[p]) for p in sorted(first.keys() & second.keys())]
     parted = [cast(int, c.divergence_at) for c in compared if c.diverged]  # a diverged comparison has its divergence_at
     repeat_same = [c.bitwise_prefix == min(c.length, c.reference_length) for c in alone]
-    return pl.DataFrame([{
-        "engine": label, "run": where, "role": "m=1", "c": None, "requests": len(compared),
-        "token_identical": sum(not c.diverged for c in compared), "earliest_divergence": min(parted, default=None),
-        "min_bitwise_prefix": min((c.bitwise_prefix for c in compared), default=None),
-        "max_ulp": max((c.max_ulp for c in compared if c.max_ulp is not None), default=None),
-        "max_abs_delta": max((c.max_abs_delta for c in compared if c.max_abs_delta is not None), default=None),
-        "own_m1_bit_identical": sum(repeat_same) / len(repeat_same) if repeat_same else None,
-    }], schema=_SCHEMA)
+    return pl.DataFrame(
+        [
+            {
+                "engine": label,
+                "run": where,
+                "role": "m=1",
+                "c": None,
+                "requests": len(compared),
+                "token_identical": sum(not c.diverged for c in compared),
+                "earliest_divergence": min(parted, default=None),
+                "min_bitwise_prefix": min((c.bitwise_prefix for c in compared), default=None),
+                "max_ulp": max((c.max_ulp for c in compared if c.max_ulp is not None), default=None),
+                "max_abs_delta": max((c.max_abs_delta for c in compared if c.max_abs_delta is not None), default=None),
+                "own_m1_bit_identical": sum(repeat_same) / len(repeat_same) if repeat_same else None,
+            }
+        ],
+        schema=_SCHEMA,
+    )
 
 
 def default_engine_reference(runs: list[Any]) -> int:
@@ -128,7 +159,9 @@ def default_engine_reference(runs: list[Any]) -> int:
     """
     for k, run in enumerate(runs):
         identity = run.manifest.get("identity") or {}
-        if "torch" in str(identity.get("engine") or "") and (run.manifest.get("effective") or {}).get("kernel_mode") == "default":
+        if (
+            "torch" in str(identity.get("engine") or "")
+            and (run.manifest.get("effective") or {}).get("kernel_mode") == "default"
+        ):
             return k
     return 0
-

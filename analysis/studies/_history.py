@@ -59,7 +59,9 @@ def _read_folder(folder: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame
     frames = []
     for name, schema in (("entries", ENTRY_SCHEMA), ("bands", BAND_SCHEMA), ("markers", MARKER_SCHEMA)):
         parts = sorted((folder / name).glob("part-*.parquet"))
-        frames.append(pl.concat([pl.read_parquet(p) for p in parts], how="vertical") if parts else pl.DataFrame(schema=schema))
+        frames.append(
+            pl.concat([pl.read_parquet(p) for p in parts], how="vertical") if parts else pl.DataFrame(schema=schema)
+        )
     entries, bands, markers = frames
     return entries, bands, markers
 
@@ -90,7 +92,9 @@ def read_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[st
     return _history_of(entries, bands, markers)
 
 
-def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], folder: str | os.PathLike[str]) -> History:
+def append_history(
+    sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], folder: str | os.PathLike[str]
+) -> History:
     """Add sources to the history folder ``folder`` (made when missing) and return the whole history.
 
     Entries the folder already holds are not added again, so a job may append the same sources
@@ -125,23 +129,29 @@ def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
     3
     """
     folder = Path(folder)
-    if folder.exists() and not _is_history(folder):  # an empty folder may become one; anything else is refused, never cleared
-        if folder.is_file() or any(folder.iterdir()):
-            raise OutputExists(f"{folder}: the history folder holds something that is not a bia history (no history.json); "
-                               "give a new or empty folder")
+    # an empty folder may become one; anything else is refused, never cleared
+    if folder.exists() and not _is_history(folder) and (folder.is_file() or any(folder.iterdir())):
+        raise OutputExists(
+            f"{folder}: the history folder holds something that is not a bia history (no history.json); "
+            "give a new or empty folder"
+        )
     # the folder's version, then every source, are read before the folder is made or touched: a fault leaves it as it was
     known = _read_folder(folder) if _is_history(folder) else _empty_history()
     sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     appended = dt.datetime.now(dt.UTC)
     entries, bands, markers, histories = _rows_of(sources, appended)
     if histories:
-        raise HistoryError(f"{histories[0]}: a history folder cannot be appended to another; read both with read_history")
+        raise HistoryError(
+            f"{histories[0]}: a history folder cannot be appended to another; read both with read_history"
+        )
     if not _is_history(folder):
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / "history.json", json.dumps({"history_version": HISTORY_VERSION}))
     new_entries = entries.join(known[0].select("entry"), on="entry", how="anti").unique("entry", maintain_order=True)
     new_markers = markers.join(known[2].select("entry"), on="entry", how="anti").unique("entry", maintain_order=True)
-    new_bands = bands.join(new_entries.select("entry"), on="entry", how="semi").unique(["entry", "c"], maintain_order=True)
+    new_bands = bands.join(new_entries.select("entry"), on="entry", how="semi").unique(
+        ["entry", "c"], maintain_order=True
+    )
     stamp = appended.strftime("%Y%m%dT%H%M%S%fZ")
     for name, frame in (("entries", new_entries), ("bands", new_bands), ("markers", new_markers)):
         if frame.height:
@@ -149,9 +159,20 @@ def append_history(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
             part = folder / name / f"part-{stamp}.parquet"
             frame.write_parquet(part.with_suffix(".part"))
             os.replace(part.with_suffix(".part"), part)  # a part appears whole or not at all
-    _keep_originals(folder, pl.concat([new_entries.select("entry", "kind", "source"), new_markers.select("entry", "source")
-                                       .with_columns(kind=pl.lit("marker")).select("entry", "kind", "source")]))
-    return _history_of(*(pl.concat([old, new], how="vertical") for old, new in zip(known, (new_entries, new_bands, new_markers))))
+    _keep_originals(
+        folder,
+        pl.concat(
+            [
+                new_entries.select("entry", "kind", "source"),
+                new_markers.select("entry", "source")
+                .with_columns(kind=pl.lit("marker"))
+                .select("entry", "kind", "source"),
+            ]
+        ),
+    )
+    return _history_of(
+        *(pl.concat([old, new], how="vertical") for old, new in zip(known, (new_entries, new_bands, new_markers)))
+    )
 
 
 def _keep_originals(folder: Path, added: pl.DataFrame) -> None:

@@ -32,19 +32,47 @@ if TYPE_CHECKING:
     from polars._typing import PolarsDataType
 
 ENTRY_SCHEMA: dict[str, PolarsDataType] = {
-    "entry": pl.String, "kind": pl.String, "source": pl.String, "time": pl.Datetime("us", "UTC"), "time_origin": pl.String,
-    "host": pl.String, "engine": pl.String, "model": pl.String, "commit": pl.String, "settings": pl.String,
-    "verdict": pl.String, "appended": pl.Datetime("us", "UTC")
+    "entry": pl.String,
+    "kind": pl.String,
+    "source": pl.String,
+    "time": pl.Datetime("us", "UTC"),
+    "time_origin": pl.String,
+    "host": pl.String,
+    "engine": pl.String,
+    "model": pl.String,
+    "commit": pl.String,
+    "settings": pl.String,
+    "verdict": pl.String,
+    "appended": pl.Datetime("us", "UTC"),
 }
 BAND_SCHEMA: dict[str, PolarsDataType] = {
-    "entry": pl.String, "time": pl.Datetime("us", "UTC"), "host": pl.String, "engine": pl.String, "model": pl.String,
-    "commit": pl.String, "c": pl.Int64, "requests": pl.Int64, "earliest_divergence": pl.Int64, "bit_identical_share": pl.Float64,
-    "token_identical_share": pl.Float64, "unique_completions": pl.Int64, "decode_tok_s": pl.Float64, "decode_ratio": pl.Float64,
-    "decode_ratio_low": pl.Float64, "decode_ratio_high": pl.Float64, "result": pl.String
+    "entry": pl.String,
+    "time": pl.Datetime("us", "UTC"),
+    "host": pl.String,
+    "engine": pl.String,
+    "model": pl.String,
+    "commit": pl.String,
+    "c": pl.Int64,
+    "requests": pl.Int64,
+    "earliest_divergence": pl.Int64,
+    "bit_identical_share": pl.Float64,
+    "token_identical_share": pl.Float64,
+    "unique_completions": pl.Int64,
+    "decode_tok_s": pl.Float64,
+    "decode_ratio": pl.Float64,
+    "decode_ratio_low": pl.Float64,
+    "decode_ratio_high": pl.Float64,
+    "result": pl.String,
 }
 MARKER_SCHEMA: dict[str, PolarsDataType] = {
-    "entry": pl.String, "source": pl.String, "time": pl.Datetime("us", "UTC"), "host": pl.String, "commit": pl.String,
-    "status": pl.String, "max_m": pl.Int64, "cc": pl.String
+    "entry": pl.String,
+    "source": pl.String,
+    "time": pl.Datetime("us", "UTC"),
+    "host": pl.String,
+    "commit": pl.String,
+    "status": pl.String,
+    "max_m": pl.Int64,
+    "cc": pl.String,
 }
 
 
@@ -52,8 +80,18 @@ MARKER_SCHEMA: dict[str, PolarsDataType] = {
 # the effective winning): a run with other values of them is in another series. Settings that do not
 # change what is computed (the server log, the log pattern, streaming) or that name a version
 # (llama.cpp's build_info, vLLM's version: what a regression is looked for across) are left out.
-RESULT_SETTINGS = ("kernel_mode", "dtype", "device", "layout", "batch_invariant", "deterministic_inference", "prompt_cache",
-                   "radix_cache_disabled", "attention_backend", "tp_size")
+RESULT_SETTINGS = (
+    "kernel_mode",
+    "dtype",
+    "device",
+    "layout",
+    "batch_invariant",
+    "deterministic_inference",
+    "prompt_cache",
+    "radix_cache_disabled",
+    "attention_backend",
+    "tp_size",
+)
 
 
 def series_settings(kind: str | None, settings: str | None) -> str | None:
@@ -97,7 +135,6 @@ def _setting(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-
 @dataclass(frozen=True)
 class History:
     """Entries, bands and markers over time (see the module docstring)."""
@@ -114,14 +151,26 @@ class History:
         from ..core import cell, summary_html
 
         span = self.entries["time"].drop_nulls()
-        facts = [("entries", self.entries.height), ("series (host, engine, model, settings)", self.entries.select(SERIES).unique().height),
-                 ("from", span.min() if span.len() else None), ("to", span.max() if span.len() else None),  # as every time is shown
-                 ("markers", self.markers.height)]
-        lines = [(f"{r['rule']}: {r['host']} {r['engine']} c={r['c']}, first bad {cell(r['first_bad_time'])}", "fail")
-                 for r in self.regressions().iter_rows(named=True)]
+        facts = [
+            ("entries", self.entries.height),
+            ("series (host, engine, model, settings)", self.entries.select(SERIES).unique().height),
+            ("from", span.min() if span.len() else None),
+            ("to", span.max() if span.len() else None),  # as every time is shown
+            ("markers", self.markers.height),
+        ]
+        lines = [
+            (f"{r['rule']}: {r['host']} {r['engine']} c={r['c']}, first bad {cell(r['first_bad_time'])}", "fail")
+            for r in self.regressions().iter_rows(named=True)
+        ]
         # a commit's 40 hex digits are most of a row: 10 are enough to tell commits apart, the rest in each cell's tooltip
-        return summary_html("bia history", None, facts, lines, self.entries.select("time", "kind", *SERIES, "commit", "verdict"),
-                            shorten={"commit": 10})
+        return summary_html(
+            "bia history",
+            None,
+            facts,
+            lines,
+            self.entries.select("time", "kind", *SERIES, "commit", "verdict"),
+            shorten={"commit": 10},
+        )
 
     def regressions(self, rules: Iterable[Rule] = REGRESSION_RULES) -> pl.DataFrame:
         """Each place a rule finds a band that was good and is not: the last good and the first bad
@@ -145,8 +194,18 @@ def _history_of(entries: pl.DataFrame, bands: pl.DataFrame, markers: pl.DataFram
     """A History of these rows, each entry (and each entry's band at c) once, in time order, each entry
     and band with its ``series_settings`` (derived here, so a history folder written before them has them too)."""
     entries = entries.unique("entry", keep="first", maintain_order=True)
-    entries = entries.with_columns(pl.Series("series_settings", [series_settings(kind, settings) for kind, settings
-                                                                  in entries.select("kind", "settings").iter_rows()], dtype=pl.String))
-    bands = bands.unique(["entry", "c"], keep="first", maintain_order=True).join(entries.select("entry", "series_settings"), on="entry",
-                                                                                 how="left", maintain_order="left")
-    return History(entries.sort("time"), bands.sort("time", "c"), markers.unique("entry", keep="first", maintain_order=True).sort("time"))
+    entries = entries.with_columns(
+        pl.Series(
+            "series_settings",
+            [series_settings(kind, settings) for kind, settings in entries.select("kind", "settings").iter_rows()],
+            dtype=pl.String,
+        )
+    )
+    bands = bands.unique(["entry", "c"], keep="first", maintain_order=True).join(
+        entries.select("entry", "series_settings"), on="entry", how="left", maintain_order="left"
+    )
+    return History(
+        entries.sort("time"),
+        bands.sort("time", "c"),
+        markers.unique("entry", keep="first", maintain_order=True).sort("time"),
+    )

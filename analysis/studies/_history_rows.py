@@ -46,29 +46,71 @@ def _witness_rows(sources: list[str], appended: dt.datetime) -> tuple[list[dict]
     from ._witness_judgement import judge_witnesses
 
     ws = read_witnesses(sources, progress=False)
-    verdict_of = dict(judge_witnesses(ws).frame.select("run", "verdict").iter_rows())  # the judgement every surface renders
+    verdict_of = dict(
+        judge_witnesses(ws).frame.select("run", "verdict").iter_rows()
+    )  # the judgement every surface renders
     entry_of = {source: _digest(text.encode("utf-8")) for source, text in ws.texts.items()}
-    markers = [{"entry": entry_of[m["source"]], "source": m["source"], "time": m["started_utc"], "host": m["host"], "commit": m["commit"],
-                "status": m["status"], "max_m": m["max_m"], "cc": m["cc"]} for m in ws.markers.iter_rows(named=True)]
-    released = {(m["host"], m["commit"]): m["time"] for m in sorted(markers, key=lambda m: m["time"] or appended, reverse=True)}
+    markers = [
+        {
+            "entry": entry_of[m["source"]],
+            "source": m["source"],
+            "time": m["started_utc"],
+            "host": m["host"],
+            "commit": m["commit"],
+            "status": m["status"],
+            "max_m": m["max_m"],
+            "cc": m["cc"],
+        }
+        for m in ws.markers.iter_rows(named=True)
+    ]
+    released = {
+        (m["host"], m["commit"]): m["time"] for m in sorted(markers, key=lambda m: m["time"] or appended, reverse=True)
+    }
     entries, bands = [], []
     slots = ws.slots.with_columns(held=pl.col("agree_to") >= pl.col("completion_tokens"))
     for w in ws.witnesses.iter_rows(named=True):
         when = released.get((w["host"], w["commit"]))
         settings = {k[4:]: v for k, v in w.items() if k.startswith("env_") and v is not None}
-        key = {"entry": entry_of[w["source"]], "time": when or appended, "host": w["host"], "engine": f"aprender {w['probe']}",
-               "model": w["model_path"], "commit": w["commit"]}
-        entries.append({**key, "kind": "witness", "source": w["source"], "time_origin": "release marker" if when else "appended",
-                        "settings": json.dumps(settings, sort_keys=True), "verdict": verdict_of[w["source"]], "appended": appended})
+        key = {
+            "entry": entry_of[w["source"]],
+            "time": when or appended,
+            "host": w["host"],
+            "engine": f"aprender {w['probe']}",
+            "model": w["model_path"],
+            "commit": w["commit"],
+        }
+        entries.append(
+            {
+                **key,
+                "kind": "witness",
+                "source": w["source"],
+                "time_origin": "release marker" if when else "appended",
+                "settings": json.dumps(settings, sort_keys=True),
+                "verdict": verdict_of[w["source"]],
+                "appended": appended,
+            }
+        )
         mine = ws.bands.filter(pl.col("source") == w["source"])
         rates = dict(zip(mine["c"].to_list(), mine["decode_tok_s"].to_list()))
         for b in mine.iter_rows(named=True):
             held = slots.filter((pl.col("source") == w["source"]) & (pl.col("c") == b["c"]))["held"].drop_nulls()
             ratio = rates[b["c"]] / rates[1] if rates.get(1) and rates.get(b["c"]) is not None else None
-            bands.append({**key, "c": b["c"], "requests": b["n_slots"], "earliest_divergence": b["divergence_at"], "bit_identical_share": None,
-                          "token_identical_share": float(held.mean()) if held.len() else None, "unique_completions": None,
-                          "decode_tok_s": b["decode_tok_s"], "decode_ratio": ratio, "decode_ratio_low": None, "decode_ratio_high": None,
-                          "result": b["derived_result"]})
+            bands.append(
+                {
+                    **key,
+                    "c": b["c"],
+                    "requests": b["n_slots"],
+                    "earliest_divergence": b["divergence_at"],
+                    "bit_identical_share": None,
+                    "token_identical_share": float(held.mean()) if held.len() else None,
+                    "unique_completions": None,
+                    "decode_tok_s": b["decode_tok_s"],
+                    "decode_ratio": ratio,
+                    "decode_ratio_low": None,
+                    "decode_ratio_high": None,
+                    "result": b["derived_result"],
+                }
+            )
     return entries, bands, markers
 
 
@@ -92,26 +134,58 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     identity = manifest.get("identity") or {}
     when = _utc(manifest.get("started")) or _utc(manifest.get("finished"))
     settings = {**(manifest.get("requested") or {}), **(manifest.get("effective") or {})}
-    key = {"entry": _run_digest(folder), "time": when or appended, "host": identity.get("host"), "engine": identity.get("engine"),
-           "model": (identity.get("model") or {}).get("path"), "commit": identity.get("commit")}
-    entry = {**key, "kind": "run", "source": str(folder), "time_origin": "manifest" if when else "appended",
-             "settings": json.dumps(settings, sort_keys=True, default=str), "verdict": judge_runs(run).verdict, "appended": appended}
+    key = {
+        "entry": _run_digest(folder),
+        "time": when or appended,
+        "host": identity.get("host"),
+        "engine": identity.get("engine"),
+        "model": (identity.get("model") or {}).get("path"),
+        "commit": identity.get("commit"),
+    }
+    entry = {
+        **key,
+        "kind": "run",
+        "source": str(folder),
+        "time_origin": "manifest" if when else "appended",
+        "settings": json.dumps(settings, sort_keys=True, default=str),
+        "verdict": judge_runs(run).verdict,
+        "appended": appended,
+    }
     slots = slot_table(run)
     unique = band_table(run).group_by("c").agg(pl.col("unique_completions").max())
     rates = {c: group["decode_tok_s"].drop_nulls().to_list() for (c,), group in slots.group_by(["c"])}
-    per_c = slots.group_by("c").agg(
-        pl.len().alias("requests"), pl.col("divergence_at").min().alias("earliest_divergence"),
-        (pl.col("bitwise_prefix") == pl.col("length")).mean().alias("bit_identical_share"),
-        (~pl.col("diverged")).mean().alias("token_identical_share"), pl.col("decode_tok_s").median().alias("decode_tok_s"),
-    ).join(unique, on="c", how="left").sort("c")
+    per_c = (
+        slots.group_by("c")
+        .agg(
+            pl.len().alias("requests"),
+            pl.col("divergence_at").min().alias("earliest_divergence"),
+            (pl.col("bitwise_prefix") == pl.col("length")).mean().alias("bit_identical_share"),
+            (~pl.col("diverged")).mean().alias("token_identical_share"),
+            pl.col("decode_tok_s").median().alias("decode_tok_s"),
+        )
+        .join(unique, on="c", how="left")
+        .sort("c")
+    )
     bands = []
     for b in per_c.iter_rows(named=True):
         base, batched = rates.get(1) or [], rates.get(b["c"]) or []
         ratio = _decode_ratio(base, batched)
-        bands.append({**key, "c": b["c"], "requests": b["requests"], "earliest_divergence": b["earliest_divergence"],
-                      "bit_identical_share": b["bit_identical_share"], "token_identical_share": b["token_identical_share"],
-                      "unique_completions": b["unique_completions"], "decode_tok_s": b["decode_tok_s"], "decode_ratio": ratio[0],
-                      "decode_ratio_low": ratio[1], "decode_ratio_high": ratio[2], "result": None})
+        bands.append(
+            {
+                **key,
+                "c": b["c"],
+                "requests": b["requests"],
+                "earliest_divergence": b["earliest_divergence"],
+                "bit_identical_share": b["bit_identical_share"],
+                "token_identical_share": b["token_identical_share"],
+                "unique_completions": b["unique_completions"],
+                "decode_tok_s": b["decode_tok_s"],
+                "decode_ratio": ratio[0],
+                "decode_ratio_low": ratio[1],
+                "decode_ratio_high": ratio[2],
+                "result": None,
+            }
+        )
     return entry, bands
 
 
@@ -171,7 +245,9 @@ def _split(sources: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[
     return histories, runs, documents
 
 
-def _rows_of(sources: Iterable[str | os.PathLike[str]], appended: dt.datetime) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list]:
+def _rows_of(
+    sources: Iterable[str | os.PathLike[str]], appended: dt.datetime
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list]:
     """The three frames of sources that are not history folders, and the history folders given."""
     histories, runs, documents = _split(sources)
     entries: list[dict[str, Any]] = []
@@ -179,7 +255,9 @@ def _rows_of(sources: Iterable[str | os.PathLike[str]], appended: dt.datetime) -
     markers: list[dict[str, Any]] = []
     if documents:
         entries, bands, markers = _witness_rows(expand_sources(documents), appended)
-    for folder in show_progress(list(runs), None, "reading runs", unit="run"):  # each run is parsed whole: a bar on a terminal when there are several
+    for folder in show_progress(
+        list(runs), None, "reading runs", unit="run"
+    ):  # each run is parsed whole: a bar on a terminal when there are several
         entry, run_bands = _run_rows(folder, appended)
         entries.append(entry)
         bands += run_bands

@@ -46,7 +46,10 @@ def judge(subjects: Any, *, target_rate: float = 0.01, confidence: float = 0.95)
         subjects = [subjects]
     judgement = Judgement(judge_runs([], target_rate=target_rate, confidence=confidence).frame)
     runs: list[Any] = []
-    for subject in [*subjects, None]:  # runs are judged together (a fix measured beside a run), witness sets where they stand
+    for subject in [
+        *subjects,
+        None,
+    ]:  # runs are judged together (a fix measured beside a run), witness sets where they stand
         if subject is not None and not isinstance(subject, WitnessSet):
             runs.append(subject)
             continue

@@ -63,8 +63,13 @@ class Subject:
 
 
 def _subject(run: Run) -> Subject:
-    return Subject(run.label, run.manifest, [int(c) for c in run.ladder], lambda first, arm: _batched_cause(run, first, arm),
-                   lambda: _cache_served(run))
+    return Subject(
+        run.label,
+        run.manifest,
+        [int(c) for c in run.ladder],
+        lambda first, arm: _batched_cause(run, first, arm),
+        lambda: _cache_served(run),
+    )
 
 
 def judge_runs(runs: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> Judgement:
@@ -98,8 +103,12 @@ def judge_runs(runs: Any, *, target_rate: float = 0.01, confidence: float = 0.95
     needed = requests_needed(target_rate, confidence)  # checks both arguments before any run is read
     if isinstance(runs, (RunLike, str, os.PathLike)):
         runs = [runs]
-    frames = [_judge_run(cast(Run, run) if isinstance(run, RunLike) else read_run(os.fspath(run)), target_rate, confidence, needed)
-              for run in runs]
+    frames = [
+        _judge_run(
+            cast(Run, run) if isinstance(run, RunLike) else read_run(os.fspath(run)), target_rate, confidence, needed
+        )
+        for run in runs
+    ]
     frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=SCHEMA)
     return Judgement(_with_measured_fix(frame))
 
@@ -113,12 +122,38 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
     bands = _formation(band_table(run))
     states = _states(slots)
     alone = _alone_states(refs, states)
-    arms = [a for a in run_arms(run.manifest) if a in BATCHED_ARMS] or run_arms(run.manifest)[:1] or [legacy_arm(run.manifest)]
-    missing = pl.DataFrame(run.missing(), schema={"prompt_id": pl.String, "role": pl.String, "c": pl.Int64, "slot": pl.Int64,
-                                                  "repeat": pl.Int64, "arm": pl.String, "state": pl.String})
+    arms = (
+        [a for a in run_arms(run.manifest) if a in BATCHED_ARMS]
+        or run_arms(run.manifest)[:1]
+        or [legacy_arm(run.manifest)]
+    )
+    missing = pl.DataFrame(
+        run.missing(),
+        schema={
+            "prompt_id": pl.String,
+            "role": pl.String,
+            "c": pl.Int64,
+            "slot": pl.Int64,
+            "repeat": pl.Int64,
+            "arm": pl.String,
+            "state": pl.String,
+        },
+    )
     subject = _subject(run)
-    rows = [judge_arm(subject, arm, states.filter(pl.col("arm") == arm), alone, bands.filter(pl.col("arm") == arm),
-                       missing.filter(pl.col("arm") == arm), target_rate, confidence, needed) for arm in arms]
+    rows = [
+        judge_arm(
+            subject,
+            arm,
+            states.filter(pl.col("arm") == arm),
+            alone,
+            bands.filter(pl.col("arm") == arm),
+            missing.filter(pl.col("arm") == arm),
+            target_rate,
+            confidence,
+            needed,
+        )
+        for arm in arms
+    ]
     return pl.DataFrame(rows, schema=SCHEMA, orient="row")
 
 
@@ -126,26 +161,56 @@ def _states(rows: pl.DataFrame) -> pl.DataFrame:
     """Each request against m=1: ``tokens_parted`` (a different token, or a different length), ``bits_parted`` (the same
     tokens, a logprob whose bits differ), ``bits_unknown`` (the same tokens, no step with a logprob on both sides to
     compare), ``at`` (where it parts)."""
-    shorter = pl.col("length") != pl.col("reference_length")  # a stream that ends early took another token (its end) there
+    shorter = pl.col("length") != pl.col(
+        "reference_length"
+    )  # a stream that ends early took another token (its end) there
     tokens = (pl.col("diverged") | shorter).fill_null(True)
     # no step with a logprob on both sides (max_ulp null): the bits are unknown, not different
     unrecorded = pl.col("bitwise_prefix").is_null() | (pl.col("max_ulp").is_null() & (pl.col("length") > 0))
     bits = ~tokens & (pl.col("bitwise_prefix") < pl.col("length")).fill_null(False) & ~unrecorded
-    at = (pl.when(pl.col("diverged")).then("divergence_at")
-          .when(tokens).then(pl.min_horizontal("length", "reference_length"))
-          .when(bits).then("bitwise_prefix"))
-    return rows.with_columns(tokens_parted=tokens, bits_parted=bits, bits_unknown=~tokens & ~bits & unrecorded, position=at)
+    at = (
+        pl.when(pl.col("diverged"))
+        .then("divergence_at")
+        .when(tokens)
+        .then(pl.min_horizontal("length", "reference_length"))
+        .when(bits)
+        .then("bitwise_prefix")
+    )
+    return rows.with_columns(
+        tokens_parted=tokens, bits_parted=bits, bits_unknown=~tokens & ~bits & unrecorded, position=at
+    )
 
 
 def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
     """What the server does alone, run to run: each prompt's ref #2 against ref #1, then each request sent alone (c=1 of a
     batched arm or the repeat arm), in the order a reader is told of them (references first)."""
     columns = ["prompt_id", "c", "repeat", "slot", "role", "tokens_parted", "bits_parted", "position", "max_ulp"]
-    second = _states(refs).select("prompt_id", c=pl.lit(None, pl.Int64), repeat=pl.lit(None, pl.Int64), slot=pl.lit(1, pl.Int64),
-                                  role=pl.lit("ref #2"), tokens_parted="tokens_parted", bits_parted="bits_parted", position="position", max_ulp="max_ulp")
-    sent_alone = states.filter((pl.col("c") == 1) & pl.col("arm").is_in(ALONE_ARMS)).sort(_ORDER).select(
-        "prompt_id", c="c", repeat="repeat", slot="slot", role=pl.format("{} c=1", "arm"), tokens_parted="tokens_parted",
-        bits_parted="bits_parted", position="position", max_ulp="max_ulp")
+    second = _states(refs).select(
+        "prompt_id",
+        c=pl.lit(None, pl.Int64),
+        repeat=pl.lit(None, pl.Int64),
+        slot=pl.lit(1, pl.Int64),
+        role=pl.lit("ref #2"),
+        tokens_parted="tokens_parted",
+        bits_parted="bits_parted",
+        position="position",
+        max_ulp="max_ulp",
+    )
+    sent_alone = (
+        states.filter((pl.col("c") == 1) & pl.col("arm").is_in(ALONE_ARMS))
+        .sort(_ORDER)
+        .select(
+            "prompt_id",
+            c="c",
+            repeat="repeat",
+            slot="slot",
+            role=pl.format("{} c=1", "arm"),
+            tokens_parted="tokens_parted",
+            bits_parted="bits_parted",
+            position="position",
+            max_ulp="max_ulp",
+        )
+    )
     return pl.concat([second.sort("prompt_id").select(columns), sent_alone.select(columns)], how="vertical_relaxed")
 
 
@@ -159,8 +224,17 @@ def _formation(bands: pl.DataFrame) -> pl.DataFrame:
 # --- one arm's verdict ----------------------------------------------------------------------------------
 
 
-def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFrame, bands: pl.DataFrame, missing: pl.DataFrame,
-              target_rate: float, confidence: float, needed: int) -> dict[str, Any]:
+def judge_arm(
+    subject: Subject,
+    arm: str,
+    states: pl.DataFrame,
+    alone: pl.DataFrame,
+    bands: pl.DataFrame,
+    missing: pl.DataFrame,
+    target_rate: float,
+    confidence: float,
+    needed: int,
+) -> dict[str, Any]:
     """One arm's row (the columns of ``SCHEMA``) from its requests' states (:func:`_states` of slot rows), what was sent alone
     (:func:`_alone_states`), its bands (:func:`_formation`) and the requests its plan lacks (``Run.missing``'s rows).
 
@@ -198,13 +272,25 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
     present = set(batched["c"].unique().to_list())
     unformed = bands.filter((pl.col("c") > 1) & ~pl.col("formed")).sort("c", "prompt_id", "repeat")
     row: dict[str, Any] = {
-        "run": subject.label, "arm": arm, "engine": subject.engine, "requests": batched.height, "divergent": divergent.height,
-        "tokens_parted": int(batched["tokens_parted"].sum()), "bits_only": int(batched["bits_parted"].sum()),
-        "bits_unknown": int(batched["bits_unknown"].sum()), "alone": alone.height, "alone_parted": alone_parted.height,
-        "bands": bands.filter(pl.col("c") > 1).height, "bands_unformed": unformed.height,
+        "run": subject.label,
+        "arm": arm,
+        "engine": subject.engine,
+        "requests": batched.height,
+        "divergent": divergent.height,
+        "tokens_parted": int(batched["tokens_parted"].sum()),
+        "bits_only": int(batched["bits_parted"].sum()),
+        "bits_unknown": int(batched["bits_unknown"].sum()),
+        "alone": alone.height,
+        "alone_parted": alone_parted.height,
+        "bands": bands.filter(pl.col("c") > 1).height,
+        "bands_unformed": unformed.height,
         "missing": missing.filter((pl.col("c") > 1) & (pl.col("role") == "band")).height,
-        "cs_missing": [c for c in ladder if c not in present], "target_rate": target_rate, "confidence": confidence,
-        "requests_needed": needed, "max_ulp": batched["max_ulp"].max(), "cost_by_c": _cost(states),
+        "cs_missing": [c for c in ladder if c not in present],
+        "target_rate": target_rate,
+        "confidence": confidence,
+        "requests_needed": needed,
+        "max_ulp": batched["max_ulp"].max(),
+        "cost_by_c": _cost(states),
         "unformed": unformed.select("prompt_id", c="c", repeat="repeat", widest_seen="widest_seen").to_dicts(),
     }
     n = row["requests"]
@@ -216,24 +302,39 @@ def judge_arm(subject: Subject, arm: str, states: pl.DataFrame, alone: pl.DataFr
         row["reason"] = _alone_reason(row, first)
     elif divergent.height:
         first = divergent.row(0, named=True)
-        first_request = {"prompt_id": first["prompt_id"], "c": first["c"], "repeat": first["repeat"], "slot": first["slot"],
-                         "role": f"{arm} c={first['c']}", "tokens_parted": first["tokens_parted"], "position": first["position"],
-                         "max_ulp": first["max_ulp"]}
+        first_request = {
+            "prompt_id": first["prompt_id"],
+            "c": first["c"],
+            "repeat": first["repeat"],
+            "slot": first["slot"],
+            "role": f"{arm} c={first['c']}",
+            "tokens_parted": first["tokens_parted"],
+            "position": first["position"],
+            "max_ulp": first["max_ulp"],
+        }
         row.update(verdict="RED", cause=subject.cause_of(first, arm), first_request=first_request)
         row["reason"] = _red_reason(row, first_request)
     else:
         gaps = _gaps(row, ladder, subject)
         if gaps:
-            row.update(verdict="UNVERIFIED", cause="incomplete evidence", first_request=None,
-                       reason="no request parts from m=1, but " + "; ".join(gaps))
+            row.update(
+                verdict="UNVERIFIED",
+                cause="incomplete evidence",
+                first_request=None,
+                reason="no request parts from m=1, but " + "; ".join(gaps),
+            )
         else:
             green = row["upper_bound"] < target_rate
-            row.update(verdict="GREEN" if green else "AMBER", cause=None, first_request=None, reason=_bound_reason(row, green))
+            row.update(
+                verdict="GREEN" if green else "AMBER", cause=None, first_request=None, reason=_bound_reason(row, green)
+            )
     first_request = row["first_request"]
     row["first"] = _first_words(first_request) if first_request else None
     if first_request:
-        row["first_request"] = {**{k: first_request.get(k) for k in ("prompt_id", "c", "repeat", "slot", "role", "position", "max_ulp")},
-                                "parted": "tokens" if first_request["tokens_parted"] else "bits"}
+        row["first_request"] = {
+            **{k: first_request.get(k) for k in ("prompt_id", "c", "repeat", "slot", "role", "position", "max_ulp")},
+            "parted": "tokens" if first_request["tokens_parted"] else "bits",
+        }
     row["evidence"] = _evidence(row)
     row["cost"] = cost_words(row["cost_by_c"])
     row["next_step"] = next_step(subject, row)
@@ -256,9 +357,13 @@ def _gaps(row: dict[str, Any], ladder: list[int], subject: Subject) -> list[str]
     if row["bands_unformed"]:
         band = row["unformed"][0]
         seen = f"the widest seen m={band['widest_seen']}" if band["widest_seen"] is not None else "no width seen"
-        gaps.append(f"{row['bands_unformed']} of {row['bands']} batched bands never seen formed at their c (the first {_where(band)}: {seen})")
+        gaps.append(
+            f"{row['bands_unformed']} of {row['bands']} batched bands never seen formed at their c (the first {_where(band)}: {seen})"
+        )
     if row["bits_unknown"]:
-        gaps.append(f"{row['bits_unknown']} of {row['requests']} batched requests have no logprobs recorded, so their bits are unknown")
+        gaps.append(
+            f"{row['bits_unknown']} of {row['requests']} batched requests have no logprobs recorded, so their bits are unknown"
+        )
     return gaps
 
 
@@ -281,7 +386,11 @@ def _batched_cause(run: Run, first: Mapping[str, Any], arm: str) -> str:
     """The attribution ladder's cause of the first batched request that parts."""
     from ._attribution import attribution_table
 
-    table = attribution_table(run).filter((pl.col("prompt_id") == first["prompt_id"]) & (pl.col("arm") == arm)
-                                          & (pl.col("c") == first["c"]) & (pl.col("slot") == first["slot"])
-                                          & pl.col("repeat").eq_missing(first["repeat"]))
+    table = attribution_table(run).filter(
+        (pl.col("prompt_id") == first["prompt_id"])
+        & (pl.col("arm") == arm)
+        & (pl.col("c") == first["c"])
+        & (pl.col("slot") == first["slot"])
+        & pl.col("repeat").eq_missing(first["repeat"])
+    )
     return table["cause"][0] if table.height else ("mixing" if arm == "mixed" else "co-batching")

@@ -29,7 +29,8 @@ def _origin_kind(origin: str | None) -> str | None:
 def _cost(states: pl.DataFrame) -> list[dict[str, Any]]:
     """Per c > 1, the median per-request decode rate over c=1's, both sides of one origin, with a bootstrap interval."""
     timed = states.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0)).with_columns(
-        kind=pl.col("decode_rate_origin").map_elements(_origin_kind, return_dtype=pl.String))
+        kind=pl.col("decode_rate_origin").map_elements(_origin_kind, return_dtype=pl.String)
+    )
     rates = {(c, kind): group["decode_tok_s"].to_list() for (c, kind), group in timed.group_by("c", "kind")}
     out = []
     for c in sorted({c for c, _ in rates if c > 1}):
@@ -41,8 +42,19 @@ def _cost(states: pl.DataFrame) -> list[dict[str, Any]]:
             ratio, low, high = ratio_interval(base, batched)
         else:
             ratio, low, high = statistics.median(batched) / statistics.median(base), None, None
-        out.append({"c": c, "ratio": ratio, "low": low, "high": high, "origin": kind, "base_rates": len(base), "rates": len(batched),
-                    "median": statistics.median(batched), "base_median": statistics.median(base)})
+        out.append(
+            {
+                "c": c,
+                "ratio": ratio,
+                "low": low,
+                "high": high,
+                "origin": kind,
+                "base_rates": len(base),
+                "rates": len(batched),
+                "median": statistics.median(batched),
+                "base_median": statistics.median(base),
+            }
+        )
     return out
 
 
@@ -67,7 +79,10 @@ def cost_words(cost: list[Mapping[str, Any]] | None) -> str | None:
     """
     if not cost:
         return None
-    parts = [f"c={c['c']} {c['ratio']:.2f}×" + (f" ({c['low']:.2f}–{c['high']:.2f})" if c.get("low") is not None else "") for c in cost]
+    parts = [
+        f"c={c['c']} {c['ratio']:.2f}×" + (f" ({c['low']:.2f}–{c['high']:.2f})" if c.get("low") is not None else "")
+        for c in cost
+    ]
     origins = sorted({c["origin"] for c in cost})
     timing = " and ".join("streams’ timings" if o == "streams" else "the server’s timings" for o in origins)
     return f"{', '.join(parts)} of c=1’s decode rate per request ({timing})"
@@ -77,7 +92,11 @@ def _with_measured_fix(frame: pl.DataFrame) -> pl.DataFrame:
     """A RED row whose next step is bia's row-invariant mode, with what that mode cost where a row-invariant run was judged
     beside it (in the same folder): its median decode rate per request over the RED run's, at each c both timed alike."""
     rows = frame.to_dicts()
-    fixes = {str(PurePath(r["run"]).parent): r for r in rows if PurePath(r["run"]).name == "row-invariant" and r["verdict"] in ("GREEN", "AMBER")}
+    fixes = {
+        str(PurePath(r["run"]).parent): r
+        for r in rows
+        if PurePath(r["run"]).name == "row-invariant" and r["verdict"] in ("GREEN", "AMBER")
+    }
     for row in rows:
         fix = fixes.get(str(PurePath(row["run"]).parent))
         if fix and row["verdict"] == "RED" and row["next_step"].endswith("--modes row-invariant"):

@@ -16,18 +16,65 @@ VERDICTS = ("GREEN", "AMBER", "UNVERIFIED", "RED")
 # bia's exit codes 2, 3, 4 and 6 say the input was bad (docs/cli.md); 5 is a check that failed, as shape-check's NOT ADMISSIBLE
 EXIT_CODES = {"GREEN": 0, "RED": 5, "UNVERIFIED": 7, "AMBER": 8}
 
-_FIRST = pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "slot": pl.Int64, "role": pl.String, "parted": pl.String,
-                    "position": pl.Int64, "max_ulp": pl.Int64})
+_FIRST = pl.Struct(
+    {
+        "prompt_id": pl.String,
+        "c": pl.Int64,
+        "repeat": pl.Int64,
+        "slot": pl.Int64,
+        "role": pl.String,
+        "parted": pl.String,
+        "position": pl.Int64,
+        "max_ulp": pl.Int64,
+    }
+)
 _UNFORMED = pl.List(pl.Struct({"prompt_id": pl.String, "c": pl.Int64, "repeat": pl.Int64, "widest_seen": pl.Int64}))
-_COST = pl.List(pl.Struct({"c": pl.Int64, "ratio": pl.Float64, "low": pl.Float64, "high": pl.Float64, "origin": pl.String,
-                           "base_rates": pl.Int64, "rates": pl.Int64, "median": pl.Float64, "base_median": pl.Float64}))
+_COST = pl.List(
+    pl.Struct(
+        {
+            "c": pl.Int64,
+            "ratio": pl.Float64,
+            "low": pl.Float64,
+            "high": pl.Float64,
+            "origin": pl.String,
+            "base_rates": pl.Int64,
+            "rates": pl.Int64,
+            "median": pl.Float64,
+            "base_median": pl.Float64,
+        }
+    )
+)
 SCHEMA: dict[str, PolarsDataType] = {
-    "run": pl.String, "arm": pl.String, "engine": pl.String, "verdict": pl.String, "cause": pl.String, "reason": pl.String,
-    "evidence": pl.String, "cost": pl.String, "first": pl.String, "max_ulp": pl.Int64, "next_step": pl.String,
-    "requests": pl.Int64, "divergent": pl.Int64, "tokens_parted": pl.Int64, "bits_only": pl.Int64, "bits_unknown": pl.Int64,
-    "alone": pl.Int64, "alone_parted": pl.Int64, "bands": pl.Int64, "bands_unformed": pl.Int64, "missing": pl.Int64,
-    "cs_missing": pl.List(pl.Int64), "upper_bound": pl.Float64, "rule_of_three": pl.Float64, "target_rate": pl.Float64,
-    "confidence": pl.Float64, "requests_needed": pl.Int64, "first_request": _FIRST, "unformed": _UNFORMED, "cost_by_c": _COST
+    "run": pl.String,
+    "arm": pl.String,
+    "engine": pl.String,
+    "verdict": pl.String,
+    "cause": pl.String,
+    "reason": pl.String,
+    "evidence": pl.String,
+    "cost": pl.String,
+    "first": pl.String,
+    "max_ulp": pl.Int64,
+    "next_step": pl.String,
+    "requests": pl.Int64,
+    "divergent": pl.Int64,
+    "tokens_parted": pl.Int64,
+    "bits_only": pl.Int64,
+    "bits_unknown": pl.Int64,
+    "alone": pl.Int64,
+    "alone_parted": pl.Int64,
+    "bands": pl.Int64,
+    "bands_unformed": pl.Int64,
+    "missing": pl.Int64,
+    "cs_missing": pl.List(pl.Int64),
+    "upper_bound": pl.Float64,
+    "rule_of_three": pl.Float64,
+    "target_rate": pl.Float64,
+    "confidence": pl.Float64,
+    "requests_needed": pl.Int64,
+    "first_request": _FIRST,
+    "unformed": _UNFORMED,
+    "cost_by_c": _COST,
 }
 
 

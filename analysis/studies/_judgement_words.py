@@ -16,8 +16,11 @@ def _where(request: Mapping[str, Any]) -> str:
 def _first_words(first: Mapping[str, Any]) -> str:
     """The first request that parts, in words: which, and how."""
     ulp = f" (up to {first['max_ulp']:,} ULP)" if first.get("max_ulp") else ""
-    how = (f"its tokens part at token {first['position']}" if first["tokens_parted"]
-           else f"its logprob bits differ from ref #1 from token {first['position']}{ulp}")
+    how = (
+        f"its tokens part at token {first['position']}"
+        if first["tokens_parted"]
+        else f"its logprob bits differ from ref #1 from token {first['position']}{ulp}"
+    )
     if first["role"] == "ref #2":
         return f"{first['prompt_id']} ref #2, sent alone: {how}"
     if first["c"] == 1:
@@ -32,19 +35,25 @@ def _repeat(first: Mapping[str, Any]) -> str:
 
 def _alone_reason(row: dict[str, Any], first: Mapping[str, Any]) -> str:
     what = "its prompt cache" if row["cause"] == "prompt cache" else "run to run"
-    return (f"not reproducible alone ({what}): {row['alone_parted']} of {row['alone']} requests sent alone part from ref #1 of their "
-            f"prompt, the first {_first_words(first)}; batching is not judged until the server repeats itself alone")
+    return (
+        f"not reproducible alone ({what}): {row['alone_parted']} of {row['alone']} requests sent alone part from ref #1 of their "
+        f"prompt, the first {_first_words(first)}; batching is not judged until the server repeats itself alone"
+    )
 
 
 def _red_reason(row: dict[str, Any], first: Mapping[str, Any]) -> str:
-    return (f"{row['divergent']} of {row['requests']} batched requests part from m=1 ({row['tokens_parted']} in tokens, "
-            f"{row['bits_only']} only in bits); the first is {_first_words(first)}")
+    return (
+        f"{row['divergent']} of {row['requests']} batched requests part from m=1 ({row['tokens_parted']} in tokens, "
+        f"{row['bits_only']} only in bits); the first is {_first_words(first)}"
+    )
 
 
 def _bound_reason(row: dict[str, Any], green: bool) -> str:
     n, needed, target = row["requests"], row["requests_needed"], rate_words(row["target_rate"])
-    head = (f"0 of {n} batched requests part from m=1, every band seen formed; the {row['confidence']:.0%} upper bound on the "
-            f"divergence rate is {rate_words(row['upper_bound'])}, ")
+    head = (
+        f"0 of {n} batched requests part from m=1, every band seen formed; the {row['confidence']:.0%} upper bound on the "
+        f"divergence rate is {rate_words(row['upper_bound'])}, "
+    )
     if green:
         return head + f"below the {target} target"
     return head + f"not below the {target} target: {needed} batched requests would do ({needed - n} more)"
@@ -52,7 +61,9 @@ def _bound_reason(row: dict[str, Any], green: bool) -> str:
 
 def _evidence(row: dict[str, Any]) -> str:
     formed = row["bands"] - row["bands_unformed"]
-    bound = f"; bound {rate_words(row['upper_bound'])} at {row['confidence']:.0%}" if row["upper_bound"] is not None else ""
+    bound = (
+        f"; bound {rate_words(row['upper_bound'])} at {row['confidence']:.0%}" if row["upper_bound"] is not None else ""
+    )
     alone = f"; alone: {row['alone'] - row['alone_parted']} of {row['alone']} match ref #1"
     return f"{row['requests']} batched requests, {formed} of {row['bands']} bands seen formed{bound} ({row['requests_needed']} needed){alone}"
 

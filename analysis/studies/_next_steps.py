@@ -30,15 +30,30 @@ def _probe_command(subject: _Subject, extra: str, *, resume: bool = True) -> str
     return f"bia probe {base} -o {subject.label}-more --prompts FILE{extra} (its prompts, one per line)"
 
 
-_CACHE_OFF = {"llama.cpp": "llama-server --no-cache-prompt", "vllm": "vLLM --no-enable-prefix-caching",
-              "sglang": "SGLang --disable-radix-cache"}
-_ALONE = {"bia torch": "bia experiment --modes row-invariant", "vllm": "VLLM_BATCH_INVARIANT=1 and --no-enable-prefix-caching",
-          "sglang": "SGLang --enable-deterministic-inference", "llama.cpp": "llama-server --no-cache-prompt"}
-_INVARIANT = {"llama.cpp": "llama-server --parallel 1 (it has no batch-invariant kernels)", "vllm": "VLLM_BATCH_INVARIANT=1",
-              "sglang": "SGLang --enable-deterministic-inference", "bia torch": "bia experiment --modes row-invariant",
-              "bia serve": "bia serve --mode row-invariant",
-              "transformers": "one prompt per generate call, or batch_invariant_ops' kernels"}
-_BATCH_LIMIT = {"llama.cpp": "llama-server --parallel {c}", "vllm": "vLLM --max-num-seqs {c}", "sglang": "SGLang --max-running-requests {c}"}
+_CACHE_OFF = {
+    "llama.cpp": "llama-server --no-cache-prompt",
+    "vllm": "vLLM --no-enable-prefix-caching",
+    "sglang": "SGLang --disable-radix-cache",
+}
+_ALONE = {
+    "bia torch": "bia experiment --modes row-invariant",
+    "vllm": "VLLM_BATCH_INVARIANT=1 and --no-enable-prefix-caching",
+    "sglang": "SGLang --enable-deterministic-inference",
+    "llama.cpp": "llama-server --no-cache-prompt",
+}
+_INVARIANT = {
+    "llama.cpp": "llama-server --parallel 1 (it has no batch-invariant kernels)",
+    "vllm": "VLLM_BATCH_INVARIANT=1",
+    "sglang": "SGLang --enable-deterministic-inference",
+    "bia torch": "bia experiment --modes row-invariant",
+    "bia serve": "bia serve --mode row-invariant",
+    "transformers": "one prompt per generate call, or batch_invariant_ops' kernels",
+}
+_BATCH_LIMIT = {
+    "llama.cpp": "llama-server --parallel {c}",
+    "vllm": "vLLM --max-num-seqs {c}",
+    "sglang": "SGLang --max-running-requests {c}",
+}
 
 
 def next_step(subject: _Subject, row: dict[str, Any]) -> str:
@@ -62,10 +77,16 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
     if verdict == "RED" and cause == "run-to-run":
         return f"make it repeat itself alone: {_ALONE.get(family, 'no prompt cache, deterministic kernels')}, then probe again"
     if verdict == "RED":
-        return f"batch-invariant kernels: {_INVARIANT.get(family, 'the engine batch-invariant, or one request at a time')}"
-    if verdict == "UNVERIFIED" and subject.manifest.get("mlperf") is not None:  # analysis.read_mlperf_pair: no run to finish or widen
-        return ("MLPerf's accuracy logs record neither logprobs nor batch widths: for both, serve the SUT's model and "
-                f"bia probe URL --arms mixed --ladder 1,{max(subject.ladder)}")
+        return (
+            f"batch-invariant kernels: {_INVARIANT.get(family, 'the engine batch-invariant, or one request at a time')}"
+        )
+    if (
+        verdict == "UNVERIFIED" and subject.manifest.get("mlperf") is not None
+    ):  # analysis.read_mlperf_pair: no run to finish or widen
+        return (
+            "MLPerf's accuracy logs record neither logprobs nor batch widths: for both, serve the SUT's model and "
+            f"bia probe URL --arms mixed --ladder 1,{max(subject.ladder)}"
+        )
     if verdict == "UNVERIFIED":
         if row["missing"] or (row["cs_missing"] and row["requests"]):
             return f"finish the run: {_probe_command(subject, '')}"
@@ -82,7 +103,11 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
             return f"{more} more batched requests: bia experiment --prompts FILE of {math.ceil(row['requests_needed'] / per_prompt)} prompts"
         per_repeat = max(1, row["requests"] // max(1, int(subject.manifest.get("repeats") or 1)))
         repeats = math.ceil(row["requests_needed"] / per_repeat)
-        if subject.manifest.get("producer") == "bia probe_callable":  # an engine in process: called again, not probed over HTTP
+        if (
+            subject.manifest.get("producer") == "bia probe_callable"
+        ):  # an engine in process: called again, not probed over HTTP
             return f"{more} more batched requests: probe_callable(generate, prompts, OUTPUT, repeats={repeats}) into a new run"
-        return f"{more} more batched requests: a new run, {_probe_command(subject, f' --repeats {repeats}', resume=False)}"
+        return (
+            f"{more} more batched requests: a new run, {_probe_command(subject, f' --repeats {repeats}', resume=False)}"
+        )
     return "none: keep it in CI with bia certify"

@@ -93,19 +93,41 @@ def mismatch_tokens(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
     for path in map(Path, pairs):
         dump = _read(path)
         key = ["source", "record", "position"]
-        trainer = dump.candidates.filter(pl.col("list_kind") == "trainer_recompute").select(*key, trainer_logprob="cand_logprob")
+        trainer = dump.candidates.filter(pl.col("list_kind") == "trainer_recompute").select(
+            *key, trainer_logprob="cand_logprob"
+        )
         requests = dump.requests.select(
-            "source", "record", request="sample_key", prompt_id=pl.col("extra").str.json_path_match("$.prompt_id"),
-            c=pl.coalesce(pl.col("extra").str.json_path_match("$.c"),
-                          pl.col("extra").str.json_path_match("$.band_c"))  # legacy key of pairs written before run_version 2
-            .cast(pl.Int64, strict=False))
-        tokens = (dump.tokens.filter(pl.col("segment") == "completion").select(*key, rollout_logprob="logprob")
-                  .join(trainer, on=key, how="left").join(requests, on=["source", "record"], how="left"))
-        frames.append(tokens.with_columns(run=pl.lit(_label(path))).join(_margins(path), on=["request", "position"], how="left"))
-    schema = {"run": pl.String, "request": pl.String, "prompt_id": pl.String, "c": pl.Int64, "position": pl.Int64,
-              "rollout_logprob": pl.Float64, "trainer_logprob": pl.Float64, "margin": pl.Float64}
+            "source",
+            "record",
+            request="sample_key",
+            prompt_id=pl.col("extra").str.json_path_match("$.prompt_id"),
+            c=pl.coalesce(
+                pl.col("extra").str.json_path_match("$.c"), pl.col("extra").str.json_path_match("$.band_c")
+            ).cast(pl.Int64, strict=False),  # legacy key of pairs written before run_version 2
+        )
+        tokens = (
+            dump.tokens.filter(pl.col("segment") == "completion")
+            .select(*key, rollout_logprob="logprob")
+            .join(trainer, on=key, how="left")
+            .join(requests, on=["source", "record"], how="left")
+        )
+        frames.append(
+            tokens.with_columns(run=pl.lit(_label(path))).join(_margins(path), on=["request", "position"], how="left")
+        )
+    schema = {
+        "run": pl.String,
+        "request": pl.String,
+        "prompt_id": pl.String,
+        "c": pl.Int64,
+        "position": pl.Int64,
+        "rollout_logprob": pl.Float64,
+        "trainer_logprob": pl.Float64,
+        "margin": pl.Float64,
+    }
     out = pl.concat([f.select(list(schema)).cast(schema) for f in frames]) if frames else pl.DataFrame(schema=schema)
-    return out.with_columns(delta=pl.col("trainer_logprob") - pl.col("rollout_logprob")).select(*list(schema)[:-1], "delta", "margin")
+    return out.with_columns(delta=pl.col("trainer_logprob") - pl.col("rollout_logprob")).select(
+        *list(schema)[:-1], "delta", "margin"
+    )
 
 
 def _margins(pairs: Path) -> pl.DataFrame:
@@ -118,16 +140,24 @@ def _margins(pairs: Path) -> pl.DataFrame:
 def _margins_once(folder: str, mtime_ns: int | None) -> pl.DataFrame:
     from ..run import read_run
 
-    empty = pl.DataFrame(schema={"request": pl.String, "position": pl.Int64, "margin": pl.Float64, "run_logprob": pl.Float64})
+    empty = pl.DataFrame(
+        schema={"request": pl.String, "position": pl.Int64, "margin": pl.Float64, "run_logprob": pl.Float64}
+    )
     if mtime_ns is None:
         return empty
     run = read_run(folder)
     key = ["source", "record", "position"]
-    top = (run.candidates.filter((pl.col("list_kind") == "top_logprobs") & (pl.col("segment") == "completion"))
-           .group_by(key).agg(margin=pl.col("cand_logprob").top_k(2).first() - pl.col("cand_logprob").top_k(2).last()))
+    top = (
+        run.candidates.filter((pl.col("list_kind") == "top_logprobs") & (pl.col("segment") == "completion"))
+        .group_by(key)
+        .agg(margin=pl.col("cand_logprob").top_k(2).first() - pl.col("cand_logprob").top_k(2).last())
+    )
     own = run.tokens.filter(pl.col("segment") == "completion").select(*key, run_logprob="logprob")
-    return (own.join(top, on=key, how="left").join(run.requests.select("source", "record", request="request_id"), on=["source", "record"])
-            .select(empty.columns))
+    return (
+        own.join(top, on=key, how="left")
+        .join(run.requests.select("source", "record", request="request_id"), on=["source", "record"])
+        .select(empty.columns)
+    )
 
 
 def stale_pairs(pairs: Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -154,12 +184,16 @@ def stale_pairs(pairs: Sequence[str | os.PathLike[str]]) -> list[str]:
         if run.is_empty():
             continue
         mine = mismatch_tokens([path]).select("request", "position", "rollout_logprob")
-        differ = mine.join(run, on=["request", "position"], how="left").filter(pl.col("run_logprob").ne_missing(pl.col("rollout_logprob")))
+        differ = mine.join(run, on=["request", "position"], how="left").filter(
+            pl.col("run_logprob").ne_missing(pl.col("rollout_logprob"))
+        )
         if differ.height:
             row, folder = differ.row(0, named=True), path.parent.parent / path.stem
-            said.append(f"{path}: sample_id {row['request']!r}, inference_logprobs[{row['position']}] is {row['rollout_logprob']!r} where "
-                        f"the run {folder} holds {row['run_logprob']!r} ({differ.height} {'token differs' if differ.height == 1 else 'tokens differ'}): these pairs are not of this run; "
-                        f"rewrite them with bia experiment -o {path.parent.parent} --trainer --recompute {folder} --force")
+            said.append(
+                f"{path}: sample_id {row['request']!r}, inference_logprobs[{row['position']}] is {row['rollout_logprob']!r} where "
+                f"the run {folder} holds {row['run_logprob']!r} ({differ.height} {'token differs' if differ.height == 1 else 'tokens differ'}): these pairs are not of this run; "
+                f"rewrite them with bia experiment -o {path.parent.parent} --trainer --recompute {folder} --force"
+            )
     return said
 
 
@@ -184,11 +218,19 @@ def mismatch_summaries(pairs: Sequence[str | os.PathLike[str]]) -> pl.DataFrame:
     columns = {}
     for path in map(Path, pairs):
         summary = mismatch_summary(_read(path)).row(0, named=True)
-        columns[_label(path)] = [float(v) + 0.0 if v is not None else None for v in summary.values()]  # + 0.0: -0.0 reads 0
+        columns[_label(path)] = [
+            float(v) + 0.0 if v is not None else None for v in summary.values()
+        ]  # + 0.0: -0.0 reads 0
         names = list(summary)
     if not columns:
         return pl.DataFrame(schema={"framework": pl.String, "logged name": pl.String})
-    return pl.DataFrame({"framework": [n.split(":", 1)[0] for n in names], "logged name": [n.split(":", 1)[1] for n in names], **columns})
+    return pl.DataFrame(
+        {
+            "framework": [n.split(":", 1)[0] for n in names],
+            "logged name": [n.split(":", 1)[1] for n in names],
+            **columns,
+        }
+    )
 
 
 def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = TOP_SEQUENCES) -> pl.DataFrame:
@@ -214,15 +256,35 @@ def largest_k3(pairs: Sequence[str | os.PathLike[str]], n: int = TOP_SEQUENCES) 
     for path in map(Path, pairs):
         dump = _read(path)
         table = mismatch_table(dump).select("sequence", "tokens", "k3")
-        keys = dump.requests.select(pl.concat_str("source", "record", "choice_index", separator=":").alias("sequence"),
-                                    request="sample_key")
+        keys = dump.requests.select(
+            pl.concat_str("source", "record", "choice_index", separator=":").alias("sequence"), request="sample_key"
+        )
         frames.append(table.join(keys, on="sequence").drop("sequence").with_columns(run=pl.lit(_label(path))))
     if not frames:
         return pl.DataFrame()
-    tokens = mismatch_tokens(pairs).group_by("run", "request").agg(
-        "prompt_id", "c", (pl.col("delta") != 0).sum().alias("tokens parted"),
-        pl.col("position").filter(pl.col("delta") != 0).min().alias("first parted at"), pl.col("delta").abs().max().alias("max |delta|"))
-    per = pl.concat(frames).join(tokens.with_columns(pl.col("prompt_id", "c").list.first()), on=["run", "request"], how="left")
+    tokens = (
+        mismatch_tokens(pairs)
+        .group_by("run", "request")
+        .agg(
+            "prompt_id",
+            "c",
+            (pl.col("delta") != 0).sum().alias("tokens parted"),
+            pl.col("position").filter(pl.col("delta") != 0).min().alias("first parted at"),
+            pl.col("delta").abs().max().alias("max |delta|"),
+        )
+    )
+    per = pl.concat(frames).join(
+        tokens.with_columns(pl.col("prompt_id", "c").list.first()), on=["run", "request"], how="left"
+    )
     top = per.sort("k3", descending=True, nulls_last=True).group_by("run", maintain_order=True).head(n)
-    return top.select("run", "request", "prompt_id", "c", "tokens", "tokens parted", "first parted at",
-                      pl.col("k3").alias("K3 (token mean)"), "max |delta|").sort("run", "K3 (token mean)", descending=[False, True])
+    return top.select(
+        "run",
+        "request",
+        "prompt_id",
+        "c",
+        "tokens",
+        "tokens parted",
+        "first parted at",
+        pl.col("k3").alias("K3 (token mean)"),
+        "max |delta|",
+    ).sort("run", "K3 (token mean)", descending=[False, True])

@@ -31,11 +31,10 @@ from typing import Any
 
 import polars as pl
 
-from ..metrics import parity
-from ..core import progress as show_progress
 from ..core import OutputExists
-from ..dumps import Dump
-from ..dumps import REQUEST_SCHEMA, conform
+from ..core import progress as show_progress
+from ..dumps import REQUEST_SCHEMA, Dump, conform
+from ..metrics import parity
 from ..run import Run, RunError, band_table, prompt_table, read_run, slot_table
 
 PARTITION = ["run", "prompt_id"]
@@ -62,7 +61,9 @@ def _run_dirs(runs: Iterable[Any] | str | os.PathLike[str]) -> list[Run | Path]:
     return out
 
 
-def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os.PathLike[str], *, force: bool = False) -> Path:
+def write_dataset(
+    runs: Iterable[Any] | str | os.PathLike[str], folder: str | os.PathLike[str], *, force: bool = False
+) -> Path:
     """Write runs as one hive-partitioned Parquet dataset (see the module docstring for its layout).
 
     Runs are read one at a time, so writing takes the memory of the largest run. A run is named by
@@ -102,7 +103,11 @@ def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     index = folder / "runs.parquet"
-    known = pl.read_parquet(index) if index.exists() else pl.DataFrame(schema={"run": pl.String, "manifest": pl.String, "path": pl.String})
+    known = (
+        pl.read_parquet(index)
+        if index.exists()
+        else pl.DataFrame(schema={"run": pl.String, "manifest": pl.String, "path": pl.String})
+    )
     items = _run_dirs(runs)
     names = [_run_name(item, i) for i, item in enumerate(items)]
     for i, name in enumerate(names):  # checked before anything is written
@@ -113,7 +118,9 @@ def write_dataset(runs: Iterable[Any] | str | os.PathLike[str], folder: str | os
     for item, name in show_progress(list(zip(items, names)), None, "writing runs", unit="run"):
         run = item if isinstance(item, Run) else read_run(item)
         _write_run(run, name, folder)
-        row = pl.DataFrame({"run": [name], "manifest": [json.dumps(run.manifest, sort_keys=True)], "path": [str(run.path)]})
+        row = pl.DataFrame(
+            {"run": [name], "manifest": [json.dumps(run.manifest, sort_keys=True)], "path": [str(run.path)]}
+        )
         known = pl.concat([known.filter(pl.col("run") != name), row])
     known.sort("run").write_parquet(index)
     return folder
@@ -130,8 +137,13 @@ def _write_run(run: Run, name: str, folder: Path) -> None:
     prompts = requests.select("source", "record", "choice_index", "prompt_id")
     for table in TABLES:
         shutil.rmtree(folder / table / f"run={name}", ignore_errors=True)
-        frame = requests if table == "requests" else getattr(run.dump, table).join(
-            prompts, on=["source", "record", "choice_index"], how="left", nulls_equal=True, maintain_order="left").with_columns(run=pl.lit(name))
+        frame = (
+            requests
+            if table == "requests"
+            else getattr(run.dump, table)
+            .join(prompts, on=["source", "record", "choice_index"], how="left", nulls_equal=True, maintain_order="left")
+            .with_columns(run=pl.lit(name))
+        )
         if frame.height:
             frame.write_parquet(folder / table, partition_by=PARTITION)
 
@@ -172,7 +184,9 @@ class Study:
         manifests = self.runs.filter(pl.col("run") == name)
         if manifests.height == 0:
             raise RunError(f"{self.path}: no run {name!r}; it holds {sorted(self.runs['run'].to_list())}")
-        tokens, candidates = (getattr(self, t).filter(where).drop(PARTITION).collect(engine="streaming") for t in ("tokens", "candidates"))
+        tokens, candidates = (
+            getattr(self, t).filter(where).drop(PARTITION).collect(engine="streaming") for t in ("tokens", "candidates")
+        )
         # prompt_id comes back as the partition key; a dataset written before a schema column existed lacks it: null
         requests = conform(self.requests.filter(where).drop("run").collect(engine="streaming"), REQUEST_SCHEMA)
         return Run(json.loads(manifests["manifest"][0]), Dump(tokens, candidates, requests))
@@ -213,13 +227,23 @@ def scan_study(path: str | os.PathLike[str]) -> Study:
     try:
         runs = pl.read_parquet(f"{text.rstrip('/')}/runs.parquet")
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise RunError(f"{text}: not a study dataset (no readable runs.parquet; write one with write_dataset): {exc}") from None
-    tokens, candidates, requests = [pl.scan_parquet(_folder(text, table), hive_partitioning=True, hive_schema=_HIVE) for table in TABLES]
+        raise RunError(
+            f"{text}: not a study dataset (no readable runs.parquet; write one with write_dataset): {exc}"
+        ) from None
+    tokens, candidates, requests = [
+        pl.scan_parquet(_folder(text, table), hive_partitioning=True, hive_schema=_HIVE) for table in TABLES
+    ]
     return Study(tokens, candidates, requests, runs=runs, path=text)
 
 
-def partition_tables(path: str | Study, run: str, prompt_id: str | None, *, epsilon: float = parity.NEAR_TIE_EPSILON,
-                     reference: str = "ref1") -> dict[str, pl.DataFrame]:
+def partition_tables(
+    path: str | Study,
+    run: str,
+    prompt_id: str | None,
+    *,
+    epsilon: float = parity.NEAR_TIE_EPSILON,
+    reference: str = "ref1",
+) -> dict[str, pl.DataFrame]:
     """The slot, band and prompt tables of one (run, prompt) partition, each with a leading ``run`` column
     (``path`` a dataset's path, as a Ray task gets it, or the :class:`Study` already open).
 
@@ -244,13 +268,21 @@ def partition_tables(path: str | Study, run: str, prompt_id: str | None, *, epsi
     study = path if isinstance(path, Study) else scan_study(path)
     prompt = pl.col("prompt_id").is_null() if prompt_id is None else pl.col("prompt_id") == prompt_id
     one = study._read(run, (pl.col("run") == run) & prompt)
-    tables = {"slots": slot_table(one, epsilon=epsilon, reference=reference), "bands": band_table(one, epsilon=epsilon, reference=reference),
-              "prompts": prompt_table(one, reference=reference)}
+    tables = {
+        "slots": slot_table(one, epsilon=epsilon, reference=reference),
+        "bands": band_table(one, epsilon=epsilon, reference=reference),
+        "prompts": prompt_table(one, reference=reference),
+    }
     return {name: table.select(pl.lit(run).alias("run"), pl.all()) for name, table in tables.items()}
 
 
-def study_tables(path: str | os.PathLike[str], *, engine: str = "polars", epsilon: float = parity.NEAR_TIE_EPSILON,
-                 reference: str = "ref1") -> dict[str, pl.DataFrame]:
+def study_tables(
+    path: str | os.PathLike[str],
+    *,
+    engine: str = "polars",
+    epsilon: float = parity.NEAR_TIE_EPSILON,
+    reference: str = "ref1",
+) -> dict[str, pl.DataFrame]:
     """The ``slots``, ``bands`` and ``prompts`` tables of every run in a dataset, partition by partition.
 
     Parameters
@@ -277,7 +309,9 @@ def study_tables(path: str | os.PathLike[str], *, engine: str = "polars", epsilo
     if engine == "ray":
         parts = _on_ray(path, partitions, epsilon, reference)
     else:
-        parts = [partition_tables(study, run, prompt, epsilon=epsilon, reference=reference) for run, prompt in partitions]
+        parts = [
+            partition_tables(study, run, prompt, epsilon=epsilon, reference=reference) for run, prompt in partitions
+        ]
     return {name: _concat([p[name] for p in parts]) for name in ("slots", "bands", "prompts")}
 
 
@@ -286,7 +320,9 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(kept, how="vertical_relaxed") if kept else pl.DataFrame()
 
 
-def _on_ray(path: str, partitions: list[tuple[str, str | None]], epsilon: float, reference: str) -> list[dict[str, pl.DataFrame]]:
+def _on_ray(
+    path: str, partitions: list[tuple[str, str | None]], epsilon: float, reference: str
+) -> list[dict[str, pl.DataFrame]]:
     try:
         import ray
     except ImportError:

@@ -48,7 +48,10 @@ def judge_witnesses(ws: Any, *, target_rate: float = 0.01, confidence: float = 0
      ('data/aprender-lambda/witness@464c168e62.json', 'RED', 'run-to-run')]
     """
     needed = requests_needed(target_rate, confidence)
-    rows = [_judge_witness(witness, slots, bands, target_rate, confidence, needed) for witness, slots, bands in ws.each_witness()]
+    rows = [
+        _judge_witness(witness, slots, bands, target_rate, confidence, needed)
+        for witness, slots, bands in ws.each_witness()
+    ]
     return Judgement(pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA))
 
 
@@ -58,27 +61,53 @@ def _span(witness: dict[str, Any]) -> int | None:
     return at if at is not None and tokens is not None and at < tokens else None
 
 
-def _judge_witness(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, target_rate: float, confidence: float,
-                   needed: int) -> dict[str, Any]:
+def _judge_witness(
+    witness: dict[str, Any],
+    slots: pl.DataFrame,
+    bands: pl.DataFrame,
+    target_rate: float,
+    confidence: float,
+    needed: int,
+) -> dict[str, Any]:
     # no reference length (a witness without its reference): each slot's own length; a literal, as fill_null(None) raises
     reference = pl.lit(witness["reference_tokens"])
     length = pl.min_horizontal(pl.col("completion_tokens").fill_null(reference), reference)
-    judged = slots.filter(pl.col("refused").is_null()).with_columns(parted=(pl.col("agree_to") < length).fill_null(False)).sort("c", "i")
+    judged = (
+        slots.filter(pl.col("refused").is_null())
+        .with_columns(parted=(pl.col("agree_to") < length).fill_null(False))
+        .sort("c", "i")
+    )
     batched, alone = judged.filter(pl.col("c") > 1), judged.filter(pl.col("c") == 1)
     span = _span(witness)
     expected = int(bands.filter(pl.col("c") > 1)["c"].sum()) if bands.height else 0
     unformed = bands.filter((pl.col("c") > 1) & ~(pl.col("m_formed") >= pl.col("c")).fill_null(False))
     divergent = batched.filter("parted")
     row: dict[str, Any] = {
-        "run": witness["source"], "arm": "witness", "engine": f"aprender (witness_version {witness['witness_version']})",
-        "requests": batched.height, "divergent": divergent.height, "tokens_parted": divergent.height, "bits_only": 0,
-        "bits_unknown": batched.height - divergent.height, "alone": alone.height + (1 if witness["reference_tokens"] else 0),
-        "alone_parted": int(alone["parted"].sum()) + (1 if span is not None else 0), "bands": bands.filter(pl.col("c") > 1).height,
-        "bands_unformed": unformed.height, "missing": max(0, expected - batched.height), "cs_missing": [],
+        "run": witness["source"],
+        "arm": "witness",
+        "engine": f"aprender (witness_version {witness['witness_version']})",
+        "requests": batched.height,
+        "divergent": divergent.height,
+        "tokens_parted": divergent.height,
+        "bits_only": 0,
+        "bits_unknown": batched.height - divergent.height,
+        "alone": alone.height + (1 if witness["reference_tokens"] else 0),
+        "alone_parted": int(alone["parted"].sum()) + (1 if span is not None else 0),
+        "bands": bands.filter(pl.col("c") > 1).height,
+        "bands_unformed": unformed.height,
+        "missing": max(0, expected - batched.height),
+        "cs_missing": [],
         "upper_bound": divergence_bound(divergent.height, batched.height, confidence) if batched.height else None,
-        "rule_of_three": None, "target_rate": target_rate, "confidence": confidence, "requests_needed": needed, "max_ulp": None,
-        "cost_by_c": _cost(bands), "unformed": [{"prompt_id": None, "c": c, "repeat": None, "widest_seen": m}
-                                                for c, m in unformed.select("c", "m_formed").iter_rows()],
+        "rule_of_three": None,
+        "target_rate": target_rate,
+        "confidence": confidence,
+        "requests_needed": needed,
+        "max_ulp": None,
+        "cost_by_c": _cost(bands),
+        "unformed": [
+            {"prompt_id": None, "c": c, "repeat": None, "widest_seen": m}
+            for c, m in unformed.select("c", "m_formed").iter_rows()
+        ],
     }
     if row["alone_parted"]:
         first_alone = alone.filter("parted")
@@ -90,27 +119,49 @@ def _judge_witness(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataF
             first = {"c": 1, "slot": hit["i"], "role": "c=1", "position": hit["agree_to"]}
             words = f"the request sent alone (c=1 slot {hit['i']}) parts from m=1 at token {hit['agree_to']}"
         early = divergent.filter(pl.col("agree_to") < span) if span is not None else divergent.clear()
-        before = (f" ({early.height} batched requests part earlier than that, the first at c={early['c'][0]} token {early['agree_to'][0]})"
-                  if early.height else "")
-        row.update(verdict="RED", cause="run-to-run", first=words,
-                   reason=f"not reproducible alone (run to run): {words}{before}; batching is not judged until the server repeats itself alone")
+        before = (
+            f" ({early.height} batched requests part earlier than that, the first at c={early['c'][0]} token {early['agree_to'][0]})"
+            if early.height
+            else ""
+        )
+        row.update(
+            verdict="RED",
+            cause="run-to-run",
+            first=words,
+            reason=f"not reproducible alone (run to run): {words}{before}; batching is not judged until the server repeats itself alone",
+        )
     elif divergent.height:
         hit = divergent.row(0, named=True)
         first = {"c": hit["c"], "slot": hit["i"], "role": f"c={hit['c']}", "position": hit["agree_to"]}
         words = f"c={hit['c']} slot {hit['i']}: its tokens part at token {hit['agree_to']}"
-        row.update(verdict="RED", cause="co-batching", first=words,
-                   reason=f"{divergent.height} of {batched.height} batched requests part from m=1 in tokens; the first is {words}")
+        row.update(
+            verdict="RED",
+            cause="co-batching",
+            first=words,
+            reason=f"{divergent.height} of {batched.height} batched requests part from m=1 in tokens; the first is {words}",
+        )
     else:
         first = None
-        gaps = [f"a witness records tokens, not logprob bits: {batched.height} batched requests token-identical to m=1, their bits unknown"]
+        gaps = [
+            f"a witness records tokens, not logprob bits: {batched.height} batched requests token-identical to m=1, their bits unknown"
+        ]
         if unformed.height:
             gaps.append(f"{unformed.height} of {row['bands']} batched bands never seen formed at their c")
         if row["missing"]:
             gaps.append(f"{row['missing']} batched request(s) absent or refused")
-        row.update(verdict="UNVERIFIED", cause="incomplete evidence", first=None, reason="no request parts from m=1, but " + "; ".join(gaps))
-    row["first_request"] = None if first is None else {"prompt_id": None, "repeat": None, "max_ulp": None, "parted": "tokens", **first}
-    row["evidence"] = (f"{row['requests']} batched requests, {row['bands'] - row['bands_unformed']} of {row['bands']} bands seen formed; "
-                       "tokens only (a witness keeps no logprobs)")
+        row.update(
+            verdict="UNVERIFIED",
+            cause="incomplete evidence",
+            first=None,
+            reason="no request parts from m=1, but " + "; ".join(gaps),
+        )
+    row["first_request"] = (
+        None if first is None else {"prompt_id": None, "repeat": None, "max_ulp": None, "parted": "tokens", **first}
+    )
+    row["evidence"] = (
+        f"{row['requests']} batched requests, {row['bands'] - row['bands_unformed']} of {row['bands']} bands seen formed; "
+        "tokens only (a witness keeps no logprobs)"
+    )
     row["cost"] = cost_words(row["cost_by_c"])
     row["next_step"] = _CAUSE_STEP.get(row["cause"], "record logprobs: bia probe keeps every logprob's bits")
     return row
@@ -120,6 +171,18 @@ def _cost(bands: pl.DataFrame) -> list[dict[str, Any]]:
     """Each c's band decode rate over c=1's, as the witness recorded them (one rate a band: no interval)."""
     rates = {c: r for c, r in bands.select("c", "decode_tok_s").iter_rows() if r}
     base = rates.get(1)
-    return [{"c": c, "ratio": rate / base, "low": None, "high": None, "origin": "server", "base_rates": 1, "rates": 1, "median": rate,
-             "base_median": base}
-            for c, rate in sorted(rates.items()) if base and c > 1]
+    return [
+        {
+            "c": c,
+            "ratio": rate / base,
+            "low": None,
+            "high": None,
+            "origin": "server",
+            "base_rates": 1,
+            "rates": 1,
+            "median": rate,
+            "base_median": base,
+        }
+        for c, rate in sorted(rates.items())
+        if base and c > 1
+    ]

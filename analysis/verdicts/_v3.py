@@ -17,8 +17,19 @@ from ..core import StrictJsonError, loads_strict, render, rust_is_blank
 from ._v3_policy import PolicyError, V3Policy
 from ._v3_rules import _parse, _Rules, _Unreadable
 
-__all__ = ["EXIT_ADMISSIBLE", "EXIT_MISSING", "EXIT_NOT_ADMISSIBLE", "EXIT_RED", "PolicyError", "ShapeVerdict",
-           "Status", "V3Policy", "shape_check", "shape_check_data", "shape_check_text"]
+__all__ = [
+    "EXIT_ADMISSIBLE",
+    "EXIT_MISSING",
+    "EXIT_NOT_ADMISSIBLE",
+    "EXIT_RED",
+    "PolicyError",
+    "ShapeVerdict",
+    "Status",
+    "V3Policy",
+    "shape_check",
+    "shape_check_data",
+    "shape_check_text",
+]
 
 Status = Literal["ADMISSIBLE", "NOT ADMISSIBLE", "RED"]
 
@@ -57,9 +68,7 @@ class ShapeVerdict:
     @property
     def exit_code(self) -> int:
         """The CLI's exit code: 0 admissible, 5 not admissible, 4 unreadable (RED)."""
-        return {"ADMISSIBLE": EXIT_ADMISSIBLE, "NOT ADMISSIBLE": EXIT_NOT_ADMISSIBLE}.get(
-            self.status, EXIT_RED
-        )
+        return {"ADMISSIBLE": EXIT_ADMISSIBLE, "NOT ADMISSIBLE": EXIT_NOT_ADMISSIBLE}.get(self.status, EXIT_RED)
 
     def stdout_lines(self) -> list[str]:
         """What the CLI prints on stdout: the verdict line and one line per reason (none for RED)."""
@@ -88,9 +97,9 @@ class ShapeVerdict:
         polars.DataFrame or pandas.DataFrame
             ``source``, ``status``, ``order`` (0 first) and ``reason``; no row for an admissible witness.
         """
-        from ..core import to_backend
-
         import polars as pl
+
+        from ..core import to_backend
 
         frame = pl.DataFrame(
             {

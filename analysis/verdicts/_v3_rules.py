@@ -81,7 +81,9 @@ def _u32(obj: Mapping[str, Any], key: str, where: str, *, required: bool = False
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Unreadable(f"{where}.{key}: invalid type: {_describe(value)}, expected a non-negative integer")
     if not 0 <= value <= _U32_MAX:  # the field is a u32 in aprender's witness struct
-        raise _Unreadable(f"{where}.{key}: invalid value: {_describe(value)}, expected a non-negative integer of at most {_U32_MAX} (u32)")
+        raise _Unreadable(
+            f"{where}.{key}: invalid value: {_describe(value)}, expected a non-negative integer of at most {_U32_MAX} (u32)"
+        )
     return value
 
 
@@ -94,7 +96,9 @@ def _f64(obj: Mapping[str, Any], key: str, where: str) -> float | None:
     try:
         return float(value)
     except OverflowError:  # an integer beyond a double (from a parsed dict; the strict parser refuses it)
-        raise _Unreadable(f"{where}.{key}: invalid value: {_describe(value)}, expected a number within an f64's range") from None
+        raise _Unreadable(
+            f"{where}.{key}: invalid value: {_describe(value)}, expected a number within an f64's range"
+        ) from None
 
 
 def _str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
@@ -190,7 +194,9 @@ class _Rules:
         elif band.m_formed != c:
             out.append(f"c={c}: m_formed {band.m_formed} != c (shape not served)")
         if band.declared_min is not None and band.declared_min < floor:
-            out.append(f"c={c}: declared_min {band.declared_min} is below the floor of {floor} (witness.min_agree_tokens)")
+            out.append(
+                f"c={c}: declared_min {band.declared_min} is below the floor of {floor} (witness.min_agree_tokens)"
+            )
         divergence = self.divergence(band)
         if divergence:
             out.append(divergence)
@@ -244,7 +250,9 @@ class _Rules:
         d1, d4 = rate(base[0]), rate(batched[0])
         if d1 is None or d4 is None:
             missing = [name for name, r in ((f"c={base_c}", d1), (f"c={batched_c}", d4)) if r is None]
-            return [f"S7 (FALSIFY-CB-004) is unmeasured: no positive per-request decode_tok_s at {' and '.join(missing)}"]
+            return [
+                f"S7 (FALSIFY-CB-004) is unmeasured: no positive per-request decode_tok_s at {' and '.join(missing)}"
+            ]
         if d4 >= self.p.s7_ratio * d1:
             return []
         return [

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def derive_band_result(version: int, band: dict[str, Any], slots: Sequence[dict[str, Any]]) -> tuple[str | None, str | None]:
+def derive_band_result(
+    version: int, band: dict[str, Any], slots: Sequence[dict[str, Any]]
+) -> tuple[str | None, str | None]:
     """Re-derive a band's result from its fields with the rules of witness ``version``.
 
     Parameters

@@ -12,7 +12,14 @@ from ..core import format_number
 from ..verdicts import ShapeVerdict
 from .plots.witness import witness_label
 
-_STYLE = {"PASS": "green", "FAIL": "red", "UNMEASURABLE": "yellow", "ADMISSIBLE": "green", "NOT ADMISSIBLE": "red", "RED": "yellow"}
+_STYLE = {
+    "PASS": "green",
+    "FAIL": "red",
+    "UNMEASURABLE": "yellow",
+    "ADMISSIBLE": "green",
+    "NOT ADMISSIBLE": "red",
+    "RED": "yellow",
+}
 
 
 def _styled(text: str | None) -> str:
@@ -48,8 +55,22 @@ def witness_table(ws, verdicts: Mapping[str, ShapeVerdict]) -> Table:
     rich.table.Table
     """
     table = Table(title="perf041 witnesses", show_lines=False)
-    for name in ("witness", "host", "server commit", "version", "c", "m_formed", "divergence_at", "margin", "decode tok/s", "result", "V3 verdict"):
-        table.add_column(name, justify="right" if name in ("c", "m_formed", "divergence_at", "margin", "decode tok/s") else "left")
+    for name in (
+        "witness",
+        "host",
+        "server commit",
+        "version",
+        "c",
+        "m_formed",
+        "divergence_at",
+        "margin",
+        "decode tok/s",
+        "result",
+        "V3 verdict",
+    ):
+        table.add_column(
+            name, justify="right" if name in ("c", "m_formed", "divergence_at", "margin", "decode tok/s") else "left"
+        )
     frames = ws.to_backend("polars")
     for witness in frames.witnesses.iter_rows(named=True):
         verdict = verdicts[witness["source"]]
@@ -73,7 +94,14 @@ def witness_table(ws, verdicts: Mapping[str, ShapeVerdict]) -> Table:
             )
             first = False
         if first:  # a witness without bands still gets its row
-            table.add_row(escape(witness_label(witness["source"], None)), escape(witness["host"] or "-"), escape((witness["commit"] or "-")[:10]), str(witness["witness_version"]), *["-"] * 6, v3)
+            table.add_row(
+                escape(witness_label(witness["source"], None)),
+                escape(witness["host"] or "-"),
+                escape((witness["commit"] or "-")[:10]),
+                str(witness["witness_version"]),
+                *["-"] * 6,
+                v3,
+            )
         table.add_section()
     return table
 
@@ -95,11 +123,21 @@ def marker_table(ws) -> Table:
         table.add_column(name)
     for m in ws.to_backend("polars").markers.iter_rows(named=True):
         started = m["started_utc"].strftime("%Y-%m-%d %H:%M:%S") if m["started_utc"] else "-"
-        table.add_row(escape(m["source"]), escape(m["host"] or "-"), escape((m["commit"] or "-")[:10]), escape(m["cc"] or "-"), _num(m["max_m"]), started, _styled(m["status"]))
+        table.add_row(
+            escape(m["source"]),
+            escape(m["host"] or "-"),
+            escape((m["commit"] or "-")[:10]),
+            escape(m["cc"] or "-"),
+            _num(m["max_m"]),
+            started,
+            _styled(m["status"]),
+        )
     return table
 
 
-def print_witness_tables(ws, verdicts: Mapping[str, ShapeVerdict], *, show_reasons: bool = False, console: Console | None = None) -> None:
+def print_witness_tables(
+    ws, verdicts: Mapping[str, ShapeVerdict], *, show_reasons: bool = False, console: Console | None = None
+) -> None:
     """Print the witness table, the marker table, and optionally every reason and discrepancy.
 
     Parameters
@@ -123,10 +161,14 @@ def print_witness_tables(ws, verdicts: Mapping[str, ShapeVerdict], *, show_reaso
     if frames.markers.height:
         console.print(marker_table(ws))
     if frames.discrepancies.height:
-        console.print(f"[bold red]{frames.discrepancies.height} recorded value(s) disagree with their version's rules[/]")
+        console.print(
+            f"[bold red]{frames.discrepancies.height} recorded value(s) disagree with their version's rules[/]"
+        )
         for d in frames.discrepancies.iter_rows(named=True):
-            line = (f"  {escape(d['source'])}: {escape(d['record'])}.{escape(d['field'])}: "
-                    f"recorded {escape(d['recorded'])}, derived {escape(d['derived'])} ({escape(d['rule'])})")
+            line = (
+                f"  {escape(d['source'])}: {escape(d['record'])}.{escape(d['field'])}: "
+                f"recorded {escape(d['recorded'])}, derived {escape(d['derived'])} ({escape(d['rule'])})"
+            )
             console.print(line, soft_wrap=True)
     if show_reasons:
         for source, verdict in verdicts.items():

@@ -39,7 +39,14 @@ class _Parsed:
 
     def note(self, source: str, record: str, name: str, recorded: Any, derived: Any, rule: str) -> None:
         self.discrepancies.append(
-            {"source": source, "record": record, "field": name, "recorded": _text(recorded), "derived": _text(derived), "rule": rule}
+            {
+                "source": source,
+                "record": record,
+                "field": name,
+                "recorded": _text(recorded),
+                "derived": _text(derived),
+                "rule": rule,
+            }
         )
 
     def extend(self, other: _Parsed) -> None:
@@ -88,7 +95,9 @@ def _parse_band(fields: Fields, *, version: int, index: int, parsed: _Parsed) ->
     }
     raw_slots = fields.list("slots") or []
     slots = [
-        _parse_slot(Fields(raw, source=fields.source, record=f"{record}.slots[{k}]"), version=version, band_index=index, c=c)
+        _parse_slot(
+            Fields(raw, source=fields.source, record=f"{record}.slots[{k}]"), version=version, band_index=index, c=c
+        )
         for k, raw in enumerate(raw_slots)
     ]
     band["extra"] = _extra(fields)
@@ -109,7 +118,9 @@ def _check_band_aggregates(band, slots, version, source, record, parsed: _Parsed
     if version in (1, 2) and slots and all(s["agree_to"] is not None for s in slots):
         checks.append(("divergence_at", min(s["agree_to"] for s in slots), "minimum of the slots' agree_to"))
     if version == 2 and slots and all(s["intra_agree_to"] is not None for s in slots):
-        checks.append(("intra_agree_to", min(s["intra_agree_to"] for s in slots), "minimum of the slots' intra_agree_to"))
+        checks.append(
+            ("intra_agree_to", min(s["intra_agree_to"] for s in slots), "minimum of the slots' intra_agree_to")
+        )
     if version == 2 and slots and all(s["constant_run"] is not None for s in slots):
         checks.append(("max_constant_run", max(s["constant_run"] for s in slots), "maximum of the slots' constant_run"))
     if version == 3 and slots:
@@ -124,7 +135,9 @@ def _check_band_aggregates(band, slots, version, source, record, parsed: _Parsed
 def _parse_reference(top: Fields, declared_min: int | None, parsed: _Parsed, extras: dict[str, Any]) -> dict[str, Any]:
     ref = top.child("reference", "$.reference")
     if ref is None:
-        return {f"reference_{k}": None for k in ("stable", "tokens", "token_count_source", "self_divergence_at", "reason")}
+        return {
+            f"reference_{k}": None for k in ("stable", "tokens", "token_count_source", "self_divergence_at", "reason")
+        }
     row: dict[str, Any] = {
         "reference_stable": ref.bool("stable"),
         "reference_tokens": ref.int("tokens"),
@@ -136,7 +149,14 @@ def _parse_reference(top: Fields, declared_min: int | None, parsed: _Parsed, ext
     if agree is not None and declared_min is not None and row["reference_stable"] is not None:
         derived = agree >= declared_min
         if derived != row["reference_stable"]:
-            parsed.note(top.source, "$.reference", "stable", row["reference_stable"], derived, "self_divergence_at >= declared_min")
+            parsed.note(
+                top.source,
+                "$.reference",
+                "stable",
+                row["reference_stable"],
+                derived,
+                "self_divergence_at >= declared_min",
+            )
     _keep_unused(ref, "reference", extras)
     return row
 
@@ -166,7 +186,9 @@ def _parse_witness(data: Any, source: str) -> _Parsed:
     raw_bands = top.list("bands", required=True)
     bands = []
     for index, raw in enumerate(raw_bands):
-        band = _parse_band(Fields(raw, source=source, record=f"$.bands[{index}]"), version=version, index=index, parsed=parsed)
+        band = _parse_band(
+            Fields(raw, source=source, record=f"$.bands[{index}]"), version=version, index=index, parsed=parsed
+        )
         bands.append(band)
     row.update(_run_verdict(top, version, row, bands, parsed))
     row["n_bands"] = len(bands)
@@ -231,8 +253,15 @@ def _run_verdict(top: Fields, version: int, row, bands, parsed: _Parsed) -> dict
     agrees = None if recorded is None else recorded == derived
     if agrees is False:
         field_name = "result" if version == 3 else "exit"
-        parsed.note(top.source, "$", field_name, recorded, derived, "run verdict from the recorded band results and reference")
-    return {"recorded_exit": recorded_exit, "recorded_verdict": recorded, "derived_verdict": derived, "verdict_agrees": agrees}
+        parsed.note(
+            top.source, "$", field_name, recorded, derived, "run verdict from the recorded band results and reference"
+        )
+    return {
+        "recorded_exit": recorded_exit,
+        "recorded_verdict": recorded,
+        "derived_verdict": derived,
+        "verdict_agrees": agrees,
+    }
 
 
 def _parse_marker(data: Any, source: str) -> _Parsed:
@@ -298,8 +327,11 @@ def parse_document(raw: bytes, source: str) -> _Parsed:
         raise WitnessError(source, "$", None, not_json(exc)) from None
     if isinstance(data, dict) and "witness_version" in data:
         return _parse_witness(data, source)
-    if isinstance(data, dict) and MARKER_KEYS <= data.keys():
+    if isinstance(data, dict) and data.keys() >= MARKER_KEYS:
         return _parse_marker(data, source)
     raise WitnessError(
-        source, "$", None, "neither a witness (no witness_version) nor a release marker (needs cc, max_m, status, started_utc)"
+        source,
+        "$",
+        None,
+        "neither a witness (no witness_version) nor a release marker (needs cc, max_m, status, started_utc)",
     )

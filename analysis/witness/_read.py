@@ -49,7 +49,9 @@ class WitnessSet:
     backend: str = "polars"
 
     def __repr__(self) -> str:  # "1 witness, 4 bands", as people count
-        counts = ", ".join(f"{n} {name if n != 1 else _ONE[name]}" for name in _FRAME_NAMES for n in [len(getattr(self, name))])
+        counts = ", ".join(
+            f"{n} {name if n != 1 else _ONE[name]}" for name in _FRAME_NAMES for n in [len(getattr(self, name))]
+        )
         return f"WitnessSet({counts}; backend={self.backend!r})"
 
     def _repr_html_(self) -> str:

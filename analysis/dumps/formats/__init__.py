@@ -14,7 +14,15 @@ from ._capture import parse_jsonl
 from ._capture_fast import read_capture_jsonl, read_jsonl
 from ._mlperf import MlperfLog, read_mlperf_log
 from ._openai_fast import read_chat_jsonl
-from ._registry import DUMP_SUFFIXES, FORMATS, PAYLOAD_PARSERS, STREAM_FORMATS, detect_format, parse_payload_text, utf8_text
+from ._registry import (
+    DUMP_SUFFIXES,
+    FORMATS,
+    PAYLOAD_PARSERS,
+    STREAM_FORMATS,
+    detect_format,
+    parse_payload_text,
+    utf8_text,
+)
 from ._torch import parse_torch
 
 __all__ = [

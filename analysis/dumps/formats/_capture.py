@@ -77,7 +77,9 @@ def _parse_jsonl_line(line: str, number: int, rows: Rows, fmt_hint: str, lenient
         fmt = obj.get("format") or _one_format(payload_formats(payload), rows.source, where)
     else:
         meta, payload = Meta(record=number, raw_sha256=hashlib.sha256(raw).hexdigest()), obj
-        fmt = fmt_hint if fmt_hint not in ("auto", "jsonl") else _one_format(payload_formats(payload), rows.source, where)
+        fmt = (
+            fmt_hint if fmt_hint not in ("auto", "jsonl") else _one_format(payload_formats(payload), rows.source, where)
+        )
     if fmt not in PAYLOAD_PARSERS:
         raise DumpError(rows.source, where, "format", f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     formats.add(fmt)

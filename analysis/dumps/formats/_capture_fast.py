@@ -35,8 +35,23 @@ import orjson
 import pyarrow as pa
 
 from .. import _json
-from .._fastkit import (Frames, _Line, _LineMeta, _RAW_SEPARATOR, _REFUSALS, _RESPONSE_GUARD, _SCHEMA, _Unsupported, _ahead, _check_text,
-                        _chunks, _concat, _envelope_columns, _is_int, _table)
+from .._fastkit import (
+    _RAW_SEPARATOR,
+    _REFUSALS,
+    _RESPONSE_GUARD,
+    _SCHEMA,
+    Frames,
+    _ahead,
+    _check_text,
+    _chunks,
+    _concat,
+    _envelope_columns,
+    _is_int,
+    _Line,
+    _LineMeta,
+    _table,
+    _Unsupported,
+)
 from ._openai_fast import _check_shapes, _payload_frames, _read_bare
 from ._registry import payload_formats
 from ._streams_fast import _parsed_events, _sse_events, _sse_frames
@@ -63,7 +78,10 @@ def read_jsonl(path: Path, source: str, fmt: str = "auto", limit: int | None = N
     -------
     tuple of (Frames, set of str) or None
     """
-    if fmt not in ("auto", "jsonl") or path.suffix in (".pt", ".pth"):  # a named payload format reads the file as one document
+    if fmt not in ("auto", "jsonl") or path.suffix in (
+        ".pt",
+        ".pth",
+    ):  # a named payload format reads the file as one document
         return None
     with path.open("rb") as handle:
         first = handle.readline() if limit is None else handle.readline(limit)
@@ -71,7 +89,6 @@ def read_jsonl(path: Path, source: str, fmt: str = "auto", limit: int | None = N
         more = handle.read(budget).strip() if budget > 0 else b""
     if not more:  # one document: the general path reads it as a single response
         return None
-
 
     envelope = _FIRST_KEY.match(first) is not None
     if not envelope:
@@ -270,7 +287,9 @@ def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: st
             pair = _object_pair_ending(data, start, close)
             if pair is None:
                 break
-            close = data.rfind(b"}", start, pair)  # that brace closed a later key's object: the response ends before its pair
+            close = data.rfind(
+                b"}", start, pair
+            )  # that brace closed a later key's object: the response ends before its pair
             continue
         close = data.rfind(b"}", start, close)
     else:
@@ -324,7 +343,10 @@ def _object_pair_ending(data: bytes, floor: int, close: int) -> int | None:
     where that pair's comma is; else None (then ``close`` is taken to end the response, which the JSON reader
     confirms or refuses)."""
     low = max(floor + 1, close - _PAIR_WINDOW)
-    tight, spaced = data.rfind(b":{", low, close), data.rfind(b": {", low, close)  # as json.dumps and orjson write a pair
+    tight, spaced = (
+        data.rfind(b":{", low, close),
+        data.rfind(b": {", low, close),
+    )  # as json.dumps and orjson write a pair
     while True:
         colon = max(tight, spaced)
         if colon == -1:

@@ -77,8 +77,15 @@ class MlperfLog:
         offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
         np.cumsum(counts[keep], out=offsets[1:])
         picked = np.flatnonzero(keep).tolist()
-        return MlperfLog(self.source, self.record[keep], self.qsl_idx[keep], [self.seq_id[k] for k in picked], [self.extra[k] for k in picked],
-                         offsets, self.token_ids[np.repeat(keep, counts)])
+        return MlperfLog(
+            self.source,
+            self.record[keep],
+            self.qsl_idx[keep],
+            [self.seq_id[k] for k in picked],
+            [self.extra[k] for k in picked],
+            offsets,
+            self.token_ids[np.repeat(keep, counts)],
+        )
 
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The ``tokens`` and ``requests`` frames of the dump schema: one request per entry (``record`` its index,
@@ -88,15 +95,36 @@ class MlperfLog:
         positions = np.arange(len(self.token_ids), dtype=np.int64)
         positions -= np.repeat(self.offsets[:-1], counts)  # in place: a log's tokens are hundreds of MB a column
         tokens = pl.DataFrame({"record": np.repeat(records, counts), "position": positions, "token_id": self.token_ids})
-        tokens = conform(tokens.with_columns(source=pl.lit(self.source), choice_index=pl.lit(0, pl.Int64), segment=pl.lit("completion"),
-                                             value_status=pl.lit("missing"), value_kind=pl.lit("logprob"), source_format=pl.lit(FORMAT)),
-                         TOKEN_SCHEMA)
-        requests = pl.DataFrame({"record": records, "sample_key": self.qsl_idx.astype(str), "completion_tokens": counts,
-                                 "request_id": pl.Series([None if s is None else str(s) for s in self.seq_id], dtype=pl.String),
-                                 "extra": pl.Series(self.extra, dtype=pl.String)})
-        requests = conform(requests.with_columns(source=pl.lit(self.source), choice_index=pl.lit(0, pl.Int64), source_format=pl.lit(FORMAT),
-                                                 n_completion_scored=pl.col("completion_tokens"), n_prompt_scored=pl.lit(0, pl.Int64)),
-                           REQUEST_SCHEMA)
+        tokens = conform(
+            tokens.with_columns(
+                source=pl.lit(self.source),
+                choice_index=pl.lit(0, pl.Int64),
+                segment=pl.lit("completion"),
+                value_status=pl.lit("missing"),
+                value_kind=pl.lit("logprob"),
+                source_format=pl.lit(FORMAT),
+            ),
+            TOKEN_SCHEMA,
+        )
+        requests = pl.DataFrame(
+            {
+                "record": records,
+                "sample_key": self.qsl_idx.astype(str),
+                "completion_tokens": counts,
+                "request_id": pl.Series([None if s is None else str(s) for s in self.seq_id], dtype=pl.String),
+                "extra": pl.Series(self.extra, dtype=pl.String),
+            }
+        )
+        requests = conform(
+            requests.with_columns(
+                source=pl.lit(self.source),
+                choice_index=pl.lit(0, pl.Int64),
+                source_format=pl.lit(FORMAT),
+                n_completion_scored=pl.col("completion_tokens"),
+                n_prompt_scored=pl.lit(0, pl.Int64),
+            ),
+            REQUEST_SCHEMA,
+        )
         return tokens, requests
 
 
@@ -134,12 +162,21 @@ def read_mlperf_log(path: str | os.PathLike[str], dtype: str = "int64") -> Mlper
     width = _dtype(dtype)
     source = os.fspath(path)
     with open(source, "rb") as handle:
-        entries = _entries(_parse(handle.read(), source), source)  # neither the file's bytes nor the parsed list outlive this line
+        entries = _entries(
+            _parse(handle.read(), source), source
+        )  # neither the file's bytes nor the parsed list outlive this line
     offsets, token_ids = _decode(entries.texts, source, width, dtype)
     entries.texts.clear()  # the hex, twice the ids' size, is no longer needed
     _check_token_counts(entries.token_count, np.diff(offsets), source, dtype)
-    return MlperfLog(source, np.arange(len(offsets) - 1, dtype=np.int64), np.array(entries.qsl_idx, dtype=np.int64), entries.seq_id, entries.extra,
-                     offsets, token_ids)
+    return MlperfLog(
+        source,
+        np.arange(len(offsets) - 1, dtype=np.int64),
+        np.array(entries.qsl_idx, dtype=np.int64),
+        entries.seq_id,
+        entries.extra,
+        offsets,
+        token_ids,
+    )
 
 
 def _parse(raw: bytes, source: str) -> object:
@@ -169,11 +206,17 @@ def _flat_and_unique(value: object, raw: bytes) -> bool:
 
 def _dtype(dtype: str) -> np.dtype:
     if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))} (how the SUT wrote its token ids), got {dtype!r}")
+        raise ValueError(
+            f"dtype must be one of {', '.join(map(repr, DTYPES))} (how the SUT wrote its token ids), got {dtype!r}"
+        )
     return DTYPES[dtype]
 
 
-_KNOWN = ("seq_id", "qsl_idx", "data")  # every other key of an entry (loadgen's token_count, token_data) is kept in extra.mlperf
+_KNOWN = (
+    "seq_id",
+    "qsl_idx",
+    "data",
+)  # every other key of an entry (loadgen's token_count, token_data) is kept in extra.mlperf
 
 
 @dataclass
@@ -190,8 +233,13 @@ class _Entries:
 def _entries(payload: object, source: str) -> _Entries:
     """Each entry's fields, each checked: one pass over the entries, none over tokens."""
     if not isinstance(payload, list):
-        raise DumpError(source, "$", None, f"expected a JSON list of {{seq_id, qsl_idx, data}} entries (loadgen's accuracy log), "
-                                           f"got a JSON {type(payload).__name__}")
+        raise DumpError(
+            source,
+            "$",
+            None,
+            f"expected a JSON list of {{seq_id, qsl_idx, data}} entries (loadgen's accuracy log), "
+            f"got a JSON {type(payload).__name__}",
+        )
     out = _Entries([], [], [], [], [])
     for k, entry in enumerate(payload):
         _add_entry(out, entry, source, k)
@@ -201,7 +249,12 @@ def _entries(payload: object, source: str) -> _Entries:
 def _add_entry(out: _Entries, entry: object, source: str, k: int) -> None:
     """Check the ``k``-th entry's fields and append them to ``out``."""
     if not isinstance(entry, dict):
-        raise DumpError(source, f"entry {k}", None, f"expected an object {{seq_id, qsl_idx, data}}, got {type(entry).__name__} {entry!r:.60}")
+        raise DumpError(
+            source,
+            f"entry {k}",
+            None,
+            f"expected an object {{seq_id, qsl_idx, data}}, got {type(entry).__name__} {entry!r:.60}",
+        )
     if "qsl_idx" not in entry:
         raise DumpError(source, f"entry {k}", "qsl_idx", "missing: the sample's index in the query sample library")
     out.qsl_idx.append(cast(int, _integer(entry, "qsl_idx", source, k)))  # not None: the key is there
@@ -209,11 +262,17 @@ def _add_entry(out: _Entries, entry: object, source: str, k: int) -> None:
     out.token_count.append(_integer(entry, "token_count", source, k))
     data = entry.get("data")
     if not isinstance(data, str):
-        problem = "missing: the hex of the output token ids" if "data" not in entry else f"expected a hex string, got {type(data).__name__}"
+        problem = (
+            "missing: the hex of the output token ids"
+            if "data" not in entry
+            else f"expected a hex string, got {type(data).__name__}"
+        )
         raise DumpError(source, f"entry {k}", "data", problem)
     out.texts.append(data)
     others = {key: value for key, value in entry.items() if key not in _KNOWN}
-    out.extra.append(json.dumps({"mlperf": others}, sort_keys=True) if others else None)  # nested: no key of loadgen's reads as one of bia's
+    out.extra.append(
+        json.dumps({"mlperf": others}, sort_keys=True) if others else None
+    )  # nested: no key of loadgen's reads as one of bia's
 
 
 def _integer(entry: dict, name: str, source: str, k: int) -> int | None:
@@ -238,7 +297,9 @@ def _decode(texts: list[str], source: str, width: np.dtype, dtype: str) -> tuple
     for k, (text, end) in enumerate(zip(texts, ends)):
         try:
             view[start:end] = bytes.fromhex(text)
-        except ValueError:  # a character no hex digit; whitespace, which fromhex skips, leaves too few bytes for the place
+        except (
+            ValueError
+        ):  # a character no hex digit; whitespace, which fromhex skips, leaves too few bytes for the place
             _refuse_hex(text, k, source)
         start = end
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
@@ -251,12 +312,19 @@ def _check_lengths(chars: np.ndarray, source: str, width: np.dtype, dtype: str) 
     odd = np.flatnonzero(chars % 2)
     if odd.size:
         k = int(odd[0])
-        raise DumpError(source, f"entry {k}", "data", f"{chars[k]} hex digits: an odd count is no whole number of bytes")
+        raise DumpError(
+            source, f"entry {k}", "data", f"{chars[k]} hex digits: an odd count is no whole number of bytes"
+        )
     ragged = np.flatnonzero((chars // 2) % width.itemsize)
     if ragged.size:
         k = int(ragged[0])
-        raise DumpError(source, f"entry {k}", "data", f"{chars[k] // 2} bytes is no whole number of {dtype} token ids ({width.itemsize} bytes "
-                                                      "each); was the log written with another dtype?")
+        raise DumpError(
+            source,
+            f"entry {k}",
+            "data",
+            f"{chars[k] // 2} bytes is no whole number of {dtype} token ids ({width.itemsize} bytes "
+            "each); was the log written with another dtype?",
+        )
 
 
 def _check_token_counts(stated: list[int | None], counts: np.ndarray, source: str, dtype: str) -> None:
@@ -264,9 +332,13 @@ def _check_token_counts(stated: list[int | None], counts: np.ndarray, source: st
     compliance TEST06 holds every entry to it (mlcommons/inference ``compliance/TEST06/run_verification.py``)."""
     for k, (told, held) in enumerate(zip(stated, counts.tolist())):
         if told is not None and told != held:
-            raise DumpError(source, f"entry {k}", "token_count",
-                            f"says {told} tokens, but data holds {held} {dtype} token ids "
-                            "(the SUT's n_tokens disagrees with its output, or the log was written with another dtype)")
+            raise DumpError(
+                source,
+                f"entry {k}",
+                "token_count",
+                f"says {told} tokens, but data holds {held} {dtype} token ids "
+                "(the SUT's n_tokens disagrees with its output, or the log was written with another dtype)",
+            )
 
 
 def _refuse_hex(text: str, k: int, source: str) -> None:

@@ -21,7 +21,12 @@ def _triple(value: Any, rows: Rows, where: str) -> tuple[Any, int | None, str | 
     ((-0.5, 7, 'a'), (-0.5, 7, None))
     """
     if not isinstance(value, list) or len(value) not in (2, 3):
-        raise DumpError(rows.source, where, None, f"expected [logprob, token_id, text|null] or [logprob, token_id], got {value!r:.80}")
+        raise DumpError(
+            rows.source,
+            where,
+            None,
+            f"expected [logprob, token_id, text|null] or [logprob, token_id], got {value!r:.80}",
+        )
     logprob, token_id, text = value if len(value) == 3 else (*value, None)
     _int_or_none(token_id, rows, where, "[1] token_id", token_id=True)
     if text is not None and not isinstance(text, str):
@@ -56,26 +61,75 @@ def parse_sglang(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None
         tokens = _list(tokens, rows, mwhere, f"{prefix}_token_logprobs")
         tops = info.get(f"{prefix}_top_logprobs")
         if tops is not None and len(_list(tops, rows, mwhere, f"{prefix}_top_logprobs")) != len(tokens):
-            raise DumpError(rows.source, mwhere, f"{prefix}_top_logprobs", f"holds {len(tops)} positions for {len(tokens)} tokens")
+            raise DumpError(
+                rows.source, mwhere, f"{prefix}_top_logprobs", f"holds {len(tops)} positions for {len(tokens)} tokens"
+            )
         first = _first_scored_position(info, len(tokens), rows, mwhere) if segment == "prompt" else 0
         for p, triple in enumerate(tokens):
-            add_sglang_token(rows, meta, (meta.record, 0, segment, first + p), f"{mwhere}.{prefix}_token_logprobs[{p}]", triple,
-                             None if tops is None else tops[p], f"{mwhere}.{prefix}_top_logprobs[{p}]", request_id)
+            add_sglang_token(
+                rows,
+                meta,
+                (meta.record, 0, segment, first + p),
+                f"{mwhere}.{prefix}_token_logprobs[{p}]",
+                triple,
+                None if tops is None else tops[p],
+                f"{mwhere}.{prefix}_top_logprobs[{p}]",
+                request_id,
+            )
         counts[segment] = len(tokens)
     finish = info.get("finish_reason")
     completion_tokens = info.get("completion_tokens")
-    if completion_tokens is not None and info.get("output_token_logprobs") is not None and completion_tokens != counts["completion"]:
-        raise DumpError(rows.source, mwhere, "completion_tokens", f"says {completion_tokens} but output_token_logprobs hold {counts['completion']}")
-    known = {"id", "finish_reason", "prompt_tokens", "completion_tokens", "input_token_logprobs", "output_token_logprobs", "input_top_logprobs", "output_top_logprobs"}
+    if (
+        completion_tokens is not None
+        and info.get("output_token_logprobs") is not None
+        and completion_tokens != counts["completion"]
+    ):
+        raise DumpError(
+            rows.source,
+            mwhere,
+            "completion_tokens",
+            f"says {completion_tokens} but output_token_logprobs hold {counts['completion']}",
+        )
+    known = {
+        "id",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "input_token_logprobs",
+        "output_token_logprobs",
+        "input_top_logprobs",
+        "output_top_logprobs",
+    }
     extra = {k: v for k, v in info.items() if k not in known}
-    rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, endpoint="generate", stream=False,
-                 finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
-                 completion_tokens=completion_tokens, n_prompt_scored=counts["prompt"], n_completion_scored=counts["completion"],
-                 completion_text=payload.get("text"), extra={**meta.extra, **({"meta_info": extra} if extra else {})})
+    rows.request(
+        **meta.request_columns(),
+        choice_index=0,
+        request_id=request_id,
+        endpoint="generate",
+        stream=False,
+        finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+        prompt_tokens=info.get("prompt_tokens"),
+        completion_tokens=completion_tokens,
+        n_prompt_scored=counts["prompt"],
+        n_completion_scored=counts["completion"],
+        completion_text=payload.get("text"),
+        extra={**meta.extra, **({"meta_info": extra} if extra else {})},
+    )
 
 
-def add_sglang_token(rows: Rows, meta: Meta, key: tuple, where: str, triple: Any, top: Any, top_where: str, request_id: Any, *,
-                     stream_chunk: int | None = None, t_arrival: float | None = None) -> None:
+def add_sglang_token(
+    rows: Rows,
+    meta: Meta,
+    key: tuple,
+    where: str,
+    triple: Any,
+    top: Any,
+    top_where: str,
+    request_id: Any,
+    *,
+    stream_chunk: int | None = None,
+    t_arrival: float | None = None,
+) -> None:
     """One ``[logprob, token_id, text]`` triple (or lmdeploy's pair) and its top list (null or a list of them).
 
     Parameters
@@ -103,8 +157,18 @@ def add_sglang_token(rows: Rows, meta: Meta, key: tuple, where: str, triple: Any
     """
     logprob, token_id, text = _triple(triple, rows, where)
     top = None if top is None else _list(top, rows, top_where, None)
-    rows.token(key, where, raw=logprob, request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
-               n_candidates=None if top is None else len(top), stream_chunk=stream_chunk, t_arrival=t_arrival)
+    rows.token(
+        key,
+        where,
+        raw=logprob,
+        request_id=request_id,
+        sample_key=meta.sample_key,
+        token_id=token_id,
+        token_text=text,
+        n_candidates=None if top is None else len(top),
+        stream_chunk=stream_chunk,
+        t_arrival=t_arrival,
+    )
     if top is not None:
         entries = []
         for k, cand in enumerate(top):
@@ -128,15 +192,25 @@ def _first_scored_position(info: dict, scored: int, rows: Rows, where: str) -> i
     if not isinstance(total, int) or isinstance(total, bool):
         return 0
     if scored > total:
-        raise DumpError(rows.source, where, "input_token_logprobs", f"holds {scored} positions for prompt_tokens {total}")
+        raise DumpError(
+            rows.source, where, "input_token_logprobs", f"holds {scored} positions for prompt_tokens {total}"
+        )
     return total - scored
 
 
 # --- llama.cpp native -----------------------------------------------------------------------------
 
 
-def add_llamacpp_probabilities(probs: Any, rows: Rows, meta: Meta, where: str, *, start: int = 0,
-                               stream_chunk: int | None = None, t_arrival: float | None = None) -> int:
+def add_llamacpp_probabilities(
+    probs: Any,
+    rows: Rows,
+    meta: Meta,
+    where: str,
+    *,
+    start: int = 0,
+    stream_chunk: int | None = None,
+    t_arrival: float | None = None,
+) -> int:
     """``completion_probabilities``: the legacy ``{content, probs: [{tok_str, prob}]}`` or the
     current ``{id, token, logprob|prob, bytes, top_logprobs|top_probs}`` entries. Returns the next position.
 
@@ -169,7 +243,9 @@ def add_llamacpp_probabilities(probs: Any, rows: Rows, meta: Meta, where: str, *
         if "probs" in step and "content" in step:
             _legacy_llamacpp_step(step, rows, meta, key, swhere, stream_chunk, t_arrival)
         else:
-            add_entry(rows, step, key, swhere, request_id=None, meta=meta, stream_chunk=stream_chunk, t_arrival=t_arrival)
+            add_entry(
+                rows, step, key, swhere, request_id=None, meta=meta, stream_chunk=stream_chunk, t_arrival=t_arrival
+            )
         position += 1
     return position
 
@@ -180,11 +256,30 @@ def _legacy_llamacpp_step(step: dict, rows: Rows, meta: Meta, key, where: str, s
     entries = []
     for k, cand in enumerate(_list(step.get("probs"), rows, where, "probs")):
         cand = _obj(cand, rows, f"{where}.probs[{k}]")
-        entries.append({"token_text": cand.get("tok_str"), "raw": cand.get("prob"), "token_id": _int_or_none(cand.get("id"), rows, where, "id", token_id=True)})
+        entries.append(
+            {
+                "token_text": cand.get("tok_str"),
+                "raw": cand.get("prob"),
+                "token_id": _int_or_none(cand.get("id"), rows, where, "id", token_id=True),
+            }
+        )
     own = next((e for e in entries if e["token_text"] == content), None)
-    rows.token(key, where, raw=None if own is None else own["raw"], kind="prob", missing=own is None, sample_key=meta.sample_key,
-               token_text=content, n_candidates=len(entries), stream_chunk=stream_chunk, t_arrival=t_arrival, logprob_semantics="unknown")
-    rows.candidates_for(key, where, entries, list_kind="top_logprobs", sampled_id=None, sampled_text=content, kind="prob")
+    rows.token(
+        key,
+        where,
+        raw=None if own is None else own["raw"],
+        kind="prob",
+        missing=own is None,
+        sample_key=meta.sample_key,
+        token_text=content,
+        n_candidates=len(entries),
+        stream_chunk=stream_chunk,
+        t_arrival=t_arrival,
+        logprob_semantics="unknown",
+    )
+    rows.candidates_for(
+        key, where, entries, list_kind="top_logprobs", sampled_id=None, sampled_text=content, kind="prob"
+    )
 
 
 def parse_llamacpp(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
@@ -206,11 +301,23 @@ def parse_llamacpp(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> No
     n = 0 if probs is None else add_llamacpp_probabilities(probs, rows, meta, f"{where}.completion_probabilities")
     predicted = payload.get("tokens_predicted")
     if probs and predicted is not None and predicted != n:
-        raise DumpError(rows.source, where, "tokens_predicted", f"says {predicted} but completion_probabilities hold {n}")
-    rows.request(**meta.request_columns(), choice_index=0, model=payload.get("model"), endpoint="completion", stream=False,
-                 finish_reason=payload.get("stop_type"), prompt_tokens=payload.get("tokens_evaluated"), completion_tokens=predicted,
-                 n_prompt_scored=0, n_completion_scored=n, completion_text=payload.get("content"),
-                 extra={**meta.extra, **({"timings": payload["timings"]} if "timings" in payload else {})})
+        raise DumpError(
+            rows.source, where, "tokens_predicted", f"says {predicted} but completion_probabilities hold {n}"
+        )
+    rows.request(
+        **meta.request_columns(),
+        choice_index=0,
+        model=payload.get("model"),
+        endpoint="completion",
+        stream=False,
+        finish_reason=payload.get("stop_type"),
+        prompt_tokens=payload.get("tokens_evaluated"),
+        completion_tokens=predicted,
+        n_prompt_scored=0,
+        n_completion_scored=n,
+        completion_text=payload.get("content"),
+        extra={**meta.extra, **({"timings": payload["timings"]} if "timings" in payload else {})},
+    )
 
 
 # --- TGI -----------------------------------------------------------------------------------------------
@@ -247,23 +354,54 @@ def parse_tgi(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
             key = (meta.record, 0, segment, p)
             token_id = _int_or_none(token.get("id"), rows, twhere, "id", token_id=True)
             top = _list(tops[p], rows, dwhere, f"top_tokens[{p}]") if tops else None
-            rows.token(key, twhere, raw=token.get("logprob"), sample_key=meta.sample_key, token_id=token_id, token_text=token.get("text"),
-                       n_candidates=None if top is None else len(top))
+            rows.token(
+                key,
+                twhere,
+                raw=token.get("logprob"),
+                sample_key=meta.sample_key,
+                token_id=token_id,
+                token_text=token.get("text"),
+                n_candidates=None if top is None else len(top),
+            )
             if top is not None:
                 entries = []
                 for k, cand in enumerate(top):
                     cand = _obj(cand, rows, f"{dwhere}.top_tokens[{p}][{k}]")
-                    entries.append({"token_id": cand.get("id"), "token_text": cand.get("text"), "raw": cand.get("logprob")})
-                rows.candidates_for(key, f"{dwhere}.top_tokens[{p}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=None)
+                    entries.append(
+                        {"token_id": cand.get("id"), "token_text": cand.get("text"), "raw": cand.get("logprob")}
+                    )
+                rows.candidates_for(
+                    key,
+                    f"{dwhere}.top_tokens[{p}]",
+                    entries,
+                    list_kind="top_logprobs",
+                    sampled_id=token_id,
+                    sampled_text=None,
+                )
         counts[segment] = len(tokens)
     generated = details.get("generated_tokens")
     if generated is not None and generated != counts["completion"]:
-        raise DumpError(rows.source, dwhere, "generated_tokens", f"says {generated} but tokens hold {counts['completion']}")
+        raise DumpError(
+            rows.source, dwhere, "generated_tokens", f"says {generated} but tokens hold {counts['completion']}"
+        )
     text, full = _tgi_completion_text(payload.get("generated_text"), details.get("tokens") or [])
-    extra = {**meta.extra, **({"seed": details["seed"]} if "seed" in details else {}), **({"full_text": full} if full is not None else {})}
-    rows.request(**meta.request_columns(), choice_index=0, endpoint="generate", stream=False, finish_reason=details.get("finish_reason"),
-                 completion_tokens=generated, n_prompt_scored=counts["prompt"], n_completion_scored=counts["completion"],
-                 completion_text=text, extra=extra)
+    extra = {
+        **meta.extra,
+        **({"seed": details["seed"]} if "seed" in details else {}),
+        **({"full_text": full} if full is not None else {}),
+    }
+    rows.request(
+        **meta.request_columns(),
+        choice_index=0,
+        endpoint="generate",
+        stream=False,
+        finish_reason=details.get("finish_reason"),
+        completion_tokens=generated,
+        n_prompt_scored=counts["prompt"],
+        n_completion_scored=counts["completion"],
+        completion_text=text,
+        extra=extra,
+    )
 
 
 def _tgi_completion_text(generated_text: Any, tokens: list) -> tuple[Any, str | None]:
@@ -279,7 +417,9 @@ def _tgi_completion_text(generated_text: Any, tokens: list) -> tuple[Any, str | 
     >>> _tgi_completion_text(" Paris.", [{"text": " Paris"}, {"text": "."}])
     (' Paris.', None)
     """
-    if not isinstance(generated_text, str) or not all(isinstance(t, dict) and isinstance(t.get("text"), str) for t in tokens):
+    if not isinstance(generated_text, str) or not all(
+        isinstance(t, dict) and isinstance(t.get("text"), str) for t in tokens
+    ):
         return generated_text, None
     tail = "".join(t["text"] for t in tokens if not t.get("special"))
     if tail and len(generated_text) > len(tail) and generated_text.endswith(tail):
@@ -323,11 +463,32 @@ def parse_primerl(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> Non
         twhere = f"{where}.token_ids[{p}]"
         _int_or_none(token_id, rows, where, f"token_ids[{p}]", token_id=True)
         key = (meta.record, 0, "completion", p)
-        rows.token(key, twhere, raw=None if inference is None else inference[p], missing=inference is None, sample_key=sample_key,
-                   token_id=token_id, loss_mask=None if mask is None else bool(mask[p]), logprob_semantics="raw")
+        rows.token(
+            key,
+            twhere,
+            raw=None if inference is None else inference[p],
+            missing=inference is None,
+            sample_key=sample_key,
+            token_id=token_id,
+            loss_mask=None if mask is None else bool(mask[p]),
+            logprob_semantics="raw",
+        )
         if trainer is not None:
-            rows.candidates_for(key, f"{where}.trainer_logprobs[{p}]", [{"token_id": token_id, "raw": trainer[p]}],
-                                list_kind="trainer_recompute", sampled_id=token_id, sampled_text=None)
+            rows.candidates_for(
+                key,
+                f"{where}.trainer_logprobs[{p}]",
+                [{"token_id": token_id, "raw": trainer[p]}],
+                list_kind="trainer_recompute",
+                sampled_id=token_id,
+                sampled_text=None,
+            )
     known = {"schema_version", "token_ids", "inference_logprobs", "trainer_logprobs", "loss_mask"}
-    rows.request(**meta.request_columns() | {"sample_key": sample_key}, choice_index=0, endpoint="prime-rl export", stream=False,
-                 n_prompt_scored=0, n_completion_scored=len(token_ids), extra={**meta.extra, **{k: v for k, v in payload.items() if k not in known}})
+    rows.request(
+        **meta.request_columns() | {"sample_key": sample_key},
+        choice_index=0,
+        endpoint="prime-rl export",
+        stream=False,
+        n_prompt_scored=0,
+        n_completion_scored=len(token_ids),
+        extra={**meta.extra, **{k: v for k, v in payload.items() if k not in known}},
+    )

@@ -34,7 +34,12 @@ def _literal(node: ast.AST, source: str) -> Any:
         return {_literal(k, source): _literal(v, source) for k, v in zip(node.keys, node.values) if k is not None}
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Logprob" and not node.args:
         return {kw.arg: _literal(kw.value, source) for kw in node.keywords}
-    raise DumpError(source, f"line {getattr(node, 'lineno', '?')}", None, f"unexpected Python syntax in a logprobs repr: {ast.dump(node)[:60]}")
+    raise DumpError(
+        source,
+        f"line {getattr(node, 'lineno', '?')}",
+        None,
+        f"unexpected Python syntax in a logprobs repr: {ast.dump(node)[:60]}",
+    )
 
 
 def parse_repr(text: str, source: str) -> list:
@@ -60,7 +65,9 @@ def parse_repr(text: str, source: str) -> list:
     try:
         tree = ast.parse(body.strip(), mode="eval")
     except SyntaxError as exc:
-        raise DumpError(source, f"line {exc.lineno}", None, f"not a complete Python repr of logprobs: {exc.msg}") from None
+        raise DumpError(
+            source, f"line {exc.lineno}", None, f"not a complete Python repr of logprobs: {exc.msg}"
+        ) from None
     return _literal(tree.body, source)
 
 
@@ -85,8 +92,13 @@ def looks_like_steps(payload: Any) -> bool:
     return str(key).lstrip("-").isdigit() and isinstance(value, dict) and "logprob" in value
 
 
-_MODES = {"raw_logprobs": ("logprob", "raw"), "processed_logprobs": ("logprob", "processed"),
-          "raw_logits": ("logit", "raw"), "processed_logits": ("logit", "processed"), None: ("logprob", "unknown")}
+_MODES = {
+    "raw_logprobs": ("logprob", "raw"),
+    "processed_logprobs": ("logprob", "processed"),
+    "raw_logits": ("logit", "raw"),
+    "processed_logits": ("logit", "processed"),
+    None: ("logprob", "unknown"),
+}
 
 
 def logprobs_mode(mode: Any, rows: Rows, where: str) -> tuple[str, str]:
@@ -106,7 +118,9 @@ def logprobs_mode(mode: Any, rows: Rows, where: str) -> tuple[str, str]:
     tuple of (str, str)
     """
     if mode not in _MODES:
-        raise DumpError(rows.source, where, "logprobs_mode", f"expected one of {sorted(m for m in _MODES if m)}, got {mode!r}")
+        raise DumpError(
+            rows.source, where, "logprobs_mode", f"expected one of {sorted(m for m in _MODES if m)}, got {mode!r}"
+        )
     return _MODES[mode]
 
 
@@ -137,11 +151,37 @@ def parse_offline(steps: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
             if isinstance(token_key, bool) or not str(token_key).lstrip("-").isdigit():
                 raise DumpError(rows.source, swhere, str(token_key), "expected a token id as the key")
             info = _obj(info, rows, f"{swhere}.{token_key}")
-            entries.append({"token_id": int(token_key), "token_text": info.get("decoded_token"), "raw": info.get("logprob"), "vocab_rank": info.get("rank")})
+            entries.append(
+                {
+                    "token_id": int(token_key),
+                    "token_text": info.get("decoded_token"),
+                    "raw": info.get("logprob"),
+                    "vocab_rank": info.get("rank"),
+                }
+            )
         first = entries[0]
         key = (meta.record, 0, "completion", t)
-        rows.token(key, swhere, raw=first["raw"], kind=kind, sample_key=meta.sample_key, token_id=first["token_id"], token_text=first["token_text"],
-                   vocab_rank=first["vocab_rank"], n_candidates=len(entries), logprob_semantics=semantics)
-        rows.candidates_for(key, swhere, entries, list_kind="top_logprobs", sampled_id=first["token_id"], sampled_text=None, kind=kind)
-    rows.request(**meta.request_columns(), choice_index=0, endpoint="offline", stream=False, n_prompt_scored=0, n_completion_scored=len(steps),
-                 extra=meta.extra)
+        rows.token(
+            key,
+            swhere,
+            raw=first["raw"],
+            kind=kind,
+            sample_key=meta.sample_key,
+            token_id=first["token_id"],
+            token_text=first["token_text"],
+            vocab_rank=first["vocab_rank"],
+            n_candidates=len(entries),
+            logprob_semantics=semantics,
+        )
+        rows.candidates_for(
+            key, swhere, entries, list_kind="top_logprobs", sampled_id=first["token_id"], sampled_text=None, kind=kind
+        )
+    rows.request(
+        **meta.request_columns(),
+        choice_index=0,
+        endpoint="offline",
+        stream=False,
+        n_prompt_scored=0,
+        n_completion_scored=len(steps),
+        extra=meta.extra,
+    )

@@ -9,7 +9,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .._kit import Meta, _int_or_none, _list, _obj, _placeholder, _str_or_none, add_entry, choice_index, server_timings, usage_counts
+from .._kit import (
+    Meta,
+    _int_or_none,
+    _list,
+    _obj,
+    _placeholder,
+    _str_or_none,
+    add_entry,
+    choice_index,
+    server_timings,
+    usage_counts,
+)
 from .._masks import decode_compact_logprobs, decode_sampling_mask, validate_routed_experts
 from .._schema import Rows, classified
 from .._values import DumpError
@@ -24,9 +35,16 @@ def _usage(payload: dict) -> tuple[int | None, int | None, dict | None]:
     return usage.get("prompt_tokens"), usage.get("completion_tokens"), usage
 
 
-def _check_usage(rows: Rows, where: str, n_choices: int, completion_tokens: int | None, scored: int, has_logprobs: bool) -> None:
+def _check_usage(
+    rows: Rows, where: str, n_choices: int, completion_tokens: int | None, scored: int, has_logprobs: bool
+) -> None:
     if n_choices == 1 and has_logprobs and completion_tokens is not None and completion_tokens != scored:
-        raise DumpError(rows.source, where, "usage.completion_tokens", f"says {completion_tokens} tokens but logprobs hold {scored} entries")
+        raise DumpError(
+            rows.source,
+            where,
+            "usage.completion_tokens",
+            f"says {completion_tokens} tokens but logprobs hold {scored} entries",
+        )
 
 
 def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
@@ -53,7 +71,9 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
     extra = {**({"usage": usage} if usage else {}), **({"timings": timings} if timings else {})}
     nvext_ids = ((payload.get("nvext") or {}).get("engine_data") or {}).get("completion_token_ids")
     if isinstance(payload.get("nvext"), dict) and payload["nvext"].get("routed_experts") is not None:
-        extra["routed_experts"] = validate_routed_experts(payload["nvext"]["routed_experts"], rows, f"{where}.nvext.routed_experts")
+        extra["routed_experts"] = validate_routed_experts(
+            payload["nvext"]["routed_experts"], rows, f"{where}.nvext.routed_experts"
+        )
     for c, choice in enumerate(choices):
         cwhere = f"{where}.choices[{c}]"
         choice = _obj(choice, rows, cwhere)
@@ -66,7 +86,9 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
         _check_usage(rows, cwhere, len(choices), completion_tokens, scored, has_logprobs)
         choice_extra = dict(extra)
         if choice.get("routed_experts") is not None:
-            choice_extra["routed_experts"] = validate_routed_experts(choice["routed_experts"], rows, f"{cwhere}.routed_experts")
+            choice_extra["routed_experts"] = validate_routed_experts(
+                choice["routed_experts"], rows, f"{cwhere}.routed_experts"
+            )
         message = choice.get("message") or {}
         rows.request(
             **meta.request_columns(),
@@ -87,13 +109,22 @@ def parse_chat(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> None:
         parse_prompt_logprobs(payload["prompt_logprobs"], rows, meta, f"{where}.prompt_logprobs", request_id)
         if not choices:
             endpoint = "chat" if payload.get("object") == "chat.completion" else "generate"
-            rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, model=payload.get("model"), endpoint=endpoint,
-                         stream=False, prompt_tokens=prompt_tokens, n_prompt_scored=len(payload["prompt_logprobs"]), n_completion_scored=0,
-                         extra={**meta.extra, **extra})
+            rows.request(
+                **meta.request_columns(),
+                choice_index=0,
+                request_id=request_id,
+                model=payload.get("model"),
+                endpoint=endpoint,
+                stream=False,
+                prompt_tokens=prompt_tokens,
+                n_prompt_scored=len(payload["prompt_logprobs"]),
+                n_completion_scored=0,
+                extra={**meta.extra, **extra},
+            )
 
 
 def _chat_endpoint(payload: dict, choice: dict) -> str | None:
-    """"chat" for a chat completion (vLLM's carries ``token_ids`` too), "generate" for vLLM's ``/inference/v1/generate``.
+    """ "chat" for a chat completion (vLLM's carries ``token_ids`` too), "generate" for vLLM's ``/inference/v1/generate``.
 
     Examples
     --------
@@ -121,27 +152,48 @@ def _parse_choice_tokens(choice: dict, rows: Rows, meta: Meta, where: str, index
     if logprobs is not None:
         logprobs = _obj(logprobs, rows, where, "logprobs")
         if "content" in logprobs:
-            entries = _list(logprobs["content"], rows, where, "logprobs.content") if logprobs["content"] is not None else []
+            entries = (
+                _list(logprobs["content"], rows, where, "logprobs.content") if logprobs["content"] is not None else []
+            )
         elif "tokens" in logprobs:
             return parse_legacy_logprobs(logprobs, rows, meta, f"{where}.logprobs", index, request_id)
     compact = choice.get("compact_logprobs")
     if entries is not None and token_ids is not None and len(entries) != len(token_ids):
-        raise DumpError(rows.source, where, "logprobs.content", f"holds {len(entries)} entries for {len(token_ids)} token_ids")
+        raise DumpError(
+            rows.source, where, "logprobs.content", f"holds {len(entries)} entries for {len(token_ids)} token_ids"
+        )
     n = len(entries) if entries is not None else len(token_ids) if token_ids is not None else 0
     supports = _sampling_supports(choice, token_ids, n, rows, where)
     sizes = [None if row is None else len(row[0]) for row in supports] if supports is not None else [None] * n
     key0 = (meta.record, index, "completion")
     if entries is not None:
         for j, entry in enumerate(entries):
-            add_entry(rows, entry, (*key0, j), f"{where}.logprobs.content[{j}]", request_id=request_id, meta=meta,
-                      known_id=None if token_ids is None else token_ids[j], support_size=sizes[j])
+            add_entry(
+                rows,
+                entry,
+                (*key0, j),
+                f"{where}.logprobs.content[{j}]",
+                request_id=request_id,
+                meta=meta,
+                known_id=None if token_ids is None else token_ids[j],
+                support_size=sizes[j],
+            )
     elif compact is not None:
         if token_ids is None:
             raise DumpError(rows.source, where, "token_ids", "compact_logprobs need the choice's token_ids")
         _add_compact(compact, token_ids, rows, meta, where, key0, request_id, sizes)
     else:
         for j, tid in enumerate(token_ids or []):
-            rows.token((*key0, j), where, raw=None, missing=True, request_id=request_id, sample_key=meta.sample_key, token_id=tid, support_size=sizes[j])
+            rows.token(
+                (*key0, j),
+                where,
+                raw=None,
+                missing=True,
+                request_id=request_id,
+                sample_key=meta.sample_key,
+                token_id=tid,
+                support_size=sizes[j],
+            )
     if supports is not None:
         _add_support_candidates(supports, token_ids, rows, f"{where}.{_mask_name(choice)}", key0)
     return n
@@ -163,24 +215,57 @@ def _add_compact(compact, token_ids, rows: Rows, meta: Meta, where: str, key0, r
     found[row_of[match]] = True
     if not found.all():
         j = int(np.flatnonzero(~found)[0])
-        raise DumpError(rows.source, f"{cwhere} row {j}", "ids", f"the sampled id {token_ids[j]} is missing from its row {ids[offsets[j]:offsets[j + 1]].tolist()}")
+        raise DumpError(
+            rows.source,
+            f"{cwhere} row {j}",
+            "ids",
+            f"the sampled id {token_ids[j]} is missing from its row {ids[offsets[j] : offsets[j + 1]].tolist()}",
+        )
     hits = np.flatnonzero(match)
     last = hits[np.r_[row_of[hits][1:] != row_of[hits][:-1], True]]
     record, choice, segment = key0
     common = {"source": rows.source, "record": record, "choice_index": choice, "segment": segment}
-    tokens = pl.DataFrame({"position": np.arange(n), "token_id": sampled, "raw_value": values[last], "n_candidates": lengths,
-                           "support_size": pl.Series(sizes, dtype=pl.Int64)})
-    rows.add_frame("tokens", tokens.with_columns(
-        *classified(pl.col("raw_value")), **{k: pl.lit(v) for k, v in common.items()}, request_id=pl.lit(request_id, pl.String),
-        sample_key=pl.lit(meta.sample_key, pl.String), top_k_requested=pl.lit(top_k, pl.Int64),
-        value_kind=pl.lit("logprob"), logprob_semantics=pl.lit("unknown"), source_format=pl.lit(rows.source_format),
-    ).rename({"status": "value_status"}))
+    tokens = pl.DataFrame(
+        {
+            "position": np.arange(n),
+            "token_id": sampled,
+            "raw_value": values[last],
+            "n_candidates": lengths,
+            "support_size": pl.Series(sizes, dtype=pl.Int64),
+        }
+    )
+    rows.add_frame(
+        "tokens",
+        tokens.with_columns(
+            *classified(pl.col("raw_value")),
+            **{k: pl.lit(v) for k, v in common.items()},
+            request_id=pl.lit(request_id, pl.String),
+            sample_key=pl.lit(meta.sample_key, pl.String),
+            top_k_requested=pl.lit(top_k, pl.Int64),
+            value_kind=pl.lit("logprob"),
+            logprob_semantics=pl.lit("unknown"),
+            source_format=pl.lit(rows.source_format),
+        ).rename({"status": "value_status"}),
+    )
     key = pl.Series((row_of.astype(np.int64) << 32) | ids)
-    candidates = pl.DataFrame({"position": row_of, "list_index": np.arange(len(ids)) - offsets[row_of], "cand_token_id": ids,
-                               "cand_raw_value": values, "is_sampled": match, "is_duplicate": ~key.is_first_distinct()})
-    rows.add_frame("candidates", candidates.with_columns(
-        *classified(pl.col("cand_raw_value"), "cand_"), **{k: pl.lit(v) for k, v in common.items()}, list_kind=pl.lit("top_logprobs"),
-    ))
+    candidates = pl.DataFrame(
+        {
+            "position": row_of,
+            "list_index": np.arange(len(ids)) - offsets[row_of],
+            "cand_token_id": ids,
+            "cand_raw_value": values,
+            "is_sampled": match,
+            "is_duplicate": ~key.is_first_distinct(),
+        }
+    )
+    rows.add_frame(
+        "candidates",
+        candidates.with_columns(
+            *classified(pl.col("cand_raw_value"), "cand_"),
+            **{k: pl.lit(v) for k, v in common.items()},
+            list_kind=pl.lit("top_logprobs"),
+        ),
+    )
 
 
 def _mask_name(choice: dict) -> str:
@@ -199,7 +284,9 @@ def _sampling_supports(choice: dict, token_ids, n: int, rows: Rows, where: str):
     for j, row in enumerate(support):
         sampled = token_ids[j] if token_ids is not None else None
         if row is not None and sampled is not None and sampled not in row[0]:
-            raise DumpError(rows.source, f"{mwhere} row {j}", None, f"the sampled id {sampled} is missing from its support {row[0]}")
+            raise DumpError(
+                rows.source, f"{mwhere} row {j}", None, f"the sampled id {sampled} is missing from its support {row[0]}"
+            )
     return support
 
 
@@ -209,8 +296,14 @@ def _add_support_candidates(supports, token_ids, rows: Rows, mwhere: str, key0) 
             continue
         ids, logprobs = row
         entries = [{"token_id": i, "raw": None if logprobs is None else logprobs[k]} for k, i in enumerate(ids)]
-        rows.candidates_for((*key0, j), f"{mwhere} row {j}", entries, list_kind="sampling_support",
-                            sampled_id=token_ids[j] if token_ids is not None else None, sampled_text=None)
+        rows.candidates_for(
+            (*key0, j),
+            f"{mwhere} row {j}",
+            entries,
+            list_kind="sampling_support",
+            sampled_id=token_ids[j] if token_ids is not None else None,
+            sampled_text=None,
+        )
 
 
 def parse_prompt_logprobs(prompt_logprobs: Any, rows: Rows, meta: Meta, where: str, request_id) -> None:
@@ -243,20 +336,49 @@ def parse_prompt_logprobs(prompt_logprobs: Any, rows: Rows, meta: Meta, where: s
             if not token_key.lstrip("-").isdigit():
                 raise DumpError(rows.source, swhere, token_key, "expected a token id as the key")
             info = _obj(info, rows, f"{swhere}.{token_key}")
-            entries.append({"token_id": int(token_key), "token_text": info.get("decoded_token"), "raw": info.get("logprob"), "vocab_rank": info.get("rank")})
+            entries.append(
+                {
+                    "token_id": int(token_key),
+                    "token_text": info.get("decoded_token"),
+                    "raw": info.get("logprob"),
+                    "vocab_rank": info.get("rank"),
+                }
+            )
         if not entries:
             raise DumpError(rows.source, swhere, None, "an empty prompt logprob step")
         first = entries[0]
-        rows.token(key, swhere, raw=first["raw"], request_id=request_id, sample_key=meta.sample_key, token_id=first["token_id"],
-                   token_text=first["token_text"], vocab_rank=first["vocab_rank"], n_candidates=len(entries))
-        rows.candidates_for(key, swhere, entries, list_kind="top_logprobs", sampled_id=first["token_id"], sampled_text=None)
+        rows.token(
+            key,
+            swhere,
+            raw=first["raw"],
+            request_id=request_id,
+            sample_key=meta.sample_key,
+            token_id=first["token_id"],
+            token_text=first["token_text"],
+            vocab_rank=first["vocab_rank"],
+            n_candidates=len(entries),
+        )
+        rows.candidates_for(
+            key, swhere, entries, list_kind="top_logprobs", sampled_id=first["token_id"], sampled_text=None
+        )
 
 
 # --- legacy completions -----------------------------------------------------------------------
 
 
-def parse_legacy_logprobs(logprobs: dict, rows: Rows, meta: Meta, where: str, index: int, request_id, *,
-                          start: int = 0, stream_chunk: int | None = None, t_arrival: float | None = None, prompt_len: int = 0) -> int:
+def parse_legacy_logprobs(
+    logprobs: dict,
+    rows: Rows,
+    meta: Meta,
+    where: str,
+    index: int,
+    request_id,
+    *,
+    start: int = 0,
+    stream_chunk: int | None = None,
+    t_arrival: float | None = None,
+    prompt_len: int = 0,
+) -> int:
     """``{tokens, token_logprobs, top_logprobs, text_offset}``; top_logprobs dicts are keyed by text.
 
     Parameters
@@ -303,13 +425,33 @@ def parse_legacy_logprobs(logprobs: dict, rows: Rows, meta: Meta, where: str, in
         text = None if token_id is not None else token
         offset = None if offsets is None else _int_or_none(offsets[j], rows, where, f"text_offset[{j}]")
         top = None if tops is None or tops[j] is None else _obj(tops[j], rows, where, f"top_logprobs[{j}]")
-        rows.token(key, twhere, raw=values[j], request_id=request_id, sample_key=meta.sample_key, token_id=token_id, token_text=text,
-                   text_offset=offset, stream_chunk=stream_chunk, t_arrival=t_arrival,
-                   n_candidates=None if top is None else len(top))
+        rows.token(
+            key,
+            twhere,
+            raw=values[j],
+            request_id=request_id,
+            sample_key=meta.sample_key,
+            token_id=token_id,
+            token_text=text,
+            text_offset=offset,
+            stream_chunk=stream_chunk,
+            t_arrival=t_arrival,
+            n_candidates=None if top is None else len(top),
+        )
         if top is not None:
             ids = [_placeholder(t, rows, where, f"top_logprobs[{j}]") for t in top]
-            entries = [{"token_id": i, "token_text": None if i is not None else t, "raw": v} for i, (t, v) in zip(ids, top.items())]
-            rows.candidates_for(key, f"{where}.top_logprobs[{j}]", entries, list_kind="top_logprobs", sampled_id=token_id, sampled_text=text)
+            entries = [
+                {"token_id": i, "token_text": None if i is not None else t, "raw": v}
+                for i, (t, v) in zip(ids, top.items())
+            ]
+            rows.candidates_for(
+                key,
+                f"{where}.top_logprobs[{j}]",
+                entries,
+                list_kind="top_logprobs",
+                sampled_id=token_id,
+                sampled_text=text,
+            )
     return len(tokens)
 
 
@@ -343,14 +485,32 @@ def parse_completion(payload: Any, rows: Rows, meta: Meta, where: str = "$") -> 
                 scored = _parse_choice_tokens(choice, rows, meta, cwhere, index, request_id, None)
             else:
                 n = len(logprobs.get("tokens") or [])
-                echoed = prompt_tokens is not None and completion_tokens is not None and n == prompt_tokens + completion_tokens
+                echoed = (
+                    prompt_tokens is not None
+                    and completion_tokens is not None
+                    and n == prompt_tokens + completion_tokens
+                )
                 prompt_len = prompt_tokens if echoed and prompt_tokens is not None else 0  # echoed: it is not None
-                scored = parse_legacy_logprobs(logprobs, rows, meta, f"{cwhere}.logprobs", index, request_id, prompt_len=prompt_len) - prompt_len
+                scored = (
+                    parse_legacy_logprobs(
+                        logprobs, rows, meta, f"{cwhere}.logprobs", index, request_id, prompt_len=prompt_len
+                    )
+                    - prompt_len
+                )
         _check_usage(rows, cwhere, len(choices), completion_tokens, scored, logprobs is not None)
         text = choice.get("text")
-        rows.request(**meta.request_columns(), choice_index=index, request_id=request_id, model=payload.get("model"), endpoint="completions",
-                     stream=False, finish_reason=choice.get("finish_reason"), prompt_tokens=prompt_tokens,
-                     completion_tokens=completion_tokens if len(choices) == 1 else None, n_prompt_scored=prompt_len,
-                     n_completion_scored=scored, completion_text=text if isinstance(text, str) else None,
-                     extra={**meta.extra, **({"usage": usage} if usage else {})})
-
+        rows.request(
+            **meta.request_columns(),
+            choice_index=index,
+            request_id=request_id,
+            model=payload.get("model"),
+            endpoint="completions",
+            stream=False,
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens if len(choices) == 1 else None,
+            n_prompt_scored=prompt_len,
+            n_completion_scored=scored,
+            completion_text=text if isinstance(text, str) else None,
+            extra={**meta.extra, **({"usage": usage} if usage else {})},
+        )

@@ -14,8 +14,25 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._fastkit import (Frames, _BARE_GUARD, _LineMeta, _REFUSALS, _SCHEMA, _Unsupported, _ahead, _binary, _check_text, _chunks,
-                        _concat, _field, _flatten, _placeholder_ids, _series, _table, _token_ids)
+from .._fastkit import (
+    _BARE_GUARD,
+    _REFUSALS,
+    _SCHEMA,
+    Frames,
+    _ahead,
+    _binary,
+    _check_text,
+    _chunks,
+    _concat,
+    _field,
+    _flatten,
+    _LineMeta,
+    _placeholder_ids,
+    _series,
+    _table,
+    _token_ids,
+    _Unsupported,
+)
 from .._kit import TIMING_FIELDS, USAGE_FIELDS
 from .._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, classified, conform
 from .._values import MAX_LOGPROB
@@ -55,7 +72,12 @@ def _parsed_bare(path: Path, limit: int | None):
         _check_text(view, [b + 1 for _, b in spans], _BARE_GUARD)
         table = _table(view, len(spans), max(b - a for a, b in spans), _SCHEMA)
         _check_shapes(table)
-        yield table, _LineMeta.bare([line + i + 1 for i in range(len(spans))], [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans])
+        yield (
+            table,
+            _LineMeta.bare(
+                [line + i + 1 for i in range(len(spans))], [hashlib.sha256(view[a:b]).hexdigest() for a, b in spans]
+            ),
+        )
         line += len(spans)
 
 
@@ -99,7 +121,9 @@ def _batch(batch: pa.RecordBatch, meta: _LineMeta, source: str) -> Frames:
         raise _Unsupported("a choice that is not a chat choice")
     entries, entry_choice, position = _flatten(_field(_field(choices, "logprobs"), "content"))
     requests = _requests(batch, choices, choice_line, choice_pos, entry_choice, meta, source)
-    keys = requests.select("record", "choice_index", "request_id", "sample_key")[entry_choice].with_columns(position=pl.Series(position))
+    keys = requests.select("record", "choice_index", "request_id", "sample_key")[entry_choice].with_columns(
+        position=pl.Series(position)
+    )
     tokens = _tokens(entries, keys, source, "openai_chat")
     candidates = _candidates(entries, tokens, source)
     return tokens, candidates, requests
@@ -126,23 +150,39 @@ def _requests(batch, choices, choice_line, choice_pos, entry_choice, meta: _Line
         prompt_tokens=_series(_field(usage, "prompt_tokens")),
         completion_tokens=_series(_field(usage, "completion_tokens")),
         n_choices=pl.Series(np.bincount(choice_line, minlength=batch.num_rows)),
-        extra=pl.Series([_extra_json(base, u, t) for base, u, t in zip(meta.extra, usage.to_pylist(), batch.column("timings").to_pylist())],
-                        dtype=pl.String),
+        extra=pl.Series(
+            [
+                _extra_json(base, u, t)
+                for base, u, t in zip(meta.extra, usage.to_pylist(), batch.column("timings").to_pylist())
+            ],
+            dtype=pl.String,
+        ),
     )
     scored = np.bincount(entry_choice, minlength=len(choices))
-    frame = pl.concat([pl.DataFrame({
-        "choice_index": _series(_field(choices, "index")).fill_null(pl.Series(choice_pos)),
-        "finish_reason": _series(_field(choices, "finish_reason")),
-        "completion_text": _series(_field(_field(choices, "message"), "content")),
-        "n_completion_scored": scored,
-        "has_logprobs": pc.is_valid(_field(choices, "logprobs")).to_numpy(zero_copy_only=False),
-    }), lines[choice_line]], how="horizontal")
+    frame = pl.concat(
+        [
+            pl.DataFrame(
+                {
+                    "choice_index": _series(_field(choices, "index")).fill_null(pl.Series(choice_pos)),
+                    "finish_reason": _series(_field(choices, "finish_reason")),
+                    "completion_text": _series(_field(_field(choices, "message"), "content")),
+                    "n_completion_scored": scored,
+                    "has_logprobs": pc.is_valid(_field(choices, "logprobs")).to_numpy(zero_copy_only=False),
+                }
+            ),
+            lines[choice_line],
+        ],
+        how="horizontal",
+    )
     single = pl.col("n_choices") == 1
     disagree = pl.col("completion_tokens") != pl.col("n_completion_scored")
     if frame.filter(single & pl.col("has_logprobs") & pl.col("completion_tokens").is_not_null() & disagree).height:
         raise _Unsupported("usage disagrees with the logprob entries")
     return _envelope_requests(
-        frame, source, "openai_chat", stream=False,
+        frame,
+        source,
+        "openai_chat",
+        stream=False,
         completion_text=pl.col("completion_text"),
         choice_index=pl.col("choice_index"),
         request_id=pl.when(pl.col("id") != "").then(pl.col("id")),  # payload.get("id") or payload.get("request_id")
@@ -153,7 +193,9 @@ def _requests(batch, choices, choice_line, choice_pos, entry_choice, meta: _Line
     )
 
 
-def _envelope_requests(frame: pl.DataFrame, source: str, source_format: str, *, stream: bool, **columns: pl.Expr) -> pl.DataFrame:
+def _envelope_requests(
+    frame: pl.DataFrame, source: str, source_format: str, *, stream: bool, **columns: pl.Expr
+) -> pl.DataFrame:
     """The requests table of a chunk of capture envelopes: what both kinds take from the envelope, and ``columns`` from the payload."""
     out = frame.select(
         source=pl.lit(source),
@@ -164,7 +206,11 @@ def _envelope_requests(frame: pl.DataFrame, source: str, source_format: str, *, 
         endpoint=pl.lit("chat"),
         stream=pl.lit(stream),
         n_prompt_scored=pl.lit(0, pl.Int64),
-        c=pl.col("c"), slot=pl.col("slot"), prompt_id=pl.col("prompt_id"), role=pl.col("role"), repeat=pl.col("repeat"),
+        c=pl.col("c"),
+        slot=pl.col("slot"),
+        prompt_id=pl.col("prompt_id"),
+        role=pl.col("role"),
+        repeat=pl.col("repeat"),
         t_sent=pl.col("t_sent"),
         raw_sha256=pl.col("raw_sha256"),
         extra=pl.col("extra"),
@@ -175,8 +221,13 @@ def _envelope_requests(frame: pl.DataFrame, source: str, source_format: str, *, 
 
 def _token_key(source: str) -> dict[str, pl.Expr]:
     """The token key columns (see ``_schema.KEY``) that the tokens and candidates tables both lead with."""
-    return {"source": pl.lit(source), "record": pl.col("record"), "choice_index": pl.col("choice_index"), "segment": pl.lit("completion"),
-            "position": pl.col("position")}
+    return {
+        "source": pl.lit(source),
+        "record": pl.col("record"),
+        "choice_index": pl.col("choice_index"),
+        "segment": pl.lit("completion"),
+        "position": pl.col("position"),
+    }
 
 
 def _tokens(entries, keys: pl.DataFrame, source: str, source_format: str) -> pl.DataFrame:
@@ -199,7 +250,9 @@ def _tokens(entries, keys: pl.DataFrame, source: str, source_format: str) -> pl.
     ).with_columns(*classified(pl.col("raw_value"), ""))
     if ((frame["status"] == "ok") & (frame["raw_value"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive logprob")
-    own_placeholder_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
+    own_placeholder_bytes = pl.col("placeholder").is_not_null() & (
+        pl.col("bytes") == pl.col("token").cast(pl.Binary)
+    ).fill_null(False)
     stream = [pl.col(name) for name in ("stream_chunk", "t_arrival") if name in keys.columns]
     out = frame.select(
         *stream,
@@ -225,7 +278,12 @@ def _duplicates(parent: pl.Expr, cand_id: pl.Expr, text: pl.Expr, data: pl.Expr,
     """True for a candidate whose identity (its id, else text and bytes) already appeared in its list."""
     if all_ids:  # one integer key hashes far faster than a struct
         return ~(parent * (1 << 32) + cand_id).is_first_distinct()
-    identity = pl.struct(parent, cand_id, pl.when(cand_id.is_null()).then(text).alias("t"), pl.when(cand_id.is_null()).then(data).alias("b"))
+    identity = pl.struct(
+        parent,
+        cand_id,
+        pl.when(cand_id.is_null()).then(text).alias("t"),
+        pl.when(cand_id.is_null()).then(data).alias("b"),
+    )
     return ~identity.is_first_distinct()
 
 
@@ -238,34 +296,46 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
     if raw.null_count():
         raise _Unsupported("a null candidate value")
     parent = pl.Series("parent", parents)
-    frame = pl.DataFrame({
-        "parent": parent,
-        "record": tokens["record"].gather(parent),
-        "choice_index": tokens["choice_index"].gather(parent),
-        "position": tokens["position"].gather(parent),
-        "sampled_id": tokens["token_id"].gather(parent),
-        "sampled_text": tokens["token_text"].gather(parent),
-        "list_index": list_index,
-        "token": token,
-        "cand_id": placeholder.fill_null(own_id),
-        "placeholder": placeholder,
-        "raw": raw,
-        "bytes": _series(_binary(_field(cands, "bytes"))),
-    }).with_columns(*classified(pl.col("raw"), "cand_"))
+    frame = pl.DataFrame(
+        {
+            "parent": parent,
+            "record": tokens["record"].gather(parent),
+            "choice_index": tokens["choice_index"].gather(parent),
+            "position": tokens["position"].gather(parent),
+            "sampled_id": tokens["token_id"].gather(parent),
+            "sampled_text": tokens["token_text"].gather(parent),
+            "list_index": list_index,
+            "token": token,
+            "cand_id": placeholder.fill_null(own_id),
+            "placeholder": placeholder,
+            "raw": raw,
+            "bytes": _series(_binary(_field(cands, "bytes"))),
+        }
+    ).with_columns(*classified(pl.col("raw"), "cand_"))
     if ((frame["cand_status"] == "ok") & (frame["raw"] > MAX_LOGPROB)).any():
         raise _Unsupported("a positive candidate logprob")
-    own_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(False)
+    own_bytes = pl.col("placeholder").is_not_null() & (pl.col("bytes") == pl.col("token").cast(pl.Binary)).fill_null(
+        False
+    )
     frame = frame.with_columns(
         cand_text=pl.when(pl.col("placeholder").is_null()).then(pl.col("token")),
         cand_bytes=pl.when(own_bytes).then(None).otherwise(pl.col("bytes")),
     )
     ids = frame["cand_id"]
     # Int64 columns with no null, so a non-empty frame's min and max are ints
-    all_ids = ids.null_count() == 0 and (frame.height == 0 or (
-        cast(int, ids.min()) >= 0 and cast(int, ids.max()) < (1 << 32) and cast(int, frame["parent"].max()) < (1 << 30)))
+    all_ids = ids.null_count() == 0 and (
+        frame.height == 0
+        or (
+            cast(int, ids.min()) >= 0
+            and cast(int, ids.max()) < (1 << 32)
+            and cast(int, frame["parent"].max()) < (1 << 30)
+        )
+    )
     sampled = (
-        pl.when(pl.col("sampled_id").is_not_null() & pl.col("cand_id").is_not_null()).then(pl.col("cand_id") == pl.col("sampled_id"))
-        .when(pl.col("sampled_text").is_not_null() & pl.col("cand_id").is_null()).then(pl.col("cand_text") == pl.col("sampled_text"))
+        pl.when(pl.col("sampled_id").is_not_null() & pl.col("cand_id").is_not_null())
+        .then(pl.col("cand_id") == pl.col("sampled_id"))
+        .when(pl.col("sampled_text").is_not_null() & pl.col("cand_id").is_null())
+        .then(pl.col("cand_text") == pl.col("sampled_text"))
     )
     out = frame.select(
         **_token_key(source),
@@ -279,6 +349,8 @@ def _candidates(entries, tokens: pl.DataFrame, source: str) -> pl.DataFrame:
         cand_raw_value=pl.col("raw"),
         cand_status=pl.col("cand_status"),
         is_sampled=sampled,
-        is_duplicate=_duplicates(pl.col("parent"), pl.col("cand_id"), pl.col("cand_text"), pl.col("cand_bytes"), all_ids),
+        is_duplicate=_duplicates(
+            pl.col("parent"), pl.col("cand_id"), pl.col("cand_text"), pl.col("cand_bytes"), all_ids
+        ),
     )
     return conform(out, CANDIDATE_SCHEMA)

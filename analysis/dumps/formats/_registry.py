@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-
 from .. import _json
 from .._kit import Meta
 from .._schema import Rows
@@ -112,7 +111,10 @@ def _stream_format(text: str, source: str, record: str = "record 0") -> str:
             continue
         try:
             chunk = _json.loads_payload(event.data)
-        except (_json.NestingError, _json.DuplicateKeyError) as exc:  # JSON, refused: say so rather than "no known stream"
+        except (
+            _json.NestingError,
+            _json.DuplicateKeyError,
+        ) as exc:  # JSON, refused: say so rather than "no known stream"
             raise DumpError(source, f"{record} event {event.index} (line {event.line})", *_json.refusal(exc)) from None
         except ValueError:
             continue
@@ -123,11 +125,15 @@ def _stream_format(text: str, source: str, record: str = "record 0") -> str:
                 return "sglang_sse"
             if isinstance(chunk.get("type"), str) and chunk["type"].startswith("response."):
                 return "openai_responses_sse"
-            if chunk.get("object") == "text_completion" or any(isinstance(c, dict) and "text" in c for c in chunk.get("choices") or []):
+            if chunk.get("object") == "text_completion" or any(
+                isinstance(c, dict) and "text" in c for c in chunk.get("choices") or []
+            ):
                 return "openai_completion_sse"
             if "choices" in chunk:
                 return "openai_chat_sse"
-    raise DumpError(source, "$", None, f"an SSE capture whose events match no known stream; known: {', '.join(STREAM_FORMATS)}")
+    raise DumpError(
+        source, "$", None, f"an SSE capture whose events match no known stream; known: {', '.join(STREAM_FORMATS)}"
+    )
 
 
 def _looks_sse(text: str) -> bool:

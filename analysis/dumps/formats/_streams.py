@@ -9,9 +9,9 @@ from typing import Any
 
 from .. import _json
 from .._kit import Meta, _list, _obj, _str_or_none, add_entry, choice_index, server_timings, usage_counts
+from .._liveness import timing_columns
 from .._schema import Rows
 from .._sse import Event, parse_sse
-from .._liveness import timing_columns
 from .._values import DumpError
 from ._openai import parse_legacy_logprobs
 
@@ -19,12 +19,22 @@ from ._openai import parse_legacy_logprobs
 def _arrival(meta: Meta, event: Event, rows: Rows, n_events: int) -> float | None:
     if meta.arrivals is None:
         return None
-    if not isinstance(meta.arrivals, list) or not all(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool))
-                                                      for t in meta.arrivals):
-        raise DumpError(rows.source, f"record {meta.record}", "arrival_times", "expected a list of seconds (numbers or null), "
-                        f"got {str(meta.arrivals)[:60]!r}")
+    if not isinstance(meta.arrivals, list) or not all(
+        t is None or (isinstance(t, (int, float)) and not isinstance(t, bool)) for t in meta.arrivals
+    ):
+        raise DumpError(
+            rows.source,
+            f"record {meta.record}",
+            "arrival_times",
+            f"expected a list of seconds (numbers or null), got {str(meta.arrivals)[:60]!r}",
+        )
     if len(meta.arrivals) != n_events:
-        raise DumpError(rows.source, f"record {meta.record}", "arrival_times", f"holds {len(meta.arrivals)} times for {n_events} events")
+        raise DumpError(
+            rows.source,
+            f"record {meta.record}",
+            "arrival_times",
+            f"holds {len(meta.arrivals)} times for {n_events} events",
+        )
     return meta.arrivals[event.index]
 
 
@@ -52,7 +62,16 @@ def stream_events(text: str, rows: Rows, meta: Meta, *, needs_done: bool, lenien
     stream = parse_sse(text)
     where = f"record {meta.record}"
     if stream.cut_mid_event:
-        _problem(rows, lenient, DumpError(rows.source, f"{where} line {stream.trailing_line}", None, "the stream was cut mid-event (no blank line ends it)"))
+        _problem(
+            rows,
+            lenient,
+            DumpError(
+                rows.source,
+                f"{where} line {stream.trailing_line}",
+                None,
+                "the stream was cut mid-event (no blank line ends it)",
+            ),
+        )
     out: list[tuple[Event, Any]] = []
     done_at: Event | None = None
     for event in stream.events:
@@ -74,7 +93,12 @@ def stream_events(text: str, rows: Rows, meta: Meta, *, needs_done: bool, lenien
             _problem(rows, lenient, DumpError(rows.source, ewhere, None, f"event data is not JSON: {exc}"))
             continue
         if event.event == "error" or (isinstance(payload, dict) and "error" in payload and "choices" not in payload):
-            raise DumpError(rows.source, ewhere, "error", f"the server sent an error event: {payload.get('error', payload) if isinstance(payload, dict) else payload!r}")
+            raise DumpError(
+                rows.source,
+                ewhere,
+                "error",
+                f"the server sent an error event: {payload.get('error', payload) if isinstance(payload, dict) else payload!r}",
+            )
         out.append((event, payload))
     if needs_done and done_at is None:
         _problem(rows, lenient, DumpError(rows.source, where, None, "the stream ended without [DONE]"))
@@ -128,14 +152,21 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
             declared, live_seen = chunk["stream_mode"], True
         if usage_counts(chunk.get("usage")) is not None:
             usage = usage_counts(chunk["usage"])
-        timings = server_timings(chunk.get("timings"), rows.source, ewhere) or timings  # llama.cpp's and bia serve's, in the last chunk
+        timings = (
+            server_timings(chunk.get("timings"), rows.source, ewhere) or timings
+        )  # llama.cpp's and bia serve's, in the last chunk
         for c, choice in enumerate(_list(chunk.get("choices", []), rows, ewhere, "choices")):
             cwhere = f"{ewhere}.choices[{c}]"
             choice = _obj(choice, rows, cwhere)
             index = choice_index(choice, c, rows, cwhere)
             acc = choices.setdefault(index, _Choice())
             delta = _obj(choice.get("delta") or {}, rows, cwhere, "delta")
-            piece = _str_or_none(choice.get("text") if legacy else delta.get("content"), rows, cwhere, "text" if legacy else "delta.content")
+            piece = _str_or_none(
+                choice.get("text") if legacy else delta.get("content"),
+                rows,
+                cwhere,
+                "text" if legacy else "delta.content",
+            )
             if piece:
                 acc.text.append(piece)
                 acc.content_times.append(t)
@@ -145,27 +176,61 @@ def parse_chat_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fals
                 continue
             logprobs = _obj(logprobs, rows, cwhere, "logprobs")
             if "tokens" in logprobs:
-                acc.n += parse_legacy_logprobs(logprobs, rows, meta, f"{cwhere}.logprobs", index, request_id, start=acc.n,
-                                               stream_chunk=event.index, t_arrival=t)
+                acc.n += parse_legacy_logprobs(
+                    logprobs,
+                    rows,
+                    meta,
+                    f"{cwhere}.logprobs",
+                    index,
+                    request_id,
+                    start=acc.n,
+                    stream_chunk=event.index,
+                    t_arrival=t,
+                )
                 continue
             for entry in _list(logprobs.get("content") or [], rows, cwhere, "logprobs.content"):
-                add_entry(rows, entry, (meta.record, index, "completion", acc.n), f"{cwhere}.logprobs.content[{acc.n}]",
-                          request_id=request_id, meta=meta, stream_chunk=event.index, t_arrival=t)
+                add_entry(
+                    rows,
+                    entry,
+                    (meta.record, index, "completion", acc.n),
+                    f"{cwhere}.logprobs.content[{acc.n}]",
+                    request_id=request_id,
+                    meta=meta,
+                    stream_chunk=event.index,
+                    t_arrival=t,
+                )
                 acc.n += 1
     completion_tokens = usage.get("completion_tokens") if usage else None
     if len(choices) == 1 and completion_tokens is not None:
         only = next(iter(choices.values()))
         if only.n and only.n != completion_tokens:
-            _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "usage.completion_tokens",
-                                              f"says {completion_tokens} tokens but the stream carried {only.n} logprob entries"))
+            _problem(
+                rows,
+                lenient,
+                DumpError(
+                    rows.source,
+                    f"record {meta.record}",
+                    "usage.completion_tokens",
+                    f"says {completion_tokens} tokens but the stream carried {only.n} logprob entries",
+                ),
+            )
     for index, acc in sorted(choices.items()):
-        rows.request(**meta.request_columns(), choice_index=index, request_id=request_id, model=model,
-                     endpoint="completions" if legacy else "chat", stream=True, finish_reason=acc.finish_reason,
-                     prompt_tokens=usage.get("prompt_tokens") if usage else None,
-                     completion_tokens=completion_tokens if len(choices) == 1 else None,
-                     n_prompt_scored=0, n_completion_scored=acc.n, completion_text="".join(acc.text),
-                     **timing_columns(declared, acc.content_times, acc.n),
-                     extra={**meta.extra, **({"usage": usage} if usage else {}), **({"timings": timings} if timings else {})})
+        rows.request(
+            **meta.request_columns(),
+            choice_index=index,
+            request_id=request_id,
+            model=model,
+            endpoint="completions" if legacy else "chat",
+            stream=True,
+            finish_reason=acc.finish_reason,
+            prompt_tokens=usage.get("prompt_tokens") if usage else None,
+            completion_tokens=completion_tokens if len(choices) == 1 else None,
+            n_prompt_scored=0,
+            n_completion_scored=acc.n,
+            completion_text="".join(acc.text),
+            **timing_columns(declared, acc.content_times, acc.n),
+            extra={**meta.extra, **({"usage": usage} if usage else {}), **({"timings": timings} if timings else {})},
+        )
 
 
 def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -196,15 +261,32 @@ def parse_llamacpp_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = 
             times.append(t)
         probs = chunk.get("completion_probabilities")
         if probs:
-            n = add_llamacpp_probabilities(probs, rows, meta, f"{ewhere}.completion_probabilities", start=n, stream_chunk=event.index, t_arrival=t)
+            n = add_llamacpp_probabilities(
+                probs, rows, meta, f"{ewhere}.completion_probabilities", start=n, stream_chunk=event.index, t_arrival=t
+            )
         last = chunk
     if last is None or last.get("stop") is not True:
-        _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "stop", "the stream ended before an event with stop: true"))
+        _problem(
+            rows,
+            lenient,
+            DumpError(rows.source, f"record {meta.record}", "stop", "the stream ended before an event with stop: true"),
+        )
     last = last or {}
-    rows.request(**meta.request_columns(), choice_index=0, model=last.get("model"), endpoint="completion", stream=True,
-                 finish_reason=last.get("stop_type"), prompt_tokens=last.get("tokens_evaluated"), completion_tokens=last.get("tokens_predicted"),
-                 n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 **timing_columns(None, times, n), extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})})
+    rows.request(
+        **meta.request_columns(),
+        choice_index=0,
+        model=last.get("model"),
+        endpoint="completion",
+        stream=True,
+        finish_reason=last.get("stop_type"),
+        prompt_tokens=last.get("tokens_evaluated"),
+        completion_tokens=last.get("tokens_predicted"),
+        n_prompt_scored=0,
+        n_completion_scored=n,
+        completion_text="".join(pieces),
+        **timing_columns(None, times, n),
+        extra={**meta.extra, **({"timings": last["timings"]} if "timings" in last else {})},
+    )
 
 
 def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = False) -> None:
@@ -235,9 +317,13 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
         ewhere = f"record {meta.record} event {event.index} (line {event.line})"
         chunk = _obj(chunk, rows, ewhere)
         steps.append((event, chunk, _obj(chunk.get("meta_info"), rows, ewhere, "meta_info"), ewhere))
-    lists = [_list(info.get("output_token_logprobs") or [], rows, ewhere, "meta_info.output_token_logprobs") for _, _, info, ewhere in steps]
+    lists = [
+        _list(info.get("output_token_logprobs") or [], rows, ewhere, "meta_info.output_token_logprobs")
+        for _, _, info, ewhere in steps
+    ]
     resent = all(len(b) >= len(a) and b[: len(a)] == a for a, b in pairwise(lists)) and any(
-        a and len(b) > len(a) for a, b in pairwise(lists))
+        a and len(b) > len(a) for a, b in pairwise(lists)
+    )
     n = 0
     times: list[float | None] = []
     texts: list[str] = []
@@ -249,12 +335,27 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
         new = triples[n:] if resent else triples
         tops = info.get("output_top_logprobs")
         if tops is not None and len(_list(tops, rows, ewhere, "meta_info.output_top_logprobs")) != len(triples):
-            raise DumpError(rows.source, ewhere, "meta_info.output_top_logprobs", f"holds {len(tops)} positions for {len(triples)} tokens")
+            raise DumpError(
+                rows.source,
+                ewhere,
+                "meta_info.output_top_logprobs",
+                f"holds {len(tops)} positions for {len(triples)} tokens",
+            )
         new_tops = (tops[n:] if resent else tops) if tops is not None else [None] * len(new)
         for k, (triple, top) in enumerate(zip(new, new_tops)):
             at = (n if resent else 0) + k
-            add_sglang_token(rows, meta, (meta.record, 0, "completion", n + k), f"{ewhere}.meta_info.output_token_logprobs[{at}]", triple, top,
-                             f"{ewhere}.meta_info.output_top_logprobs[{at}]", request_id, stream_chunk=event.index, t_arrival=t)
+            add_sglang_token(
+                rows,
+                meta,
+                (meta.record, 0, "completion", n + k),
+                f"{ewhere}.meta_info.output_token_logprobs[{at}]",
+                triple,
+                top,
+                f"{ewhere}.meta_info.output_top_logprobs[{at}]",
+                request_id,
+                stream_chunk=event.index,
+                t_arrival=t,
+            )
         piece = _str_or_none(chunk.get("text"), rows, ewhere, "text")
         if piece is not None:
             texts = [piece] if resent else [*texts, piece]
@@ -263,13 +364,32 @@ def parse_sglang_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool = Fa
             times.append(t)
     completion_tokens = info.get("completion_tokens")
     if completion_tokens is not None and n and completion_tokens != n:
-        _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "meta_info.completion_tokens",
-                                          f"says {completion_tokens} tokens but the stream carried {n} logprob entries"))
+        _problem(
+            rows,
+            lenient,
+            DumpError(
+                rows.source,
+                f"record {meta.record}",
+                "meta_info.completion_tokens",
+                f"says {completion_tokens} tokens but the stream carried {n} logprob entries",
+            ),
+        )
     finish = info.get("finish_reason")
-    rows.request(**meta.request_columns(), choice_index=0, request_id=request_id, endpoint="generate", stream=True,
-                 finish_reason=finish.get("type") if isinstance(finish, dict) else finish, prompt_tokens=info.get("prompt_tokens"),
-                 completion_tokens=completion_tokens, n_prompt_scored=0, n_completion_scored=n, completion_text="".join(texts),
-                 **timing_columns(None, times, n), extra={**meta.extra, "resent": resent})
+    rows.request(
+        **meta.request_columns(),
+        choice_index=0,
+        request_id=request_id,
+        endpoint="generate",
+        stream=True,
+        finish_reason=finish.get("type") if isinstance(finish, dict) else finish,
+        prompt_tokens=info.get("prompt_tokens"),
+        completion_tokens=completion_tokens,
+        n_prompt_scored=0,
+        n_completion_scored=n,
+        completion_text="".join(texts),
+        **timing_columns(None, times, n),
+        extra={**meta.extra, "resent": resent},
+    )
 
 
 RESPONSES_ROUNDING = 1e-3  # the done and completed events repeat the deltas' logprobs, rounded
@@ -313,8 +433,16 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
         if kind == "response.output_text.delta":
             piece = _str_or_none(chunk.get("delta"), rows, ewhere, "delta")
             for k, entry in enumerate(_list(chunk.get("logprobs") or [], rows, ewhere, "logprobs")):
-                add_entry(rows, entry, (meta.record, 0, "completion", n), f"{ewhere}.logprobs[{k}]",
-                          request_id=response.get("id"), meta=meta, stream_chunk=event.index, t_arrival=t)
+                add_entry(
+                    rows,
+                    entry,
+                    (meta.record, 0, "completion", n),
+                    f"{ewhere}.logprobs[{k}]",
+                    request_id=response.get("id"),
+                    meta=meta,
+                    stream_chunk=event.index,
+                    t_arrival=t,
+                )
                 entries.append(entry)
                 n += 1
             if piece:
@@ -323,21 +451,45 @@ def parse_responses_stream(text: str, rows: Rows, meta: Meta, *, lenient: bool =
         elif kind == "response.output_text.done" and chunk.get("logprobs") is not None:
             _check_copy(_list(chunk["logprobs"], rows, ewhere, "logprobs"), entries, rows, ewhere, lenient)
     if not completed:
-        _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", None, "the stream ended without response.completed"))
+        _problem(
+            rows,
+            lenient,
+            DumpError(rows.source, f"record {meta.record}", None, "the stream ended without response.completed"),
+        )
     usage = response["usage"] if isinstance(response.get("usage"), dict) else {}
     completion_tokens = usage.get("output_tokens")
     gap = {}
     if completion_tokens is not None and n and completion_tokens != n:
         gap = _unsent_end_of_message(completion_tokens, entries, "".join(pieces), response)
         if not gap:
-            _problem(rows, lenient, DumpError(rows.source, f"record {meta.record}", "usage.output_tokens",
-                                              f"says {completion_tokens} tokens but the stream carried {n} logprob entries"))
+            _problem(
+                rows,
+                lenient,
+                DumpError(
+                    rows.source,
+                    f"record {meta.record}",
+                    "usage.output_tokens",
+                    f"says {completion_tokens} tokens but the stream carried {n} logprob entries",
+                ),
+            )
     incomplete = response.get("incomplete_details")
     finish = incomplete.get("reason") if isinstance(incomplete, dict) else response.get("status")
-    rows.request(**meta.request_columns(), choice_index=0, request_id=response.get("id"), model=response.get("model"), endpoint="responses",
-                 stream=True, finish_reason=finish, prompt_tokens=usage.get("input_tokens"), completion_tokens=completion_tokens,
-                 n_prompt_scored=0, n_completion_scored=n, completion_text="".join(pieces),
-                 **timing_columns(None, times, n), extra={**meta.extra, **({"usage": usage} if usage else {}), **gap})
+    rows.request(
+        **meta.request_columns(),
+        choice_index=0,
+        request_id=response.get("id"),
+        model=response.get("model"),
+        endpoint="responses",
+        stream=True,
+        finish_reason=finish,
+        prompt_tokens=usage.get("input_tokens"),
+        completion_tokens=completion_tokens,
+        n_prompt_scored=0,
+        n_completion_scored=n,
+        completion_text="".join(pieces),
+        **timing_columns(None, times, n),
+        extra={**meta.extra, **({"usage": usage} if usage else {}), **gap},
+    )
 
 
 END_OF_MESSAGE = "the end-of-message token: usage.output_tokens counts it, the stream never sends it"
@@ -375,7 +527,9 @@ def _unsent_end_of_message(counted: int, entries: list, text: str, response: dic
     reasons = allowed.get(counted - len(entries))
     if not reasons:
         return {}
-    spelled = b"".join(bytes(e["bytes"]) if isinstance(e.get("bytes"), list) else (e.get("token") or "").encode() for e in entries)
+    spelled = b"".join(
+        bytes(e["bytes"]) if isinstance(e.get("bytes"), list) else (e.get("token") or "").encode() for e in entries
+    )
     if spelled != text.encode():
         return {}
     said = "; and ".join(f"{reasoning} {REASONING}" if r == REASONING else r for r in reasons)
@@ -385,9 +539,21 @@ def _unsent_end_of_message(counted: int, entries: list, text: str, response: dic
 def _check_copy(copy: list, entries: list, rows: Rows, where: str, lenient: bool) -> None:
     """The done event's logprobs repeat the deltas': the same tokens, values equal up to rounding."""
     same = len(copy) == len(entries) and all(
-        isinstance(a, dict) and a.get("token") == b.get("token") and isinstance(a.get("logprob"), (int, float))
-        and isinstance(b.get("logprob"), (int, float)) and abs(a["logprob"] - b["logprob"]) <= RESPONSES_ROUNDING
-        for a, b in zip(copy, entries))
+        isinstance(a, dict)
+        and a.get("token") == b.get("token")
+        and isinstance(a.get("logprob"), (int, float))
+        and isinstance(b.get("logprob"), (int, float))
+        and abs(a["logprob"] - b["logprob"]) <= RESPONSES_ROUNDING
+        for a, b in zip(copy, entries)
+    )
     if not same:
-        _problem(rows, lenient, DumpError(rows.source, where, "logprobs",
-                                          f"the done event's {len(copy)} logprobs disagree with the {len(entries)} the deltas carried"))
+        _problem(
+            rows,
+            lenient,
+            DumpError(
+                rows.source,
+                where,
+                "logprobs",
+                f"the done event's {len(copy)} logprobs disagree with the {len(entries)} the deltas carried",
+            ),
+        )

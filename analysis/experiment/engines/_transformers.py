@@ -53,7 +53,9 @@ def load_checkpoint(checkpoint: str | Path, *, dtype: str = "float32", device: s
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder}: not a Hugging Face checkpoint folder (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    tokenizer.padding_side = "left"  # a decoder-only model continues from the last position: padding goes before the prompt
+    tokenizer.padding_side = (
+        "left"  # a decoder-only model continues from the last position: padding goes before the prompt
+    )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     # Any: transformers types PreTrainedModel.to as a functools wrapper, which mypy cannot call as a bound method
@@ -96,9 +98,17 @@ def padded_generate(model: Any, tokenizer: Any, *, max_new_tokens: int = 64, top
     def generate(prompts: list[str]) -> list[dict[str, Any]]:
         encoded = tokenizer(list(prompts), return_tensors="pt", padding=True).to(model.device)
         with torch.no_grad():
-            out = model.generate(**encoded, do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, num_beams=1,
-                                 output_logits=True, return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
-        chosen = out.sequences[:, encoded["input_ids"].shape[1]:]
+            out = model.generate(
+                **encoded,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=max_new_tokens,
+                num_beams=1,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        chosen = out.sequences[:, encoded["input_ids"].shape[1] :]
         return _results(torch.stack(out.logits, dim=1), chosen, top_k)
 
     return generate
@@ -130,18 +140,30 @@ def continuous_generate(model: Any, tokenizer: Any, *, max_new_tokens: int = 64,
     if not hasattr(model, "generate_batch"):
         import transformers
 
-        raise ValueError(f"transformers {transformers.__version__} has no continuous-batching generate_batch; use padded_generate")
+        raise ValueError(
+            f"transformers {transformers.__version__} has no continuous-batching generate_batch; use padded_generate"
+        )
 
     def generate(prompts: list[str]) -> list[dict[str, Any]]:
         ids = [tokenizer(p)["input_ids"] for p in prompts]
-        config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, eos_token_id=-1,
-                                  pad_token_id=tokenizer.pad_token_id)
+        config = GenerationConfig(
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,
+            eos_token_id=-1,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         # a cache sized for these requests (sized by default from free memory, it takes half a minute a call on a CPU)
         pages = -(-(max(map(len, ids)) + max_new_tokens) // PAGE_SIZE) + 1
-        sizing = ContinuousBatchingConfig(return_logprobs=True, page_size=PAGE_SIZE, num_blocks=len(ids) * pages,
-                                          max_batch_tokens=max(256, sum(map(len, ids)) + len(ids)))
-        outputs = model.generate_batch(ids, generation_config=config, continuous_batching_config=sizing, progress_bar=False,
-                                       warmup=False)  # warm-up captures CUDA graphs: nothing to capture on a CPU
+        sizing = ContinuousBatchingConfig(
+            return_logprobs=True,
+            page_size=PAGE_SIZE,
+            num_blocks=len(ids) * pages,
+            max_batch_tokens=max(256, sum(map(len, ids)) + len(ids)),
+        )
+        outputs = model.generate_batch(
+            ids, generation_config=config, continuous_batching_config=sizing, progress_bar=False, warmup=False
+        )  # warm-up captures CUDA graphs: nothing to capture on a CPU
         ordered = sorted(outputs.values(), key=lambda o: int(str(o.request_id).rsplit("_", 1)[-1]))
         return [{"token_ids": list(o.generated_tokens), "logprobs": [float(v) for v in o.logprobs]} for o in ordered]
 
@@ -155,12 +177,15 @@ def _results(logits: Any, chosen: Any, top_k: int) -> list[dict[str, Any]]:
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     own = logprobs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
     top_values, top_ids = logprobs.topk(top_k, dim=-1)
-    return [{"token_ids": ids, "logprobs": values, "top_logprobs": [list(zip(i, v)) for i, v in zip(tids, tvalues)]}
-            for ids, values, tids, tvalues in zip(chosen.tolist(), own.tolist(), top_ids.tolist(), top_values.tolist())]
+    return [
+        {"token_ids": ids, "logprobs": values, "top_logprobs": [list(zip(i, v)) for i, v in zip(tids, tvalues)]}
+        for ids, values, tids, tvalues in zip(chosen.tolist(), own.tolist(), top_ids.tolist(), top_values.tolist())
+    ]
 
 
-def transformers_engines(checkpoint: str | Path, *, max_new_tokens: int = 64, top_k: int = 5, dtype: str = "float32",
-                         device: str = "cpu") -> dict[str, Generate]:
+def transformers_engines(
+    checkpoint: str | Path, *, max_new_tokens: int = 64, top_k: int = 5, dtype: str = "float32", device: str = "cpu"
+) -> dict[str, Generate]:
     """The ways transformers batches, by name: ``padded`` always, ``continuous`` where the release has ``generate_batch``.
 
     Parameters

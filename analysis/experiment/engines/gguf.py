@@ -24,16 +24,25 @@ CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor 
 
 # torch name of each block's tensor -> llama.cpp gpt2 name
 _BLOCK_NAMES = {
-    "ln1.weight": "attn_norm.weight", "ln1.bias": "attn_norm.bias",
-    "qkv.weight": "attn_qkv.weight", "qkv.bias": "attn_qkv.bias",
-    "out.weight": "attn_output.weight", "out.bias": "attn_output.bias",
-    "ln2.weight": "ffn_norm.weight", "ln2.bias": "ffn_norm.bias",
-    "fc.weight": "ffn_up.weight", "fc.bias": "ffn_up.bias",
-    "proj.weight": "ffn_down.weight", "proj.bias": "ffn_down.bias",
+    "ln1.weight": "attn_norm.weight",
+    "ln1.bias": "attn_norm.bias",
+    "qkv.weight": "attn_qkv.weight",
+    "qkv.bias": "attn_qkv.bias",
+    "out.weight": "attn_output.weight",
+    "out.bias": "attn_output.bias",
+    "ln2.weight": "ffn_norm.weight",
+    "ln2.bias": "ffn_norm.bias",
+    "fc.weight": "ffn_up.weight",
+    "fc.bias": "ffn_up.bias",
+    "proj.weight": "ffn_down.weight",
+    "proj.bias": "ffn_down.bias",
 }
 _TOP_NAMES = {
-    "tok.weight": "token_embd.weight", "pos.weight": "position_embd.weight",
-    "ln_f.weight": "output_norm.weight", "ln_f.bias": "output_norm.bias", "head.weight": "output.weight",
+    "tok.weight": "token_embd.weight",
+    "pos.weight": "position_embd.weight",
+    "ln_f.weight": "output_norm.weight",
+    "ln_f.bias": "output_norm.bias",
+    "head.weight": "output.weight",
 }
 
 
@@ -123,7 +132,9 @@ def write_gguf(weights, out, *, dtype: str = "f32", force: bool = False) -> Path
     meta = json.loads(weights.with_suffix(".json").read_text(encoding="utf-8"))
     cfg = meta["config"]
     if cfg["vocab"] != 256:
-        raise ValueError(f"{weights}: vocab {cfg['vocab']} is not the 256 bytes this writer maps onto GPT-2's byte tokens")
+        raise ValueError(
+            f"{weights}: vocab {cfg['vocab']} is not the 256 bytes this writer maps onto GPT-2's byte tokens"
+        )
     state = load_file(str(weights))
     names = gguf_tensor_names(state)
 
@@ -143,7 +154,9 @@ def write_gguf(weights, out, *, dtype: str = "f32", force: bool = False) -> Path
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(byte_tokens())
     writer.add_token_types([gguf.TokenType.NORMAL] * 256)
-    writer.add_token_merges(["Ġ Ġ"])  # llama.cpp needs the key; this merge makes a token the vocabulary lacks, so it never applies
+    writer.add_token_merges(
+        ["Ġ Ġ"]
+    )  # llama.cpp needs the key; this merge makes a token the vocabulary lacks, so it never applies
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(0)
     writer.add_add_bos_token(False)

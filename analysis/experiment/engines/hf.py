@@ -30,16 +30,25 @@ SERVED_NAME = "bia-tiny-byte-lm"
 
 # torch name of each block's tensor -> (GPT-2 name, transposed: GPT-2's Conv1D stores [in, out])
 _BLOCK_NAMES = {
-    "ln1.weight": ("ln_1.weight", False), "ln1.bias": ("ln_1.bias", False),
-    "qkv.weight": ("attn.c_attn.weight", True), "qkv.bias": ("attn.c_attn.bias", False),
-    "out.weight": ("attn.c_proj.weight", True), "out.bias": ("attn.c_proj.bias", False),
-    "ln2.weight": ("ln_2.weight", False), "ln2.bias": ("ln_2.bias", False),
-    "fc.weight": ("mlp.c_fc.weight", True), "fc.bias": ("mlp.c_fc.bias", False),
-    "proj.weight": ("mlp.c_proj.weight", True), "proj.bias": ("mlp.c_proj.bias", False),
+    "ln1.weight": ("ln_1.weight", False),
+    "ln1.bias": ("ln_1.bias", False),
+    "qkv.weight": ("attn.c_attn.weight", True),
+    "qkv.bias": ("attn.c_attn.bias", False),
+    "out.weight": ("attn.c_proj.weight", True),
+    "out.bias": ("attn.c_proj.bias", False),
+    "ln2.weight": ("ln_2.weight", False),
+    "ln2.bias": ("ln_2.bias", False),
+    "fc.weight": ("mlp.c_fc.weight", True),
+    "fc.bias": ("mlp.c_fc.bias", False),
+    "proj.weight": ("mlp.c_proj.weight", True),
+    "proj.bias": ("mlp.c_proj.bias", False),
 }
 _TOP_NAMES = {
-    "tok.weight": "transformer.wte.weight", "pos.weight": "transformer.wpe.weight",
-    "ln_f.weight": "transformer.ln_f.weight", "ln_f.bias": "transformer.ln_f.bias", "head.weight": "lm_head.weight",
+    "tok.weight": "transformer.wte.weight",
+    "pos.weight": "transformer.wpe.weight",
+    "ln_f.weight": "transformer.ln_f.weight",
+    "ln_f.bias": "transformer.ln_f.bias",
+    "head.weight": "lm_head.weight",
 }
 
 
@@ -94,15 +103,28 @@ def gpt2_config(cfg: dict) -> dict:
     (['GPT2LMHeadModel'], 'gelu', False, 512)
     """
     return {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-        "vocab_size": cfg["vocab"], "n_positions": cfg["context"], "n_ctx": cfg["context"], "n_embd": cfg["d_model"],
-        "n_layer": cfg["n_layers"], "n_head": cfg["n_heads"], "n_inner": 4 * cfg["d_model"],
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": cfg["vocab"],
+        "n_positions": cfg["context"],
+        "n_ctx": cfg["context"],
+        "n_embd": cfg["d_model"],
+        "n_layer": cfg["n_layers"],
+        "n_head": cfg["n_heads"],
+        "n_inner": 4 * cfg["d_model"],
         "activation_function": "gelu",  # exact GELU, torch's F.gelu default (GPT-2's own is "gelu_new", the tanh approximation)
         "layer_norm_epsilon": 1e-5,  # torch's LayerNorm default, which the model uses
-        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
         "tie_word_embeddings": False,  # the model's head is its own matrix, not the token embedding
-        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-        "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32", "use_cache": True,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        "torch_dtype": "float32",
+        "use_cache": True,
     }
 
 
@@ -161,7 +183,9 @@ def write_hf_checkpoint(weights, folder, *, force: bool = False) -> Path:
     meta = json.loads(weights.with_suffix(".json").read_text(encoding="utf-8"))
     cfg = meta["config"]
     if cfg["vocab"] != 256:
-        raise ValueError(f"{weights}: vocab {cfg['vocab']} is not the 256 bytes this writer maps onto GPT-2's byte tokens")
+        raise ValueError(
+            f"{weights}: vocab {cfg['vocab']} is not the 256 bytes this writer maps onto GPT-2's byte tokens"
+        )
     state = load_file(str(weights))
     names = hf_tensor_names(state)
     folder = claim_output(folder, force=force, what="the checkpoint folder", folder=True)
@@ -180,8 +204,14 @@ def write_hf_checkpoint(weights, folder, *, force: bool = False) -> Path:
         "generation_config.json": {"bos_token_id": 0, "eos_token_id": 0, "do_sample": False},
         "special_tokens_map.json": {"bos_token": eos, "eos_token": eos, "unk_token": eos},
         "tokenizer_config.json": {
-            "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg["context"], "add_bos_token": False,
-            "add_eos_token": False, "bos_token": eos, "eos_token": eos, "unk_token": eos, "clean_up_tokenization_spaces": False,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": cfg["context"],
+            "add_bos_token": False,
+            "add_eos_token": False,
+            "bos_token": eos,
+            "eos_token": eos,
+            "unk_token": eos,
+            "clean_up_tokenization_spaces": False,
             "chat_template": CHAT_TEMPLATE,
         },
     }

@@ -15,7 +15,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-
 from ._servers import MODEL_ALIAS, free_port, tail, wait_healthy
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the source distribution whose vendored llama.cpp is built
@@ -47,9 +46,17 @@ def find_llama_server() -> Path | None:
 
 
 @contextlib.contextmanager
-def llama_server(model: str | os.PathLike[str], *, binary: str | os.PathLike[str] | None = None, parallel: int = 16,
-                 slot_context: int = 256, cache_prompt: bool = True, threads: int | None = None,
-                 log: str | os.PathLike[str] | None = None, startup_s: float = 60.0) -> Iterator[str]:
+def llama_server(
+    model: str | os.PathLike[str],
+    *,
+    binary: str | os.PathLike[str] | None = None,
+    parallel: int = 16,
+    slot_context: int = 256,
+    cache_prompt: bool = True,
+    threads: int | None = None,
+    log: str | os.PathLike[str] | None = None,
+    startup_s: float = 60.0,
+) -> Iterator[str]:
     """Start ``llama-server`` on a free loopback port with ``--metrics``, yield its base URL, stop it at exit.
 
     Parameters
@@ -84,10 +91,27 @@ def llama_server(model: str | os.PathLike[str], *, binary: str | os.PathLike[str
     """
     binary = Path(binary) if binary else find_llama_server()
     if binary is None or not binary.exists():
-        raise LlamaServerError("no llama-server: run scripts/build_llama_server.sh (once per machine) or set BIA_LLAMA_SERVER")
+        raise LlamaServerError(
+            "no llama-server: run scripts/build_llama_server.sh (once per machine) or set BIA_LLAMA_SERVER"
+        )
     port = free_port()
-    args = [str(binary), "-m", str(model), "--alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
-            "-np", str(parallel), "-c", str(parallel * slot_context), "--metrics", "--no-webui"]
+    args = [
+        str(binary),
+        "-m",
+        str(model),
+        "--alias",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-np",
+        str(parallel),
+        "-c",
+        str(parallel * slot_context),
+        "--metrics",
+        "--no-webui",
+    ]
     if not cache_prompt:
         args.append("--no-cache-prompt")
     if threads:

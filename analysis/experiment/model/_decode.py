@@ -52,8 +52,8 @@ def _decode_together(model, prompts: list[list[int]], max_tokens: int, top_k: in
     ids = torch.zeros(len(prompts), longest, dtype=torch.long, device=device)
     valid = torch.zeros(len(prompts), longest, dtype=torch.bool, device=device)
     for row, prompt in enumerate(prompts):
-        ids[row, longest - len(prompt):] = torch.tensor(prompt, device=device)
-        valid[row, longest - len(prompt):] = True
+        ids[row, longest - len(prompt) :] = torch.tensor(prompt, device=device)
+        valid[row, longest - len(prompt) :] = True
     positions = (valid.cumsum(dim=1) - 1).clamp(min=0)
     outs = [Decoded(p) for p in prompts]
     with torch.no_grad():
@@ -101,7 +101,9 @@ def decode(model, prompts: list[list[int]], *, mode: str, max_tokens: int, top_k
     check_tiled(model, mode)
     start = time.perf_counter()
     if mode in ("default", "one-by-one"):
-        return {"default": _decode_together, "one-by-one": _decode_row_by_row}[mode](model, prompts, max_tokens, top_k, start)
+        return {"default": _decode_together, "one-by-one": _decode_row_by_row}[mode](
+            model, prompts, max_tokens, top_k, start
+        )
     return _decode_packed(model, prompts, max_tokens, top_k, start, PACKED_KERNELS[mode])
 
 
@@ -132,8 +134,11 @@ def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: 
     with torch.no_grad():
         for prompt in prompts:
             n = len(prompt)
-            logits, caches = model(torch.tensor([prompt], device=device), torch.arange(n, device=device)[None],
-                                   torch.ones(1, n, dtype=torch.bool, device=device))
+            logits, caches = model(
+                torch.tensor([prompt], device=device),
+                torch.arange(n, device=device)[None],
+                torch.ones(1, n, dtype=torch.bool, device=device),
+            )
             state.append([logits[:, -1], caches])
         for step in range(max_tokens):
             for row, out in enumerate(outs):
@@ -146,13 +151,20 @@ def _decode_row_by_row(model, prompts: list[list[int]], max_tokens: int, top_k: 
                 out.arrivals.append(time.perf_counter() - start)
                 if step < max_tokens - 1:
                     seen = len(out.prompt) + step
-                    logits, caches = model(chosen[:, None], torch.tensor([[seen]], device=device),
-                                           torch.ones(1, seen + 1, dtype=torch.bool, device=device), caches)
+                    logits, caches = model(
+                        chosen[:, None],
+                        torch.tensor([[seen]], device=device),
+                        torch.ones(1, seen + 1, dtype=torch.bool, device=device),
+                        caches,
+                    )
                     state[row] = [logits[:, -1], caches]
     return outs
 
 
-PACKED_KERNELS = {"fixed-tiles": kernels, "row-invariant": rowwise}  # the modes that pack the batch's tokens as rows: their module
+PACKED_KERNELS = {
+    "fixed-tiles": kernels,
+    "row-invariant": rowwise,
+}  # the modes that pack the batch's tokens as rows: their module
 
 
 def _decode_packed(model, prompts: list[list[int]], max_tokens: int, top_k: int, start: float, kernel) -> list[Decoded]:
@@ -166,7 +178,9 @@ def _decode_packed(model, prompts: list[list[int]], max_tokens: int, top_k: int,
     positions = torch.cat([torch.arange(len(p), device=device) for p in prompts])
     outs = [Decoded(p) for p in prompts]
     with torch.no_grad():
-        last = kernel.forward(model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1, prefill=True)
+        last = kernel.forward(
+            model, ids, positions, rows.repeat_interleave(lengths), cache, want=lengths.cumsum(0) - 1, prefill=True
+        )
         for step in range(max_tokens):
             chosen = _record(outs, step_outputs(last, top_k), start)
             if step < max_tokens - 1:

@@ -67,8 +67,12 @@ class _Comparison:
 
     def __call__(self, call: int, op: int, value: torch.Tensor) -> None:
         ref = self.reference.calls[call].get(op) if call < len(self.reference.calls) else None
-        if ref is None or value.shape[0] != self.batch or value.dim() != ref.dim() or any(
-                m < r for m, r in zip(value.shape[1:], ref.shape[1:])):
+        if (
+            ref is None
+            or value.shape[0] != self.batch
+            or value.dim() != ref.dim()
+            or any(m < r for m, r in zip(value.shape[1:], ref.shape[1:]))
+        ):
             self.paired = False  # a call of another shape than the batch's (a mode that runs rows alone): no pairing
             return
         mine = value.detach()[self.rows.to(value.device)]
@@ -80,11 +84,16 @@ class _Comparison:
 
 def _outputs(decoded: list) -> tuple[np.ndarray, ...]:
     """Tokens, float32 logprob bits, top-k ids and top-k logprob bits of requests, as arrays [requests, steps, ...]."""
+
     def bits(values):
         return np.asarray(values, dtype=np.float32).view(np.int32)
 
-    return (np.asarray([d.token_ids for d in decoded]), bits([d.logprobs for d in decoded]),
-            np.asarray([d.top_ids for d in decoded]), bits([d.top_logprobs for d in decoded]))
+    return (
+        np.asarray([d.token_ids for d in decoded]),
+        bits([d.logprobs for d in decoded]),
+        np.asarray([d.top_ids for d in decoded]),
+        bits([d.top_logprobs for d in decoded]),
+    )
 
 
 def steps_that_differ(rows: list, reference) -> np.ndarray:
@@ -128,8 +137,16 @@ def _tapped_decode(model, prompts: list[list[int]], sink, *, mode: str, max_toke
     return outs, taps.calls + 1 == max_tokens and taps.rows == [len(prompts)] * max_tokens
 
 
-def band_first_ops(model, reference: tuple[list, _Reference, bool], batch: list[list[int]], rows: list[int], *, mode: str,
-                   max_tokens: int, top_k: int) -> tuple[list, dict[str, np.ndarray], bool]:
+def band_first_ops(
+    model,
+    reference: tuple[list, _Reference, bool],
+    batch: list[list[int]],
+    rows: list[int],
+    *,
+    mode: str,
+    max_tokens: int,
+    top_k: int,
+) -> tuple[list, dict[str, np.ndarray], bool]:
     """One band replayed with taps: its outputs, its differing steps with their first op, and whether the ops were tapped.
 
     ``reference`` is :func:`reference_taps`' result for the band's target prompt; ``rows`` the batch
@@ -166,7 +183,9 @@ def band_first_ops(model, reference: tuple[list, _Reference, bool], batch: list[
     differs = steps_that_differ([outs[r] for r in rows], alone)
     row, step = np.nonzero(differs)
     if tapped:
-        ops = torch.stack([comparison.differs[call] for call in range(max_tokens)]).permute(2, 0, 1).numpy()  # [rows, steps, ops]
+        ops = (
+            torch.stack([comparison.differs[call] for call in range(max_tokens)]).permute(2, 0, 1).numpy()
+        )  # [rows, steps, ops]
         at = ops[row, step]
         op_index = np.where(at.any(axis=1), at.argmax(axis=1), n_ops)
     else:
@@ -174,7 +193,9 @@ def band_first_ops(model, reference: tuple[list, _Reference, bool], batch: list[
     return outs, {"row": row, "step": step, "op_index": op_index}, tapped
 
 
-def reference_taps(model, prompt: list[int], *, mode: str, max_tokens: int, top_k: int) -> tuple[list, _Reference, bool]:
+def reference_taps(
+    model, prompt: list[int], *, mode: str, max_tokens: int, top_k: int
+) -> tuple[list, _Reference, bool]:
     """The m=1 decode of ``prompt`` with every op's output kept, for :func:`band_first_ops`.
 
     Parameters
@@ -200,7 +221,13 @@ def reference_taps(model, prompt: list[int], *, mode: str, max_tokens: int, top_
     return outs, kept, tapped
 
 
-def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path | None = None, advance: Callable[[int], Any] | None = None) -> Path:
+def write_first_ops(
+    run_dir: str | Path,
+    *,
+    model=None,
+    model_path: str | Path | None = None,
+    advance: Callable[[int], Any] | None = None,
+) -> Path:
     """Replay an experiment run with taps on every op and write ``first_ops.json`` into it.
 
     Parameters
@@ -255,8 +282,9 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
             for c in s["ladder"]:
                 batch, target = experiment_batch(prompt, encoded, c, s["layout"], rng)
                 rows = list(range(c)) if s["layout"] == "copies" else [target]
-                outs, found, band_tapped = band_first_ops(model, reference, batch, rows, mode=s["mode"], max_tokens=s["max_tokens"],
-                                                          top_k=s["top_k"])
+                outs, found, band_tapped = band_first_ops(
+                    model, reference, batch, rows, mode=s["mode"], max_tokens=s["max_tokens"], top_k=s["top_k"]
+                )
                 tapped &= band_tapped
                 replayed += [(f"{pid}-c{c}-s{slot}", outs[row]) for slot, row in enumerate(rows)]
                 n = len(found["step"])
@@ -275,40 +303,65 @@ def write_first_ops(run_dir: str | Path, *, model=None, model_path: str | Path |
 def _settings(run_dir: Path, manifest: dict[str, Any], error: type[Exception]) -> dict[str, Any]:
     """What the replay needs from an experiment's manifest; ``error`` names the field that is missing."""
     if manifest.get("producer") != "bia experiment":
-        raise error(f"{run_dir}: not a run of bia experiment (producer {manifest.get('producer')!r}); only its decode can be replayed")
+        raise error(
+            f"{run_dir}: not a run of bia experiment (producer {manifest.get('producer')!r}); only its decode can be replayed"
+        )
     try:
         requested, sampler = manifest["requested"], manifest["sampler"]
-        return {"prompts": [p["text"] for p in manifest["prompts"]], "ladder": [int(c) for c in manifest["ladder"]],
-                "mode": requested["kernel_mode"], "layout": requested.get("layout", "copies"), "max_tokens": int(sampler["max_tokens"]),
-                "top_k": int(sampler["top_logprobs"]), "seed": int(sampler["seed"]), "dtype": manifest["effective"]["dtype"],
-                "device": manifest["effective"]["device"], "threads": (manifest.get("environment") or {}).get("threads")}
+        return {
+            "prompts": [p["text"] for p in manifest["prompts"]],
+            "ladder": [int(c) for c in manifest["ladder"]],
+            "mode": requested["kernel_mode"],
+            "layout": requested.get("layout", "copies"),
+            "max_tokens": int(sampler["max_tokens"]),
+            "top_k": int(sampler["top_logprobs"]),
+            "seed": int(sampler["seed"]),
+            "dtype": manifest["effective"]["dtype"],
+            "device": manifest["effective"]["device"],
+            "threads": (manifest.get("environment") or {}).get("threads"),
+        }
     except (KeyError, TypeError, ValueError) as exc:
-        raise error(f"{run_dir / 'manifest.json'}: field {exc} missing or malformed; the decode cannot be replayed") from None
+        raise error(
+            f"{run_dir / 'manifest.json'}: field {exc} missing or malformed; the decode cannot be replayed"
+        ) from None
 
 
 def _load(run_dir: Path, manifest: dict[str, Any], model_path, s: dict[str, Any], error: type[Exception]):
     path = Path(model_path) if model_path else bundled_model()
     recorded = ((manifest.get("identity") or {}).get("model") or {}).get("sha256")
     if weights_sha256(path) != recorded:
-        raise error(f"{run_dir}: the model {path} is not the one the run decoded (its manifest's identity.model.sha256 is {recorded})")
+        raise error(
+            f"{run_dir}: the model {path} is not the one the run decoded (its manifest's identity.model.sha256 is {recorded})"
+        )
     return load_model(path, {"float32": torch.float32, "bfloat16": torch.bfloat16}[s["dtype"]], s["device"])
 
 
 def _check_replay(run_dir: Path, run, replayed: list[tuple[str, Any]], error: type[Exception]) -> None:
     """Refuse a replay whose tokens or float32 logprobs are not the captured ones, bit for bit."""
-    ours = pl.DataFrame({"request_id": [r for r, _ in replayed], "token_id": [d.token_ids for _, d in replayed],
-                         "logprob": [d.logprobs for _, d in replayed]}).explode("token_id", "logprob")
+    ours = pl.DataFrame(
+        {
+            "request_id": [r for r, _ in replayed],
+            "token_id": [d.token_ids for _, d in replayed],
+            "logprob": [d.logprobs for _, d in replayed],
+        }
+    ).explode("token_id", "logprob")
     ours = ours.with_columns(position=pl.int_range(pl.len()).over("request_id"))
-    captured = run.dump.tokens.join(run.dump.requests.select("source", "record", "choice_index", "request_id"),
-                                    on=["source", "record", "choice_index"]).select("request_id", "position", "token_id", "logprob")
+    captured = run.dump.tokens.join(
+        run.dump.requests.select("source", "record", "choice_index", "request_id"),
+        on=["source", "record", "choice_index"],
+    ).select("request_id", "position", "token_id", "logprob")
     both = ours.join(captured, on=["request_id", "position"], how="left", suffix="_captured")
-    bad = both.filter((pl.col("token_id") != pl.col("token_id_captured")).fill_null(True)
-                      | (pl.col("logprob").cast(pl.Float32) != pl.col("logprob_captured").cast(pl.Float32)).fill_null(True))
+    bad = both.filter(
+        (pl.col("token_id") != pl.col("token_id_captured")).fill_null(True)
+        | (pl.col("logprob").cast(pl.Float32) != pl.col("logprob_captured").cast(pl.Float32)).fill_null(True)
+    )
     if bad.height:
         first = bad.row(0, named=True)
-        raise error(f"{run_dir}: the replay of request {first['request_id']} differs from its capture at token {first['position']} "
-                    f"(token {first['token_id']}, logprob {first['logprob']!r}; captured {first['token_id_captured']}, "
-                    f"{first['logprob_captured']!r}): replay it where it was decoded (same torch, threads and machine)")
+        raise error(
+            f"{run_dir}: the replay of request {first['request_id']} differs from its capture at token {first['position']} "
+            f"(token {first['token_id']}, logprob {first['logprob']!r}; captured {first['token_id_captured']}, "
+            f"{first['logprob_captured']!r}): replay it where it was decoded (same torch, threads and machine)"
+        )
 
 
 def _write(run_dir: Path, mode: str, model, columns: dict[str, list], tapped: bool) -> Path:
@@ -317,10 +370,16 @@ def _write(run_dir: Path, mode: str, model, columns: dict[str, list], tapped: bo
     # one past the ops is None: the op index -1 (not tapped) names no layer and no op
     columns["layer"] = np.array([layer for layer, _ in ops] + [None], dtype=object)[index].tolist()
     columns["op"] = np.array([op for _, op in ops] + [None], dtype=object)[index].tolist()
-    record = {"first_ops_version": FIRST_OPS_VERSION, "producer": "bia experiment", "kernel_mode": mode, "tapped": tapped,
-              "what": "per batched decode step whose token, logprob or top-k differ from m=1 bit for bit, the first op in forward order "
-                      "whose output differs from the same step of the request decoded alone (op null: this mode's kernels have no taps)",
-              "ops": [{"layer": layer, "op": op} for layer, op in ops], "steps": columns}
+    record = {
+        "first_ops_version": FIRST_OPS_VERSION,
+        "producer": "bia experiment",
+        "kernel_mode": mode,
+        "tapped": tapped,
+        "what": "per batched decode step whose token, logprob or top-k differ from m=1 bit for bit, the first op in forward order "
+        "whose output differs from the same step of the request decoded alone (op null: this mode's kernels have no taps)",
+        "ops": [{"layer": layer, "op": op} for layer, op in ops],
+        "steps": columns,
+    }
     path = run_dir / FIRST_OPS_FILE
     path.write_text(json.dumps(record, separators=(",", ":")) + "\n")
     return path

@@ -126,7 +126,6 @@ class TinyLM(nn.Module):
             new.append(kv)
         return self.head(self.ln_f(x)), new
 
-
     def encode(self, text: str) -> list[int]:
         """The prompt's token ids: its UTF-8 bytes.
 
@@ -161,9 +160,9 @@ class HFModel:
     """A local Hugging Face causal LM behind the same call as :class:`TinyLM` (transformers, offline only)."""
 
     def __init__(self, path, dtype: torch.dtype, device: str) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         import inspect
+
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         # Any: transformers types PreTrainedModel.to as a functools wrapper, which mypy cannot call as a bound method
         loaded: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
@@ -176,7 +175,9 @@ class HFModel:
         return self.model.parameters()
 
     def __call__(self, ids, positions, valid, caches=None):
-        out = self.model(input_ids=ids, position_ids=positions, attention_mask=valid.long(), use_cache=True, **{self._cache: caches})
+        out = self.model(
+            input_ids=ids, position_ids=positions, attention_mask=valid.long(), use_cache=True, **{self._cache: caches}
+        )
         return out.logits, out[self._cache]
 
     def encode(self, text: str) -> list[int]:
@@ -235,7 +236,9 @@ def load_model(path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
         try:
             return HFModel(path, dtype, device)
         except ImportError:
-            raise ValueError(f"{path}: a Hugging Face model directory needs transformers: pip install 'bia[hf]'") from None
+            raise ValueError(
+                f"{path}: a Hugging Face model directory needs transformers: pip install 'bia[hf]'"
+            ) from None
     from safetensors.torch import load_file
 
     cfg = ModelConfig(**json.loads(path.with_suffix(".json").read_text())["config"])

@@ -19,9 +19,18 @@ import torch
 # Each layer's ops in forward order, with the submodule whose hook sees it: "out" is the submodule's
 # output, "in" its input (the attention mix is what the out projection reads, the GELU what the
 # down projection reads); None for Block.forward's own tap points.
-LAYER_OPS = (("ln1", "ln1", "out"), ("qkv", "qkv", "out"), ("scores", None, None), ("softmax", None, None),
-             ("attention", "out", "in"), ("attn_out", "out", "out"), ("ln2", "ln2", "out"), ("mlp_up", "fc", "out"),
-             ("gelu", "proj", "in"), ("mlp_down", "proj", "out"))
+LAYER_OPS = (
+    ("ln1", "ln1", "out"),
+    ("qkv", "qkv", "out"),
+    ("scores", None, None),
+    ("softmax", None, None),
+    ("attention", "out", "in"),
+    ("attn_out", "out", "out"),
+    ("ln2", "ln2", "out"),
+    ("mlp_up", "fc", "out"),
+    ("gelu", "proj", "in"),
+    ("mlp_down", "proj", "out"),
+)
 
 
 def tapped_ops(n_layers: int) -> list[tuple[int | None, str]]:
@@ -42,7 +51,12 @@ def tapped_ops(n_layers: int) -> list[tuple[int | None, str]]:
     >>> ops[:3], ops[-2:], len(ops)
     ([(None, 'embedding'), (0, 'ln1'), (0, 'qkv')], [(None, 'ln_f'), (None, 'logits')], 23)
     """
-    return [(None, "embedding"), *((layer, op) for layer in range(n_layers) for op, _, _ in LAYER_OPS), (None, "ln_f"), (None, "logits")]
+    return [
+        (None, "embedding"),
+        *((layer, op) for layer in range(n_layers) for op, _, _ in LAYER_OPS),
+        (None, "ln_f"),
+        (None, "logits"),
+    ]
 
 
 Sink = Callable[[int, int, torch.Tensor], None]  # (forward call, op index, the op's output) for every op of every call
@@ -75,7 +89,9 @@ class Taps:
                 if side == "in":
                     self._hook(getattr(block, module), "pre", lambda _m, args, where=where: self._seen(where, args[0]))
                 else:
-                    self._hook(getattr(block, module), "out", lambda _m, _args, out, where=where: self._seen(where, out))
+                    self._hook(
+                        getattr(block, module), "out", lambda _m, _args, out, where=where: self._seen(where, out)
+                    )
             block.tap = lambda op, value, layer=layer: self._seen(index[layer, op], value)
         self._hook(model.ln_f, "out", lambda _m, _args, out: self._seen(index[None, "ln_f"], out))
         self._hook(model.head, "out", lambda _m, _args, out: self._seen(index[None, "logits"], out))

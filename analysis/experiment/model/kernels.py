@@ -148,8 +148,11 @@ class TiledCache:
             cache.reserve(room)
         layers = range(len(caches[0].keys))
         glue = lambda parts: _pad_dim1(torch.cat([t[:, : c.count] for t, c in zip(parts, caches)], dim=1))  # noqa: E731
-        return cls([glue([c.keys[i] for c in caches]) for i in layers], [glue([c.values[i] for c in caches]) for i in layers],
-                   sum(c.count for c in caches))
+        return cls(
+            [glue([c.keys[i] for c in caches]) for i in layers],
+            [glue([c.values[i] for c in caches]) for i in layers],
+            sum(c.count for c in caches),
+        )
 
 
 def _pad_dim1(t: torch.Tensor) -> torch.Tensor:
@@ -162,8 +165,16 @@ def _splits(length: int) -> int:
     return max(1, math.ceil(length / KV_SPLIT))
 
 
-def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: TiledCache,
-            want: torch.Tensor, *, prefill: bool = False) -> torch.Tensor:
+def forward(
+    model,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    rows: torch.Tensor,
+    cache: TiledCache,
+    want: torch.Tensor,
+    *,
+    prefill: bool = False,
+) -> torch.Tensor:
     """Logits at the packed tokens ``want`` indexes, after writing every token's keys and values to ``cache``.
 
     ``ids``, ``positions`` and ``rows`` (the cache row of each token's sequence) are 1-D, one entry per
@@ -201,7 +212,9 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tenso
     ids, positions, rows, limits = _padded(ids, positions, rows, limits, cache)
     x = model.tok(ids) + model.pos(positions)
     shape = (model.cfg.context, model.cfg.n_heads)
-    plan = _step_plan(rows, limits, *shape)  # prefill too: a query's products have a decode step's shapes, so its bits do
+    plan = _step_plan(
+        rows, limits, *shape
+    )  # prefill too: a query's products have a decode step's shapes, so its bits do
     keep = pad_rows(want) if prefill else None
     last = len(model.blocks) - 1
     for layer, (block, keys, values) in enumerate(zip(model.blocks, cache.keys, cache.values)):
@@ -245,7 +258,9 @@ def _mask(limits: list[int], splits: int, queries: int, heads: int, device) -> t
     keys = torch.arange(splits * KV_SPLIT, device=device).view(splits, 1, 1, 1, KV_SPLIT)
     seen = keys < torch.tensor(limits, device=device).view(1, -1, 1, queries, 1)
     mask = torch.zeros(seen.shape, dtype=torch.float32, device=device).masked_fill_(~seen, -math.inf)
-    return mask.expand(-1, -1, heads, -1, -1).reshape(-1, queries, KV_SPLIT)  # one row per split, tile and head, as the scores
+    return mask.expand(-1, -1, heads, -1, -1).reshape(
+        -1, queries, KV_SPLIT
+    )  # one row per split, tile and head, as the scores
 
 
 def _step_plan(rows: torch.Tensor, limits: list[int], context: int, heads: int) -> _Plan:
@@ -253,11 +268,18 @@ def _step_plan(rows: torch.Tensor, limits: list[int], context: int, heads: int) 
     memory; it changes no row's bits)."""
     groups = []
     for start in range(0, len(limits), QUERY_GROUP):
-        part, group_rows = limits[start: start + QUERY_GROUP], rows[start: start + QUERY_GROUP]
+        part, group_rows = limits[start : start + QUERY_GROUP], rows[start : start + QUERY_GROUP]
         splits, first = _splits(max(part)), int(group_rows[0])
         consecutive = torch.equal(group_rows, torch.arange(first, first + len(part), device=rows.device))
-        groups.append(_Group(slice(start, start + len(part)), 1, slice(first, first + len(part)) if consecutive else group_rows,
-                             splits, _mask(part, splits, 1, heads, rows.device)))
+        groups.append(
+            _Group(
+                slice(start, start + len(part)),
+                1,
+                slice(first, first + len(part)) if consecutive else group_rows,
+                splits,
+                _mask(part, splits, 1, heads, rows.device),
+            )
+        )
     return _Plan(groups, _splits(context))
 
 
@@ -322,10 +344,14 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: _G
     (tiles, heads, queries, hd), splits = q.shape, group.splits
     expanded = q.float().expand(splits, tiles, heads, queries, hd).reshape(-1, queries, hd)  # each tile once per split
     keys = _read(keys, group).reshape(-1, KV_SPLIT, hd).transpose(1, 2)
-    scores = torch.baddbmm(group.mask, expanded, keys, alpha=1 / math.sqrt(hd)).view(splits, tiles, heads, queries, KV_SPLIT)
+    scores = torch.baddbmm(group.mask, expanded, keys, alpha=1 / math.sqrt(hd)).view(
+        splits, tiles, heads, queries, KV_SPLIT
+    )
     weights = (scores - scores.amax(dim=(0, -1), keepdim=True)).exp()
     short = every - splits
     total = F.pad(weights.sum(dim=-1), (0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [T, H, queries]
     mixed = torch.bmm(weights.view(-1, queries, KV_SPLIT), _read(values, group).reshape(-1, KV_SPLIT, hd))
-    mixed = F.pad(mixed.view(splits, tiles, heads, queries, hd), (0, 0, 0, 0, 0, 0, 0, 0, 0, short)).sum(dim=0)  # [T, H, queries, hd]
+    mixed = F.pad(mixed.view(splits, tiles, heads, queries, hd), (0, 0, 0, 0, 0, 0, 0, 0, 0, short)).sum(
+        dim=0
+    )  # [T, H, queries, hd]
     return mixed / total[..., None]

@@ -53,11 +53,11 @@ picks its kernels by shape, so the mode runs on the CPU only (``fixed-tiles`` ru
 from __future__ import annotations
 
 import contextlib
-from itertools import pairwise
 import math
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 from torch.nn import functional as F
@@ -90,8 +90,10 @@ def check_blas(environ=None) -> None:
 
     branch = (os.environ if environ is None else environ).get("MKL_CBWR", "")
     if branch.upper().startswith("COMPATIBLE"):
-        raise ValueError("the row-invariant mode needs MKL's GEMM to sum each row alike whatever the row count, which "
-                         f"MKL_CBWR={branch} does not: set MKL_CBWR=AVX2 (or leave it unset) before torch loads")
+        raise ValueError(
+            "the row-invariant mode needs MKL's GEMM to sum each row alike whatever the row count, which "
+            f"MKL_CBWR={branch} does not: set MKL_CBWR=AVX2 (or leave it unset) before torch loads"
+        )
 
 
 @contextlib.contextmanager
@@ -232,8 +234,10 @@ class RowCache:
         room = max(c.room for c in caches)
         for cache in caches:
             cache.reserve(room)
-        return cls([torch.cat([c.layers[i][:, : c.count] for c in caches], dim=1) for i in range(len(caches[0].layers))],
-                   sum(c.count for c in caches))
+        return cls(
+            [torch.cat([c.layers[i][:, : c.count] for c in caches], dim=1) for i in range(len(caches[0].layers))],
+            sum(c.count for c in caches),
+        )
 
 
 TiledCache = RowCache  # the name decode.py, trainer.py and serve.py call a packed mode's cache by (kernels.TiledCache)
@@ -244,8 +248,16 @@ def _room(length: int) -> int:
     return max(1, math.ceil(length / KV_SPLIT)) * KV_SPLIT
 
 
-def forward(model, ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, cache: RowCache,
-            want: torch.Tensor, *, prefill: bool = False) -> torch.Tensor:
+def forward(
+    model,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    rows: torch.Tensor,
+    cache: RowCache,
+    want: torch.Tensor,
+    *,
+    prefill: bool = False,
+) -> torch.Tensor:
     """Logits at the packed tokens ``want`` indexes, after writing every token's keys and values to ``cache``.
 
     ``ids``, ``positions`` and ``rows`` (the cache row of each token's sequence) are 1-D, one entry
@@ -337,15 +349,37 @@ _WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _weights(model) -> _Weights:
     """``model``'s :class:`_Weights`, made on first use and again when one of its layers or Parameters was replaced."""
     known = _WEIGHTS.get(model)
-    if known is not None and all(table.get(name) is param for table, name, param in known.params) \
-            and _stamp(known.sources) == known.stamp:
+    if (
+        known is not None
+        and all(table.get(name) is param for table, name, param in known.params)
+        and _stamp(known.sources) == known.stamp
+    ):
         return known
     sources = tuple(layer.weight for layer in model.modules() if isinstance(layer, torch.nn.Linear))
     norm = lambda m: (m.weight, m.bias, m.eps)  # noqa: E731
-    blocks = tuple((norm(b.ln1), _linear_weights(b.qkv), _linear_weights(b.out), norm(b.ln2), _linear_weights(b.fc),
-                    _linear_weights(b.proj), b.n_heads) for b in model.blocks)
-    made = _Weights(model.tok.weight, model.pos.weight, blocks, norm(model.ln_f), _linear_weights(model.head), model.cfg.n_heads,
-                    _parameters(model), _stamp(sources), sources)
+    blocks = tuple(
+        (
+            norm(b.ln1),
+            _linear_weights(b.qkv),
+            _linear_weights(b.out),
+            norm(b.ln2),
+            _linear_weights(b.fc),
+            _linear_weights(b.proj),
+            b.n_heads,
+        )
+        for b in model.blocks
+    )
+    made = _Weights(
+        model.tok.weight,
+        model.pos.weight,
+        blocks,
+        norm(model.ln_f),
+        _linear_weights(model.head),
+        model.cfg.n_heads,
+        _parameters(model),
+        _stamp(sources),
+        sources,
+    )
     _WEIGHTS[model] = made
     return made
 
@@ -390,7 +424,9 @@ def _layer_norm(ln: tuple, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, x.shape[-1:], ln[0], ln[1], ln[2])
 
 
-def _block(block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, kv: torch.Tensor, plan, keep=None) -> torch.Tensor:
+def _block(
+    block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, kv: torch.Tensor, plan, keep=None
+) -> torch.Tensor:
     """One pre-norm block on the packed rows (the first ``n`` real, the rest zero padding); the real tokens' keys and
     values are written to ``kv`` (one layer of a :class:`RowCache`) before any query reads them, and the attention's
     output to ``y``'s first ``n`` rows.
@@ -436,10 +472,12 @@ def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: in
     for length in lengths:
         chosen = range(len(at)) if len(lengths) == 1 else [i for i, p in enumerate(at) if p // KV_SPLIT + 1 == length]
         for start in range(0, len(chosen), QUERY_GROUP):
-            take = chosen[start: start + QUERY_GROUP]
+            take = chosen[start : start + QUERY_GROUP]
             index = _as_slice(take) or torch.tensor(take, device=positions.device)
             width = length * KV_SPLIT
-            mask = table[positions[index], :, :width].reshape(-1, 1, width)  # [queries * heads, 1, W], a view of the rows taken
+            mask = table[positions[index], :, :width].reshape(
+                -1, 1, width
+            )  # [queries * heads, 1, W], a view of the rows taken
             read = [order[i] for i in take]
             rows: torch.Tensor | slice | None = _as_slice(read)
             span = slice(min(read), max(read) + 1)
@@ -481,13 +519,17 @@ def _attention(q: torch.Tensor, kv: torch.Tensor, plan: list[_Window], heads: in
             y[window.take] = _attend(q[window.take], kv, window, heads)
 
 
-def _attend(q: torch.Tensor, kv: torch.Tensor, window: _Window, heads: int, out: torch.Tensor | None = None) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor, kv: torch.Tensor, window: _Window, heads: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Queries ``[Q, d]`` each against its own row's first ``window.splits`` splits of keys: one ``[1, hd] @ [hd, W]``
     product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product (into ``out`` when given)."""
     count, d = q.shape
     hd = d // heads
     k, v = _read(kv[0], window, hd), _read(kv[1], window, hd)  # [Q * H, W, hd]
-    scores = torch.baddbmm(window.mask, _float(q).reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd))
+    scores = torch.baddbmm(
+        window.mask, _float(q).reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd)
+    )
     if out is None:
         return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
     torch.bmm(scores.softmax(dim=-1), v, out=out.view(count * heads, 1, hd))

@@ -21,5 +21,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PairError", "recompute_logprobs", "rollout_body", "rollout_from_answer", "sample_rollouts", "trainer_logprobs", "write_pair",
-           "write_trainer_pairs"]
+__all__ = [
+    "PairError",
+    "recompute_logprobs",
+    "rollout_body",
+    "rollout_from_answer",
+    "sample_rollouts",
+    "trainer_logprobs",
+    "write_pair",
+    "write_trainer_pairs",
+]

@@ -36,8 +36,9 @@ from ..modes import kernel_mode
 __all__ = ["recompute_logprobs", "write_trainer_pairs"]
 
 
-def recompute_logprobs(model, sequences: Sequence[tuple[Sequence[int], Sequence[int]]], *, mode: str,
-                       batch_size: int = 8) -> list[list[float]]:
+def recompute_logprobs(
+    model, sequences: Sequence[tuple[Sequence[int], Sequence[int]]], *, mode: str, batch_size: int = 8
+) -> list[list[float]]:
     """Every completion token's logprob from one teacher-forced forward pass, as an RL trainer recomputes it.
 
     Parameters
@@ -75,12 +76,14 @@ def recompute_logprobs(model, sequences: Sequence[tuple[Sequence[int], Sequence[
     _check_sequences(model, pairs, batch_size)
     if mode == "one-by-one":
         batch_size = 1
-    forward = {"fixed-tiles": functools.partial(_packed_logprobs, kernels), "row-invariant": functools.partial(_packed_logprobs, rowwise)
-               }.get(mode, _padded_logprobs)
+    forward = {
+        "fixed-tiles": functools.partial(_packed_logprobs, kernels),
+        "row-invariant": functools.partial(_packed_logprobs, rowwise),
+    }.get(mode, _padded_logprobs)
     out: list[list[float]] = []
     with torch.no_grad():
         for start in range(0, len(pairs), batch_size):
-            out += forward(model, pairs[start: start + batch_size])
+            out += forward(model, pairs[start : start + batch_size])
     return out
 
 
@@ -93,7 +96,9 @@ def _check_sequences(model, sequences: list[tuple[list[int], list[int]]], batch_
         if not prompt:
             raise ValueError(f"sequence {index}: the prompt is empty, so nothing predicts the first completion token")
         if cfg is not None and len(prompt) + len(completion) > cfg.context:
-            raise ValueError(f"sequence {index}: {len(prompt) + len(completion)} tokens exceed the model's context of {cfg.context}")
+            raise ValueError(
+                f"sequence {index}: {len(prompt) + len(completion)} tokens exceed the model's context of {cfg.context}"
+            )
         if cfg is not None and any(not 0 <= t < cfg.vocab for t in prompt + completion):
             raise ValueError(f"sequence {index}: a token id outside the model's vocabulary of {cfg.vocab}")
 
@@ -115,7 +120,7 @@ def _padded_logprobs(model, batch: list[tuple[list[int], list[int]]]) -> list[li
     positions = torch.arange(max(lengths), device=device).expand(len(batch), -1)
     logits, _ = model(ids, positions, valid)
     scored = _scored(logits, ids).tolist()
-    return [scored[row][len(p) - 1: n - 1] for row, ((p, _), n) in enumerate(zip(batch, lengths))]
+    return [scored[row][len(p) - 1 : n - 1] for row, ((p, _), n) in enumerate(zip(batch, lengths))]
 
 
 def _packed_logprobs(packed, model, batch: list[tuple[list[int], list[int]]]) -> list[list[float]]:
@@ -127,14 +132,24 @@ def _packed_logprobs(packed, model, batch: list[tuple[list[int], list[int]]]) ->
     positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])
     rows = torch.arange(len(batch), device=device).repeat_interleave(lengths)
     cache = packed.TiledCache.empty(model, len(batch), int(lengths.max()))
-    logits = packed.forward(model, ids, positions, rows, cache, want=torch.arange(ids.shape[0], device=device), prefill=True)
-    scored = _scored(logits, ids).tolist()  # across a sequence's end these score the next sequence's first token: never read
+    logits = packed.forward(
+        model, ids, positions, rows, cache, want=torch.arange(ids.shape[0], device=device), prefill=True
+    )
+    scored = _scored(
+        logits, ids
+    ).tolist()  # across a sequence's end these score the next sequence's first token: never read
     starts = [0, *lengths.cumsum(0).tolist()]
-    return [scored[start + len(p) - 1: start + n - 1] for (p, _), start, n in zip(batch, starts, lengths.tolist())]
+    return [scored[start + len(p) - 1 : start + n - 1] for (p, _), start, n in zip(batch, starts, lengths.tolist())]
 
 
-def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: int = 8, model_path: str | Path | None = None,
-                        force: bool = False) -> Path:
+def write_trainer_pairs(
+    run_dir: str | Path,
+    output: str | Path,
+    *,
+    batch_size: int = 8,
+    model_path: str | Path | None = None,
+    force: bool = False,
+) -> Path:
     """Recompute every sampled sequence of an experiment run as a trainer does, and write the pairs as a prime-rl token export.
 
     The trainer runs the run's own kernel mode, dtype and device (its manifest's effective settings)
@@ -183,7 +198,9 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
     model_path = Path(model_path) if model_path else bundled_model()
     expected = ((run.manifest.get("identity") or {}).get("model") or {}).get("sha256")
     if expected and weights_sha256(model_path) != expected:
-        raise ExperimentError(f"--model {model_path}: its sha256 differs from the weights {run_dir} was decoded with ({expected[:16]}...)")
+        raise ExperimentError(
+            f"--model {model_path}: its sha256 differs from the weights {run_dir} was decoded with ({expected[:16]}...)"
+        )
     output = claim_output(output, force=force, what="the trainer pairs")
     mode, dtype = settings.get("kernel_mode", "default"), settings.get("dtype", "float32")
     torch.use_deterministic_algorithms(True)
@@ -192,12 +209,30 @@ def write_trainer_pairs(run_dir: str | Path, output: str | Path, *, batch_size: 
     prompts = {p["prompt_id"]: model.encode(p["text"]) for p in run.manifest.get("prompts") or []}
     missing = sorted({s["prompt_id"] for s in samples} - prompts.keys(), key=str)
     if missing:
-        raise ExperimentError(f"{run_dir}/manifest.json: prompts: no text for prompt_id {missing[0]!r}, so its sequences cannot be recomputed")
-    recomputed = recompute_logprobs(model, [(prompts[s["prompt_id"]], s["token_ids"]) for s in samples], mode=mode, batch_size=batch_size)
-    lines = [{"schema_version": 1, "sample_id": s["request_id"], "token_ids": s["token_ids"], "inference_logprobs": s["logprobs"],
-              "trainer_logprobs": t, "loss_mask": [1] * len(t), "prompt_id": s["prompt_id"], "role": s["role"], "c": s["c"],
-              "slot": s["slot"], "kernel_mode": mode, "dtype": dtype, "trainer_batch": batch_size}
-             for s, t in zip(samples, recomputed)]
+        raise ExperimentError(
+            f"{run_dir}/manifest.json: prompts: no text for prompt_id {missing[0]!r}, so its sequences cannot be recomputed"
+        )
+    recomputed = recompute_logprobs(
+        model, [(prompts[s["prompt_id"]], s["token_ids"]) for s in samples], mode=mode, batch_size=batch_size
+    )
+    lines = [
+        {
+            "schema_version": 1,
+            "sample_id": s["request_id"],
+            "token_ids": s["token_ids"],
+            "inference_logprobs": s["logprobs"],
+            "trainer_logprobs": t,
+            "loss_mask": [1] * len(t),
+            "prompt_id": s["prompt_id"],
+            "role": s["role"],
+            "c": s["c"],
+            "slot": s["slot"],
+            "kernel_mode": mode,
+            "dtype": dtype,
+            "trainer_batch": batch_size,
+        }
+        for s, t in zip(samples, recomputed)
+    ]
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return output
@@ -208,8 +243,12 @@ def _sampled(run) -> list[dict]:
     import polars as pl
 
     key = ["source", "record"]
-    tokens = (run.tokens.filter(pl.col("segment") == "completion").sort(*key, "position")
-              .group_by(key, maintain_order=True).agg("token_id", "logprob"))
+    tokens = (
+        run.tokens.filter(pl.col("segment") == "completion")
+        .sort(*key, "position")
+        .group_by(key, maintain_order=True)
+        .agg("token_id", "logprob")
+    )
     requests = run.requests.select(*key, "request_id", "prompt_id", "role", "c", "slot")
     joined = requests.join(tokens, on=key, how="inner", maintain_order="left").sort(key).drop(key)
     return joined.rename({"token_id": "token_ids", "logprob": "logprobs"}).to_dicts()

@@ -51,8 +51,15 @@ def rollout_body(prompt: str, max_tokens: int) -> dict[str, Any]:
     >>> body["temperature"], body["logprobs"], body["return_token_ids"], body["max_tokens"]
     (0, True, True, 8)
     """
-    return {"model": SERVED_NAME, "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": max_tokens,
-            "ignore_eos": True, "logprobs": True, "return_token_ids": True}
+    return {
+        "model": SERVED_NAME,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "logprobs": True,
+        "return_token_ids": True,
+    }
 
 
 def rollout_from_answer(answer: Any, where: str) -> dict[str, Any]:
@@ -82,17 +89,29 @@ def rollout_from_answer(answer: Any, where: str) -> dict[str, Any]:
     choice = answer["choices"][0]
     prompt_ids, token_ids = answer.get("prompt_token_ids"), choice.get("token_ids")
     content = (choice.get("logprobs") or {}).get("content")
-    for field, value in (("prompt_token_ids", prompt_ids), ("choices[0].token_ids", token_ids), ("choices[0].logprobs.content", content)):
+    for field, value in (
+        ("prompt_token_ids", prompt_ids),
+        ("choices[0].token_ids", token_ids),
+        ("choices[0].logprobs.content", content),
+    ):
         if not isinstance(value, list) or not value:
             raise PairError(f"{where}: {field} is missing or empty (vLLM gives it with return_token_ids and logprobs)")
     content = cast(list, content)  # a non-empty list: checked above
     if len(content) != len(token_ids):
-        raise PairError(f"{where}: choices[0].logprobs.content holds {len(content)} entries for {len(token_ids)} token_ids")
-    return {"prompt_ids": prompt_ids, "token_ids": token_ids, "logprobs": [float(step["logprob"]) for step in content],
-            "finish_reason": choice.get("finish_reason")}
+        raise PairError(
+            f"{where}: choices[0].logprobs.content holds {len(content)} entries for {len(token_ids)} token_ids"
+        )
+    return {
+        "prompt_ids": prompt_ids,
+        "token_ids": token_ids,
+        "logprobs": [float(step["logprob"]) for step in content],
+        "finish_reason": choice.get("finish_reason"),
+    }
 
 
-def sample_rollouts(url: str, prompts: Sequence[str], *, max_tokens: int = 64, timeout_s: float = 300.0) -> list[dict[str, Any]]:
+def sample_rollouts(
+    url: str, prompts: Sequence[str], *, max_tokens: int = 64, timeout_s: float = 300.0
+) -> list[dict[str, Any]]:
     """Sample every prompt at once from a vLLM server at ``url``, as a rollout batch is sampled: greedy, with the
     sampled tokens' logprobs and ids (see :func:`rollout_from_answer`), in the prompts' order.
 
@@ -126,7 +145,9 @@ def sample_rollouts(url: str, prompts: Sequence[str], *, max_tokens: int = 64, t
     return asyncio.run(every())
 
 
-def trainer_logprobs(checkpoint: str | os.PathLike[str], rollouts: Sequence[dict[str, Any]], *, batch_size: int = 8) -> list[list[float]]:
+def trainer_logprobs(
+    checkpoint: str | os.PathLike[str], rollouts: Sequence[dict[str, Any]], *, batch_size: int = 8
+) -> list[list[float]]:
     """Each rollout's completion tokens scored as a trainer scores them: transformers' model loaded from
     ``checkpoint`` in float32, one teacher-forced forward pass per batch of ``batch_size`` rollouts over prompt and
     completion (padded on the right, masked), each completion token's log-softmax at the position before it.
@@ -155,10 +176,12 @@ def trainer_logprobs(checkpoint: str | os.PathLike[str], rollouts: Sequence[dict
     import torch
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, local_files_only=True, dtype=torch.float32).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        checkpoint, local_files_only=True, dtype=torch.float32
+    ).eval()
     out: list[list[float]] = []
     for start in range(0, len(rollouts), batch_size):
-        batch = rollouts[start:start + batch_size]
+        batch = rollouts[start : start + batch_size]
         sequences = [list(r["prompt_ids"]) + list(r["token_ids"]) for r in batch]
         width = max(map(len, sequences))
         ids = torch.tensor([s + [0] * (width - len(s)) for s in sequences])
@@ -168,12 +191,18 @@ def trainer_logprobs(checkpoint: str | os.PathLike[str], rollouts: Sequence[dict
         scored = logprobs[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # position i scores token i + 1
         for row, rollout in enumerate(batch):
             first = len(rollout["prompt_ids"]) - 1
-            out.append(scored[row, first:first + len(rollout["token_ids"])].tolist())
+            out.append(scored[row, first : first + len(rollout["token_ids"])].tolist())
     return out
 
 
-def write_pair(path: str | os.PathLike[str], rollouts: Sequence[dict[str, Any]], trainer: Sequence[Sequence[float]], *,
-               sample_ids: Sequence[str] | None = None, force: bool = False) -> Path:
+def write_pair(
+    path: str | os.PathLike[str],
+    rollouts: Sequence[dict[str, Any]],
+    trainer: Sequence[Sequence[float]],
+    *,
+    sample_ids: Sequence[str] | None = None,
+    force: bool = False,
+) -> Path:
     """Write the pair as prime-rl's token export (JSON lines, ``schema_version`` 1), one rollout a line: its
     completion's ``token_ids``, the sampler's ``inference_logprobs``, the trainer's ``trainer_logprobs``, a
     ``loss_mask`` of ones, and ``prompt_token_ids`` and ``finish_reason`` (kept by bia's reader as extras).
@@ -211,9 +240,19 @@ def write_pair(path: str | os.PathLike[str], rollouts: Sequence[dict[str, Any]],
     for index, (rollout, scored) in enumerate(zip(rollouts, trainer)):
         if len(scored) != len(rollout["token_ids"]):
             raise PairError(f"rollout {index}: the trainer scored {len(scored)} tokens of {len(rollout['token_ids'])}")
-        lines.append(json.dumps({"schema_version": 1, "sample_id": sample_ids[index] if sample_ids else f"r{index}",
-                                 "token_ids": list(rollout["token_ids"]), "inference_logprobs": list(rollout["logprobs"]),
-                                 "trainer_logprobs": [float(x) for x in scored], "loss_mask": [True] * len(scored),
-                                 "prompt_token_ids": list(rollout["prompt_ids"]), "finish_reason": rollout.get("finish_reason")}))
+        lines.append(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "sample_id": sample_ids[index] if sample_ids else f"r{index}",
+                    "token_ids": list(rollout["token_ids"]),
+                    "inference_logprobs": list(rollout["logprobs"]),
+                    "trainer_logprobs": [float(x) for x in scored],
+                    "loss_mask": [True] * len(scored),
+                    "prompt_token_ids": list(rollout["prompt_ids"]),
+                    "finish_reason": rollout.get("finish_reason"),
+                }
+            )
+        )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -68,8 +68,21 @@ class Constants:
 
 
 #: The per-sequence sums every per-sequence metric is built from (a count, or Σ over the loss-masked tokens).
-SEQ_SUMS = ("n_rows", "n", "n_support", "s_r", "s_t", "s_d", "s_absd", "s_k3", "s_miles", "s_rho2", "s_tis", "n_tisclip",
-            "s_tisabs")
+SEQ_SUMS = (
+    "n_rows",
+    "n",
+    "n_support",
+    "s_r",
+    "s_t",
+    "s_d",
+    "s_absd",
+    "s_k3",
+    "s_miles",
+    "s_rho2",
+    "s_tis",
+    "n_tisclip",
+    "s_tisabs",
+)
 #: prime-rl's per-sample counts and sums, which need the advantage.
 ADV_SUMS = ("n_pm", "n_ph", "n_pl", "s_k3m", "s_k3k")
 #: Batch-wide values: sums (``s_w``, ``s_w2``, ``n_hi``, ``n_lo``: NaN unless ``verl_rollout_is="token"``, the only mode
@@ -129,11 +142,18 @@ def merge_globals(rows: pl.DataFrame) -> pl.DataFrame:
         g = pl.col(f"g_{name}")
         return g / pl.when(n > 0).then(n) - g.sum() / total
 
-    m2 = [(pl.col(f"m2_{name}").sum() + (n * shift(name) ** 2).fill_null(0.0).sum()).alias(f"m2_{name}") for name in GLOBAL_M2]
+    m2 = [
+        (pl.col(f"m2_{name}").sum() + (n * shift(name) ** 2).fill_null(0.0).sum()).alias(f"m2_{name}")
+        for name in GLOBAL_M2
+    ]
     c2 = (pl.col("c2_pq").sum() + (n * shift("p") * shift("q")).fill_null(0.0).sum()).alias("c2_pq")
     return rows.select(
-        *(pl.col(name).sum() for name in GLOBAL_SUMS), *(pl.col(f"g_{name}").sum() for name in GLOBAL_M2), *m2, c2,
-        *(pl.col(f"max_{name}").max() for name in GLOBAL_MAX), pl.col("min_absd").min(),
+        *(pl.col(name).sum() for name in GLOBAL_SUMS),
+        *(pl.col(f"g_{name}").sum() for name in GLOBAL_M2),
+        *m2,
+        c2,
+        *(pl.col(f"max_{name}").max() for name in GLOBAL_MAX),
+        pl.col("min_absd").min(),
     )
 
 
@@ -177,8 +197,13 @@ def sequence_table(parts: pl.DataFrame, c: Constants = Constants(), *, advantage
     n, bound = pl.col("n"), c.safety_bound
     k = _per_seq
     cols = [
-        pl.col("sequence"), pl.col("n_rows").alias("tokens"), n.alias("masked_tokens"), pl.col("n_support").alias("support_tokens"),
-        k(-pl.col("s_d"), n).alias("k1"), k(pl.col("s_k3"), n).alias("k3"), k(pl.col("s_absd"), n).alias("abs_diff"),
+        pl.col("sequence"),
+        pl.col("n_rows").alias("tokens"),
+        n.alias("masked_tokens"),
+        pl.col("n_support").alias("support_tokens"),
+        k(-pl.col("s_d"), n).alias("k1"),
+        k(pl.col("s_k3"), n).alias("k3"),
+        k(pl.col("s_absd"), n).alias("abs_diff"),
         pl.when(n > 0).then(pl.col("s_d")).alias("log_ratio_sum"),
         (k(pl.col("s_r"), n) - k(pl.col("s_t"), n)).alias("log_ppl_diff"),
         (k(pl.col("s_r"), n) - k(pl.col("s_t"), n)).exp().alias("ppl_ratio"),
@@ -191,7 +216,9 @@ def sequence_table(parts: pl.DataFrame, c: Constants = Constants(), *, advantage
     return parts.select(cols)
 
 
-def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(), *, advantage: bool = False) -> pl.DataFrame:
+def summary(
+    parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(), *, advantage: bool = False
+) -> pl.DataFrame:
     """One row: every framework's metric, named ``framework:logged name``, from the merged partials (``_mismatch_blocks.partials``).
 
     A metric is null where its framework would divide by zero or refuse (verl and SkyRL with no
@@ -251,11 +278,14 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
     # with --calculate-per-token-loss, Σ x·m over the batch / Σ max(Σm, 1)
     n1 = pl.max_horizontal(nf, pl.lit(1.0))
     if c.slime_per_token_loss:
+
         def slime(total: pl.Expr) -> pl.Expr:
             return total.sum() / n1.sum()
     else:
+
         def slime(total: pl.Expr) -> pl.Expr:
             return (total / n1).mean()
+
     s_mean_r, s_mean_t = pl.col("s_r") / n1, pl.col("s_t") / n1  # mis.py's masked_mean: clamp_min(Σm, 1)
     s_lpd = s_mean_r - s_mean_t
 
@@ -263,13 +293,17 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
         return slime(value * nf)
 
     cols = {
-        "bia:sequences": B.cast(pl.Int64), "bia:tokens": pl.col("n_rows").sum(), "bia:masked_tokens": N,
+        "bia:sequences": B.cast(pl.Int64),
+        "bia:tokens": pl.col("n_rows").sum(),
+        "bia:masked_tokens": N,
         "bia:support_tokens": pl.col("n_support").sum(),
         # verl debug metrics: |exp t − exp r| over the flattened masked tokens; std unbiased; Pearson of exp t, exp r
         "verl:training/rollout_probs_diff_max": g["max_x"],
         "verl:training/rollout_probs_diff_mean": some.then(g["g_x"] / N),
         "verl:training/rollout_probs_diff_std": unbiased.then((g["m2_x"] / (N - 1)).sqrt()),
-        "verl:training/rollout_actor_probs_pearson_corr": some.then((cov / (m2_p * m2_q).sqrt()).clip(-1.0, 1.0)),  # torch.corrcoef clips
+        "verl:training/rollout_actor_probs_pearson_corr": some.then(
+            (cov / (m2_p * m2_q).sqrt()).clip(-1.0, 1.0)
+        ),  # torch.corrcoef clips
         # verl rollout_corr: off-policy metrics
         "verl:rollout_corr/kl": some.then(-pl.col("s_d").sum() / verl_n),
         "verl:rollout_corr/k3_kl": some.then(pl.col("s_k3").sum() / verl_n),
@@ -314,12 +348,20 @@ def summary(parts: pl.DataFrame, glob: pl.DataFrame, c: Constants = Constants(),
         "skyrl:tis_token_clip_high_ratio": g["n_sky"] / pl.max_horizontal(N, pl.lit(1)),
     }
     if advantage:  # prime-rl: per sample (_safe_mean: 0 over an empty mask), then mean and max over samples
+
         def safe(total: str, count: pl.Expr) -> pl.Expr:
             return pl.col(total).cast(pl.Float64) / pl.max_horizontal(count, pl.lit(1)).cast(pl.Float64)
 
-        per_sample = {"is_masked": safe("n_pm", n), "is_masked_high": safe("n_ph", n), "is_masked_low": safe("n_pl", n),
-                      "masked_mismatch_kl": safe("s_k3m", pl.col("n_pm")), "unmasked_mismatch_kl": safe("s_k3k", n - pl.col("n_pm"))}
+        per_sample = {
+            "is_masked": safe("n_pm", n),
+            "is_masked_high": safe("n_ph", n),
+            "is_masked_low": safe("n_pl", n),
+            "masked_mismatch_kl": safe("s_k3m", pl.col("n_pm")),
+            "unmasked_mismatch_kl": safe("s_k3k", n - pl.col("n_pm")),
+        }
         for name, value in per_sample.items():
             cols[f"prime-rl:{name}/mean"] = value.mean()
             cols[f"prime-rl:{name}/max"] = value.max()
-    return parts.select(**{k: v.cast(pl.Float64) if not k.startswith("bia:") else v.cast(pl.Int64) for k, v in cols.items()})
+    return parts.select(
+        **{k: v.cast(pl.Float64) if not k.startswith("bia:") else v.cast(pl.Int64) for k, v in cols.items()}
+    )

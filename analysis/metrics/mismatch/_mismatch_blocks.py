@@ -80,7 +80,8 @@ def token_columns(tokens: pl.LazyFrame, *, advantage: bool = False) -> pl.LazyFr
     logprob = {"r": "rollout_logprob", "t": "trainer_logprob"}
     names = schema.names()
     return tokens.select(
-        "sequence", pl.col("mask").cast(pl.Boolean).fill_null(False),
+        "sequence",
+        pl.col("mask").cast(pl.Boolean).fill_null(False),
         *(real(name).fill_null(float("nan")).alias(short) for short, name in logprob.items()),
         *([real("advantage")] if advantage else []),
         *([pl.col("has_support").cast(pl.Boolean).fill_null(False)] if "has_support" in names else []),
@@ -114,8 +115,14 @@ def run_fields(advantage: bool) -> tuple[str, ...]:
 
 
 #: The entries of :func:`block_sums`' batch-wide row, in order.
-ROW_FIELDS = (*GLOBAL_SUMS, *(f"g_{name}" for name in _MOMENT_ROWS), *(f"m2_{name}" for name in _MOMENT_ROWS), "c2_pq",
-              *(f"max_{name}" for name in GLOBAL_MAX), "min_absd")
+ROW_FIELDS = (
+    *GLOBAL_SUMS,
+    *(f"g_{name}" for name in _MOMENT_ROWS),
+    *(f"m2_{name}" for name in _MOMENT_ROWS),
+    "c2_pq",
+    *(f"max_{name}" for name in GLOBAL_MAX),
+    "min_absd",
+)
 
 
 def _lengths(starts: np.ndarray, total: int) -> np.ndarray:
@@ -126,8 +133,15 @@ def _lengths(starts: np.ndarray, total: int) -> np.ndarray:
     return out
 
 
-def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None,
-               support: np.ndarray | None, c: Constants = Constants()) -> tuple[np.ndarray, np.ndarray]:
+def block_sums(
+    starts: np.ndarray,
+    mask: np.ndarray,
+    r: np.ndarray,
+    t: np.ndarray,
+    advantage: np.ndarray | None,
+    support: np.ndarray | None,
+    c: Constants = Constants(),
+) -> tuple[np.ndarray, np.ndarray]:
     """One block's per-run sums (a run: rows of one sequence, starting at ``starts``, the first at 0) and its batch-wide row.
 
     The per-run array has a row per :func:`run_fields`: the SEQ_SUMS (and the ADV_SUMS given an
@@ -182,22 +196,24 @@ def block_sums(starts: np.ndarray, mask: np.ndarray, r: np.ndarray, t: np.ndarra
         runs[2] = np.add.reduceat(support.astype(np.float64), starts)
     some = count > 0
     if some.all():
-        runs[3:] = np.add.reduceat(rows[:len(fields) - 3], at, axis=1)
+        runs[3:] = np.add.reduceat(rows[: len(fields) - 3], at, axis=1)
     elif some.any():  # reduceat gives an empty run the next run's first value: it sees the non-empty runs only
-        runs[3:, some] = np.add.reduceat(rows[:len(fields) - 3], at[some], axis=1)
+        runs[3:, some] = np.add.reduceat(rows[: len(fields) - 3], at[some], axis=1)
     with np.errstate(all="ignore"):  # inf − inf in a moment is NaN, as in the sums
-        return runs, _batch_row(rows[-len(_MOMENT_ROWS) - 1:-1], rc, c)
+        return runs, _batch_row(rows[-len(_MOMENT_ROWS) - 1 : -1], rc, c)
 
 
-def _token_rows(r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: Constants) -> tuple[np.ndarray, np.ndarray]:
+def _token_rows(
+    r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: Constants
+) -> tuple[np.ndarray, np.ndarray]:
     """Every per-token quantity of the loss-masked tokens, a row each (see ``_SEQ_ROWS``), and exp(clip(δ)).
 
     ``r`` and ``t`` may be float32: they are widened (exactly) as they are copied into their float64 rows.
     """
     extra = len(ADV_SUMS) if advantage is not None else 0
     rows = np.empty((len(_SEQ_ROWS) + extra + len(_MOMENT_ROWS) + 1, len(r)))
-    r_, t_, d, miles, rho2, rho, tisclip, tisabs = rows[:len(_SEQ_ROWS)]
-    absd, k3, x, p, q, pminus = rows[-len(_MOMENT_ROWS) - 1:]
+    r_, t_, d, miles, rho2, rho, tisclip, tisabs = rows[: len(_SEQ_ROWS)]
+    absd, k3, x, p, q, pminus = rows[-len(_MOMENT_ROWS) - 1 :]
     r_[:], t_[:] = r, t
     r, t = r_, t_
     np.subtract(t, r, out=d)
@@ -221,8 +237,10 @@ def _token_rows(r: np.ndarray, t: np.ndarray, advantage: np.ndarray | None, c: C
     np.logical_or(rho > c.slime_tis_clip, rho < c.slime_tis_clip_low, out=tisclip)
     np.subtract(rho, 1.0, out=tisabs)
     np.abs(tisabs, out=tisabs)
-    if advantage is not None:  # prime-rl: masked when Δp > high for a positive advantage, Δp < −low otherwise (null: otherwise)
-        n_pm, n_ph, n_pl, s_k3m, s_k3k = rows[len(_SEQ_ROWS):len(_SEQ_ROWS) + extra]
+    if (
+        advantage is not None
+    ):  # prime-rl: masked when Δp > high for a positive advantage, Δp < −low otherwise (null: otherwise)
+        n_pm, n_ph, n_pl, s_k3m, s_k3k = rows[len(_SEQ_ROWS) : len(_SEQ_ROWS) + extra]
         positive, high, low = advantage > 0, pminus > c.prime_rl_dppo_mask_high, pminus < -c.prime_rl_dppo_mask_low
         dropped = np.where(positive, high, low)
         n_pm[:] = dropped
@@ -238,18 +256,25 @@ def _batch_row(moments: np.ndarray, rc: np.ndarray, c: Constants) -> np.ndarray:
     n = len(rc)
     totals = moments.sum(axis=1)
     centred = moments - (totals / n)[:, None] if n else moments
-    if c.verl_rollout_is == "token":  # the token-level IS weights; the sequence level takes them from the per-sequence Σδ
+    if (
+        c.verl_rollout_is == "token"
+    ):  # the token-level IS weights; the sequence level takes them from the per-sequence Σδ
         w = np.minimum(rc, c.verl_is_threshold)
-        weights: tuple[float | np.integer, ...] = (w.sum(), np.einsum("i,i->", w, w),
-                                                   np.count_nonzero(rc > c.verl_is_threshold),
-                                                   np.count_nonzero(rc < 1.0 / c.verl_is_threshold))
+        weights: tuple[float | np.integer, ...] = (
+            w.sum(),
+            np.einsum("i,i->", w, w),
+            np.count_nonzero(rc > c.verl_is_threshold),
+            np.count_nonzero(rc < 1.0 / c.verl_is_threshold),
+        )
     else:
         weights = (np.nan,) * 4
     sums = (n, *weights, np.count_nonzero(rc > c.skyrl_token_tis_ratio_clip_high), rc.sum())
-    extremes = (*moments[:len(GLOBAL_MAX)].max(axis=1), moments[0].min()) if n else (np.nan,) * (len(GLOBAL_MAX) + 1)
+    extremes = (*moments[: len(GLOBAL_MAX)].max(axis=1), moments[0].min()) if n else (np.nan,) * (len(GLOBAL_MAX) + 1)
     # einsum, not a BLAS dot: BLAS's threads spin for seconds on a busy machine
     p, q = centred[_MOMENT_ROWS.index("p")], centred[_MOMENT_ROWS.index("q")]
-    return np.concatenate((sums, totals, np.einsum("ij,ij->i", centred, centred), (np.einsum("i,i->", p, q),), extremes))
+    return np.concatenate(
+        (sums, totals, np.einsum("ij,ij->i", centred, centred), (np.einsum("i,i->", p, q),), extremes)
+    )
 
 
 def _run_starts(batch: pl.DataFrame) -> np.ndarray:
@@ -258,8 +283,9 @@ def _run_starts(batch: pl.DataFrame) -> np.ndarray:
     return np.flatnonzero(batch.select(key.ne_missing(key.shift(1)).fill_null(True)).to_series().to_numpy())
 
 
-def partials(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: bool = False,
-             chunk_size: int = 1_000_000) -> tuple[pl.DataFrame, pl.DataFrame]:
+def partials(
+    tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: bool = False, chunk_size: int = 1_000_000
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per-sequence sums and the batch-wide row of a token frame, read in batches with polars' streaming engine.
 
     ``tokens`` has ``sequence``, ``rollout_logprob``, ``trainer_logprob``, ``mask``, ``advantage``
@@ -292,8 +318,9 @@ def partials(tokens: pl.LazyFrame, c: Constants = Constants(), *, advantage: boo
     return next(iter(piece_partials([(tokens, advantage)], c, chunk_size=chunk_size)))
 
 
-def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = Constants(), *,
-                   chunk_size: int = 1_000_000) -> list[tuple[pl.DataFrame, pl.DataFrame]]:
+def piece_partials(
+    pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = Constants(), *, chunk_size: int = 1_000_000
+) -> list[tuple[pl.DataFrame, pl.DataFrame]]:
     """:func:`partials` of each ``(tokens, advantage)`` piece, in order, the pieces read one after another in one pipeline.
 
     The threads never wait at a piece's end: while the last batches of one piece are summed, polars
@@ -345,7 +372,9 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
         def batches(index: int):  # polars starts the query at once and reads ahead of the consumer (a bounded buffer)
             if index < len(pieces):
                 tokens, advantage = pieces[index]
-                return token_columns(tokens, advantage=advantage).collect_batches(chunk_size=chunk_size, engine="streaming")
+                return token_columns(tokens, advantage=advantage).collect_batches(
+                    chunk_size=chunk_size, engine="streaming"
+                )
             return None
 
         pending: deque = deque()
@@ -368,19 +397,29 @@ def piece_partials(pieces: Iterable[tuple[pl.LazyFrame, bool]], c: Constants = C
         return [future.result() for future in merged]
 
 
-def _merged(tokens: pl.LazyFrame, advantage: bool, keys: list, runs: list, rows: list,
-            c: Constants) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _merged(
+    tokens: pl.LazyFrame, advantage: bool, keys: list, runs: list, rows: list, c: Constants
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """One piece's merged per-sequence sums and batch-wide row from its batches' keys, runs and rows."""
     fields = run_fields(advantage)
     key_dtype = token_columns(tokens).collect_schema()["sequence"]
     sums = np.concatenate(runs, axis=1) if runs else np.zeros((len(fields), 0))
-    seqs = pl.DataFrame({"sequence": pl.concat(keys) if keys else pl.Series([], dtype=key_dtype), **dict(zip(fields, sums))})
-    seqs = seqs.select("sequence", *(pl.col(name).cast(pl.Int64) if name in _COUNTS else pl.col(name) for name in (*SEQ_SUMS, *ADV_SUMS)
-                                     if name in fields))
+    seqs = pl.DataFrame(
+        {"sequence": pl.concat(keys) if keys else pl.Series([], dtype=key_dtype), **dict(zip(fields, sums))}
+    )
+    seqs = seqs.select(
+        "sequence",
+        *(
+            pl.col(name).cast(pl.Int64) if name in _COUNTS else pl.col(name)
+            for name in (*SEQ_SUMS, *ADV_SUMS)
+            if name in fields
+        ),
+    )
     if not rows:  # no token: one empty block's row
         rows = [_batch_row(np.zeros((len(_MOMENT_ROWS), 0)), np.zeros(0), c)]
-    glob = pl.DataFrame(np.concatenate([np.atleast_2d(r) for r in rows]), schema=list(ROW_FIELDS), orient="row").with_columns(
-        pl.col("n").cast(pl.Int64), pl.col("^(max|min)_.*$").fill_nan(None))  # no masked token: no extreme
+    glob = pl.DataFrame(
+        np.concatenate([np.atleast_2d(r) for r in rows]), schema=list(ROW_FIELDS), orient="row"
+    ).with_columns(pl.col("n").cast(pl.Int64), pl.col("^(max|min)_.*$").fill_nan(None))  # no masked token: no extreme
     return merge_sequences(seqs), merge_globals(glob)
 
 
@@ -392,6 +431,7 @@ def _warm_up(schema: pl.Schema, c: Constants) -> None:
     --------
     >>> _warm_up(pl.Schema({"sequence": pl.Categorical(), "mask": pl.Boolean, "r": pl.Float32, "t": pl.Float32}), Constants())
     """
+
     def zero(name: str, dtype: pl.DataType) -> pl.Expr:
         if name == "sequence" and not dtype.is_integer():
             return pl.lit("0")
@@ -437,7 +477,9 @@ def _batch_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.ndarra
     firsts, runs, rows = [], [], []  # each block's first row starts a run (a piece of one), besides the batch's own
     for begin in range(0, batch.height, BLOCK_ROWS):
         end = min(begin + BLOCK_ROWS, batch.height)
-        block_starts = np.concatenate(([begin], starts[np.searchsorted(starts, begin, "right"):np.searchsorted(starts, end)]))
+        block_starts = np.concatenate(
+            ([begin], starts[np.searchsorted(starts, begin, "right") : np.searchsorted(starts, end)])
+        )
         block = {name: column[begin:end] for name, column in columns.items()}
         run, row = block_sums(block_starts - begin, *_inputs(block), c)
         firsts.append(block_starts)
@@ -468,8 +510,9 @@ def _compiled_sums(batch: pl.DataFrame, c: Constants) -> tuple[pl.Series, np.nda
             continue
         names = chunk.schema.names
         # numpy arrays, a boolean's as Bits (see _chunk_array): Any, as which is which follows from the column
-        arrays: dict[str, Any] = {name: _chunk_array(chunk.column(name))
-                                  for name in ("sequence", *_INPUTS) if name in names}
+        arrays: dict[str, Any] = {
+            name: _chunk_array(chunk.column(name)) for name in ("sequence", *_INPUTS) if name in names
+        }
         f, r, w = _mismatch_kernel.batch_sums(arrays["sequence"], None, BLOCK_ROWS, *_inputs(arrays), c, *sizes)
         keys.append(arrays["sequence"][f])  # numpy's gather: polars' Series.gather runs a query (0.4 ms a batch)
         run_parts.append(r)
@@ -501,4 +544,6 @@ def _chunk_array(array: pa.Array) -> np.ndarray | tuple[np.ndarray, int]:
         return np.frombuffer(array.buffers()[1], dtype=np.uint8), array.offset
     if array.null_count or not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
         return array.to_numpy(zero_copy_only=False)
-    return np.frombuffer(array.buffers()[1], dtype=array.type.to_pandas_dtype(), count=array.offset + len(array))[array.offset:]
+    return np.frombuffer(array.buffers()[1], dtype=array.type.to_pandas_dtype(), count=array.offset + len(array))[
+        array.offset :
+    ]

@@ -92,7 +92,7 @@ def _compact(firsts, mask, mask_offset, r, t, adv, d, tt, rr, aa, at, runs, safe
                 stop += 1
             m = stop - i
             # views from 0: the copy loop then needs no wraparound check and vectorises
-            rs, ts, dd, t2, r2 = r[i:stop], t[i:stop], d[k:k + m], tt[k:k + m], rr[k:k + m]
+            rs, ts, dd, t2, r2 = r[i:stop], t[i:stop], d[k : k + m], tt[k : k + m], rr[k : k + m]
             for x in range(m):
                 ri, ti = np.float64(rs[x]), np.float64(ts[x])
                 dd[x], t2[x], r2[x] = ti - ri, ti, ri
@@ -100,7 +100,7 @@ def _compact(firsts, mask, mask_offset, r, t, adv, d, tt, rr, aa, at, runs, safe
                 s_t += ti
                 clipped += 1 if abs(ti - ri) > safety else 0
             if has_adv:
-                src, dst = adv[i:stop], aa[k:k + m]
+                src, dst = adv[i:stop], aa[k : k + m]
                 for x in range(m):
                     dst[x] = src[x]
             k += m
@@ -209,7 +209,7 @@ def _finish_block(row, lo, hi, d, rho, p, q, verl_token):
         return
     # views from 0: an index that cannot be negative needs no wraparound check, and the loops vectorise (5x faster)
     d, rho, p, q = d[lo:hi], rho[lo:hi], p[lo:hi], q[lo:hi]
-    t = row[_G_TOTALS:_G_TOTALS + 5]
+    t = row[_G_TOTALS : _G_TOTALS + 5]
     m0, m1, m2, m3, m4 = t[0] / n, t[1] / n, t[2] / n, t[3] / n, t[4] / n
     v0 = v1 = v2 = v3 = v4 = c2 = 0.0
     nan0 = nan1 = nan2 = 0  # np.max and np.min give NaN where there is one; the comparisons below pass NaN over
@@ -255,8 +255,25 @@ def _unordered(key):
     return np.int64(key ^ ((key >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))).view(np.float64)
 
 
-def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support, support_offset, support_rows, c, verl_token,
-                  runs, rows):
+def _batch_kernel(
+    firsts,
+    block_rows,
+    height,
+    at,
+    d,
+    aa,
+    rho,
+    rc,
+    p,
+    q,
+    support,
+    support_offset,
+    support_rows,
+    c,
+    verl_token,
+    runs,
+    rows,
+):
     """Every run's sums (``runs[:, j]`` for the run starting at row ``firsts[j]``) and every block's row (``rows[b]``)."""
     block, block_lo = 0, 0
     last = runs.shape[0] - 1
@@ -266,7 +283,9 @@ def _batch_kernel(firsts, block_rows, height, at, d, aa, rho, rc, p, q, support,
         if begin // block_rows != block:  # a new block: the previous one's moments
             _finish_block(rows[block], block_lo, at[j], d, rho, p, q, verl_token)
             block, block_lo = begin // block_rows, at[j]
-        s_w, s_w2, n_hi, n_lo, n_sky, s_rc, s_x, s_p, s_q = _run_sums(at[j], at[j + 1], d, aa, rho, rc, p, q, c, runs, j)
+        s_w, s_w2, n_hi, n_lo, n_sky, s_rc, s_x, s_p, s_q = _run_sums(
+            at[j], at[j + 1], d, aa, rho, rc, p, q, c, runs, j
+        )
         n_support = 0.0
         for i in range(begin, min(end, support_rows)):
             n_support += _bit(support, support_offset, i)
@@ -342,9 +361,19 @@ def bits(flags: np.ndarray | Bits) -> Bits:
     return np.packbits(np.asarray(flags, dtype=bool), bitorder="little"), 0
 
 
-def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: int, mask: np.ndarray | Bits, r: np.ndarray,
-               t: np.ndarray, advantage: np.ndarray | None, support: np.ndarray | Bits | None, constants, n_fields: int,
-               n_row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def batch_sums(
+    keys: np.ndarray | None,
+    firsts: np.ndarray | None,
+    block_rows: int,
+    mask: np.ndarray | Bits,
+    r: np.ndarray,
+    t: np.ndarray,
+    advantage: np.ndarray | None,
+    support: np.ndarray | Bits | None,
+    constants,
+    n_fields: int,
+    n_row: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A batch's run starts, per-run sums (``n_fields`` x runs) and per-block rows (blocks x ``n_row``), compiled.
 
     The runs are either found from integer ``keys`` (a run where the key stays the same, cut at each
@@ -394,14 +423,24 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     [3.0, 1.0]
     """
     c = constants
-    packed = np.array([c.safety_bound, c.miles_kl_clamp, c.slime_tis_clip, c.slime_tis_clip_low, c.prime_rl_dppo_mask_high,
-                       c.prime_rl_dppo_mask_low, c.verl_is_threshold, c.skyrl_token_tis_ratio_clip_high])
+    packed = np.array(
+        [
+            c.safety_bound,
+            c.miles_kl_clamp,
+            c.slime_tis_clip,
+            c.slime_tis_clip_low,
+            c.prime_rl_dppo_mask_high,
+            c.prime_rl_dppo_mask_low,
+            c.verl_is_threshold,
+            c.skyrl_token_tis_ratio_clip_high,
+        ]
+    )
     height = len(r)
     mask_bits, mask_offset = bits(mask)
     support_bits, support_offset = bits(support) if support is not None else (np.zeros(0, dtype=np.uint8), 0)
     if keys is not None:
         firsts = np.empty(height, dtype=np.int64)
-        firsts = firsts[:_run_firsts(keys, block_rows, firsts)].copy()
+        firsts = firsts[: _run_firsts(keys, block_rows, firsts)].copy()
     assert firsts is not None  # given when keys are not
     firsts = firsts.astype(np.int64, copy=False)
     runs, rows = np.zeros((n_fields, len(firsts))), np.zeros((-(-height // block_rows), n_row))
@@ -411,13 +450,43 @@ def batch_sums(keys: np.ndarray | None, firsts: np.ndarray | None, block_rows: i
     at = np.empty(len(firsts) + 1, dtype=np.int64)
     with np.errstate(all="ignore"):
         # t and r go into p and q, which their exp then overwrites: two arrays fewer to pass through the caches
-        m, clipped = _compact(firsts, mask_bits, mask_offset, r, t, aa if advantage is None else advantage, d, p, q, aa, at,
-                              runs, c.safety_bound)
+        m, clipped = _compact(
+            firsts,
+            mask_bits,
+            mask_offset,
+            r,
+            t,
+            aa if advantage is None else advantage,
+            d,
+            p,
+            q,
+            aa,
+            at,
+            runs,
+            c.safety_bound,
+        )
         # numpy's exp, not a compiled loop's: vectorised (AVX-512 here), six times as fast as libm's one value at a
         # time, and the numpy pass's very bits
         rho_, p_, q_ = np.exp(d[:m], out=rho[:m]), np.exp(p[:m], out=p[:m]), np.exp(q[:m], out=q[:m])
         # exp(clip(δ)): ρ itself unless a token is past the clip (the numpy pass's np.where gives the same bits)
         rc = np.exp(np.clip(d[:m], -c.safety_bound, c.safety_bound)) if clipped else rho_
-        _batch_kernel(firsts, block_rows, height, at, d, aa, rho_, rc, p_, q_, support_bits, support_offset,
-                      height if support is not None else 0, packed, c.verl_rollout_is == "token", runs, rows)
+        _batch_kernel(
+            firsts,
+            block_rows,
+            height,
+            at,
+            d,
+            aa,
+            rho_,
+            rc,
+            p_,
+            q_,
+            support_bits,
+            support_offset,
+            height if support is not None else 0,
+            packed,
+            c.verl_rollout_is == "token",
+            runs,
+            rows,
+        )
     return firsts, runs, rows

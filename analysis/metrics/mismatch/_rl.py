@@ -32,33 +32,55 @@ def _from_dumps(rollout: Dump, trainer: Dump | None) -> pl.LazyFrame:
         raise ValueError("mismatch metrics read polars dumps (read_dump(..., backend='polars'))")
     tokens = rollout.tokens.filter(pl.col("segment") == "completion")
     key = ["source", *_KEY]
-    frame = tokens.select(*key, _seq_key(), "token_id", pl.col("logprob").alias("rollout_logprob"),
-                          pl.col("loss_mask").fill_null(True).alias("mask"))
+    frame = tokens.select(
+        *key,
+        _seq_key(),
+        "token_id",
+        pl.col("logprob").alias("rollout_logprob"),
+        pl.col("loss_mask").fill_null(True).alias("mask"),
+    )
     cands = rollout.candidates
-    support = (cands.filter(pl.col("list_kind") == "sampling_support").sort([*key, "list_index"])
-               .group_by(key, maintain_order=True).agg(support_ids=pl.col("cand_token_id"), support_logprobs=pl.col("cand_logprob")))
+    support = (
+        cands.filter(pl.col("list_kind") == "sampling_support")
+        .sort([*key, "list_index"])
+        .group_by(key, maintain_order=True)
+        .agg(support_ids=pl.col("cand_token_id"), support_logprobs=pl.col("cand_logprob"))
+    )
     if trainer is None:
-        recompute = cands.filter(pl.col("list_kind") == "trainer_recompute").select(*key, pl.col("cand_logprob").alias("trainer_logprob"))
+        recompute = cands.filter(pl.col("list_kind") == "trainer_recompute").select(
+            *key, pl.col("cand_logprob").alias("trainer_logprob")
+        )
         frame = frame.join(recompute, on=key, how="left")
         if support.height:
             frame = frame.join(support, on=key, how="left")
         return frame.lazy()
     tkey = list(_KEY)
-    theirs = trainer.tokens.filter(pl.col("segment") == "completion").select(*tkey, pl.col("token_id").alias("trainer_token_id"),
-                                                                             pl.col("logprob").alias("trainer_logprob"))
+    theirs = trainer.tokens.filter(pl.col("segment") == "completion").select(
+        *tkey, pl.col("token_id").alias("trainer_token_id"), pl.col("logprob").alias("trainer_logprob")
+    )
     frame = frame.join(theirs, on=tkey, how="left")
     differ = frame.filter(pl.col("trainer_token_id").is_not_null() & (pl.col("trainer_token_id") != pl.col("token_id")))
     if differ.height:
         row = differ.row(0, named=True)
-        raise ValueError(f"the two dumps score different tokens at sequence {row['sequence']!r}, position {row['position']}: "
-                         f"{row['token_id']} against {row['trainer_token_id']}")
+        raise ValueError(
+            f"the two dumps score different tokens at sequence {row['sequence']!r}, position {row['position']}: "
+            f"{row['token_id']} against {row['trainer_token_id']}"
+        )
     frame = frame.drop("trainer_token_id")
     if support.height:
-        scored = trainer.candidates.filter(pl.col("list_kind") != "sampling_support").group_by([*tkey, "cand_token_id"]).agg(
-            pl.col("cand_logprob").first())
-        on_support = (support.with_columns(i=pl.int_ranges(pl.col("support_ids").list.len())).explode("support_ids", "i")
-                      .join(scored, left_on=[*tkey, "support_ids"], right_on=[*tkey, "cand_token_id"], how="left")
-                      .sort([*key, "i"]).group_by(key, maintain_order=True).agg(trainer_support_logprobs=pl.col("cand_logprob")))
+        scored = (
+            trainer.candidates.filter(pl.col("list_kind") != "sampling_support")
+            .group_by([*tkey, "cand_token_id"])
+            .agg(pl.col("cand_logprob").first())
+        )
+        on_support = (
+            support.with_columns(i=pl.int_ranges(pl.col("support_ids").list.len()))
+            .explode("support_ids", "i")
+            .join(scored, left_on=[*tkey, "support_ids"], right_on=[*tkey, "cand_token_id"], how="left")
+            .sort([*key, "i"])
+            .group_by(key, maintain_order=True)
+            .agg(trainer_support_logprobs=pl.col("cand_logprob"))
+        )
         frame = frame.join(support, on=key, how="left").join(on_support, on=key, how="left")
     return frame.lazy()
 
@@ -96,7 +118,9 @@ def _prepare(lf: pl.LazyFrame, replay: bool) -> tuple[pl.LazyFrame, bool]:
     names = lf.collect_schema().names()
     missing = [c for c in _COLUMNS if c not in names]
     if missing:
-        raise ValueError(f"the token frame lacks {missing}; it needs {list(_COLUMNS)} (and 'advantage' for prime-rl's masked metrics)")
+        raise ValueError(
+            f"the token frame lacks {missing}; it needs {list(_COLUMNS)} (and 'advantage' for prime-rl's masked metrics)"
+        )
     if "support_ids" not in names:  # no sampling mask: nothing to check or replay, and no all-false column to read
         return lf, "advantage" in names
     return _support.check_and_replay(lf, replay_support=replay), "advantage" in names
@@ -105,7 +129,9 @@ def _prepare(lf: pl.LazyFrame, replay: bool) -> tuple[pl.LazyFrame, bool]:
 def _check_finite(seqs: pl.DataFrame) -> None:
     bad = seqs.filter(~pl.col("s_r").is_finite() | ~pl.col("s_t").is_finite())
     if bad.height:
-        raise ValueError(f"sequence {bad['sequence'][0]!r} has a loss-masked token without a finite rollout or trainer logprob")
+        raise ValueError(
+            f"sequence {bad['sequence'][0]!r} has a loss-masked token without a finite rollout or trainer logprob"
+        )
 
 
 def _pieces(paths: list[str], piece_rows: int) -> list[tuple[str, int, int]]:
@@ -128,7 +154,9 @@ def _piece_partials(path: str, offset: int, length: int, constants: _mismatch.Co
     return _mismatch_blocks.partials(lf, constants, advantage=advantage, chunk_size=chunk_size), advantage
 
 
-def _partials(data: Any, constants: _mismatch.Constants, *, engine: str, replay: bool, chunk_size: int, piece_rows: int):
+def _partials(
+    data: Any, constants: _mismatch.Constants, *, engine: str, replay: bool, chunk_size: int, piece_rows: int
+):
     if engine not in ("polars", "ray"):
         raise ValueError(f"engine must be 'polars' or 'ray', got {engine!r}")
     paths = None if isinstance(data, Dump) else _paths(data)
@@ -163,12 +191,20 @@ def _on_ray(pieces, constants, replay, chunk_size):
     if not ray.is_initialized():
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     task = ray.remote(_piece_partials)
-    return ray.get([task.remote(path, offset, length, constants, replay, chunk_size)
-                    for path, offset, length in pieces])
+    return ray.get(
+        [task.remote(path, offset, length, constants, replay, chunk_size) for path, offset, length in pieces]
+    )
 
 
-def mismatch_summary(data: Any, *, engine: str = "polars", replay: bool = True, chunk_size: int = 1_000_000,
-                     piece_rows: int = 8_000_000, **constants: Any) -> pl.DataFrame:
+def mismatch_summary(
+    data: Any,
+    *,
+    engine: str = "polars",
+    replay: bool = True,
+    chunk_size: int = 1_000_000,
+    piece_rows: int = 8_000_000,
+    **constants: Any,
+) -> pl.DataFrame:
     """Every framework's sampler-trainer mismatch metric of a step, in one row named ``framework:logged name``.
 
     Each metric is computed with its framework's own formula, averaging and constants (docs/rl.md
@@ -219,7 +255,9 @@ def mismatch_summary(data: Any, *, engine: str = "polars", replay: bool = True, 
     (0.0026848, 0.06)
     """
     c = _mismatch.Constants(**constants)
-    seqs, glob_row, advantage = _partials(data, c, engine=engine, replay=replay, chunk_size=chunk_size, piece_rows=piece_rows)
+    seqs, glob_row, advantage = _partials(
+        data, c, engine=engine, replay=replay, chunk_size=chunk_size, piece_rows=piece_rows
+    )
     return _mismatch.summary(seqs, glob_row, c, advantage=advantage)
 
 

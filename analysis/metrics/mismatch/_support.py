@@ -54,7 +54,9 @@ class SamplingMaskError(ValueError):
 
     def __init__(self, rule: str, sequence, position, detail: str = ""):
         self.rule, self.sequence, self.position = rule, sequence, position
-        super().__init__(f"sampling mask rule {rule!r} broken at sequence {sequence!r}, position {position}: {RULES[rule]}{detail}")
+        super().__init__(
+            f"sampling mask rule {rule!r} broken at sequence {sequence!r}, position {position}: {RULES[rule]}{detail}"
+        )
 
 
 def _logsumexp(column: str) -> pl.Expr:
@@ -86,16 +88,28 @@ def violations(tokens: pl.LazyFrame, *, replay: bool) -> pl.LazyFrame:
     names = tokens.collect_schema().names()
     ids = pl.col("support_ids")
     n = ids.list.len()
-    checks = [("empty_row", n == 0), ("repeated_id", ids.list.n_unique() != n),
-              ("sampled_id_missing", ~ids.list.contains(pl.col("token_id")))]
+    checks = [
+        ("empty_row", n == 0),
+        ("repeated_id", ids.list.n_unique() != n),
+        ("sampled_id_missing", ~ids.list.contains(pl.col("token_id"))),
+    ]
     if "support_logprobs" in names:
         lp = pl.col("support_logprobs")
         checks.append(("logprobs_not_parallel", lp.is_not_null() & (lp.list.len() != n)))
         total = lp.list.eval(pl.element().exp()).list.sum()
         checks.append(("probabilities_do_not_sum_to_1", lp.is_not_null() & ((total - 1.0).abs() > SUM_TOLERANCE)))
     if replay:
-        trainer = pl.col("trainer_support_logprobs") if "trainer_support_logprobs" in names else pl.lit(None, pl.List(pl.Float64))
-        checks.append(("trainer_support_missing", trainer.is_null() | (trainer.list.len() != n) | trainer.list.eval(pl.element().is_null()).list.any()))
+        trainer = (
+            pl.col("trainer_support_logprobs")
+            if "trainer_support_logprobs" in names
+            else pl.lit(None, pl.List(pl.Float64))
+        )
+        checks.append(
+            (
+                "trainer_support_missing",
+                trainer.is_null() | (trainer.list.len() != n) | trainer.list.eval(pl.element().is_null()).list.any(),
+            )
+        )
     rule: Then | ChainedThen = pl.when(checks[0][1]).then(pl.lit(checks[0][0]))
     for name, broken in checks[1:]:
         rule = rule.when(broken).then(pl.lit(name))
@@ -128,8 +142,11 @@ def replay(tokens: pl.LazyFrame) -> pl.LazyFrame:
     """
     has = pl.col("support_ids").is_not_null()
     return tokens.with_columns(
-        trainer_logprob=pl.when(has).then(pl.col("trainer_logprob") - _logsumexp("trainer_support_logprobs")).otherwise(pl.col("trainer_logprob")),
-        trainer_logprob_full=pl.col("trainer_logprob"), has_support=has,
+        trainer_logprob=pl.when(has)
+        .then(pl.col("trainer_logprob") - _logsumexp("trainer_support_logprobs"))
+        .otherwise(pl.col("trainer_logprob")),
+        trainer_logprob_full=pl.col("trainer_logprob"),
+        has_support=has,
     )
 
 
@@ -162,7 +179,12 @@ def check_and_replay(tokens: pl.LazyFrame, *, replay_support: bool = True) -> pl
     """
     if "support_ids" not in tokens.collect_schema().names():
         return tokens.with_columns(has_support=pl.lit(False))
-    bad = violations(tokens, replay=replay_support).select("sequence", "position", "rule").head(1).collect(engine="streaming")
+    bad = (
+        violations(tokens, replay=replay_support)
+        .select("sequence", "position", "rule")
+        .head(1)
+        .collect(engine="streaming")
+    )
     if bad.height:
         sequence, position, rule = bad.row(0)
         raise SamplingMaskError(rule, sequence, position)

@@ -107,7 +107,9 @@ def fork_table(streams_: Sequence[Stream], at: int | None = None) -> list[tuple[
     return counts.most_common()
 
 
-def tie_density(margins: Iterable[float | None], thresholds: Sequence[float] = (1e-3, 1e-2, 1e-1)) -> dict[float, float]:
+def tie_density(
+    margins: Iterable[float | None], thresholds: Sequence[float] = (1e-3, 1e-2, 1e-1)
+) -> dict[float, float]:
     """The fraction of steps (with a margin) whose top-1/top-2 margin is below each threshold.
 
     Parameters
@@ -129,7 +131,7 @@ def tie_density(margins: Iterable[float | None], thresholds: Sequence[float] = (
     """
     known = [m for m in margins if m is not None]
     if not known:
-        return {t: math.nan for t in thresholds}
+        return dict.fromkeys(thresholds, math.nan)
     return {t: sum(m < t for m in known) / len(known) for t in thresholds}
 
 
@@ -234,7 +236,9 @@ def flip_curve(pairs: Iterable[tuple[Stream, Stream]], edges: Sequence[float] = 
             if margin is not None:
                 margins.append(margin)
                 flips.append(c.diverged and step == c.divergence_at)
-    return _columnar.flip_bins(pl.DataFrame({"margin": margins, "flip": flips}, schema={"margin": pl.Float64, "flip": pl.Boolean}), edges)
+    return _columnar.flip_bins(
+        pl.DataFrame({"margin": margins, "flip": flips}, schema={"margin": pl.Float64, "flip": pl.Boolean}), edges
+    )
 
 
 # --- decode rates -----------------------------------------------------------------------------------

@@ -56,9 +56,13 @@ def divergence_bound(divergent: int, total: int, confidence: float = 0.95, metho
     alpha = _alpha(confidence)
     if method == "rule-of-three":
         if divergent:
-            raise ValueError(f"the rule of three bounds a rate with 0 divergences, got {divergent} of {total}; use method='clopper-pearson'")
+            raise ValueError(
+                f"the rule of three bounds a rate with 0 divergences, got {divergent} of {total}; use method='clopper-pearson'"
+            )
         if confidence != _RULE_OF_THREE_CONFIDENCE:
-            raise ValueError(f"the rule of three is the 95% bound, got confidence={confidence!r}; use method='clopper-pearson'")
+            raise ValueError(
+                f"the rule of three is the 95% bound, got confidence={confidence!r}; use method='clopper-pearson'"
+            )
         return min(1.0, 3 / total)
     if method != "clopper-pearson":
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -137,7 +141,9 @@ def _log_binomials(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``log C(n, i)`` for i = 0..k, as ``lgamma(n + 1) - lgamma(i + 1) - lgamma(n - i + 1)`` in that order, and i: the terms
     of :func:`_cdf` that do not depend on p, worked out once for every p a bisection tries."""
     head = math.lgamma(n + 1)
-    return np.array([head - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(k + 1)], dtype=np.float64), np.arange(k + 1, dtype=np.float64)
+    return np.array(
+        [head - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(k + 1)], dtype=np.float64
+    ), np.arange(k + 1, dtype=np.float64)
 
 
 def _cdf(terms: tuple[np.ndarray, np.ndarray], n: int, p: float) -> float:

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import polars as pl
 
-
-_COUNTS = {"c": pl.Int64, "requests": pl.Int64, "bitwise": pl.Int64, "bits_known": pl.Int64, "same": pl.Int64, "parted": pl.Int64,
-           "near_tie": pl.Int64, "no_margin": pl.Int64, "first": pl.Int64, "first_where": pl.String}
+_COUNTS = {
+    "c": pl.Int64,
+    "requests": pl.Int64,
+    "bitwise": pl.Int64,
+    "bits_known": pl.Int64,
+    "same": pl.Int64,
+    "parted": pl.Int64,
+    "near_tie": pl.Int64,
+    "no_margin": pl.Int64,
+    "first": pl.Int64,
+    "first_where": pl.String,
+}
 
 
 def per_c_counts(slots: pl.DataFrame) -> pl.DataFrame:
@@ -24,12 +33,22 @@ def per_c_counts(slots: pl.DataFrame) -> pl.DataFrame:
         One row per c.
     """
     parted = pl.col("diverged")
-    return (slots.group_by("c").agg(
-        requests=pl.len(), bitwise=pl.col("bitwise").sum(), bits_known=pl.col("bitwise").count(), same=(~parted).sum(), parted=parted.sum(),
-        near_tie=(parted & pl.col("near_tie")).sum(), no_margin=(parted & ~pl.col("margin_known")).sum(),
-        first=pl.col("divergence_at").filter(parted).min(),
-        first_where=pl.col("where").filter(parted).sort_by(pl.col("divergence_at").filter(parted)).first())
-        .sort("c").select([pl.col(n).cast(t) for n, t in _COUNTS.items()]))
+    return (
+        slots.group_by("c")
+        .agg(
+            requests=pl.len(),
+            bitwise=pl.col("bitwise").sum(),
+            bits_known=pl.col("bitwise").count(),
+            same=(~parted).sum(),
+            parted=parted.sum(),
+            near_tie=(parted & pl.col("near_tie")).sum(),
+            no_margin=(parted & ~pl.col("margin_known")).sum(),
+            first=pl.col("divergence_at").filter(parted).min(),
+            first_where=pl.col("where").filter(parted).sort_by(pl.col("divergence_at").filter(parted)).first(),
+        )
+        .sort("c")
+        .select([pl.col(n).cast(t) for n, t in _COUNTS.items()])
+    )
 
 
 def bits_unrecorded() -> pl.Expr:
@@ -62,8 +81,19 @@ def run_counts(slots: pl.DataFrame) -> pl.DataFrame:
     >>> run_counts(slots).select("requests", "bitwise", "bits_known", "same").row(0)
     (3, 1, 2, 2)
     """
-    return per_c_counts(slots.select(
-        c="c", bitwise=pl.when(pl.col("bitwise_prefix").is_null() | ((pl.col("bitwise_prefix") == pl.col("length")) & bits_unrecorded()))
-        .then(None).otherwise(pl.col("bitwise_prefix") == pl.col("length")),
-        diverged="diverged", divergence_at="divergence_at", near_tie="near_tie", margin_known=pl.col("reference_margin").is_not_null(),
-        where=pl.format("{} slot {}", "prompt_id", "slot")))
+    return per_c_counts(
+        slots.select(
+            c="c",
+            bitwise=pl.when(
+                pl.col("bitwise_prefix").is_null()
+                | ((pl.col("bitwise_prefix") == pl.col("length")) & bits_unrecorded())
+            )
+            .then(None)
+            .otherwise(pl.col("bitwise_prefix") == pl.col("length")),
+            diverged="diverged",
+            divergence_at="divergence_at",
+            near_tie="near_tie",
+            margin_known=pl.col("reference_margin").is_not_null(),
+            where=pl.format("{} slot {}", "prompt_id", "slot"),
+        )
+    )

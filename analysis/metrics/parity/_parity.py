@@ -91,10 +91,15 @@ def streams(tokens: Any, candidates: Any | None = None, *, segment: str = "compl
     tokens = as_polars(tokens).filter(pl.col("segment") == segment).sort(*key, "position").with_row_index("_row")
     steps: list[tuple[tuple[Any, float | None], ...]] = [()] * tokens.height  # per token row: (identity, logprob)s
     if candidates is not None:
-        cands = (as_polars(candidates).filter((pl.col("segment") == segment) & (pl.col("list_kind") == "top_logprobs"))
-                 .join(tokens.select(*key, "position", "_row"), on=[*key, "position"], how="inner", nulls_equal=True)
-                 .sort("_row", "list_index"))
-        lists = cands.group_by("_row", maintain_order=True).agg("cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob")
+        cands = (
+            as_polars(candidates)
+            .filter((pl.col("segment") == segment) & (pl.col("list_kind") == "top_logprobs"))
+            .join(tokens.select(*key, "position", "_row"), on=[*key, "position"], how="inner", nulls_equal=True)
+            .sort("_row", "list_index")
+        )
+        lists = cands.group_by("_row", maintain_order=True).agg(
+            "cand_token_id", "cand_token_text", "cand_token_bytes", "cand_logprob"
+        )
         for row, ids, texts, data, values in lists.iter_rows():  # one Python step per token, not per candidate row
             steps[row] = tuple(zip(map(_identity, ids, texts, data), values))
     columns = [tokens[name].to_list() for name in (*key, "token_id", "token_text", "token_bytes", "logprob")]
@@ -295,7 +300,11 @@ def compare(reference: Stream, other: Stream, *, epsilon: float = NEAR_TIE_EPSIL
     bitwise = 0
     while bitwise < agree and same_float32(reference.logprobs[bitwise], other.logprobs[bitwise]):
         bitwise += 1
-    deltas = [(abs(a - b), ulp_distance(a, b)) for a, b in zip(reference.logprobs[:agree], other.logprobs[:agree]) if a is not None and b is not None]
+    deltas = [
+        (abs(a - b), ulp_distance(a, b))
+        for a, b in zip(reference.logprobs[:agree], other.logprobs[:agree])
+        if a is not None and b is not None
+    ]
     order = sets = 0
     for j in range(agree):
         ref_top = [c for c, _ in _cands(reference, j)]
@@ -363,7 +372,9 @@ def k3(reference_logprob: float | None, other_logprob: float | None) -> float | 
     d = other_logprob - reference_logprob
     try:
         return math.expm1(d) - d
-    except OverflowError:  # d above ~709 (a token near -800 in the reference, likely in the other): exp(d) is beyond any float
+    except (
+        OverflowError
+    ):  # d above ~709 (a token near -800 in the reference, likely in the other): exp(d) is beyond any float
         return math.inf
 
 
@@ -394,6 +405,7 @@ def topk_kl(reference: Sequence[tuple[Any, float | None]], other: Sequence[tuple
     >>> topk_kl(ref, [("A", math.log(0.5))]) is None  # B is not in the other's list
     True
     """
+
     def probabilities(cands):
         out: dict[Any, float] = {}
         for token, value in cands:

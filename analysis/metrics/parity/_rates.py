@@ -10,8 +10,8 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from . import _columnar
 from ...core import as_polars
+from . import _columnar
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -43,8 +43,13 @@ def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def decode_rate(completion_tokens: int | None, first_arrival: float | None, last_arrival: float | None,
-                content_chunks: int | None, live: bool | None) -> float | None:
+def decode_rate(
+    completion_tokens: int | None,
+    first_arrival: float | None,
+    last_arrival: float | None,
+    content_chunks: int | None,
+    live: bool | None,
+) -> float | None:
     """A request's decode rate, ``(completion_tokens - 1) / (last - first arrival)`` of content chunks.
 
     Only for a live stream (``stream_live``: declared live by the server, or observed live from its
@@ -117,14 +122,24 @@ def request_decode_rates(requests: Any) -> pl.DataFrame:
     [(128.0, 'stream'), (250.0, 'server: t_sum / t_count, band mean'), (300.0, 'server: timings, request'), (None, None)]
     """
     requests = as_polars(requests)
-    stream = _columnar.decode_rate(pl.col("completion_tokens"), pl.col("ttft_s"), pl.col("t_last_content"), pl.col("n_content_chunks"),
-                                   pl.col("stream_live"))
+    stream = _columnar.decode_rate(
+        pl.col("completion_tokens"),
+        pl.col("ttft_s"),
+        pl.col("t_last_content"),
+        pl.col("n_content_chunks"),
+        pl.col("stream_live"),
+    )
     if "extra" in requests.columns:
         timed = pl.col("extra").str.json_path_match("$.timings.predicted_per_second").cast(pl.Float64)
         timed = pl.when(timed > 0).then(timed)
         band = pl.col("extra").str.json_path_match("$.server_decode.tok_s").cast(pl.Float64)
-        named = pl.concat_str(pl.lit("server: "), pl.col("extra").str.json_path_match("$.server_decode.metric"), pl.lit(", "),
-                              pl.col("extra").str.json_path_match("$.server_decode.over"), pl.lit(" mean"))
+        named = pl.concat_str(
+            pl.lit("server: "),
+            pl.col("extra").str.json_path_match("$.server_decode.metric"),
+            pl.lit(", "),
+            pl.col("extra").str.json_path_match("$.server_decode.over"),
+            pl.lit(" mean"),
+        )
     else:
         timed = band = pl.lit(None, dtype=pl.Float64)
         named = pl.lit(None, dtype=pl.String)
@@ -133,8 +148,13 @@ def request_decode_rates(requests: Any) -> pl.DataFrame:
     own = stream.is_not_null() & (band.is_null() | (stream <= FASTER_THAN_ENGINE * band)).fill_null(True)
     return requests.with_columns(
         decode_tok_s=pl.when(timed.is_not_null()).then(timed).when(own).then(stream).otherwise(band),
-        decode_rate_origin=pl.when(timed.is_not_null()).then(pl.lit("server: timings, request")).when(own).then(pl.lit("stream"))
-        .when(band.is_not_null()).then(named))
+        decode_rate_origin=pl.when(timed.is_not_null())
+        .then(pl.lit("server: timings, request"))
+        .when(own)
+        .then(pl.lit("stream"))
+        .when(band.is_not_null())
+        .then(named),
+    )
 
 
 def band_decode_rate(rates: Sequence[float | None]) -> float | None:
@@ -159,8 +179,9 @@ def band_decode_rate(rates: Sequence[float | None]) -> float | None:
     return statistics.median(cast(Sequence[float], rates))  # no None: checked above
 
 
-def ratio_interval(base: Sequence[float], batched: Sequence[float], *, n_boot: int = 2000, seed: int = 0,
-                   level: float = 0.95) -> tuple[float, float, float]:
+def ratio_interval(
+    base: Sequence[float], batched: Sequence[float], *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
     """The ratio of median rates (batched / base) with a percentile bootstrap interval.
 
     Resamples the repeats of each band independently, as S7 compares c=4 with c=1 when bands
@@ -195,5 +216,8 @@ def ratio_interval(base: Sequence[float], batched: Sequence[float], *, n_boot: i
     boot_batched = np.median(rng.choice(batched_rates, size=(n_boot, batched_rates.size)), axis=1)
     ratios = boot_batched / boot_base
     tail = (1 - level) / 2 * 100
-    return (float(np.median(batched_rates) / np.median(base_rates)), float(np.percentile(ratios, tail)),
-            float(np.percentile(ratios, 100 - tail)))
+    return (
+        float(np.median(batched_rates) / np.median(base_rates)),
+        float(np.percentile(ratios, tail)),
+        float(np.percentile(ratios, 100 - tail)),
+    )

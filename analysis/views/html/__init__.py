@@ -12,14 +12,70 @@ from .figures import figures_html, png_base64, show_figure
 from .first_ops import first_op_html
 from .headers import header_html, heading_html, series_heading_html
 from .mismatch import rl_mismatch_html
-from .parity import (admission_html, answer_section_html, bands_html, engines_html, judge_report, mode_comparison_html, provenance_html,
-                     reviews_html, rounded, run_details_html, verdicts_html, witness_details_html)
+from .parity import (
+    admission_html,
+    answer_section_html,
+    bands_html,
+    engines_html,
+    judge_report,
+    mode_comparison_html,
+    provenance_html,
+    reviews_html,
+    rounded,
+    run_details_html,
+    verdicts_html,
+    witness_details_html,
+)
 from .review import Review, run_review, witness_reviews
-from .tables import markers_html, negative_control, run_admission, run_html, run_tables_html, table_html, witness_bands_html, worst_html
+from .tables import (
+    markers_html,
+    negative_control,
+    run_admission,
+    run_html,
+    run_tables_html,
+    table_html,
+    witness_bands_html,
+    worst_html,
+)
 from .trend import entries_html, regressions_html
 
-__all__ = ["CSS", "Review", "admission_html", "answer_html", "answer_section_html", "judgement_html", "attribution_html", "bands_html", "engines_html", "entries_html",
-           "figures_html", "first_op_html", "header_html", "heading_html", "judge_report", "markers_html", "mode_comparison_html",
-           "negative_control", "png_base64", "provenance_html", "regressions_html", "reviews_html", "rl_mismatch_html", "rounded",
-           "run_admission", "run_card", "run_details_html", "run_html", "run_review", "run_tables_html", "series_heading_html",
-           "show_figure", "table_html", "verdicts_html", "witness_bands_html", "witness_details_html", "witness_reviews", "worst_html"]
+__all__ = [
+    "CSS",
+    "Review",
+    "admission_html",
+    "answer_html",
+    "answer_section_html",
+    "attribution_html",
+    "bands_html",
+    "engines_html",
+    "entries_html",
+    "figures_html",
+    "first_op_html",
+    "header_html",
+    "heading_html",
+    "judge_report",
+    "judgement_html",
+    "markers_html",
+    "mode_comparison_html",
+    "negative_control",
+    "png_base64",
+    "provenance_html",
+    "regressions_html",
+    "reviews_html",
+    "rl_mismatch_html",
+    "rounded",
+    "run_admission",
+    "run_card",
+    "run_details_html",
+    "run_html",
+    "run_review",
+    "run_tables_html",
+    "series_heading_html",
+    "show_figure",
+    "table_html",
+    "verdicts_html",
+    "witness_bands_html",
+    "witness_details_html",
+    "witness_reviews",
+    "worst_html",
+]

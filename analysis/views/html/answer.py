@@ -10,7 +10,12 @@ from ...core import scroll_box
 from ...run import ARM_WORDS, arm_words
 from ...studies import Judgement, rate_words
 
-CSS = {"GREEN": "pass", "AMBER": "warn", "UNVERIFIED": "warn", "RED": "fail"}  # a verdict's colour class in bia's style sheet
+CSS = {
+    "GREEN": "pass",
+    "AMBER": "warn",
+    "UNVERIFIED": "warn",
+    "RED": "fail",
+}  # a verdict's colour class in bia's style sheet
 
 __all__ = ["CSS", "answer_html", "judgement_html"]
 
@@ -31,10 +36,21 @@ def _short_why(row: Mapping[str, Any]) -> str:
     """The answer table's why: the cause and the first request that parts, or what the evidence lacks, in a line."""
     first = row["first_request"]
     if row["verdict"] == "RED" and first:
-        how = f"tokens at {first['position']}" if first["parted"] == "tokens" else f"bits from token {first['position']}"
-        who = (f"{first['prompt_id'] or ''} ref #2 alone" if first["role"] == "ref #2" else
-               f"{first['prompt_id'] or ''} alone (c=1)" if first["c"] == 1 else f"{first['prompt_id'] or ''} c={first['c']} slot {first['slot']}")
-        share = f"{row['alone_parted']}/{row['alone']} alone part" if row["alone_parted"] else f"{row['divergent']}/{row['requests']} batched part"
+        how = (
+            f"tokens at {first['position']}" if first["parted"] == "tokens" else f"bits from token {first['position']}"
+        )
+        who = (
+            f"{first['prompt_id'] or ''} ref #2 alone"
+            if first["role"] == "ref #2"
+            else f"{first['prompt_id'] or ''} alone (c=1)"
+            if first["c"] == 1
+            else f"{first['prompt_id'] or ''} c={first['c']} slot {first['slot']}"
+        )
+        share = (
+            f"{row['alone_parted']}/{row['alone']} alone part"
+            if row["alone_parted"]
+            else f"{row['divergent']}/{row['requests']} batched part"
+        )
         return f"{row['cause']}: {share}; first {who.strip()}, {how}"
     if row["verdict"] == "UNVERIFIED":
         return row["reason"].removeprefix("no request parts from m=1, but ")
@@ -92,14 +108,18 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: 
     >>> html.count('data-verdict="RED"'), html.startswith('<table id="answer"')
     (1, True)
     """
-    head = "".join(f"<th>{h}</th>" for h in ("verdict", "run (arm)", "why", "decode rate vs c=1", "evidence", "next step"))
+    head = "".join(
+        f"<th>{h}</th>" for h in ("verdict", "run (arm)", "why", "decode rate vs c=1", "evidence", "next step")
+    )
     rows = []
     for row in judgement:
         evidence = f"{row['requests']} batched, {row['bands'] - row['bands_unformed']}/{row['bands']} bands formed"
-        rows.append(f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
-                    f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
-                    f'<td><code>{escape(row["run"])}</code> ({_arm_html(row["arm"], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>'
-                    f'<td>{escape(_short_cost(row["cost_by_c"]))}</td><td>{escape(evidence)}</td>{_step_cell(row["next_step"] or "", full)}</tr>')
+        rows.append(
+            f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
+            f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
+            f"<td><code>{escape(row['run'])}</code> ({_arm_html(row['arm'], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>"
+            f"<td>{escape(_short_cost(row['cost_by_c']))}</td><td>{escape(evidence)}</td>{_step_cell(row['next_step'] or '', full)}</tr>"
+        )
     ident = f' id="{escape(table_id)}"' if table_id else ""
     return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 

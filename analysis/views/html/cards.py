@@ -6,8 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from ...core import few, scroll_box, summary_html
-from ...core import kernel_mode_words
+from ...core import few, kernel_mode_words, scroll_box, summary_html
 from ...metrics import run_counts
 from ...run import Run, run_arms, slot_table
 from ...studies import judge_runs
@@ -35,17 +34,26 @@ def run_card(run: Any) -> str:
     >>> html.index('data-verdict="RED"') < html.index("bia run")
     True
     """
-    return scroll_box(answer_html(judge_runs(run), table_id=None, full=True)) + _facts(run)  # six columns: wider than a narrow notebook
+    return scroll_box(answer_html(judge_runs(run), table_id=None, full=True)) + _facts(
+        run
+    )  # six columns: wider than a narrow notebook
 
 
 def _facts(run: Run) -> str:
     """A run's card: what served it, its plan, what it lacks, and per c how much of it matched m=1."""
     manifest = run.manifest
     identity = manifest.get("identity") or {}
-    facts = [("engine", identity.get("engine") or manifest.get("producer")), ("model", (identity.get("model") or {}).get("path")),
-             ("prompts", few(run.prompts)), ("ladder", run.ladder), ("requests", len(run.dump.requests)),
-             ("complete", manifest.get("complete", True)), ("missing", len(run.missing())), ("refused", len(manifest.get("refused") or [])),
-             ("capture records left out", len(run.dump.skipped))]
+    facts = [
+        ("engine", identity.get("engine") or manifest.get("producer")),
+        ("model", (identity.get("model") or {}).get("path")),
+        ("prompts", few(run.prompts)),
+        ("ladder", run.ladder),
+        ("requests", len(run.dump.requests)),
+        ("complete", manifest.get("complete", True)),
+        ("missing", len(run.missing())),
+        ("refused", len(manifest.get("refused") or [])),
+        ("capture records left out", len(run.dump.skipped)),
+    ]
     mode = kernel_mode_words(manifest)
     if mode:  # as the verdict card says it: as asked, and the mode that ran when it differs, after what served it
         facts.insert(1, ("kernel mode", mode))
@@ -54,9 +62,11 @@ def _facts(run: Run) -> str:
     lines = []
     slots = slot_table(run)
     # a run with control arms is counted arm by arm: a warm cache's c=1 is not the copies' c=1
-    for arm in (run_arms(manifest) if manifest.get("arms") is not None else [None]):
+    for arm in run_arms(manifest) if manifest.get("arms") is not None else [None]:
         counts = run_counts(slots if arm is None else slots.filter(pl.col("arm") == arm))
-        for c, requests, bitwise, known, same, earliest in counts.select("c", "requests", "bitwise", "bits_known", "same", "first").iter_rows():
+        for c, requests, bitwise, known, same, earliest in counts.select(
+            "c", "requests", "bitwise", "bits_known", "same", "first"
+        ).iter_rows():
             words = f"{arm + ' ' if arm else ''}c={c}: " + _bits_words(requests, bitwise, known, same)
             words += f"; the earliest parts at token {earliest}" if earliest is not None else ""
             lines.append((words, "pass" if bitwise == requests else "fail" if same < requests else None))

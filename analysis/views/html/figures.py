@@ -72,14 +72,14 @@ def figures_html(figures: list[tuple[Any, str]], summary: str, *, open_: bool = 
     for ax_or_figure, alt in figures:
         png, notes = _png(ax_or_figure)
         if png is not None:
-            parts.append(f'<img class="bia-figure" alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">')
+            parts.append(
+                f'<img class="bia-figure" alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+            )
         if notes:
             parts.append(render("notes.html.j2", notes=notes))
     if not parts:
         return ""
     return f'<details class="bia-figures"{" open" if open_ else ""}><summary>{escape(summary)}</summary>{"".join(parts)}</details>'
-
-
 
 
 def png_base64(ax_or_figure) -> str:

@@ -40,13 +40,20 @@ def first_op_html(run) -> str:
     mode = kernel_mode(run, record)
     png, alt, rows = "", "", ""
     if table.is_empty():
-        words = (f"In kernel mode {mode}, no batched decode step of this run differs from m=1 bit for bit: no first op, "
-                 "as a batch-invariant mode should be.")
+        words = (
+            f"In kernel mode {mode}, no batched decode step of this run differs from m=1 bit for bit: no first op, "
+            "as a batch-invariant mode should be."
+        )
     elif not record["tapped"] or table["op_index"].is_null().any():
-        words = (f"{table.height} batched decode steps differ from m=1, but kernel mode {mode} runs kernels without taps: "
-                 "the op where they start is not known.")
+        words = (
+            f"{table.height} batched decode steps differ from m=1, but kernel mode {mode} runs kernels without taps: "
+            "the op where they start is not known."
+        )
     else:
-        words, alt = _words(table, mode), f"{run.label}: the first op that differs from m=1, by layer and op, in kernel mode {mode}"
+        words, alt = (
+            _words(table, mode),
+            f"{run.label}: the first op that differs from m=1, by layer and op, in kernel mode {mode}",
+        )
         png, rows = png_base64(plot_first_ops(run)), _table(record["ops"], table)
     return render("first_ops.html.j2", path=run.label, words=words, png=png, alt=alt, table=rows)
 
@@ -55,10 +62,14 @@ def _words(table: pl.DataFrame, mode: str) -> str:
     """The section's sentence: how many requests' drift starts where."""
     onsets = table.filter(pl.col("onset"))
     starts = onsets.group_by("op_index", "layer", "op").agg(n=pl.len()).sort("n", "op_index", descending=[True, False])
-    where = ", ".join(f"{_place(layer, op)} for {n} request{'s' if n != 1 else ''}" for _, layer, op, n in starts.rows())
-    return (f"In kernel mode {mode}, {onsets.height} batched requests part from m=1 bit for bit. Replayed with taps on every op, "
-            f"the first op whose output differs at each request's first differing step is {where}. Later steps also carry what "
-            f"earlier ones changed ({table.height} differing steps in all).")
+    where = ", ".join(
+        f"{_place(layer, op)} for {n} request{'s' if n != 1 else ''}" for _, layer, op, n in starts.rows()
+    )
+    return (
+        f"In kernel mode {mode}, {onsets.height} batched requests part from m=1 bit for bit. Replayed with taps on every op, "
+        f"the first op whose output differs at each request's first differing step is {where}. Later steps also carry what "
+        f"earlier ones changed ({table.height} differing steps in all)."
+    )
 
 
 def _place(layer: int | None, op: str) -> str:
@@ -67,5 +78,7 @@ def _place(layer: int | None, op: str) -> str:
 
 def _table(ops, table: pl.DataFrame) -> str:
     counts = op_counts(ops, table).filter(pl.col("steps") > 0)
-    frame = counts.select(op="label", **{"requests whose drift starts there": "requests", "differing steps it starts": "steps"})
+    frame = counts.select(
+        op="label", **{"requests whose drift starts there": "requests", "differing steps it starts": "steps"}
+    )
     return table_html(frame, caption="The ops that start a difference, in forward order.")

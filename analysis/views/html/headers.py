@@ -9,16 +9,22 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from ...core import MISSING, cell
-from ...core import render
-from ...core import __version__
+from ...core import MISSING, __version__, cell, render
 from ...io import default_sources
 from ...studies import History
 from ..plots.trend import series_keys
 
 
-def header_html(title: str, ws: Any = None, runs: Iterable[Any] = (), *, history: History | None = None,
-                sources: Sequence[str] = (), default: bool = False, admission: bool = False) -> str:
+def header_html(
+    title: str,
+    ws: Any = None,
+    runs: Iterable[Any] = (),
+    *,
+    history: History | None = None,
+    sources: Sequence[str] = (),
+    default: bool = False,
+    admission: bool = False,
+) -> str:
     """A report's title block: the parity report's (when and by what it was made, and what it read) given the witness set
     ``ws`` and the ``runs``; the trend report's (its sources, entries, series, span and regressions) given ``history``.
 
@@ -48,28 +54,54 @@ def header_html(title: str, ws: Any = None, runs: Iterable[Any] = (), *, history
     True
     """
     if isinstance(runs, History):  # the trend report's header_html(title, sources, history) of old
-        warnings.warn("header_html(title, sources, history) is deprecated: call header_html(title, history=history, sources=sources)",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "header_html(title, sources, history) is deprecated: call header_html(title, history=history, sources=sources)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         history, sources, ws, runs = runs, ws or (), None, ()
     if history is not None:
         return _trend(title, list(sources), history)
     runs = list(runs)
     polars_set = ws.to_backend("polars")
-    counts = [(len(runs), "run"), (polars_set.witnesses.height, "witness"), (polars_set.markers.height, "release marker")]
-    read = ", ".join(f"{n} {what}{'es' if what == 'witness' and n != 1 else 's' if n != 1 else ''}" for n, what in counts if n) or "nothing"
+    counts = [
+        (len(runs), "run"),
+        (polars_set.witnesses.height, "witness"),
+        (polars_set.markers.height, "release marker"),
+    ]
+    read = (
+        ", ".join(
+            f"{n} {what}{'es' if what == 'witness' and n != 1 else 's' if n != 1 else ''}" for n, what in counts if n
+        )
+        or "nothing"
+    )
     read += " (the embedded default)" if default else ""
-    return render("header.html.j2", title=title, generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                  version=__version__, read=read, admission=admission)
+    return render(
+        "header.html.j2",
+        title=title,
+        generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        version=__version__,
+        read=read,
+        admission=admission,
+    )
 
 
 def _trend(title: str, sources: list[str], history: History) -> str:
     """The trend report's title, sources and span."""
     span = history.entries["time"].drop_nulls()
-    return render("trend_header.html.j2", title=title, sources=sources or default_sources(), given=bool(sources),
-                  entries=history.entries.height, series=len(series_keys(history)), markers=history.markers.height,
-                  start=cell(span.min()) if span.len() else MISSING, end=cell(span.max()) if span.len() else MISSING,
-                  one_moment=span.len() > 1 and span.min() == span.max(),
-                  regressions=history.regressions().height)
+    return render(
+        "trend_header.html.j2",
+        title=title,
+        sources=sources or default_sources(),
+        given=bool(sources),
+        entries=history.entries.height,
+        series=len(series_keys(history)),
+        markers=history.markers.height,
+        start=cell(span.min()) if span.len() else MISSING,
+        end=cell(span.max()) if span.len() else MISSING,
+        one_moment=span.len() > 1 and span.min() == span.max(),
+        regressions=history.regressions().height,
+    )
 
 
 def heading_html(words: str, name: str, level: int = 3) -> str:

@@ -36,21 +36,31 @@ def rl_mismatch_html(pairs: Sequence[str | os.PathLike[str]]) -> str:
     said = []
     for (run,), group in tokens.group_by("run", maintain_order=True):
         parted = int((group["delta"] != 0).sum())
-        said.append(f"{run}: every one of the {group.height} tokens has the sampler's bits, so every metric is at its no-mismatch value"
-                    if parted == 0 else
-                    f"{run}: {parted} of {group.height} tokens part, "
-                    f"by up to {cast(float, group['delta'].abs().max()):.3g} nats")
-    intro = ("<h2>Sampler and trainer</h2><p>Each sampled sequence scored again as an RL trainer scores it: one teacher-forced "
-             "forward pass over prompt and completion, batched as a trainer batches, in the run's kernel mode. The metrics are each "
-             "framework's own (names as they log them, their averaging and constants); delta is the trainer's logprob minus the "
-             "sampler's. A kernel mode whose one-pass forward gives the decode's bits makes every one exactly 0.</p>")
+        said.append(
+            f"{run}: every one of the {group.height} tokens has the sampler's bits, so every metric is at its no-mismatch value"
+            if parted == 0
+            else f"{run}: {parted} of {group.height} tokens part, "
+            f"by up to {cast(float, group['delta'].abs().max()):.3g} nats"
+        )
+    intro = (
+        "<h2>Sampler and trainer</h2><p>Each sampled sequence scored again as an RL trainer scores it: one teacher-forced "
+        "forward pass over prompt and completion, batched as a trainer batches, in the run's kernel mode. The metrics are each "
+        "framework's own (names as they log them, their averaging and constants); delta is the trainer's logprob minus the "
+        "sampler's. A kernel mode whose one-pass forward gives the decode's bits makes every one exactly 0.</p>"
+    )
     findings = "<ul>" + "".join(f"<li>{escape(s)}</li>" for s in said) + "</ul>"
     findings += "".join(f'<p class="bia-fail">{escape(s)}</p>' for s in stale_pairs(pairs))
-    summary = table_html(summaries, caption="Every framework's sampler-trainer mismatch metrics, one column per run. With no "
-                                            "mismatch a difference or KL reads 0 and a ratio 1; verl divides its token means by "
-                                            "the token count + 1e-8, so its chi2_token reads a hair below 0 even then.",
-                         empty="No sampler-trainer pairs.")
-    top = table_html(largest_k3(pairs), caption=f"The {TOP_SEQUENCES} sequences of each run with the largest K3 (token mean); "
-                                                 "'first parted at' is the first completion token whose logprob differs in any bit.",
-                     empty="No sampler-trainer pairs.")
+    summary = table_html(
+        summaries,
+        caption="Every framework's sampler-trainer mismatch metrics, one column per run. With no "
+        "mismatch a difference or KL reads 0 and a ratio 1; verl divides its token means by "
+        "the token count + 1e-8, so its chi2_token reads a hair below 0 even then.",
+        empty="No sampler-trainer pairs.",
+    )
+    top = table_html(
+        largest_k3(pairs),
+        caption=f"The {TOP_SEQUENCES} sequences of each run with the largest K3 (token mean); "
+        "'first parted at' is the first completion token whose logprob differs in any bit.",
+        empty="No sampler-trainer pairs.",
+    )
     return intro + findings + summary + top

@@ -13,9 +13,8 @@ from typing import Any, cast
 
 import polars as pl
 
-from ...core import MISSING, cell, few, share
-from ...core import kernel_mode_words
-from ...metrics import bits_unrecorded, per_c_counts, run_counts
+from ...core import MISSING, cell, few, kernel_mode_words, share
+from ...metrics import bits_unrecorded, per_c_counts
 
 NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
 
@@ -71,7 +70,13 @@ def _judged(rows: list[dict[str, Any]]) -> tuple[str, str, str, list[tuple[str, 
         if len(rows) > 1:
             lines.append((f"verdict{arm}", f"{row['verdict']}: {row['reason']}.", CSS[row["verdict"]]))
         lines.append((f"next step{arm}", row["next_step"], None))
-        lines.append((f"decode cost{arm}", row["cost"] or "unmeasured: no decode rate timed the same way at c=1 and at a batched c.", None))
+        lines.append(
+            (
+                f"decode cost{arm}",
+                row["cost"] or "unmeasured: no decode rate timed the same way at c=1 and at a batched c.",
+                None,
+            )
+        )
         lines.append((f"evidence{arm}", row["evidence"], None))
     return head["verdict"], headline, CSS[head["verdict"]], lines
 
@@ -79,12 +84,17 @@ def _judged(rows: list[dict[str, Any]]) -> tuple[str, str, str, list[tuple[str, 
 def _per_c_table(counts: pl.DataFrame, no_bits: str = NOT_RECORDED) -> pl.DataFrame:
     """The card's table: one row per c, in words."""
     unknown = "not recorded" if no_bits == NOT_RECORDED else "not judged"
-    rows = [{"c": str(r["c"]), "requests": str(r["requests"]),
-             "bit-identical to m=1": share(r["bitwise"], r["bits_known"]) if r["bits_known"] else unknown,
-             "token-identical": share(r["same"], r["requests"]),
-             "first divergence": f"token {r['first']} ({r['first_where']})" if r["parted"] else MISSING,
-             "near-tie explains": _explained(r)}
-            for r in counts.iter_rows(named=True)]
+    rows = [
+        {
+            "c": str(r["c"]),
+            "requests": str(r["requests"]),
+            "bit-identical to m=1": share(r["bitwise"], r["bits_known"]) if r["bits_known"] else unknown,
+            "token-identical": share(r["same"], r["requests"]),
+            "first divergence": f"token {r['first']} ({r['first_where']})" if r["parted"] else MISSING,
+            "near-tie explains": _explained(r),
+        }
+        for r in counts.iter_rows(named=True)
+    ]
     columns = ["c", "requests", "bit-identical to m=1", "token-identical", "first divergence", "near-tie explains"]
     return pl.DataFrame(rows, schema=dict.fromkeys(columns, pl.String), orient="row")
 
@@ -106,7 +116,11 @@ def _bits_line(counts: pl.DataFrame, max_ulp: int | None, no_bits: str = NOT_REC
         return "bits", f"not judged: {no_bits}.", "warn"
     same = int(counts["bitwise"].sum())
     ulp = f"; the largest logprob distance is {max_ulp:,} ULP" if max_ulp else ""
-    return "bits", f"{share(same, known)} of the requests bit-identical to m=1{ulp}.", "pass" if same == known else "warn"
+    return (
+        "bits",
+        f"{share(same, known)} of the requests bit-identical to m=1{ulp}.",
+        "pass" if same == known else "warn",
+    )
 
 
 def _tokens_line(counts: pl.DataFrame) -> tuple[str, str, str | None]:
@@ -114,8 +128,14 @@ def _tokens_line(counts: pl.DataFrame) -> tuple[str, str, str | None]:
     if same == requests:
         return "tokens", f"{share(same, requests)} token-identical: no request parted from m=1.", "pass"
     first = counts.filter(pl.col("parted") > 0).sort("first").row(0, named=True)
-    return "tokens", (f"{share(same, requests)} token-identical; the earliest divergence is at token {first['first']} "
-                      f"(c={first['c']}, {first['first_where']})."), "fail"
+    return (
+        "tokens",
+        (
+            f"{share(same, requests)} token-identical; the earliest divergence is at token {first['first']} "
+            f"(c={first['c']}, {first['first_where']})."
+        ),
+        "fail",
+    )
 
 
 def _near_tie_line(counts: pl.DataFrame, epsilon: float) -> tuple[str, str, str | None]:
@@ -169,15 +189,22 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     counts = per_c_counts(_within_spans(slots, spans))
     no_bits = _bits_not_judged(spans)
     max_ulp = cast("int | None", slots["max_ulp"].max())  # an Int64 column
-    lines = [*judged, _bits_line(counts, max_ulp, no_bits),
-             _tokens_line(counts) if counts.height else ("tokens", MISSING, None), _near_tie_line(counts, epsilon), _run_completeness(run)]
+    lines = [
+        *judged,
+        _bits_line(counts, max_ulp, no_bits),
+        _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
+        _near_tie_line(counts, epsilon),
+        _run_completeness(run),
+    ]
     run_to_run = _run_to_run_line(spans, slots)
     if run_to_run:
         lines.insert(len(judged) + 1, run_to_run)
     return Review("run", run.label, _run_about(run), headline, css, _per_c_table(counts, no_bits), lines, verdict)
 
 
-_NO_SPANS = pl.DataFrame(schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64})
+_NO_SPANS = pl.DataFrame(
+    schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64, "length": pl.Int64}
+)
 
 
 def _reference_spans(run) -> pl.DataFrame:
@@ -187,9 +214,16 @@ def _reference_spans(run) -> pl.DataFrame:
     from ...run import reference_table
 
     length = pl.min_horizontal("length", "reference_length")
-    return reference_table(run).select(
-        "prompt_id", token_span=pl.when(pl.col("diverged")).then("divergence_at"),
-        bit_span=pl.when(pl.col("bitwise_prefix") < length).then("bitwise_prefix"), length=length).cast(_NO_SPANS.schema)
+    return (
+        reference_table(run)
+        .select(
+            "prompt_id",
+            token_span=pl.when(pl.col("diverged")).then("divergence_at"),
+            bit_span=pl.when(pl.col("bitwise_prefix") < length).then("bitwise_prefix"),
+            length=length,
+        )
+        .cast(_NO_SPANS.schema)
+    )
 
 
 def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
@@ -199,11 +233,21 @@ def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     joined = slots.join(spans.select("prompt_id", "token_span", "bit_span"), on="prompt_id", how="left")
     bit_end = pl.min_horizontal("length", pl.col("bit_span").fill_null(pl.col("length")))
     same_bits = pl.col("bitwise_prefix") >= bit_end
-    bitwise = pl.when(pl.col("bitwise_prefix").is_null() | (pl.col("bit_span") == 0) | (same_bits & bits_unrecorded())).then(None).otherwise(same_bits)
+    bitwise = (
+        pl.when(pl.col("bitwise_prefix").is_null() | (pl.col("bit_span") == 0) | (same_bits & bits_unrecorded()))
+        .then(None)
+        .otherwise(same_bits)
+    )
     batching = pl.col("diverged") & (pl.col("token_span").is_null() | (pl.col("divergence_at") < pl.col("token_span")))
     return joined.select(
-        c="c", bitwise=bitwise, diverged=batching, divergence_at="divergence_at", near_tie="near_tie",
-        margin_known=pl.col("reference_margin").is_not_null(), where=pl.format("{} slot {}", "prompt_id", "slot"))
+        c="c",
+        bitwise=bitwise,
+        diverged=batching,
+        divergence_at="divergence_at",
+        near_tie="near_tie",
+        margin_known=pl.col("reference_margin").is_not_null(),
+        where=pl.format("{} slot {}", "prompt_id", "slot"),
+    )
 
 
 def _bits_not_judged(spans: pl.DataFrame) -> str:
@@ -222,11 +266,20 @@ def _run_to_run_line(spans: pl.DataFrame, slots: pl.DataFrame) -> tuple[str, str
     for prompt, token_span, bit_span, length in parted.iter_rows():
         part = f"tokens at {token_span}" if token_span is not None else f"logprob bits at token {bit_span}"
         where.append(f"{prompt}: {part} of {length}")
-    late = slots.join(parted.select("prompt_id", "token_span"), on="prompt_id").filter(
-        pl.col("diverged") & (pl.col("divergence_at") >= pl.col("token_span"))).height
-    left = f"; {late} batched request(s) parting at or after that point count as run-to-run, not batching" if late else ""
-    return ("run-to-run", f"the two m=1 references differ from each other ({'; '.join(where)}): the server is not deterministic even alone. "
-            f"Batching is judged only where they agree{left}.", "warn")
+    late = (
+        slots.join(parted.select("prompt_id", "token_span"), on="prompt_id")
+        .filter(pl.col("diverged") & (pl.col("divergence_at") >= pl.col("token_span")))
+        .height
+    )
+    left = (
+        f"; {late} batched request(s) parting at or after that point count as run-to-run, not batching" if late else ""
+    )
+    return (
+        "run-to-run",
+        f"the two m=1 references differ from each other ({'; '.join(where)}): the server is not deterministic even alone. "
+        f"Batching is judged only where they agree{left}.",
+        "warn",
+    )
 
 
 def _lone_review(run, verdict: str) -> Review:
@@ -235,17 +288,36 @@ def _lone_review(run, verdict: str) -> Review:
     tokens = run.dump.tokens.filter(pl.col("segment") == "completion")
     scored = int(tokens["logprob"].is_not_null().sum())
     top_k = int(tokens["n_candidates"].max() or 0) if tokens.height else 0
-    holds = (f"{tokens.height} completion token(s), {scored} with a logprob, "
-             + (f"up to {top_k} top-k candidate(s) per step" if top_k else "no top-k candidates"))
-    lines = [("read", f"one request ({cell(request['source_format'])}, {cell(request['model'])}): {holds}.", None),
-             ("can judge", "that the dump reads and what it holds: each token's logprob and candidates, in the detail below.", None),
-             ("cannot judge", "batch invariance. Bits, tokens, near-ties and decode cost each compare the same prompt sent alone (m=1) "
-                              "with it sent in a batch of c, and one request has nothing to compare with. Give the batched requests' dumps "
-                              "too, with prompt_id, role, c and slot in their capture envelopes (or bia assemble --mapping).", "warn"),
-             _run_completeness(run)]
-    return Review("run", run.label, _run_about(run),
-                  f"{verdict}: one request, no batch comparison. A single request reads, but batch invariance needs the same prompt "
-                  "also sent in a batch of c.", "warn", _per_c_table(pl.DataFrame()), lines, verdict)
+    holds = f"{tokens.height} completion token(s), {scored} with a logprob, " + (
+        f"up to {top_k} top-k candidate(s) per step" if top_k else "no top-k candidates"
+    )
+    lines = [
+        ("read", f"one request ({cell(request['source_format'])}, {cell(request['model'])}): {holds}.", None),
+        (
+            "can judge",
+            "that the dump reads and what it holds: each token's logprob and candidates, in the detail below.",
+            None,
+        ),
+        (
+            "cannot judge",
+            "batch invariance. Bits, tokens, near-ties and decode cost each compare the same prompt sent alone (m=1) "
+            "with it sent in a batch of c, and one request has nothing to compare with. Give the batched requests' dumps "
+            "too, with prompt_id, role, c and slot in their capture envelopes (or bia assemble --mapping).",
+            "warn",
+        ),
+        _run_completeness(run),
+    ]
+    return Review(
+        "run",
+        run.label,
+        _run_about(run),
+        f"{verdict}: one request, no batch comparison. A single request reads, but batch invariance needs the same prompt "
+        "also sent in a batch of c.",
+        "warn",
+        _per_c_table(pl.DataFrame()),
+        lines,
+        verdict,
+    )
 
 
 def _run_about(run) -> list[tuple[str, str]]:
@@ -253,13 +325,20 @@ def _run_about(run) -> list[tuple[str, str]]:
     identity = manifest.get("identity") or {}
     mode = kernel_mode_words(manifest)  # as asked, with the mode that ran beside it when they differ
     repeats = manifest.get("repeats", 1)
-    about = [("engine", cell(identity.get("engine") or manifest.get("producer"))), ("model", cell((identity.get("model") or {}).get("path"))),
-             ("host", cell(identity.get("host"))), ("prompts", str(len(run.prompts))), ("ladder", cell(run.ladder or None))]
+    about = [
+        ("engine", cell(identity.get("engine") or manifest.get("producer"))),
+        ("model", cell((identity.get("model") or {}).get("path"))),
+        ("host", cell(identity.get("host"))),
+        ("prompts", str(len(run.prompts))),
+        ("ladder", cell(run.ladder or None)),
+    ]
     if mode:
         about.insert(1, ("kernel mode", cell(mode)))
     if repeats and repeats != 1:
         about.append(("repeats", cell(repeats)))
-    origins = list(dict.fromkeys(str(o.get("source")) for o in manifest.get("assembled_from") or [] if isinstance(o, dict)))
+    origins = list(
+        dict.fromkeys(str(o.get("source")) for o in manifest.get("assembled_from") or [] if isinstance(o, dict))
+    )
     if origins:
         about.append(("assembled from", few(origins)))
     return about
@@ -268,9 +347,12 @@ def _run_about(run) -> list[tuple[str, str]]:
 def _run_completeness(run) -> tuple[str, str, str | None]:
     manifest = run.manifest
     missing, refused, skipped = len(run.missing()), len(manifest.get("refused") or []), len(run.dump.skipped)
-    gaps = [f"{missing} request(s) never came back" if missing else "", f"{refused} refused" if refused else "",
-            f"{skipped} capture record(s) left out" if skipped else "",
-            "the run did not finish" if manifest.get("complete", True) is False else ""]
+    gaps = [
+        f"{missing} request(s) never came back" if missing else "",
+        f"{refused} refused" if refused else "",
+        f"{skipped} capture record(s) left out" if skipped else "",
+        "the run did not finish" if manifest.get("complete", True) is False else "",
+    ]
     gaps = [g for g in gaps if g]
     have = f"{len(run.dump.requests)} request(s) read"
     if not gaps:
@@ -310,35 +392,67 @@ def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review
     out = []
     for row, slots, bands in ws.each_witness():
         judged = _judged(judgement.frame.filter(pl.col("run") == row["source"]).to_dicts())
-        out.append(_witness_review(witness_label(row["source"], row["witness_version"]), row, slots, bands, epsilon, judged))
+        out.append(
+            _witness_review(witness_label(row["source"], row["witness_version"]), row, slots, bands, epsilon, judged)
+        )
     return out
 
 
-def _witness_review(name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float, judged: tuple) -> Review:
+def _witness_review(
+    name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float, judged: tuple
+) -> Review:
     margins = bands.select("band_index", margin="top2_margin_at_divergence")
-    reference = pl.lit(witness["reference_tokens"], pl.Int64)  # a literal: fill_null(None) raises for a witness with no reference length
+    reference = pl.lit(
+        witness["reference_tokens"], pl.Int64
+    )  # a literal: fill_null(None) raises for a witness with no reference length
     length = pl.min_horizontal(pl.col("completion_tokens").fill_null(reference), reference)
     span = _witness_span(witness)
     parted = (pl.col("agree_to") < length).fill_null(False)
     batching = parted & (pl.col("agree_to") < span) if span is not None else parted
     rows = slots.join(margins, on="band_index", how="left").select(
-        "c", bitwise=pl.lit(None, dtype=pl.Boolean), diverged=batching,
-        divergence_at="agree_to", near_tie=((pl.col("margin") >= 0) & (pl.col("margin") < epsilon)).fill_null(False),
-        margin_known=pl.col("margin").is_not_null(), where=pl.format("slot {}", "i"))
+        "c",
+        bitwise=pl.lit(None, dtype=pl.Boolean),
+        diverged=batching,
+        divergence_at="agree_to",
+        near_tie=((pl.col("margin") >= 0) & (pl.col("margin") < epsilon)).fill_null(False),
+        margin_known=pl.col("margin").is_not_null(),
+        where=pl.format("slot {}", "i"),
+    )
     counts = per_c_counts(rows)
     verdict, headline, css, judgement_lines = judged
-    lines = [*judgement_lines, _bits_line(counts, None), _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
-             _near_tie_line(counts, epsilon), _witness_completeness(witness, slots, bands)]
+    lines = [
+        *judgement_lines,
+        _bits_line(counts, None),
+        _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
+        _near_tie_line(counts, epsilon),
+        _witness_completeness(witness, slots, bands),
+    ]
     if span is not None:
         late = slots.filter(parted & (pl.col("agree_to") >= span)).select("c").to_series().to_list()
-        left = f"; {len(late)} request(s) parting at or after it (c={', '.join(str(c) for c in sorted(set(late)))}) count as run-to-run, not batching" if late else ""
-        lines.insert(len(judgement_lines) + 1, ("run-to-run", f"the two m=1 references agree only to token {span} of {witness['reference_tokens']}: the server is not "
-                                       f"deterministic even alone. Batching is judged on the tokens before {span}{left}.", "warn"))
+        left = (
+            f"; {len(late)} request(s) parting at or after it (c={', '.join(str(c) for c in sorted(set(late)))}) count as run-to-run, not batching"
+            if late
+            else ""
+        )
+        lines.insert(
+            len(judgement_lines) + 1,
+            (
+                "run-to-run",
+                f"the two m=1 references agree only to token {span} of {witness['reference_tokens']}: the server is not "
+                f"deterministic even alone. Batching is judged on the tokens before {span}{left}.",
+                "warn",
+            ),
+        )
     differs = _against_aprender(witness, bands, css)
     if differs:
         lines.append(differs)
-    about = [("source", witness["source"]), ("witness_version", cell(witness["witness_version"])), ("host", cell(witness["host"])),
-             ("server commit", cell((witness["commit"] or "")[:10] or None)), ("model", cell(witness["model_path"]))]
+    about = [
+        ("source", witness["source"]),
+        ("witness_version", cell(witness["witness_version"])),
+        ("host", cell(witness["host"])),
+        ("server commit", cell((witness["commit"] or "")[:10] or None)),
+        ("model", cell(witness["model_path"])),
+    ]
     return Review("witness", name, about, headline, css, _per_c_table(counts), lines, verdict)
 
 
@@ -357,18 +471,33 @@ def _against_aprender(witness: dict[str, Any], bands: pl.DataFrame, css: str) ->
         batched = bands.filter(pl.col("c") > 1)
         agree = batched["intra_agree_to"].min() if "intra_agree_to" in batched.columns else None
         declared = batched["declared_min"].min() if "declared_min" in batched.columns else None
-        return ("aprender", f"records PASS: witness_version {version} passes a batch whose requests agree with each other "
-                            f"(here to token {cell(agree)}, declared_min {cell(declared)}) without comparing them with m=1; "
-                            "this card compares every request with m=1.", None)
-    return ("aprender", f"records {recorded} by witness_version {version}'s rules (a band passes when it agrees with m=1 to "
-                        "declared_min); this card asks whether every request matches m=1 over its whole length.", None)
+        return (
+            "aprender",
+            f"records PASS: witness_version {version} passes a batch whose requests agree with each other "
+            f"(here to token {cell(agree)}, declared_min {cell(declared)}) without comparing them with m=1; "
+            "this card compares every request with m=1.",
+            None,
+        )
+    return (
+        "aprender",
+        f"records {recorded} by witness_version {version}'s rules (a band passes when it agrees with m=1 to "
+        "declared_min); this card asks whether every request matches m=1 over its whole length.",
+        None,
+    )
 
 
-def _witness_completeness(witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame) -> tuple[str, str, str | None]:
+def _witness_completeness(
+    witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame
+) -> tuple[str, str, str | None]:
     expected = int(bands["c"].sum()) if bands.height else 0
     refused = int(slots["refused"].is_not_null().sum())
-    gaps = [f"{expected - slots.height} slot(s) absent" if slots.height < expected else "", f"{refused} refused" if refused else ""]
-    if witness["reference_stable"] is False and _witness_span(witness) is None:  # a parting with no token: the run-to-run line has none to give
+    gaps = [
+        f"{expected - slots.height} slot(s) absent" if slots.height < expected else "",
+        f"{refused} refused" if refused else "",
+    ]
+    if (
+        witness["reference_stable"] is False and _witness_span(witness) is None
+    ):  # a parting with no token: the run-to-run line has none to give
         gaps.append("the two m=1 references are recorded as unstable")
     gaps = [g for g in gaps if g]
     have = f"{slots.height} of {expected} slot(s) across {bands.height} band(s)"

@@ -12,10 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from ...core import as_polars
-from ...core import render
-from ...core import MISSING, cell, duration, pairs
-from ...core import canonical_setting
+from ...core import MISSING, as_polars, canonical_setting, cell, duration, pairs, render
 
 WORST_ROWS = 20  # a long table shows this many of its worst rows and counts the rest
 FEW = 5  # per-prompt sentences (negative controls, forks) listed before the rest are counted
@@ -45,8 +42,16 @@ def table_html(frame: Any, *, caption: str = "", empty: str = "nothing to show",
     return render("table.html.j2", columns=frame.columns, rows=rows, caption=caption, empty=empty, more=more)
 
 
-def worst_html(frame: pl.DataFrame, *, by: Sequence[str], descending: Sequence[bool], caption: str, what: str,
-               n: int = WORST_ROWS, empty: str = "nothing to show") -> str:
+def worst_html(
+    frame: pl.DataFrame,
+    *,
+    by: Sequence[str],
+    descending: Sequence[bool],
+    caption: str,
+    what: str,
+    n: int = WORST_ROWS,
+    empty: str = "nothing to show",
+) -> str:
     """The ``n`` worst rows of ``frame`` by ``by``, with a line counting the rest.
 
     Parameters
@@ -71,7 +76,9 @@ def worst_html(frame: pl.DataFrame, *, by: Sequence[str], descending: Sequence[b
     """
     shown = frame.sort(by, descending=list(descending), nulls_last=True, maintain_order=True).head(n)
     rest = frame.height - shown.height
-    more = f"{rest} more of the {frame.height} {what} not shown (the first {shown.height} are the worst)." if rest else ""
+    more = (
+        f"{rest} more of the {frame.height} {what} not shown (the first {shown.height} are the worst)." if rest else ""
+    )
     return table_html(shown, caption=caption, empty=empty, more=more)
 
 
@@ -80,10 +87,18 @@ def worst_html(frame: pl.DataFrame, *, by: Sequence[str], descending: Sequence[b
 
 def _token_labels(run) -> dict[Any, str]:
     """A readable label for each token identity: its text when the dump had one, else ``id N``."""
-    labelled = (run.dump.tokens.select("token_id", "token_text", "token_bytes")  # each id's first row with a text or bytes
-                .filter(pl.col("token_id").is_not_null() & (pl.col("token_text").is_not_null() | pl.col("token_bytes").is_not_null()))
-                .unique("token_id", keep="first", maintain_order=True))
-    return {token_id: text if text is not None else data.decode("utf-8", errors="replace") for token_id, text, data in labelled.rows()}
+    labelled = (
+        run.dump.tokens.select("token_id", "token_text", "token_bytes")  # each id's first row with a text or bytes
+        .filter(
+            pl.col("token_id").is_not_null()
+            & (pl.col("token_text").is_not_null() | pl.col("token_bytes").is_not_null())
+        )
+        .unique("token_id", keep="first", maintain_order=True)
+    )
+    return {
+        token_id: text if text is not None else data.decode("utf-8", errors="replace")
+        for token_id, text, data in labelled.rows()
+    }
 
 
 def _label(identity: Any, labels: Mapping[Any, str]) -> str:
@@ -111,8 +126,14 @@ def negative_control(run, prompt_id: str) -> dict[str, Any]:
 
     refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("prompt_id") == prompt_id)).sort("slot")
     row = refs.row(0, named=True)
-    one = pl.col("source").eq_missing(row["source"]) & pl.col("record").eq_missing(row["record"]) & pl.col("choice_index").eq_missing(row["choice_index"])
-    return _planted(next(iter(parity.streams(run.dump.tokens.filter(one)).values()), parity.Stream(("none",), ())), prompt_id)
+    one = (
+        pl.col("source").eq_missing(row["source"])
+        & pl.col("record").eq_missing(row["record"])
+        & pl.col("choice_index").eq_missing(row["choice_index"])
+    )
+    return _planted(
+        next(iter(parity.streams(run.dump.tokens.filter(one)).values()), parity.Stream(("none",), ())), prompt_id
+    )
 
 
 def _planted(reference, prompt_id: str) -> dict[str, Any]:
@@ -124,7 +145,12 @@ def _planted(reference, prompt_id: str) -> dict[str, Any]:
     if planted:
         planted[at] = ("<planted>", b"\x00planted")
     found = parity.compare(reference, parity.Stream(("control",), tuple(planted)))
-    return {"prompt_id": prompt_id, "planted_at": at, "found_at": found.divergence_at, "detected": bool(planted) and found.divergence_at == at}
+    return {
+        "prompt_id": prompt_id,
+        "planted_at": at,
+        "found_at": found.divergence_at,
+        "detected": bool(planted) and found.divergence_at == at,
+    }
 
 
 def _controls(run, prompts: list[str]) -> dict[str, Any]:
@@ -133,14 +159,18 @@ def _controls(run, prompts: list[str]) -> dict[str, Any]:
     from ...metrics import parity
 
     key = ["source", "record", "choice_index"]
-    firsts = (run.dump.requests.filter(pl.col("role") == "reference").sort("prompt_id", "slot", maintain_order=True)
-              .unique("prompt_id", keep="first", maintain_order=True).select("prompt_id", *key))
+    firsts = (
+        run.dump.requests.filter(pl.col("role") == "reference")
+        .sort("prompt_id", "slot", maintain_order=True)
+        .unique("prompt_id", keep="first", maintain_order=True)
+        .select("prompt_id", *key)
+    )
     tokens = run.dump.tokens.join(firsts.select(key), on=key, how="semi", nulls_equal=True)
     streams = parity.streams(tokens)
     first_of = {prompt: (source, record, choice) for prompt, source, record, choice in firsts.iter_rows()}
     controls = [_planted(streams.get(first_of[p], parity.Stream(("none",), ())), p) for p in prompts if p in first_of]
     missed = [c for c in controls if not c["detected"]]
-    shown = (missed + [c for c in controls if c["detected"]])[:max(FEW, len(missed))]
+    shown = (missed + [c for c in controls if c["detected"]])[: max(FEW, len(missed))]
     return {"shown": shown, "total": len(controls), "detected": len(controls) - len(missed)}
 
 
@@ -151,9 +181,12 @@ def _forks(run) -> dict[str, Any]:
     labels, parted = _token_labels(run), []
     forks = band_forks(run)
     for (prompt, c, repeat, at), group in forks.filter(pl.col("slots").is_not_null()).group_by(
-            ["prompt_id", "c", "repeat", "position"], maintain_order=True):
-        branches = [(_label(token_id if token_id is not None else (text, data), labels), n)
-                    for token_id, text, data, n in group.select("token_id", "token_text", "token_bytes", "slots").rows()]
+        ["prompt_id", "c", "repeat", "position"], maintain_order=True
+    ):
+        branches = [
+            (_label(token_id if token_id is not None else (text, data), labels), n)
+            for token_id, text, data, n in group.select("token_id", "token_text", "token_bytes", "slots").rows()
+        ]
         parted.append({"prompt_id": prompt, "c": c, "repeat": repeat, "at": at, "branches": branches})
     parted.sort(key=lambda f: (f["at"], f["c"]))
     bands = forks.select("prompt_id", "c", "repeat").unique().height
@@ -168,17 +201,29 @@ def _settings(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     for k in sorted(set(requested) | set(effective)):
         both = k in requested and k in effective and requested[k] != effective[k]
         alias = both and canonical_setting(k, requested[k]) == effective[k]
-        rows.append({"name": k, "requested": cell(requested.get(k)), "effective": cell(effective.get(k)), "differs": both and not alias,
-                     "alias": alias})
+        rows.append(
+            {
+                "name": k,
+                "requested": cell(requested.get(k)),
+                "effective": cell(effective.get(k)),
+                "differs": both and not alias,
+                "alias": alias,
+            }
+        )
     return rows
 
 
 def _identity(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     """What served the run and how it was asked, as (label, text) rows."""
     identity = manifest.get("identity", {}) or {}
-    rows = [("engine", identity.get("engine")), ("engine chosen", (manifest.get("engine") or {}).get("said")), ("host", identity.get("host")),
-            ("server commit", identity.get("commit")), ("model", (identity.get("model") or {}).get("path")),
-            ("model sha256", ((identity.get("model") or {}).get("sha256") or "")[:16] or None)]
+    rows = [
+        ("engine", identity.get("engine")),
+        ("engine chosen", (manifest.get("engine") or {}).get("said")),
+        ("host", identity.get("host")),
+        ("server commit", identity.get("commit")),
+        ("model", (identity.get("model") or {}).get("path")),
+        ("model sha256", ((identity.get("model") or {}).get("sha256") or "")[:16] or None),
+    ]
     return [(label, cell(value)) for label, value in rows if value is not None or label in ("engine", "host", "model")]
 
 
@@ -197,16 +242,41 @@ def run_html(run) -> str:
     """
     manifest = run.manifest
     prompts = sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None})
-    return render("run.html.j2", run=run, identity=_identity(manifest), ladder=cell(run.ladder), declared_min=cell(run.declared_min),
-                  sampler=pairs(manifest.get("sampler")), environment=pairs(manifest.get("environment")), settings=_settings(manifest),
-                  controls=_controls(run, prompts), forks=_forks(run), missing=run.missing(), refused=_refused(manifest),
-                  complete=manifest.get("complete", True), skipped=run.dump.skipped)
+    return render(
+        "run.html.j2",
+        run=run,
+        identity=_identity(manifest),
+        ladder=cell(run.ladder),
+        declared_min=cell(run.declared_min),
+        sampler=pairs(manifest.get("sampler")),
+        environment=pairs(manifest.get("environment")),
+        settings=_settings(manifest),
+        controls=_controls(run, prompts),
+        forks=_forks(run),
+        missing=run.missing(),
+        refused=_refused(manifest),
+        complete=manifest.get("complete", True),
+        skipped=run.dump.skipped,
+    )
 
 
 def _refused(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
-    return [{"what": " ".join(p for p in (cell(r.get("prompt_id")), cell(r.get("role")), f"c={r['c']}" if r.get("c") else "",
-                                          f"slot {cell(r.get('slot'))}") if p), "reason": cell(r.get("reason"))}
-            for r in manifest.get("refused") or []]
+    return [
+        {
+            "what": " ".join(
+                p
+                for p in (
+                    cell(r.get("prompt_id")),
+                    cell(r.get("role")),
+                    f"c={r['c']}" if r.get("c") else "",
+                    f"slot {cell(r.get('slot'))}",
+                )
+                if p
+            ),
+            "reason": cell(r.get("reason")),
+        }
+        for r in manifest.get("refused") or []
+    ]
 
 
 def run_admission(run, policy) -> list[dict[str, Any]]:
@@ -223,15 +293,17 @@ def run_admission(run, policy) -> list[dict[str, Any]]:
     -------
     list of dict
     """
-    from ...verdicts import ShapeVerdict, shape_check_data
     from ...run import RunError, to_witness
+    from ...verdicts import ShapeVerdict, shape_check_data
 
     groups: dict[tuple, dict[str, Any]] = {}
     for prompt in sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None}):
         source = f"{run.label} prompt {prompt}"
         try:
             witness = to_witness(run, prompt)
-        except RunError as exc:  # no witness to judge (a run assembled from dumps records no max_tokens): red, saying why
+        except (
+            RunError
+        ) as exc:  # no witness to judge (a run assembled from dumps records no max_tokens): red, saying why
             verdict, result = ShapeVerdict("RED", (f"RED: no witness: {exc}",), source, policy), "UNMEASURABLE"
         else:
             verdict, result = shape_check_data(witness, source=source, policy=policy), witness["result"]
@@ -262,28 +334,49 @@ def run_tables_html(run, *, epsilon: float, reference: Any = "ref1") -> str:
     from ...run import accuracy_table, observer_table
 
     against = reference if isinstance(reference, str) else f"ref #1 of {reference.label}"
-    return (_prompts_html(run, reference) + _bands_html(run, epsilon, reference, against) + _requests_html(run, epsilon, reference, against)
-            + _observer_html(observer_table(run)) + _accuracy_html(*accuracy_table(run)))
+    return (
+        _prompts_html(run, reference)
+        + _bands_html(run, epsilon, reference, against)
+        + _requests_html(run, epsilon, reference, against)
+        + _observer_html(observer_table(run))
+        + _accuracy_html(*accuracy_table(run))
+    )
 
 
 def _prompts_html(run, reference: Any) -> str:
     from ...run import prompt_table
 
     prompts = prompt_table(run, reference=reference).select(
-        prompt="prompt_id", **{"Div_Index (first divergence across configurations)": "div_index",
-                               "ties < 1e-3": "tie_density_1e-3", "ties < 1e-2": "tie_density_1e-2", "ties < 1e-1": "tie_density_1e-1",
-                               "Avg_Std@top1_prob": "avg_std_top1_prob", "std of output length": "std_output_length"},
-        **{"S7 c=4/c=1 rate": "s7_ratio"}, **{"S7 interval": _interval("s7_low", "s7_high")})
-    return worst_html(prompts, by=["Div_Index (first divergence across configurations)", "ties < 1e-2"], descending=[False, True],
-                      what="prompts", caption="Prompts: the reference's tie density (share of steps whose top-1/top-2 margin is below each bound), "
-                                              "Div_Index and Avg_Std@top1_prob across configurations, and S7's c=4/c=1 decode-rate ratio with "
-                                              "a bootstrap interval; the prompts that part earliest first.")
+        prompt="prompt_id",
+        **{
+            "Div_Index (first divergence across configurations)": "div_index",
+            "ties < 1e-3": "tie_density_1e-3",
+            "ties < 1e-2": "tie_density_1e-2",
+            "ties < 1e-1": "tie_density_1e-1",
+            "Avg_Std@top1_prob": "avg_std_top1_prob",
+            "std of output length": "std_output_length",
+        },
+        **{"S7 c=4/c=1 rate": "s7_ratio"},
+        **{"S7 interval": _interval("s7_low", "s7_high")},
+    )
+    return worst_html(
+        prompts,
+        by=["Div_Index (first divergence across configurations)", "ties < 1e-2"],
+        descending=[False, True],
+        what="prompts",
+        caption="Prompts: the reference's tie density (share of steps whose top-1/top-2 margin is below each bound), "
+        "Div_Index and Avg_Std@top1_prob across configurations, and S7's c=4/c=1 decode-rate ratio with "
+        "a bootstrap interval; the prompts that part earliest first.",
+    )
 
 
 def _interval(low: str, high: str) -> pl.Expr:
     """``low–high`` rounded, or missing."""
-    return pl.when(pl.col(low).is_not_null() & pl.col(high).is_not_null()).then(
-        pl.format("{}–{}", pl.col(low).round(3), pl.col(high).round(3))).otherwise(pl.lit(MISSING))
+    return (
+        pl.when(pl.col(low).is_not_null() & pl.col(high).is_not_null())
+        .then(pl.format("{}–{}", pl.col(low).round(3), pl.col(high).round(3)))
+        .otherwise(pl.lit(MISSING))
+    )
 
 
 def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
@@ -291,26 +384,67 @@ def _bands_html(run, epsilon: float, reference: Any, against: str) -> str:
 
     bands = band_table(run, epsilon=epsilon, reference=reference)
     arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms: each arm's bands apart
-    per_c = bands.group_by(*arms, "c").agg(
-        bands=pl.len(), requests=pl.col("n_slots").sum(), widths_formed=pl.col("widths_seen").drop_nulls().unique().sort().str.join("; "),
-        parted=pl.col("diverged_slots").sum(), near_tie=pl.col("near_tie_slots").sum(), earliest=pl.col("divergence_min").min(),
-        most_completions=pl.col("unique_completions").max(), rate=pl.col("decode_tok_s").median(), per_1000=pl.col("s_per_1000_seq").median(),
-    ).sort(*arms, "c").select(*arms, c="c", bands="bands", **{"batch widths formed": "widths_formed", "requests": "requests",
-                            "parted from m=1": "parted", "at a near-tie": "near_tie", "earliest divergence": "earliest",
-                            "most unique completions": "most_completions", "median decode tok/s": "rate", "median time per 1000 seq": "per_1000"})
+    per_c = (
+        bands.group_by(*arms, "c")
+        .agg(
+            bands=pl.len(),
+            requests=pl.col("n_slots").sum(),
+            widths_formed=pl.col("widths_seen").drop_nulls().unique().sort().str.join("; "),
+            parted=pl.col("diverged_slots").sum(),
+            near_tie=pl.col("near_tie_slots").sum(),
+            earliest=pl.col("divergence_min").min(),
+            most_completions=pl.col("unique_completions").max(),
+            rate=pl.col("decode_tok_s").median(),
+            per_1000=pl.col("s_per_1000_seq").median(),
+        )
+        .sort(*arms, "c")
+        .select(
+            *arms,
+            c="c",
+            bands="bands",
+            **{
+                "batch widths formed": "widths_formed",
+                "requests": "requests",
+                "parted from m=1": "parted",
+                "at a near-tie": "near_tie",
+                "earliest divergence": "earliest",
+                "most unique completions": "most_completions",
+                "median decode tok/s": "rate",
+                "median time per 1000 seq": "per_1000",
+            },
+        )
+    )
     worst_columns: dict[str, str | pl.Expr] = {
-        "m formed": "m_formed", "widths formed": "widths_seen", "width evidence": "width_evidence", "earliest divergence": "divergence_min",
-        "parted": pl.format("{} of {}", "diverged_slots", "n_slots"), "near-tie": "near_tie_slots", "slots agree to": "intra_agree_to",
-        "unique completions": "unique_completions", "modal share": "modal_share", "decode tok/s": "decode_tok_s",
-        "time per 1000 seq": "s_per_1000_seq", "prefix cache": "prefix_cache"}
+        "m formed": "m_formed",
+        "widths formed": "widths_seen",
+        "width evidence": "width_evidence",
+        "earliest divergence": "divergence_min",
+        "parted": pl.format("{} of {}", "diverged_slots", "n_slots"),
+        "near-tie": "near_tie_slots",
+        "slots agree to": "intra_agree_to",
+        "unique completions": "unique_completions",
+        "modal share": "modal_share",
+        "decode tok/s": "decode_tok_s",
+        "time per 1000 seq": "s_per_1000_seq",
+        "prefix cache": "prefix_cache",
+    }
     worst = bands.select(*arms, prompt="prompt_id", c="c", repeat="repeat", **worst_columns)
     if worst["prefix cache"].null_count() == worst.height:
         worst = worst.drop("prefix cache")
     per_c, worst = _as_durations(per_c, "median time per 1000 seq"), _as_durations(worst, "time per 1000 seq")
-    return (table_html(per_c, caption=f"Bands per c: divergence from {against} over every prompt and repeat, the batch widths the server "
-                                      "formed, completions and the median decode rate.", empty="No bands in the run.")
-            + worst_html(worst, by=["earliest divergence", "slots agree to", "unique completions"], descending=[False, False, True],
-                         what="bands", caption="Bands that part earliest: one row per prompt, c and repeat.", empty="No bands in the run."))
+    return table_html(
+        per_c,
+        caption=f"Bands per c: divergence from {against} over every prompt and repeat, the batch widths the server "
+        "formed, completions and the median decode rate.",
+        empty="No bands in the run.",
+    ) + worst_html(
+        worst,
+        by=["earliest divergence", "slots agree to", "unique completions"],
+        descending=[False, False, True],
+        what="bands",
+        caption="Bands that part earliest: one row per prompt, c and repeat.",
+        empty="No bands in the run.",
+    )
 
 
 def _as_durations(frame: pl.DataFrame, column: str) -> pl.DataFrame:
@@ -323,21 +457,43 @@ def _requests_html(run, epsilon: float, reference: Any, against: str) -> str:
 
     arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms names each request's arm
     slots = slot_table(run, epsilon=epsilon, reference=reference).select(
-        *arms, prompt="prompt_id", c="c", repeat="repeat", slot="slot", **{
-            "divergence at": "divergence_at", "bit-identical prefix": "bitwise_prefix", "max ULP": "max_ulp",
-            "reference margin": "reference_margin", "own margin": "own_margin", "near-tie": "near_tie", "KL top-k max": "kl_topk_max",
-            "length": "length", "decode tok/s": "decode_tok_s"})
-    return worst_html(slots, by=["divergence at", "bit-identical prefix", "max ULP"], descending=[False, False, True], what="requests",
-                      caption=f"Requests: each batched request against {against} (positions 0-based); those that part earliest, then those "
-                              "whose bits part earliest, first.", empty="No batched requests in the run.")
+        *arms,
+        prompt="prompt_id",
+        c="c",
+        repeat="repeat",
+        slot="slot",
+        **{
+            "divergence at": "divergence_at",
+            "bit-identical prefix": "bitwise_prefix",
+            "max ULP": "max_ulp",
+            "reference margin": "reference_margin",
+            "own margin": "own_margin",
+            "near-tie": "near_tie",
+            "KL top-k max": "kl_topk_max",
+            "length": "length",
+            "decode tok/s": "decode_tok_s",
+        },
+    )
+    return worst_html(
+        slots,
+        by=["divergence at", "bit-identical prefix", "max ULP"],
+        descending=[False, False, True],
+        what="requests",
+        caption=f"Requests: each batched request against {against} (positions 0-based); those that part earliest, then those "
+        "whose bits part earliest, first.",
+        empty="No batched requests in the run.",
+    )
 
 
 def _accuracy_html(table: pl.DataFrame, std: float | None) -> str:
     """Accuracy per configuration and Std@Acc, when the run's prompts carry answers."""
     if table.is_empty():
         return ""
-    return table_html(table, caption=f"Accuracy against the prompts' answers per configuration (ref #1, and slot 0 of each band); "
-                                     f"Std@Acc across them = {std:.4g}.")
+    return table_html(
+        table,
+        caption=f"Accuracy against the prompts' answers per configuration (ref #1, and slot 0 of each band); "
+        f"Std@Acc across them = {std:.4g}.",
+    )
 
 
 def _observer_html(observed: pl.DataFrame) -> str:
@@ -345,10 +501,18 @@ def _observer_html(observed: pl.DataFrame) -> str:
     if observed.is_empty():
         return ""
     changed = observed.filter(pl.col("texts_equal").not_())
-    summary = (f"{changed.height} of {observed.height} request(s) fired without logprobs gave a different text: asking for logprobs changed the output."
-               if changed.height else f"All {observed.height} request(s) fired without logprobs gave the same text as with them.")
-    return worst_html(observed, by=["texts_equal"], descending=[False], what="requests",
-                      caption=f"Observer effect: each band fired again without logprobs, texts compared slot by slot. {summary}")
+    summary = (
+        f"{changed.height} of {observed.height} request(s) fired without logprobs gave a different text: asking for logprobs changed the output."
+        if changed.height
+        else f"All {observed.height} request(s) fired without logprobs gave the same text as with them."
+    )
+    return worst_html(
+        observed,
+        by=["texts_equal"],
+        descending=[False],
+        what="requests",
+        caption=f"Observer effect: each band fired again without logprobs, texts compared slot by slot. {summary}",
+    )
 
 
 # --- witnesses -----------------------------------------------------------------------------------
@@ -372,14 +536,31 @@ def witness_bands_html(ws) -> str:
     bands = ws.to_backend("polars").bands
     labels = [witness_label(s, v) for s, v in bands.select("source", "witness_version").iter_rows()]
     bands = bands.with_columns(pl.Series("witness", labels, dtype=pl.String)).select(
-        "witness", "c", **{"m formed": "m_formed", "slots": "n_slots", "divergence at": "divergence_at", "declared min": "declared_min",
-                           "margin at divergence": "top2_margin_at_divergence", "agree among slots to": "intra_agree_to",
-                           "longest constant run": "max_constant_run", "decode tok/s": "decode_tok_s", "result": "result",
-                           "derived result": "derived_result"})
-    return worst_html(bands, by=["witness", "c"], descending=[False, False], what="bands", n=4 * WORST_ROWS,
-                      caption="Witness bands: the batch width the server formed, where the band parted from the m=1 reference, the "
-                              "reference's top-2 margin there, the per-request decode rate, and the band result as recorded and as re-derived.",
-                      empty="No bands: no witness measured any.")
+        "witness",
+        "c",
+        **{
+            "m formed": "m_formed",
+            "slots": "n_slots",
+            "divergence at": "divergence_at",
+            "declared min": "declared_min",
+            "margin at divergence": "top2_margin_at_divergence",
+            "agree among slots to": "intra_agree_to",
+            "longest constant run": "max_constant_run",
+            "decode tok/s": "decode_tok_s",
+            "result": "result",
+            "derived result": "derived_result",
+        },
+    )
+    return worst_html(
+        bands,
+        by=["witness", "c"],
+        descending=[False, False],
+        what="bands",
+        n=4 * WORST_ROWS,
+        caption="Witness bands: the batch width the server formed, where the band parted from the m=1 reference, the "
+        "reference's top-2 margin there, the per-request decode rate, and the band result as recorded and as re-derived.",
+        empty="No bands: no witness measured any.",
+    )
 
 
 def markers_html(ws) -> str:
@@ -398,6 +579,13 @@ def markers_html(ws) -> str:
     markers = ws.to_backend("polars").markers
     if markers.is_empty():
         return table_html(markers, empty="No release markers among the sources.")
-    shown = markers.select("source", "status", "exit", "host", commit=pl.col("commit").str.slice(0, 10), started="started_utc",
-                           **{"max m": "max_m", "sha256": pl.col("sha256").str.slice(0, 16), "status agrees": "status_agrees"})
+    shown = markers.select(
+        "source",
+        "status",
+        "exit",
+        "host",
+        commit=pl.col("commit").str.slice(0, 10),
+        started="started_utc",
+        **{"max m": "max_m", "sha256": pl.col("sha256").str.slice(0, 16), "status agrees": "status_agrees"},
+    )
     return table_html(shown, caption="Release markers.")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...core import MISSING, cell, frame_html
-from ...core import render
+from ...core import MISSING, cell, frame_html, render
 from ...studies import SERIES, History
 from ..plots.trend import series_name
 
@@ -24,12 +23,20 @@ def regressions_html(history: History) -> str:
         HTML.
     """
     flagged = history.regressions()
-    rows = [{"rule": r["words"], "series": series_name(tuple(r[k] for k in SERIES)), "c": r["c"], "before": cell(r["before"]), "after": cell(r["after"]),
-             "last_good": f"{cell(r['last_good_time'])} ({(r['last_good_commit'] or MISSING)[:10]})",
-             "first_bad": f"{cell(r['first_bad_time'])} ({(r['first_bad_commit'] or MISSING)[:10]})",
-             "first_bad_entry": _entry_source(history, r["first_bad_entry"]),
-             "commits": ", ".join(c[:10] for c in r["commits_between"]) or MISSING}
-            for r in flagged.iter_rows(named=True)]
+    rows = [
+        {
+            "rule": r["words"],
+            "series": series_name(tuple(r[k] for k in SERIES)),
+            "c": r["c"],
+            "before": cell(r["before"]),
+            "after": cell(r["after"]),
+            "last_good": f"{cell(r['last_good_time'])} ({(r['last_good_commit'] or MISSING)[:10]})",
+            "first_bad": f"{cell(r['first_bad_time'])} ({(r['first_bad_commit'] or MISSING)[:10]})",
+            "first_bad_entry": _entry_source(history, r["first_bad_entry"]),
+            "commits": ", ".join(c[:10] for c in r["commits_between"]) or MISSING,
+        }
+        for r in flagged.iter_rows(named=True)
+    ]
     return render("regressions.html.j2", rows=rows)
 
 
@@ -51,6 +58,17 @@ def entries_html(history: History) -> str:
     str
         HTML.
     """
-    shown = history.entries.sort("time", descending=True).select("time", "kind", "host", "engine", "model", pl.col("series_settings").alias("settings"),
-                                                                  "commit", "verdict", "source")
-    return frame_html(shown, caption="Entries, newest first.", limit=50, shorten={"commit": 10})  # the whole hash in each tooltip
+    shown = history.entries.sort("time", descending=True).select(
+        "time",
+        "kind",
+        "host",
+        "engine",
+        "model",
+        pl.col("series_settings").alias("settings"),
+        "commit",
+        "verdict",
+        "source",
+    )
+    return frame_html(
+        shown, caption="Entries, newest first.", limit=50, shorten={"commit": 10}
+    )  # the whole hash in each tooltip

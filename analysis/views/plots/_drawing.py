@@ -39,9 +39,15 @@ def as_frame(value: Any) -> pl.DataFrame | None:
     return value
 
 
-def drawn(value: Any, plot: str, *, run: Callable[[Run], pl.DataFrame] | None = None,
-          witnesses: Callable[[WitnessSet], pl.DataFrame] | None = None, history: Callable[[History], pl.DataFrame] | None = None,
-          frame: str = "") -> pl.DataFrame:
+def drawn(
+    value: Any,
+    plot: str,
+    *,
+    run: Callable[[Run], pl.DataFrame] | None = None,
+    witnesses: Callable[[WitnessSet], pl.DataFrame] | None = None,
+    history: Callable[[History], pl.DataFrame] | None = None,
+    frame: str = "",
+) -> pl.DataFrame:
     """What a plot draws from its input: a :class:`~analysis.Run`'s table (``run(value)``), a
     :class:`~analysis.WitnessSet`'s (``witnesses(value)``), a :class:`~analysis.History`'s (``history(value)``), or a frame as
     given (polars or pandas). Anything else is a TypeError naming what the plot takes: a path, say, is not read for the caller.
@@ -82,10 +88,14 @@ def drawn(value: Any, plot: str, *, run: Callable[[Run], pl.DataFrame] | None = 
     as_polars = as_frame(value)
     if as_polars is not None:
         return as_polars
-    kinds = [kind for kind, given in (("Run", run), ("WitnessSet", witnesses), ("History", history)) if given is not None]
+    kinds = [
+        kind for kind, given in (("Run", run), ("WitnessSet", witnesses), ("History", history)) if given is not None
+    ]
     tables = frame or (f"analysis.{run.__name__}(run)" if run is not None else "its bands")
     said = ", a ".join(kinds)
-    hint = f": read the run first, {plot}(analysis.read_run({value!r}))" if isinstance(value, (str, os.PathLike)) else ""
+    hint = (
+        f": read the run first, {plot}(analysis.read_run({value!r}))" if isinstance(value, (str, os.PathLike)) else ""
+    )
     raise TypeError(f"{plot} draws a {said} or the frame of {tables}, not a {type(value).__name__}{hint}")
 
 
@@ -96,8 +106,6 @@ def _axes(ax):
 
     _, ax = plt.subplots(figsize=(7, 4))
     return ax
-
-
 
 
 def _set_c_axis(ax, cs: list[int]) -> None:
@@ -133,7 +141,10 @@ def _legend(ax, limit: int = LEGEND_LIMIT, **options) -> None:
         from matplotlib.lines import Line2D
 
         rest = len(handles) - (limit - 1)
-        handles, labels = [*handles[: limit - 1], Line2D([], [], linestyle="none")], [*labels[: limit - 1], f"... and {rest} more"]
+        handles, labels = (
+            [*handles[: limit - 1], Line2D([], [], linestyle="none")],
+            [*labels[: limit - 1], f"... and {rest} more"],
+        )
     if handles:
         fontsize = options.pop("fontsize", "small")
         width = _wrap_width(ax, fontsize, options.get("ncol", 1))
@@ -177,9 +188,15 @@ def _label_points(ax, points: Sequence[tuple[float, float, str]], limit: int = 3
         spots.setdefault((x, y), []).append(text)
     for (x, y), names in list(spots.items())[:limit]:
         text = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
-        ax.annotate(text, (x, y), xytext=(6, -10), textcoords="offset points", fontsize="x-small", color="dimgray",
-                    arrowprops={"arrowstyle": "-", "color": "lightgray"})
-
+        ax.annotate(
+            text,
+            (x, y),
+            xytext=(6, -10),
+            textcoords="offset points",
+            fontsize="x-small",
+            color="dimgray",
+            arrowprops={"arrowstyle": "-", "color": "lightgray"},
+        )
 
 
 def _merge_identical(items: Iterable[tuple[Any, Hashable, Any]], joined=None) -> list[tuple[str, Any]]:
@@ -208,4 +225,3 @@ def _identical(labels: Sequence[str]) -> str:
         return labels[0]
     names = " = ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
     return f"{names} ({len(labels)} identical series)"
-

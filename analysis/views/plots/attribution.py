@@ -8,8 +8,7 @@ from typing import Any
 import polars as pl
 
 from ...run import Run
-from ...studies import LADDER, UNEXPLAINED, attribution_shares, attribution_table
-from ...studies import engine_label
+from ...studies import LADDER, UNEXPLAINED, attribution_shares, attribution_table, engine_label
 from ._drawing import _empty, as_frame, drawn
 
 _CAUSES = [name for name, _, _ in LADDER] + [UNEXPLAINED]
@@ -35,8 +34,11 @@ def attribution_shares_by_engine(runs: Iterable[Any]) -> pl.DataFrame:
     >>> attribution_shares_by_engine([read_run("data/experiment-cpu/default")]).height  # a run without arms is not attributed
     0
     """
-    frames = [attribution_shares(attribution_table(run)).select(pl.lit(engine_label(run)).alias("engine"), pl.all())
-              for run in runs if run.manifest.get("arms") is not None]
+    frames = [
+        attribution_shares(attribution_table(run)).select(pl.lit(engine_label(run)).alias("engine"), pl.all())
+        for run in runs
+        if run.manifest.get("arms") is not None
+    ]
     schema = {"engine": pl.String, "c": pl.Int64, "cause": pl.String, "requests": pl.Int64, "share": pl.Float64}
     return pl.concat([f.cast(schema) for f in frames]) if frames else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
 
@@ -68,9 +70,16 @@ def plot_attribution(shares: Any, *, ax=None):
     """
     import matplotlib.pyplot as plt
 
-    if isinstance(shares, Run) or (as_frame(shares) is None and isinstance(shares, Iterable) and not isinstance(shares, (str, bytes))):
+    if isinstance(shares, Run) or (
+        as_frame(shares) is None and isinstance(shares, Iterable) and not isinstance(shares, (str, bytes))
+    ):
         shares = attribution_shares_by_engine([shares] if isinstance(shares, Run) else shares)
-    shares = drawn(shares, "plot_attribution", run=lambda run: attribution_shares_by_engine([run]), frame="attribution_shares_by_engine(runs)")
+    shares = drawn(
+        shares,
+        "plot_attribution",
+        run=lambda run: attribution_shares_by_engine([run]),
+        frame="attribution_shares_by_engine(runs)",
+    )
     c = "c"
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * max(1, shares.select("engine", c).n_unique())))
@@ -80,7 +89,11 @@ def plot_attribution(shares: Any, *, ax=None):
     labels = [f"{engine}  c={n}" for engine, n in bars.rows()]
     left = [0.0] * len(labels)
     for cause in _CAUSES:
-        part = bars.join(shares.filter(cause=cause), on=["engine", c], how="left", maintain_order="left")["share"].fill_null(0.0).to_list()
+        part = (
+            bars.join(shares.filter(cause=cause), on=["engine", c], how="left", maintain_order="left")["share"]
+            .fill_null(0.0)
+            .to_list()
+        )
         if any(part):
             ax.barh(labels, part, left=left, color=_COLOURS[cause], label=cause)
             left = [a + b for a, b in zip(left, part)]

@@ -54,7 +54,11 @@ def plot_first_ops(run, *, ax=None):
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 1 + 0.22 * len(record["ops"])))
     if table.filter(pl.col("op_index").is_not_null()).is_empty():
-        message = "no batched step differs from m=1 bit for bit" if table.is_empty() else "this kernel mode's ops have no taps"
+        message = (
+            "no batched step differs from m=1 bit for bit"
+            if table.is_empty()
+            else "this kernel mode's ops have no taps"
+        )
         ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         ax.bia_empty = message
@@ -63,14 +67,30 @@ def plot_first_ops(run, *, ax=None):
     requests, steps = table["onset"].sum(), table.height
     y = list(range(counts.height))
     # shares, so that the requests' few onsets and the many steps after them read on one axis
-    ax.barh([i - 0.2 for i in y], counts["requests"] / requests, height=0.4, color="#08519c",
-            label=f"share of the {requests} drifting requests whose drift starts there")
-    ax.barh([i + 0.2 for i in y], counts["steps"] / steps, height=0.4, color="#9ecae1",
-            label=f"share of the {steps} differing steps whose first differing op it is")
+    ax.barh(
+        [i - 0.2 for i in y],
+        counts["requests"] / requests,
+        height=0.4,
+        color="#08519c",
+        label=f"share of the {requests} drifting requests whose drift starts there",
+    )
+    ax.barh(
+        [i + 0.2 for i in y],
+        counts["steps"] / steps,
+        height=0.4,
+        color="#9ecae1",
+        label=f"share of the {steps} differing steps whose first differing op it is",
+    )
     for i, (n, k) in enumerate(counts.select("requests", "steps").rows()):
         if n or k:
-            ax.annotate(f"{n} requests, {k} steps", (max(n / requests, k / steps), i), xytext=(4, 0), textcoords="offset points",
-                        va="center", fontsize="small")
+            ax.annotate(
+                f"{n} requests, {k} steps",
+                (max(n / requests, k / steps), i),
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize="small",
+            )
     ax.set_yticks(y, counts["label"].to_list())
     ax.set_ylim(counts.height - 0.5, -0.5)  # forward order reads down
     ax.set_xlim(0, 1.35)
@@ -95,10 +115,16 @@ def op_counts(ops: list[tuple[int | None, str]], table: pl.DataFrame) -> pl.Data
     polars.DataFrame
         ``op_index``, ``label``, ``steps``, ``requests``.
     """
-    order = pl.DataFrame({"op_index": list(range(len(ops))), "label": [_label(layer, op) for layer, op in ops]},
-                         schema={"op_index": pl.Int64, "label": pl.String})
+    order = pl.DataFrame(
+        {"op_index": list(range(len(ops))), "label": [_label(layer, op) for layer, op in ops]},
+        schema={"op_index": pl.Int64, "label": pl.String},
+    )
     found = table.group_by("op_index").agg(steps=pl.len().cast(pl.Int64), requests=pl.col("onset").sum().cast(pl.Int64))
-    return order.join(found, on="op_index", how="left").with_columns(pl.col("steps", "requests").fill_null(0)).sort("op_index")
+    return (
+        order.join(found, on="op_index", how="left")
+        .with_columns(pl.col("steps", "requests").fill_null(0))
+        .sort("op_index")
+    )
 
 
 def kernel_mode(run, record: dict[str, Any]) -> str:

@@ -48,7 +48,12 @@ def rl_mismatch_figures(pairs: Sequence[str | os.PathLike[str]] | pl.DataFrame) 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     _distribution(tokens, axes[0])
     _by_position(tokens, axes[1])
-    out = [(fig, "the distribution of |trainer - rollout logprob| per run on a log scale, and its mean against the token's position")]
+    out = [
+        (
+            fig,
+            "the distribution of |trainer - rollout logprob| per run on a log scale, and its mean against the token's position",
+        )
+    ]
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     _by_margin(tokens, ax)
     return [*out, (fig, "|trainer - rollout logprob| against the sampler's top-1 minus top-2 logprob margin, per run")]
@@ -76,7 +81,9 @@ def _distribution(tokens: pl.DataFrame, ax) -> None:
     low, high = cast(float, nonzero.min()), cast(float, nonzero.max())  # a Float64 series, not empty
     bins = np.logspace(np.log10(low) - 0.1, np.log10(high) + 0.1, 30)
     for group, color, label in _each_run(tokens):
-        ax.hist(group.filter(pl.col("size") > 0)["size"].to_numpy(), bins=bins, histtype="step", color=color, label=label)
+        ax.hist(
+            group.filter(pl.col("size") > 0)["size"].to_numpy(), bins=bins, histtype="step", color=color, label=label
+        )
     ax.set(xscale="log", xlabel="|trainer - rollout logprob| (nats)", ylabel="tokens", title="Per-token mismatch")
     ax.legend(fontsize="small")
 
@@ -88,7 +95,12 @@ def _by_position(tokens: pl.DataFrame, ax) -> None:
     for group, color, label in _each_run(tokens):
         means = group.group_by("position").agg(pl.col("size").mean()).sort("position").filter(pl.col("size") > 0)
         ax.plot(means["position"].to_numpy(), means["size"].to_numpy(), marker=".", color=color, label=label)
-    ax.set(yscale="log", xlabel="completion token", ylabel="mean |trainer - rollout logprob|", title="Mismatch along the sequence")
+    ax.set(
+        yscale="log",
+        xlabel="completion token",
+        ylabel="mean |trainer - rollout logprob|",
+        title="Mismatch along the sequence",
+    )
     ax.legend(fontsize="small")
 
 
@@ -100,6 +112,11 @@ def _by_margin(tokens: pl.DataFrame, ax) -> None:
     for group, color, label in _each_run(tokens):
         group = group.filter((pl.col("size") > 0) & (pl.col("margin") > 0))
         ax.scatter(group["margin"].to_numpy(), group["size"].to_numpy(), s=6, alpha=0.6, color=color, label=label)
-    ax.set(xscale="log", yscale="log", xlabel="sampler's top-1 minus top-2 logprob", ylabel="|trainer - rollout logprob|",
-           title="Mismatch against the sampler's margin")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sampler's top-1 minus top-2 logprob",
+        ylabel="|trainer - rollout logprob|",
+        title="Mismatch against the sampler's margin",
+    )
     ax.legend(fontsize="small")

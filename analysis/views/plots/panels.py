@@ -7,8 +7,14 @@ from typing import Any
 import polars as pl
 
 from ...run import band_table, drift_table, flip_table, reference_margins, slot_table, width_table
-from .parity import (plot_delta_before_fork, plot_divergence, plot_flip_curve, plot_margin_at_divergence, plot_margin_trace,
-                     plot_unique_completions)
+from .parity import (
+    plot_delta_before_fork,
+    plot_divergence,
+    plot_flip_curve,
+    plot_margin_at_divergence,
+    plot_margin_trace,
+    plot_unique_completions,
+)
 from .rates import plot_band_widths, plot_decode_rate
 from .witness import plot_env_knobs
 
@@ -30,8 +36,13 @@ def witness_figures(ws) -> list[tuple[Any, str]]:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     plot_divergence(ws, ax=axes[0])
     plot_decode_rate(ws, ax=axes[1])
-    out = [(fig, "divergence_at against batch size c for each witness, with declared_min marked; "
-                 "per-request decode rate against c, with the 50%-of-c=1 line")]
+    out = [
+        (
+            fig,
+            "divergence_at against batch size c for each witness, with declared_min marked; "
+            "per-request decode rate against c, with the 50%-of-c=1 line",
+        )
+    ]
     witnesses = ws.to_backend("polars").witnesses
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * max(1, min(witnesses.height, 20))))
     plot_env_knobs(witnesses, ax=ax)
@@ -61,20 +72,36 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[A
     """
     import matplotlib.pyplot as plt
 
-    slots, bands = slot_table(run, epsilon=epsilon, reference=reference), band_table(run, epsilon=epsilon, reference=reference)
+    slots, bands = (
+        slot_table(run, epsilon=epsilon, reference=reference),
+        band_table(run, epsilon=epsilon, reference=reference),
+    )
     margins, flips, deltas = run_curves(run, reference)
-    deltas = deltas.with_columns(c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))  # drift_table's label names c
+    deltas = deltas.with_columns(
+        c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64)
+    )  # drift_table's label names c
     parted = {p: g["divergence_at"].drop_nulls().to_list() for (p,), g in slots.group_by(["prompt_id"])}
     panels = [
-        (lambda ax: plot_divergence(slots, declared_min=run.declared_min, ax=ax),
-         lambda ax: plot_margin_at_divergence(slots, epsilon=epsilon, ax=ax),
-         "where each batched request parted from ref #1, and the reference margin there"),
-        (lambda ax: plot_margin_trace(margins, parted, epsilon=epsilon, ax=ax), lambda ax: plot_delta_before_fork(deltas, ax=ax),
-         "the reference margin at every step with the divergences marked, and the logprob drift before the fork"),
-        (lambda ax: plot_flip_curve(flips, ax=ax), lambda ax: plot_band_widths(width_table(run), ax=ax),
-         "P(flip | margin), and the batch widths the server formed in each band"),
-        (lambda ax: plot_decode_rate(bands, ax=ax), lambda ax: plot_unique_completions(bands, ax=ax),
-         "decode rate against c, unique completions against c"),
+        (
+            lambda ax: plot_divergence(slots, declared_min=run.declared_min, ax=ax),
+            lambda ax: plot_margin_at_divergence(slots, epsilon=epsilon, ax=ax),
+            "where each batched request parted from ref #1, and the reference margin there",
+        ),
+        (
+            lambda ax: plot_margin_trace(margins, parted, epsilon=epsilon, ax=ax),
+            lambda ax: plot_delta_before_fork(deltas, ax=ax),
+            "the reference margin at every step with the divergences marked, and the logprob drift before the fork",
+        ),
+        (
+            lambda ax: plot_flip_curve(flips, ax=ax),
+            lambda ax: plot_band_widths(width_table(run), ax=ax),
+            "P(flip | margin), and the batch widths the server formed in each band",
+        ),
+        (
+            lambda ax: plot_decode_rate(bands, ax=ax),
+            lambda ax: plot_unique_completions(bands, ax=ax),
+            "decode rate against c, unique completions against c",
+        ),
     ]
     out = []
     for left, right, alt in panels:
@@ -100,4 +127,8 @@ def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | Non
     -------
     tuple of (dict, polars.DataFrame, polars.DataFrame)
     """
-    return reference_margins(run, reference=reference), flip_table(run, reference=reference), drift_table(run, reference=reference)
+    return (
+        reference_margins(run, reference=reference),
+        flip_table(run, reference=reference),
+        drift_table(run, reference=reference),
+    )

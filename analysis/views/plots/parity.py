@@ -12,7 +12,17 @@ import polars as pl
 from ...run import Run, band_table, drift_table, flip_table, reference_margins, slot_table
 from ...studies import History
 from ...witness import WitnessSet
-from ._drawing import LEGEND_LIMIT, _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, as_frame, drawn
+from ._drawing import (
+    LEGEND_LIMIT,
+    _axes,
+    _empty,
+    _label_points,
+    _legend,
+    _merge_identical,
+    _set_c_axis,
+    as_frame,
+    drawn,
+)
 from .witness import witness_label
 
 _RESULT_MARKERS = {"PASS": "o", "FAIL": "X", "UNMEASURABLE": "s"}
@@ -25,7 +35,10 @@ def _drifts(run: Run) -> pl.DataFrame:
 
 def _partings(run: Run) -> dict[str, list[int]]:
     """Per prompt, the steps where its batched requests part from the reference."""
-    return {prompt: group["divergence_at"].drop_nulls().to_list() for (prompt,), group in slot_table(run).group_by(["prompt_id"])}
+    return {
+        prompt: group["divergence_at"].drop_nulls().to_list()
+        for (prompt,), group in slot_table(run).group_by(["prompt_id"])
+    }
 
 
 def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | None = None, ax=None):
@@ -68,13 +81,21 @@ def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | N
     """
     ax = _axes(ax)
     if isinstance(parity, History):
-        raise TypeError("plot_divergence draws a Run, a WitnessSet or their frames; a History's earliest divergence over time is "
-                        "plot_trend(history, key, 'earliest_divergence')")
+        raise TypeError(
+            "plot_divergence draws a Run, a WitnessSet or their frames; a History's earliest divergence over time is "
+            "plot_trend(history, key, 'earliest_divergence')"
+        )
     if isinstance(parity, WitnessSet) and witnesses is None:
         witnesses = parity.to_backend("polars").witnesses
     if isinstance(parity, Run) and declared_min is None:
         declared_min = parity.declared_min
-    frame = drawn(parity, "plot_divergence", run=slot_table, witnesses=_bands, frame="analysis.slot_table(run) or WitnessSet.bands")
+    frame = drawn(
+        parity,
+        "plot_divergence",
+        run=slot_table,
+        witnesses=_bands,
+        frame="analysis.slot_table(run) or WitnessSet.bands",
+    )
     if "diverged" in frame.columns:  # a run's requests; witness bands have no per-request column
         return _requests_parting(frame, declared_min, ax)
     return _witnesses_parting(frame, witnesses, ax)
@@ -95,17 +116,32 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax):
     held = slots.filter(~pl.col("diverged"))
     if parted.height:
         ax.plot(parted[c], parted["agreed"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
-    ax.plot(held[c], held["agreed"], "^", color="tab:blue", alpha=0.6, label=f"never parted ({held.height}; drawn at their length)")
+    ax.plot(
+        held[c],
+        held["agreed"],
+        "^",
+        color="tab:blue",
+        alpha=0.6,
+        label=f"never parted ({held.height}; drawn at their length)",
+    )
     earliest = parted.sort("agreed", c).unique(["prompt_id"], keep="first", maintain_order=True)
-    _label_points(ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", c, "agreed", "slot").rows()])
+    _label_points(
+        ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", c, "agreed", "slot").rows()]
+    )
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
     _set_c_axis(ax, slots[c].to_list())
     if not parted.height:
         top = max([*held["agreed"].drop_nulls().to_list(), declared_min or 0, 1])
         ax.set_ylim(0, top * 1.25)
-        ax.text(0.5, 0.4, f"Nothing parted: all {held.height} batched requests\nagree with the m=1 reference to their end.",
-                ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.4,
+            f"Nothing parted: all {held.height} batched requests\nagree with the m=1 reference to their end.",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_ylabel("tokens agreeing with m=1 (0-based divergence)")
     ax.set_title("Divergence from the m=1 reference, per request")
     _legend(ax)
@@ -122,7 +158,9 @@ def _witnesses_parting(bands: pl.DataFrame, witnesses: Any, ax):
     drawn: dict[tuple, int] = {}  # how many witnesses drew each (c, divergence_at) so far
     for (source, version), group in measured.sort(c).group_by(["source", "witness_version"], maintain_order=True):
         label, points = witness_label(source, version), tuple(group.select(c, "divergence_at").rows())
-        nudges = [2 ** (0.08 * drawn.get(point, 0)) for point in points]  # on the log2 c axis: beside the point it would hide
+        nudges = [
+            2 ** (0.08 * drawn.get(point, 0)) for point in points
+        ]  # on the log2 c axis: beside the point it would hide
         for point in points:
             drawn[point] = drawn.get(point, 0) + 1
         if points in series:
@@ -133,7 +171,9 @@ def _witnesses_parting(bands: pl.DataFrame, witnesses: Any, ax):
         for result, marker in _RESULT_MARKERS.items():
             part = group.filter(pl.col("result") == result)
             if part.height:
-                ax.plot(part["x"], part["divergence_at"], marker, color=line.get_color(), markersize=8, linestyle="none")
+                ax.plot(
+                    part["x"], part["divergence_at"], marker, color=line.get_color(), markersize=8, linestyle="none"
+                )
     declared_mins = sorted(set(measured["declared_min"].drop_nulls().to_list()))
     for declared in declared_mins:
         ax.axhline(declared, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared}")
@@ -142,8 +182,15 @@ def _witnesses_parting(bands: pl.DataFrame, witnesses: Any, ax):
     ax.set_ylim(0, max([*measured["divergence_at"].to_list(), *declared_mins, 1]) * 1.25)
     lengths = _never_parted_lengths(measured, witnesses)
     if lengths:
-        ax.text(0.5, 0.4, f"Nothing parted: in every band ({measured.height}), slot 0 agrees\nwith the m=1 reference to its end "
-                          f"({', '.join(map(str, lengths))} tokens).", ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.4,
+            f"Nothing parted: in every band ({measured.height}), slot 0 agrees\nwith the m=1 reference to its end "
+            f"({', '.join(map(str, lengths))} tokens).",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_ylabel("divergence_at (tokens agreeing with m=1)")
     ax.set_title("Where each batch size parts from the m=1 reference")
     _legend(ax)
@@ -188,12 +235,16 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     'No request parted where the reference had two candidates.'
     """
     ax = _axes(ax)
-    parted = drawn(slots, "plot_margin_at_divergence", run=slot_table).filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
+    parted = drawn(slots, "plot_margin_at_divergence", run=slot_table).filter(
+        pl.col("diverged") & pl.col("reference_margin").is_not_null()
+    )
     c = "c"
     if parted.is_empty():
         return _empty(ax, "No request parted where the reference had two candidates.")
     # clip_on=False: an exact tie sits on the axis at 0 and is drawn whole
-    ax.plot(parted[c], parted["reference_margin"], "o", alpha=0.7, clip_on=False, label="reference margin at the divergence")
+    ax.plot(
+        parted[c], parted["reference_margin"], "o", alpha=0.7, clip_on=False, label="reference margin at the divergence"
+    )
     ax.axhline(epsilon, color="red", linestyle="--", label=f"epsilon = {epsilon:g}")
     _set_c_axis(ax, parted[c].to_list())
     _margin_axis(ax)
@@ -203,8 +254,13 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     return ax
 
 
-def plot_margin_trace(margins: Run | Sequence[float | None] | Mapping[str, Sequence[float | None]],
-                      divergences: Sequence[int] | Mapping[str, Sequence[int]] = (), *, epsilon: float = 0.05, ax=None):
+def plot_margin_trace(
+    margins: Run | Sequence[float | None] | Mapping[str, Sequence[float | None]],
+    divergences: Sequence[int] | Mapping[str, Sequence[int]] = (),
+    *,
+    epsilon: float = 0.05,
+    ax=None,
+):
     """The reference's margin at every step, with the steps where batched requests parted marked.
 
     ``margins`` is one reference's per-step margins, or a mapping of prompt to margins (one line
@@ -240,9 +296,15 @@ def plot_margin_trace(margins: Run | Sequence[float | None] | Mapping[str, Seque
         run = margins
         margins, divergences = reference_margins(run), divergences or _partings(run)
     elif isinstance(margins, (str, os.PathLike, pl.DataFrame)) or not isinstance(margins, Iterable):
-        hint = f": read the run first, plot_margin_trace(analysis.read_run({margins!r}))" if isinstance(margins, (str, os.PathLike)) else ""
-        raise TypeError(f"plot_margin_trace draws a Run, or margins per step (a list, or a mapping of prompt to lists: "
-                        f"analysis.reference_margins(run)), not a {type(margins).__name__}{hint}")
+        hint = (
+            f": read the run first, plot_margin_trace(analysis.read_run({margins!r}))"
+            if isinstance(margins, (str, os.PathLike))
+            else ""
+        )
+        raise TypeError(
+            f"plot_margin_trace draws a Run, or margins per step (a list, or a mapping of prompt to lists: "
+            f"analysis.reference_margins(run)), not a {type(margins).__name__}{hint}"
+        )
     traces = dict(margins) if isinstance(margins, Mapping) else {"": margins}
     parted = dict(divergences) if isinstance(divergences, Mapping) else {"": divergences}
     points = {p: [(i, m) for i, m in enumerate(t) if m is not None] for p, t in traces.items()}
@@ -279,22 +341,41 @@ def _coloured_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: 
         line = ax.plot([i for i, _ in trace], [m for _, m in trace], "-", linewidth=1, label=label)[0]
         steps = {step for p, t in traces.items() if t == trace for step in parted.get(p, ())}
         for step in sorted(steps):
-            ax.axvline(step, color=line.get_color() if prompt else "orange", alpha=0.6, linestyle=":" if prompt else "-",
-                       label=None if marked else "a request parted here")
+            ax.axvline(
+                step,
+                color=line.get_color() if prompt else "orange",
+                alpha=0.6,
+                linestyle=":" if prompt else "-",
+                label=None if marked else "a request parted here",
+            )
             marked = True
 
 
 def _grey_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: Mapping[str, Sequence[int]]) -> None:
     """Many references: grey lines, the partings as red dots on them, the earliest named."""
     for k, trace in enumerate(traces.values()):
-        ax.plot([i for i, _ in trace], [m for _, m in trace], "-", color="gray", alpha=0.35, linewidth=0.7,
-                label=f"reference top-1 minus top-2, one line per prompt ({len(traces)})" if k == 0 else None)
+        ax.plot(
+            [i for i, _ in trace],
+            [m for _, m in trace],
+            "-",
+            color="gray",
+            alpha=0.35,
+            linewidth=0.7,
+            label=f"reference top-1 minus top-2, one line per prompt ({len(traces)})" if k == 0 else None,
+        )
     dots = []
     for prompt, trace in traces.items():
         at = dict(trace)
         dots += [(step, at[step], prompt) for step in sorted(set(parted.get(prompt, ()))) if step in at]
     if dots:
-        ax.plot([d[0] for d in dots], [d[1] for d in dots], "o", color="tab:red", markersize=4, label=f"a request parted here ({len(dots)})")
+        ax.plot(
+            [d[0] for d in dots],
+            [d[1] for d in dots],
+            "o",
+            color="tab:red",
+            markersize=4,
+            label=f"a request parted here ({len(dots)})",
+        )
         _label_points(ax, sorted(dots))
 
 
@@ -329,13 +410,24 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     if deltas.is_empty():
         return _empty(ax, "No agreeing step to compare.")
     if deltas["abs_delta"].max() == 0:
-        return _empty(ax, f"No drift: every one of the {deltas.height} agreeing steps has the reference's logprob, bit for bit.")
+        return _empty(
+            ax, f"No drift: every one of the {deltas.height} agreeing steps has the reference's logprob, bit for bit."
+        )
     if "c" in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1:
         _drift_by_c(ax, deltas)
     else:
         series = deltas.group_by(["label"], maintain_order=True)
-        for label, group in _merge_identical((str(label), tuple(g.select("step", "abs_delta").rows()), g) for (label,), g in series):
-            ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.8, markersize=3, label=label)
+        for label, group in _merge_identical(
+            (str(label), tuple(g.select("step", "abs_delta").rows()), g) for (label,), g in series
+        ):
+            ax.plot(
+                group["step"],
+                group["abs_delta"].clip(lower_bound=1e-12),
+                ".-",
+                linewidth=0.8,
+                markersize=3,
+                label=label,
+            )
     ax.set_yscale("log")
     ax.set_xlabel("step (0-based)")
     ax.set_ylabel("|delta logprob| (zeros drawn at 1e-12)")
@@ -348,11 +440,25 @@ def _drift_by_c(ax, deltas: pl.DataFrame) -> None:
     """One line per c: the largest |delta| over that c's requests at each step; the furthest request named."""
     by = "c"
     colours = _c_colours(deltas[by].to_list())
-    envelope = deltas.group_by(by, "step").agg(pl.col("abs_delta").max(), requests=pl.col("label").n_unique()).sort(by, "step")
-    series = (((c, g["requests"].max()), tuple(g.select("step", "abs_delta").rows()), (c, g))
-              for (c,), g in envelope.group_by([by], maintain_order=True))
-    for label, (c, group) in _merge_identical(series, _same_drift):  # c's that drift alike share one line, named after each
-        ax.plot(group["step"], group["abs_delta"].clip(lower_bound=1e-12), ".-", linewidth=0.9, markersize=3, color=colours[c], label=label)
+    envelope = (
+        deltas.group_by(by, "step").agg(pl.col("abs_delta").max(), requests=pl.col("label").n_unique()).sort(by, "step")
+    )
+    series = (
+        ((c, g["requests"].max()), tuple(g.select("step", "abs_delta").rows()), (c, g))
+        for (c,), g in envelope.group_by([by], maintain_order=True)
+    )
+    for label, (c, group) in _merge_identical(
+        series, _same_drift
+    ):  # c's that drift alike share one line, named after each
+        ax.plot(
+            group["step"],
+            group["abs_delta"].clip(lower_bound=1e-12),
+            ".-",
+            linewidth=0.9,
+            markersize=3,
+            color=colours[c],
+            label=label,
+        )
     worst = deltas.sort("abs_delta", descending=True).row(0, named=True)
     _label_points(ax, [(worst["step"], worst["abs_delta"], str(worst["label"]))])
 
@@ -398,7 +504,9 @@ def plot_flip_curve(curve: Any, *, ax=None):
     if curve.is_empty():
         return _empty(ax, "No step at risk with a reference margin.")
     if curve["flips"].sum() == 0:
-        return _empty(ax, f"No step flipped: P(flip) is 0 in every margin bin ({curve['steps'].sum():,} steps at risk).")
+        return _empty(
+            ax, f"No step flipped: P(flip) is 0 in every margin bin ({curve['steps'].sum():,} steps at risk)."
+        )
     labels = [f"[{lo:g}, {hi:g})" for lo, hi in curve.select("margin_low", "margin_high").iter_rows()]
     ax.bar(range(curve.height), curve["p_flip"], color="tab:purple")
     for k, (p, flips, n) in enumerate(curve.select("p_flip", "flips", "steps").iter_rows()):
@@ -487,7 +595,9 @@ def plot_fork_tree(branches: Sequence[tuple[str, int]], *, at: int, ax=None):
     ax.text(0.02, 0.5, f"step {at}", va="center", fontsize="large")
     for k, (token, n) in enumerate(branches):
         y = 1 - (k + 1) / (len(branches) + 1)
-        ax.annotate(f"{token!r}: {n} of {total}", xy=(0.2, 0.5), xytext=(0.35, y), va="center", arrowprops={"arrowstyle": "<-"})
+        ax.annotate(
+            f"{token!r}: {n} of {total}", xy=(0.2, 0.5), xytext=(0.35, y), va="center", arrowprops={"arrowstyle": "<-"}
+        )
     ax.set_axis_off()
     ax.set_title("The fork")
     return ax
@@ -500,4 +610,3 @@ def _c_colours(cs: Sequence[int]) -> dict[int, Any]:
     palette = matplotlib.colormaps["viridis"]
     ordered = sorted(set(cs))
     return {c: palette(k / max(1, len(ordered) - 1) * 0.9) for k, c in enumerate(ordered)}
-

@@ -46,8 +46,14 @@ def plot_decode_rate(rates: Any, *, ax=None):
     'No decode rates recorded in 3 witness(es) (witness_version 1 and 2 do not time requests).'
     """
     ax = _axes(ax)
-    frame = drawn(rates, "plot_decode_rate", run=band_table, witnesses=_bands, history=_entries,
-                  frame="analysis.band_table(run), WitnessSet.bands or History.bands")
+    frame = drawn(
+        rates,
+        "plot_decode_rate",
+        run=band_table,
+        witnesses=_bands,
+        history=_entries,
+        frame="analysis.band_table(run), WitnessSet.bands or History.bands",
+    )
     if "witness_version" in frame.columns:
         return _witness_rates(frame, ax)
     if "entry" in frame.columns:
@@ -69,8 +75,16 @@ def _witness_rates(bands: pl.DataFrame, ax):
     rated = bands.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0))
     if rated.is_empty():
         untimed = bands["source"].unique(maintain_order=True).to_list()
-        return _empty(ax, "No decode rates recorded" + (f" in {len(untimed)} witness(es)" if untimed else "") + "\n(witness_version 1 and 2 do not time requests).")
-    groups = ((witness_label(s, v), g) for (s, v), g in rated.sort(c).group_by(["source", "witness_version"], maintain_order=True))
+        return _empty(
+            ax,
+            "No decode rates recorded"
+            + (f" in {len(untimed)} witness(es)" if untimed else "")
+            + "\n(witness_version 1 and 2 do not time requests).",
+        )
+    groups = (
+        (witness_label(s, v), g)
+        for (s, v), g in rated.sort(c).group_by(["source", "witness_version"], maintain_order=True)
+    )
     _rate_lines(ax, groups)
     ax.set_ylabel("decode rate per request (tok/s)")
     ax.set_title("Per-request decode rate while batched")
@@ -82,8 +96,10 @@ def _history_rates(bands: pl.DataFrame, ax):
     rated = bands.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0))
     if rated.is_empty():
         return _empty(ax, f"No decode rates recorded in the history's {bands['entry'].n_unique()} entries.")
-    groups = ((witness_label(source or entry[:16], None), g)
-              for (entry, source), g in rated.sort(c).group_by(["entry", "source"], maintain_order=True))
+    groups = (
+        (witness_label(source or entry[:16], None), g)
+        for (entry, source), g in rated.sort(c).group_by(["entry", "source"], maintain_order=True)
+    )
     _rate_lines(ax, groups)
     ax.set_ylabel("decode rate per request (tok/s)")
     ax.set_title("Per-request decode rate while batched, per entry")
@@ -97,11 +113,15 @@ def _rate_lines(ax, groups) -> None:
     same rates are drawn once.
     """
     cs = []
-    for label, group in _merge_identical((label, tuple(group.select("c", "decode_tok_s").rows()), group) for label, group in groups):
+    for label, group in _merge_identical(
+        (label, tuple(group.select("c", "decode_tok_s").rows()), group) for label, group in groups
+    ):
         line = ax.plot(group["c"], group["decode_tok_s"], "o-", label=label)[0]
         base = group.filter(pl.col("c") == 1)["decode_tok_s"]
         if base.len() == 1:
-            ax.axhline(0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)")
+            ax.axhline(
+                0.5 * base[0], color=line.get_color(), linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:.4g} tok/s)"
+            )
         cs += group["c"].to_list()
     _set_c_axis(ax, cs)
     ax.set_ylim(bottom=0)
@@ -120,7 +140,10 @@ def _band_rates(bands: pl.DataFrame, ax):
     base = medians.filter(pl.col(c) == 1)["median"]
     if base.len():
         ax.axhline(0.5 * base[0], color="black", linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:,.0f} tok/s)")
-    _label_points(ax, [(x, r, str(p)) for p, x, r in _outliers(rated, "decode_tok_s").select("prompt_id", c, "decode_tok_s").rows()])
+    _label_points(
+        ax,
+        [(x, r, str(p)) for p, x, r in _outliers(rated, "decode_tok_s").select("prompt_id", c, "decode_tok_s").rows()],
+    )
     _set_c_axis(ax, rated[c].to_list())
     ax.set_ylim(bottom=0)
     ax.set_ylabel("median decode rate per request (tok/s)")
@@ -146,8 +169,12 @@ def _outliers(frame: pl.DataFrame, column: str) -> pl.DataFrame:
     return frame.filter(far & (pl.len().over(c) >= 4)).sort(distance, descending=True)
 
 
-_WIDTH_ORIGINS = {"log": ("server log (per step)", "o"), "metrics": ("running-requests gauge (samples)", "s"),
-                  "engine": ("engine counters (tokens / steps, at least)", "^"), "streams": ("streams decoding at once", "D")}
+_WIDTH_ORIGINS = {
+    "log": ("server log (per step)", "o"),
+    "metrics": ("running-requests gauge (samples)", "s"),
+    "engine": ("engine counters (tokens / steps, at least)", "^"),
+    "streams": ("streams decoding at once", "D"),
+}
 
 
 def plot_band_widths(widths: Any, *, ax=None):
@@ -183,7 +210,14 @@ def plot_band_widths(widths: Any, *, ax=None):
     cs = sorted(set(widths[c].to_list()))
     for (origin,), group in widths.group_by(["origin"], maintain_order=True):
         label, marker = _WIDTH_ORIGINS.get(origin, (str(origin), "x"))
-        ax.scatter(group[c], group["width"], s=[20 + 400 * share for share in group["share"]], alpha=0.5, marker=marker, label=label)
+        ax.scatter(
+            group[c],
+            group["width"],
+            s=[20 + 400 * share for share in group["share"]],
+            alpha=0.5,
+            marker=marker,
+            label=label,
+        )
     ax.plot(cs, cs, color="black", linestyle="--", linewidth=1, label="m = c (the shape asked for)")
     _set_c_axis(ax, cs)
     ax.set_ylabel("batch width m formed")

@@ -13,12 +13,19 @@ from ...studies import SERIES, History
 
 # What each trend figure draws: metric, axis label, what a reader should look for.
 METRICS = (
-    ("earliest_divergence", "earliest divergence from m=1 (token)", "where each band first parts from m=1; a drop means earlier forks"),
+    (
+        "earliest_divergence",
+        "earliest divergence from m=1 (token)",
+        "where each band first parts from m=1; a drop means earlier forks",
+    ),
     ("bit_identical_share", "share of requests bit-identical to m=1", "1.0 is bit parity at that c"),
     ("token_identical_share", "share of requests token-identical to m=1", "1.0 is token parity at that c"),
-    ("decode_ratio", "decode rate at c / at c=1", "the cost of batching per request, with its bootstrap interval; S7's bar is 0.5 at c=4"),
+    (
+        "decode_ratio",
+        "decode rate at c / at c=1",
+        "the cost of batching per request, with its bootstrap interval; S7's bar is 0.5 at c=4",
+    ),
 )
-
 
 
 def series_keys(history: History) -> list[tuple[str | None, ...]]:
@@ -100,19 +107,33 @@ def plot_trend(history: History, key: tuple, metric: str, *, ax=None):
     colours = plt.get_cmap("viridis")
     ladder = sorted(set(bands["c"].to_list()))
     for i, c in enumerate(ladder):
-        points = bands.filter(c=c).group_by("time", maintain_order=True).agg(pl.col(metric).min(), pl.col("decode_ratio_low").min(),
-                                                                              pl.col("decode_ratio_high").max())
+        points = (
+            bands.filter(c=c)
+            .group_by("time", maintain_order=True)
+            .agg(pl.col(metric).min(), pl.col("decode_ratio_low").min(), pl.col("decode_ratio_high").max())
+        )
         colour = colours(i / max(1, len(ladder) - 1))
         ax.plot(points["time"].to_list(), points[metric].to_list(), marker="o", color=colour, label=f"c={c}")
         if metric == "decode_ratio" and points["decode_ratio_low"].drop_nulls().len():
-            ax.fill_between(points["time"].to_list(), points["decode_ratio_low"].fill_null(points[metric]).to_list(),
-                            points["decode_ratio_high"].fill_null(points[metric]).to_list(), color=colour, alpha=0.15)
-    span = _span(_series(history.bands, key)["time"], history.markers.filter(pl.col("host").eq_missing(key[0])).sort("time"))
+            ax.fill_between(
+                points["time"].to_list(),
+                points["decode_ratio_low"].fill_null(points[metric]).to_list(),
+                points["decode_ratio_high"].fill_null(points[metric]).to_list(),
+                color=colour,
+                alpha=0.15,
+            )
+    span = _span(
+        _series(history.bands, key)["time"], history.markers.filter(pl.col("host").eq_missing(key[0])).sort("time")
+    )
     if span is not None:
         ax.set_xlim(*span)
         ax.xaxis.set_major_locator(locator := mdates.AutoDateLocator(minticks=3, maxticks=8))
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-    markers = history.markers.filter(pl.col("host").eq_missing(key[0]) & pl.col("time").is_between(*span)) if span else history.markers.clear()
+    markers = (
+        history.markers.filter(pl.col("host").eq_missing(key[0]) & pl.col("time").is_between(*span))
+        if span
+        else history.markers.clear()
+    )
     for when in markers["time"].to_list():
         ax.axvline(when, color="grey", linestyle=":", linewidth=1)
     _label_markers(ax, markers.sort("time").select("time", "commit").rows())
@@ -120,7 +141,15 @@ def plot_trend(history: History, key: tuple, metric: str, *, ax=None):
     for rule, c, when in flagged.select("rule", "c", "first_bad_time").iter_rows():
         row = bands.filter((pl.col("c") == c) & (pl.col("time") == when))
         if row.height and _rule_metric(rule) == metric:
-            ax.plot([when], [row[metric][0]], marker="o", markersize=14, markerfacecolor="none", markeredgecolor="red", linestyle="none")
+            ax.plot(
+                [when],
+                [row[metric][0]],
+                marker="o",
+                markersize=14,
+                markerfacecolor="none",
+                markeredgecolor="red",
+                linestyle="none",
+            )
     if metric == "decode_ratio":
         ax.axhline(0.5, color="black", linestyle="--", linewidth=0.8)
     if metric.endswith("_share"):
@@ -164,11 +193,21 @@ def _label_markers(ax, markers: list[tuple[dt.datetime, str | None]]) -> None:
     renderer = ax.figure.canvas.get_renderer()
     rows: list[float] = []  # the right edge, in pixels, of the last label in each row
     for when, commit in markers:
-        label = ax.annotate((commit or "?")[:7], (when, 1), xycoords=("data", "axes fraction"), xytext=(0, 2), textcoords="offset points",
-                            fontsize=7, ha="center", va="bottom", color="grey", annotation_clip=False)
+        label = ax.annotate(
+            (commit or "?")[:7],
+            (when, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, 2),
+            textcoords="offset points",
+            fontsize=7,
+            ha="center",
+            va="bottom",
+            color="grey",
+            annotation_clip=False,
+        )
         box = label.get_window_extent(renderer)
         row = next((k for k, right in enumerate(rows) if box.x0 > right + 4), len(rows))
-        rows[row:row + 1] = [box.x1]
+        rows[row : row + 1] = [box.x1]
         label.set_position((0, 2 + row * 9))
 
 

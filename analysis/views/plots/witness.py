@@ -93,7 +93,10 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
     table = differing_env_knobs(witnesses)
     knobs = [c for c in table.columns if c.startswith("env_")]
     if not knobs:
-        return _empty(ax, f"All {drawn(witnesses, 'plot_env_knobs', witnesses=_witnesses, frame='WitnessSet.witnesses').height} witness(es) ran with the same env knobs.")
+        return _empty(
+            ax,
+            f"All {drawn(witnesses, 'plot_env_knobs', witnesses=_witnesses, frame='WitnessSet.witnesses').height} witness(es) ran with the same env knobs.",
+        )
     values = sorted({v if v is not None else "unset" for k in knobs for v in table[k].to_list()})
     colour = {v: i for i, v in enumerate(values)}
     grid = [[colour[v if v is not None else "unset"] for v in row] for row in table.select(knobs).iter_rows()]
@@ -107,4 +110,3 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
     ax.set_yticklabels([witness_label(s, v) for s, v in table.select("source", "witness_version").iter_rows()])
     ax.set_title("Kernel env knobs that differ between witnesses")
     return ax
-
