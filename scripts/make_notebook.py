@@ -177,7 +177,7 @@ WALKTHROUGH = [
         bit-identical to m=1 when it covers its whole `length`) and the largest ULP distance before it, the reference's
         margin where the streams parted, and the request's own decode rate.""")),
     ("code", "slots = slot_table(run)\n"
-             'slots.select("prompt_id", "c", "slot", "length", "agree_to", "divergence_at", "bitwise_prefix", "max_ulp",\n'
+             'slots.select("prompt_id", "c", "slot", "length", "divergence_at", "bitwise_prefix", "max_ulp",\n'
              '             "reference_margin", "k3_max", "decode_tok_s")'),
     ("markdown", _src("""
         Per band: the widths the server formed, the share of its requests bit-identical and token-identical to the m=1
@@ -332,7 +332,7 @@ WITNESSES = [
         alone is not a fixed point here: where the two m=1 references part at token 100, so does the c=1 band. bia records
         whether each recorded value agrees with the rules of its version; `ws.discrepancies` would list any that do not.
 
-        The `slots` frame shows every request of a band: `agree_to` is how far it agrees with m=1, and (version 2)
+        The `slots` frame shows every request of a band: `agree_to` (aprender's word) is how far it agrees with m=1, and (version 2)
         `intra_agree_to` how far the requests of one batch agree with each other.""")),
     ("code", _src("""
         per_band = (ws.slots.filter(pl.col("c") > 1)
@@ -451,13 +451,13 @@ DUMPS_AND_RUNS = [
     ("markdown", _src("""
         ## Each batched request against the m=1 reference
 
-        `slot_table` compares every request of every band with ref #1 of its prompt: `agree_to` (tokens in agreement),
-        `divergence_at` (the first differing token, or null), `bitwise_prefix` (how many leading float32 logprobs
+        `slot_table` compares every request of every band with ref #1 of its prompt: `divergence_at` (the first
+        differing token, or null when it never parts), `bitwise_prefix` (how many leading float32 logprobs
         are bit-identical), `max_ulp` and `max_abs_delta` (the largest drift before any divergence), and the
         reference's top-1/top-2 margin where it parted.""")),
     ("code", _src("""
         slots = analysis.slot_table(run)
-        slots.select("prompt_id", "c", "slot", "length", "agree_to", "divergence_at", "bitwise_prefix", "max_ulp",
+        slots.select("prompt_id", "c", "slot", "length", "divergence_at", "bitwise_prefix", "max_ulp",
                      "max_abs_delta").head(6)""")),
     ("markdown", "A small helper says, per c, how many requests are token-identical and bit-identical to m=1; it is used for every run below."),
     ("code", _src("""
