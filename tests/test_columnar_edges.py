@@ -1,4 +1,5 @@
-"""Edges of analysis.metrics.parity._columnar that mutation testing found unpinned (issue 16).
+"""Edges of analysis.metrics.parity._columnar (the kit: _columnar_steps, _columnar_pairs, _columnar_bands) that
+mutation testing found unpinned (issue 16).
 
 Every expected value here was worked out by hand (the arithmetic is in the comments); frames are
 compared whole, dtypes included, and computed floats with ``pytest.approx`` (rel=1e-12 unless said).
@@ -17,9 +18,6 @@ from polars.testing import assert_frame_equal
 
 from analysis.metrics.parity._columnar import (
     COMPARISON_SCHEMA,
-    _identity,
-    _lazy,
-    _topk_kl,
     agreements,
     band_rate,
     build_steps,
@@ -32,11 +30,13 @@ from analysis.metrics.parity._columnar import (
     sequences,
     wilson,
 )
+from analysis.metrics.parity._columnar_pairs import _topk_kl
+from analysis.metrics.parity._columnar_steps import _identity, _lazy
 from analysis.dumps._schema import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, conform
 
 ln = math.log
 INF = math.inf
-PACK = 2**31  # _columnar._PACK
+PACK = 2**31  # _columnar_steps._PACK
 F32_ONE_UP = float(np.nextafter(np.float32(1.0), np.float32(2.0)))  # 1 + 2**-23: one float32 step above 1.0
 
 

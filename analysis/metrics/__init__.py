@@ -6,8 +6,8 @@ from . import parity
 from .mismatch import SamplingMaskError, mismatch_summary, mismatch_table
 from .parity import _columnar as columnar
 from .parity._bounds import divergence_bound, requests_needed
-from .parity._columnar import _identity as token_identity
 from .parity._columnar import float32_bits, ordered_bits
+from .parity._columnar_steps import _identity as token_identity
 from .parity._counts import bits_unrecorded, per_c_counts, run_counts
 from .parity._rates import ratio_interval
 

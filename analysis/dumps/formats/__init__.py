@@ -1,7 +1,8 @@
 """One module per dump format, each engine family's general parser with its columnar fast path beside it.
 
 - ``_openai`` (+ ``_openai_fast``): chat and legacy completions, vLLM's generate; files of bare chat completions;
-- ``_streams`` (+ ``_streams_fast``): the SSE streams of OpenAI, llama.cpp, SGLang and the Responses API;
+  ``_openai_tokens``: a choice's scored tokens in those shapes, which the stream parsers share too;
+- ``_streams`` (+ ``_streams_fast``): the SSE streams of OpenAI, llama.cpp and SGLang; ``_responses``: the Responses API's;
 - ``_native``: llama.cpp's, SGLang's, TGI's and prime-rl's own payloads; ``_offline``: vLLM's offline outputs;
 - ``_torch``: ``torch.save`` files; ``_mlperf``: MLPerf accuracy logs;
 - ``_capture`` (+ ``_capture_fast``): JSON lines of payloads, bare or in capture envelopes;

@@ -18,7 +18,8 @@ from .._values import DumpError
 from ._native import parse_llamacpp, parse_primerl, parse_sglang, parse_tgi
 from ._offline import looks_like_steps, parse_offline, parse_repr
 from ._openai import parse_chat, parse_completion
-from ._streams import parse_chat_stream, parse_llamacpp_stream, parse_responses_stream, parse_sglang_stream
+from ._responses import parse_responses_stream
+from ._streams import parse_chat_stream, parse_llamacpp_stream, parse_sglang_stream
 
 DUMP_SUFFIXES = (".json", ".jsonl", ".ndjson", ".sse", ".pt", ".pth")
 
