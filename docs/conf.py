@@ -73,7 +73,10 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(polars|pl|pandas|pd|numpy|np|pyarrow|pa|matplotlib|plt|httpx|torch|ray|starlette|uvicorn|IPython|nbformat"
                r"|jinja2|rich|typer|click|safetensors|transformers)(\..*)?"),
     (r"py:.*", r"(pathlib|collections|collections\.abc|typing|datetime|decimal|os|io|re|json|asyncio|concurrent\.futures"
-               r"|subprocess|threading|types|enum|dataclasses|contextlib|logging|tomllib|argparse|socket|hashlib|fractions)\..*"),
+               r"|subprocess|threading|types|enum|dataclasses|contextlib|logging|tomllib|argparse|socket|hashlib|fractions"
+               r"|random)\..*"),
+    # a private type (its last name starts with an underscore) has no page of its own
+    (r"py:class", r"(.*\.)?_[A-Za-z]\w*"),
     (r"py:.*", r"(Path|PathLike|Iterable|Iterator|Mapping|Sequence|Callable|Any|Literal|datetime|DataFrame|LazyFrame|Series"
                r"|Axes|Figure|Expr|Table|Schema|DataType|Fraction|Pattern|Generator|AsyncIterator|Awaitable)"),
 ]

@@ -237,7 +237,7 @@ async def fetch_stream(
     deadline : float, optional
         Seconds the whole request may take, its stream included; no limit when None.
     opened : tuple of two files, optional
-        ``partial``'s two files already open (from :func:`open_partial`), used instead of opening them here.
+        ``partial``'s two files already open (from ``open_partial``), used instead of opening them here.
 
     Returns
     -------

@@ -1,8 +1,8 @@
 """The parity report: a parameterised notebook executed by papermill and exported as one
 self-contained HTML file (no code, no network request).
 
-The notebook stays thin: it displays the ``*_html`` fragments of :mod:`analysis.views.html` and the
-``plot_*`` figures of :mod:`analysis.views.plots`, which this module names too; what lives here is
+The notebook stays thin: it displays the ``*_html`` fragments of ``analysis.views.html`` and the
+``plot_*`` figures of ``analysis.views.plots``, which this module names too; what lives here is
 the notebook's running (:func:`render_report`, :func:`execute_to_html`).
 """
 

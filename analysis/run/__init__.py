@@ -26,7 +26,8 @@ directory that :func:`read_run` reads back to the same frames.
 from ._arms import ARM_REPEATS, ARM_WORDS, ARMS, PREFIX_SHARES, arm_words, legacy_arm, run_arms
 from ._assemble import assemble_dumps, read_mapping
 from ._band_tables import band_forks, band_table, width_table
-from ._batch import LAYOUTS, band_batch
+from ._batch import LAYOUTS as LAYOUTS  # for the probe and the experiment, not the API pages
+from ._batch import band_batch as band_batch
 from ._export import to_witness, write_witness
 from ._first_ops import first_op_table, first_ops_record, has_first_ops
 from ._layout import RUN_VERSION, RunError, RunLike, Unit, band_widths, load_manifest, plan
@@ -35,14 +36,14 @@ from ._model import Run
 from ._prompt_tables import accuracy_table, drift_table, flip_table, observer_table, prompt_table, reference_margins
 from ._read import assemble_run, read_run
 from ._slot_tables import reference_table, slot_table
-from ._steps import numbered_steps, references
+from ._steps import numbered_steps as numbered_steps  # for the studies, not the API pages
+from ._steps import references
 from ._write import write_run
 
 __all__ = [
     "ARMS",
     "ARM_REPEATS",
     "ARM_WORDS",
-    "LAYOUTS",
     "PREFIX_SHARES",
     "RUN_VERSION",
     "Run",
@@ -53,7 +54,6 @@ __all__ = [
     "arm_words",
     "assemble_dumps",
     "assemble_run",
-    "band_batch",
     "band_forks",
     "band_table",
     "band_widths",
@@ -64,7 +64,6 @@ __all__ = [
     "has_first_ops",
     "legacy_arm",
     "load_manifest",
-    "numbered_steps",
     "observer_table",
     "plan",
     "prompt_table",

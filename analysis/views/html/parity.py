@@ -220,9 +220,9 @@ def reviews_html(
     Returns
     -------
     str
-        Escaped HTML: a heading and one card per run, then per witness (see :mod:`analysis.views.html.review`); each card's headline
+        Escaped HTML: a heading and one card per run, then per witness (see ``analysis.views.html.review``); each card's headline
         is its judgement's verdict and reason, the rest collapsed. Then, for runs probed with control arms, why their
-        streams part (:mod:`analysis.views.html.attribution`).
+        streams part (``analysis.views.html.attribution``).
     """
     runs = list(runs)
     judgement = judge_report(ws, runs) if judgement is None else judgement
