@@ -536,7 +536,7 @@ def test_a_kernel_mode_alias_shows_as_honoured_not_refused():
     (row,) = re.findall(r"<tr><td>kernel_mode</td>.*?</tr>", page, flags=re.S)
     assert "bia-fail" not in row and "honoured" in row and "<code>one-by-one</code>" in row
     refused = {"requested": {"kernel_mode": "batch-invariant", "dtype": "float32"}, "effective": {"kernel_mode": "default", "dtype": "float16"}}
-    from analysis.views.html.tables import _settings
+    from analysis.views.html.run_provenance import _settings
 
     assert [(s["name"], s["differs"], s["alias"]) for s in _settings(refused)] == [("dtype", True, False), ("kernel_mode", True, False)]
 

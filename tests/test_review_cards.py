@@ -13,7 +13,8 @@ import polars as pl
 from conftest import ROOT, V2_WITNESS
 
 from analysis import read_run, read_witnesses
-from analysis.views.html.review import _within_spans, run_review, witness_reviews
+from analysis.views.html.review import _within_spans, run_review
+from analysis.views.html.witness_review import witness_reviews
 
 
 def _card(path) -> dict:

@@ -5,39 +5,31 @@ Every value is formatted for people (:mod:`analysis.core._cells`) and escaped by
 display these (:mod:`analysis.report`).
 """
 
+from .admission import admission_html, rounded, run_admission, verdicts_html
 from .answer import CSS, answer_html, judgement_html
 from .attribution import attribution_html
 from .cards import run_card
+from .engines import engines_html, mode_comparison_html
 from .figures import figures_html, png_base64, show_figure
 from .first_ops import first_op_html
 from .headers import header_html, heading_html, series_heading_html
 from .mismatch import rl_mismatch_html
 from .parity import (
-    admission_html,
     answer_section_html,
     bands_html,
-    engines_html,
     judge_report,
-    mode_comparison_html,
     provenance_html,
     reviews_html,
-    rounded,
     run_details_html,
-    verdicts_html,
     witness_details_html,
 )
-from .review import Review, run_review, witness_reviews
-from .tables import (
-    markers_html,
-    negative_control,
-    run_admission,
-    run_html,
-    run_tables_html,
-    table_html,
-    witness_bands_html,
-    worst_html,
-)
+from .review import run_review
+from .run_provenance import negative_control, run_html
+from .run_tables import run_tables_html
+from .tables import markers_html, table_html, witness_bands_html, worst_html
 from .trend import entries_html, regressions_html
+from .verdict_card import Review
+from .witness_review import witness_reviews
 
 __all__ = [
     "CSS",

@@ -3,9 +3,10 @@
 Each figure takes a :class:`~analysis.Run`, a :class:`~analysis.WitnessSet` or a frame alike (a
 :class:`~analysis.History` where it makes sense): a run's tables name concurrency ``c``, witnesses
 and histories ``c``, and every plot reads whichever its frame has. A module per family: ``parity``
-(where streams part, margins, drift, flips, forks), ``rates`` (decode rate, batch widths), ``witness``
-(env knobs, legend names), ``attribution``, ``first_ops``, ``trend``, ``mismatch`` (sampler and
-trainer), and ``panels`` (the report's two-panel figures). ``analysis.plots`` names them.
+(where streams part, unique completions, forks), ``margins`` (near-ties, flips), ``drift`` (before the fork),
+``rates`` (decode rate, batch widths), ``witness`` (env knobs, legend names), ``attribution``, ``first_ops``,
+``trend``, ``mismatch`` (sampler and trainer), and ``panels`` (the report's two-panel figures). ``analysis.plots``
+names them.
 """
 
 from __future__ import annotations
@@ -15,18 +16,12 @@ from collections.abc import Callable
 
 from ._drawing import LEGEND_LIMIT
 from .attribution import attribution_shares_by_engine, plot_attribution
+from .drift import plot_delta_before_fork
 from .first_ops import plot_first_ops
+from .margins import plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
 from .mismatch import rl_mismatch_figures
 from .panels import run_curves, run_figures, witness_figures
-from .parity import (
-    plot_delta_before_fork,
-    plot_divergence,
-    plot_flip_curve,
-    plot_fork_tree,
-    plot_margin_at_divergence,
-    plot_margin_trace,
-    plot_unique_completions,
-)
+from .parity import plot_divergence, plot_fork_tree, plot_unique_completions
 from .rates import plot_band_widths, plot_decode_rate
 from .trend import METRICS, figure_alt, plot_trend, series_keys, series_name
 from .witness import differing_env_knobs, plot_env_knobs, witness_label

@@ -7,14 +7,9 @@ from typing import Any
 import polars as pl
 
 from ...run import band_table, drift_table, flip_table, reference_margins, slot_table, width_table
-from .parity import (
-    plot_delta_before_fork,
-    plot_divergence,
-    plot_flip_curve,
-    plot_margin_at_divergence,
-    plot_margin_trace,
-    plot_unique_completions,
-)
+from .drift import plot_delta_before_fork
+from .margins import plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
+from .parity import plot_divergence, plot_unique_completions
 from .rates import plot_band_widths, plot_decode_rate
 from .witness import plot_env_knobs
 

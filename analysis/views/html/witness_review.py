@@ -1,0 +1,155 @@
+"""The report's verdict card of a witness: the questions of :mod:`analysis.views.html.review` asked of one witness file,
+which keeps tokens, not logprobs, and says where aprender's recorded verdict and the card disagree, and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from ...core import MISSING, cell
+from ...metrics import per_c_counts
+from .verdict_card import Review, _bits_line, _judged, _near_tie_line, _per_c_table, _tokens_line
+
+
+def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review]:
+    """One card per witness file of a witness set (markers have none).
+
+    A witness keeps tokens, not logprobs: its bits are "not recorded", its near-tie comes from
+    the band's recorded margin, its decode cost from slot rates (else band rates).
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses.
+    epsilon : float
+        The near-tie epsilon.
+    judgement : Judgement, optional
+        The judgement holding each witness's row (:func:`analysis.judge` of the set); judged here when not given.
+
+    Returns
+    -------
+    list of Review
+        In the order the witnesses were read, each headed by its judgement's verdict.
+    """
+    from ...studies import judge_witnesses
+    from ..plots.witness import witness_label
+
+    if judgement is None:
+        judgement = judge_witnesses(ws)
+
+    out = []
+    for row, slots, bands in ws.each_witness():
+        judged = _judged(judgement.frame.filter(pl.col("run") == row["source"]).to_dicts())
+        out.append(
+            _witness_review(witness_label(row["source"], row["witness_version"]), row, slots, bands, epsilon, judged)
+        )
+    return out
+
+
+def _witness_review(
+    name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float, judged: tuple
+) -> Review:
+    margins = bands.select("band_index", margin="top2_margin_at_divergence")
+    reference = pl.lit(
+        witness["reference_tokens"], pl.Int64
+    )  # a literal: fill_null(None) raises for a witness with no reference length
+    length = pl.min_horizontal(pl.col("completion_tokens").fill_null(reference), reference)
+    span = _witness_span(witness)
+    parted = (pl.col("agree_to") < length).fill_null(False)
+    batching = parted & (pl.col("agree_to") < span) if span is not None else parted
+    rows = slots.join(margins, on="band_index", how="left").select(
+        "c",
+        bitwise=pl.lit(None, dtype=pl.Boolean),
+        diverged=batching,
+        divergence_at="agree_to",
+        near_tie=((pl.col("margin") >= 0) & (pl.col("margin") < epsilon)).fill_null(False),
+        margin_known=pl.col("margin").is_not_null(),
+        where=pl.format("slot {}", "i"),
+    )
+    counts = per_c_counts(rows)
+    verdict, headline, css, judgement_lines = judged
+    lines = [
+        *judgement_lines,
+        _bits_line(counts, None),
+        _tokens_line(counts) if counts.height else ("tokens", MISSING, None),
+        _near_tie_line(counts, epsilon),
+        _witness_completeness(witness, slots, bands),
+    ]
+    if span is not None:
+        late = slots.filter(parted & (pl.col("agree_to") >= span)).select("c").to_series().to_list()
+        left = (
+            f"; {len(late)} request(s) parting at or after it (c={', '.join(str(c) for c in sorted(set(late)))}) count as run-to-run, not batching"
+            if late
+            else ""
+        )
+        lines.insert(
+            len(judgement_lines) + 1,
+            (
+                "run-to-run",
+                f"the two m=1 references agree only to token {span} of {witness['reference_tokens']}: the server is not "
+                f"deterministic even alone. Batching is judged on the tokens before {span}{left}.",
+                "warn",
+            ),
+        )
+    differs = _against_aprender(witness, bands, css)
+    if differs:
+        lines.append(differs)
+    about = [
+        ("source", witness["source"]),
+        ("witness_version", cell(witness["witness_version"])),
+        ("host", cell(witness["host"])),
+        ("server commit", cell((witness["commit"] or "")[:10] or None)),
+        ("model", cell(witness["model_path"])),
+    ]
+    return Review("witness", name, about, headline, css, _per_c_table(counts), lines, verdict)
+
+
+def _witness_span(witness: dict[str, Any]) -> int | None:
+    """The token the witness's two m=1 references part at, when they part before its reference length; else None."""
+    at, tokens = witness["reference_self_divergence_at"], witness["reference_tokens"]
+    return at if at is not None and tokens is not None and at < tokens else None
+
+
+def _against_aprender(witness: dict[str, Any], bands: pl.DataFrame, css: str) -> tuple[str, str, None] | None:
+    """One line, when aprender's recorded verdict and this card disagree, saying why: its rules judge other things than m=1."""
+    recorded, version = witness["recorded_verdict"], witness["witness_version"]
+    if (recorded == "PASS") == (css != "fail") or recorded not in ("PASS", "FAIL"):
+        return None
+    if recorded == "PASS" and version in (2, 3):
+        batched = bands.filter(pl.col("c") > 1)
+        agree = batched["intra_agree_to"].min() if "intra_agree_to" in batched.columns else None
+        declared = batched["declared_min"].min() if "declared_min" in batched.columns else None
+        return (
+            "aprender",
+            f"records PASS: witness_version {version} passes a batch whose requests agree with each other "
+            f"(here to token {cell(agree)}, declared_min {cell(declared)}) without comparing them with m=1; "
+            "this card compares every request with m=1.",
+            None,
+        )
+    return (
+        "aprender",
+        f"records {recorded} by witness_version {version}'s rules (a band passes when it agrees with m=1 to "
+        "declared_min); this card asks whether every request matches m=1 over its whole length.",
+        None,
+    )
+
+
+def _witness_completeness(
+    witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame
+) -> tuple[str, str, str | None]:
+    expected = int(bands["c"].sum()) if bands.height else 0
+    refused = int(slots["refused"].is_not_null().sum())
+    gaps = [
+        f"{expected - slots.height} slot(s) absent" if slots.height < expected else "",
+        f"{refused} refused" if refused else "",
+    ]
+    if (
+        witness["reference_stable"] is False and _witness_span(witness) is None
+    ):  # a parting with no token: the run-to-run line has none to give
+        gaps.append("the two m=1 references are recorded as unstable")
+    gaps = [g for g in gaps if g]
+    have = f"{slots.height} of {expected} slot(s) across {bands.height} band(s)"
+    if not gaps:
+        return "completeness", f"complete: {have}, none refused.", "pass"
+    return "completeness", f"{have}; " + "; ".join(gaps) + ".", "fail" if slots.height < expected or refused else "warn"
