@@ -48,20 +48,26 @@ this changes a bit of the arithmetic above.
 What this does not have: a kernel of its own. The GEMM property is measured, for MKL on x86 (its
 AVX2 and AVX512 branches); another BLAS (OpenBLAS, Accelerate) is untested, and on a GPU cuBLAS
 picks its kernels by shape, so the mode runs on the CPU only (``fixed-tiles`` runs anywhere).
+
+This module holds the mode's face, its cache and the forward over the blocks; the attention's windows and calls are in
+:mod:`~analysis.experiment.model._rowwise_attention`, the parameters as the forward reads them with the Linear and the
+LayerNorm in :mod:`~analysis.experiment.model._rowwise_weights`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import pairwise
 
 import torch
 from torch.nn import functional as F
 
+from ._rowwise_attention import QUERY_GROUP as QUERY_GROUP
+from ._rowwise_attention import _attention, _windows
+from ._rowwise_weights import _layer_norm, _linear, _weights
+from ._rowwise_weights import _linear_weights as _linear_weights
 from .kernels import KV_SPLIT
 
 MIN_ROWS = 4  # fewest rows any GEMM here sees: MKL's sgemm sums in one order from 4 rows up
@@ -322,108 +328,6 @@ def _forward(model, ids, positions, rows, cache: RowCache, want) -> torch.Tensor
     return _linear(_layer_norm(weights.ln_f, x), weights.head)[: want.shape[0]]
 
 
-@dataclass(frozen=True)
-class _Weights:
-    """A TinyLM's parameters as the forward reads them: each Linear as :func:`_linear_weights` gives it, each LayerNorm
-    ``(weight, bias, eps)``, per block ``(ln1, qkv, out, ln2, fc, proj, heads)``. Looking them up once saves the forward
-    about 70 calls to ``nn.Module.__getattr__`` per step. The LayerNorms and embeddings are the model's own tensors;
-    the float32 Linear weights are transposed copies, made again by :func:`_weights` when a weight changed in place
-    (its version counter: ``load_state_dict``, an optimizer step, any in-place op under ``no_grad``) or moved (``.to()``),
-    or when a layer or Parameter was replaced by another. (A change through ``weight.data`` bumps no version and would
-    go unseen; nothing in bia makes one.)"""
-
-    tok: torch.Tensor
-    pos: torch.Tensor
-    blocks: tuple
-    ln_f: tuple
-    head: tuple[torch.Tensor, torch.Tensor | None]  # as _linear_weights gives it
-    heads: int
-    params: tuple  # (the parent's dict, name, object) of each submodule and Parameter, to notice one replaced
-    stamp: tuple  # each Linear weight's (version, address) when copied, to notice one changed
-    sources: tuple  # those weights
-
-
-_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _weights(model) -> _Weights:
-    """``model``'s :class:`_Weights`, made on first use and again when one of its layers or Parameters was replaced."""
-    known = _WEIGHTS.get(model)
-    if (
-        known is not None
-        and all(table.get(name) is param for table, name, param in known.params)
-        and _stamp(known.sources) == known.stamp
-    ):
-        return known
-    sources = tuple(layer.weight for layer in model.modules() if isinstance(layer, torch.nn.Linear))
-    norm = lambda m: (m.weight, m.bias, m.eps)  # noqa: E731
-    blocks = tuple(
-        (
-            norm(b.ln1),
-            _linear_weights(b.qkv),
-            _linear_weights(b.out),
-            norm(b.ln2),
-            _linear_weights(b.fc),
-            _linear_weights(b.proj),
-            b.n_heads,
-        )
-        for b in model.blocks
-    )
-    made = _Weights(
-        model.tok.weight,
-        model.pos.weight,
-        blocks,
-        norm(model.ln_f),
-        _linear_weights(model.head),
-        model.cfg.n_heads,
-        _parameters(model),
-        _stamp(sources),
-        sources,
-    )
-    _WEIGHTS[model] = made
-    return made
-
-
-def _parameters(model) -> tuple:
-    """``(dict, name, object)`` for every submodule and Parameter of ``model``, ``dict`` the one of its parent that holds
-    it: the check that none was replaced is then one lookup each, cheaper than walking ``parameters()``."""
-    entries = []
-
-    def walk(module) -> None:
-        for name, child in module._modules.items():
-            entries.append((module._modules, name, child))
-            walk(child)
-        entries.extend((module._parameters, name, param) for name, param in module._parameters.items())
-
-    walk(model)
-    return tuple(entries)
-
-
-def _stamp(weights) -> tuple:
-    """Each weight's version counter and address: what changes when it is written to in place or moved."""
-    return tuple((weight._version, weight.data_ptr()) for weight in weights)
-
-
-def _linear_weights(layer) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(weight, bias)`` for :func:`_linear`: the weight as ``[in, out]``. In float32 a contiguous copy: MKL's GEMM
-    then reads it untransposed, about a tenth faster for a few rows than ``F.linear``'s transposed view, and sums each
-    row in the same order, so gives the same bits from :data:`MIN_ROWS` rows up (``tests/test_kernels.py``); in
-    bfloat16 (oneDNN) the view ``F.linear`` itself takes."""
-    weight = layer.weight.detach()
-    return (weight.t().contiguous() if weight.dtype == torch.float32 else weight.t()), layer.bias
-
-
-def _linear(x: torch.Tensor, weights: tuple) -> torch.Tensor:
-    """A Linear on ``x [N, d]`` (N >= :data:`MIN_ROWS`): one plain GEMM over every row (``weights`` from :func:`_linear_weights`)."""
-    weight, bias = weights
-    return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
-
-
-def _layer_norm(ln: tuple, x: torch.Tensor) -> torch.Tensor:
-    """Per row: LayerNorm's mean and variance run within each row, whatever the number of rows (``ln``: weight, bias, eps)."""
-    return F.layer_norm(x, x.shape[-1:], ln[0], ln[1], ln[2])
-
-
 def _block(
     block: tuple, x: torch.Tensor, y: torch.Tensor, n: int, slots, kv: torch.Tensor, plan, keep=None
 ) -> torch.Tensor:
@@ -444,109 +348,3 @@ def _block(
         x, z = pad_to_min_rows(x[keep]), pad_to_min_rows(z[keep])
     x = x + _linear(z, out)
     return x + _linear(F.gelu(_linear(_layer_norm(ln2, x), fc)), proj)
-
-
-QUERY_GROUP = 64  # queries per attention call: their copied windows (about 1 MB) stay in the cache (256: a quarter slower at c = 32)
-
-
-@dataclass
-class _Window:
-    """Queries whose windows hold ``splits`` splits of keys: their packed indexes ``take`` (a slice when consecutive),
-    the cache row each reads (a slice when consecutive; else counted from ``first``, the first of the rows it spans)
-    and the additive mask ``[queries * heads, 1, splits * KV_SPLIT]``: 0 for a key at or before the query's position,
-    -inf past it."""
-
-    take: torch.Tensor | slice
-    rows: torch.Tensor | slice
-    splits: int
-    mask: torch.Tensor
-    span: slice  # the cache rows ``rows`` counts within, when a tensor
-
-
-def _windows(order: list[int], at: list[int], positions: torch.Tensor, heads: int, room: int) -> list[_Window]:
-    """The attention calls of one forward: queries grouped by window length, at most :data:`QUERY_GROUP` to a call
-    (``order``, ``at``: the cache rows and positions as lists; ``room``: the cache's keys per row)."""
-    table = _mask_table(heads, room, positions.device)
-    lengths = sorted({p // KV_SPLIT + 1 for p in at})
-    calls = []
-    for length in lengths:
-        chosen = range(len(at)) if len(lengths) == 1 else [i for i, p in enumerate(at) if p // KV_SPLIT + 1 == length]
-        for start in range(0, len(chosen), QUERY_GROUP):
-            take = chosen[start : start + QUERY_GROUP]
-            index = _as_slice(take) or torch.tensor(take, device=positions.device)
-            width = length * KV_SPLIT
-            mask = table[positions[index], :, :width].reshape(
-                -1, 1, width
-            )  # [queries * heads, 1, W], a view of the rows taken
-            read = [order[i] for i in take]
-            rows: torch.Tensor | slice | None = _as_slice(read)
-            span = slice(min(read), max(read) + 1)
-            if rows is None:
-                rows = torch.tensor([r - span.start for r in read], device=positions.device)
-            calls.append(_Window(index, rows, length, mask, span))
-    return calls
-
-
-_MASKS: dict = {}
-
-
-def _mask_table(heads: int, room: int, device) -> torch.Tensor:
-    """``[P, heads, P]`` (P >= ``room``): row p is 0 up to key p and -inf past it, once per head; made once and kept
-    (the largest asked for), so that a step's mask is one lookup rather than a dozen calls."""
-    key = (heads, device)
-    table = _MASKS.get(key)
-    if table is None or table.shape[0] < room:
-        keys = torch.arange(room, device=device)
-        table = torch.zeros(room, room, device=device).masked_fill_(keys[None, :] > keys[:, None], -math.inf)
-        table = _MASKS[key] = table[:, None].expand(-1, heads, -1).contiguous()
-    return table
-
-
-def _as_slice(index) -> slice | None:
-    """``index`` (a sequence of ints) as a slice when it counts up by one, else None."""
-    first = index[0]
-    if index[-1] - first == len(index) - 1 and all(b - a == 1 for a, b in pairwise(index)):
-        return slice(first, first + len(index))
-    return None
-
-
-def _attention(q: torch.Tensor, kv: torch.Tensor, plan: list[_Window], heads: int, y: torch.Tensor) -> None:
-    """Every packed query's attention output ``[N, d]`` in float32 into ``y``, window by window."""
-    for window in plan:
-        if isinstance(window.take, slice):
-            _attend(q[window.take], kv, window, heads, y[window.take])
-        else:
-            y[window.take] = _attend(q[window.take], kv, window, heads)
-
-
-def _attend(
-    q: torch.Tensor, kv: torch.Tensor, window: _Window, heads: int, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Queries ``[Q, d]`` each against its own row's first ``window.splits`` splits of keys: one ``[1, hd] @ [hd, W]``
-    product per query and head, a softmax over W, one ``[1, W] @ [W, hd]`` product (into ``out`` when given)."""
-    count, d = q.shape
-    hd = d // heads
-    k, v = _read(kv[0], window, hd), _read(kv[1], window, hd)  # [Q * H, W, hd]
-    scores = torch.baddbmm(
-        window.mask, _float(q).reshape(count * heads, 1, hd), k.transpose(1, 2), alpha=1 / math.sqrt(hd)
-    )
-    if out is None:
-        return torch.bmm(scores.softmax(dim=-1), v).view(count, d)
-    torch.bmm(scores.softmax(dim=-1), v, out=out.view(count * heads, 1, hd))
-    return out
-
-
-def _read(cache: torch.Tensor, window: _Window, hd: int) -> torch.Tensor:
-    """The window's keys or values of each query's row, ``[Q * H, W, hd]`` in float32, from one layer's
-    ``[rows, H, room, hd]``: a view when the queries' rows are consecutive (a decode step), else one copy per query
-    (a prefill's queries repeat their sequences' rows), taken from the windows of the rows they span made contiguous
-    first (two fifths of the time of a gather from the strided cache)."""
-    width = window.splits * KV_SPLIT
-    if isinstance(window.rows, slice):
-        return _float(cache[window.rows, :, :width].reshape(-1, width, hd))
-    return _float(cache[window.span, :, :width].contiguous().index_select(0, window.rows).view(-1, width, hd))
-
-
-def _float(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32 (itself when it is: a float32 model pays no conversion call)."""
-    return t if t.dtype == torch.float32 else t.float()
