@@ -135,7 +135,7 @@ def test_a_replay_that_does_not_give_the_captured_bits_is_refused(runs, tmp_path
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda r: r.update(first_ops_version=2), "field first_ops_version: expected 1, got 2"),
+    (lambda r: r.update(first_ops_version=3), "field first_ops_version: expected 1 or 2, got 3"),
     (lambda r: r["steps"]["step"].__setitem__(0, 1.5), "steps record 0: field step: expected int, got 1.5"),
     (lambda r: r["steps"]["op"].__setitem__(0, "nope"), "steps record 0: field op: layer 0 op 'nope' is not one of the file's ops"),
     (lambda r: r["steps"].pop("slot"), "field steps: expected the columns"),

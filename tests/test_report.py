@@ -460,11 +460,12 @@ def many_prompts(folder: Path, n: int = 64) -> Path:
         mode, source, prompt = k % 2, ("p0", "p1")[k // 2 % 2], f"q{k:02d}"
         manifest["prompts"].append({"prompt_id": prompt, "text": next(p["text"] for p in manifests[mode]["prompts"] if p["prompt_id"] == source)})
         manifest["m_formed"] += [{**e, "prompt_id": prompt} for e in manifests[mode]["m_formed"] if e["prompt_id"] == source]
-        other = {(x["role"], x.get("c"), x["slot"]): x for x in lines[mode] if x["prompt_id"] != source}
+        # the bundled runs are run_version 1: their envelopes name c by its legacy key band_c
+        other = {(x["role"], x.get("band_c"), x["slot"]): x for x in lines[mode] if x["prompt_id"] != source}
         for line in (x for x in lines[mode] if x["prompt_id"] == source):
-            key = (line["role"], line.get("c"), line["slot"])
+            key = (line["role"], line.get("band_c"), line["slot"])
             if k % 16 == 5 and key == ("band", 8, 0):
-                line = {**other[key], **{f: line.get(f) for f in ("role", "c", "slot", "repeat")}}
+                line = {**other[key], **{f: line.get(f) for f in ("role", "band_c", "slot", "repeat")}}
             out.append(json.dumps({**line, "prompt_id": prompt}))
     (folder / "captures").mkdir(parents=True)
     write_json(folder / "manifest.json", manifest)
