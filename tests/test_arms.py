@@ -92,6 +92,7 @@ def test_every_arm_runs_on_llama_cpp_vllm_and_bia_serve():
         check_arms(ALL_ARMS, PROFILES[name])
 
 
+@pytest.mark.engine
 def test_the_probe_refuses_an_arm_the_engine_cannot_run_before_firing_anything(tmp_path):
     pytest.importorskip("torch")
     from analysis.serve import BackgroundServer
@@ -206,6 +207,7 @@ def test_every_arm_against_bia_serve_is_recorded_once_and_complete(served_arms):
     assert set(width_table(run)["arm"]) == set(ALL_ARMS) - {"prefill"}
 
 
+@pytest.mark.engine
 def test_bia_serve_alone_and_cold_repeats_m1_bit_for_bit_and_its_drift_is_put_on_a_cause(served_arms):
     run = served_arms
     slots = slot_table(run)
@@ -250,6 +252,7 @@ def test_the_attribution_figure_splits_each_bar_by_the_causes_shares():
     plt.close(ax.figure)
 
 
+@pytest.mark.engine
 def test_the_report_section_names_the_causes_and_escapes_the_run_names(served_arms):
     import dataclasses
     import re
@@ -324,6 +327,7 @@ def test_bia_probe_refuses_an_unknown_arm_before_connecting():
     assert not (root / "unused").exists()
 
 
+@pytest.mark.engine
 def test_a_dry_run_lists_the_arms_units_and_counts_their_primers():
     pytest.importorskip("torch")
     from analysis.probe import dry_run
@@ -336,6 +340,7 @@ def test_a_dry_run_lists_the_arms_units_and_counts_their_primers():
     assert planned["requests"] == 2 + 3 + 4 + 3 + (1 + 1)  # references, repeats, serial, prefill positions 1-3, the cache's primer and request
 
 
+@pytest.mark.engine
 def test_a_run_with_arms_written_again_reads_back_with_its_arms(served_arms, tmp_path):
     from analysis import write_run
 
