@@ -189,10 +189,19 @@ __all__ = [
     "write_witness",
 ]
 
-# A run's card opens with its verdict: the judgement sits above the run's floor, so the face gives Run its card.
-# Deliberate patches: the face's cards replace the plain ones (views sit above the objects' floors).
-Run._repr_html_ = views.run_card  # type: ignore[attr-defined]  # neither class defines one: the face gives them theirs
-Judgement._repr_html_ = views.html.judgement_html  # type: ignore[attr-defined]
+# Every card Jupyter shows is drawn in analysis.views, which sits above the objects' floors (a run's card opens with its
+# verdict, computed above the run): no object defines its own, so the face gives each its card.
+_CARDS = {
+    Run: views.run_card,
+    Judgement: views.html.judgement_html,
+    WitnessSet: views.witness_card,
+    Dump: views.dump_card,
+    History: views.history_card,
+    ShapeVerdict: views.shape_verdict_card,
+    Study: views.study_card,
+}
+for _cls, _card in _CARDS.items():
+    _cls._repr_html_ = _card  # type: ignore[attr-defined]
 
 # Public classes say they belong to the package face, as httpx's do: reprs, tracebacks and pickles name
 # ``analysis.Run`` rather than the private module that happens to define it today.
@@ -200,4 +209,4 @@ for _name in __all__:
     _obj = globals()[_name]
     if isinstance(_obj, type) and _obj.__module__.startswith("analysis."):
         _obj.__module__ = __name__
-del _name, _obj
+del _name, _obj, _cls, _card

@@ -147,7 +147,7 @@ def test_cards_in_a_narrow_notebook_keep_wide_tables_in_their_own_box(tmp_path):
 
 
 def test_a_shortened_cell_keeps_untrusted_text_escaped_in_its_text_and_its_tooltip():
-    from analysis.core._cells import frame_html
+    from analysis.views.html import frame_html
 
     evil = '"><img src=x onerror="window.__pwned=1">' + "a" * 40  # a commit field is the witness file's, untrusted
     html = frame_html(__import__("polars").DataFrame({"commit": [evil]}), shorten={"commit": 10})

@@ -97,13 +97,15 @@ def test_objects_show_one_line_and_html(tmp_path):
     run = analysis.read_run(ROOT / "data" / "llamacpp-cpu" / "no-cache-prompt")
     dump = analysis.read_dumps(ROOT / "data" / "experiment-cpu" / "default" / "captures")
     ws = analysis.read_witnesses(ROOT / "data" / "aprender-lambda")
-    for obj in (run, dump, ws):
+    study = analysis.scan_study(analysis.write_dataset(ROOT / "data" / "experiment-cpu" / "default", tmp_path / "study"))
+    for obj in (run, dump, ws, study):
         assert "\n" not in repr(obj) and len(repr(obj)) < 300
         page = obj._repr_html_()
         # a run's card opens with its verdict (its row of analysis.judge), then its summary
         opening = '<div class="bia-scroll" style="max-width:100%;overflow-x:auto"><table class="bia-table bia-answer">' if obj is run else '<div class="bia-summary">'
         assert page.startswith(opening) and '<div class="bia-summary">' in page and "None" not in page and "True" not in page
     assert repr(run).endswith("2 prompt(s), ladder [1, 4, 8, 16], 62 requests, complete)")
+    assert repr(study) == f"Study(1 run(s) at {str(tmp_path / 'study')!r})" and ">default</td>" in study._repr_html_()
     assert 'data-verdict="RED"' in run._repr_html_() and "co-batching" in run._repr_html_()
     assert "c=1: 2 of 2 requests bit-identical to ref #1, 2 token-identical" in run._repr_html_()  # no prompt cache: alone is exact
     assert "c=4: 0 of 8 requests bit-identical to ref #1, 8 token-identical" in run._repr_html_()
@@ -142,6 +144,24 @@ def test_no_module_is_longer_than_500_lines():
     """Each module holds one idea (issue 21): a module past 500 lines is split, not grown (issue 33)."""
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "analysis").rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
     assert long == {}
+
+
+def test_every_card_is_drawn_in_views_and_no_object_draws_its_own():
+    """Views own every view (issue 33): no class outside analysis.views defines ``_repr_html_``; the face binds each public
+    object's card, and each card comes from analysis.views."""
+    import ast
+
+    drawn_elsewhere = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in (ROOT / "analysis").rglob("*.py")
+        if "views" not in path.relative_to(ROOT / "analysis").parts
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == "_repr_html_"
+    ]
+    assert drawn_elsewhere == []
+    with_cards = {name for name in analysis.__all__ if hasattr(getattr(analysis, name), "_repr_html_")}
+    assert with_cards == {"Run", "Judgement", "WitnessSet", "Dump", "History", "ShapeVerdict", "Study"}
+    assert all(getattr(analysis, name)._repr_html_.__module__.startswith("analysis.views.html.") for name in with_cards)
 
 
 def test_the_public_module_names_are_the_modules_where_the_code_lives():

@@ -1,9 +1,8 @@
-"""The lowest layer: strict JSON, field errors, frames, output files, HTML rendering, cells for people, the version."""
+"""The lowest layer: strict JSON, field errors, frames, output files, cells for people, the version."""
 
-from ._cells import MISSING, cell, duration, few, frame_html, pairs, percent, scroll_box, share, summary_html
+from ._cells import MISSING, cell, duration, few, pairs, percent, share
 from ._fields import INT64_MAX, INT64_MIN, Fields, WitnessError
 from ._frames import as_polars, build, check_backend, progress, progress_bar, to_backend
-from ._html import render
 from ._modes import (
     INVARIANT_MODES,
     KERNEL_MODES,
@@ -62,7 +61,6 @@ __all__ = [
     "first_duplicate",
     "format_number",
     "format_percent_1",
-    "frame_html",
     "kernel_mode_words",
     "loads_strict",
     "mode_as_asked",
@@ -71,12 +69,9 @@ __all__ = [
     "percent",
     "progress",
     "progress_bar",
-    "render",
     "rust_debug_str",
     "rust_is_blank",
-    "scroll_box",
     "share",
-    "summary_html",
     "to_backend",
     "write_atomic",
 ]

@@ -16,7 +16,6 @@ from ..core import check_backend, to_backend
 from ..core import progress as show_progress
 from ..io import expand_sources, local_path
 from . import _json
-from ._card import dump_summary
 from ._kit import Meta
 from ._schema import SCHEMAS, Rows
 from ._values import DumpError
@@ -107,9 +106,6 @@ class Dump:
             f"Dump({len(self.tokens)} tokens, {len(self.candidates)} candidates, {len(self.requests)} requests "
             f"from {len(self.formats)} source(s); skipped {len(self.skipped)}; backend={self.backend!r})"
         )
-
-    def _repr_html_(self) -> str:
-        return dump_summary(self)
 
     def write_parquet(self, folder: str | os.PathLike[str]) -> Path:
         """Write the three tables as Parquet (plus a manifest), so the dump is parsed only once.

@@ -147,31 +147,6 @@ class History:
         series = self.entries.select(SERIES).unique().height
         return f"History({self.entries.height} entries in {series} series, {self.bands.height} bands, {self.markers.height} markers)"
 
-    def _repr_html_(self) -> str:
-        from ..core import cell, summary_html
-
-        span = self.entries["time"].drop_nulls()
-        facts = [
-            ("entries", self.entries.height),
-            ("series (host, engine, model, settings)", self.entries.select(SERIES).unique().height),
-            ("from", span.min() if span.len() else None),
-            ("to", span.max() if span.len() else None),  # as every time is shown
-            ("markers", self.markers.height),
-        ]
-        lines = [
-            (f"{r['rule']}: {r['host']} {r['engine']} c={r['c']}, first bad {cell(r['first_bad_time'])}", "fail")
-            for r in self.regressions().iter_rows(named=True)
-        ]
-        # a commit's 40 hex digits are most of a row: 10 are enough to tell commits apart, the rest in each cell's tooltip
-        return summary_html(
-            "bia history",
-            None,
-            facts,
-            lines,
-            self.entries.select("time", "kind", *SERIES, "commit", "verdict"),
-            shorten={"commit": 10},
-        )
-
     def regressions(self, rules: Iterable[Rule] = REGRESSION_RULES) -> pl.DataFrame:
         """Each place a rule finds a band that was good and is not: the last good and the first bad
         entry of its series (host, engine, model, series_settings) and c, and the server commits between them.

@@ -158,6 +158,9 @@ class Study:
     runs: pl.DataFrame
     path: str
 
+    def __repr__(self) -> str:  # one line, as every bia object's: the frames are lazy and the manifests long
+        return f"Study({self.runs.height} run(s) at {self.path!r})"
+
     def partitions(self) -> list[tuple[str, str | None]]:
         """Every (run, prompt_id) the dataset holds, sorted."""
         keys = self.requests.select(PARTITION).unique().collect()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..core import StrictJsonError, loads_strict, render, rust_is_blank
+from ..core import StrictJsonError, loads_strict, rust_is_blank
 from ._v3_policy import PolicyError, V3Policy
 from ._v3_rules import _parse, _Rules, _Unreadable
 
@@ -80,9 +80,6 @@ class ShapeVerdict:
         if self.status == "RED":
             return self.reasons[0]
         return "\n".join(self.stdout_lines())
-
-    def _repr_html_(self) -> str:
-        return render("verdict.html.j2", verdict=self)
 
     def to_frame(self, backend: str = "polars") -> Any:
         """One row per reason: source, status, rule order and text.

@@ -3,6 +3,16 @@ and the terminal tables."""
 
 from . import html, plots
 from ._terminal import print_witness_tables
-from .html import run_card
+from .html import dump_card, history_card, run_card, shape_verdict_card, study_card, witness_card
 
-__all__ = ["html", "plots", "print_witness_tables", "run_card"]
+__all__ = [
+    "dump_card",
+    "history_card",
+    "html",
+    "plots",
+    "print_witness_tables",
+    "run_card",
+    "shape_verdict_card",
+    "study_card",
+    "witness_card",
+]

@@ -54,11 +54,6 @@ class WitnessSet:
         )
         return f"WitnessSet({counts}; backend={self.backend!r})"
 
-    def _repr_html_(self) -> str:
-        from ._card import witness_summary
-
-        return witness_summary(self)
-
     @property
     def sources(self) -> list[str]:
         """Every source read, in order."""

@@ -8,7 +8,8 @@ display these (:mod:`analysis.report`).
 from .admission import admission_html, rounded, run_admission, verdicts_html
 from .answer import CSS, answer_html, judgement_html
 from .attribution import attribution_html
-from .cards import run_card
+from .blocks import frame_html, render, scroll_box, summary_html
+from .cards import count_notes, dump_card, history_card, run_card, shape_verdict_card, study_card, witness_card
 from .engines import engines_html, mode_comparison_html
 from .figures import figures_html, png_base64, show_figure
 from .first_ops import first_op_html
@@ -39,12 +40,16 @@ __all__ = [
     "answer_section_html",
     "attribution_html",
     "bands_html",
+    "count_notes",
+    "dump_card",
     "engines_html",
     "entries_html",
     "figures_html",
     "first_op_html",
+    "frame_html",
     "header_html",
     "heading_html",
+    "history_card",
     "judge_report",
     "judgement_html",
     "markers_html",
@@ -53,6 +58,7 @@ __all__ = [
     "png_base64",
     "provenance_html",
     "regressions_html",
+    "render",
     "reviews_html",
     "rl_mismatch_html",
     "rounded",
@@ -62,11 +68,16 @@ __all__ = [
     "run_html",
     "run_review",
     "run_tables_html",
+    "scroll_box",
     "series_heading_html",
+    "shape_verdict_card",
     "show_figure",
+    "study_card",
+    "summary_html",
     "table_html",
     "verdicts_html",
     "witness_bands_html",
+    "witness_card",
     "witness_details_html",
     "witness_reviews",
     "worst_html",

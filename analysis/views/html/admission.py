@@ -7,8 +7,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...core import MISSING, cell, render
+from ...core import MISSING, cell
 from ...verdicts import ShapeVerdict, V3Policy
+from .blocks import render
 
 
 def _short(commit: str | None) -> str:

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from ...core import scroll_box
 from ...run import ARM_WORDS, arm_words
 from ...studies import Judgement, rate_words
+from .blocks import scroll_box
 
 CSS = {
     "GREEN": "pass",

@@ -1,16 +1,22 @@
-"""The cards Jupyter shows for bia's objects, where they need the judgement (computed above the objects' own floors)."""
+"""The cards Jupyter shows for bia's objects: a run, a witness set, a dump, a history and a V3 verdict.
+
+The objects live on lower floors and define no card: the package face binds each of these as the object's
+``_repr_html_``, so that every card is drawn here and a run's card can open with the judgement, which is computed above it.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import polars as pl
 
-from ...core import few, kernel_mode_words, scroll_box, summary_html
+from ...core import as_polars, cell, few, kernel_mode_words
 from ...metrics import run_counts
 from ...run import Run, run_arms, slot_table
-from ...studies import judge_runs
+from ...studies import SERIES, judge_runs
 from .answer import answer_html
+from .blocks import render, scroll_box, summary_html
 
 
 def run_card(run: Any) -> str:
@@ -86,3 +92,233 @@ def _bits_words(requests: int, bitwise: int, known: int, same: int) -> str:
     """
     unknown = f", {requests - known} with bits unknown (no logprobs)" if known < requests else ""
     return f"{bitwise} of {requests} requests bit-identical to ref #1{unknown}, {same} token-identical"
+
+
+def witness_card(ws: Any) -> str:
+    """A :class:`~analysis.WitnessSet`'s card in Jupyter: counts, each witness's recorded and re-derived verdict, the
+    first bands.
+
+    Parameters
+    ----------
+    ws : WitnessSet
+        The witnesses, in either backend.
+
+    Returns
+    -------
+    str
+        HTML.
+
+    Examples
+    --------
+    >>> from analysis import read_witnesses
+    >>> html = witness_card(read_witnesses("data/aprender-lambda"))
+    >>> "bia witnesses" in html and "re-derived" in html
+    True
+    """
+    polars_set = ws.to_backend("polars")
+    facts = [
+        ("witnesses", polars_set.witnesses.height),
+        ("bands", polars_set.bands.height),
+        ("slots", polars_set.slots.height),
+        ("release markers", polars_set.markers.height),
+        ("discrepancies", polars_set.discrepancies.height),
+    ]
+    lines = []
+    for source, recorded, derived in polars_set.witnesses.select(
+        "source", "recorded_verdict", "derived_verdict"
+    ).iter_rows():
+        agree = recorded == derived
+        lines.append((f"{source}: recorded {cell(recorded)}, re-derived {cell(derived)}", None if agree else "fail"))
+    columns = ("source", "c", "m_formed", "divergence_at", "decode_tok_s", "result", "derived_result")
+    bands = polars_set.bands.select([c for c in columns if c in polars_set.bands.columns])
+    return summary_html("bia witnesses", None, facts, lines, bands)
+
+
+_DUMP_PREVIEW = (
+    "request_id",
+    "source_format",
+    "model",
+    "prompt_id",
+    "role",
+    "c",
+    "slot",
+    "completion_tokens",
+    "finish_reason",
+)
+
+
+def dump_card(dump: Any) -> str:
+    """A :class:`~analysis.Dump`'s card in Jupyter: sizes, sources and formats, what was left out, counts that differ for a
+    known reason, the first requests.
+
+    Parameters
+    ----------
+    dump : Dump
+        The dump (either backend).
+
+    Returns
+    -------
+    str
+        HTML.
+
+    Examples
+    --------
+    >>> from analysis import read_run
+    >>> html = dump_card(read_run("data/experiment-cpu/default").dump)
+    >>> "bia dump" in html and "records left out" in html
+    True
+    """
+    sources = list(dump.formats)
+    formats = sorted({f for found in dump.formats.values() for f in found})
+    requests = as_polars(dump.requests)
+    notes = count_notes(requests)
+    facts = [
+        ("requests", len(dump.requests)),
+        ("scored tokens", len(dump.tokens)),
+        ("candidates", len(dump.candidates)),
+        ("sources", few(sources)),
+        ("formats", few(formats)),
+        ("records left out", len(dump.skipped)),
+        ("backend", dump.backend),
+    ]
+    if notes:
+        facts.append(("usage counts tokens never sent", len(notes)))
+    lines = [(str(e), "fail") for e in dump.skipped[:5]] + [(note, None) for note in notes[:5]]
+    return summary_html(
+        "bia dump", None, facts, lines, requests.select([c for c in _DUMP_PREVIEW if c in requests.columns])
+    )
+
+
+def count_notes(requests) -> list[str]:
+    """One line per request whose usage counts tokens its logprob entries never carried, for a recorded reason
+    (``extra.usage_minus_entries``: the Responses API's end-of-message token).
+
+    Parameters
+    ----------
+    requests : polars.DataFrame
+        A dump's requests table (``source``, ``record``, ``completion_tokens``, ``n_completion_scored``, and
+        ``extra`` when any request has one).
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> import polars as pl
+    >>> extra = '{"usage_minus_entries": 1, "usage_minus_entries_reason": "the end token"}'
+    >>> count_notes(pl.DataFrame({"source": ["a.sse"], "record": [0], "completion_tokens": [3], "n_completion_scored": [2], "extra": [extra]}))
+    ['a.sse record 0: usage counts 3 tokens, 2 logprob entries (1 more: the end token)']
+    """
+    if "extra" not in requests.columns:
+        return []
+    notes = []
+    for row in requests.filter(
+        requests["extra"].str.contains('"usage_minus_entries"', literal=True).fill_null(False)
+    ).iter_rows(named=True):
+        extra = json.loads(row["extra"])
+        notes.append(
+            f"{row['source']} record {row['record']}: usage counts {row['completion_tokens']} tokens, {row['n_completion_scored']} logprob "
+            f"entries ({extra['usage_minus_entries']} more: {extra.get('usage_minus_entries_reason', 'reason not recorded')})"
+        )
+    return notes
+
+
+def history_card(history: Any) -> str:
+    """A :class:`~analysis.History`'s card in Jupyter: its size and span, each regression its rules find, the first entries.
+
+    Parameters
+    ----------
+    history : History
+        The history.
+
+    Returns
+    -------
+    str
+        HTML.
+
+    Examples
+    --------
+    >>> from analysis import read_history
+    >>> html = history_card(read_history("data/aprender-lambda"))
+    >>> "bia history" in html and "series (host, engine, model, settings)" in html
+    True
+    """
+    entries = history.entries
+    span = entries["time"].drop_nulls()
+    facts = [
+        ("entries", entries.height),
+        ("series (host, engine, model, settings)", entries.select(SERIES).unique().height),
+        ("from", span.min() if span.len() else None),
+        ("to", span.max() if span.len() else None),  # as every time is shown
+        ("markers", history.markers.height),
+    ]
+    lines = [
+        (f"{r['rule']}: {r['host']} {r['engine']} c={r['c']}, first bad {cell(r['first_bad_time'])}", "fail")
+        for r in history.regressions().iter_rows(named=True)
+    ]
+    # a commit's 40 hex digits are most of a row: 10 are enough to tell commits apart, the rest in each cell's tooltip
+    preview = entries.select("time", "kind", *SERIES, "commit", "verdict")
+    return summary_html("bia history", None, facts, lines, preview, shorten={"commit": 10})
+
+
+def shape_verdict_card(verdict: Any) -> str:
+    """A V3 :class:`~analysis.ShapeVerdict`'s card in Jupyter: the status, the source and each reason.
+
+    Parameters
+    ----------
+    verdict : ShapeVerdict
+        The verdict.
+
+    Returns
+    -------
+    str
+        HTML.
+
+    Examples
+    --------
+    >>> from analysis import shape_check
+    >>> html = shape_verdict_card(shape_check("data/aprender-lambda/witness@464c168e62.json"))
+    >>> "NOT ADMISSIBLE" in html
+    True
+    """
+    return render("verdict.html.j2", verdict=verdict)
+
+
+def study_card(study: Any) -> str:
+    """A :class:`~analysis.Study`'s card in Jupyter: where the dataset lies, how much it holds, and each run's engine and
+    model (counted from the Parquet files' metadata: no token is read).
+
+    Parameters
+    ----------
+    study : Study
+        The dataset, opened by :func:`~analysis.scan_study`.
+
+    Returns
+    -------
+    str
+        HTML.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from analysis import scan_study, write_dataset
+    >>> html = study_card(scan_study(write_dataset("data/experiment-cpu/default", tempfile.mkdtemp())))
+    >>> "bia study" in html and ">default</td>" in html
+    True
+    """
+    facts = [
+        ("runs", study.runs.height),
+        ("partitions (run, prompt)", len(study.partitions())),
+        ("requests", study.requests.select(pl.len()).collect().item()),
+        ("scored tokens", study.tokens.select(pl.len()).collect().item()),
+        ("path", study.path),
+    ]
+    identities = [json.loads(text).get("identity") or {} for text in study.runs["manifest"]]
+    runs = study.runs.select(
+        "run",
+        pl.Series("engine", [i.get("engine") for i in identities], dtype=pl.String),
+        pl.Series("model", [(i.get("model") or {}).get("path") for i in identities], dtype=pl.String),
+        "path",
+    )
+    return summary_html("bia study", None, facts, [], runs, preview_rows=10)

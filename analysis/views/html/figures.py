@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ...core import render
+from .blocks import render
 
 
 def show_figure(ax_or_figure, alt: str) -> None:

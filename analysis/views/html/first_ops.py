@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...core import render
 from ...run import first_op_table, first_ops_record, has_first_ops
 from ..plots.first_ops import kernel_mode, op_counts, plot_first_ops
+from .blocks import render
 from .figures import png_base64
 from .tables import table_html
 

@@ -9,10 +9,11 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from ...core import MISSING, __version__, cell, render
+from ...core import MISSING, __version__, cell
 from ...io import default_sources
 from ...studies import History
 from ..plots.trend import series_keys
+from .blocks import render
 
 
 def header_html(

@@ -11,11 +11,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ...core import MISSING, cell, pairs, render
+from ...core import MISSING, cell, pairs
 from ...verdicts import V3Policy
 from ..plots.witness import differing_env_knobs
 from .admission import _short
 from .attribution import attribution_html
+from .blocks import render
 from .first_ops import first_op_html
 from .review import run_review
 from .run_provenance import run_html

@@ -8,7 +8,8 @@ from typing import Any
 
 import polars as pl
 
-from ...core import canonical_setting, cell, pairs, render
+from ...core import canonical_setting, cell, pairs
+from .blocks import render
 from .tables import WORST_ROWS
 
 FEW = 5  # per-prompt sentences (negative controls, forks) listed before the rest are counted

@@ -13,7 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from ...core import as_polars, cell, render
+from ...core import as_polars, cell
+from .blocks import render
 
 WORST_ROWS = 20  # a long table shows this many of its worst rows and counts the rest
 

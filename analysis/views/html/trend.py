@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...core import MISSING, cell, frame_html, render
+from ...core import MISSING, cell
 from ...studies import SERIES, History
 from ..plots.trend import series_name
+from .blocks import frame_html, render
 
 
 def regressions_html(history: History) -> str:
