@@ -28,6 +28,15 @@ ROOT = Path(__file__).resolve().parent.parent
 LAMBDA = ROOT / "data" / "aprender-lambda"
 V2_WITNESS = LAMBDA / "witness@464c168e62.json"
 
+# Property tests draw a fixed number of examples each; the fast tier (scripts/check.sh) draws a third of them, so that
+# make check stays a pre-commit check, while the whole suite and CI draw them all.
+EXAMPLES_SCALE = float(os.environ.get("BIA_EXAMPLES_SCALE", "1"))
+
+
+def examples(n: int) -> int:
+    """A property test's example budget in this tier: ``n`` scaled by ``BIA_EXAMPLES_SCALE``, never under 10."""
+    return max(10, round(n * EXAMPLES_SCALE))
+
 # A control witness that passes every V3 rule (docs/v3.md), each case of test_v3 changing one thing in it.
 CONTROL = {
     "binary_sha256": "a" * 64,

@@ -10,6 +10,7 @@ import math
 import parity_oracle as oracle
 import polars as pl
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -110,7 +111,7 @@ BAND_COLUMNS = ["prompt_id", "c", "repeat", "m_formed", "n_slots", "divergence_m
 PROMPT_COLUMNS = ["prompt_id", "tie_density_1e-3", "tie_density_1e-2", "tie_density_1e-1", "div_index", "avg_std_top1_prob", "std_output_length"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(run=runs(), epsilon=st.sampled_from([parity.NEAR_TIE_EPSILON, 0.3]))
 def test_columnar_tables_equal_the_plain_implementation(run, epsilon):
     plain = oracle.comparisons(run, epsilon)
@@ -122,7 +123,7 @@ def test_columnar_tables_equal_the_plain_implementation(run, epsilon):
     assert_rows_equal(flip_table(run).to_dicts(), oracle.flip_curve(run).to_dicts(), ["margin_low", "margin_high", "steps", "flips", "p_flip"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(run=runs())
 def test_every_comparison_field_and_the_witness_agree_with_the_plain_implementation(run):
     """``topk_set_changes`` and ``reference_length`` are in no table: check them pair by pair, and the witness built on them."""
@@ -161,7 +162,7 @@ def oracle_witness(run: Run, prompt: str) -> dict:
 
 @example(edges=(0.0, 0.0, 1.0))
 @given(edges=st.lists(st.sampled_from([0.0, 1e-3, 0.25, 0.5, math.inf]), min_size=2, max_size=5, unique=True).map(sorted).map(tuple))
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 def test_flip_bins_follow_the_half_open_edges(edges):
     ref = parity.Stream(("r",), (1, 2, 3), (), (((1, -0.5), (3, -0.5)), ((2, -0.125), (4, -0.625)), ((3, -0.25), (5, -0.5))))
     curve = parity.flip_curve([(ref, parity.Stream(("b",), (1, 2, 9)))], edges)

@@ -8,7 +8,7 @@ import random
 import orjson
 import polars as pl
 import pytest
-from conftest import ROOT
+from conftest import ROOT, examples
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -662,7 +662,7 @@ def _file_st(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(_file_st(), st.sampled_from(sorted(WRITERS)))
 def test_property_the_columnar_path_agrees_or_steps_aside(tmp_path_factory, drawn, writer):
     odd, lines = drawn

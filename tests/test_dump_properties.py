@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import ROOT, corrupted
+from conftest import ROOT, corrupted, examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +38,7 @@ def _check(raw: bytes, fmt: str = "auto") -> None:
     assert tokens.filter(tokens["value_status"] != "ok")["logprob"].null_count() == tokens.filter(tokens["value_status"] != "ok").height
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values, which=st.sampled_from(["chat", "compact", "sglang"]))
 def test_corrupted_payloads(data, replacement, which):
     original, fmt = {"chat": (CHAT, "openai_chat"), "compact": (COMPACT, "vllm_generate"), "sglang": (SGLANG, "sglang")}[which]
@@ -49,7 +49,7 @@ def test_corrupted_payloads(data, replacement, which):
 CHUNKS = [json.loads(line[6:]) for line in STREAM.decode().split("\n\n") if line.startswith("data: {")]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values)
 def test_corrupted_stream_chunks(data, replacement):
     chunks = corrupted(data, CHUNKS, replacement)
@@ -57,13 +57,13 @@ def test_corrupted_stream_chunks(data, replacement):
     _check(text.encode(), "openai_chat_sse")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(cut=st.integers(0, len(STREAM)), junk=st.binary(max_size=8))
 def test_cut_or_garbled_streams(cut, junk):
     _check(STREAM[:cut] + junk, "openai_chat_sse")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(raw=st.binary(max_size=64))
 @example(raw=b"\x80\x00")  # a pickle header and then nothing: torch raises an EOFError with no message
 def test_arbitrary_bytes_are_detected_or_refused(raw):

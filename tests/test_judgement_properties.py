@@ -9,6 +9,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -72,7 +73,7 @@ def _write(folder: Path, plan) -> Path:
     return write_run(assemble_run(mapping, manifest), folder / "run")
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=plans())
 def test_generated_runs_get_the_rules_verdict_on_every_surface(plan):
     with tempfile.TemporaryDirectory() as scratch:

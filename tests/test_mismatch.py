@@ -9,6 +9,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -244,7 +245,7 @@ batch = st.lists(st.lists(token, min_size=0, max_size=6), min_size=1, max_size=5
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch)
 def test_summary_matches_a_numpy_transcription(seqs):
     rows, arrays = [], []

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,7 +110,7 @@ def test_a_block_of_unmasked_rows_only_has_no_extremes():
 token = st.tuples(st.floats(-6.0, 0.0), st.floats(-2.5, 2.5), st.booleans())
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.lists(token, min_size=1, max_size=6), min_size=1, max_size=6), st.integers(1, 7), st.integers(1, 9))
 def test_blocks_and_batches_do_not_change_the_moments(monkeypatch, seqs, block_rows, chunk_size):
     rows = [(f"s{i}", j, r, min(r + d, 0.0), m) for i, toks in enumerate(seqs) for j, (r, d, m) in enumerate(toks)]
@@ -180,7 +181,7 @@ def test_a_null_mask_is_out_of_the_loss_and_a_reappearing_sequence_is_one_sequen
     assert s["slime:train/train_rollout_logprob_abs_diff"] == pytest.approx(LN(2.0) / 2)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(values=st.lists(st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, width=32)), min_size=1, max_size=40),
        kind=st.sampled_from(["float32", "float64", "int64", "int32", "uint8", "bool_"]), data=st.data())
 def test_an_arrow_chunk_is_read_as_pyarrow_reads_it(values, kind, data):

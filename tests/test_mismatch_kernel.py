@@ -9,6 +9,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -167,7 +168,7 @@ def test_prime_rl_counts_with_a_zero_or_null_advantage_and_a_nan_in_one_quantity
     assert (got["max_absd"], got["min_absd"]) == (0.5, 0.0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(a=st.floats(allow_nan=False), b=st.floats(allow_nan=False))
 def test_the_extremes_integer_order_is_the_floats_order(a, b):
     # the loop takes maxima and minima on the floats' bits as integers (it vectorises): that order must be the floats'

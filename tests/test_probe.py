@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from _cli import bia, start_bia
@@ -179,7 +180,7 @@ def _sse_and_cuts(draw):
     return text, raw, cuts
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_sse_and_cuts())
 def test_event_clock_counts_what_the_reader_reads(case):
     """However the bytes are split (inside a line ending, inside a UTF-8 character), the clock stamps

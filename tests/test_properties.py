@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import CONTROL, V2_WITNESS, corrupted
+from conftest import CONTROL, V2_WITNESS, corrupted, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +19,7 @@ json_values = st.recursive(
 V2 = json.loads(V2_WITNESS.read_text())
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values)
 def test_v3_never_crashes_on_a_corrupted_control(data, replacement):
     witness = corrupted(data, CONTROL, replacement)
@@ -29,7 +29,7 @@ def test_v3_never_crashes_on_a_corrupted_control(data, replacement):
     assert verdict.exit_code == {"ADMISSIBLE": 0, "NOT ADMISSIBLE": 5, "RED": 4}[verdict.status]
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(text=st.text(max_size=60))
 def test_v3_on_arbitrary_text_is_red_or_a_verdict(text):
     verdict = shape_check_text(text)
@@ -37,7 +37,7 @@ def test_v3_on_arbitrary_text_is_red_or_a_verdict(text):
         assert verdict.reasons[0].startswith("RED: ")
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), replacement=json_values)
 def test_reader_gives_frames_or_a_named_error(data, replacement):
     witness = corrupted(data, V2, replacement)
@@ -50,7 +50,7 @@ def test_reader_gives_frames_or_a_named_error(data, replacement):
         assert len(parsed.witnesses) == 1
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(cut=st.integers(1, len(V2_WITNESS.read_bytes().rstrip()) - 1))  # always cuts the closing brace
 def test_truncated_file_is_a_named_error(cut):
     raw = V2_WITNESS.read_bytes()[:cut]

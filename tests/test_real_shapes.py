@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -40,7 +41,7 @@ def test_an_open_event_other_than_done_is_still_cut():
     assert stream_problem("data: {}\n\ndata: [DONE]\ndata: more") == "the stream was cut mid-event (line 3)"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(events=st.lists(st.sampled_from(["data: {}", "data: é€", ": note", "event: x\ndata: a"]), max_size=5),
        done=st.sampled_from(["data: [DONE]", "data:[DONE]", "data: [DONE]\n", "data: [DONE]\r", "data: [DONE]\r\n", "event: end\ndata: [DONE]"]),
        cuts=st.sets(st.integers(0, 200), max_size=5))
