@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from ..core import write_atomic
-from ..io import PACKAGE
 
 DEFAULT_TITLE = "Batch-parity report"
 
@@ -122,7 +121,7 @@ def export_html(notebook: str | os.PathLike[str]) -> str:
 
     exporter = HTMLExporter(
         template_name="bia",
-        extra_template_basedirs=[str(PACKAGE / "templates" / "nbconvert")],
+        extra_template_basedirs=[str(Path(__file__).parent / "nbconvert")],  # the page around the notebook's output
         exclude_input=True,
         exclude_markdown=True,  # the notebook's opening words are for the reader of the .ipynb: the HTML opens with its answer
         exclude_input_prompt=True,

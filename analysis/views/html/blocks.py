@@ -14,7 +14,7 @@ import jinja2
 from ...core import as_polars, cell
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("analysis", "templates"),
+    loader=jinja2.PackageLoader("analysis.views.html", "templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
@@ -28,7 +28,7 @@ def render(template: str, **context: Any) -> str:
     Parameters
     ----------
     template : str
-        The template's file name under ``analysis/templates``.
+        The template's file name under ``analysis/views/html/templates``.
     **context : Any
         The template's variables; an undefined one is an error.
 
