@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import bia
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -58,12 +59,12 @@ def test_readme_shows_bia_commands():
 @pytest.mark.parametrize(("words", "exit_code"), _readme_bia_commands(), ids=lambda value: " ".join(value) if isinstance(value, list) else None)
 def test_every_bia_command_in_readme_runs_as_written(words, exit_code, tmp_path):
     """README's ``bia certify`` once named runs/probe, a folder a fresh checkout does not have (exit 3)."""
-    done = subprocess.run([sys.executable, "-m", "analysis", *words], cwd=_checkout_root(tmp_path), capture_output=True, text=True,
-                          timeout=300)
+    done = bia(*words, cwd=_checkout_root(tmp_path), timeout=300)
     assert done.returncode == exit_code, f"bia {' '.join(words)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.engine
 def test_the_readme_server_block_runs_as_written(tmp_path):
     """Issue 34: README opens with "Is my server batch-invariant?": bia serve in the background, then bia certify of its URL. The
     block runs whole in bash (on a free port instead of 8000, bia as the checkout's .venv has it), and certify ends as its comment
@@ -87,8 +88,7 @@ def test_the_readme_certify_example_says_what_the_bundled_runs_give(tmp_path):
     all bit-identical in those modes, and 0 divergences in 56 bound the rate only at 1 - 0.05^(1/56) = 5.21% (95%), not
     below the 1% target; 299 would, so the next step asks ceil(299 / 28) = 11 prompts."""
     (words, _), = _readme_bia_commands()
-    done = subprocess.run([sys.executable, "-m", "analysis", *words], cwd=_checkout_root(tmp_path), capture_output=True, text=True,
-                          timeout=300)
+    done = bia(*words, cwd=_checkout_root(tmp_path), timeout=300)
     verdicts = {mode: verdict for verdict, mode in re.findall(r"^(\w+) \S*experiment-cpu/([\w-]+) ", done.stdout, flags=re.M)}
     assert verdicts == {"batch-invariant": "AMBER", "default": "RED", "fixed-tiles": "AMBER", "row-invariant": "AMBER"}
     assert "0 of 56 batched requests part from m=1" in done.stdout and "5.21%" in done.stdout

@@ -142,6 +142,7 @@ def test_modes_side_by_side(runs):
     assert (runs[0].path / "derived" / "tokens.parquet").exists()  # the derived tables are written with the run
 
 
+@pytest.mark.engine
 def test_a_local_hugging_face_model(tmp_path):
     """A small GPT-2 built here and saved locally: the experiment loads it offline and the modes behave."""
     transformers = pytest.importorskip("transformers")

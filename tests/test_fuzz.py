@@ -184,6 +184,7 @@ chat_bodies = mutated({"messages": [{"role": "user", "content": "If the argument
                        "logprobs": True, "top_logprobs": 2, "stream": False})
 
 
+@pytest.mark.engine
 @BUDGET
 @given(body=chat_bodies.map(lambda b: json.dumps(b).encode()) | st.binary(max_size=64)
        | st.integers(min_value=100, max_value=100_000).map(lambda n: ("[" * n + "]" * n).encode()))

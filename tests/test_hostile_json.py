@@ -275,6 +275,7 @@ def server():
 BODY = {"messages": [{"role": "user", "content": "If the argument is"}], "max_tokens": 2, "temperature": 0}
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize(("name", "body", "param", "message"), [
     ("an array", b"[1, 2]", None, "the body must be a JSON object, got list"),
     ("nested 100000 deep", ('{"messages": ' + DEEP + "}").encode(), None, "nested deeper than 128"),
@@ -302,6 +303,7 @@ def test_serve_answers_a_malformed_body_with_400(server, name, body, param, mess
     assert error["type"] == "invalid_request_error" and error["param"] == param and message in error["message"]
 
 
+@pytest.mark.engine
 def test_serve_still_answers_n_1(server):
     import httpx
 

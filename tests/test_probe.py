@@ -197,6 +197,7 @@ def test_event_clock_counts_what_the_reader_reads(case):
     assert clock.arrivals == sorted(clock.arrivals)
 
 
+@pytest.mark.engine
 def test_needle_layout_records_the_target_and_keeps_the_fillers(tmp_path):
     pytest.importorskip("torch")
     from analysis.serve import BackgroundServer
@@ -251,6 +252,7 @@ def test_observer_check_finds_a_server_whose_text_changes_without_logprobs(tmp_p
     assert table["text_with_logprobs"].to_list() == ["abcdef"] * 3 and table["text_without_logprobs"].to_list() == ["abcXef"] * 3
 
 
+@pytest.mark.engine
 def test_observer_check_against_bia_serve_finds_no_effect(tmp_path):
     pytest.importorskip("torch")
     from analysis.report import run_tables_html
@@ -290,6 +292,7 @@ def _in_flight(folder: Path, band: str) -> bool:
     return partial.is_dir() and any(band in p.name and p.stat().st_size > 0 for p in partial.glob("*.sse"))
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
 def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, how):
     pytest.importorskip("torch")
@@ -385,6 +388,7 @@ def _table(html: str, caption_start: str) -> list[dict[str, str]]:
     return [dict(zip(header, row)) for row in rows]
 
 
+@pytest.mark.engine
 def test_one_command_against_bia_serve_gives_a_run_whose_report_shows_every_band(tmp_path):
     """Issue 6's "done when": bia serve and bia probe as a user runs them, then bia report of the run."""
     pytest.importorskip("torch")
@@ -434,6 +438,7 @@ def _healthy(httpx, port: int) -> bool:
         return False
 
 
+@pytest.mark.engine
 def test_a_server_that_dies_mid_run_stops_the_probe_and_resume_finishes_after_a_restart(tmp_path):
     """Server death: the band in flight is refused (reset), the next finds nothing listening and the probe
     stops; once the server is back, --resume --retry-refused fires the unfinished and refused bands again."""
@@ -522,6 +527,7 @@ def test_what_the_server_says_of_itself_becomes_the_runs_effective_settings(tmp_
                         "warning: the server reports deterministic_inference=False, not the expected True"]
 
 
+@pytest.mark.engine
 def test_the_walkthrough_notebook_probes_bia_serve_in_its_own_kernel(tmp_path):
     """notebooks/03_probe.ipynb executed by papermill, as a user runs it: it starts bia serve, probes it and shows the tables."""
     pytest.importorskip("torch")
@@ -724,6 +730,7 @@ def test_the_reference_rule_reads_a_reference_kept_before_a_resume(tmp_path):
     assert run.manifest["skipped"][0]["reason"].startswith("the two m=1 references diverge at token 1 < declared_min 2")
 
 
+@pytest.mark.engine
 def test_a_url_naming_another_endpoint_or_tls_to_plain_http_says_what_it_did(tmp_path):
     """Issue 32 item 7: http://host/v1/completions was probed at .../v1/completions/v1/chat/completions (a 404), and https:// to
     a plain-HTTP server said "nothing answers". Now the other endpoint's path is taken off with a note, and a TLS handshake

@@ -30,6 +30,7 @@ def test_experiment_shows_a_bar_with_its_eta_on_a_terminal_and_nothing_when_pipe
     assert "seq" not in done.stdout and "done" not in done.stdout  # nothing of the bar on stdout either
 
 
+@pytest.mark.engine
 def test_probe_shows_bands_and_requests_on_a_terminal_and_nothing_when_piped(tmp_path, prompts):
     with BackgroundServer("default") as server:
         args = ["probe", server.url, "--prompts", str(prompts), "--ladder", "1,2", "--max-tokens", "4", "--declared-min", "2"]

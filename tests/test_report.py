@@ -8,12 +8,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from _cli import bia
 from conftest import LAMBDA, ROOT, V2_WITNESS, write_json
 
 from analysis import judge, render_report
@@ -209,10 +208,9 @@ def test_bad_policy_or_source_fails_clearly(tmp_path):
 
 def test_cli_report_with_sources_and_policy(tmp_path):
     out = tmp_path / "r.html"
-    run = subprocess.run(
-        [sys.executable, "-m", "analysis", "report", str(V2_WITNESS), "-o", str(out), "--model-prefix", "qwen2.5-coder", "--title", "Lambda"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")},
-    )
+    # cwd=None: the report runs in this process's working folder, where the check below looks for the kernel's sockets
+    run = bia("report", str(V2_WITNESS), "-o", str(out), "--model-prefix", "qwen2.5-coder", "--title", "Lambda", cwd=None, timeout=300,
+              env={"JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")})
     assert run.returncode == 0, run.stderr
     assert "Kernel is running over TCP" not in run.stderr and "WARNING" not in run.stderr  # the kernel talks over Unix sockets
     assert not list(tmp_path.rglob("*ipc*")) and not list(Path.cwd().glob("kernel-ipc*")), "the kernel's sockets are removed with it"
@@ -224,7 +222,7 @@ def test_cli_report_with_sources_and_policy(tmp_path):
 
 def test_cli_report_names_a_malformed_file(tmp_path):
     bad = write_json(tmp_path / "bad.json", {"witness_version": 2, "bands": [{"c": 4, "m_formed": "4"}]})
-    run = subprocess.run([sys.executable, "-m", "analysis", "report", str(bad), "-o", str(tmp_path / "r.html")], capture_output=True, text=True, timeout=120)
+    run = bia("report", str(bad), "-o", str(tmp_path / "r.html"), timeout=120)
     assert run.returncode == 4
     assert f"{bad}: $.bands[0] (c=4).m_formed: expected an integer" in run.stderr
     assert not (tmp_path / "r.html").exists()
@@ -409,8 +407,7 @@ def evil_run_report(tmp_path_factory):
     lines.append({"response": _text_response([a, fork_y, end]), "prompt_id": "p", "role": "band", "c": 2, "slot": 1})
     (folder / "captures" / "p.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     out = folder.parent / "run.html"
-    run = subprocess.run([sys.executable, "-m", "analysis", "report", str(folder), "-o", str(out), "--admission"], capture_output=True, text=True,
-                         timeout=300)
+    run = bia("report", str(folder), "-o", str(out), "--admission", timeout=300)
     assert run.returncode == 0, run.stderr
     return out
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import socket
 import struct
@@ -14,6 +13,7 @@ import time
 
 import httpx
 import pytest
+from _cli import bia, start_bia
 
 torch = pytest.importorskip("torch")
 uvicorn = pytest.importorskip("uvicorn")
@@ -296,13 +296,9 @@ def test_probe_refuses_broken_streams_and_keeps_their_bytes(tmp_path, behaviour,
 
 
 def test_bia_probe_command_line(tmp_path):
-    import subprocess
-    import sys
-
     server = Server("default")
     try:
-        run = subprocess.run([sys.executable, "-m", "analysis", "probe", server.url, "-o", str(tmp_path / "run"), "--ladder", "1,2",
-                              "--max-tokens", "4", "--top-logprobs", "2"], capture_output=True, text=True, timeout=120)
+        run = bia("probe", server.url, "-o", str(tmp_path / "run"), "--ladder", "1,2", "--max-tokens", "4", "--top-logprobs", "2", timeout=120)
     finally:
         server.stop()
     assert run.returncode == 0, run.stderr
@@ -327,11 +323,7 @@ def test_bia_probe_command_line(tmp_path):
 def test_bia_serve_says_where_it_listens_once_it_does():
     """Issue 22: bia serve printed nothing at start-up. One line, once listening, with the address (the port bound, here a free one)
     and the mode; an address it cannot listen on is an error, exit 2."""
-    import subprocess
-    import sys
-
-    server = subprocess.Popen([sys.executable, "-m", "analysis", "serve", "--port", "0", "--mode", "fixed-tiles"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = start_bia("serve", "--port", "0", "--mode", "fixed-tiles")
     try:
         line = server.stdout.readline()  # blocks until the line comes: the server is listening by then
         found = re.fullmatch(r"bia serve: listening on (http://127\.0\.0\.1:(\d+)) \(kernel mode fixed-tiles, float32 on cpu, model tiny_lm\); "
@@ -342,7 +334,7 @@ def test_bia_serve_says_where_it_listens_once_it_does():
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             port = taken.getsockname()[1]
-            busy = subprocess.run([sys.executable, "-m", "analysis", "serve", "--port", str(port)], capture_output=True, text=True, timeout=120)
+            busy = bia("serve", "--port", str(port), timeout=120)
     finally:
         server.terminate()
         server.communicate(timeout=30)
@@ -354,12 +346,8 @@ def test_bia_serve_says_where_it_listens_once_it_does():
 def test_bia_serve_says_a_line_per_request_and_each_step_only_with_v(tmp_path, verbose):
     """Issue 32 item 8: bia serve wrote every decode step to stderr (3,915 lines for a few small probes). Now the terminal gets
     one line per request, each step only with -v; --log-file keeps every step, as bia probe --server-log reads them."""
-    import subprocess
-    import sys
-
     log = tmp_path / "serve.log"
-    server = subprocess.Popen([sys.executable, "-m", "analysis", "serve", "--port", "0", "--log-file", str(log), *(["-v"] if verbose else [])],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = start_bia("serve", "--port", "0", "--log-file", str(log), *(["-v"] if verbose else []))
     try:
         url = re.search(r"http://\S+", server.stdout.readline())[0]
         for stream in (False, True):

@@ -47,6 +47,7 @@ def test_a_callable_is_probed_in_process():
         assert_batch_invariant(shifted, prompts=["a"], ladder=[1, 2, 4])  # c=2 is untouched; 2**-20 at 0.75 is 16 float32 ULPs
 
 
+@pytest.mark.engine
 def test_a_server_url_is_probed_first(tmp_path):
     """bia serve on loopback: its fixed-tiles mode keeps each row's bits, so the assertion passes on the URL itself."""
     with BackgroundServer("fixed-tiles") as server:

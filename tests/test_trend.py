@@ -192,6 +192,7 @@ def _plant_bits(run: Path, copy: Path, started: str) -> Path:
     return copy
 
 
+@pytest.mark.engine
 def test_a_change_of_kernel_mode_starts_a_series_and_is_no_regression(tmp_path):
     """Issue 22, item 1: bia serve probed in default, fixed-tiles, fixed-tiles, default, each added with bia history to one folder."""
     pytest.importorskip("torch")
