@@ -1,8 +1,9 @@
 """Every HTML fragment bia shows: the reports' headers, the answer's section, the verdict cards, the tables and details, the
-sections on attribution, first ops and the sampler-trainer mismatch, the trend's regressions and entries, and figures as PNGs.
+sections on attribution, first ops and the sampler-trainer mismatch, the trend's regressions and entries, figures as PNGs, and
+the card Jupyter shows for each of bia's objects (:mod:`.cards`, bound by the package face).
 
-Every value is formatted for people (:mod:`analysis.core._cells`) and escaped by the templates; the reports' notebooks only
-display these (:mod:`analysis.report`).
+Every value is formatted for people (:mod:`analysis.core._cells`) and escaped by the templates (``templates/``, rendered by
+:mod:`.blocks`, the one jinja2 environment); the reports' notebooks only display these (:mod:`analysis.report`).
 """
 
 from .admission import admission_html, rounded, run_admission, verdicts_html
