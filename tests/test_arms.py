@@ -13,11 +13,12 @@ import re
 
 import polars as pl
 import pytest
+from _cli import bia
 
 from analysis import attribution_shares, attribution_table, read_run
 from analysis.probe import PROFILES, ProbeError, probe
 from analysis.probe._arms import check_arms, completion_prefix, prefill_body, prefix_primer
-from analysis.run import Unit, band_table, plan, slot_table, width_table
+from analysis.run import band_table, plan, slot_table, width_table
 from analysis.run._arms import ARM_REPEATS, PREFIX_SHARES, with_arm_column
 from analysis.studies import prefill_table
 from analysis.studies._attribution import _attribute
@@ -316,13 +317,10 @@ def test_a_manifest_naming_an_unknown_arm_is_refused_naming_the_field(tmp_path):
 
 @pytest.mark.slow
 def test_bia_probe_refuses_an_unknown_arm_before_connecting():
-    import subprocess
-    import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "analysis", "probe", "http://127.0.0.1:9", "-o", "unused", "--arms", "copies,needle"],
-                          capture_output=True, text=True, timeout=120, cwd=root)
+    done = bia("probe", "http://127.0.0.1:9", "-o", "unused", "--arms", "copies,needle", timeout=120, cwd=root)
     assert done.returncode == 2 and "unknown arm 'needle': arms are repeat, copies, mixed, prefix, cache, serial, prefill" in done.stderr
     assert not (root / "unused").exists()
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import bia
 from conftest import ROOT
 from typer.testing import CliRunner
 
@@ -87,7 +86,7 @@ def test_the_real_command_prints_no_traceback(files):
     """The installed entry point, in a process of its own, on one mistake of each kind."""
     for args in (["probe", CLOSED, "--ladder", "abc"], ["experiment", "--device", "tpu", "-o", str(files["tmp"] / "e")],
                  ["shape-check", str(WITNESS), "--policy", str(files["binary"])]):
-        done = subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        done = bia(*args, timeout=120)
         assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.startswith("error: "), (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 

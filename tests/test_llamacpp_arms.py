@@ -10,12 +10,9 @@ Skipped on a machine without the build, except under CI, where a missing server 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import polars as pl
 import pytest
+from _cli import bia
 
 pytest.importorskip("gguf")
 pytest.importorskip("torch")
@@ -28,7 +25,6 @@ from analysis.studies import prefill_table  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
-ROOT = Path(__file__).resolve().parents[1]
 ARMS = "repeat,copies,mixed,prefix,cache,serial,prefill"
 MAX_TOKENS = 16  # small for CI: two prompts, every arm, c = 1 and 4, about a minute per cache setting on 2 cores
 
@@ -41,8 +37,8 @@ def probed(request, server_binary, tmp_path_factory):
     prompts = folder.parent / "prompts.txt"
     prompts.write_text("\n".join(DEFAULT_PROMPTS) + "\n", encoding="utf-8")
     with llama_server(gguf, binary=server_binary, parallel=4, cache_prompt=request.param) as url:
-        done = subprocess.run([sys.executable, "-m", "analysis", "probe", url, "-o", str(folder), "--prompts", str(prompts), "--ladder", "1,4",
-                               "--max-tokens", str(MAX_TOKENS), "--arms", ARMS], capture_output=True, text=True, timeout=600, cwd=ROOT)
+        done = bia("probe", url, "-o", str(folder), "--prompts", str(prompts), "--ladder", "1,4", "--max-tokens", str(MAX_TOKENS),
+                   "--arms", ARMS, timeout=600)
     assert done.returncode == 0, done.stderr
     return read_run(folder, cache=False), request.param
 
@@ -91,8 +87,7 @@ def test_bia_certify_exits_non_zero_on_red_and_writes_its_certificate(probed, tm
 
     run, cache_prompt = probed
     out = tmp_path / "certificate.json"
-    done = subprocess.run([sys.executable, "-m", "analysis", "certify", str(run.path), "-o", str(out)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+    done = bia("certify", str(run.path), "-o", str(out), timeout=300)
     assert done.returncode == 5, done.stdout + done.stderr
     certificate = json.loads(out.read_text())
     assert certificate["verdict"] == "RED" and certificate["exit_code"] == 5

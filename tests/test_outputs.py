@@ -4,9 +4,9 @@ file renamed into place, so that an error or a kill mid-way leaves no half-writt
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+from _cli import bia, start_bia
 from conftest import ROOT
 
 from analysis.core._output import write_atomic
@@ -28,7 +28,7 @@ def test_an_output_under_a_file_is_refused_in_one_line_before_any_work(command, 
     blocked = tmp_path / "afile"
     blocked.write_text("a file, not a folder")
     words = [word.format(blocked=blocked) for word in command]
-    done = subprocess.run([sys.executable, "-m", "analysis", *words], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = bia(*words, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and lines[0].endswith(f"cannot be written: {blocked} is a file, not a folder")
@@ -49,8 +49,7 @@ def test_ctrl_c_during_a_report_is_one_line_exit_130_and_leaves_the_old_report(t
 
     old = tmp_path / "r.html"
     old.write_text("yesterday's report")
-    child = subprocess.Popen([sys.executable, "-m", "analysis", "report", "-o", str(old), "--force"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    child = start_bia("report", "-o", str(old), "--force")
     time.sleep(8)  # the notebook is running by now (its kernel starts in about 2 s)
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=120)
@@ -76,8 +75,7 @@ def test_ctrl_c_during_an_experiment_leaves_no_half_run(tmp_path):
     import signal
     import time
 
-    child = subprocess.Popen([sys.executable, "-m", "analysis", "experiment", "-o", str(tmp_path / "runs"), "--modes", "default"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    child = start_bia("experiment", "-o", str(tmp_path / "runs"), "--modes", "default")
     deadline = time.time() + 60
     while not (tmp_path / "runs" / ".default.partial" / "captures").is_dir():  # decoding has begun
         assert child.poll() is None and time.time() < deadline

@@ -8,6 +8,7 @@ import json
 
 import polars as pl
 import pytest
+from _cli import bia
 
 torch = pytest.importorskip("torch")
 
@@ -170,9 +171,8 @@ def test_the_bundled_pairs_are_what_their_command_writes(tmp_path):
     bundled = json.loads((TRAINER / "fixed-tiles.jsonl").read_text().splitlines()[0])
     if json.loads(again.stdout) != bundled["inference_logprobs"]:
         pytest.skip("this CPU decodes the bundled fixed-tiles run's first prompt to other bits than the machine that wrote it")
-    command = [sys.executable, "-m", "analysis", "experiment", "-o", str(tmp_path), "--trainer", "--recompute",
-               str(ROOT / "data" / "experiment-cpu" / "fixed-tiles")]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = bia("experiment", "-o", str(tmp_path), "--trainer", "--recompute", str(ROOT / "data" / "experiment-cpu" / "fixed-tiles"),
+               env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     written = tmp_path / "trainer" / "fixed-tiles.jsonl"
     assert written.read_bytes() == (TRAINER / "fixed-tiles.jsonl").read_bytes()

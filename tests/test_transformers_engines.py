@@ -3,12 +3,9 @@ bundled model written as a GPT-2 checkpoint, through bia experiment --hf as a us
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import polars as pl
 import pytest
-from conftest import ROOT
+from _cli import bia
 
 pytest.importorskip("transformers")
 
@@ -25,8 +22,8 @@ def checkpoint(tmp_path_factory):
 
 
 def test_bia_experiment_hf_writes_a_run_per_way_transformers_batches_and_each_parts_bits_in_a_batch(checkpoint, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "analysis", "experiment", "--hf", str(checkpoint), "-o", str(tmp_path), "--ladder", "1,4",
-                           "--max-tokens", "12", "--top-k", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = bia("experiment", "--hf", str(checkpoint), "-o", str(tmp_path), "--ladder", "1,4", "--max-tokens", "12", "--top-k", "3",
+               timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"wrote {tmp_path / 'padded'}", f"wrote {tmp_path / 'continuous'}"]
     for way in ("padded", "continuous"):
@@ -56,6 +53,5 @@ def test_a_checkpoint_that_is_not_one_is_said_in_one_line(tmp_path, target, code
     path = tmp_path / target
     if target == "empty":
         path.mkdir()
-    done = subprocess.run([sys.executable, "-m", "analysis", "experiment", "--hf", str(path), "-o", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = bia("experiment", "--hf", str(path), "-o", str(tmp_path / "out"), timeout=120)
     assert done.returncode == code and done.stderr == f"error: {words.format(path=path)}\n"
