@@ -362,6 +362,30 @@ def test_the_certificate_document_and_the_answer_hold_every_row_under_the_worst_
 
 
 
+def test_the_certificate_document_joins_one_frame_per_run_in_order():
+    # one frame per run, as bia certify hands them over; a 5% target at 90% needs 45 batched requests (ln 0.1 / ln 0.95 = 44.9)
+    cp = {"target_rate": 0.05, "confidence": 0.9}
+    amber = pl.DataFrame([_judge(_slots(4), **cp, needed=45) | {"run": "a"}], schema=SCHEMA, orient="row")
+    red = pl.DataFrame([_judge(_slots(4, bitwise_prefix={3: 1}), **cp, needed=45) | {"run": "b"}], schema=SCHEMA, orient="row")
+    document = certificate_document([amber, red], **cp)
+    assert (document["verdict"], document["exit_code"], document["requests_needed"]) == ("RED", 5, 45)
+    assert (document["target_rate"], document["confidence"]) == (0.05, 0.9)
+    assert [(arm["run"], arm["verdict"]) for arm in document["arms"]] == [("a", "AMBER"), ("b", "RED")]
+    assert document["arms"] == amber.to_dicts() + red.to_dicts()
+
+
+def test_the_worst_verdict_goes_by_severity_not_the_alphabet_and_nothing_judged_is_green():
+    # RED over UNVERIFIED over AMBER over GREEN; by the alphabet UNVERIFIED would top RED, and GREEN top AMBER
+    assert worst(["GREEN", "AMBER"]) == "AMBER"
+    assert worst(["AMBER", "UNVERIFIED", "GREEN"]) == "UNVERIFIED"
+    assert worst(["UNVERIFIED", "RED", "AMBER"]) == "RED"
+    # nothing judged: GREEN, exit code 0, for the judgement and the certificate alike
+    assert worst([]) == "GREEN"
+    nothing = Judgement(pl.DataFrame(schema=SCHEMA))
+    assert (nothing.verdict, nothing.exit_code) == ("GREEN", 0)
+    assert {k: certificate_document([], **CP)[k] for k in ("verdict", "exit_code", "arms")} == {"verdict": "GREEN", "exit_code": 0, "arms": []}
+
+
 def _answer_cells(rows: list[dict], **options) -> list[list[str]]:
     """Each row of the answer table (or, with ``full``, Jupyter's view) as the text of its cells."""
     html = answer_html(Judgement(pl.DataFrame(rows, schema=SCHEMA, orient="row")), **options)
