@@ -27,6 +27,10 @@ RESPONSE = json.loads(CHAT.read_text())
 WHERE = ["source", "record", "raw_sha256"]  # where a request lies: what a copy into a run directory changes
 
 
+def _named(response: dict, name: str) -> dict:
+    return {**response, "id": f"{response.get('id')}-{name}"}
+
+
 def _drifted(k: int, delta: float) -> dict:
     """The real response with the logprob of token ``k`` moved by ``delta`` (its token unchanged)."""
     response = copy.deepcopy(RESPONSE)
@@ -36,14 +40,15 @@ def _drifted(k: int, delta: float) -> dict:
 
 def band_dumps(folder: Path) -> Path:
     """A folder of chat completions in capture envelopes: two m=1 references, a band of 1 and a band of 4 whose slot 2's
-    logprobs drift (tokens the same)."""
+    logprobs drift (tokens the same); each response has an id of its own, as a server's do."""
     folder.mkdir(parents=True, exist_ok=True)
     for slot in (0, 1):
-        (folder / f"ref{slot + 1}.json").write_text(json.dumps({"response": RESPONSE, "prompt_id": "p0", "role": "reference", "slot": slot},
-                                                               indent=2))
-    (folder / "c1.json").write_text(json.dumps({"response": RESPONSE, "prompt_id": "p0", "role": "band", "c": 1, "slot": 0, "repeat": 0}))
-    lines = [{"response": _drifted(3, -1e-6) if slot == 2 else RESPONSE, "prompt_id": "p0", "role": "band", "c": 4, "slot": slot,
-              "repeat": 0, "t_sent": 0.5, "note": "kept"} for slot in range(4)]
+        (folder / f"ref{slot + 1}.json").write_text(json.dumps({"response": _named(RESPONSE, f"ref{slot + 1}"), "prompt_id": "p0",
+                                                                "role": "reference", "slot": slot}, indent=2))
+    (folder / "c1.json").write_text(json.dumps({"response": _named(RESPONSE, "c1"), "prompt_id": "p0", "role": "band", "c": 1, "slot": 0,
+                                                "repeat": 0}))
+    lines = [{"response": _named(_drifted(3, -1e-6) if slot == 2 else RESPONSE, f"c4s{slot}"), "prompt_id": "p0", "role": "band", "c": 4,
+              "slot": slot, "repeat": 0, "t_sent": 0.5, "note": "kept"} for slot in range(4)]
     (folder / "c4.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return folder
 

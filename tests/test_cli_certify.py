@@ -38,7 +38,7 @@ def test_a_real_llamacpp_run_is_red_and_the_exit_code_says_so(tmp_path):
     assert lines[4] == f"wrote {out}: RED, exit 5"
     document = json.loads(out.read_text())
     assert {k: document[k] for k in ("certificate_version", "verdict", "exit_code", "target_rate", "confidence", "requests_needed")} == {
-        "certificate_version": 3, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95, "requests_needed": 299}
+        "certificate_version": 4, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95, "requests_needed": 299}
     assert [(a["arm"], a["verdict"], a["cause"], a["first_request"]["c"], a["first_request"]["parted"]) for a in document["arms"]] == [
         ("copies", "RED", "prompt cache", None, "bits"), ("copies", "RED", "co-batching", 4, "bits")]
 
@@ -56,7 +56,7 @@ def test_amber_green_and_unverified_exit_codes(tmp_path):
     assert green.exit_code == 0 and green.stdout.startswith("GREEN ") and json.loads(out.read_text())["verdict"] == "GREEN"
     # vLLM's CPU build: bit-identical, but some bands never seen formed at their c; the worst verdict sets the exit code
     both = certify(invariant, DATA / "vllm-cpu" / "no-prefix-cache", "-o", out, "--force")
-    assert both.exit_code == 7 and [line.split()[0] for line in both.stdout.splitlines()] == ["AMBER", "next:", "UNVERIFIED", "next:", "wrote"]
+    assert both.exit_code == 7 and [line.split()[0] for line in both.stdout.splitlines()] == ["AMBER", "next:", "UNVERIFIED", "next:", "wrote", "covers:"]
 
 
 def test_bad_input_is_named_with_bia_s_exit_codes(tmp_path):

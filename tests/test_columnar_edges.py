@@ -8,6 +8,7 @@ compared whole, dtypes included, and computed floats with ``pytest.approx`` (rel
 from __future__ import annotations
 
 import math
+import struct
 import warnings
 
 import numpy as np
@@ -154,7 +155,19 @@ def test_build_steps_frames_by_hand():
         schema={"req": i64, "idx": i64, "step": i64, "position": i64, "token_id": i64, "token_text": pl.String, "token_bytes": pl.Binary,
                 "ident": i64, "logprob": f64, "bits": i64, "ordered": i64, "n_cands": i64, "cand_list": pl.List(i64), "top1": f64, "margin": f64},
         orient="row")
-    assert_frame_equal(steps.steps, want_steps)
+    assert_frame_equal(steps.steps.drop("bits64", "cand_sig"), want_steps)
+    # the recorded bits: the float64 each value was read as (-0.5 = 0xBFE0000000000000), null for a value not recorded
+    as_int = lambda value: struct.unpack("<q", struct.pack("<d", value))[0]  # noqa: E731
+    assert steps.steps["bits64"].to_list() == [as_int(-0.5), as_int(-0.25), None] and as_int(-0.5) == -0x4020000000000000
+    # the alternatives' signature: one number for the finite (token, bits) pairs, whatever their order; none without a list
+    signatures = steps.steps["cand_sig"].to_list()
+    assert signatures[1] is None and None not in (signatures[0], signatures[2]) and signatures[0] != signatures[2]
+    tokens, cands, requests = _hand_dump()
+    shuffled = build_steps([(tokens, cands.with_columns(list_index=2 - pl.col("list_index")), requests)])
+    assert shuffled.steps["cand_sig"].to_list() == signatures
+    moved = build_steps([(tokens, cands.with_columns(cand_logprob=pl.when(pl.col("cand_token_id") == 6).then(-0.75 - 1e-12)
+                                                                .otherwise(pl.col("cand_logprob"))), requests)])
+    assert moved.steps["cand_sig"].to_list()[0] != signatures[0]  # one alternative's bits moved: another signature
     # key = step * 2**31 + id; the null candidate is not finite, so not a first entry
     want_cands = pl.DataFrame([(0, 0, 0, 5, -0.5, 5, True), (0, 0, 0, 6, -0.75, 6, True), (0, 0, 0, 7, None, 7, False),
                                (1, 0, 2, 6, -1.0, 2 * PACK + 6, True)],

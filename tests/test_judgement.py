@@ -26,6 +26,22 @@ _SLOT = {"arm": pl.String, "prompt_id": pl.String, "c": pl.Int64, "repeat": pl.I
 _MISSING = {"prompt_id": pl.String, "role": pl.String, "c": pl.Int64, "slot": pl.Int64, "repeat": pl.Int64, "arm": pl.String, "state": pl.String}
 
 
+def _as_evidence(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows told in the comparison's words (``diverged``, ``divergence_at``, ``bitwise_prefix``, ``max_ulp``: null when no
+    logprob was compared) with the evidence columns the judgement counts, as the slot table derives them."""
+    common = pl.min_horizontal(pl.col("length"), pl.col("reference_length"))
+    recorded = pl.col("max_ulp").is_not_null()
+    return rows.with_columns(
+        has_reference=pl.lit(True),
+        parted_at=pl.when(pl.col("diverged")).then(pl.col("divergence_at")),
+        token_unknown_at=pl.lit(None, pl.Int64),
+        bits_known=pl.when(recorded).then(common).otherwise(0),
+        bits_differ_at=pl.when(recorded & ~pl.col("diverged") & (pl.col("bitwise_prefix") < common)).then(pl.col("bitwise_prefix")),
+        bits_unknown_at=pl.when(~recorded & (common > 0)).then(pl.lit(0, pl.Int64)),
+        text_same=pl.lit(None, pl.Boolean),
+    )
+
+
 def _slots(n: int, *, arm: str = "copies", c: int = 4, **changes) -> pl.DataFrame:
     """n requests of prompt p at c, each 5 tokens bit-identical to m=1 (5 tokens long too); ``changes`` maps a column to
     {row: value}."""
@@ -35,13 +51,13 @@ def _slots(n: int, *, arm: str = "copies", c: int = 4, **changes) -> pl.DataFram
     for column, values in changes.items():
         for row, value in values.items():
             rows[column][row] = value
-    return pl.DataFrame(rows, schema=_SLOT)
+    return _as_evidence(pl.DataFrame(rows, schema=_SLOT))
 
 
 def _refs(**changes) -> pl.DataFrame:
     """Prompt p's ref #2 against its ref #1: bit-identical, 5 tokens, unless ``changes`` says otherwise."""
     row = {"prompt_id": "p", "diverged": False, "divergence_at": None, "bitwise_prefix": 5, "length": 5, "reference_length": 5, "max_ulp": 0}
-    return pl.DataFrame([row | changes], schema={k: _SLOT.get(k, pl.Boolean) for k in row})
+    return _as_evidence(pl.DataFrame([row | changes], schema={k: _SLOT.get(k, pl.Boolean) for k in row}))
 
 
 def _bands(slots: pl.DataFrame, **widths) -> pl.DataFrame:
@@ -109,8 +125,8 @@ def test_a_missing_c_or_request_is_unverified_and_says_how_to_finish():
     assert stopped["verdict"] == "UNVERIFIED" and stopped["reason"].endswith("the run did not finish")
     # each gap named, one after the other
     both = _judge(_slots(4, max_ulp={0: None}), subject=Subject("x", {"complete": False}, [1, 4]))
-    assert both["reason"] == ("no request parts from m=1, but the run did not finish; 1 of 4 batched requests have no logprobs recorded, "
-                              "so their bits are unknown")
+    assert both["reason"] == ("no request parts from m=1, but the run did not finish; 1 of 4 batched requests have their bits unknown "
+                              "(a logprob not recorded, or null, NaN or infinite, on either side)")
 
 
 # --- RED: alone first, then batched ---------------------------------------------------------------
@@ -191,8 +207,14 @@ def test_a_band_never_seen_formed_is_unverified():
     narrow = _judge(slots, bands=_bands(slots, r1=(3, "metrics")))
     assert narrow["verdict"] == "UNVERIFIED" and narrow["unformed"][0]["widest_seen"] == 3
     assert narrow["reason"].endswith("(the first p c=4 repeat 1: the widest seen m=3)")
-    # the gauge saw 1, the streams 4 at once: another kind of evidence saw it formed
-    assert _judge(slots, bands=_bands(slots, r1=(1, "metrics; streams 4")))["verdict"] == "AMBER"
+    # the gauge saw 1, the streams 4 at once: the strongest evidence present (the server's gauge) did not see it formed
+    gauge = _judge(slots, bands=_bands(slots, r1=(1, "metrics; streams 4")))
+    assert gauge["verdict"] == "UNVERIFIED" and "contradicts" not in gauge["reason"]  # a gauge is a lower bound: no contradiction
+    # the server's own per-step log says m=1 where the streams say 4: evidence that contradicts itself, named
+    log = _judge(slots, bands=_bands(slots, r1=(1, "log; streams 4")))
+    assert log["verdict"] == "UNVERIFIED" and log["reason"].endswith(
+        "the width evidence of 1 band(s) contradicts itself (the first p c=4 repeat 1: the server's own record says m=1, "
+        "weaker evidence (log; streams 4) says more)")
     # a band of one needs no width evidence: there is no batch to form
     both = pl.concat([_slots(3, c=1), slots])
     assert _judge(both, bands=_bands(both, r0=(4, "log"), r1=(4, "log"), r2=(None, None)))["verdict"] == "AMBER"
@@ -206,23 +228,37 @@ def test_a_divergence_outranks_an_unformed_band_and_unknown_bits_are_unverified(
     # a stream whose logprobs were dropped compares no step bit for bit: its prefix stops at 0, its bits are unknown, not parted
     dropped = _judge(_slots(4, bitwise_prefix={1: 0}, max_ulp={1: None}))
     assert (dropped["verdict"], dropped["bits_unknown"], dropped["divergent"]) == ("UNVERIFIED", 1, 0)
-    assert unknown["reason"] == "no request parts from m=1, but 2 of 4 batched requests have no logprobs recorded, so their bits are unknown"
+    assert unknown["reason"] == ("no request parts from m=1, but 2 of 4 batched requests have their bits unknown (a logprob not recorded, "
+                                 "or null, NaN or infinite, on either side)")
 
 
 def test_edges_of_the_request_states_and_band_formation():
     states = _states(_slots(5, length={1: 0, 2: 5}, bitwise_prefix={1: 0, 2: None}, max_ulp={1: None, 2: None},
-                            reference_length={4: None})).select("tokens_parted", "bits_parted", "bits_unknown", "position").rows()
-    assert states == [(False, False, False, None), (True, False, False, 0), (False, False, True, None), (False, False, False, None),
-                      (True, False, False, 5)]  # empty where m=1 has 5; bits unknown; no m=1 length: parts at its own end
-    # a stream as empty as m=1's has nothing to record; a one-token stream without its logprob has its bits unknown
+                            reference_length={4: None})).select("state", "tokens_parted", "bits_parted", "bits_unknown", "position").rows()
+    # empty where m=1 has 5, and no m=1 length: nothing compared, evidence missing (never a match, never a part); bits unknown
+    assert states == [("identical", False, False, False, None), ("no evidence", False, False, False, None),
+                      ("bits unknown", False, False, True, None), ("identical", False, False, False, None),
+                      ("no evidence", False, False, False, None)]
+    # a stream as empty as m=1's is no evidence either; a one-token stream without its logprob has its bits unknown
     short = _states(_slots(2, length={0: 0, 1: 1}, reference_length={0: 0, 1: 1}, bitwise_prefix={0: 0, 1: 0}, max_ulp={0: None, 1: None}))
-    assert short.select("tokens_parted", "bits_parted", "bits_unknown").rows() == [(False, False, False), (False, False, True)]
+    assert short.select("state", "no_evidence", "bits_unknown").rows() == [("no evidence", True, False), ("bits unknown", False, True)]
     longer = _states(_slots(1, length={0: 6}, bitwise_prefix={0: 5}))
     assert longer.select("tokens_parted", "position").row(0) == (True, 5)  # parts where m=1 ended, not at its own end
-    bands = pl.DataFrame({"prompt_id": ["p"] * 4, "c": [4, 4, 8, 1], "repeat": [0, 1, 0, 0], "m_formed": [2, None, 8, None],
-                          "width_evidence": ["log; metrics 3; streams 4", None, "log", None]})
-    assert _formation(bands).select("widest_seen", "formed").rows() == [(4, True), (None, False), (8, True), (None, True)]
-
+    # no tokens recorded on either side (logprobs: null): the message texts decide, and equal texts leave the bits unknown
+    texts = _states(_slots(3, length={0: 0, 1: 0, 2: 0}, reference_length={0: 0, 1: 0, 2: 0}).with_columns(
+        text_same=pl.Series([False, True, None], dtype=pl.Boolean)))
+    assert texts.select("state", "position").rows() == [("tokens", None), ("bits unknown", None), ("no evidence", None)]
+    # a prompt without ref #1 is unjudged; a token that cannot be compared (no id, no text in common) leaves it unknown
+    edges = _states(_slots(3).with_columns(has_reference=pl.Series([False, True, True]), token_unknown_at=pl.Series([None, 2, None]),
+                                           bits_differ_at=pl.Series([None, 1, 4]), bits_unknown_at=pl.Series([None, None, 2])))
+    # a recorded bit difference is RED even where another token's bits are unknown; an unknown token alone is not
+    assert edges.select("state").to_series().to_list() == ["no reference", "bits", "bits"]
+    assert _states(_slots(1).with_columns(token_unknown_at=pl.lit(2, pl.Int64))).select("state").item() == "bits unknown"
+    bands = pl.DataFrame({"prompt_id": ["p"] * 5, "c": [4, 4, 8, 1, 4], "repeat": [0, 1, 0, 0, 2], "m_formed": [2, None, 8, None, 4],
+                          "width_evidence": ["log; metrics 3; streams 4", None, "log", None, "metrics; streams 4"]})
+    # the strongest evidence decides: the log's 2 is not c=4, whatever the streams say (and they contradict it)
+    assert _formation(bands).select("widest_seen", "formed", "contradicted").rows() == [
+        (2, False, True), (None, False, False), (8, True, False), (None, True, False), (4, True, False)]
 
 
 def test_the_unformed_bands_are_listed_by_c_then_prompt_then_repeat():
@@ -315,11 +351,20 @@ def test_a_red_torch_run_is_told_what_row_invariant_cost_beside_it():
 def test_an_amber_run_says_how_many_more_repeats_or_prompts_would_do():
     # 56 batched requests in one repeat: 299 needs ceil(299 / 56) = 6 repeats, in a new run (a resume keeps its repeats)
     probe = Subject("runs/p", {"url": "http://h:1/v1/chat/completions", "repeats": 1}, [1, 4])
-    assert _judge(_slots(56), subject=probe)["next_step"] == ("243 more batched requests: a new run, bia probe http://h:1 -o runs/p-more "
-                                                              "--prompts FILE --repeats 6 (its prompts, one per line)")
+    assert _judge(_slots(56), subject=probe)["next_step"] == (
+        "243 more batched requests: a new run with 6 prompts, bia probe http://h:1 -o runs/p-more --prompts FILE (its prompts, one per "
+        "line), or bia certify URL, which varies each repeat's companions")
+    # 23 repeats of one context count once: 1 distinct context of 1 prompt, so 299 prompts would do
+    repeats = _slots(23).with_columns(context=pl.lit("p/4/0"))
+    row = _judge(repeats, subject=probe, target_rate=0.5, needed=5)
+    assert (row["verdict"], row["requests"], row["contexts"], row["prompts"]) == ("AMBER", 23, 1, 1)
+    assert row["upper_bound"] == pytest.approx(0.95)  # 0 of 1: 1 - 0.05^(1/1)
+    assert row["reason"].endswith("not below the 50% target: 5 distinct batch contexts would do (4 more)")
+    assert row["next_step"].startswith("4 more distinct batch contexts: a new run with 5 prompts")
     # the experiment has no repeats: 2 prompts of 28 batched requests each, so ceil(299 / 28) = 11 prompts
     experiment = Subject("runs/e", {"producer": "bia experiment", "prompts": [{"prompt_id": "p0"}, {"prompt_id": "p1"}]}, [1, 4])
-    assert _judge(_slots(56), subject=experiment)["next_step"] == "243 more batched requests: bia experiment --prompts FILE of 11 prompts"
+    two = _slots(56).with_columns(prompt_id=pl.Series(["p0"] * 28 + ["p1"] * 28))
+    assert _judge(two, subject=experiment)["next_step"] == "243 more batched requests: bia experiment --prompts FILE of 11 prompts"
 
 
 def test_the_rows_carry_their_target_and_the_bound_must_be_below_it():
@@ -349,9 +394,13 @@ def test_the_certificate_document_and_the_answer_hold_every_row_under_the_worst_
     rows = [_judge(_slots(4)) | {"run": "a"}, _judge(_slots(4, bitwise_prefix={3: 1})) | {"run": "<b>b</b>"}]
     judgement = Judgement(pl.DataFrame(rows, schema=SCHEMA, orient="row"))
     document = certificate_document(judgement, target_rate=0.01, confidence=0.95)
-    assert {k: v for k, v in document.items() if k != "arms"} == {
-        "certificate_version": 3, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95,
-        "bound": "one-sided exact Clopper-Pearson upper bound on the divergence rate of batched requests (c > 1)", "requests_needed": 299}
+    assert {k: v for k, v in document.items() if k not in ("arms", "domain")} == {
+        "certificate_version": 4, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95,
+        "bound": ("one-sided exact Clopper-Pearson upper bound on the divergence rate over distinct batch contexts of batched requests "
+                  "(c > 1): (prompt, c, slot, the prompts it was batched with, arm); a repeat of a context is checked but counted once"),
+        "requests_needed": 299}
+    # what both rows cover: their contexts summed, the hand-made rows' ladder
+    assert (document["domain"]["contexts"], document["domain"]["ladder"], document["domain"]["arms"]) == (8, [1, 4], ["copies"])
     assert [(arm["run"], arm["verdict"]) for arm in document["arms"]] == [("a", "AMBER"), ("<b>b</b>", "RED")]
     json.dumps(document)  # plain JSON types all through
     assert (judgement.verdict, judgement.exit_code) == ("RED", 5)

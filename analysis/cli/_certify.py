@@ -72,6 +72,7 @@ def certify_command(
     nothing to read), 4 not a run bia reads.
     """
     from ..core import claim_output, write_atomic
+    from ..dumps import DumpError
     from ..report import run_directories
     from ..run import RunError, read_run
     from ..studies import certificate_document, judge_runs
@@ -117,11 +118,16 @@ def certify_command(
         for folder in folders:
             try:
                 read.append(read_run(folder))
-            except RunError as exc:
+            except (RunError, DumpError) as exc:
                 raise _fail(
                     f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED
                 ) from None
-    judgement = judge_runs(read, target_rate=target_rate, confidence=confidence)
+    try:
+        judgement = judge_runs(read, target_rate=target_rate, confidence=confidence)
+    except (RunError, DumpError) as exc:  # a capture no table can be built from: one line, never a traceback
+        raise _fail(
+            f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED
+        ) from None
     document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
     write_atomic(output, json.dumps(document, indent=2) + "\n")
     _print_lines(document, output)
@@ -133,6 +139,8 @@ def _print_lines(document: dict, output: Path) -> None:
     from rich.console import Console
     from rich.markup import escape
 
+    from ..studies import domain_words
+
     console = Console(soft_wrap=True)
     for arm in document["arms"]:
         verdict = arm["verdict"]
@@ -141,3 +149,5 @@ def _print_lines(document: dict, output: Path) -> None:
         )
         console.print(f"  next: {escape(arm['next_step'])}")
     console.print(f"wrote {escape(str(output))}: {document['verdict']}, exit {document['exit_code']}")
+    if document.get("domain"):  # the last line: what the verdict covers, and so what it does not
+        console.print(escape(domain_words(document["domain"])))

@@ -100,6 +100,7 @@ def _band_table(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
         decode_tok_s=_columnar.band_rate(pl.col("decode_tok_s")),
         s_per_1000_seq=pl.when(timed).then((pl.col("end").max() - pl.col("sent").min()) / pl.len() * 1000),
         release_skew_s=pl.when(timed).then(pl.col("sent").max() - pl.col("sent").min()),
+        all_live=pl.col("stream_live").fill_null(False).all(),
     )
     completions = (
         slots.group_by([*_BAND, "sequence"])
@@ -137,13 +138,15 @@ _EVIDENCE_NOTE = {
 
 def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
     """Each band's largest width formed, its widths as text and the evidence behind them, from the manifest (one entry
-    per band, not per request). ``width_evidence`` names the evidence the width comes from first, then what the
+    per band, not per request); the streams' co-residency counts only for a band whose every stream was live (``all_live``). ``width_evidence`` names the evidence the width comes from first, then what the
     other kinds show (``"metrics; streams 16"``); null when nothing shows a width. ``prefix_cache``: its cache metrics as text."""
     out = []
     entries = _BandEntries(run.manifest)
-    for prompt, arm, c, repeat in bands.select(_BAND).rows():
+    for prompt, arm, c, repeat, live in bands.select(*_BAND, "all_live").rows():
         entry = entries.entry(prompt, c, repeat, arm=arm)
         evidence = _entry_evidence(entry)
+        if not live:  # streams that were not live (replayed, or arriving in a burst) decoded nothing together: no width
+            evidence.pop("streams", None)
         widths, origin = _chosen_widths(evidence)
         seen = ", ".join(f"m={w} x{n}" for w, n in sorted(Counter(widths).items(), reverse=True))
         if origin == "engine":  # a bound from a mean, said as such

@@ -87,20 +87,52 @@ _UNIT = (
 
 
 def _without_repeated_lines(dump: Dump) -> Dump:
-    """The dump with each capture line that repeats an earlier one byte for byte (a copy appended twice) left
-    out, and said in ``Dump.skipped``; two different lines for one request of the plan are a RunError naming both."""
+    """The dump with each request counted once: a capture line that repeats an earlier one byte for byte (a copy appended
+    twice), a band's request whose response id an earlier request of the same band already had (a line copied into another
+    slot), and a band's slot beyond its c are left out, each said in ``Dump.skipped``; two different lines for one request
+    of the plan are a RunError naming both."""
     requests = (
         dump.requests
         if isinstance(dump.requests, pl.DataFrame)
-        else pl.from_pandas(dump.requests[["source", "record", "raw_sha256", "extra", *_UNIT[:-1]]])
+        else pl.from_pandas(dump.requests[["source", "record", "raw_sha256", "extra", "request_id", *_UNIT[:-1]]])
     )
     keyed = requests.filter(pl.col("role").is_in(["reference", "band", "observer", "prefill"])).with_columns(
         pl.col("repeat").fill_null(0), envelope_arm=pl.col("extra").str.json_path_match("$.arm").fill_null("")
     )
-    repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
-    if repeated.is_empty():
-        return dump
     dropped, notes = [], list(dump.skipped)
+    beyond = keyed.filter((pl.col("role") == "band") & (pl.col("slot") >= pl.col("c"))).sort("source", "record")
+    for source, record, prompt, c, repeat, slot in beyond.select(
+        "source", "record", *_UNIT[:3], "repeat", "slot"
+    ).rows():
+        dropped.append((source, record))
+        notes.append(
+            DumpError(
+                source,
+                f"line {record}",
+                "slot",
+                f"{prompt} c={c} repeat {repeat}: slot {slot} is beyond its band's c: refused",
+            )
+        )
+    band = ["prompt_id", "role", "c", "repeat", "envelope_arm"]
+    keyed = keyed.join(beyond.select("source", "record"), on=["source", "record"], how="anti")
+    copied = (
+        keyed.filter(pl.col("request_id").is_not_null() & (pl.col("role") == "band"))
+        .sort("source", "record")
+        .with_columns(first=pl.struct("source", "record").first().over([*band, "request_id"]))
+        .filter(pl.int_range(pl.len()).over([*band, "request_id"]) > 0)
+    )
+    for source, record, response, first in copied.select("source", "record", "request_id", "first").rows():
+        dropped.append((source, record))
+        notes.append(
+            DumpError(
+                source,
+                f"line {record}",
+                "id",
+                f"response {response!r} was already read for this band at {first['source']} line {first['record']}: read once",
+            )
+        )
+    keyed = keyed.join(copied.select("source", "record"), on=["source", "record"], how="anti")
+    repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
     for _, group in repeated.group_by(_UNIT, maintain_order=True):
         first, *others = group.select("source", "record", "raw_sha256", "role", "slot").rows()
         for source, record, digest, role, slot in others:
@@ -113,6 +145,8 @@ def _without_repeated_lines(dump: Dump) -> Dump:
             notes.append(
                 DumpError(source, f"line {record}", None, f"the same capture line as line {first[1]}: read once")
             )
+    if not dropped:
+        return dump
     tokens, candidates, requests = (
         _drop_records(frame, dropped) for frame in (dump.tokens, dump.candidates, dump.requests)
     )

@@ -10,7 +10,7 @@ import polars as pl
 
 from ..metrics import columnar as _columnar
 from ..metrics import parity
-from ._steps import _band_pairs, numbered_steps
+from ._steps import _band_pairs, numbered_steps, with_evidence
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
@@ -42,6 +42,19 @@ _SLOT_SCHEMA = {
     "decode_tok_s": pl.Float64,
     "decode_rate_origin": pl.String,
     "reference_length": pl.Int64,
+    # the evidence the verdict counts (analysis.metrics.columnar.evidence_pairs; analysis.run._steps.with_evidence)
+    "has_reference": pl.Boolean,
+    "parted_at": pl.Int64,
+    "token_unknown_at": pl.Int64,
+    "tokens_by": pl.String,
+    "bits_known": pl.Int64,
+    "bits_differ_at": pl.Int64,
+    "bits_unknown_at": pl.Int64,
+    "text_same": pl.Boolean,
+    "finish_reason": pl.String,
+    "prompt_tokens": pl.Int64,
+    "stream_live": pl.Boolean,
+    "context": pl.String,
 }
 
 
@@ -50,9 +63,30 @@ def _slot_comparisons(run: Run, epsilon: float, reference: str | Run) -> pl.Data
     key = ("slots", epsilon, reference if isinstance(reference, str) else id(reference))
     if key not in run._cache:
         steps, pairs = _band_pairs(run, reference)
-        compared = _columnar.compare_pairs(steps, pairs.select("pair", "ref", "other"), epsilon=epsilon)
-        run._cache[key] = pairs.drop("length").join(compared, on="pair", how="left", maintain_order="left")
+        judged = pairs.filter(pl.col("ref").is_not_null()).select("pair", "ref", "other")
+        compared = _columnar.compare_pairs(steps, judged, epsilon=epsilon)
+        joined = pairs.join(compared, on="pair", how="left", maintain_order="left", suffix="_compared")
+        joined = joined.with_columns(length=pl.coalesce("length_compared", "length"), context=batch_context()).drop(
+            "length_compared"
+        )
+        run._cache[key] = with_evidence(steps, joined)
     return run._cache[key]
+
+
+def batch_context() -> pl.Expr:
+    """A batched request's batch context, the unit the bound counts (``docs/verdicts.md``): its arm, c, prompt, the row it
+    sat in (the envelope's ``row``, else its slot) and the prompts it was batched with (the envelope's ``batch``, one id per
+    row). A run that did not record its companions has one context per (arm, c, prompt, slot): its repeats of a band are
+    the same experiment, not new ones."""
+    envelope = pl.col("extra").str.json_path_match
+    return pl.concat_str(
+        pl.col("arm").fill_null(""),
+        pl.col("c").cast(pl.String).fill_null(""),
+        pl.col("prompt_id").fill_null(""),
+        pl.coalesce(envelope("$.row"), pl.col("slot").cast(pl.String)).fill_null(""),
+        envelope("$.batch").fill_null(""),
+        separator="\x1f",
+    )
 
 
 def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
@@ -100,6 +134,14 @@ _REFERENCE_SCHEMA = {
     "reference_length": pl.Int64,
     "max_ulp": pl.Int64,
     "max_abs_delta": pl.Float64,
+    "has_reference": pl.Boolean,
+    "parted_at": pl.Int64,
+    "token_unknown_at": pl.Int64,
+    "tokens_by": pl.String,
+    "bits_known": pl.Int64,
+    "bits_differ_at": pl.Int64,
+    "bits_unknown_at": pl.Int64,
+    "text_same": pl.Boolean,
 }
 
 
@@ -132,9 +174,9 @@ def reference_table(run: Run) -> pl.DataFrame:
 
 def _reference_table(run: Run) -> pl.DataFrame:
     steps, _, first = numbered_steps(run, "ref1")
-    second = numbered_steps(run, "ref2")[2]
+    second = numbered_steps(run, "ref2")[2].select("prompt_id", other="ref", completion_text="reference_text")
     pairs = (
-        first.join(second.rename({"ref": "other"}), on="prompt_id", how="inner")
+        first.join(second, on="prompt_id", how="inner")
         .sort("prompt_id")
         .with_row_index("pair")
         .with_columns(pl.col("pair").cast(pl.Int64))
@@ -143,5 +185,5 @@ def _reference_table(run: Run) -> pl.DataFrame:
         steps, pl.concat([pairs["ref"], pairs["other"]])
     )  # the references' steps, not every band's
     compared = _columnar.compare_pairs(steps, pairs.select("pair", "ref", "other"), epsilon=parity.NEAR_TIE_EPSILON)
-    joined = pairs.select("pair", "prompt_id").join(compared, on="pair", how="left", maintain_order="left")
-    return joined.select([pl.col(n).cast(t) for n, t in _REFERENCE_SCHEMA.items()])
+    joined = pairs.join(compared, on="pair", how="left", maintain_order="left")
+    return with_evidence(steps, joined).select([pl.col(n).cast(t) for n, t in _REFERENCE_SCHEMA.items()])

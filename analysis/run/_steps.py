@@ -87,7 +87,7 @@ def numbered_steps(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.S
         numbered[-1]
         .filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
         .unique("prompt_id", keep="last", maintain_order=True)
-        .select("prompt_id", ref="req")
+        .select("prompt_id", ref="req", reference_text="completion_text")
     )
     return steps, numbered[0], refs
 
@@ -106,17 +106,27 @@ _BAND_ORDER = ["prompt_id", "arm", "c", "repeat", "slot"]
 
 
 def _band_pairs(run: Run, reference: str | Run) -> tuple[_columnar.Steps, pl.DataFrame]:
-    """Every batched request with its reference (``pair``, ``ref``, ``other``), in the tables' order."""
+    """Every batched request with its reference (``pair``, ``ref``, ``other``), in the tables' order. A request whose prompt
+    has no such reference keeps a null ``ref``: it is unjudged (the judgement says which prompt), not an error."""
     steps, requests, refs = numbered_steps(run, reference)
     bands = (
         requests.filter(pl.col("role") == "band")
         .sort(_BAND_ORDER)
         .join(refs, on="prompt_id", how="left", maintain_order="left")
     )
-    orphan = bands.filter(pl.col("ref").is_null())
-    if orphan.height:
-        row = orphan.row(0, named=True)
-        raise RunError(
-            f"{row['source']}: prompt {row['prompt_id']!r} has no {reference if isinstance(reference, str) else 'reference run'} reference"
-        )
     return steps, bands.with_row_index("pair").with_columns(pl.col("pair").cast(pl.Int64), other=pl.col("req"))
+
+
+def with_evidence(steps: _columnar.Steps, compared: pl.DataFrame) -> pl.DataFrame:
+    """Pairs (``pair``, ``ref``, ``other``, and the two completions' ``reference_text`` and ``completion_text``) with what
+    their steps show as evidence (:func:`analysis.metrics.columnar.evidence_pairs`), ``has_reference``, and ``text_same``:
+    whether the two message texts are equal, null unless both are non-empty."""
+    evidence = _columnar.evidence_pairs(
+        steps, compared.filter(pl.col("ref").is_not_null()).select("pair", "ref", "other")
+    )
+    both = (pl.col("completion_text").str.len_bytes() > 0) & (pl.col("reference_text").str.len_bytes() > 0)
+    return compared.join(evidence, on="pair", how="left", maintain_order="left").with_columns(
+        has_reference=pl.col("ref").is_not_null(),
+        text_same=pl.when(both).then(pl.col("completion_text") == pl.col("reference_text")),
+        bits_known=pl.col("bits_known").fill_null(0),
+    )

@@ -9,6 +9,7 @@ from ._history import HistoryError, append_history, read_history
 from ._history_frames import RESULT_SETTINGS, History
 from ._judge import judge
 from ._judgement import judge_runs
+from ._judgement_evidence import domain_words
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
 from ._judgement_words import rate_words
 from ._rl_mismatch import TOP_SEQUENCES, largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs, trainer_pairs
@@ -34,6 +35,7 @@ __all__ = [
     "certificate",
     "certificate_document",
     "default_engine_reference",
+    "domain_words",
     "engine_label",
     "engine_table",
     "judge",

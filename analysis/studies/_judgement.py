@@ -33,14 +33,22 @@ from typing import Any, cast
 import polars as pl
 
 from ..metrics import divergence_bound, requests_needed
-from ..run import Run, RunLike, band_table, legacy_arm, read_run, reference_table, run_arms, slot_table
+from ..run import Run, RunLike, band_table, legacy_arm, numbered_steps, read_run, reference_table, run_arms, slot_table
 from ._judgement_cost import _cost, _with_measured_fix, cost_words
+from ._judgement_evidence import (
+    BATCHED_ARMS,
+    _alone_states,
+    _formation,
+    _states,
+    domain,
+    missing_frame,
+    precision_compared,
+    refused_requests,
+    sampling_words,
+)
 from ._judgement_frame import SCHEMA, Judgement
 from ._judgement_words import _alone_reason, _bound_reason, _evidence, _first_words, _red_reason, _where
 from ._next_steps import next_step
-
-BATCHED_ARMS = ("copies", "mixed")  # the arms whose bands batch the prompt; the others are controls sent alone
-ALONE_ARMS = ("copies", "mixed", "repeat")  # arms whose c=1 requests are the prompt alone and cold, as m=1 is
 
 _ORDER = ["c", "prompt_id", "repeat", "slot"]
 
@@ -127,18 +135,24 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
         or run_arms(run.manifest)[:1]
         or [legacy_arm(run.manifest)]
     )
-    missing = pl.DataFrame(
-        run.missing(),
-        schema={
-            "prompt_id": pl.String,
-            "role": pl.String,
-            "c": pl.Int64,
-            "slot": pl.Int64,
-            "repeat": pl.Int64,
-            "arm": pl.String,
-            "state": pl.String,
+    legacy = legacy_arm(run.manifest)
+    missing = missing_frame(run.missing())
+    refused = refused_requests(run.manifest, legacy)
+    # what no arm can do without: each prompt's references, and what was sent alone
+    lacking = pl.concat(
+        [
+            missing.filter(pl.col("role") == "reference").select("prompt_id", "slot", how=pl.col("state")),
+            refused.filter(pl.col("role") == "reference").select("prompt_id", "slot", how=pl.lit("refused")),
+        ]
+    ).unique(maintain_order=True)
+    shared = {
+        "references_lacking": lacking,
+        "run": {
+            "sampling": sampling_words(run.manifest),
+            "precision": precision_compared(numbered_steps(run)[0].steps["logprob"]),
+            "arms": arms,
         },
-    )
+    }
     subject = _subject(run)
     rows = [
         judge_arm(
@@ -147,78 +161,22 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
             states.filter(pl.col("arm") == arm),
             alone,
             bands.filter(pl.col("arm") == arm),
-            missing.filter(pl.col("arm") == arm),
+            pl.concat(
+                [
+                    missing.filter(pl.col("arm") == arm),
+                    refused.filter(pl.col("arm") == arm).select(
+                        *missing.columns[:-1], state=pl.format("refused: {}", "reason")
+                    ),
+                ]
+            ),
             target_rate,
             confidence,
             needed,
+            shared=shared,
         )
         for arm in arms
     ]
     return pl.DataFrame(rows, schema=SCHEMA, orient="row")
-
-
-def _states(rows: pl.DataFrame) -> pl.DataFrame:
-    """Each request against m=1: ``tokens_parted`` (a different token, or a different length), ``bits_parted`` (the same
-    tokens, a logprob whose bits differ), ``bits_unknown`` (the same tokens, no step with a logprob on both sides to
-    compare), ``at`` (where it parts)."""
-    shorter = pl.col("length") != pl.col(
-        "reference_length"
-    )  # a stream that ends early took another token (its end) there
-    tokens = (pl.col("diverged") | shorter).fill_null(True)
-    # no step with a logprob on both sides (max_ulp null): the bits are unknown, not different
-    unrecorded = pl.col("bitwise_prefix").is_null() | (pl.col("max_ulp").is_null() & (pl.col("length") > 0))
-    bits = ~tokens & (pl.col("bitwise_prefix") < pl.col("length")).fill_null(False) & ~unrecorded
-    at = (
-        pl.when(pl.col("diverged"))
-        .then("divergence_at")
-        .when(tokens)
-        .then(pl.min_horizontal("length", "reference_length"))
-        .when(bits)
-        .then("bitwise_prefix")
-    )
-    return rows.with_columns(
-        tokens_parted=tokens, bits_parted=bits, bits_unknown=~tokens & ~bits & unrecorded, position=at
-    )
-
-
-def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
-    """What the server does alone, run to run: each prompt's ref #2 against ref #1, then each request sent alone (c=1 of a
-    batched arm or the repeat arm), in the order a reader is told of them (references first)."""
-    columns = ["prompt_id", "c", "repeat", "slot", "role", "tokens_parted", "bits_parted", "position", "max_ulp"]
-    second = _states(refs).select(
-        "prompt_id",
-        c=pl.lit(None, pl.Int64),
-        repeat=pl.lit(None, pl.Int64),
-        slot=pl.lit(1, pl.Int64),
-        role=pl.lit("ref #2"),
-        tokens_parted="tokens_parted",
-        bits_parted="bits_parted",
-        position="position",
-        max_ulp="max_ulp",
-    )
-    sent_alone = (
-        states.filter((pl.col("c") == 1) & pl.col("arm").is_in(ALONE_ARMS))
-        .sort(_ORDER)
-        .select(
-            "prompt_id",
-            c="c",
-            repeat="repeat",
-            slot="slot",
-            role=pl.format("{} c=1", "arm"),
-            tokens_parted="tokens_parted",
-            bits_parted="bits_parted",
-            position="position",
-            max_ulp="max_ulp",
-        )
-    )
-    return pl.concat([second.sort("prompt_id").select(columns), sent_alone.select(columns)], how="vertical_relaxed")
-
-
-def _formation(bands: pl.DataFrame) -> pl.DataFrame:
-    """Each band with ``widest_seen`` (the widest batch any of its width evidence shows) and ``formed``: c = 1, or c seen."""
-    others = pl.col("width_evidence").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64)).list.max()
-    seen = pl.max_horizontal("m_formed", others)
-    return bands.with_columns(widest_seen=seen, formed=(pl.col("c") <= 1) | (seen >= pl.col("c")).fill_null(False))
 
 
 # --- one arm's verdict ----------------------------------------------------------------------------------
@@ -234,9 +192,12 @@ def judge_arm(
     target_rate: float,
     confidence: float,
     needed: int,
+    *,
+    shared: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One arm's row (the columns of ``SCHEMA``) from its requests' states (:func:`_states` of slot rows), what was sent alone
-    (:func:`_alone_states`), its bands (:func:`_formation`) and the requests its plan lacks (``Run.missing``'s rows).
+    (:func:`_alone_states`), its bands (:func:`_formation`) and the requests its plan lacks (``Run.missing``'s rows, and the
+    refused ones with a ``state`` that begins with "refused").
 
     Parameters
     ----------
@@ -245,46 +206,61 @@ def judge_arm(
     arm : str
         The arm judged.
     states : polars.DataFrame
-        The arm's requests, one row each: ``c``, ``tokens_parted``, ``bits_parted``, ``bits_unknown``, ``max_ulp``
-        and where each part.
+        The arm's requests, one row each: ``c``, ``state`` and its flags (``tokens_parted``, ``bits_parted``, ...),
+        ``context``, ``max_ulp`` and where each part.
     alone : polars.DataFrame
         The requests sent alone (m=1), in the same columns.
     bands : polars.DataFrame
-        The arm's bands: ``c``, ``prompt_id``, ``repeat``, ``formed`` and ``widest_seen``.
+        The arm's bands: ``c``, ``prompt_id``, ``repeat``, ``formed``, ``contradicted`` and ``widest_seen``.
     missing : polars.DataFrame
-        The requests the run's plan lacks: ``c`` and ``role`` at least.
+        The requests the run's plan lacks or had refused: ``c``, ``role`` and ``state`` at least.
     target_rate : float
         The divergence rate the batched requests must bound themselves below to be GREEN, in (0, 1].
     confidence : float
         The confidence of the one-sided upper bound on the divergence rate, in (0, 1).
     needed : int
-        The batched requests needed for a GREEN at that rate and confidence with none parting.
+        The distinct batch contexts needed for a GREEN at that rate and confidence with none parting.
+    shared : Mapping, optional
+        What the run's arms share: ``references_lacking`` (prompts without a reference: ``prompt_id``, ``slot``, ``how``).
 
     Returns
     -------
     dict of str to Any
     """
+    shared = shared or {}
     batched = states.filter(pl.col("c") > 1).sort(_ORDER)
+    if "context" not in batched.columns:  # rows written by hand: each request its own context
+        batched = batched.with_columns(context=pl.format("{}/{}/{}/{}", "prompt_id", "c", "repeat", "slot"))
     parted = pl.col("tokens_parted") | pl.col("bits_parted")
     alone_parted = alone.filter(parted)
     divergent = batched.filter(parted)
     ladder = sorted({int(c) for c in subject.ladder if int(c) > 1})
     present = set(batched["c"].unique().to_list())
     unformed = bands.filter((pl.col("c") > 1) & ~pl.col("formed")).sort("c", "prompt_id", "repeat")
+    band_gaps = missing.filter((pl.col("c") > 1) & (pl.col("role") == "band"))
+    refused = band_gaps.filter(pl.col("state").str.starts_with("refused"))
     row: dict[str, Any] = {
         "run": subject.label,
         "arm": arm,
         "engine": subject.engine,
         "requests": batched.height,
+        "contexts": batched["context"].n_unique(),
+        "prompts": batched["prompt_id"].n_unique(),
         "divergent": divergent.height,
         "tokens_parted": int(batched["tokens_parted"].sum()),
         "bits_only": int(batched["bits_parted"].sum()),
         "bits_unknown": int(batched["bits_unknown"].sum()),
+        "no_evidence": int(_flag(batched, "no_evidence").sum()),
+        "unjudged": int(_flag(batched, "unjudged").sum()),
+        "refused": refused.height,
         "alone": alone.height,
         "alone_parted": alone_parted.height,
+        "alone_unknown": alone.filter(
+            pl.col("state").is_in(["bits unknown", "no evidence"]) if "state" in alone.columns else pl.lit(False)
+        ).height,
         "bands": bands.filter(pl.col("c") > 1).height,
         "bands_unformed": unformed.height,
-        "missing": missing.filter((pl.col("c") > 1) & (pl.col("role") == "band")).height,
+        "missing": band_gaps.height - refused.height,
         "cs_missing": [c for c in ladder if c not in present],
         "target_rate": target_rate,
         "confidence": confidence,
@@ -293,9 +269,10 @@ def judge_arm(
         "cost_by_c": _cost(states),
         "unformed": unformed.select("prompt_id", c="c", repeat="repeat", widest_seen="widest_seen").to_dicts(),
     }
-    n = row["requests"]
-    row["upper_bound"] = divergence_bound(row["divergent"], n, confidence) if n else None
-    row["rule_of_three"] = 3 / n if n and not row["divergent"] and confidence == 0.95 else None
+    # the bound counts distinct batch contexts: a repeat of the same context is checked, but is not a new trial
+    n, k = row["contexts"], divergent["context"].n_unique()
+    row["upper_bound"] = divergence_bound(k, n, confidence) if n else None
+    row["rule_of_three"] = 3 / n if n and not k and confidence == 0.95 else None
     if alone_parted.height:
         first = alone_parted.row(0, named=True)
         row.update(verdict="RED", cause=_alone_cause(subject), first_request=first)
@@ -315,7 +292,7 @@ def judge_arm(
         row.update(verdict="RED", cause=subject.cause_of(first, arm), first_request=first_request)
         row["reason"] = _red_reason(row, first_request)
     else:
-        gaps = _gaps(row, ladder, subject)
+        gaps = _gaps(row, ladder, subject) + _evidence_gaps(row, batched, alone, refused, bands, shared)
         if gaps:
             row.update(
                 verdict="UNVERIFIED",
@@ -336,13 +313,24 @@ def judge_arm(
             "parted": "tokens" if first_request["tokens_parted"] else "bits",
         }
     row["evidence"] = _evidence(row)
+    row["domain"] = domain(
+        row,
+        batched,
+        bands,
+        subject.ladder,
+        **{"sampling": None, "precision": None, "arms": [arm], **shared.get("run", {})},
+    )
     row["cost"] = cost_words(row["cost_by_c"])
     row["next_step"] = next_step(subject, row)
     return row
 
 
+def _flag(frame: pl.DataFrame, name: str) -> pl.Series:
+    return frame[name] if name in frame.columns else pl.Series(name, [False] * frame.height)
+
+
 def _gaps(row: dict[str, Any], ladder: list[int], subject: Subject) -> list[str]:
-    """What keeps a run with nothing parted from GREEN or AMBER, in words."""
+    """What keeps a run with nothing parted from GREEN or AMBER, in words: the plan's gaps."""
     gaps = []
     if not ladder:
         gaps.append("its ladder holds no batch size above 1: nothing was batched")
@@ -360,9 +348,59 @@ def _gaps(row: dict[str, Any], ladder: list[int], subject: Subject) -> list[str]
         gaps.append(
             f"{row['bands_unformed']} of {row['bands']} batched bands never seen formed at their c (the first {_where(band)}: {seen})"
         )
+    return gaps
+
+
+def _evidence_gaps(
+    row: dict[str, Any],
+    batched: pl.DataFrame,
+    alone: pl.DataFrame,
+    refused: pl.DataFrame,
+    bands: pl.DataFrame,
+    shared: Mapping[str, Any],
+) -> list[str]:
+    """What keeps it from GREEN or AMBER in the evidence itself: refused requests, prompts without a reference, requests
+    with nothing compared or bits unknown, width evidence that contradicts itself, lines the reader left out."""
+    gaps = []
+    if row["refused"]:
+        first = refused.sort(_ORDER).row(0, named=True)
+        gaps.append(
+            f"{row['refused']} batched request(s) were refused or failed, so their bands are incomplete (the first "
+            f"{_where(first)} slot {first['slot']}: {first['state'].removeprefix('refused: ')})"
+        )
+    lacking = shared.get("references_lacking")
+    if lacking is not None and lacking.height:
+        names = ", ".join(f"{p} ref #{s + 1} ({how})" for p, s, how in lacking.sort("prompt_id", "slot").rows()[:3])
+        gaps.append(f"{lacking['prompt_id'].n_unique()} prompt(s) lack a reference, so they are unjudged: {names}")
+    elif row["unjudged"]:
+        prompts = ", ".join(sorted(set(batched.filter(pl.col("unjudged"))["prompt_id"].to_list()))[:3])
+        gaps.append(f"{row['unjudged']} batched request(s) have no ref #1 of their prompt to compare with ({prompts})")
+    if row["no_evidence"]:
+        first = batched.filter(pl.col("no_evidence")).row(0, named=True)
+        gaps.append(
+            f"{row['no_evidence']} of {row['requests']} batched requests have no token to compare (an empty completion on "
+            f"either side; the first {_where(first)} slot {first['slot']})"
+        )
     if row["bits_unknown"]:
         gaps.append(
-            f"{row['bits_unknown']} of {row['requests']} batched requests have no logprobs recorded, so their bits are unknown"
+            f"{row['bits_unknown']} of {row['requests']} batched requests have their bits unknown (a logprob not recorded, "
+            "or null, NaN or infinite, on either side)"
+        )
+    if row["alone_unknown"]:
+        gaps.append(
+            f"{row['alone_unknown']} of {row['alone']} requests sent alone have no token or bits to compare with ref #1, so "
+            "the server is not shown to repeat itself alone"
+        )
+    contradicted = (
+        bands.filter(pl.col("c") > 1).filter(pl.col("contradicted"))
+        if "contradicted" in bands.columns
+        else bands.clear()
+    )
+    if contradicted.height:
+        band = contradicted.sort("c", "prompt_id", "repeat").row(0, named=True)
+        gaps.append(
+            f"the width evidence of {contradicted.height} band(s) contradicts itself (the first {_where(band)}: the server's "
+            f"own record says m={band['widest_seen']}, weaker evidence ({band['width_evidence']}) says more)"
         )
     return gaps
 

@@ -44,6 +44,24 @@ _COST = pl.List(
         }
     )
 )
+#: What a verdict covers (``docs/verdicts.md``): the ladder and the widths measured, distinct prompts and batch contexts,
+#: prompt and completion lengths, the sampling, the precision the logprobs were compared at, the arms.
+DOMAIN = pl.Struct(
+    {
+        "ladder": pl.List(pl.Int64),
+        "widths": pl.List(pl.Int64),
+        "prompts": pl.Int64,
+        "contexts": pl.Int64,
+        "requests": pl.Int64,
+        "prompt_tokens_min": pl.Int64,
+        "prompt_tokens_max": pl.Int64,
+        "completion_tokens_min": pl.Int64,
+        "completion_tokens_max": pl.Int64,
+        "sampling": pl.String,
+        "precision": pl.String,
+        "arms": pl.List(pl.String),
+    }
+)
 SCHEMA: dict[str, PolarsDataType] = {
     "run": pl.String,
     "arm": pl.String,
@@ -57,12 +75,18 @@ SCHEMA: dict[str, PolarsDataType] = {
     "max_ulp": pl.Int64,
     "next_step": pl.String,
     "requests": pl.Int64,
+    "contexts": pl.Int64,
+    "prompts": pl.Int64,
     "divergent": pl.Int64,
     "tokens_parted": pl.Int64,
     "bits_only": pl.Int64,
     "bits_unknown": pl.Int64,
+    "no_evidence": pl.Int64,
+    "unjudged": pl.Int64,
+    "refused": pl.Int64,
     "alone": pl.Int64,
     "alone_parted": pl.Int64,
+    "alone_unknown": pl.Int64,
     "bands": pl.Int64,
     "bands_unformed": pl.Int64,
     "missing": pl.Int64,
@@ -75,6 +99,7 @@ SCHEMA: dict[str, PolarsDataType] = {
     "first_request": _FIRST,
     "unformed": _UNFORMED,
     "cost_by_c": _COST,
+    "domain": DOMAIN,
 }
 
 

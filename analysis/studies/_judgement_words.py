@@ -48,15 +48,26 @@ def _red_reason(row: dict[str, Any], first: Mapping[str, Any]) -> str:
     )
 
 
+def _counted(row: dict[str, Any]) -> str:
+    """The batched requests and what the bound counts of them: distinct batch contexts, and the prompts they hold."""
+    n, contexts = row["requests"], row.get("contexts", row["requests"])
+    if contexts == n:
+        return f"{n} batched requests"
+    prompts = row.get("prompts")
+    of = f" of {prompts} prompt{'s' if prompts != 1 else ''}" if prompts is not None else ""
+    return f"{n} batched requests ({contexts} distinct batch context{'s' if contexts != 1 else ''}{of})"
+
+
 def _bound_reason(row: dict[str, Any], green: bool) -> str:
-    n, needed, target = row["requests"], row["requests_needed"], rate_words(row["target_rate"])
+    n, needed, target = row.get("contexts", row["requests"]), row["requests_needed"], rate_words(row["target_rate"])
     head = (
-        f"0 of {n} batched requests part from m=1, every band seen formed; the {row['confidence']:.0%} upper bound on the "
+        f"0 of {_counted(row)} part from m=1, every band seen formed; the {row['confidence']:.0%} upper bound on the "
         f"divergence rate is {rate_words(row['upper_bound'])}, "
     )
     if green:
         return head + f"below the {target} target"
-    return head + f"not below the {target} target: {needed} batched requests would do ({needed - n} more)"
+    unit = "batched requests" if n == row["requests"] else "distinct batch contexts"
+    return head + f"not below the {target} target: {needed} {unit} would do ({needed - n} more)"
 
 
 def _evidence(row: dict[str, Any]) -> str:
@@ -65,7 +76,9 @@ def _evidence(row: dict[str, Any]) -> str:
         f"; bound {rate_words(row['upper_bound'])} at {row['confidence']:.0%}" if row["upper_bound"] is not None else ""
     )
     alone = f"; alone: {row['alone'] - row['alone_parted']} of {row['alone']} match ref #1"
-    return f"{row['requests']} batched requests, {formed} of {row['bands']} bands seen formed{bound} ({row['requests_needed']} needed){alone}"
+    return (
+        f"{_counted(row)}, {formed} of {row['bands']} bands seen formed{bound} ({row['requests_needed']} needed){alone}"
+    )
 
 
 def rate_words(value: float) -> str:

@@ -96,18 +96,20 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
         if row["bits_unknown"]:
             return "probe with logprobs (bia probe keeps them unless the server drops them)"
         return "probe a ladder of batch sizes above 1: bia probe URL --ladder 1,4,8,16"
-    if verdict == "AMBER":
-        more = row["requests_needed"] - row["requests"]
-        if subject.manifest.get("producer") == "bia experiment":  # more batched requests come from more prompts
-            per_prompt = max(1, row["requests"] // max(1, len(subject.manifest.get("prompts") or []) or 1))
-            return f"{more} more batched requests: bia experiment --prompts FILE of {math.ceil(row['requests_needed'] / per_prompt)} prompts"
-        per_repeat = max(1, row["requests"] // max(1, int(subject.manifest.get("repeats") or 1)))
-        repeats = math.ceil(row["requests_needed"] / per_repeat)
+    if verdict == "AMBER":  # the bound counts distinct batch contexts: more of them come from more prompts
+        contexts = row.get("contexts", row["requests"])
+        more = row["requests_needed"] - contexts
+        per_prompt = max(1, contexts // max(1, row.get("prompts") or 1))
+        prompts = math.ceil(row["requests_needed"] / per_prompt)
+        unit = "batched requests" if contexts == row["requests"] else "distinct batch contexts"
+        if subject.manifest.get("producer") == "bia experiment":
+            return f"{more} more {unit}: bia experiment --prompts FILE of {prompts} prompts"
         if (
             subject.manifest.get("producer") == "bia probe_callable"
         ):  # an engine in process: called again, not probed over HTTP
-            return f"{more} more batched requests: probe_callable(generate, prompts, OUTPUT, repeats={repeats}) into a new run"
+            return f"{more} more {unit}: probe_callable(generate, {prompts} prompts, OUTPUT) into a new run"
         return (
-            f"{more} more batched requests: a new run, {_probe_command(subject, f' --repeats {repeats}', resume=False)}"
+            f"{more} more {unit}: a new run with {prompts} prompts, {_probe_command(subject, '', resume=False)}, "
+            "or bia certify URL, which varies each repeat's companions"
         )
     return "none: keep it in CI with bia certify"

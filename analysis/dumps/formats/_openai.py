@@ -25,7 +25,8 @@ def _usage(payload: dict) -> tuple[int | None, int | None, dict | None]:
 def _check_usage(
     rows: Rows, where: str, n_choices: int, completion_tokens: int | None, scored: int, has_logprobs: bool
 ) -> None:
-    if n_choices == 1 and has_logprobs and completion_tokens is not None and completion_tokens != scored:
+    # no entry at all is logprobs not recorded (evidence missing, which the verdict counts), not a disagreement
+    if n_choices == 1 and has_logprobs and scored and completion_tokens is not None and completion_tokens != scored:
         raise DumpError(
             rows.source,
             where,

@@ -175,7 +175,8 @@ def _requests(batch, choices, choice_line, choice_pos, entry_choice, meta: _Line
         how="horizontal",
     )
     single = pl.col("n_choices") == 1
-    disagree = pl.col("completion_tokens") != pl.col("n_completion_scored")
+    # no entry at all is logprobs not recorded (evidence missing), not a disagreement: as the general reader reads it
+    disagree = (pl.col("completion_tokens") != pl.col("n_completion_scored")) & (pl.col("n_completion_scored") > 0)
     if frame.filter(single & pl.col("has_logprobs") & pl.col("completion_tokens").is_not_null() & disagree).height:
         raise _Unsupported("usage disagrees with the logprob entries")
     return _envelope_requests(

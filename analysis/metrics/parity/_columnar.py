@@ -12,10 +12,12 @@ The frames here:
     One row per completion token of a request: ``req`` (the request's number), ``idx`` (its
     0-based step: the rank of its ``position``, as a :class:`~analysis.parity.Stream` counts),
     ``ident`` (the token's identity: its id, else its text and bytes), ``logprob``, ``bits`` (its
-    float32 bits) and ``ordered`` (the same moved onto a line where float order is integer order),
+    float32 bits), ``bits64`` (its bits as recorded, null when it is unknown) and ``ordered`` (the float32 bits moved onto
+    a line where float order is integer order),
     and from its top-k list:
     ``n_cands``, ``cand_list`` (identities in delivered order),
-    ``top1`` (the best finite logprob) and ``margin`` (top-1 minus top-2).
+    ``top1`` (the best finite logprob), ``margin`` (top-1 minus top-2) and ``cand_sig`` (the finite
+    alternatives' tokens and recorded bits as one order-free number).
 ``cands``
     One row per delivered ``top_logprobs`` candidate: ``req``, ``idx``, ``ident``, ``logprob``,
     ``first`` (the first finite entry of its identity in its list: the one a KL counts).
@@ -27,11 +29,12 @@ streams compared in ``_columnar_pairs``, single streams and bands measured in ``
 """
 
 from ._columnar_bands import band_rate, constant_runs, decode_rate, flip_bins, sequences, wilson
-from ._columnar_pairs import COMPARISON_SCHEMA, REST_FLOOR, agreements, compare_pairs
-from ._columnar_steps import REQUEST_KEY, Steps, build_steps, float32_bits, of_requests, ordered_bits
+from ._columnar_pairs import COMPARISON_SCHEMA, EVIDENCE_SCHEMA, REST_FLOOR, agreements, compare_pairs, evidence_pairs
+from ._columnar_steps import REQUEST_KEY, Steps, build_steps, float32_bits, of_requests, ordered_bits, recorded_bits
 
 __all__ = [
     "COMPARISON_SCHEMA",
+    "EVIDENCE_SCHEMA",
     "REQUEST_KEY",
     "REST_FLOOR",
     "Steps",
@@ -41,10 +44,12 @@ __all__ = [
     "compare_pairs",
     "constant_runs",
     "decode_rate",
+    "evidence_pairs",
     "flip_bins",
     "float32_bits",
     "of_requests",
     "ordered_bits",
+    "recorded_bits",
     "sequences",
     "wilson",
 ]

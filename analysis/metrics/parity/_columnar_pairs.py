@@ -147,6 +147,75 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
     return out.select([pl.col(name).cast(dtype) for name, dtype in COMPARISON_SCHEMA.items()]).sort("pair")
 
 
+EVIDENCE_SCHEMA = {
+    "pair": pl.Int64,
+    "parted_at": pl.Int64,
+    "token_unknown_at": pl.Int64,
+    "tokens_by": pl.String,
+    "bits_known": pl.Int64,
+    "bits_differ_at": pl.Int64,
+    "bits_unknown_at": pl.Int64,
+}
+
+
+def evidence_pairs(steps: Steps, pairs: pl.DataFrame) -> pl.DataFrame:
+    """What each pair's steps show, as evidence a verdict can count: where the tokens part as recorded, where they cannot
+    be told apart, and, over the steps before that, where the recorded logprobs differ or are unknown.
+
+    A step's tokens are compared by id where both sides have one, else by text and bytes where both sides have them
+    (``tokens_by`` says "token text" when any step was); a step with nothing in common is unknown, never equal. Before the
+    first step that parts or is unknown, every recorded value of a step is compared at the precision it was recorded in
+    (:func:`recorded_bits`): the sampled token's logprob and, where both sides listed alternatives, every finite
+    alternative's (token, logprob) pair. A logprob that is null or not finite on either side, or alternatives listed on one
+    side only, make that step's bits unknown: not equal, and not different either.
+
+    Parameters
+    ----------
+    steps : Steps
+        The requests' steps.
+    pairs : polars.DataFrame
+        ``pair``, ``ref`` and ``other`` (requests' ``req``).
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per pair with a step on both sides: ``pair``, ``parted_at`` and ``token_unknown_at`` (the first step whose
+        tokens differ, or cannot be compared; null when none), ``tokens_by``, ``bits_known`` (steps before those whose
+        logprobs are recorded on both sides), ``bits_differ_at`` and ``bits_unknown_at`` (the first such step whose
+        recorded values differ, or are unknown).
+    """
+    columns = ["token_id", "token_text", "token_bytes", "bits64", "n_cands", "cand_sig"]
+    aligned = _aligned(steps, pairs, columns)
+    r, o = (lambda c: pl.col(f"{c}_r")), (lambda c: pl.col(f"{c}_o"))
+    ids = r("token_id").is_not_null() & o("token_id").is_not_null()
+    texts = r("token_text").is_not_null() & o("token_text").is_not_null()
+    data = r("token_bytes").is_not_null() & o("token_bytes").is_not_null()
+    by_text = (~texts | (r("token_text") == o("token_text"))) & (~data | (r("token_bytes") == o("token_bytes")))
+    same = pl.when(ids).then(r("token_id") == o("token_id")).when(texts | data).then(by_text)
+    aligned = aligned.with_columns(same=same, by_id=ids)
+    stop = pl.col("idx").filter(~pl.col("same").fill_null(False)).min().over("pair")
+    before = aligned.with_columns(stop=stop).filter(pl.col("stop").is_null() | (pl.col("idx") < pl.col("stop")))
+    known = r("bits64").is_not_null() & o("bits64").is_not_null()
+    listed_r, listed_o = r("n_cands") > 0, o("n_cands") > 0
+    differ = (known & (r("bits64") != o("bits64"))) | (listed_r & listed_o & (r("cand_sig") != o("cand_sig")))
+    unknown = ~known | (listed_r != listed_o)
+    tokens = aligned.group_by("pair").agg(
+        parted_at=pl.col("idx").filter(~pl.col("same")).min(),
+        token_unknown_at=pl.col("idx").filter(pl.col("same").is_null()).min(),
+    )
+    bits = before.group_by("pair").agg(
+        by_text=(~pl.col("by_id")).any(),
+        bits_known=known.sum().cast(pl.Int64),
+        bits_differ_at=pl.col("idx").filter(differ).min(),
+        bits_unknown_at=pl.col("idx").filter(unknown).min(),
+    )
+    out = tokens.join(bits, on="pair", how="left").with_columns(
+        tokens_by=pl.when(pl.col("by_text")).then(pl.lit("token text")).otherwise(pl.lit("token ids")),
+        bits_known=pl.col("bits_known").fill_null(0),
+    )
+    return out.select([pl.col(n).cast(t) for n, t in EVIDENCE_SCHEMA.items()]).sort("pair")
+
+
 def _expm1(d: pl.Expr) -> pl.Expr:
     """``exp(d) - 1`` without the cancellation of ``exp(d) - 1`` for small d (k3 is second order in d); inf past float range."""
     return d.map_batches(_quiet_expm1, return_dtype=pl.Float64)

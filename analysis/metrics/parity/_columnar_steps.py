@@ -103,6 +103,31 @@ def float32_bits(value: pl.Expr) -> pl.Expr:
     return value.cast(pl.Float32).reinterpret(dtype=pl.Int32).cast(pl.Int64)
 
 
+def recorded_bits(value: pl.Expr) -> pl.Expr:
+    """A value's bits at the precision it was recorded in, as an integer: the float64 a reader parsed, bit for bit (a
+    float32 a server wrote reads back as the same float64 every time, so this is as fine as float32 bits for it, and finer
+    for a float64). Null for a value that is null or not finite: its bits are unknown, not equal to anything.
+
+    Parameters
+    ----------
+    value : polars.Expr
+        Floats.
+
+    Returns
+    -------
+    polars.Expr
+        Int64.
+
+    Examples
+    --------
+    >>> frame = pl.DataFrame({"v": [-0.5, -0.5 - 1e-9, float("nan"), None]})
+    >>> frame.select(b=recorded_bits(pl.col("v")))["b"].is_null().to_list(), frame.select(b=recorded_bits(pl.col("v")))["b"].n_unique()
+    ([False, False, True, True], 3)
+    """
+    value = value.cast(pl.Float64)
+    return pl.when(value.is_finite()).then(value.reinterpret(dtype=pl.Int64))
+
+
 def ordered_bits(bits: pl.Expr) -> pl.Expr:
     """Float32 bits moved onto a line where float order is integer order (``parity.ulp_distance``: -0.0 and 0.0 meet).
 
@@ -226,6 +251,9 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: EngineType = "
             n_cands=pl.len().cast(pl.Int64),
             cand_list=pl.col("ident"),
             values=pl.when(pl.col("finite")).then(pl.col("logprob")),
+            # every finite alternative's identity and recorded bits, as one order-free number: two steps whose lists hold
+            # the same (token, bits) pairs have the same signature, whatever the order the server listed them in
+            cand_sig=pl.struct("ident", recorded_bits(pl.col("logprob"))).hash(seed=0).filter(pl.col("finite")).sum(),
         )
     )
     second = pl.col("values").list.sort(descending=True, nulls_last=True).list.get(1, null_on_oob=True)
@@ -244,6 +272,7 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: EngineType = "
             ident=_identity("token_id", "token_text", "token_bytes", as_int),
             logprob=pl.col("logprob"),
             bits=float32_bits(pl.col("logprob")),
+            bits64=recorded_bits(pl.col("logprob")),
         )
         .with_columns(ordered=ordered_bits(pl.col("bits")))
         .join(per_step, on="step", how="left", maintain_order="left")

@@ -1,0 +1,258 @@
+"""What each request contributes to a verdict, decided once as columns the judgement only counts (``docs/verdicts.md``).
+
+A request against ref #1 of its prompt is in exactly one state:
+
+``no reference``  its prompt has no ref #1 (missing or refused): unjudged
+``no evidence``   no token was compared: an empty or zero-length completion, on either side, with no message text to set
+                  against the other's
+``tokens``        a recorded difference in its tokens (a token that differs, a stream that ends while the other goes on),
+                  or, with no tokens recorded, a message text that differs
+``bits``          the same tokens, and a recorded value of a step (the sampled token's logprob or an alternative's) whose
+                  bits differ at the precision recorded
+``bits unknown``  the same tokens (or the same text) and no recorded difference, but a step whose logprob is null, NaN or
+                  infinite on either side, alternatives listed on one side only, or no step to compare at all
+``identical``     every token the same, every recorded value the same, bit for bit
+
+Only ``identical`` can make GREEN; only ``tokens`` and ``bits`` make RED; every other state leaves the verdict
+UNVERIFIED. Missing evidence can only make a verdict less certain, never greener.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+BATCHED_ARMS = ("copies", "mixed")  # the arms whose bands batch the prompt; the others are controls sent alone
+# arms whose c=1 requests are the prompt alone and cold, as m=1 is; the serial arm sends every request alone at any c
+ALONE_ARMS = ("copies", "mixed", "repeat")
+SERIAL_ARM = "serial"
+
+STATES = ("no reference", "no evidence", "tokens", "bits", "bits unknown", "identical")
+
+_ORDER = ["c", "prompt_id", "repeat", "slot"]
+
+
+def _states(rows: pl.DataFrame) -> pl.DataFrame:
+    """Each request against m=1 (rows of the slot or reference table) with its ``state`` and the flags the verdict counts:
+    ``tokens_parted``, ``bits_parted``, ``bits_unknown``, ``no_evidence``, ``unjudged`` and ``position`` (the 0-based token
+    where it parts; null when only its message text was compared)."""
+    length, reference = pl.col("length").fill_null(0), pl.col("reference_length").fill_null(0)
+    judged = pl.col("has_reference").fill_null(False)
+    empty = judged & ((length == 0) | (reference == 0))
+    recorded = judged & ~empty
+    text = pl.col("text_same")
+    token_parted = recorded & pl.col("parted_at").is_not_null()
+    token_unknown = recorded & ~token_parted & pl.col("token_unknown_at").is_not_null()
+    ended = recorded & ~token_parted & ~token_unknown & (length != reference)  # one ends while the other goes on
+    tokens = token_parted | ended | (empty & ~text).fill_null(False)
+    bits = recorded & ~tokens & pl.col("bits_differ_at").is_not_null()
+    unknown = (
+        ~tokens
+        & ~bits
+        & (
+            token_unknown
+            | (recorded & pl.col("bits_unknown_at").is_not_null())
+            | (recorded & (pl.col("bits_known") == 0))
+            | (empty & text.fill_null(False))
+        )
+    )
+    no_evidence = empty & text.is_null()
+    state = (
+        pl.when(~judged)
+        .then(pl.lit("no reference"))
+        .when(tokens)
+        .then(pl.lit("tokens"))
+        .when(bits)
+        .then(pl.lit("bits"))
+        .when(no_evidence)
+        .then(pl.lit("no evidence"))
+        .when(unknown)
+        .then(pl.lit("bits unknown"))
+        .otherwise(pl.lit("identical"))
+    )
+    position = (
+        pl.when(token_parted)
+        .then("parted_at")
+        .when(ended)
+        .then(pl.min_horizontal(length, reference))
+        .when(bits)
+        .then("bits_differ_at")
+    )
+    return rows.with_columns(state=state).with_columns(
+        tokens_parted=pl.col("state") == "tokens",
+        bits_parted=pl.col("state") == "bits",
+        bits_unknown=pl.col("state") == "bits unknown",
+        no_evidence=pl.col("state") == "no evidence",
+        unjudged=pl.col("state") == "no reference",
+        position=position,
+    )
+
+
+def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
+    """What the server does alone, run to run: each prompt's ref #2 against ref #1, then each request sent alone (c=1 of a
+    batched arm or the repeat arm, and every request of the serial arm), in the order a reader is told of them (references
+    first)."""
+    columns = [
+        "prompt_id",
+        "c",
+        "repeat",
+        "slot",
+        "role",
+        "state",
+        "tokens_parted",
+        "bits_parted",
+        "position",
+        "max_ulp",
+    ]
+    second = _states(refs).select(
+        "prompt_id",
+        c=pl.lit(None, pl.Int64),
+        repeat=pl.lit(None, pl.Int64),
+        slot=pl.lit(1, pl.Int64),
+        role=pl.lit("ref #2"),
+        state="state",
+        tokens_parted="tokens_parted",
+        bits_parted="bits_parted",
+        position="position",
+        max_ulp="max_ulp",
+    )
+    alone = ((pl.col("c") == 1) & pl.col("arm").is_in(ALONE_ARMS)) | (pl.col("arm") == SERIAL_ARM)
+    sent_alone = (
+        states.filter(alone)
+        .sort(_ORDER)
+        .select(
+            "prompt_id",
+            c="c",
+            repeat="repeat",
+            slot="slot",
+            role=pl.format("{} c={}", "arm", "c"),
+            state="state",
+            tokens_parted="tokens_parted",
+            bits_parted="bits_parted",
+            position="position",
+            max_ulp="max_ulp",
+        )
+    )
+    return pl.concat([second.sort("prompt_id").select(columns), sent_alone.select(columns)], how="vertical_relaxed")
+
+
+def _formation(bands: pl.DataFrame) -> pl.DataFrame:
+    """Each band with ``widest_seen`` and ``formed``: c = 1, or the strongest width evidence present shows a batch of c
+    (``m_formed``: the server's per-step log, then its gauge or counters, then live streams). ``contradicted``: the server's
+    own per-step record (``log``, exact) shows less than c while a weaker kind (``width_evidence``'s others) shows c; the
+    gauge and the counters are lower bounds, which a wider figure of a weaker kind does not contradict."""
+    others = pl.col("width_evidence").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64)).list.max()
+    seen = pl.col("m_formed")
+    formed = (pl.col("c") <= 1) | (seen >= pl.col("c")).fill_null(False)
+    exact = pl.col("width_evidence").str.starts_with("log").fill_null(False)
+    contradicted = ~formed & exact & (others >= pl.col("c")).fill_null(False)
+    return bands.with_columns(widest_seen=seen, formed=formed, contradicted=contradicted)
+
+
+_PLACES = {
+    "prompt_id": pl.String,
+    "role": pl.String,
+    "c": pl.Int64,
+    "slot": pl.Int64,
+    "repeat": pl.Int64,
+    "arm": pl.String,
+}
+
+
+def refused_requests(manifest: Mapping[str, Any], legacy_arm: str) -> pl.DataFrame:
+    """The requests a probe sent that the server refused or failed (the manifest's ``refused`` list), one row each with
+    ``reason``: evidence missing, never a request that agrees."""
+    rows = [
+        {
+            "prompt_id": None if entry.get("prompt_id") is None else str(entry.get("prompt_id")),
+            "role": entry.get("role"),
+            "c": entry.get("c"),
+            "slot": entry.get("slot"),
+            "repeat": entry.get("repeat"),
+            "arm": entry.get("arm") or ("reference" if entry.get("role") == "reference" else legacy_arm),
+            "reason": str(entry.get("reason") or "refused"),
+        }
+        for entry in manifest.get("refused") or []
+        if isinstance(entry, Mapping)
+    ]
+    return pl.DataFrame(rows, schema={**_PLACES, "reason": pl.String}, orient="row")
+
+
+def missing_frame(missing: list[dict[str, Any]]) -> pl.DataFrame:
+    """``Run.missing``'s rows as a frame."""
+    return pl.DataFrame(missing, schema={**_PLACES, "state": pl.String}, orient="row")
+
+
+def precision_compared(logprobs: pl.Series) -> str:
+    """The precision the run's logprobs were compared at, as recorded: ``float32`` when every finite one is a float32 (a
+    server that computes in float32 and writes it out), ``float64`` when any holds more bits, ``none`` with none recorded.
+
+    Examples
+    --------
+    >>> precision_compared(pl.Series([-0.5, -0.25])), precision_compared(pl.Series([-0.5, -0.25 - 1e-9]))
+    ('float32', 'float64')
+    >>> precision_compared(pl.Series([None, float("nan")], dtype=pl.Float64))
+    'none'
+    """
+    finite = logprobs.cast(pl.Float64).filter(logprobs.cast(pl.Float64).is_finite())
+    if finite.is_empty():
+        return "none"
+    return "float32" if (finite.cast(pl.Float32).cast(pl.Float64) == finite).all() else "float64"
+
+
+def sampling_words(manifest: Mapping[str, Any]) -> str:
+    """How the run sampled, as its manifest records it: ``greedy`` at temperature 0 (or none recorded, as bia's probes
+    always ask), else the temperature.
+
+    Examples
+    --------
+    >>> sampling_words({"sampler": {"temperature": 0.0}}), sampling_words({"sampler": {"temperature": 0.7}})
+    ('greedy (temperature 0)', 'temperature 0.7')
+    """
+    temperature = (manifest.get("sampler") or {}).get("temperature")
+    return "greedy (temperature 0)" if not temperature else f"temperature {temperature:g}"
+
+
+def domain(row: Mapping[str, Any], batched: pl.DataFrame, bands: pl.DataFrame, ladder: list[int], **run: Any) -> dict:
+    """What a verdict covers: the ladder and the widths measured, the distinct prompts and batch contexts, the batched
+    requests' prompt and completion lengths, and the run's ``sampling``, ``precision`` and ``arms`` (given in ``run``)."""
+    widths = bands.filter(pl.col("c") > 1)["widest_seen"].drop_nulls().unique().sort().to_list()
+    prompt_tokens = batched["prompt_tokens"] if "prompt_tokens" in batched.columns else pl.Series([], dtype=pl.Int64)
+    return {
+        "ladder": sorted(int(c) for c in ladder),
+        "widths": widths,
+        "prompts": row["prompts"],
+        "contexts": row["contexts"],
+        "requests": row["requests"],
+        "prompt_tokens_min": prompt_tokens.min(),
+        "prompt_tokens_max": prompt_tokens.max(),
+        "completion_tokens_min": batched["length"].min(),
+        "completion_tokens_max": batched["length"].max(),
+        **run,
+    }
+
+
+def domain_words(domain: Mapping[str, Any]) -> str:
+    """A domain in one line, as ``bia certify`` ends with it.
+
+    Examples
+    --------
+    >>> domain_words({"ladder": [1, 4], "widths": [4], "prompts": 2, "contexts": 8, "requests": 8, "prompt_tokens_min": 5,
+    ...               "prompt_tokens_max": 9, "completion_tokens_min": 16, "completion_tokens_max": 16,
+    ...               "sampling": "greedy (temperature 0)", "precision": "float32", "arms": ["copies"]})
+    'covers: ladder 1,4 (widths measured 4), 2 prompts in 8 distinct batch contexts (8 batched requests), prompts of 5-9 tokens, completions of 16 tokens, greedy (temperature 0), logprobs compared as float32, arms copies'
+    """
+
+    def span(low: Any, high: Any) -> str:
+        return "?" if low is None else f"{low}" if low == high else f"{low}-{high}"
+
+    widths = ",".join(map(str, domain["widths"])) or "none"
+    return (
+        f"covers: ladder {','.join(map(str, domain['ladder']))} (widths measured {widths}), {domain['prompts']} prompts in "
+        f"{domain['contexts']} distinct batch contexts ({domain['requests']} batched requests), prompts of "
+        f"{span(domain['prompt_tokens_min'], domain['prompt_tokens_max'])} tokens, completions of "
+        f"{span(domain['completion_tokens_min'], domain['completion_tokens_max'])} tokens, {domain['sampling']}, logprobs "
+        f"compared as {domain['precision']}, arms {', '.join(domain['arms'])}"
+    )
