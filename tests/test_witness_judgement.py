@@ -118,11 +118,9 @@ def _witness(bands, *, span=None, tokens=128) -> dict:
 
 def test_a_hand_made_witness_at_its_own_target_gives_every_field(tmp_path):
     # c=1 (m_formed unknown: a band of one forms nothing), c=2 with m_formed unknown and slot 1 refused, c=4 formed; every slot
-    # agrees with m=1 through its length: c=4 slot 1 ran on to 130 tokens but agrees through m=1's 128, slot 2 stopped at 100
-    # tokens and agrees through all of them (the witness card's rule: a slot parts only before min(its length, m=1's)), and
-    # slot 3's agreement was not recorded (not a parting)
+    # agrees with m=1 through m=1's 128 tokens, and slot 3's agreement was not recorded (not a parting)
     bands = [(1, None, 100.0, [_slot(0, 128)]), (2, None, 80.0, [_slot(0, 128), _slot(1, None, refused="timeout")]),
-             (4, 4, 50.0, [_slot(0, 128), _slot(1, 128, 130), _slot(2, 100, 100), _slot(3, None)])]
+             (4, 4, 50.0, [_slot(0, 128), _slot(1, 128), _slot(2, 128), _slot(3, None)])]
     # the m=1 references agree through all 128 tokens (self_divergence_at 128 = their length): they do not part
     path = write_json(tmp_path / "w.json", _witness(bands, span=128))
     row = judge_witnesses(read_witnesses(path, progress=False), target_rate=0.05, confidence=0.9).frame.row(0, named=True)
@@ -148,6 +146,18 @@ def test_a_hand_made_witness_at_its_own_target_gives_every_field(tmp_path):
                                  "median": 50.0, "base_median": 100.0}]
     assert row["cost"] == "c=2 0.80×, c=4 0.50× of c=1’s decode rate per request (the server’s timings)"
     assert row["next_step"] == "record logprobs: bia probe keeps every logprob's bits"
+
+
+def test_a_slot_that_ends_while_its_reference_goes_on_has_parted_there(tmp_path):
+    # c=4 slot 2 stopped at 100 tokens, agreeing with m=1 through all of them, while m=1 went on to 128: it took another token
+    # (its end) at 100. Slot 1 ran on to 130 past m=1's end at 128: it parted at 128. Neither is a match.
+    bands = [(1, 1, None, [_slot(0, 128)]), (4, 4, None, [_slot(0, 128), _slot(1, 128, 130), _slot(2, 100, 100), _slot(3, 128)])]
+    row = _row(tmp_path, _witness(bands))
+    assert (row["verdict"], row["cause"], row["divergent"], row["requests"]) == ("RED", "co-batching", 2, 4)
+    assert row["first"] == "c=4 slot 1: its tokens part at token 128"
+    ended = _row(tmp_path, _witness([(1, 1, None, [_slot(0, 128)]), (4, 4, None, [_slot(0, 128), _slot(1, 128), _slot(2, 100, 100),
+                                                                                   _slot(3, 128)])]))
+    assert (ended["verdict"], ended["first"]) == ("RED", "c=4 slot 2: its tokens part at token 100")
 
 
 def test_the_first_batched_request_to_part_is_the_smallest_c_then_slot_whatever_the_file_order(tmp_path):

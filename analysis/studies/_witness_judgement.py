@@ -69,9 +69,11 @@ def _judge_witness(
     confidence: float,
     needed: int,
 ) -> dict[str, Any]:
-    # no reference length (a witness without its reference): each slot's own length; a literal, as fill_null(None) raises
+    # a slot parts where it and its reference stop agreeing before the longer of the two ends: a slot that ends while its
+    # reference goes on has parted at that token (and one that goes on past its reference's end, there). No reference
+    # length (a witness without its reference): each slot's own length; a literal, as fill_null(None) raises
     reference = pl.lit(witness["reference_tokens"])
-    length = pl.min_horizontal(pl.col("completion_tokens").fill_null(reference), reference)
+    length = pl.max_horizontal(pl.col("completion_tokens").fill_null(reference), reference)
     judged = (
         slots.filter(pl.col("refused").is_null())
         .with_columns(parted=(pl.col("agree_to") < length).fill_null(False))
@@ -87,6 +89,8 @@ def _judge_witness(
         "arm": "witness",
         "engine": f"aprender (witness_version {witness['witness_version']})",
         "requests": batched.height,
+        "contexts": batched.height,  # a witness's slots: one context each (c, slot), its one prompt
+        "prompts": 1 if batched.height else 0,
         "divergent": divergent.height,
         "tokens_parted": divergent.height,
         "bits_only": 0,
