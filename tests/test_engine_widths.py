@@ -48,7 +48,7 @@ def test_every_kind_of_evidence_is_kept_and_said():
     # 512 / 36 = 14.2 tokens a step: at least 15 in some step
     assert width_evidence(manifest, "p0", 16, 0) == {"metrics": [9], "engine": [15], "streams": [16]}
     run = Run(manifest, read_dumps([]))
-    (text,) = _band_widths_text(run, pl.DataFrame({"prompt_id": ["p0"], "arm": ["copies"], "c": [16], "repeat": [0]}))
+    (text,) = _band_widths_text(run, pl.DataFrame({"prompt_id": ["p0"], "arm": ["copies"], "c": [16], "repeat": [0], "all_live": [True]}))
     assert text == {"m_formed": 15, "widths_seen": "m>=15 (512 tokens in 36 engine steps, 14.22 a step)",
                     "width_evidence": "engine; metrics 9; streams 16", "prefix_cache": None}  # no cache metrics around this band
     assert width_table(run).select("width", "steps", "share", "origin").rows() == [(15, 1, 1.0, "engine")]

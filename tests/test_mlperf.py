@@ -56,7 +56,7 @@ def test_identical_logs_part_nowhere_and_are_unverified_as_their_bits_are_unknow
     row = judge(read_mlperf_pair(accuracy, performance, batch_size=8)).frame.row(0, named=True)
     assert (row["verdict"], row["requests"], row["divergent"], row["tokens_parted"], row["bits_unknown"]) == ("UNVERIFIED", 4, 0, 0, 4)
     assert row["reason"] == ("no request parts from m=1, but 4 of 4 batched bands never seen formed at their c (the first qsl0 c=8 repeat 0: "
-                             "no width seen); 4 of 4 batched requests have no logprobs recorded, so their bits are unknown")
+                             "no width seen); 4 of 4 batched requests have their bits unknown (a logprob not recorded, or null, NaN or infinite, on either side)")
     assert row["next_step"] == ("MLPerf's accuracy logs record neither logprobs nor batch widths: for both, serve the SUT's model and "
                                 "bia probe URL --arms mixed --ladder 1,8")
     assert judge(read_mlperf_pair(accuracy, performance, batch_size=8)).exit_code == 7

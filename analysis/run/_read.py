@@ -113,8 +113,26 @@ def _without_repeated_lines(dump: Dump) -> Dump:
                 f"{prompt} c={c} repeat {repeat}: slot {slot} is beyond its band's c: refused",
             )
         )
-    band = ["prompt_id", "role", "c", "repeat", "envelope_arm"]
     keyed = keyed.join(beyond.select("source", "record"), on=["source", "record"], how="anti")
+    repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
+    for _, group in repeated.group_by(_UNIT, maintain_order=True):
+        first, *others = group.select("source", "record", "raw_sha256", "role", "slot").rows()
+        for source, record, digest, role, slot in others:
+            if digest != first[2]:
+                raise RunError(
+                    f"{source}: line {record}: {role} slot {slot} was already recorded at {first[0]} line {first[1]}, "
+                    "with different content; one request of the plan has one capture line"
+                )
+            dropped.append((source, record))
+            notes.append(
+                DumpError(source, f"line {record}", None, f"the same capture line as line {first[1]}: read once")
+            )
+    keyed = keyed.join(
+        pl.DataFrame(dropped, schema={"source": pl.String, "record": pl.Int64}, orient="row"),
+        on=["source", "record"],
+        how="anti",
+    )
+    band = ["prompt_id", "role", "c", "repeat", "envelope_arm"]
     copied = (
         keyed.filter(pl.col("request_id").is_not_null() & (pl.col("role") == "band"))
         .sort("source", "record")
@@ -131,20 +149,6 @@ def _without_repeated_lines(dump: Dump) -> Dump:
                 f"response {response!r} was already read for this band at {first['source']} line {first['record']}: read once",
             )
         )
-    keyed = keyed.join(copied.select("source", "record"), on=["source", "record"], how="anti")
-    repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
-    for _, group in repeated.group_by(_UNIT, maintain_order=True):
-        first, *others = group.select("source", "record", "raw_sha256", "role", "slot").rows()
-        for source, record, digest, role, slot in others:
-            if digest != first[2]:
-                raise RunError(
-                    f"{source}: line {record}: {role} slot {slot} was already recorded at {first[0]} line {first[1]}, "
-                    "with different content; one request of the plan has one capture line"
-                )
-            dropped.append((source, record))
-            notes.append(
-                DumpError(source, f"line {record}", None, f"the same capture line as line {first[1]}: read once")
-            )
     if not dropped:
         return dump
     tokens, candidates, requests = (

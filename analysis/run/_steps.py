@@ -120,7 +120,20 @@ def _band_pairs(run: Run, reference: str | Run) -> tuple[_columnar.Steps, pl.Dat
 def with_evidence(steps: _columnar.Steps, compared: pl.DataFrame) -> pl.DataFrame:
     """Pairs (``pair``, ``ref``, ``other``, and the two completions' ``reference_text`` and ``completion_text``) with what
     their steps show as evidence (:func:`analysis.metrics.columnar.evidence_pairs`), ``has_reference``, and ``text_same``:
-    whether the two message texts are equal, null unless both are non-empty."""
+    whether the two message texts are equal, null unless both are non-empty.
+
+    Parameters
+    ----------
+    steps : Steps
+        The requests' steps.
+    compared : polars.DataFrame
+        The pairs, one row each, with the columns above (``ref`` null for a request whose prompt has no reference).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``compared`` with :data:`analysis.metrics.columnar.EVIDENCE_SCHEMA`'s columns, ``has_reference`` and ``text_same``.
+    """
     evidence = _columnar.evidence_pairs(
         steps, compared.filter(pl.col("ref").is_not_null()).select("pair", "ref", "other")
     )

@@ -102,6 +102,16 @@ def merged_domain(domains: list[dict[str, Any] | None]) -> dict[str, Any] | None
     """What a certificate's rows cover together: the ladders, widths and arms joined, prompts, contexts and requests
     summed over the rows, the lengths' extremes, and each sampling and precision met.
 
+    Parameters
+    ----------
+    domains : list of dict or None
+        The rows' domains (None for a row without one, a witness's).
+
+    Returns
+    -------
+    dict or None
+        None when no row has a domain.
+
     Examples
     --------
     >>> one = {"ladder": [1, 4], "widths": [4], "prompts": 2, "contexts": 8, "requests": 8, "prompt_tokens_min": 5,

@@ -255,9 +255,7 @@ def judge_arm(
         "refused": refused.height,
         "alone": alone.height,
         "alone_parted": alone_parted.height,
-        "alone_unknown": alone.filter(
-            pl.col("state").is_in(["bits unknown", "no evidence"]) if "state" in alone.columns else pl.lit(False)
-        ).height,
+        "alone_unknown": _alone_unknown(alone, shared.get("references_lacking")),
         "bands": bands.filter(pl.col("c") > 1).height,
         "bands_unformed": unformed.height,
         "missing": band_gaps.height - refused.height,
@@ -323,6 +321,16 @@ def judge_arm(
     row["cost"] = cost_words(row["cost_by_c"])
     row["next_step"] = next_step(subject, row)
     return row
+
+
+def _alone_unknown(alone: pl.DataFrame, lacking: pl.DataFrame | None) -> int:
+    """Requests sent alone with nothing to compare with ref #1 (bits unknown, no token), and each prompt's ref #2 that never
+    came back or was refused: what leaves "the server repeats itself alone" unshown."""
+    unknown = (
+        alone.filter(pl.col("state").is_in(["bits unknown", "no evidence"])).height if "state" in alone.columns else 0
+    )
+    second = lacking.filter(pl.col("slot") == 1).height if lacking is not None else 0
+    return unknown + second
 
 
 def _flag(frame: pl.DataFrame, name: str) -> pl.Series:

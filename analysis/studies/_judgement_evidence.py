@@ -163,7 +163,26 @@ _PLACES = {
 
 def refused_requests(manifest: Mapping[str, Any], legacy_arm: str) -> pl.DataFrame:
     """The requests a probe sent that the server refused or failed (the manifest's ``refused`` list), one row each with
-    ``reason``: evidence missing, never a request that agrees."""
+    ``reason``: evidence missing, never a request that agrees.
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest.
+    legacy_arm : str
+        The arm of a refused request that names none (a run made before arms).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``prompt_id``, ``role``, ``c``, ``slot``, ``repeat``, ``arm`` and ``reason``.
+
+    Examples
+    --------
+    >>> refused_requests({"refused": [{"prompt_id": "p0", "role": "band", "c": 4, "slot": 2, "repeat": 0, "reason": "HTTP 503"}]},
+    ...                  "copies").select("c", "slot", "arm", "reason").row(0)
+    (4, 2, 'copies', 'HTTP 503')
+    """
     rows = [
         {
             "prompt_id": None if entry.get("prompt_id") is None else str(entry.get("prompt_id")),
@@ -181,13 +200,33 @@ def refused_requests(manifest: Mapping[str, Any], legacy_arm: str) -> pl.DataFra
 
 
 def missing_frame(missing: list[dict[str, Any]]) -> pl.DataFrame:
-    """``Run.missing``'s rows as a frame."""
+    """``Run.missing``'s rows as a frame.
+
+    Parameters
+    ----------
+    missing : list of dict
+        ``Run.missing()``'s rows.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``prompt_id``, ``role``, ``c``, ``slot``, ``repeat``, ``arm`` and ``state``.
+    """
     return pl.DataFrame(missing, schema={**_PLACES, "state": pl.String}, orient="row")
 
 
 def precision_compared(logprobs: pl.Series) -> str:
     """The precision the run's logprobs were compared at, as recorded: ``float32`` when every finite one is a float32 (a
     server that computes in float32 and writes it out), ``float64`` when any holds more bits, ``none`` with none recorded.
+
+    Parameters
+    ----------
+    logprobs : polars.Series
+        The run's recorded logprobs.
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -206,6 +245,15 @@ def sampling_words(manifest: Mapping[str, Any]) -> str:
     """How the run sampled, as its manifest records it: ``greedy`` at temperature 0 (or none recorded, as bia's probes
     always ask), else the temperature.
 
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest (its ``sampler``).
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> sampling_words({"sampler": {"temperature": 0.0}}), sampling_words({"sampler": {"temperature": 0.7}})
@@ -217,7 +265,26 @@ def sampling_words(manifest: Mapping[str, Any]) -> str:
 
 def domain(row: Mapping[str, Any], batched: pl.DataFrame, bands: pl.DataFrame, ladder: list[int], **run: Any) -> dict:
     """What a verdict covers: the ladder and the widths measured, the distinct prompts and batch contexts, the batched
-    requests' prompt and completion lengths, and the run's ``sampling``, ``precision`` and ``arms`` (given in ``run``)."""
+    requests' prompt and completion lengths, and the run's ``sampling``, ``precision`` and ``arms`` (given in ``run``).
+
+    Parameters
+    ----------
+    row : Mapping of str to Any
+        The arm's judgement row (its ``prompts``, ``contexts`` and ``requests``).
+    batched : polars.DataFrame
+        Its batched requests (``length``, and ``prompt_tokens`` when known).
+    bands : polars.DataFrame
+        Its bands (``c``, ``widest_seen``).
+    ladder : list of int
+        The run's ladder.
+    **run : Any
+        ``sampling``, ``precision`` and ``arms``.
+
+    Returns
+    -------
+    dict
+        The fields of the judgement's ``domain`` column.
+    """
     widths = bands.filter(pl.col("c") > 1)["widest_seen"].drop_nulls().unique().sort().to_list()
     prompt_tokens = batched["prompt_tokens"] if "prompt_tokens" in batched.columns else pl.Series([], dtype=pl.Int64)
     return {
@@ -236,6 +303,15 @@ def domain(row: Mapping[str, Any], batched: pl.DataFrame, bands: pl.DataFrame, l
 
 def domain_words(domain: Mapping[str, Any]) -> str:
     """A domain in one line, as ``bia certify`` ends with it.
+
+    Parameters
+    ----------
+    domain : Mapping of str to Any
+        A judgement row's ``domain`` (or a certificate's).
+
+    Returns
+    -------
+    str
 
     Examples
     --------

@@ -15,13 +15,7 @@ def _where(request: Mapping[str, Any]) -> str:
 
 def _first_words(first: Mapping[str, Any]) -> str:
     """The first request that parts, in words: which, and how."""
-    ulp = (
-        f" (up to {first['max_ulp']:,} ULP)"
-        if first.get("max_ulp")
-        else " (within one float32 ULP: the recorded float64 bits)"
-        if first.get("max_ulp") == 0 and not first["tokens_parted"]
-        else ""
-    )
+    ulp = f" (up to {first['max_ulp']:,} ULP)" if first.get("max_ulp") else ""
     how = (
         f"its tokens part at token {first['position']}"
         if first["tokens_parted"]

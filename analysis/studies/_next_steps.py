@@ -88,13 +88,20 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
             f"bia probe URL --arms mixed --ladder 1,{max(subject.ladder)}"
         )
     if verdict == "UNVERIFIED":
-        if row["missing"] or (row["cs_missing"] and row["requests"]):
+        if row.get("refused"):
+            return f"fire the refused requests again: {_probe_command(subject, ' --retry-refused')}"
+        if row["missing"] or (row["cs_missing"] and row["requests"]) or row.get("unjudged") or row.get("alone_unknown"):
             return f"finish the run: {_probe_command(subject, '')}"
         if row["bands_unformed"]:
             widest = max(subject.ladder)
             return f"raise the batch limit so each c forms: {_BATCH_LIMIT.get(family, 'a batch limit of {c}').format(c=widest)}"
         if row["bits_unknown"]:
             return "probe with logprobs (bia probe keeps them unless the server drops them)"
+        if row.get("no_evidence"):
+            return (
+                "the server answered with empty completions: check its errors and that it honours max_tokens and "
+                "ignore_eos, then probe again"
+            )
         return "probe a ladder of batch sizes above 1: bia probe URL --ladder 1,4,8,16"
     if verdict == "AMBER":  # the bound counts distinct batch contexts: more of them come from more prompts
         contexts = row.get("contexts", row["requests"])

@@ -122,7 +122,10 @@ def _tokens_line(counts: pl.DataFrame) -> tuple[str, str, str | None]:
     requests, same = int(counts["requests"].sum()), int(counts["same"].sum())
     if same == requests:
         return "tokens", f"{share(same, requests)} token-identical: no request parted from m=1.", "pass"
-    first = counts.filter(pl.col("parted") > 0).sort("first").row(0, named=True)
+    parted = counts.filter(pl.col("parted") > 0)
+    if parted.is_empty():  # none parted: the others were not compared (a prompt without its reference, an empty answer)
+        return "tokens", f"{share(same, requests)} token-identical; the others not compared (see the verdict).", "warn"
+    first = parted.sort("first").row(0, named=True)
     return (
         "tokens",
         (
