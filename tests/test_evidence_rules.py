@@ -81,6 +81,7 @@ def test_nine_of_ten_prompts_ending_at_once_is_unverified(tmp_path):
     assert r["verdict"] == "UNVERIFIED", r["reason"]
 
 
+@pytest.mark.slow  # bia certify, a process
 def test_a_response_whose_usage_says_8_tokens_while_its_logprobs_hold_0_is_no_traceback(base, tmp_path):
     """Rule: a run a server left inconsistent is judged or refused in one line, never a traceback. One batched response
     whose usage says 8 completion tokens while its logprobs hold none [UNVERIFIED, exit 7; or one line and exit 4]."""
@@ -234,20 +235,34 @@ def test_128_of_192_batched_requests_refused_is_unverified_and_says_refused(tmp_
     assert "refused" in r["reason"]
 
 
-@pytest.mark.parametrize("how", ["missing", "refused"])
-def test_a_run_whose_ref1_is_missing_for_one_prompt_is_unverified_naming_it(base, tmp_path, how):
-    """Rule: a reference that is missing or refused makes its prompt unjudged: UNVERIFIED naming the prompt, never a
-    traceback. Ref #1 of prompt p1 taken out of the captures (and, refused, listed under ``refused``) [UNVERIFIED naming p1;
-    ``bia certify RUN`` exits 7; ``bia report RUN -o x.html`` succeeds]."""
+def _without_ref1_of_p1(base, tmp_path, how: str):
+    """A copy of the base run whose prompt p1 lost its ref #1: taken out of the captures (``missing``), or refused (and
+    listed under the manifest's ``refused``)."""
     run = _copy(base, tmp_path)
     chosen = lambda e: e["prompt_id"] == "p1" and is_reference(e, 0)  # noqa: E731
     if how == "refused":
         assert refuse(run, chosen) == 1
     else:
         write_lines(run, [e for e in lines(run) if not chosen(e)])
-    r = row(run, target_rate=LOOSE)
+    return run
+
+
+@pytest.mark.parametrize("how", ["missing", "refused"])
+def test_a_run_whose_ref1_is_missing_for_one_prompt_is_unverified_naming_it(base, tmp_path, how):
+    """Rule: a reference that is missing or refused makes its prompt unjudged: UNVERIFIED naming the prompt, never a
+    traceback. Ref #1 of prompt p1 taken out of the captures (and, refused, listed under ``refused``) [UNVERIFIED naming
+    p1]."""
+    r = row(_without_ref1_of_p1(base, tmp_path, how), target_rate=LOOSE)
     assert r["verdict"] == "UNVERIFIED", r["reason"]
     assert "p1" in r["reason"]
+
+
+@pytest.mark.slow  # a report notebook and a certificate, each a process
+@pytest.mark.parametrize("how", ["missing", "refused"])
+def test_bia_certify_exits_7_and_bia_report_succeeds_on_a_run_missing_a_ref1(base, tmp_path, how):
+    """Rule: a prompt without its ref #1 is unjudged, never a traceback, on every surface. The run above [``bia certify RUN``
+    exits 7, no traceback; ``bia report RUN -o x.html`` succeeds]."""
+    run = _without_ref1_of_p1(base, tmp_path, how)
     done = bia("certify", run, "-o", tmp_path / "certificate.json")
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.returncode == 7, (done.stdout[-500:], done.stderr[-500:])
@@ -406,6 +421,7 @@ def test_a_witness_slot_that_ends_while_its_reference_goes_on_has_parted_there(t
 # --- what the certificate covers ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # bia certify, a process
 def test_the_certificate_says_what_its_verdict_covers(tmp_path):
     """Rule: ``certificate.json`` carries a ``domain`` object describing what the verdict covers: the ladder, the widths
     measured, the prompts, the contexts, the prompt and completion lengths (min and max), the sampling, the precision
