@@ -155,7 +155,8 @@ def test_build_steps_frames_by_hand():
         schema={"req": i64, "idx": i64, "step": i64, "position": i64, "token_id": i64, "token_text": pl.String, "token_bytes": pl.Binary,
                 "ident": i64, "logprob": f64, "bits": i64, "ordered": i64, "n_cands": i64, "cand_list": pl.List(i64), "top1": f64, "margin": f64},
         orient="row")
-    assert_frame_equal(steps.steps.drop("bits64", "cand_sig"), want_steps)
+    assert_frame_equal(steps.steps.drop("bits64", "cand_sig", "cand_sig_text", "cand_ids", "cand_unknown"), want_steps)
+    assert steps.steps["cand_unknown"].to_list() == [True, None, False]  # record 0 token 0 lists a candidate without a value
     # the recorded bits: the float64 each value was read as (-0.5 = 0xBFE0000000000000), null for a value not recorded
     as_int = lambda value: struct.unpack("<q", struct.pack("<d", value))[0]  # noqa: E731
     assert steps.steps["bits64"].to_list() == [as_int(-0.5), as_int(-0.25), None] and as_int(-0.5) == -0x4020000000000000

@@ -39,7 +39,7 @@ from analysis import assemble_run, judge, read_run, read_witnesses
 from analysis.run import plan
 from analysis.testing import assert_batch_invariant
 
-LOOSE = 0.5  # 0 of 8 batched requests bound the rate at 31.2% (95%): GREEN at this target when the evidence is complete
+LOOSE = 0.6  # 0 of 8 batched requests in 4 distinct contexts (2 prompts x 2 slots) bound the rate at 52.7% (95%): GREEN here when complete
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,7 @@ def _without_repeated_lines(dump: Dump) -> Dump:
     dropped, notes = [], list(dump.skipped)
     beyond = keyed.filter((pl.col("role") == "band") & (pl.col("slot") >= pl.col("c"))).sort("source", "record")
     for source, record, prompt, c, repeat, slot in beyond.select(
-        "source", "record", *_UNIT[:3], "repeat", "slot"
+        "source", "record", "prompt_id", "c", "repeat", "slot"
     ).rows():
         dropped.append((source, record))
         notes.append(

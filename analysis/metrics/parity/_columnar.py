@@ -16,8 +16,9 @@ The frames here:
     a line where float order is integer order),
     and from its top-k list:
     ``n_cands``, ``cand_list`` (identities in delivered order),
-    ``top1`` (the best finite logprob), ``margin`` (top-1 minus top-2) and ``cand_sig`` (the finite
-    alternatives' tokens and recorded bits as one order-free number).
+    ``top1`` (the best finite logprob), ``margin`` (top-1 minus top-2) and ``cand_sig`` and
+    ``cand_sig_text`` (the alternatives' tokens, by id and by text, with their recorded bits, as one order-free number),
+    ``cand_ids`` (every alternative has an id) and ``cand_unknown`` (one has no finite value).
 ``cands``
     One row per delivered ``top_logprobs`` candidate: ``req``, ``idx``, ``ident``, ``logprob``,
     ``first`` (the first finite entry of its identity in its list: the one a KL counts).

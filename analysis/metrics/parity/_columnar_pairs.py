@@ -166,8 +166,9 @@ def evidence_pairs(steps: Steps, pairs: pl.DataFrame) -> pl.DataFrame:
     (``tokens_by`` says "token text" when any step was); a step with nothing in common is unknown, never equal. Before the
     first step that parts or is unknown, every recorded value of a step is compared at the precision it was recorded in
     (:func:`recorded_bits`): the sampled token's logprob and, where both sides listed alternatives, every finite
-    alternative's (token, logprob) pair. A logprob that is null or not finite on either side, or alternatives listed on one
-    side only, make that step's bits unknown: not equal, and not different either.
+    alternative's (token, logprob) pair. A logprob that is null or not finite on either side (the sampled token's, or one
+    in a list of alternatives), or alternatives listed on one side only, make that step's bits unknown: not equal, and not
+    different either.
 
     Parameters
     ----------
@@ -184,7 +185,8 @@ def evidence_pairs(steps: Steps, pairs: pl.DataFrame) -> pl.DataFrame:
         logprobs are recorded on both sides), ``bits_differ_at`` and ``bits_unknown_at`` (the first such step whose
         recorded values differ, or are unknown).
     """
-    columns = ["token_id", "token_text", "token_bytes", "bits64", "n_cands", "cand_sig"]
+    columns = ["token_id", "token_text", "token_bytes", "bits64"]
+    columns += ["n_cands", "cand_sig", "cand_sig_text", "cand_ids", "cand_unknown"]
     aligned = _aligned(steps, pairs, columns)
     r, o = (lambda c: pl.col(f"{c}_r")), (lambda c: pl.col(f"{c}_o"))
     ids = r("token_id").is_not_null() & o("token_id").is_not_null()
@@ -197,8 +199,14 @@ def evidence_pairs(steps: Steps, pairs: pl.DataFrame) -> pl.DataFrame:
     before = aligned.with_columns(stop=stop).filter(pl.col("stop").is_null() | (pl.col("idx") < pl.col("stop")))
     known = r("bits64").is_not_null() & o("bits64").is_not_null()
     listed_r, listed_o = r("n_cands") > 0, o("n_cands") > 0
-    differ = (known & (r("bits64") != o("bits64"))) | (listed_r & listed_o & (r("cand_sig") != o("cand_sig")))
-    unknown = ~known | (listed_r != listed_o)
+    lists_unknown = (listed_r != listed_o) | r("cand_unknown").fill_null(False) | o("cand_unknown").fill_null(False)
+    same_list = (
+        pl.when(r("cand_ids") & o("cand_ids"))
+        .then(r("cand_sig") == o("cand_sig"))
+        .otherwise(r("cand_sig_text") == o("cand_sig_text"))
+    )
+    differ = (known & (r("bits64") != o("bits64"))) | (listed_r & listed_o & ~lists_unknown & ~same_list)
+    unknown = ~known | lists_unknown
     tokens = aligned.group_by("pair").agg(
         parted_at=pl.col("idx").filter(~pl.col("same")).min(),
         token_unknown_at=pl.col("idx").filter(pl.col("same").is_null()).min(),

@@ -217,6 +217,7 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: EngineType = "
     cands = _numbered_candidates(cands_plan.collect(engine=engine), tokens)
     keys = keys.drop("source_code")
     as_int = tokens["token_id"].null_count() == 0 and cands["cand_token_id"].null_count() == 0
+    recorded = recorded_bits(pl.col("cand_logprob"))
     cands = cands.select(
         "req",
         "idx",
@@ -224,6 +225,11 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: EngineType = "
         "is_duplicate",
         ident=_identity("cand_token_id", "cand_token_text", "cand_token_bytes", as_int),
         logprob=pl.col("cand_logprob"),
+        # each alternative's (token, recorded bits) as one number, by its id and by its text and bytes: two lists are
+        # compared by id where both sides have ids, else by text (a server that sends ids on one side only)
+        by_id=pl.struct("cand_token_id", recorded).hash(seed=0),
+        by_text=pl.struct("cand_token_text", "cand_token_bytes", recorded).hash(seed=0),
+        has_id=pl.col("cand_token_id").is_not_null(),
     ).with_columns(finite=pl.col("logprob").is_finite().fill_null(False))
     # One integer per (step, candidate id) when ids and steps fit 31 bits each: joins and distinct counts on it are far faster.
     packed = (
@@ -251,9 +257,13 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: EngineType = "
             n_cands=pl.len().cast(pl.Int64),
             cand_list=pl.col("ident"),
             values=pl.when(pl.col("finite")).then(pl.col("logprob")),
-            # every finite alternative's identity and recorded bits, as one order-free number: two steps whose lists hold
-            # the same (token, bits) pairs have the same signature, whatever the order the server listed them in
-            cand_sig=pl.struct("ident", recorded_bits(pl.col("logprob"))).hash(seed=0).filter(pl.col("finite")).sum(),
+            # the list's (token, bits) pairs as one order-free number: two steps whose lists hold the same pairs have the same
+            # signature, whatever the order the server listed them in; a list with a value not recorded (null, NaN,
+            # infinite) has its bits unknown
+            cand_sig=pl.col("by_id").sum(),
+            cand_sig_text=pl.col("by_text").sum(),
+            cand_ids=pl.col("has_id").all(),
+            cand_unknown=(~pl.col("finite")).any(),
         )
     )
     second = pl.col("values").list.sort(descending=True, nulls_last=True).list.get(1, null_on_oob=True)
@@ -281,7 +291,7 @@ def build_steps(parts: Sequence[tuple[Any, Any, Any]], *, engine: EngineType = "
     lengths = steps.group_by("req").agg(length=pl.len().cast(pl.Int64))
     requests = keys.join(lengths, on="req", how="left").with_columns(pl.col("length").fill_null(0))
     firsts = cands.filter(pl.col("first")).select("req", "idx", "step", "ident", "key", prob=pl.col("logprob").exp())
-    return Steps(steps, cands.drop("finite", "is_duplicate"), requests, firsts, packed)
+    return Steps(steps, cands.drop("finite", "is_duplicate", "by_id", "by_text", "has_id"), requests, firsts, packed)
 
 
 def _numbered_candidates(cands: pl.DataFrame, tokens: pl.DataFrame) -> pl.DataFrame:
