@@ -89,8 +89,8 @@ _UNIT = (
 def _without_repeated_lines(dump: Dump) -> Dump:
     """The dump with each request counted once: a capture line that repeats an earlier one byte for byte (a copy appended
     twice), a band's request whose response id an earlier request of the same band already had (a line copied into another
-    slot), and a band's slot beyond its c are left out, each said in ``Dump.skipped``; two different lines for one request
-    of the plan are a RunError naming both."""
+    slot, or into the same request of the plan again with another envelope), and a band's slot beyond its c are left out,
+    each said in ``Dump.skipped``; two different responses for one request of the plan are a RunError naming both."""
     requests = (
         dump.requests
         if isinstance(dump.requests, pl.DataFrame)
@@ -116,8 +116,19 @@ def _without_repeated_lines(dump: Dump) -> Dump:
     keyed = keyed.join(beyond.select("source", "record"), on=["source", "record"], how="anti")
     repeated = keyed.filter(pl.len().over(_UNIT) > 1).sort("source", "record")
     for _, group in repeated.group_by(_UNIT, maintain_order=True):
-        first, *others = group.select("source", "record", "raw_sha256", "role", "slot").rows()
-        for source, record, digest, role, slot in others:
+        first, *others = group.select("source", "record", "raw_sha256", "role", "slot", "request_id").rows()
+        for source, record, digest, role, slot, response in others:
+            if digest != first[2] and response is not None and response == first[5]:  # one response, written twice
+                dropped.append((source, record))
+                notes.append(
+                    DumpError(
+                        source,
+                        f"line {record}",
+                        "id",
+                        f"response {response!r} was already read at line {first[1]}: read once",
+                    )
+                )
+                continue
             if digest != first[2]:
                 raise RunError(
                     f"{source}: line {record}: {role} slot {slot} was already recorded at {first[0]} line {first[1]}, "
