@@ -38,8 +38,10 @@ def test_an_engine_that_ignores_its_batch_has_no_divergence(tmp_path):
         return [{"token_ids": [ord(ch) for ch in p], "logprobs": [-0.125] * len(p)} for p in prompts]
 
     row = judge(probe_callable(steady, ["abc"], tmp_path / "run", ladder=[1, 8], repeats=2)).to_dicts()[0]
-    assert (row["verdict"], row["divergent"], row["requests"], row["bands"]) == ("AMBER", 0, 16, 2)  # 16 batched: too few for 1%
-    assert row["next_step"] == "283 more batched requests: probe_callable(generate, prompts, OUTPUT, repeats=38) into a new run"  # 8 a repeat
+    # 16 batched requests, but the second repeat of the c=8 band is the same 8 contexts (prompt, c, slot, companions): 8 trials
+    assert (row["verdict"], row["divergent"], row["requests"], row["contexts"], row["bands"]) == ("AMBER", 0, 16, 8, 2)
+    # more contexts come from more prompts, 8 a prompt at this ladder: ceil(299 / 8) = 38 prompts
+    assert row["next_step"] == "291 more distinct batch contexts: probe_callable(generate, 38 prompts, OUTPUT) into a new run"
 
 
 def test_the_needle_layout_records_the_target_row_only(tmp_path):
