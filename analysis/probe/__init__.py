@@ -33,11 +33,12 @@ private modules, by what it does (``_settings``, ``_probe``, ``_fire``, ``_manif
 
 from __future__ import annotations
 
+from ._bands import DEFAULT_FILLERS
 from ._callable import CallableError, probe_callable
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._certify import certify_server, planned_repeats
 from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine
-from ._fire import DEFAULT_FILLERS, ServerGone
+from ._fire import ServerGone
 from ._manifest import expectation_notes
 from ._probe import DRY_RUN_TIMEOUT_S, dry_run, probe
 from ._requests import KEEPALIVE_EXPIRY_S, request_body
