@@ -154,6 +154,19 @@ def attempt_record(entry: Mapping[str, Any], widest: int | None, seconds: float)
     """One fire of a band as its entry's ``attempts`` lists it: the widest batch seen, the evidence, the log's widths and
     the gauge's samples, and how long it took.
 
+    Parameters
+    ----------
+    entry : mapping
+        The attempt's ``m_formed`` entry.
+    widest : int or None
+        The widest batch its evidence shows (:func:`widest_seen`).
+    seconds : float
+        How long the attempt took.
+
+    Returns
+    -------
+    dict
+
     Examples
     --------
     >>> attempt_record({"widths": [3, 2], "running": [0, 3]}, 3, 0.41234)
