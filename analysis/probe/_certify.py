@@ -33,7 +33,7 @@ def planned_repeats(
     """The fewest repeats of the certificate's plan whose batched requests sit in as many distinct batch contexts as the bound
     needs, or the most that ``max_requests`` allows.
 
-    The plan fires the ``rotating`` layout (:func:`analysis.run.rotating_batch`): a band of c > 1 sends c - 1 copies of its
+    The plan fires the ``rotating`` layout (``analysis.run.rotating_batch``): a band of c > 1 sends c - 1 copies of its
     prompt and one companion whose row and text change with every repeat, so each repeat puts each copy in a new context
     (prompt, c, row, the batch it sat in): a repeat adds ``prompts`` x the sum of c - 1 over the ladder's c > 1 contexts, and
     sends ``prompts`` x the sum of c batched requests (the companions included).

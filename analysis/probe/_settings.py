@@ -38,7 +38,7 @@ class ProbeSettings:
     layout : {"copies", "needle", "rotating"}
         c copies of the prompt; the prompt at a seeded position among c - 1 ``fillers``; or c - 1 copies and one filler
         whose row and text change from repeat to repeat, so that each repeat is a new batch context
-        (:func:`analysis.run.rotating_batch`: what ``bia certify URL`` fires).
+        (``analysis.run.rotating_batch``: what ``bia certify URL`` fires).
     fillers : sequence of str
         The needle and rotating layouts' other prompts (the set's other prompts, else bia's, when empty).
     arms : sequence of str, optional

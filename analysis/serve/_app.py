@@ -50,7 +50,7 @@ def create_app(
     model_name : str, default "tiny_lm"
         The model's name in responses and in ``/v1/models``.
     batch_window_ms : float, default 50.0
-        How long an idle engine waits for the requests that arrive together before its first step (see :class:`Engine`).
+        How long an idle engine waits for the requests that arrive together before its first step (see :class:`~analysis.serve.Engine`).
     max_batch : int, optional
         The most requests one decode step holds (no limit when None).
 

@@ -79,9 +79,9 @@ class Engine:
         The model, as ``analysis.experiment.model.load_model`` gives it.
     mode : str, default "default"
         The kernel mode.
-    batch_window_ms : float, default :data:`BATCH_WINDOW_MS`
+    batch_window_ms : float, default 50.0
         An idle engine that gets a request waits until no other has arrived for this long (at most
-        :data:`WINDOW_BOUND` windows in all, or until ``max_batch`` have come) before its first step; 0 steps at once.
+        10 windows in all, or until ``max_batch`` have come) before its first step; 0 steps at once.
     max_batch : int, optional
         The most rows one decode step holds; the rest wait for a row to finish. No limit when None.
     """
