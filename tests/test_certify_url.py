@@ -32,11 +32,13 @@ def test_the_default_mode_ends_red_at_the_first_batched_request_that_parts_long_
     assert done.returncode == 5, done.stderr
     document = json.loads((tmp_path / "c.json").read_text())
     arm = document["arms"][0]
-    assert document["verdict"] == "RED" and document["probe"]["stopped"] == "RED" and document["probe"]["planned_batched_requests"] == 300
+    assert document["verdict"] == "RED" and document["probe"]["stopped"] == "RED"
+    assert (document["probe"]["planned_batched_requests"], document["probe"]["planned_contexts"]) == (450, 300)
     assert arm["cause"] == "co-batching" and 0 < arm["requests"] < 100 and arm["missing"] > 200  # stopped within a few polls
     assert "stopped early: a request parted, so the verdict is RED whatever follows" in done.stderr
     assert done.stdout.splitlines()[0].startswith(f"RED {tmp_path / 'run'} (copies): ")
-    assert read_run(tmp_path / "run").manifest["repeats"] == 50  # the plan: 6 batched requests a repeat, 299 needed
+    # the plan: a repeat sends 2 + 4 batched requests, 1 + 3 of them in a new context (c - 1 copies and a companion); 299 needed
+    assert read_run(tmp_path / "run").manifest["repeats"] == 75
 
 
 def test_row_invariant_ends_green_at_one_percent_with_the_fewest_requests_the_bound_allows(tmp_path):
@@ -46,7 +48,8 @@ def test_row_invariant_ends_green_at_one_percent_with_the_fewest_requests_the_bo
         done = _certify(server.url, tmp_path, "--ladder", "1,2,4", "--max-tokens", "64", log=tmp_path / "serve.log")
     assert done.returncode == 0, done.stdout + done.stderr
     arm = json.loads((tmp_path / "c.json").read_text())["arms"][0]
-    # 299 bit-identical batched requests bound the rate below 1% at 95%; a repeat sends 2 + 4 = 6, so 50 repeats: 300
+    # 299 bit-identical batched requests bound the rate below 1% at 95%; a repeat records 1 + 3 = 4 (each in a context of its
+    # own: the companion moves), so 75 repeats: 300
     assert (arm["verdict"], arm["requests"], arm["divergent"], arm["missing"], arm["bands_unformed"]) == ("GREEN", 300, 0, 0, 0)
     assert arm["upper_bound"] < 0.01
 
@@ -56,7 +59,7 @@ def test_max_requests_caps_the_plan_and_the_verdict_says_amber(tmp_path):
         done = _certify(server.url, tmp_path, "--ladder", "1,2,4", "--max-tokens", "64", "--max-requests", "20", log=tmp_path / "serve.log")
     assert done.returncode == 8, done.stdout + done.stderr
     arm = json.loads((tmp_path / "c.json").read_text())["arms"][0]
-    assert (arm["verdict"], arm["requests"]) == ("AMBER", 18)  # 3 whole repeats of 6 fit in 20
+    assert (arm["verdict"], arm["requests"]) == ("AMBER", 12)  # 3 whole repeats of 6 sent fit in 20: 3 x 4 recorded
 
 
 def test_max_time_stops_the_probe_and_judges_what_came_back(tmp_path):
@@ -89,7 +92,7 @@ def test_a_url_beside_run_directories_is_refused(tmp_path):
 
 
 def test_the_plan_is_the_fewest_repeats_that_reach_the_bound():
-    assert planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2) == 6  # 56 a repeat: 5 give 280 < 299
-    assert planned_repeats(target_rate=0.05, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2) == 2  # 59 needed: 2 repeats, 112
+    assert planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2) == 6  # 50 contexts a repeat: 5 give 250
+    assert planned_repeats(target_rate=0.05, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2) == 2  # 59 needed: 2 repeats, 100
     with pytest.raises(ProbeError):
         planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1], prompts=2)

@@ -30,7 +30,7 @@ def test_the_key_is_never_in_the_repr():
     ({"prompts": []}, "prompts must be one or more non-empty texts"),
     ({"prompts": ["x"], "ladder": [0, 4]}, "the ladder needs one or more whole numbers c of at least 1"),
     ({"prompts": ["x"], "top_logprobs": 21}, "top_logprobs must be between 0 and 20"),
-    ({"prompts": ["x"], "layout": "stack"}, "layout must be 'copies' or 'needle'"),
+    ({"prompts": ["x"], "layout": "stack"}, "layout must be 'copies', 'needle' or 'rotating'"),
     ({"prompts": ["x"], "arms": "copies"}, "arms must be a list"),
     ({"prompts": ["x"], "max_tokens": 8, "declared_min": 9}, "declared_min must be between 0 and max_tokens=8"),
     ({"prompts": ["x"], "timeout": 0}, "timeout must be a positive, finite number"),

@@ -53,6 +53,15 @@ def certify_command(
     server_log: Annotated[
         Path | None, typer.Option(help="With a URL: the server's log, for the batch widths it formed.")
     ] = None,
+    refire: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            metavar="N",
+            help="With a URL: fire a band again, up to N times (within 60 s), when its widths show it formed narrower "
+            "than its c; the last attempt is kept.",
+        ),
+    ] = 2,
 ) -> None:
     """Certify runs batch invariant: one verdict per run and arm, GREEN, AMBER, RED or UNVERIFIED, written as certificate.json.
 
@@ -64,8 +73,9 @@ def certify_command(
     run-to-run drift, and its batching is not judged. Only batched requests (c > 1) count toward the bound.
 
     Given a server's URL instead, it probes it first (into --run) with as many batched requests as the bound needs
-    (bia's prompts at every c of --ladder, repeated), stops at the first request that parts, or at --max-requests or
-    --max-time, and certifies what came back.
+    in distinct batch contexts (bia's prompts at every c of --ladder, c - 1 copies and a companion whose row and text
+    change with every repeat), fires a band that formed narrower than its c again (--refire), stops at the first request
+    that parts, or at --max-requests or --max-time, and certifies what came back.
 
     Exit 0 all GREEN; else the worst verdict's: 5 RED, 7 UNVERIFIED, 8 AMBER. Exit 2 a bad option or an occupied
     output, 6 a URL nothing answers at, 3 no such path or a folder that holds no run (as bia report and bia witness say of a folder with
@@ -102,6 +112,7 @@ def certify_command(
             max_requests=max_requests,
             max_time=max_time,
             server_log=server_log,
+            refire=refire,
             print_lines=_print_lines,
         )
     try:

@@ -29,6 +29,7 @@ def certify_url(
     max_time: float | None,
     server_log: Path | None,
     print_lines: Callable[[dict, Path], None],
+    refire: int = 2,
 ) -> None:
     """Probe ``url`` into ``run_dir``, write the certificate to ``output``, say it with ``print_lines`` (bia certify's) and exit
     with the verdict's code.
@@ -61,6 +62,8 @@ def certify_url(
         The server's log, for the batch widths it formed.
     print_lines : callable
         Says the certificate (its document, and where it was written) to the user.
+    refire : int, default 2
+        How many times a band seen formed narrower than its c is fired again (``--refire``).
 
     Raises
     ------
@@ -82,13 +85,20 @@ def certify_url(
             target_rate=target_rate, confidence=confidence, ladder=steps, prompts=len(texts), max_requests=max_requests
         )
         settings = ProbeSettings(
-            prompts=texts, ladder=steps, max_tokens=max_tokens, server_log=server_log, progress=sys.stderr.isatty()
+            prompts=texts,
+            ladder=steps,
+            max_tokens=max_tokens,
+            server_log=server_log,
+            refire=refire,
+            progress=sys.stderr.isatty(),
         )
     except (OutputExists, ProbeError) as exc:
         raise _fail(exc) from None
     batched = repeats * len(texts) * sum(c for c in steps if c > 1)
+    contexts = repeats * len(texts) * sum(c - 1 for c in steps if c > 1)
     plan = (
-        f"up to {batched} batched requests ({len(texts)} prompts x c={','.join(map(str, steps))} x {repeats} repeats) into {run_dir}; "
+        f"up to {batched} batched requests, {contexts} of them in distinct batch contexts ({len(texts)} prompts x "
+        f"c={','.join(map(str, steps))} x {repeats} repeats, a companion that moves each repeat) into {run_dir}; "
         "it stops at the first request that parts"
     )
     if (
@@ -123,7 +133,13 @@ def certify_url(
         )
         typer.echo(f"stopped early: {said}", err=True)
     document = certificate_document(judgement, target_rate=target_rate, confidence=confidence)
-    document["probe"] = {"url": url, "run": str(folder), "planned_batched_requests": batched, "stopped": stopped}
+    document["probe"] = {
+        "url": url,
+        "run": str(folder),
+        "planned_batched_requests": batched,
+        "planned_contexts": contexts,
+        "stopped": stopped,
+    }
     write_atomic(output, json.dumps(document, indent=2) + "\n")
     print_lines(document, output)
     raise typer.Exit(document["exit_code"])

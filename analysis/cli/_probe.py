@@ -34,11 +34,13 @@ def probe_command(
     layout: Annotated[
         str,
         typer.Option(
-            metavar="LAYOUT", help="copies (c copies of the prompt) or needle (the prompt among c-1 fillers)."
+            metavar="LAYOUT",
+            help="copies (c copies of the prompt), needle (the prompt among c-1 fillers) or rotating (c-1 copies and a "
+            "filler whose row and text change with every repeat: each repeat a new batch context).",
         ),
     ] = "copies",
     fillers: Annotated[
-        Path | None, typer.Option(help="Needle layout: a text file of filler prompts, one per line.")
+        Path | None, typer.Option(help="Needle and rotating layouts: a text file of filler prompts, one per line.")
     ] = None,
     arms: Annotated[
         str | None,
@@ -69,6 +71,15 @@ def probe_command(
         ),
     ] = True,
     timeout: Annotated[float, typer.Option(help="Seconds each whole request may take, its stream included.")] = 120.0,
+    refire: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            metavar="N",
+            help="Fire a band again, up to N times (within 60 s), when its widths show a batch narrower than its c; "
+            "the last attempt is kept and the manifest lists them all.",
+        ),
+    ] = 2,
     declared_min: Annotated[
         int | None, typer.Option(help="Tokens the two references must agree on (min(64, max_tokens) by default).")
     ] = None,
@@ -126,6 +137,7 @@ def probe_command(
             "resume",
             "retry_refused",
             "timeout",
+            "refire",
             "server_log",
             "metrics",
             "api_key",
@@ -187,6 +199,7 @@ def probe_command(
             log_pattern=log_pattern,
             metrics=metrics,
             timeout=timeout,
+            refire=refire,
             declared_min=declared_min,
             expect=expected,
             bands_anyway=bands_anyway,

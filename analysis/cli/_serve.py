@@ -29,6 +29,21 @@ def serve_command(
     log_file: Annotated[
         Path | None, typer.Option(help="Append the per-step batch log here (what bia probe --server-log reads).")
     ] = None,
+    batch_window_ms: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            metavar="MS",
+            help="An idle server that gets a request waits until no other has arrived for this long (at most 10 such "
+            "windows) before its first decode step, so requests sent together decode in one batch; 0 steps at once.",
+        ),
+    ] = 50.0,
+    max_batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1, metavar="N", help="The most requests one decode step holds; the rest wait. No limit by default."
+        ),
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Also print every decode step's batch line on the terminal.")
     ] = False,
@@ -36,7 +51,8 @@ def serve_command(
     """Serve the experiment's model as an OpenAI-compatible chat endpoint with continuous batching.
 
     The terminal gets a line per request (and the start-up line); every decode step's batch line goes to --log-file, and
-    to the terminal only with -v."""
+    to the terminal only with -v. Requests that arrive within --batch-window-ms of each other at an idle server start
+    decoding together."""
     import logging
 
     _need_extra("torch", "torch", "serve")
@@ -50,6 +66,8 @@ def serve_command(
         raise _fail(
             f"--mode takes one of {', '.join(KERNEL_MODES)} (batch-invariant is one-by-one's old name), got {mode!r}"
         )
+    if not batch_window_ms < float("inf"):
+        raise _fail(f"--batch-window-ms takes a number of milliseconds >= 0, got {batch_window_ms}")
     if dtype not in ("float32", "bfloat16"):
         raise _fail(f"--dtype takes float32 or bfloat16, got {dtype!r}")
     weights = model or bundled_model()
@@ -83,7 +101,7 @@ def serve_command(
             raise _fail(f"--log-file {log_file}: cannot be written: {exc.strerror or exc}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=handlers)
     if not serve(
-        create_app(loaded, mode, Path(weights).stem),
+        create_app(loaded, mode, Path(weights).stem, batch_window_ms=batch_window_ms, max_batch=max_batch),
         host,
         port,
         said=f"kernel mode {mode_as_asked(mode, kernel_mode(mode))}, {dtype} on {device}, model {Path(weights).stem}",

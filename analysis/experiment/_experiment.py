@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import build_folder, claim_output, progress_bar
-from ..run import LAYOUTS, RUN_VERSION
+from ..run import LAYOUTS, RUN_VERSION, batch_id
 from ._common import ExperimentError, bundled_model, check_device, experiment_batch, weights_sha256
 from .modes import KERNEL_MODES, MODE_ALIASES, kernel_mode
 
@@ -223,6 +223,7 @@ def run_experiment(
                     outs = decode(model, batch, mode=mode, max_tokens=max_tokens, top_k=top_k)
                     m_formed.append({"prompt_id": pid, "c": c, "widths": [c], "steps": max_tokens})
                     recorded = range(c) if layout == "copies" else [target]
+                    ids = [_row_id(model, row, encoded) for row in batch]
                     for slot, row in enumerate(recorded):
                         sse, times = _capture(outs[row], f"{pid}-c{c}-s{slot}", model_path.stem, model)
                         lines.append(
@@ -236,6 +237,8 @@ def run_experiment(
                                 "slot": slot,
                                 "repeat": 0,
                                 "batch_row": row,
+                                "row": row,
+                                "batch": ids,
                             }
                         )
                     bar.update(c)
@@ -309,6 +312,13 @@ def run_experiment(
         written.append(final)
     bar.close()
     return written
+
+
+def _row_id(model, tokens: list[int], encoded: list[list[int]]) -> str:
+    """A batch row as the capture envelope names it: its prompt's id, or a filler's (see :func:`analysis.run.batch_id`)."""
+    if tokens in encoded:
+        return f"p{encoded.index(tokens)}"
+    return batch_id(b"".join(model.token(t)[1] for t in tokens).decode("utf-8", "replace"), {})
 
 
 def _check_settings(prompts, ladder, modes, layout, dtype, device, max_tokens, top_k, declared_min) -> None:

@@ -2,8 +2,10 @@
 
 Per prompt: two m=1 references one after the other, then for each c of the ladder c requests
 released together (``repeats`` times, interleaved across c): c copies of the prompt, or in the
-``needle`` layout the prompt at a seeded position among c - 1 fillers. With ``observer`` each band
-is fired a second time without logprobs, so :func:`analysis.run.observer_table` can compare texts.
+``needle`` layout the prompt at a seeded position among c - 1 fillers, or in the ``rotating`` layout c - 1 copies and a
+companion that moves each repeat. A band whose width evidence shows a batch narrower than its c is fired again
+(``refire``), its last attempt kept. With ``observer`` each band is fired a second time without logprobs, so
+:func:`analysis.run.observer_table` can compare texts.
 
 Nothing is lost. The manifest is written first and rewritten (atomically) after every band. Each
 request's raw bytes and the arrival time of every SSE event (a monotonic clock, seconds since the
@@ -28,16 +30,17 @@ token ids as ``token_id:N``) and the gauge. What was chosen and why is in the ma
 How a server is probed is one :class:`ProbeSettings`, which :func:`probe`, :func:`dry_run`, :func:`certify_server` and
 ``bia probe`` share (each also takes its fields as keywords). This module is the package's face: the code lives in its
 private modules, by what it does (``_settings``, ``_probe``, ``_fire``, ``_manifest``, ``_requests``, ``_capture``,
-``_widths``, ``_engines``, ``_checks``, ``_arms``, ``_rundir``, ``_callable``, ``_certify``, ``_summary``).
+``_widths``, ``_bands``, ``_engines``, ``_checks``, ``_arms``, ``_rundir``, ``_callable``, ``_certify``, ``_summary``).
 """
 
 from __future__ import annotations
 
+from ._bands import DEFAULT_FILLERS
 from ._callable import CallableError, probe_callable
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._certify import certify_server, planned_repeats
 from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine
-from ._fire import DEFAULT_FILLERS, ServerGone
+from ._fire import ServerGone
 from ._manifest import expectation_notes
 from ._probe import DRY_RUN_TIMEOUT_S, dry_run, probe
 from ._requests import KEEPALIVE_EXPIRY_S, request_body

@@ -58,7 +58,9 @@ def check_arms(arms: Sequence[str] | None, profile: EngineProfile | None = None,
         raise ProbeError(f"arms names an arm twice: {list(arms)}")
     if layout != "copies":
         raise ProbeError(
-            f"arms replace the layout: the {layout} layout is the mixed arm; give arms or a layout, not both"
+            "arms replace the layout: "
+            + ("the needle layout is the mixed arm; " if layout == "needle" else f"the {layout} layout has no arm; ")
+            + "give arms or a layout, not both"
         )
     if profile is None:
         return

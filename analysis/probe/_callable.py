@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from ..core import build_folder, claim_output, progress_bar
-from ..run import LAYOUTS, RUN_VERSION, Run, band_batch, read_run
+from ..run import LAYOUTS, RUN_VERSION, Run, band_batch, batch_id, read_run
 from ._settings import ProbeSettings
 
 
@@ -162,6 +162,7 @@ def _fire(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every call of the plan, in the probe's order: a prompt's two references, then its bands, repeat by repeat."""
     lines, m_formed = [], []
+    by_text = {text: f"p{index}" for index, text in reversed(list(enumerate(prompts)))}  # a text twice: its first id
     for index, prompt in enumerate(prompts):
         pid = f"p{index}"
         for slot in (0, 1):
@@ -177,6 +178,7 @@ def _fire(
                 outs, seconds = _call(generate, batch, f"{pid} c={c} repeat {repeat}")
                 unit = f"{pid}/band/c{c}/r{repeat}"
                 rows = range(c) if layout == "copies" else [target]
+                ids = [batch_id(text, by_text) for text in batch]
                 lines += [
                     _envelope(
                         outs[row],
@@ -188,6 +190,8 @@ def _fire(
                         slot=slot,
                         repeat=repeat,
                         batch_row=row,
+                        row=row,
+                        batch=ids,
                     )
                     for slot, row in enumerate(rows)
                 ]

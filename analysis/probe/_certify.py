@@ -1,9 +1,10 @@
 """Certify a live server in one call: probe it with as many batched requests as the bound needs, and stop as soon as the
 verdict is known (``bia certify URL``).
 
-The plan: bia's prompts at every c of the ladder, repeated until the batched requests (c > 1) reach
-:func:`analysis.requests_needed` for the target rate at the confidence (the fewest repeats that do), or what
-``max_requests`` allows. While the probe runs, the run written so far is judged every ``poll_s`` seconds; the first
+The plan: bia's prompts at every c of the ladder in the ``rotating`` layout (c - 1 copies of the prompt and a companion
+whose row and text change with every repeat), repeated until the batched requests (c > 1) sit in as many distinct batch
+contexts as :func:`analysis.requests_needed` asks for the target rate at the confidence (the fewest repeats that do), or
+what ``max_requests`` allows. A band seen formed narrower than its c is fired again (``refire``). While the probe runs, the run written so far is judged every ``poll_s`` seconds; the first
 request that parts from m=1 (or a server that differs from itself alone) makes the verdict RED, and the probe is
 stopped there. ``max_time`` stops it too; the verdict is then the judgement of what came back.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics import requests_needed
-from ..run import RunError, read_run
+from ..run import ROTATING, RunError, read_run
 from ..studies import Judgement, judge
 from ._probe import probe
 from ._rundir import ProbeError
@@ -29,8 +30,13 @@ from ._settings import ProbeSettings
 def planned_repeats(
     *, target_rate: float, confidence: float, ladder: Sequence[int], prompts: int, max_requests: int | None = None
 ) -> int:
-    """The fewest repeats of the plan whose batched requests (every prompt at every c > 1, c copies each) reach the number the
-    bound needs, or the most that ``max_requests`` allows.
+    """The fewest repeats of the certificate's plan whose batched requests sit in as many distinct batch contexts as the bound
+    needs, or the most that ``max_requests`` allows.
+
+    The plan fires the ``rotating`` layout (``analysis.run.rotating_batch``): a band of c > 1 sends c - 1 copies of its
+    prompt and one companion whose row and text change with every repeat, so each repeat puts each copy in a new context
+    (prompt, c, row, the batch it sat in): a repeat adds ``prompts`` x the sum of c - 1 over the ladder's c > 1 contexts, and
+    sends ``prompts`` x the sum of c batched requests (the companions included).
 
     Parameters
     ----------
@@ -43,7 +49,7 @@ def planned_repeats(
     prompts : int
         How many prompts the plan fires.
     max_requests : int, optional
-        The most batched requests to send; at least one round of the ladder.
+        The most batched requests to send, companions included; at least one round of the ladder.
 
     Returns
     -------
@@ -56,15 +62,18 @@ def planned_repeats(
 
     Examples
     --------
-    >>> planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2)  # 56 a repeat; 299 needed: 6 repeats
+    >>> planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2)  # 50 contexts a repeat; 299 needed
     6
-    >>> planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2, max_requests=200)  # 3 repeats, 168
+    >>> planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 4, 8, 16], prompts=2, max_requests=200)  # 56 sent a repeat
     3
+    >>> planned_repeats(target_rate=0.01, confidence=0.95, ladder=[1, 2, 4], prompts=1)  # 1 + 3 contexts a repeat
+    75
     """
     per_repeat = prompts * sum(c for c in ladder if c > 1)
     if per_repeat == 0:
         raise ProbeError(f"--ladder {','.join(map(str, ladder))}: a certificate needs a batch size above 1")
-    repeats = math.ceil(requests_needed(target_rate, confidence) / per_repeat)
+    contexts = prompts * sum(c - 1 for c in ladder if c > 1)
+    repeats = math.ceil(requests_needed(target_rate, confidence) / contexts)
     if max_requests is not None:
         if max_requests < per_repeat:
             raise ProbeError(
@@ -91,8 +100,9 @@ async def certify_server(
     early (``"RED"``, ``"max-time"``) or None when it finished its plan.
 
     ``settings`` and ``options`` are :func:`analysis.probe.probe`'s (a :class:`ProbeSettings`, or its fields as keywords:
-    ``prompts``, which must be given, ``ladder``, ``max_tokens``, ``engine``, ``server_log``, ``progress``...); their
-    ``repeats`` is replaced by the plan's (:func:`planned_repeats`). ``say`` goes to the probe.
+    ``prompts``, which must be given, ``ladder``, ``max_tokens``, ``engine``, ``server_log``, ``refire``, ``progress``...);
+    their ``repeats`` is replaced by the plan's (:func:`planned_repeats`), and, unless they name arms, their layout by the
+    ``rotating`` one, so that every repeat is a new batch context. ``say`` goes to the probe.
 
     Parameters
     ----------
@@ -144,7 +154,8 @@ async def certify_server(
         max_requests=max_requests,
     )
     out = Path(out)
-    task = asyncio.ensure_future(probe(url, out, settings.replace(repeats=repeats), say=say))
+    planned = settings.replace(repeats=repeats, **({} if settings.arms is not None else {"layout": ROTATING}))
+    task = asyncio.ensure_future(probe(url, out, planned, say=say))
     started, stopped = time.monotonic(), None
     while not task.done():
         await asyncio.wait({task}, timeout=poll_s)

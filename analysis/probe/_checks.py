@@ -24,6 +24,7 @@ FILE_HEADROOM = 64  # the manifest, the captures, the server log, /metrics polls
 SLOT_SETTINGS = {
     "total_slots": "llama.cpp's total_slots (llama-server -np)",
     "max_running_requests": "SGLang's max_running_requests (--max-running-requests)",
+    "max_batch": "bia serve's max_batch (bia serve --max-batch)",
 }
 
 
@@ -97,7 +98,7 @@ def check_settings(
         How many times each band is fired, and each request's length; at least 1 each.
     top_logprobs : int
         Candidates per step, from 0 to ``MAX_TOP_LOGPROBS``.
-    layout : {"copies", "needle"}
+    layout : {"copies", "needle", "rotating"}
         How a band is laid out.
 
     Raises
@@ -105,8 +106,8 @@ def check_settings(
     ProbeError
         The first setting no run can be made of.
     """
-    if layout not in ("copies", "needle"):
-        raise ProbeError(f"layout must be 'copies' or 'needle', got {layout!r}")
+    if layout not in ("copies", "needle", "rotating"):
+        raise ProbeError(f"layout must be 'copies', 'needle' or 'rotating', got {layout!r}")
     texts = [p if isinstance(p, str) else p.get("text") if isinstance(p, Mapping) else None for p in prompts]
     if not prompts or not all(isinstance(t, str) and t for t in texts):
         raise ProbeError("prompts must be one or more non-empty texts (or {'text': ..., 'answer': ...} mappings)")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import sys
+import time
 from pathlib import Path
 from typing import Any, cast
 
 from ..run import Unit, plan
 from ._arms import cold_fields, completion_prefix, prefill_body, prefix_primer
+from ._bands import REFIRE, REFIRE_S, attempt_record, band_rows, fire_again, widest_seen
 from ._capture import fetch_stream, open_partial
 from ._checks import check_first_answer
 from ._engines import Detection, EngineProfile
@@ -25,14 +26,6 @@ from ._widths import (
     metrics_snapshot,
     server_decode,
     stream_evidence,
-)
-
-# Fillers for the needle layout when none are given and the prompt set holds a single prompt.
-DEFAULT_FILLERS = (
-    "Write one sentence about the sea.",
-    "List three prime numbers.",
-    "What does a compiler do?",
-    "Describe a quiet morning.",
 )
 
 
@@ -150,7 +143,7 @@ async def _fire_plan(
                     )
                     await _fire_primer(client, endpoint, writer, unit, primer, deadline)
                 results, refusals = await _fire_band(
-                    client, endpoint, base, writer, unit, body, watcher, gauge, interval, deadline
+                    client, endpoint, base, writer, unit, body, watcher, gauge, interval, deadline, say
                 )
             if not checked:
                 check_first_answer(
@@ -283,31 +276,79 @@ def _stop_if_gone(endpoint: str, results: list[dict], partials: list[Path]) -> N
 
 
 async def _fire_band(
-    client, endpoint, base, writer: _RunWriter, unit: Unit, body, watcher: LogWatcher, gauge, interval, deadline: float
+    client,
+    endpoint,
+    base,
+    writer: _RunWriter,
+    unit: Unit,
+    body,
+    watcher: LogWatcher,
+    gauge,
+    interval,
+    deadline: float,
+    say=None,
 ) -> tuple[list[dict], list[dict | None]]:
     """c requests released together; only the band's own slots are recorded as it, fillers as fillers.
 
-    Returns each request's result and its refusal (None when kept)."""
+    A band whose width evidence shows a batch narrower than its c is fired again (:func:`fire_again`: up to the run's
+    ``refire`` times, within ``refire_s`` seconds); only its last attempt is kept, and its ``m_formed`` entry lists every
+    attempt (``attempts``). Returns each request's result and its refusal (None when kept)."""
     manifest = writer.manifest
     c = cast(int, unit.c)  # a band or its observer twin: only references and prefill units have no c
     tag = _arm_tag(unit, manifest)
-    if unit.arm == "mixed" or (unit.arm is None and manifest["requested"]["layout"] == "needle"):
-        rng = random.Random(
-            f"{manifest['sampler']['seed']}/{unit.key}"
-        )  # the same position when a resume fires the band again
-        target = rng.randrange(c)
-        others = [p["text"] for p in manifest["prompts"] if p["prompt_id"] != unit.prompt_id]
-        fillers = manifest["fillers"] or others or list(DEFAULT_FILLERS)  # given, else the set's other prompts
-        bodies = [
-            body
-            if row == target
-            else {**body, "messages": [{"role": "user", "content": fillers[(row - (row > target)) % len(fillers)]}]}
-            for row in range(c)
-        ]
-        roles = [(unit.role, 0) if row == target else ("filler", row) for row in range(c)]
-    else:
-        bodies, roles = [body] * c, [(unit.role, row) for row in range(c)]
+    bodies, roles, _, batch = band_rows(unit, manifest, body)
     partials = [writer.partial(unit, slot, role) for role, slot in roles]
+    wheres = [
+        {
+            "unit": unit.key,
+            "prompt_id": unit.prompt_id,
+            "role": role,
+            "c": c,
+            "slot": slot,
+            "repeat": unit.repeat,
+            "batch_row": row,
+            "row": row,
+            "batch": batch,
+            **tag,
+        }
+        for row, (role, slot) in enumerate(roles)
+    ]
+    requested = manifest["requested"]
+    refire = 0 if unit.arm == "serial" else int(requested.get("refire", REFIRE))  # serial: one at a time on purpose
+    started, attempts, records = time.monotonic(), [], []
+    while True:
+        began = time.monotonic()
+        attempt = await _fire_attempt(
+            client, endpoint, base, writer, unit, bodies, wheres, partials, watcher, gauge, interval, deadline
+        )
+        entry = {"unit": unit.key, "prompt_id": unit.prompt_id, "role": unit.role, "c": c, "repeat": unit.repeat, **tag}
+        entry.update(attempt["entry"])
+        widest = widest_seen(entry)
+        attempts.append((attempt, entry))
+        records.append(attempt_record(entry, widest, time.monotonic() - began))
+        refused = any("error" in p["result"] for p in attempt["prepared"])
+        spent = time.monotonic() - started
+        if refused or not fire_again(c, widest, len(attempts), refire, spent, requested.get("refire_s", REFIRE_S)):
+            break
+        (say or (lambda line: None))(
+            f"{unit.key}: the widest batch seen was m={widest}, narrower than c={c}; fired again ({len(attempts)} of {refire})"
+        )
+        for partial in partials:  # the attempt set aside is in memory until the last: its partial bytes go
+            _drop_partial(partial)
+    attempt, entry = attempts[-1]
+    if len(records) > 1 or (c > 1 and refire):
+        entry["attempts"] = records
+    refusals = [writer.commit(prepared, partial) for prepared, partial in zip(attempt["prepared"], partials)]
+    manifest["m_formed"].append(entry)
+    return attempt["results"], refusals
+
+
+async def _fire_attempt(
+    client, endpoint, base, writer: _RunWriter, unit: Unit, bodies, wheres, partials, watcher, gauge, interval, deadline
+) -> dict[str, Any]:
+    """One fire of a band: its results, each stream's live window (parsed now, kept or not later), and what the log, the
+    gauge, the engine's counters, the streams and the cache metrics say of the batch it formed."""
+    c = cast(int, unit.c)
     watcher.mark()
     cache_names = writer.cache_metrics
     watched = (*cache_names, *writer.engine_metrics.values())  # one GET of /metrics reads both, before and after
@@ -333,36 +374,14 @@ async def _fire_band(
     cache_after = await metrics_snapshot(client, f"{base}/metrics", watched) if watched else None
     engine = engine_growth(writer.engine_metrics, cache_before, cache_after)
     decode = server_decode(engine, "band")
-    refusals = [
-        writer.keep(
-            result,
-            partial,
-            unit=unit.key,
-            prompt_id=unit.prompt_id,
-            role=role,
-            c=c,
-            slot=slot,
-            repeat=unit.repeat,
-            batch_row=row,
-            **tag,
-            **({"server_decode": decode} if decode else {}),
-        )
-        for row, (result, (role, slot), partial) in enumerate(zip(results, roles, partials))
-    ]
-    entry: dict[str, Any] = {
-        "unit": unit.key,
-        "prompt_id": unit.prompt_id,
-        "role": unit.role,
-        "c": c,
-        "repeat": unit.repeat,
-        **tag,
-        "widths": watcher.widths(),
-    }
+    prepared = [
+        writer.prepare(result, **where, **({"server_decode": decode} if decode else {}))
+        for result, where in zip(results, wheres)
+    ]  # parsed once, after the band: its window now, its line when this attempt is the one kept
+    entry: dict[str, Any] = {"widths": watcher.widths()}
     if engine:
         entry["engine"] = engine
-    streams = stream_evidence(
-        [writer.live.pop(partial, None) for partial in partials], c
-    )  # fillers too: they share the batch
+    streams = stream_evidence([p["window"] for p in prepared], c)  # fillers too: they share the batch
     if streams is not None:
         entry["streams"] = streams
     if poller:
@@ -384,8 +403,7 @@ async def _fire_band(
             for name in cache_names
             if name in cache_before or name in cache_after
         }
-    manifest["m_formed"].append(entry)
-    return results, refusals
+    return {"results": results, "prepared": prepared, "entry": entry}
 
 
 async def _engine_snapshot(client, base: str, roles: dict[str, str]) -> dict[str, float] | None:

@@ -55,6 +55,8 @@ def _new_manifest(endpoint: str, detection: Detection, settings: ProbeSettings) 
             "engine": s.engine,
             "log_pattern": s.log_pattern,
             "server_log": str(s.server_log) if s.server_log else None,
+            "refire": s.refire,
+            "refire_s": s.refire_s,
             **s.expect,
         },
         "expected": sorted(s.expect),

@@ -135,6 +135,7 @@ async def probe(
                 )
             if settings.server_log is not None:  # a restarted server may log elsewhere
                 manifest["requested"]["server_log"] = str(settings.server_log)
+            manifest["requested"].update(refire=settings.refire, refire_s=settings.refire_s)  # how, not what, is fired
             manifest.setdefault("resumed", []).append(
                 {
                     "at": _now(),

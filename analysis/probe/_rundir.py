@@ -45,9 +45,6 @@ class _RunWriter:
         self.reference_pieces: dict[
             str, list
         ] = {}  # prompt id -> ref #1's completion tokens as bytes, for the prefill arm
-        self.live: dict[
-            Path, tuple[float, float]
-        ] = {}  # partial path -> (first, last content chunk) on the run's clock, for kept streams
         for sub in ("captures", "partial"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         self.save()
@@ -71,7 +68,12 @@ class _RunWriter:
         arrival times are not slowed): a malformed event refuses the request instead of making the
         run unreadable. Returns the refusal (the result with its reason), or None when kept.
         """
-        line = b""
+        return self.commit(self.prepare(result, **where), partial)
+
+    def prepare(self, result: dict[str, Any], **where: Any) -> dict[str, Any]:
+        """A finished request parsed and its capture line made, not yet written (:meth:`commit` writes it): a band fired
+        again keeps only one attempt. ``window`` is its stream's live window (None when it shows none)."""
+        line, window, rows = b"", None, None
         if "error" not in result:
             line = orjson.dumps({**result, **where})  # orjson: a 1 MB stream's envelope in a millisecond
             rows, problem = _parse_capture(line, self.captures_path)
@@ -79,22 +81,23 @@ class _RunWriter:
                 result = {"error": problem, "sse": result["sse"]}
             else:
                 window = _live_window(rows, result.get("sent_at_s"))
-                if (
-                    window is not None and where.get("c") is not None
-                ):  # a band's request: its co-residency is read after the band
-                    self.live[partial] = window
-                if where.get("role") == "reference":  # kept for aprender's reference rule, so it is not parsed again
-                    self.reference_tokens[where["unit"]] = _identities(rows)
-                    if where.get("slot") == 0:
-                        self.reference_pieces[where["prompt_id"]] = _pieces(rows)
-        if "error" in result:
+        return {"result": result, "where": where, "line": line, "window": window, "rows": rows}
+
+    def commit(self, prepared: dict[str, Any], partial: Path) -> dict[str, Any] | None:
+        """Write a request :meth:`prepare` made ready: into captures, or listed as refused. Returns the refusal, or None."""
+        result, where, rows = prepared["result"], prepared["where"], prepared["rows"]
+        if "error" not in result:
+            if where.get("role") == "reference":  # kept for aprender's reference rule, so it is not parsed again
+                self.reference_tokens[where["unit"]] = _identities(rows)
+                if where.get("slot") == 0:
+                    self.reference_pieces[where["prompt_id"]] = _pieces(rows)
+            self.captures.write(prepared["line"] + b"\n")
+            self.captures.flush()
+        else:
             self.manifest["refused"].append({**where, "reason": result["error"]})
             if result.get("sse") or result.get("body"):
                 with (self.folder / "refused.jsonl").open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps({**where, **result}, ensure_ascii=False) + "\n")
-        else:
-            self.captures.write(line + b"\n")
-            self.captures.flush()
         _drop_partial(partial)  # only once its bytes are kept elsewhere
         return result if "error" in result else None
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._arms import check_arms
+from ._bands import REFIRE, REFIRE_S
 from ._checks import check_settings, check_timeout
 from ._rundir import ProbeError
 from ._widths import BATCH_LINE
@@ -34,10 +35,12 @@ class ProbeSettings:
         How many times each band is fired, interleaved across c.
     max_tokens, top_logprobs, seed : int
         The greedy request's length, its candidates per step (0 to 20) and its seed (the needle positions' too).
-    layout : {"copies", "needle"}
-        c copies of the prompt, or the prompt at a seeded position among c - 1 ``fillers``.
+    layout : {"copies", "needle", "rotating"}
+        c copies of the prompt; the prompt at a seeded position among c - 1 ``fillers``; or c - 1 copies and one filler
+        whose row and text change from repeat to repeat, so that each repeat is a new batch context
+        (``analysis.run.rotating_batch``: what ``bia certify URL`` fires).
     fillers : sequence of str
-        The needle layout's other prompts (the set's other prompts, else bia's, when empty).
+        The needle and rotating layouts' other prompts (the set's other prompts, else bia's, when empty).
     arms : sequence of str, optional
         Control arms fired for each prompt instead of ``layout`` (``repeat``, ``copies``, ``mixed``, ``prefix``, ``cache``,
         ``serial``, ``prefill``).
@@ -54,6 +57,11 @@ class ProbeSettings:
         ``metrics_interval`` seconds.
     timeout : float
         Seconds each whole request may take, its stream included.
+    refire : int
+        How many times a band whose width evidence shows a batch narrower than its c is fired again (the last attempt is
+        kept; the band's ``m_formed`` entry lists them all as ``attempts``); 0 never.
+    refire_s : float
+        No band is fired again once its attempts have taken this many seconds.
     declared_min : int, optional
         Tokens the two m=1 references must agree on before a prompt's bands are run (``min(64, max_tokens)`` by default),
         unless ``bands_anyway``.
@@ -108,6 +116,8 @@ class ProbeSettings:
     metrics: bool = True
     metrics_interval: float = 0.01
     timeout: float = 120.0
+    refire: int = REFIRE
+    refire_s: float = REFIRE_S
     declared_min: int | None = None
     expect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     bands_anyway: bool = False
@@ -118,6 +128,10 @@ class ProbeSettings:
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout)
+        if isinstance(self.refire, bool) or not isinstance(self.refire, int) or self.refire < 0:
+            raise ProbeError(f"refire must be a whole number of times >= 0, got {self.refire!r}")
+        if isinstance(self.refire_s, bool) or not isinstance(self.refire_s, (int, float)) or not self.refire_s >= 0:
+            raise ProbeError(f"refire_s must be a number of seconds >= 0, got {self.refire_s!r}")
         if not self.resume:  # a resumed run keeps its manifest's settings: these are not the run's
             check_settings(self.prompts, self.ladder, self.repeats, self.max_tokens, self.top_logprobs, self.layout)
             check_arms(self.arms, layout=self.layout)

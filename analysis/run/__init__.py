@@ -27,10 +27,15 @@ from ._arms import ARM_REPEATS, ARM_WORDS, ARMS, PREFIX_SHARES, arm_words, legac
 from ._assemble import assemble_dumps, read_mapping
 from ._band_tables import band_forks, band_table, width_table
 from ._batch import LAYOUTS as LAYOUTS  # for the probe and the experiment, not the API pages
+from ._batch import ROTATING as ROTATING
 from ._batch import band_batch as band_batch
+from ._batch import batch_id as batch_id
+from ._batch import filler_text as filler_text
+from ._batch import rotating_batch as rotating_batch
 from ._export import to_witness, write_witness
 from ._first_ops import first_op_table, first_ops_record, has_first_ops
 from ._layout import RUN_VERSION, RunError, RunLike, Unit, band_widths, load_manifest, plan
+from ._layout import width_evidence as width_evidence  # for the probe's fire-again rule, not the API pages
 from ._mlperf import read_mlperf_pair
 from ._model import Run
 from ._prompt_tables import accuracy_table, drift_table, flip_table, observer_table, prompt_table, reference_margins

@@ -9,6 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..core import check_depth, not_json
 from ._arms import arm_plan
+from ._batch import ROTATING
 from ._manifest import manifest_problem
 from ._unit import _DEFAULTS, Unit
 
@@ -45,7 +46,8 @@ def plan(manifest: Mapping[str, Any]) -> list[Unit]:
     ----------
     manifest : Mapping of str to Any
         The run's manifest: ``prompts``, ``ladder``, ``repeats`` (1 by default), ``observer``,
-        ``requested.layout`` (``needle`` records one slot per band) and ``arms`` (then ``arm_plan``'s plan).
+        ``requested.layout`` (``needle`` records one slot per band, ``rotating`` c - 1) and ``arms`` (then
+        ``arm_plan``'s plan).
 
     Returns
     -------
@@ -59,15 +61,28 @@ def plan(manifest: Mapping[str, Any]) -> list[Unit]:
     if manifest.get("arms") is not None:
         return arm_plan(manifest)
     ladder = list(manifest.get("ladder", _DEFAULTS["ladder"]))
-    needle = (manifest.get("requested") or {}).get("layout") == "needle"
+    layout = (manifest.get("requested") or {}).get("layout")
     roles = ("band", "observer") if manifest.get("observer") else ("band",)
     units = []
     for prompt in manifest.get("prompts", []):
         pid = str(prompt.get("prompt_id"))
         units += [Unit(pid, "reference", None, 0, (slot,)) for slot in (0, 1)]
         for repeat in range(int(manifest.get("repeats", 1))):
-            units += [Unit(pid, role, c, repeat, (0,) if needle else tuple(range(c))) for c in ladder for role in roles]
+            units += [Unit(pid, role, c, repeat, _band_slots(layout, c)) for c in ladder for role in roles]
     return units
+
+
+def _band_slots(layout: str | None, c: int) -> tuple[int, ...]:
+    """The slots a band records: the needle alone, every copy (``rotating``: all rows but its companion's), or all c.
+
+    Examples
+    --------
+    >>> _band_slots("needle", 4), _band_slots("rotating", 4), _band_slots("rotating", 1), _band_slots("copies", 2)
+    ((0,), (0, 1, 2), (0,), (0, 1))
+    """
+    if layout == "needle":
+        return (0,)
+    return tuple(range(c - 1 if layout == ROTATING and c > 1 else c))
 
 
 def _parse_json(text: str) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core import duration
 from ._body import _BadRequest, _params
-from ._engine import Engine
+from ._engine import BATCH_WINDOW_MS, Engine
 
 REQUESTS = logging.getLogger("bia.requests")  # a line per request: what the terminal shows without -v
 
@@ -30,7 +30,14 @@ def _error(status: int, message: str, param: str | None = None):
     )
 
 
-def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
+def create_app(
+    model,
+    mode: str = "default",
+    model_name: str = "tiny_lm",
+    *,
+    batch_window_ms: float = BATCH_WINDOW_MS,
+    max_batch: int | None = None,
+):
     """The ASGI app: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, and ``GET /metrics`` in
     Prometheus' text format (``bia:num_requests_running``, ``bia:num_requests_waiting``, ``bia:decode_steps_total``).
 
@@ -42,6 +49,10 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
         The kernel mode: ``default``, ``one-by-one`` (alias ``batch-invariant``), ``fixed-tiles`` or ``row-invariant``.
     model_name : str, default "tiny_lm"
         The model's name in responses and in ``/v1/models``.
+    batch_window_ms : float, default 50.0
+        How long an idle engine waits for the requests that arrive together before its first step (see :class:`~analysis.serve.Engine`).
+    max_batch : int, optional
+        The most requests one decode step holds (no limit when None).
 
     Returns
     -------
@@ -52,7 +63,7 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    engine = Engine(model, mode)
+    engine = Engine(model, mode, batch_window_ms=batch_window_ms, max_batch=max_batch)
     state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
@@ -174,6 +185,8 @@ def create_app(model, mode: str = "default", model_name: str = "tiny_lm"):
                 "status": "ok",
                 "server": "bia serve",
                 "kernel_mode": engine.mode,
+                "batch_window_ms": engine.batch_window_ms,
+                "max_batch": engine.max_batch,
                 "dtype": str(parameter.dtype).removeprefix("torch."),
                 "device": str(parameter.device),
             }

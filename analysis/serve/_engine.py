@@ -1,6 +1,8 @@
 """``bia serve``'s decode loop: continuous batching over the experiment's torch model in each kernel mode.
 
-Requests that arrive while others decode are prefilled alone and join the next decode step; each step
+An idle engine that gets a request waits its batching window for the requests that arrive with it (each arrival prefilled
+as it comes), so that requests released together start decoding in one batch even on a loaded machine. Requests that
+arrive while others decode are prefilled alone and join the next decode step; at most ``max_batch`` rows step at once. Each step
 chooses every active row's next token and advances the rows that continue, as the kernel mode says
 (the package's docstring tells the modes apart), and logs aprender's ``[PMAT-044] Batch m=N done`` line.
 A finished request's event carries its ``timings`` in llama.cpp's fields (:func:`timings`).
@@ -21,6 +23,12 @@ from ..experiment.modes import kernel_mode
 
 LOG = logging.getLogger("bia.serve")
 MAX_TOP_LOGPROBS = 20
+#: How long, in milliseconds, an idle engine waits after each arrival for the next before its first step (``bia serve
+#: --batch-window-ms``): on a busy 2-core machine, 16 requests a client releases together reach the server up to a few tens of
+#: milliseconds apart.
+BATCH_WINDOW_MS = 50.0
+#: The batching window's bound: an idle engine starts stepping after this many windows whatever still arrives.
+WINDOW_BOUND = 10
 
 
 @dataclass
@@ -63,12 +71,32 @@ class _Pool:
 
 
 class Engine:
-    """The decode loop: admits waiting requests between steps and steps every active row."""
+    """The decode loop: admits waiting requests between steps and steps every active row.
 
-    def __init__(self, model, mode: str = "default") -> None:
+    Parameters
+    ----------
+    model : TinyLM or HFModel
+        The model, as ``analysis.experiment.model.load_model`` gives it.
+    mode : str, default "default"
+        The kernel mode.
+    batch_window_ms : float, default 50.0
+        An idle engine that gets a request waits until no other has arrived for this long (at most
+        10 windows in all, or until ``max_batch`` have come) before its first step; 0 steps at once.
+    max_batch : int, optional
+        The most rows one decode step holds; the rest wait for a row to finish. No limit when None.
+    """
+
+    def __init__(
+        self, model, mode: str = "default", *, batch_window_ms: float = BATCH_WINDOW_MS, max_batch: int | None = None
+    ) -> None:
         mode = kernel_mode(mode)
         check_tiled(model, mode)
+        if not (batch_window_ms >= 0 and batch_window_ms < float("inf")):
+            raise ValueError(f"batch_window_ms must be a number of milliseconds >= 0, got {batch_window_ms!r}")
+        if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
+            raise ValueError(f"max_batch must be an integer >= 1 or None, got {max_batch!r}")
         self.model, self.mode = model, mode
+        self.batch_window_ms, self.max_batch = float(batch_window_ms), max_batch
         self._pool = _Pool(PACKED_KERNELS[mode].TiledCache) if mode in PACKED_KERNELS else _Pool()
         self.waiting: asyncio.Queue[_Request] = asyncio.Queue()
         self.active: list[_Request] = []
@@ -96,15 +124,38 @@ class Engine:
         await self.waiting.put(request)
         return request
 
+    def _room(self) -> bool:
+        return self.max_batch is None or len(self.active) < self.max_batch
+
+    async def _admit(self, request: _Request) -> None:
+        await asyncio.to_thread(self._prefill, request)
+        self.active.append(request)
+
+    async def _window(self) -> None:
+        """From idle: admit the first request, then each that arrives within the window of the one before (bounded)."""
+        await self._admit(await self.waiting.get())
+        window = self.batch_window_ms / 1000
+        if window <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + WINDOW_BOUND * window
+        while self._room() and (left := ends - loop.time()) > 0:
+            try:
+                async with asyncio.timeout(
+                    min(window, left)
+                ):  # in this task: a request got as it times out stays queued
+                    request = await self.waiting.get()
+            except TimeoutError:
+                return
+            await self._admit(request)
+
     async def run(self) -> None:
+        """Step until cancelled: wait the batching window from idle, admit what waits (up to ``max_batch``), step."""
         while True:
             if not self.active:
-                self.active.append(await self.waiting.get())
-                await asyncio.to_thread(self._prefill, self.active[-1])
-            while not self.waiting.empty():
-                request = self.waiting.get_nowait()
-                await asyncio.to_thread(self._prefill, request)
-                self.active.append(request)
+                await self._window()
+            while self._room() and not self.waiting.empty():
+                await self._admit(self.waiting.get_nowait())
             started = time.perf_counter()
             emitted = await asyncio.to_thread(self._step)
             elapsed = time.perf_counter() - started

@@ -9,7 +9,7 @@ from typing import Self
 import torch
 
 from ._app import create_app
-from ._engine import LOG
+from ._engine import BATCH_WINDOW_MS, LOG
 
 
 def serve(app, host: str, port: int, *, said: str, say=None) -> bool:
@@ -64,7 +64,8 @@ class BackgroundServer:
     """``bia serve`` in a thread of this process, on a free loopback port: for notebooks and tests.
 
     With ``log_file``, the per-step ``Batch m=N done`` lines also go to that file, for the probe's
-    ``server_log``. Use it as a context manager, or call :meth:`stop`.
+    ``server_log``. ``batch_window_ms`` and ``max_batch`` are ``bia serve``'s options of those names (see
+    :class:`~analysis.serve.Engine`). Use it as a context manager, or call :meth:`stop`.
 
     Examples
     --------
@@ -73,7 +74,15 @@ class BackgroundServer:
     """
 
     def __init__(
-        self, mode: str = "default", *, model_path=None, log_file=None, dtype: str = "float32", device: str = "cpu"
+        self,
+        mode: str = "default",
+        *,
+        model_path=None,
+        log_file=None,
+        dtype: str = "float32",
+        device: str = "cpu",
+        batch_window_ms: float = BATCH_WINDOW_MS,
+        max_batch: int | None = None,
     ) -> None:
         import socket
         import threading
@@ -95,7 +104,13 @@ class BackgroundServer:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        app = create_app(load_model(weights, getattr(torch, dtype), device), mode, weights.stem)
+        app = create_app(
+            load_model(weights, getattr(torch, dtype), device),
+            mode,
+            weights.stem,
+            batch_window_ms=batch_window_ms,
+            max_batch=max_batch,
+        )
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()

@@ -94,6 +94,8 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
             return f"finish the run: {_probe_command(subject, '')}"
         if row["bands_unformed"]:
             widest = max(subject.ladder)
+            if family == "bia serve":
+                return _bia_serve_unformed(subject.manifest, widest)
             return f"raise the batch limit so each c forms: {_BATCH_LIMIT.get(family, 'a batch limit of {c}').format(c=widest)}"
         if row["bits_unknown"]:
             return "probe with logprobs (bia probe keeps them unless the server drops them)"
@@ -120,3 +122,23 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
             "or bia certify URL, which varies each repeat's companions"
         )
     return "none: keep it in CI with bia certify"
+
+
+def _bia_serve_unformed(manifest: Any, widest: int) -> str:
+    """bia serve's own settings for a band never seen formed: a ``--max-batch`` below the widest c, else a wider batching
+    window (four times the one the server reported, 50 ms when it reported none), so requests sent together start together.
+
+    Examples
+    --------
+    >>> _bia_serve_unformed({"effective": {"batch_window_ms": 50.0}, "url": "http://h:1/v1/chat/completions"}, 16)
+    'let the requests sent together decode in one batch: bia serve --batch-window-ms 200, then certify again'
+    >>> _bia_serve_unformed({"effective": {"max_batch": 8}}, 16)
+    'raise the batch limit so each c forms: bia serve --max-batch 16'
+    """
+    effective = (manifest or {}).get("effective") or {}
+    limit = effective.get("max_batch")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit < widest:
+        return f"raise the batch limit so each c forms: bia serve --max-batch {widest}"
+    window = effective.get("batch_window_ms")
+    window = window if isinstance(window, (int, float)) and not isinstance(window, bool) and window > 0 else 50
+    return f"let the requests sent together decode in one batch: bia serve --batch-window-ms {4 * window:g}, then certify again"
