@@ -353,7 +353,7 @@ def test_an_amber_run_says_how_many_more_repeats_or_prompts_would_do():
     probe = Subject("runs/p", {"url": "http://h:1/v1/chat/completions", "repeats": 1}, [1, 4])
     assert _judge(_slots(56), subject=probe)["next_step"] == (
         "243 more batched requests: a new run with 6 prompts, bia probe http://h:1 -o runs/p-more --prompts FILE (its prompts, one per "
-        "line), or bia certify URL, which varies each repeat's companions")
+        "line), or one in the rotating layout (--layout rotating), whose every repeat is a new context")
     # 23 repeats of one context count once: 1 distinct context of 1 prompt, so 299 prompts would do
     repeats = _slots(23).with_columns(context=pl.lit("p/4/0"))
     row = _judge(repeats, subject=probe, target_rate=0.5, needed=5)

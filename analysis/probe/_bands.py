@@ -7,7 +7,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from ..run import ROTATING, Unit, batch_id, rotating_batch, width_evidence
+from ..run import ROTATING, Unit, band_widths, batch_id, rotating_batch
 
 # Fillers for the needle and rotating layouts when none are given and the prompt set holds a single prompt.
 DEFAULT_FILLERS = (
@@ -87,8 +87,9 @@ def _with_prompt(body: dict[str, Any], text: str) -> dict[str, Any]:
 
 
 def widest_seen(entry: Mapping[str, Any]) -> int | None:
-    """The widest batch any of a band's width evidence shows (the server log, the gauge, the engine's counters, the
-    streams: see :func:`analysis.run.width_evidence`), as the judgement reads it; None when none shows a width.
+    """The widest batch a band's strongest width evidence shows, as the judgement reads it: the server log's per-step
+    widths when there are any, else the gauge's or the engine counters', else the streams' co-residency (see
+    :func:`analysis.run.band_widths`); None when none shows a width. A weaker kind that shows more does not count.
 
     Parameters
     ----------
@@ -101,12 +102,14 @@ def widest_seen(entry: Mapping[str, Any]) -> int | None:
 
     Examples
     --------
-    >>> widest_seen({"prompt_id": "p0", "c": 4, "repeat": 0, "widths": [3, 3], "running": [0, 4]})
+    >>> widest_seen({"prompt_id": "p0", "c": 4, "repeat": 0, "widths": [3, 3], "running": [0, 4]})  # the log says 3
+    3
+    >>> widest_seen({"prompt_id": "p0", "c": 4, "repeat": 0, "running": [0, 4], "streams": {"co_resident": 2}})
     4
     >>> widest_seen({"prompt_id": "p0", "c": 4, "repeat": 0, "running": [0]}) is None
     True
     """
-    evidence = width_evidence(
+    widths, _ = band_widths(
         {"m_formed": [dict(entry)]},
         entry["prompt_id"],
         entry["c"],
@@ -114,8 +117,7 @@ def widest_seen(entry: Mapping[str, Any]) -> int | None:
         entry.get("role", "band"),
         entry.get("arm"),
     )
-    seen = [w for widths in evidence.values() for w in widths]
-    return max(seen) if seen else None
+    return max(widths) if widths else None
 
 
 def fire_again(c: int, widest: int | None, fired: int, refire: int, spent_s: float, refire_s: float) -> bool:

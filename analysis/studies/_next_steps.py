@@ -119,7 +119,7 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
             return f"{more} more {unit}: probe_callable(generate, {prompts} prompts, OUTPUT) into a new run"
         return (
             f"{more} more {unit}: a new run with {prompts} prompts, {_probe_command(subject, '', resume=False)}, "
-            "or bia certify URL, which varies each repeat's companions"
+            "or one in the rotating layout (--layout rotating), whose every repeat is a new context"
         )
     return "none: keep it in CI with bia certify"
 
