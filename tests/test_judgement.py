@@ -677,3 +677,47 @@ def test_runs_judged_together_give_a_row_each_in_order(tmp_path):
     judgement = judge_runs(runs)
     assert judgement.frame.select("run", "verdict").rows() == [(str(runs[0]), "AMBER"), (str(runs[1]), "RED")]
     assert judgement.verdict == "RED" and len(judge_runs([])) == 0 and judge_runs([]).frame.schema == pl.Schema(SCHEMA)
+
+
+def test_the_serial_arm_is_sent_alone_and_named_so():
+    # the serial arm sends the widest c one request after another: each is alone, whatever its c, and one that parts is
+    # run-to-run evidence, named as sent alone, before any batch is judged
+    serial = _slots(4, arm="serial", c=4, bitwise_prefix={2: 1}, max_ulp={2: 3})
+    row = _judge(pl.concat([serial, _slots(8)]))
+    assert (row["verdict"], row["cause"], row["alone"], row["alone_parted"]) == ("RED", "run-to-run", 5, 1)
+    assert row["first_request"]["role"] == "serial c=4" and row["first_request"]["c"] == 4
+    assert row["first"] == "p sent alone (serial c=4 repeat 0 slot 2): its logprob bits differ from ref #1 from token 1 (up to 3 ULP)"
+    # a batched arm's c=4 is batched, not alone: the copies arm's own request that parts is co-batching
+    assert _judge(_slots(8, bitwise_prefix={2: 1}, max_ulp={2: 3}))["cause"] == "co-batching"
+
+
+def test_evidence_missing_never_makes_green_and_each_gap_is_named():
+    # every batched request bit-identical, 299 distinct contexts: GREEN; then each kind of missing evidence alone
+    base = _slots(299)
+    assert _judge(base)["verdict"] == "GREEN"
+    empty = _judge(_slots(299, length={5: 0}))  # one batched request with no token (an empty completion)
+    assert (empty["verdict"], empty["no_evidence"]) == ("UNVERIFIED", 1)
+    assert "1 of 299 batched requests have no token to compare (an empty completion on either side; the first p c=4 repeat 1 slot 1)" in empty["reason"]
+    orphan = _judge(_slots(299).with_columns(has_reference=pl.Series([True] * 298 + [False])))
+    assert (orphan["verdict"], orphan["unjudged"]) == ("UNVERIFIED", 1)
+    assert "1 batched request(s) have no ref #1 of their prompt to compare with (p)" in orphan["reason"]
+    assert orphan["next_step"] == "finish the run: bia probe URL -o hand --resume"
+    refused = judge_arm(Subject("hand", {}, [1, 4]), "copies", _states(base), _alone_states(_refs(), _states(base)),
+                        _formation(_bands(base)), pl.DataFrame([{"prompt_id": "p", "role": "band", "c": 4, "slot": 3, "repeat": 75,
+                                                                 "arm": "copies", "state": "refused: HTTP 503"}], schema=_MISSING),
+                        0.01, 0.95, 299)
+    assert (refused["verdict"], refused["refused"], refused["missing"]) == ("UNVERIFIED", 1, 0)
+    assert refused["reason"] == ("no request parts from m=1, but 1 batched request(s) were refused or failed, so their bands are "
+                                 "incomplete (the first p c=4 repeat 75 slot 3: HTTP 503)")
+    assert refused["next_step"] == "fire the refused requests again: bia probe URL -o hand --resume --retry-refused"
+    lacking = pl.DataFrame({"prompt_id": ["q", "p"], "slot": [1, 0], "how": ["refused", "not sent"]})
+    gone = judge_arm(Subject("hand", {}, [1, 4]), "copies", _states(base), _alone_states(_refs(), _states(base)),
+                     _formation(_bands(base)), pl.DataFrame(schema=_MISSING), 0.01, 0.95, 299,
+                     shared={"references_lacking": lacking})
+    assert gone["verdict"] == "UNVERIFIED" and gone["alone_unknown"] == 1  # q's ref #2: the alone check lacks it
+    assert ("2 prompt(s) lack a reference, so they are unjudged: p ref #1 (not sent), q ref #2 (refused); 1 request(s) sent "
+            "alone have no token or bits to compare with ref #1 (or never came back)") in gone["reason"]
+    alone = _judge(pl.concat([_slots(2, c=1, length={1: 0}), base]))  # a request sent alone with nothing compared
+    assert (alone["verdict"], alone["alone_unknown"]) == ("UNVERIFIED", 1)
+    # and a single batched request's bits unknown is enough: the other 298 do not carry it
+    assert _judge(_slots(299, max_ulp={7: None}))["verdict"] == "UNVERIFIED"

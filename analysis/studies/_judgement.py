@@ -396,8 +396,8 @@ def _evidence_gaps(
         )
     if row["alone_unknown"]:
         gaps.append(
-            f"{row['alone_unknown']} of {row['alone']} requests sent alone have no token or bits to compare with ref #1, so "
-            "the server is not shown to repeat itself alone"
+            f"{row['alone_unknown']} request(s) sent alone have no token or bits to compare with ref #1 (or never came back), "
+            "so the server is not shown to repeat itself alone"
         )
     contradicted = (
         bands.filter(pl.col("c") > 1).filter(pl.col("contradicted"))

@@ -23,9 +23,9 @@ def _first_words(first: Mapping[str, Any]) -> str:
     )
     if first["role"] == "ref #2":
         return f"{first['prompt_id']} ref #2, sent alone: {how}"
-    if first["c"] == 1:
+    if first["c"] == 1 or first["role"].startswith("serial "):  # the serial arm sends the widest c one at a time: alone
         arm = first["role"].split(" ")[0]
-        return f"{first['prompt_id']} sent alone ({arm} c=1{_repeat(first)} slot {first['slot']}): {how}"
+        return f"{first['prompt_id']} sent alone ({arm} c={first['c']}{_repeat(first)} slot {first['slot']}): {how}"
     return f"{_where(first)} slot {first['slot']}: {how}"
 
 
