@@ -79,6 +79,7 @@ def test_a_domain_in_one_line():
     assert domain_words(ONE) == (
         "covers: ladder 1,4 (widths measured 4), 2 prompts in 8 distinct batch contexts (8 batched requests), prompts of 5-9 "
         "tokens, completions of 16 tokens, greedy (temperature 0), logprobs compared as float32, arms copies")
+    assert "(widths measured 4,8,16)" in domain_words({**ONE, "widths": [4, 8, 16]})
     none = {**ONE, "widths": [], "prompt_tokens_min": None, "prompt_tokens_max": None, "completion_tokens_min": 3,
             "completion_tokens_max": 64, "arms": ["copies", "mixed"]}
     words = domain_words(none)
@@ -96,6 +97,9 @@ def test_a_certificates_domain_joins_its_rows():
         "ladder": [1, 4, 8], "widths": [4, 7], "prompts": 5, "contexts": 28, "requests": 38, "prompt_tokens_min": 3,
         "completion_tokens_min": 8, "prompt_tokens_max": 12, "completion_tokens_max": 32,
         "sampling": "greedy (temperature 0), temperature 0.7", "precision": "float32, float64", "arms": ["copies", "mixed"]}
+    # a row that counted nothing adds nothing (a count it does not have is 0, not 1)
+    assert merged_domain([{**ONE, "contexts": 0, "prompts": None}, other])["contexts"] == 20
+    assert merged_domain([{**ONE, "contexts": 0, "prompts": None}, other])["prompts"] == 3
     # a length one row does not know is left out of the extremes, not read as 0
     blind = {**other, "prompt_tokens_min": None, "prompt_tokens_max": None}
     assert merged_domain([ONE, blind])["prompt_tokens_min"] == 5 and merged_domain([ONE, blind])["prompt_tokens_max"] == 9

@@ -128,6 +128,7 @@ def test_a_hand_made_witness_at_its_own_target_gives_every_field(tmp_path):
     assert (row["run"], row["arm"], row["engine"]) == (str(path), "witness", "aprender (witness_version 2)")
     # 5 batched requests answered (the refused one is not), none parts; c=2's 2 and c=4's 4 were asked: 1 missing
     assert (row["requests"], row["divergent"], row["tokens_parted"], row["bits_only"], row["bits_unknown"]) == (5, 0, 0, 0, 5)
+    assert (row["contexts"], row["prompts"]) == (5, 1)  # one prompt; each slot of each band its own context
     assert (row["alone"], row["alone_parted"], row["missing"], row["cs_missing"]) == (2, 0, 1, [])  # c=1's request and ref #2
     # c=2's band is batched and its width unknown, so never seen formed; c=1's needs no width
     assert (row["bands"], row["bands_unformed"]) == (2, 1)
@@ -197,6 +198,7 @@ def test_a_witness_with_no_bands_or_reference_length_and_a_set_with_no_witness(t
     # nothing asked, nothing missing, nothing to bound; with no reference length there is no ref #2 to count as sent alone
     row = _row(tmp_path, _witness([], tokens=None))
     assert (row["verdict"], row["requests"], row["missing"], row["alone"], row["alone_parted"], row["upper_bound"]) == ("UNVERIFIED", 0, 0, 0, 0, None)
+    assert (row["contexts"], row["prompts"]) == (0, 0)  # no batched request: no context, no prompt batched
     # a release marker carries no verdict: no row, the judgement's columns all the same
     empty = judge_witnesses(read_witnesses(LAMBDA / "marker@7e1b6e213b.json", progress=False))
     assert len(empty) == 0 and empty.frame.schema == pl.Schema(SCHEMA)
