@@ -715,6 +715,11 @@ def test_evidence_missing_never_makes_green_and_each_gap_is_named():
                      _formation(_bands(base)), pl.DataFrame(schema=_MISSING), 0.01, 0.95, 299,
                      shared={"references_lacking": lacking})
     assert gone["verdict"] == "UNVERIFIED" and gone["alone_unknown"] == 1  # q's ref #2: the alone check lacks it
+    many = pl.DataFrame({"prompt_id": ["p4", "p3", "p2", "p1"], "slot": [0, 0, 0, 0], "how": ["not sent"] * 4})
+    four = judge_arm(Subject("hand", {}, [1, 4]), "copies", _states(base), _alone_states(_refs(), _states(base)),
+                     _formation(_bands(base)), pl.DataFrame(schema=_MISSING), 0.01, 0.95, 299, shared={"references_lacking": many})
+    assert four["reason"].endswith("4 prompt(s) lack a reference, so they are unjudged: p1 ref #1 (not sent), p2 ref #1 (not sent), "
+                                   "p3 ref #1 (not sent) and 1 more")  # the first three by prompt, then how many more
     assert ("2 prompt(s) lack a reference, so they are unjudged: p ref #1 (not sent), q ref #2 (refused); 1 request(s) sent "
             "alone have no token or bits to compare with ref #1 (or never came back)") in gone["reason"]
     alone = _judge(pl.concat([_slots(2, c=1, length={1: 0}), base]))  # a request sent alone with nothing compared

@@ -379,6 +379,7 @@ def _evidence_gaps(
     lacking = shared.get("references_lacking")
     if lacking is not None and lacking.height:
         names = ", ".join(f"{p} ref #{s + 1} ({how})" for p, s, how in lacking.sort("prompt_id", "slot").rows()[:3])
+        names += f" and {lacking.height - 3} more" if lacking.height > 3 else ""
         gaps.append(f"{lacking['prompt_id'].n_unique()} prompt(s) lack a reference, so they are unjudged: {names}")
     elif row["unjudged"]:
         prompts = ", ".join(sorted(set(batched.filter(pl.col("unjudged"))["prompt_id"].to_list()))[:3])

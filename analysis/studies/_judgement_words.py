@@ -50,16 +50,17 @@ def _red_reason(row: dict[str, Any], first: Mapping[str, Any]) -> str:
 
 def _counted(row: dict[str, Any]) -> str:
     """The batched requests and what the bound counts of them: distinct batch contexts, and the prompts they hold."""
-    n, contexts = row["requests"], row.get("contexts", row["requests"])
+    n, contexts, prompts = row["requests"], row["contexts"], row["prompts"]
     if contexts == n:
         return f"{n} batched requests"
-    prompts = row.get("prompts")
-    of = f" of {prompts} prompt{'s' if prompts != 1 else ''}" if prompts is not None else ""
-    return f"{n} batched requests ({contexts} distinct batch context{'s' if contexts != 1 else ''}{of})"
+    return (
+        f"{n} batched requests ({contexts} distinct batch context{'s' if contexts != 1 else ''} "
+        f"of {prompts} prompt{'s' if prompts != 1 else ''})"
+    )
 
 
 def _bound_reason(row: dict[str, Any], green: bool) -> str:
-    n, needed, target = row.get("contexts", row["requests"]), row["requests_needed"], rate_words(row["target_rate"])
+    n, needed, target = row["contexts"], row["requests_needed"], rate_words(row["target_rate"])
     head = (
         f"0 of {_counted(row)} part from m=1, every band seen formed; the {row['confidence']:.0%} upper bound on the "
         f"divergence rate is {rate_words(row['upper_bound'])}, "

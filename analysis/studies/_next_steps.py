@@ -106,9 +106,9 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
             )
         return "probe a ladder of batch sizes above 1: bia probe URL --ladder 1,4,8,16"
     if verdict == "AMBER":  # the bound counts distinct batch contexts: more of them come from more prompts
-        contexts = row.get("contexts", row["requests"])
+        contexts = row["contexts"]
         more = row["requests_needed"] - contexts
-        per_prompt = max(1, contexts // max(1, row.get("prompts") or 1))
+        per_prompt = max(1, contexts // max(1, row["prompts"]))
         prompts = math.ceil(row["requests_needed"] / per_prompt)
         unit = "batched requests" if contexts == row["requests"] else "distinct batch contexts"
         if subject.manifest.get("producer") == "bia experiment":
