@@ -88,9 +88,10 @@ _UNIT = (
 
 def _without_repeated_lines(dump: Dump) -> Dump:
     """The dump with each request counted once: a capture line that repeats an earlier one byte for byte (a copy appended
-    twice), a band's request whose response id an earlier request of the same band already had (a line copied into another
-    slot, or into the same request of the plan again with another envelope), and a band's slot beyond its c are left out,
-    each said in ``Dump.skipped``; two different responses for one request of the plan are a RunError naming both."""
+    twice), a line whose response id the same request of the plan already had (its response written again in another
+    envelope), and a band's slot beyond its c are left out, each said in ``Dump.skipped``; two different responses for one
+    request of the plan are a RunError naming both. (Two slots of a band with one response id are both kept: some servers
+    give every response the same id, so an id shared across slots is no proof of a copy.)"""
     requests = (
         dump.requests
         if isinstance(dump.requests, pl.DataFrame)
@@ -143,23 +144,6 @@ def _without_repeated_lines(dump: Dump) -> Dump:
         on=["source", "record"],
         how="anti",
     )
-    band = ["prompt_id", "role", "c", "repeat", "envelope_arm"]
-    copied = (
-        keyed.filter(pl.col("request_id").is_not_null() & (pl.col("role") == "band"))
-        .sort("source", "record")
-        .with_columns(first=pl.struct("source", "record").first().over([*band, "request_id"]))
-        .filter(pl.int_range(pl.len()).over([*band, "request_id"]) > 0)
-    )
-    for source, record, response, first in copied.select("source", "record", "request_id", "first").rows():
-        dropped.append((source, record))
-        notes.append(
-            DumpError(
-                source,
-                f"line {record}",
-                "id",
-                f"response {response!r} was already read for this band at {first['source']} line {first['record']}: read once",
-            )
-        )
     if not dropped:
         return dump
     tokens, candidates, requests = (
