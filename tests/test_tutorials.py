@@ -74,7 +74,7 @@ FINDINGS = {
         "  default: RED (co-batching): 56 of 56 batched requests part from m=1 (0 in tokens, 56 only in bits)",
         "  cache-prompt: RED (prompt cache): not reproducible alone (its prompt cache)",
         "  row-invariant: AMBER: 0 of 56 batched requests part from m=1, every band seen formed",
-        "  no-prefix-cache: UNVERIFIED (incomplete evidence): no request parts from m=1, but 3 of 6 batched bands never seen formed",
+        "  no-prefix-cache: UNVERIFIED (incomplete evidence): no request parts from m=1, but 4 of 6 batched bands never seen formed",
     ],
     "03_probe.ipynb": [],
     "rl_mismatch.ipynb": [
