@@ -46,11 +46,12 @@ def test_refused_requests_are_rows_with_their_arm_and_reason():
         {"prompt_id": 7, "role": "band", "c": 4, "slot": 2, "repeat": 1, "arm": "mixed", "reason": "HTTP 503"},
         {"prompt_id": "p1", "role": "reference", "slot": 0},  # no arm: a reference's; no reason: refused
         {"prompt_id": "p2", "role": "band", "c": 8, "slot": 0, "repeat": 0},  # no arm: the run's legacy arm
+        {"role": "band", "c": 8, "slot": 1, "repeat": 0},  # no prompt named: none, not the word "None"
         "not an entry",
     ]}
     frame = refused_requests(manifest, "copies")
     assert frame.rows() == [("7", "band", 4, 2, 1, "mixed", "HTTP 503"), ("p1", "reference", None, 0, None, "reference", "refused"),
-                            ("p2", "band", 8, 0, 0, "copies", "refused")]
+                            ("p2", "band", 8, 0, 0, "copies", "refused"), (None, "band", 8, 1, 0, "copies", "refused")]
     assert frame.columns == ["prompt_id", "role", "c", "slot", "repeat", "arm", "reason"]
     assert refused_requests({}, "copies").height == 0 and refused_requests({"refused": None}, "copies").height == 0
 
@@ -117,3 +118,41 @@ def test_the_certificate_of_a_bundled_run_states_its_domain(target):
                                   "prompt_tokens_min": 18, "prompt_tokens_max": 21, "completion_tokens_min": 64,
                                   "completion_tokens_max": 64, "sampling": "greedy (temperature 0)", "precision": "float32",
                                   "arms": ["copies"]}
+
+
+def _without(src, dst, drop, refused=None):
+    """A copy of a bundled run without the capture lines ``drop`` accepts (by envelope), listed as refused when ``refused``."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("derived"))
+    capture = dst / "captures" / "requests.jsonl"
+    lines = capture.read_text().splitlines()
+    capture.write_text("".join(line + "\n" for line in lines if not drop(json.loads(line))))
+    if refused:
+        manifest = json.loads((dst / "manifest.json").read_text())
+        manifest["refused"] = refused
+        (dst / "manifest.json").write_text(json.dumps(manifest))
+    return dst
+
+
+def test_a_run_whose_references_are_missing_or_refused_names_each_prompt(tmp_path):
+    from pathlib import Path
+
+    from analysis import judge
+
+    src = Path("data/experiment-cpu/batch-invariant")
+    gone = _without(src, tmp_path / "gone", lambda e: e.get("prompt_id") == "p1" and e.get("role") == "reference" and e.get("slot") == 0)
+    row = judge(gone).frame.row(0, named=True)
+    assert (row["verdict"], row["unjudged"], row["alone_unknown"]) == ("UNVERIFIED", 28, 0)  # p1's 28 batched requests
+    assert row["reason"] == "no request parts from m=1, but 1 prompt(s) lack a reference, so they are unjudged: p1 ref #1 (not sent)"
+    assert row["next_step"].startswith("finish the run: bia probe URL -o ") and row["next_step"].endswith(" --resume")
+    # ref #2 of p0 refused by the server: p0's alone check lacks it, and the refusal is named
+    second = {"prompt_id": "p0", "role": "reference", "slot": 1, "c": None, "repeat": None, "reason": "HTTP 503"}
+    refused = _without(src, tmp_path / "refused", lambda e: e.get("prompt_id") == "p0" and e.get("role") == "reference" and e.get("slot") == 1,
+                       [second])
+    row = judge(refused).frame.row(0, named=True)
+    assert (row["verdict"], row["unjudged"], row["alone_unknown"], row["refused"]) == ("UNVERIFIED", 0, 1, 0)
+    assert row["reason"] == ("no request parts from m=1, but 1 prompt(s) lack a reference, so they are unjudged: p0 ref #2 (refused); 1 "
+                             "request(s) sent alone have no token or bits to compare with ref #1 (or never came back), so the server is "
+                             "not shown to repeat itself alone")

@@ -150,7 +150,6 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
         "run": {
             "sampling": sampling_words(run.manifest),
             "precision": precision_compared(numbered_steps(run)[0].steps["logprob"]),
-            "arms": arms,
         },
     }
     subject = _subject(run)
@@ -316,7 +315,8 @@ def judge_arm(
         batched,
         bands,
         subject.ladder,
-        **{"sampling": None, "precision": None, "arms": [arm], **shared.get("run", {})},
+        **{"sampling": None, "precision": None, **shared.get("run", {})},
+        arms=[arm],  # a row is one arm; the certificate's domain joins its rows' arms
     )
     row["cost"] = cost_words(row["cost_by_c"])
     row["next_step"] = next_step(subject, row)
