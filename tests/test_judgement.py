@@ -726,3 +726,31 @@ def test_evidence_missing_never_makes_green_and_each_gap_is_named():
     assert (alone["verdict"], alone["alone_unknown"]) == ("UNVERIFIED", 1)
     # and a single batched request's bits unknown is enough: the other 298 do not carry it
     assert _judge(_slots(299, max_ulp={7: None}))["verdict"] == "UNVERIFIED"
+
+
+def test_the_gaps_name_their_first_in_order_and_say_how_many_more():
+    base = _slots(299)
+    states = _states(base)
+
+    def gaps(**shared) -> str:
+        return judge_arm(Subject("hand", {}, [1, 4]), "copies", states, _alone_states(_refs(), states), _formation(_bands(base)),
+                         pl.DataFrame(schema=_MISSING), 0.01, 0.95, 299, shared=shared)["reason"]
+
+    # one prompt lacking both references, given ref #2 first, then another prompt: by prompt, then by reference
+    lacking = pl.DataFrame({"prompt_id": ["p", "o", "p"], "slot": [1, 0, 0], "how": ["refused", "not sent", "not sent"]})
+    assert gaps(references_lacking=lacking).endswith(
+        "2 prompt(s) lack a reference, so they are unjudged: o ref #1 (not sent), p ref #1 (not sent), p ref #2 (refused); 1 request(s) "
+        "sent alone have no token or bits to compare with ref #1 (or never came back), so the server is not shown to repeat itself alone")
+    assert "(refused) and" not in gaps(references_lacking=lacking)  # three named: none more to count
+    # batched requests of prompts without ref #1, with no plan to say why: the first three prompts by name
+    orphans = _slots(8).with_columns(prompt_id=pl.Series(["s", "r", "q", "p"] * 2), has_reference=pl.lit(False))
+    row = _judge(orphans)
+    assert row["reason"] == "no request parts from m=1, but 8 batched request(s) have no ref #1 of their prompt to compare with (p, q, r)"
+    # bands whose server log says less than c while their streams say c: counted, and the first by c, prompt, repeat named
+    slots = pl.concat([_slots(8), _slots(8).with_columns(prompt_id=pl.lit("o")), _slots(8, c=8)])
+    bands = pl.DataFrame({"arm": ["copies"] * 6, "prompt_id": ["a", "p", "o", "o", "p", "o"], "c": [8, 4, 4, 4, 4, 4],
+                          "repeat": [0, 1, 2, 1, 0, 0], "m_formed": [2, 3, 2, 1, 3, 4],
+                          "width_evidence": ["log; streams 8"] + ["log; streams 4"] * 5})
+    row = _judge(slots, bands=bands, ladder=(1, 4, 8))
+    assert row["reason"].endswith("the width evidence of 5 band(s) contradicts itself (the first o c=4 repeat 1: the server's own record "
+                                  "says m=1, weaker evidence (log; streams 4) says more)")

@@ -144,7 +144,7 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
             missing.filter(pl.col("role") == "reference").select("prompt_id", "slot", how=pl.col("state")),
             refused.filter(pl.col("role") == "reference").select("prompt_id", "slot", how=pl.lit("refused")),
         ]
-    ).unique(maintain_order=True)
+    ).unique()  # in any order: the words sort them
     shared = {
         "references_lacking": lacking,
         "run": {
@@ -400,11 +400,7 @@ def _evidence_gaps(
             f"{row['alone_unknown']} request(s) sent alone have no token or bits to compare with ref #1 (or never came back), "
             "so the server is not shown to repeat itself alone"
         )
-    contradicted = (
-        bands.filter(pl.col("c") > 1).filter(pl.col("contradicted"))
-        if "contradicted" in bands.columns
-        else bands.clear()
-    )
+    contradicted = bands.filter(pl.col("contradicted"))  # never a band of one: it is formed, so nothing contradicts it
     if contradicted.height:
         band = contradicted.sort("c", "prompt_id", "repeat").row(0, named=True)
         gaps.append(
