@@ -724,6 +724,10 @@ def test_evidence_missing_never_makes_green_and_each_gap_is_named():
             "alone have no token or bits to compare with ref #1 (or never came back)") in gone["reason"]
     alone = _judge(pl.concat([_slots(2, c=1, length={1: 0}), base]))  # a request sent alone with nothing compared
     assert (alone["verdict"], alone["alone_unknown"]) == ("UNVERIFIED", 1)
+    assert alone["reason"].endswith("1 request(s) sent alone have no token or bits to compare with ref #1 (or never came back) (the "
+                                    "first p copies c=1 repeat 1 slot 0: no evidence), so the server is not shown to repeat itself alone")
+    unknown = _judge(pl.concat([_slots(2, c=1, max_ulp={0: None}), base]))  # its logprobs not recorded: bits unknown
+    assert unknown["alone_unknown"] == 1 and "(the first p copies c=1 repeat 0 slot 0: bits unknown)" in unknown["reason"]
     # and a single batched request's bits unknown is enough: the other 298 do not carry it
     assert _judge(_slots(299, max_ulp={7: None}))["verdict"] == "UNVERIFIED"
 

@@ -323,18 +323,25 @@ def judge_arm(
     return row
 
 
+def _first_alone(request: Mapping[str, Any]) -> str:
+    """A request sent alone as the reason names it: ``p0 ref #2``, or ``p0 copies c=1 repeat 1 slot 0``."""
+    if request["role"] == "ref #2":
+        return f"{request['prompt_id']} ref #2"
+    repeat = f" repeat {request['repeat']}" if request["repeat"] is not None else ""
+    return f"{request['prompt_id']} {request['role']}{repeat} slot {request['slot']}: {request['state']}"
+
+
 def _alone_unknown(alone: pl.DataFrame, lacking: pl.DataFrame | None) -> int:
     """Requests sent alone with nothing to compare with ref #1 (bits unknown, no token), and each prompt's ref #2 that never
     came back or was refused: what leaves "the server repeats itself alone" unshown."""
-    unknown = (
-        alone.filter(pl.col("state").is_in(["bits unknown", "no evidence"])).height if "state" in alone.columns else 0
-    )
+    unknown = alone.filter(pl.col("state").is_in(["bits unknown", "no evidence"])).height
     second = lacking.filter(pl.col("slot") == 1).height if lacking is not None else 0
     return unknown + second
 
 
 def _flag(frame: pl.DataFrame, name: str) -> pl.Series:
-    return frame[name] if name in frame.columns else pl.Series(name, [False] * frame.height)
+    """A state's flag of every request (:func:`_states` gives each request all of them)."""
+    return frame[name]
 
 
 def _gaps(row: dict[str, Any], ladder: list[int], subject: Subject) -> list[str]:
@@ -368,7 +375,8 @@ def _evidence_gaps(
     shared: Mapping[str, Any],
 ) -> list[str]:
     """What keeps it from GREEN or AMBER in the evidence itself: refused requests, prompts without a reference, requests
-    with nothing compared or bits unknown, width evidence that contradicts itself, lines the reader left out."""
+    with nothing compared or bits unknown (batched, or sent alone: the first named), width evidence that contradicts
+    itself."""
     gaps = []
     if row["refused"]:
         first = refused.sort(_ORDER).row(0, named=True)
@@ -396,9 +404,11 @@ def _evidence_gaps(
             "or null, NaN or infinite, on either side)"
         )
     if row["alone_unknown"]:
+        unknown = alone.filter(pl.col("state").is_in(["bits unknown", "no evidence"]))
+        first = f" (the first {_first_alone(unknown.row(0, named=True))})" if unknown.height else ""
         gaps.append(
-            f"{row['alone_unknown']} request(s) sent alone have no token or bits to compare with ref #1 (or never came back), "
-            "so the server is not shown to repeat itself alone"
+            f"{row['alone_unknown']} request(s) sent alone have no token or bits to compare with ref #1 (or never came back)"
+            f"{first}, so the server is not shown to repeat itself alone"
         )
     contradicted = bands.filter(pl.col("contradicted"))  # never a band of one: it is formed, so nothing contradicts it
     if contradicted.height:
