@@ -405,10 +405,10 @@ def _evidence_gaps(
         )
     if row["alone_unknown"]:
         unknown = alone.filter(pl.col("state").is_in(["bits unknown", "no evidence"]))
-        first = f" (the first {_first_alone(unknown.row(0, named=True))})" if unknown.height else ""
+        named = f" (the first {_first_alone(unknown.row(0, named=True))})" if unknown.height else ""
         gaps.append(
             f"{row['alone_unknown']} request(s) sent alone have no token or bits to compare with ref #1 (or never came back)"
-            f"{first}, so the server is not shown to repeat itself alone"
+            f"{named}, so the server is not shown to repeat itself alone"
         )
     contradicted = bands.filter(pl.col("contradicted"))  # never a band of one: it is formed, so nothing contradicts it
     if contradicted.height:
