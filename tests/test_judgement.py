@@ -728,6 +728,10 @@ def test_evidence_missing_never_makes_green_and_each_gap_is_named():
                                     "first p copies c=1 repeat 1 slot 0: no evidence), so the server is not shown to repeat itself alone")
     unknown = _judge(pl.concat([_slots(2, c=1, max_ulp={0: None}), base]))  # its logprobs not recorded: bits unknown
     assert unknown["alone_unknown"] == 1 and "(the first p copies c=1 repeat 0 slot 0: bits unknown)" in unknown["reason"]
+    empty_second = _judge(base, refs=_refs(length=0))  # ref #2 came back empty: named as itself
+    assert "(the first p ref #2), so the server" in empty_second["reason"]
+    assembled = _judge(pl.concat([_slots(1, c=1, repeat={0: None}, length={0: 0}), base]))  # an assembled run: no repeat to name
+    assert "(the first p copies c=1 slot 0: no evidence)" in assembled["reason"]
     # and a single batched request's bits unknown is enough: the other 298 do not carry it
     assert _judge(_slots(299, max_ulp={7: None}))["verdict"] == "UNVERIFIED"
 
