@@ -359,6 +359,10 @@ def test_an_amber_run_says_how_many_more_repeats_or_prompts_would_do():
     row = _judge(repeats, subject=probe, target_rate=0.5, needed=5)
     assert (row["verdict"], row["requests"], row["contexts"], row["prompts"]) == ("AMBER", 23, 1, 1)
     assert row["upper_bound"] == pytest.approx(0.95)  # 0 of 1: 1 - 0.05^(1/1)
+    assert row["reason"].startswith("0 of 23 batched requests (1 distinct batch context of 1 prompt) part from m=1")
+    two = pl.concat([repeats, repeats.with_columns(prompt_id=pl.lit("q"), context=pl.lit("q/4/0"))])
+    assert _judge(two, subject=probe, target_rate=0.5, needed=5)["reason"].startswith(
+        "0 of 46 batched requests (2 distinct batch contexts of 2 prompts) part from m=1")
     assert row["reason"].endswith("not below the 50% target: 5 distinct batch contexts would do (4 more)")
     assert row["next_step"].startswith("4 more distinct batch contexts: a new run with 5 prompts")
     # the experiment has no repeats: 2 prompts of 28 batched requests each, so ceil(299 / 28) = 11 prompts
