@@ -15,6 +15,13 @@ from ._steps import _band_pairs, numbered_steps, with_evidence
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
     from ._model import Run
 
+# the evidence the verdict counts, in the slot and reference tables alike: evidence_pairs' columns and with_evidence's
+_EVIDENCE = {
+    "has_reference": pl.Boolean,
+    **{name: dtype for name, dtype in _columnar.EVIDENCE_SCHEMA.items() if name != "pair"},
+    "text_same": pl.Boolean,
+}
+
 _SLOT_SCHEMA = {
     "prompt_id": pl.String,
     "arm": pl.String,
@@ -42,15 +49,7 @@ _SLOT_SCHEMA = {
     "decode_tok_s": pl.Float64,
     "decode_rate_origin": pl.String,
     "reference_length": pl.Int64,
-    # the evidence the verdict counts (analysis.metrics.columnar.evidence_pairs; analysis.run._steps.with_evidence)
-    "has_reference": pl.Boolean,
-    "parted_at": pl.Int64,
-    "token_unknown_at": pl.Int64,
-    "tokens_by": pl.String,
-    "bits_known": pl.Int64,
-    "bits_differ_at": pl.Int64,
-    "bits_unknown_at": pl.Int64,
-    "text_same": pl.Boolean,
+    **_EVIDENCE,
     "finish_reason": pl.String,
     "prompt_tokens": pl.Int64,
     "stream_live": pl.Boolean,
@@ -134,14 +133,7 @@ _REFERENCE_SCHEMA = {
     "reference_length": pl.Int64,
     "max_ulp": pl.Int64,
     "max_abs_delta": pl.Float64,
-    "has_reference": pl.Boolean,
-    "parted_at": pl.Int64,
-    "token_unknown_at": pl.Int64,
-    "tokens_by": pl.String,
-    "bits_known": pl.Int64,
-    "bits_differ_at": pl.Int64,
-    "bits_unknown_at": pl.Int64,
-    "text_same": pl.Boolean,
+    **_EVIDENCE,
 }
 
 
