@@ -689,9 +689,11 @@ REPORT_TUTORIAL = [
         You will learn to render the report from Python, to look at it here and open it in a browser, and what a reader
         finds in it. With no sources and no runs it shows the embedded default: the real witnesses of notebook 1, the runs
         of notebook 2 and two of a real vLLM server (`analysis.default_runs()`). Rendering takes about 20 seconds: a second
-        Jupyter kernel runs the report notebook. The page is written to `reports/` beside this notebook and kept.""")),
-    ("parameters", "# Where to write the report: reports/ beside this notebook, kept so that you can open it (running the notebook again\n"
-                   "# replaces it).\noutput: str = \"reports/parity-report.html\""),
+        Jupyter kernel runs the report notebook. The page is written to `reports/` in the folder the notebook runs in, and
+        kept: beside this notebook when JupyterLab opens it; where papermill runs it (its `--cwd`), or wherever `-p output
+        PATH` says, under papermill.""")),
+    ("parameters", "# Where to write the report, from the folder the kernel runs in (this notebook's in JupyterLab, papermill's --cwd),\n"
+                   "# kept so that you can open it (running the notebook again replaces it).\noutput: str = \"reports/parity-report.html\""),
     ("code", _src("""
         import html
         import re
@@ -701,7 +703,7 @@ REPORT_TUTORIAL = [
 
         import analysis
 
-        target = Path(output)
+        target = Path(output).resolve()  # said in full: the folder the kernel runs in is not always the notebook's
         target.parent.mkdir(parents=True, exist_ok=True)
         path = analysis.render_report(output=target, title="Batch-parity report (tutorial)", force=True)  # force: this notebook's own report
         page = path.read_text(encoding="utf-8")

@@ -4,9 +4,12 @@ certified; against bia serve on loopback (a real server: continuous batching, it
 from __future__ import annotations
 
 import json
+import re
+import socket
+import time
 
 import pytest
-from _cli import bia
+from _cli import ROOT, bia, start_bia
 
 from analysis.probe import ProbeError, planned_repeats
 from analysis.run import read_run
@@ -81,9 +84,70 @@ def test_plans_that_cannot_certify_are_refused_before_any_request(tmp_path, opti
     assert not (tmp_path / "run").exists() and not (tmp_path / "c.json").exists()
 
 
-def test_a_url_nothing_answers_at_is_exit_6(tmp_path):
-    done = _certify("http://127.0.0.1:9", tmp_path, "--ladder", "1,2,4")
-    assert done.returncode == 6 and done.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in done.stderr
+def test_a_url_nothing_answers_at_is_exit_6_after_the_wait_it_says(tmp_path):
+    """Issue 41: README's paste starts bia serve and certifies it at once; certify waits for a server that is starting, says so
+    on one line, and gives up with exit 6 after --wait seconds."""
+    started = time.monotonic()
+    done = _certify("http://127.0.0.1:9", tmp_path, "--ladder", "1,2,4", "--wait", "2")
+    assert time.monotonic() - started >= 2
+    assert done.returncode == 6 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "waiting up to 2 s for http://127.0.0.1:9 to answer (--wait)"
+    assert lines[-1].startswith("error: nothing answers at http://127.0.0.1:9 after 2 s (ConnectError: ")
+    assert "--wait SECONDS waits longer" in lines[-1] and not (tmp_path / "run").exists()
+    at_once = _certify("http://127.0.0.1:9", tmp_path, "--ladder", "1,2,4", "--wait", "0")
+    assert at_once.returncode == 6 and "waiting" not in at_once.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_certify_waits_for_a_server_that_starts_after_it(tmp_path):
+    """bia serve started two seconds after certify: certify waits (one line), then certifies it as if it had been up."""
+    port = _free_port()
+    certify = start_bia("certify", f"http://127.0.0.1:{port}", "--run", tmp_path / "run", "-o", tmp_path / "c.json",
+                        "--prompts", _prompts(tmp_path), "--ladder", "1,2", "--max-tokens", "8", cwd=tmp_path)
+    time.sleep(2)
+    server = start_bia("serve", "--port", str(port), "--mode", "row-invariant", cwd=tmp_path)
+    try:
+        out, err = certify.communicate(timeout=600)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    assert certify.returncode in (0, 8), out + err  # every request bit-identical; the bound is not the point here
+    assert err.splitlines()[0] == f"waiting up to 60 s for http://127.0.0.1:{port} to answer (--wait)"
+    assert json.loads((tmp_path / "c.json").read_text())["arms"][0]["divergent"] == 0
+
+
+def test_certifying_again_in_the_same_folder_keeps_each_run_and_replaces_the_certificate(tmp_path):
+    """Issue 41: the same command twice exited 2 (certificate.json exists), and with --force 2 again ("--run already exists;
+    give --force to overwrite it", the advice it had just ignored). Each certification now probes into a run folder of its
+    own and replaces the certificate it wrote; --run DIR is replaced with --force when it holds a run, refused otherwise."""
+    options = ("--prompts", _prompts(tmp_path), "--ladder", "1,2", "--max-tokens", "8")
+    with BackgroundServer("default") as server:
+        first = bia("certify", server.url, "-o", "certificate.json", *options, cwd=tmp_path, timeout=600)
+        second = bia("certify", server.url, "-o", "certificate.json", *options, cwd=tmp_path, timeout=600)
+        assert (first.returncode, second.returncode) == (5, 5), first.stderr + second.stderr
+        runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+        assert len(runs) == 2 and all(re.fullmatch(r"certify-\d{8}-\d{6}(-\d+)?", name) for name in runs)
+        assert json.loads((tmp_path / "certificate.json").read_text())["probe"]["run"] in {f"runs/{name}" for name in runs}
+        again = bia("certify", server.url, "--run", f"runs/{runs[0]}", "-o", "certificate.json", *options, cwd=tmp_path)
+        assert again.returncode == 2 and "give --force to overwrite it" in again.stderr
+        forced = bia("certify", server.url, "--run", f"runs/{runs[0]}", "-o", "certificate.json", "--force", *options,
+                     cwd=tmp_path, timeout=600)
+        assert forced.returncode == 5, forced.stderr  # the advice the refusal gave works
+        (tmp_path / "notes").mkdir()
+        (tmp_path / "notes" / "todo.txt").write_text("mine")
+        other = bia("certify", server.url, "--run", "notes", "-o", "certificate.json", "--force", *options, cwd=tmp_path)
+        assert other.returncode == 2 and "not a run" in other.stderr and "--force" not in other.stderr
+        assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
+    (tmp_path / "mine.json").write_text('{"not": "a certificate"}')
+    refused = bia("certify", "data/experiment-cpu/default", "-o", tmp_path / "mine.json", cwd=ROOT)
+    assert refused.returncode == 2 and "--force" in refused.stderr
+    assert json.loads((tmp_path / "mine.json").read_text()) == {"not": "a certificate"}
 
 
 def test_a_url_beside_run_directories_is_refused(tmp_path):

@@ -82,7 +82,7 @@ def test_a_url_is_named_as_a_url_never_read_as_a_path(tmp_path):
     http:/127.0.0.1:9/run (one slash gone) that does not exist, exit 3. Since issue 34 an http(s) URL is probed (nothing answers
     at port 9: exit 6, the URL named); any other scheme is a bad option."""
     out = tmp_path / "c.json"
-    url = certify("http://127.0.0.1:9/run", "--run", tmp_path / "run", "-o", out)
+    url = certify("http://127.0.0.1:9/run", "--run", tmp_path / "run", "-o", out, "--wait", "0")
     assert url.exit_code == 6, url.output
     assert "error: nothing answers at http://127.0.0.1:9/run" in url.output
     other = certify("ftp://127.0.0.1:9/run", "-o", out)

@@ -116,7 +116,7 @@ CASES = [
     _case("certify-existing-output", "certify {run} -o {old}", EXISTS, needle="--force"),
     _case("certify-output-under-file", "certify {run} -o {afile}/c.json", UNDER_FILE, needle="is a file, not a folder"),
     _case("certify-output-unwritable", "certify {run} -o {unwritable}/c.json", UNWRITABLE, needle="not writable"),
-    _case("certify-url", "certify {closed} --run {out}/run -o {out}/c.json --ladder 1,2", URL, needle=CLOSED),  # probed first: nothing answers
+    _case("certify-url", "certify {closed} --run {out}/run -o {out}/c.json --ladder 1,2 --wait 0", URL, needle=CLOSED),  # probed first: nothing answers
     _case("certify-url-and-run", "certify {closed} {run} -o {out}", OPTION, needle="not both"),
     _case("certify-url-max-requests", "certify {closed} --run {out}/run -o {out}/c.json --max-requests 1", OPTION, needle="--max-requests"),
     _case("certify-missing", "certify {missing} -o {out}", MISSING),

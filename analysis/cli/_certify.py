@@ -13,6 +13,7 @@ import typer
 from ..core import OutputExists
 from ..verdicts import EXIT_MISSING, EXIT_RED
 from ._args import _fail
+from ._certify_url import claim_certificate
 
 _STYLE = {"GREEN": "green", "AMBER": "yellow", "UNVERIFIED": "magenta", "RED": "red"}
 
@@ -31,10 +32,28 @@ def certify_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="The certificate to write (JSON).")] = Path(
         "certificate.json"
     ),
-    force: Annotated[bool, typer.Option("--force", help="Overwrite the output when it exists.")] = False,
-    run: Annotated[Path, typer.Option("--run", help="With a URL: the run directory the probe writes.")] = Path(
-        "runs/certify"
-    ),
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Overwrite the output when it is not an earlier certificate (one is always replaced)."
+        ),
+    ] = False,
+    run: Annotated[
+        Path | None,
+        typer.Option(
+            "--run",
+            help="With a URL: the run directory the probe writes (a new runs/certify-YYYYMMDD-HHMMSS by default; "
+            "--force replaces an earlier run there).",
+        ),
+    ] = None,
+    wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="With a URL: wait this long for a server that is starting (refusing connections, or answering 503).",
+        ),
+    ] = 60.0,
     ladder: Annotated[str, typer.Option(metavar="C,C,...", help="With a URL: the batch sizes.")] = "1,4,8,16",
     prompts: Annotated[
         Path | None, typer.Option(help="With a URL: a text file of prompts, one per line (bia's two by default).")
@@ -77,11 +96,14 @@ def certify_command(
     change with every repeat), fires a band that formed narrower than its c again (--refire), stops at the first request
     that parts, or at --max-requests or --max-time, and certifies what came back.
 
+    An earlier certificate at -o is replaced; any other file there needs --force. Each certification of a URL probes into
+    a new run directory, unless --run names one (an earlier run there is replaced with --force).
+
     Exit 0 all GREEN; else the worst verdict's: 5 RED, 7 UNVERIFIED, 8 AMBER. Exit 2 a bad option or an occupied
-    output, 6 a URL nothing answers at, 3 no such path or a folder that holds no run (as bia report and bia witness say of a folder with
+    output, 6 a URL nothing answers at (after --wait), 3 no such path or a folder that holds no run (as bia report and bia witness say of a folder with
     nothing to read), 4 not a run bia reads.
     """
-    from ..core import claim_output, write_atomic
+    from ..core import write_atomic
     from ..dumps import DumpError
     from ..report import run_directories
     from ..run import RunError, read_run
@@ -102,6 +124,7 @@ def certify_command(
         return certify_url(
             urls[0],
             run_dir=run,
+            wait=wait,
             output=output,
             force=force,
             target_rate=target_rate,
@@ -116,7 +139,7 @@ def certify_command(
             print_lines=_print_lines,
         )
     try:
-        claim_output(output, force=force, what="-o")
+        claim_certificate(output, force=force)
     except OutputExists as exc:
         raise _fail(exc) from None
     read = []

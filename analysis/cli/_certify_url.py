@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -14,10 +15,53 @@ from ..core import OutputExists
 from ._args import EXIT_UNREACHABLE, _fail, _parse_ladder, _read_lines
 
 
+def claim_certificate(output: Path, *, force: bool) -> None:
+    """Check that the certificate may be written at ``output``: a new file, an earlier certificate (replaced, so that
+    certifying again in the same folder works), or, with ``force``, any file.
+
+    Raises
+    ------
+    OutputExists
+        Another file is there and ``force`` is not given, or a folder is.
+    """
+    from ..core import claim_output
+
+    claim_output(output, force=force or _is_certificate(output), what="-o")
+
+
+def _is_certificate(path: Path) -> bool:
+    """Whether ``path`` is a certificate bia certify wrote (a JSON object with ``certificate_version``)."""
+    try:
+        with path.open("rb") as handle:
+            document = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and "certificate_version" in document
+
+
+def _run_folder(given: Path | None, *, force: bool) -> Path:
+    """Where the probe writes: ``given`` (an earlier run there replaced with ``force``, anything else refused), or a new
+    ``runs/certify-YYYYMMDD-HHMMSS`` so that every certification keeps its own run."""
+    from ..core import claim_output
+
+    if given is None:
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        folder = Path("runs") / f"certify-{stamp}"
+        for count in range(2, 1000):
+            if not folder.exists():
+                break
+            folder = Path("runs") / f"certify-{stamp}-{count}"
+        return claim_output(folder, what="--run", folder=True)
+    replaceable = (given / "manifest.json").is_file()  # a run: what a probe writes, and so may write again
+    if given.is_dir() and any(given.iterdir()) and not replaceable:
+        raise OutputExists(f"{given}: --run holds files that are not a run; give a new folder (or leave --run out)")
+    return claim_output(given, force=force and replaceable, what="--run", folder=True)
+
+
 def certify_url(
     url: str,
     *,
-    run_dir: Path,
+    run_dir: Path | None,
     output: Path,
     force: bool,
     target_rate: float,
@@ -30,6 +74,7 @@ def certify_url(
     server_log: Path | None,
     print_lines: Callable[[dict, Path], None],
     refire: int = 2,
+    wait: float = 60.0,
 ) -> None:
     """Probe ``url`` into ``run_dir``, write the certificate to ``output``, say it with ``print_lines`` (bia certify's) and exit
     with the verdict's code.
@@ -38,12 +83,13 @@ def certify_url(
     ----------
     url : str
         The server's http(s) address.
-    run_dir : Path
-        The run directory the probe writes (``--run``); refused when it holds something.
+    run_dir : Path, optional
+        The run directory the probe writes (``--run``): an earlier run there is replaced with ``force``, anything else
+        refused; a new ``runs/certify-YYYYMMDD-HHMMSS`` when None.
     output : Path
-        The certificate to write (``-o``).
+        The certificate to write (``-o``); an earlier certificate there is replaced.
     force : bool
-        Overwrite ``output`` when it exists.
+        Overwrite ``output`` when it is some other file, and an earlier run at ``run_dir``.
     target_rate : float
         GREEN needs the upper bound on the divergence rate below this rate.
     confidence : float
@@ -64,6 +110,8 @@ def certify_url(
         Says the certificate (its document, and where it was written) to the user.
     refire : int, default 2
         How many times a band seen formed narrower than its c is fired again (``--refire``).
+    wait : float, default 60
+        Seconds to wait for a server that is starting (``--wait``), with one line on stderr while it waits.
 
     Raises
     ------
@@ -71,7 +119,7 @@ def certify_url(
         Always: the verdict's exit code, 2 for a bad option or an occupied output, 6 when nothing answers at ``url``,
         130 when interrupted.
     """
-    from ..core import claim_output, duration, write_atomic
+    from ..core import duration, write_atomic
     from ..experiment import DEFAULT_PROMPTS
     from ..probe import ProbeError, ProbeSettings, ServerGone, ServerUnreachable, certify_server, planned_repeats
     from ..studies import certificate_document
@@ -79,8 +127,8 @@ def certify_url(
     texts = list(DEFAULT_PROMPTS) if prompts is None else _read_lines(prompts, "--prompts")
     steps = _parse_ladder(ladder)
     try:
-        claim_output(output, force=force, what="-o")
-        claim_output(run_dir, what="--run", folder=True)  # a probe never overwrites a run
+        claim_certificate(output, force=force)
+        run_dir = _run_folder(run_dir, force=force)
         repeats = planned_repeats(
             target_rate=target_rate, confidence=confidence, ladder=steps, prompts=len(texts), max_requests=max_requests
         )
@@ -106,6 +154,7 @@ def certify_url(
     ):  # beside the bars; a log gets it with the verdict, so that a fault found first stays its one line
         typer.echo(f"certifying {url}: {plan}", err=True)
     try:
+        asyncio.run(_wait_for(url, wait))
         folder, judgement, stopped = asyncio.run(
             certify_server(
                 url,
@@ -143,3 +192,16 @@ def certify_url(
     write_atomic(output, json.dumps(document, indent=2) + "\n")
     print_lines(document, output)
     raise typer.Exit(document["exit_code"])
+
+
+async def _wait_for(url: str, seconds: float) -> None:
+    """Wait for a server that is starting, saying so once on stderr (a paste that starts it and certifies it at once)."""
+    import httpx
+
+    from ..probe import wait_for_server
+
+    def say() -> None:
+        typer.echo(f"waiting up to {seconds:g} s for {url} to answer (--wait)", err=True)
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
+        await wait_for_server(client, url, seconds, on_wait=say)

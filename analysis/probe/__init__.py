@@ -39,7 +39,7 @@ from ._bands import DEFAULT_FILLERS
 from ._callable import CallableError, probe_callable
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._certify import certify_server, planned_repeats
-from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine
+from ._engines import PROFILES, Detection, EngineProfile, ServerUnreachable, detect_engine, wait_for_server
 from ._fire import ServerGone
 from ._manifest import expectation_notes
 from ._probe import DRY_RUN_TIMEOUT_S, dry_run, probe
@@ -80,4 +80,5 @@ __all__ = [
     "result_line",
     "running_requests",
     "stream_problem",
+    "wait_for_server",
 ]

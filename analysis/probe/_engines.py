@@ -10,6 +10,7 @@ overridden with ``engine=``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,6 +266,75 @@ async def _get(client: httpx.AsyncClient, url: str, as_json: bool = True) -> tup
 async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
     status, body = await _get(client, url)
     return body if status == 200 else None
+
+
+_STARTING = {502, 503, 504}  # a proxy before a server still loading, or llama.cpp's "Loading model"
+
+
+async def wait_for_server(
+    client: httpx.AsyncClient, base_url: str, seconds: float, *, on_wait: Callable[[], None] | None = None
+) -> float:
+    """Wait until the server at ``base_url`` answers ``GET /v1/models`` with anything but "starting", for at most ``seconds``.
+
+    A server that is starting refuses the connection, or answers 502, 503 or 504 while its model loads; any other
+    answer (a 404 included) means it is up, and what it says is for :func:`detect_engine` to read.
+
+    Parameters
+    ----------
+    client : httpx.AsyncClient
+        The client the GET requests are sent with.
+    base_url : str
+        The server's base URL (no ``/v1/...``).
+    seconds : float
+        The longest wait; 0 asks once.
+    on_wait : callable, optional
+        Called once, when the first answer says the server is not up yet (to say that it waits).
+
+    Returns
+    -------
+    float
+        The seconds waited (0.0 when it answered at once).
+
+    Raises
+    ------
+    ServerUnreachable
+        Still no connection, or still starting, after ``seconds``.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> calls = []
+    >>> def answer(request):
+    ...     calls.append(request.url.path)
+    ...     return httpx.Response(503 if len(calls) < 3 else 200, json={"data": []})
+    >>> async def main():
+    ...     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+    ...         return await wait_for_server(client, "http://gpu-box:8000", 10, on_wait=lambda: print("waiting"))
+    >>> waited = asyncio.run(main())
+    waiting
+    >>> len(calls), waited > 0
+    (3, True)
+    """
+    base = base_url.rstrip("/")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    said = False
+    while True:
+        status, body = await _get(client, f"{base}/v1/models")
+        refused = isinstance(body, (httpx.ConnectError, httpx.ConnectTimeout))
+        if not refused and status not in _STARTING:
+            return loop.time() - started
+        waited = loop.time() - started
+        if waited >= seconds:
+            why = f"{type(body).__name__}: {body or 'no connection'}" if refused else f"HTTP {status}, starting"
+            raise ServerUnreachable(
+                f"nothing answers at {base} after {waited:.0f} s ({why}); is the server running, on this host and port? "
+                "(--wait SECONDS waits longer for one that is starting)"
+            )
+        if not said and on_wait is not None:
+            on_wait()
+        said = True
+        await asyncio.sleep(min(0.5, max(0.0, seconds - waited)))
 
 
 async def detect_engine(

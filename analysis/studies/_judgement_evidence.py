@@ -325,8 +325,9 @@ def domain_words(domain: Mapping[str, Any]) -> str:
         return "?" if low is None else f"{low}" if low == high else f"{low}-{high}"
 
     widths = ",".join(map(str, domain["widths"])) or "none"
+    prompts = f"{domain['prompts']} prompt{'s' if domain['prompts'] != 1 else ''}"
     return (
-        f"covers: ladder {','.join(map(str, domain['ladder']))} (widths measured {widths}), {domain['prompts']} prompts in "
+        f"covers: ladder {','.join(map(str, domain['ladder']))} (widths measured {widths}), {prompts} in "
         f"{domain['contexts']} distinct batch contexts ({domain['requests']} batched requests), prompts of "
         f"{span(domain['prompt_tokens_min'], domain['prompt_tokens_max'])} tokens, completions of "
         f"{span(domain['completion_tokens_min'], domain['completion_tokens_max'])} tokens, {domain['sampling']}, logprobs "
