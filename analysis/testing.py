@@ -93,9 +93,12 @@ def assert_batch_invariant(
         A path that does not exist, named, so that ``pytest.raises(AssertionError)`` never passes on a typo.
     RunError
         A path that is not a run directory nor a folder holding one, or a run bia cannot read, named.
+    CallableError, ProbeError
+        What a probe raises (:func:`analysis.probe_callable`, ``bia probe``): a ``generate`` result without its fields,
+        named by call and field, or a server that does not answer.
     TypeError, ValueError
-        A subject of another type, probe options given with a run, or a bad ``target_rate``, ``confidence`` or
-        ``allow_amber``.
+        A subject of another type, probe options given with a run, or a bad ``target_rate``, ``confidence``,
+        ``allow_amber``, ``prompts`` or ``ladder``.
 
     Examples
     --------
@@ -188,19 +191,22 @@ def _probe(subject: Any, probed: Path, *, prompts: Any, ladder: Any, repeats: An
     """A server (its http(s) URL) or a batched function, probed as ``bia probe`` and :func:`analysis.probe_callable` do."""
     __tracebackhide__ = True
     from .experiment import DEFAULT_PROMPTS
+    from .probe import CallableError, ProbeError, probe, probe_callable
 
+    for name, value in (("prompts", prompts), ("ladder", ladder)):
+        if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
+            raise TypeError(f"{name}: expected a list, got {value!r}")
     texts = list(prompts) if prompts is not None else list(DEFAULT_PROMPTS)
     steps = tuple(ladder) if ladder is not None else (1, 4, 8, 16)
     times = repeats if repeats is not None else 1
-    if callable(subject):
-        from .probe import probe_callable
-
-        return probe_callable(subject, texts, probed, ladder=steps, repeats=times)
-    if not subject.lower().startswith(("http://", "https://")):
+    if not callable(subject) and not subject.lower().startswith(("http://", "https://")):
         raise ValueError(f"{subject}: assert_batch_invariant probes an http(s) URL")
-    from .probe import probe
-
-    return read_run(asyncio.run(probe(subject, probed, prompts=texts, ladder=steps, repeats=times)))
+    try:
+        if callable(subject):
+            return probe_callable(subject, texts, probed, ladder=steps, repeats=times)
+        return read_run(asyncio.run(probe(subject, probed, prompts=texts, ladder=steps, repeats=times)))
+    except (CallableError, ProbeError) as exc:  # a bad result or setting, or no server: its message, not bia's source
+        raise exc.with_traceback(None) from None
 
 
 def _read(path: Path) -> list[Run]:

@@ -10,11 +10,13 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
 
 from analysis import RunError
+from analysis.probe import CallableError
 from analysis.serve import BackgroundServer
 from analysis.testing import assert_batch_invariant, assert_dumps_equal
 
@@ -124,6 +126,8 @@ def test_a_path_that_is_not_a_run_is_named_and_is_no_assertion_error(tmp_path, m
     (lambda: assert_batch_invariant(EXPERIMENT / "default", ladder=[1, 2]), TypeError,
      "ladder: what a URL or a generate function is probed with, not given with a run"),
     (lambda: assert_batch_invariant(str(EXPERIMENT), prompts=["a"], output="run"), TypeError, "prompts, output: what a URL"),
+    (lambda: assert_batch_invariant(_steady, prompts="Hello"), TypeError, "prompts: expected a list, got 'Hello'"),
+    (lambda: assert_batch_invariant(_steady, ladder=4), TypeError, "ladder: expected a list, got 4"),
     (lambda: assert_batch_invariant("ftp://example.com/run"), ValueError, "ftp://example.com/run: assert_batch_invariant probes an http(s) URL"),
     (lambda: assert_batch_invariant(EXPERIMENT, allow_amber=1), TypeError, "allow_amber: expected True or False, got 1"),
     (lambda: assert_batch_invariant(EXPERIMENT, target_rate=None), ValueError,
@@ -134,7 +138,7 @@ def test_a_path_that_is_not_a_run_is_named_and_is_no_assertion_error(tmp_path, m
     (lambda: assert_batch_invariant(EXPERIMENT, target_rate=math.nan), ValueError, "got nan"),
     (lambda: assert_batch_invariant(EXPERIMENT, confidence=1), ValueError, "confidence: expected a probability in (0, 1), got 1"),
     (lambda: assert_batch_invariant(EXPERIMENT, confidence="0.9"), ValueError, "got '0.9'"),
-], ids=["int", "empty list", "list of callables", "ladder with a run", "prompts with a folder", "ftp", "allow_amber 1",
+], ids=["int", "empty list", "list of callables", "ladder with a run", "prompts with a folder", "prompts str", "ladder int", "ftp", "allow_amber 1",
         "target_rate None", "target_rate 0", "target_rate 1.5", "target_rate True", "target_rate nan", "confidence 1", "confidence str"])
 def test_a_bad_subject_or_option_is_refused_with_its_name(call, error, message):
     with pytest.raises(error) as refused:
@@ -194,6 +198,18 @@ def test_dumps_of_other_sizes_and_bad_ulps_are_said(tmp_path):
         assert_dumps_equal(left, _dump(tmp_path, "right", _chat(["x"], [-1.0])))
     with pytest.raises(ValueError, match="ulp: expected an integer >= 0, got -1"):
         assert_dumps_equal(left, left, ulp=-1)
+
+
+def test_a_generate_that_returns_a_bad_result_is_named_by_its_call_without_bias_frames():
+    """CallableError keeps its type and message; its traceback starts at the assertion, whose frames pytest hides."""
+    def no_logprobs(prompts):
+        return [{"token_ids": [1]} for _ in prompts]
+
+    with pytest.raises(CallableError, match="generate, call p0 ref #1, row 0: field logprobs: expected one finite logprob") as failed:
+        assert_batch_invariant(no_logprobs, prompts=["a"], ladder=[1, 2])
+    frames = [str(entry.path) for entry in failed.traceback]
+    assert not any("probe" in Path(frame).parts for frame in frames), frames
+    assert [entry.frame.f_locals.get("__tracebackhide__") for entry in failed.traceback][1:] == [True] * (len(frames) - 1)
 
 
 def _pytest(folder, *args):
