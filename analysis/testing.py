@@ -175,12 +175,14 @@ def _runs_of(subject: Any, probed: Path, **options: Any) -> list[Any]:
         return [subject]
     if isinstance(subject, (str, os.PathLike)):
         return _read(Path(subject))
-    if (
-        isinstance(subject, (list, tuple))
-        and subject
-        and all(isinstance(one, (RunLike, str, os.PathLike)) for one in subject)
-    ):
-        return [run for one in subject for run in ([one] if isinstance(one, RunLike) else _read(Path(one)))]
+    if isinstance(subject, (list, tuple)):
+        others = [type(one).__name__ for one in subject if not isinstance(one, (RunLike, str, os.PathLike))]
+        if subject and not others:
+            return [run for one in subject for run in ([one] if isinstance(one, RunLike) else _read(Path(one)))]
+        raise TypeError(
+            "assert_batch_invariant takes a list of runs and run directories, "
+            f"not {f'one holding a {others[0]}' if others else 'an empty one'}"
+        )
     raise TypeError(
         "assert_batch_invariant takes a Run, a run directory or a folder of them (or a list of runs and directories), "
         f"a URL or a generate function, not {type(subject).__name__}"

@@ -121,8 +121,8 @@ def test_a_path_that_is_not_a_run_is_named_and_is_no_assertion_error(tmp_path, m
 @pytest.mark.parametrize(("call", "error", "message"), [
     (lambda: assert_batch_invariant(3), TypeError,
      "assert_batch_invariant takes a Run, a run directory or a folder of them (or a list of runs and directories), a URL or a generate function, not int"),
-    (lambda: assert_batch_invariant([]), TypeError, "not list"),
-    (lambda: assert_batch_invariant([_steady]), TypeError, "not list"),
+    (lambda: assert_batch_invariant([]), TypeError, "assert_batch_invariant takes a list of runs and run directories, not an empty one"),
+    (lambda: assert_batch_invariant([EXPERIMENT, _steady]), TypeError, "a list of runs and run directories, not one holding a function"),
     (lambda: assert_batch_invariant(EXPERIMENT / "default", ladder=[1, 2]), TypeError,
      "ladder: what a URL or a generate function is probed with, not given with a run"),
     (lambda: assert_batch_invariant(str(EXPERIMENT), prompts=["a"], output="run"), TypeError, "prompts, output: what a URL"),
