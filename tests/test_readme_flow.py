@@ -9,6 +9,7 @@ content in CI), so the set-up creates its own ``.venv`` with nothing from this o
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -57,7 +58,7 @@ def _codes(trace: Path) -> dict[str, list[int]]:
     """Each command's exit code from the trace: a line is (the previous command's code, the next command)."""
     lines = [line.split("\t", 1) for line in trace.read_text().splitlines()]
     codes: dict[str, list[int]] = {}
-    for (_, command), (code, _) in zip(lines, lines[1:], strict=False):
+    for (_, command), (code, _) in itertools.pairwise(lines):
         codes.setdefault(command.split()[1] if command.startswith(".venv/bin/bia") else command.split()[0], []).append(int(code))
     return codes
 
