@@ -95,14 +95,16 @@ def decode_cost(requests: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
         .agg(rate_list=pl.col("decode_tok_s"), rates=pl.len().cast(pl.Int64), median=pl.col("decode_tok_s").median())
     )
     base = per_c.filter(pl.col("c") == 1).select(*keys, base_list="rate_list", base_rates="rates", base_median="median")
-    joined = per_c.join(base, on=keys).with_columns(ratio=pl.col("median") / pl.col("base_median")).sort(*keys, "c")
-    intervals = [
-        ratio_interval(b, r)[1:] if c > 1 and min(len(b), len(r)) >= MIN_RATE_SAMPLES else (None, None)
-        for c, b, r in joined.select("c", "base_list", "rate_list").iter_rows()
-    ]  # a bootstrap per c, not per request
-    bounds = pl.DataFrame(intervals, schema={"low": pl.Float64, "high": pl.Float64}, orient="row")
+    joined = per_c.join(base, on=keys).sort(*keys, "c")
+    ratios = [
+        (median / base_median, *ratio_interval(b, r)[1:])
+        if c > 1 and min(len(b), len(r)) >= MIN_RATE_SAMPLES
+        else (median / base_median, None, None)
+        for c, median, base_median, b, r in joined.select("c", "median", "base_median", "base_list", "rate_list").iter_rows()
+    ]  # per c, not per request: a bootstrap each, and Python's division (polars may multiply by the reciprocal)
+    bounds = pl.DataFrame(ratios, schema={"ratio": pl.Float64, "low": pl.Float64, "high": pl.Float64}, orient="row")
     return pl.concat(
-        [joined.select(*by, *[pl.col(k).cast(t) for k, t in SCHEMA.items() if k not in ("low", "high")]), bounds],
+        [joined.select(*by, *[pl.col(k).cast(t) for k, t in SCHEMA.items() if k not in bounds.columns]), bounds],
         how="horizontal",
     )
 
