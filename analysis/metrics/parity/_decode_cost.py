@@ -100,7 +100,9 @@ def decode_cost(requests: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
         (median / base_median, *ratio_interval(b, r)[1:])
         if c > 1 and min(len(b), len(r)) >= MIN_RATE_SAMPLES
         else (median / base_median, None, None)
-        for c, median, base_median, b, r in joined.select("c", "median", "base_median", "base_list", "rate_list").iter_rows()
+        for c, median, base_median, b, r in joined.select(
+            "c", "median", "base_median", "base_list", "rate_list"
+        ).iter_rows()
     ]  # per c, not per request: a bootstrap each, and Python's division (polars may multiply by the reciprocal)
     bounds = pl.DataFrame(ratios, schema={"ratio": pl.Float64, "low": pl.Float64, "high": pl.Float64}, orient="row")
     return pl.concat(

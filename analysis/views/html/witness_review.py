@@ -1,5 +1,6 @@
 """The report's verdict card of a witness: the questions of :mod:`analysis.views.html.review` asked of one witness file,
-which keeps tokens, not logprobs, and says where aprender's recorded verdict and the card disagree, and why."""
+which keeps tokens, not logprobs, and says where aprender's recorded verdict and bia's disagree, and why
+(:func:`recorded_words`, which aprender's gate section says too)."""
 
 from __future__ import annotations
 
@@ -40,15 +41,20 @@ def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review
 
     out = []
     for row, slots, bands in ws.each_witness():
-        judged = _judged(judgement.frame.filter(pl.col("run") == row["source"]).to_dicts())
+        rows = judgement.frame.filter(pl.col("run") == row["source"]).to_dicts()
         out.append(
-            _witness_review(witness_label(row["source"], row["witness_version"]), row, slots, bands, epsilon, judged)
+            _witness_review(witness_label(row["source"], row["witness_version"]), row, slots, bands, epsilon, rows)
         )
     return out
 
 
 def _witness_review(
-    name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float, judged: tuple
+    name: str,
+    witness: dict[str, Any],
+    slots: pl.DataFrame,
+    bands: pl.DataFrame,
+    epsilon: float,
+    judged: list[dict[str, Any]],
 ) -> Review:
     margins = bands.select("band_index", margin="top2_margin_at_divergence")
     reference = pl.lit(
@@ -68,7 +74,7 @@ def _witness_review(
         where=pl.format("slot {}", "i"),
     )
     counts = per_c_counts(rows)
-    verdict, headline, css, judgement_lines = judged
+    verdict, headline, css, judgement_lines = _judged(judged)
     lines = [
         *judgement_lines,
         _bits_line(counts, None),
@@ -92,9 +98,9 @@ def _witness_review(
                 "warn",
             ),
         )
-    differs = _against_aprender(witness, bands, css)
+    words, differs = recorded_words(witness, bands, judged[0] if judged else None)
     if differs:
-        lines.append(differs)
+        lines.append(("aprender", words, None))
     about = [
         ("source", witness["source"]),
         ("witness_version", cell(witness["witness_version"])),
@@ -111,28 +117,49 @@ def _witness_span(witness: dict[str, Any]) -> int | None:
     return at if at is not None and tokens is not None and at < tokens else None
 
 
-def _against_aprender(witness: dict[str, Any], bands: pl.DataFrame, css: str) -> tuple[str, str, None] | None:
-    """One line, when aprender's recorded verdict and this card disagree, saying why: its rules judge other things than m=1."""
+def recorded_words(witness: dict[str, Any], bands: pl.DataFrame, row: dict[str, Any] | None) -> tuple[str, bool]:
+    """aprender's recorded run verdict beside bia's: short where they agree, else both and why they differ, in one phrase.
+
+    Parameters
+    ----------
+    witness : dict
+        The witness's row of ``WitnessSet.witnesses`` (``recorded_verdict``, ``witness_version``).
+    bands : polars.DataFrame
+        Its bands (``c``, and ``intra_agree_to`` and ``declared_min`` where its version records them).
+    row : dict or None
+        bia's judgement row of the witness (``verdict``, ``cause``); None when it was not judged.
+
+    Returns
+    -------
+    tuple of (str, bool)
+        The words, and whether the two differ (a recorded PASS that bia judges RED; a recorded FAIL it does not).
+
+    Examples
+    --------
+    >>> bands = pl.DataFrame({"c": [1, 4], "intra_agree_to": [128, 128], "declared_min": [64, 64]})
+    >>> recorded_words({"recorded_verdict": "PASS", "witness_version": 2}, bands, {"verdict": "RED", "cause": "run-to-run"})[0]
+    "recorded PASS; bia's rule: RED, run-to-run: witness_version 2 passes a batch whose requests agree with each other (here to token 128, declared_min 64) without comparing them with m=1, where bia compares every request with m=1"
+    >>> recorded_words({"recorded_verdict": "FAIL", "witness_version": 1}, bands, {"verdict": "RED", "cause": "co-batching"})
+    ('FAIL', False)
+    """
     recorded, version = witness["recorded_verdict"], witness["witness_version"]
-    if (recorded == "PASS") == (css != "fail") or recorded not in ("PASS", "FAIL"):
-        return None
+    if row is None or recorded not in ("PASS", "FAIL") or (recorded == "PASS") == (row["verdict"] != "RED"):
+        return recorded or "not recorded", False
+    bia = f"{row['verdict']}, {row['cause']}" if row.get("cause") else row["verdict"]
     if recorded == "PASS" and version in (2, 3):
         batched = bands.filter(pl.col("c") > 1)
         agree = batched["intra_agree_to"].min() if "intra_agree_to" in batched.columns else None
         declared = batched["declared_min"].min() if "declared_min" in batched.columns else None
-        return (
-            "aprender",
-            f"records PASS: witness_version {version} passes a batch whose requests agree with each other "
-            f"(here to token {cell(agree)}, declared_min {cell(declared)}) without comparing them with m=1; "
-            "this card compares every request with m=1.",
-            None,
+        why = (
+            f"witness_version {version} passes a batch whose requests agree with each other (here to token {cell(agree)}, "
+            f"declared_min {cell(declared)}) without comparing them with m=1, where bia compares every request with m=1"
         )
-    return (
-        "aprender",
-        f"records {recorded} by witness_version {version}'s rules (a band passes when it agrees with m=1 to "
-        "declared_min); this card asks whether every request matches m=1 over its whole length.",
-        None,
-    )
+    else:
+        why = (
+            f"witness_version {version}'s rules pass a band that agrees with m=1 to declared_min, where bia asks whether "
+            "every request matches m=1 over its whole length"
+        )
+    return f"recorded {recorded}; bia's rule: {bia}: {why}", True
 
 
 def _witness_completeness(
