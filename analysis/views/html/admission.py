@@ -13,7 +13,7 @@ from ...core import MISSING, cell
 from ...verdicts import ShapeVerdict, V3Policy
 from .answer import CSS
 from .blocks import render
-from .witness_review import recorded_words
+from .verdict_card import recorded_words
 
 
 def _short(commit: str | None) -> str:

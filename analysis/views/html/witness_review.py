@@ -1,6 +1,6 @@
 """The report's verdict card of a witness: the questions of :mod:`analysis.views.html.review` asked of one witness file,
 which keeps tokens, not logprobs, and says where aprender's recorded verdict and bia's disagree, and why
-(:func:`recorded_words`, which aprender's gate section says too)."""
+(:func:`~analysis.views.html.verdict_card.recorded_words`, which aprender's gate section says too)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import polars as pl
 
 from ...core import MISSING, cell
 from ...metrics import per_c_counts
-from .verdict_card import Review, _bits_line, _judged, _near_tie_line, _per_c_table, _tokens_line
+from .verdict_card import Review, _bits_line, _judged, _near_tie_line, _per_c_table, _tokens_line, recorded_words
 
 
 def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review]:
@@ -115,51 +115,6 @@ def _witness_span(witness: dict[str, Any]) -> int | None:
     """The token the witness's two m=1 references part at, when they part before its reference length; else None."""
     at, tokens = witness["reference_self_divergence_at"], witness["reference_tokens"]
     return at if at is not None and tokens is not None and at < tokens else None
-
-
-def recorded_words(witness: dict[str, Any], bands: pl.DataFrame, row: dict[str, Any] | None) -> tuple[str, bool]:
-    """aprender's recorded run verdict beside bia's: short where they agree, else both and why they differ, in one phrase.
-
-    Parameters
-    ----------
-    witness : dict
-        The witness's row of ``WitnessSet.witnesses`` (``recorded_verdict``, ``witness_version``).
-    bands : polars.DataFrame
-        Its bands (``c``, and ``intra_agree_to`` and ``declared_min`` where its version records them).
-    row : dict or None
-        bia's judgement row of the witness (``verdict``, ``cause``); None when it was not judged.
-
-    Returns
-    -------
-    tuple of (str, bool)
-        The words, and whether the two differ (a recorded PASS that bia judges RED; a recorded FAIL it does not).
-
-    Examples
-    --------
-    >>> bands = pl.DataFrame({"c": [1, 4], "intra_agree_to": [128, 128], "declared_min": [64, 64]})
-    >>> recorded_words({"recorded_verdict": "PASS", "witness_version": 2}, bands, {"verdict": "RED", "cause": "run-to-run"})[0]
-    "recorded PASS; bia's rule: RED, run-to-run: witness_version 2 passes a batch whose requests agree with each other (here to token 128, declared_min 64) without comparing them with m=1, where bia compares every request with m=1"
-    >>> recorded_words({"recorded_verdict": "FAIL", "witness_version": 1}, bands, {"verdict": "RED", "cause": "co-batching"})
-    ('FAIL', False)
-    """
-    recorded, version = witness["recorded_verdict"], witness["witness_version"]
-    if row is None or recorded not in ("PASS", "FAIL") or (recorded == "PASS") == (row["verdict"] != "RED"):
-        return recorded or "not recorded", False
-    bia = f"{row['verdict']}, {row['cause']}" if row.get("cause") else row["verdict"]
-    if recorded == "PASS" and version in (2, 3):
-        batched = bands.filter(pl.col("c") > 1)
-        agree = batched["intra_agree_to"].min() if "intra_agree_to" in batched.columns else None
-        declared = batched["declared_min"].min() if "declared_min" in batched.columns else None
-        why = (
-            f"witness_version {version} passes a batch whose requests agree with each other (here to token {cell(agree)}, "
-            f"declared_min {cell(declared)}) without comparing them with m=1, where bia compares every request with m=1"
-        )
-    else:
-        why = (
-            f"witness_version {version}'s rules pass a band that agrees with m=1 to declared_min, where bia asks whether "
-            "every request matches m=1 over its whole length"
-        )
-    return f"recorded {recorded}; bia's rule: {bia}: {why}", True
 
 
 def _witness_completeness(
