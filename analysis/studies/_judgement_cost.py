@@ -31,6 +31,15 @@ RATIO_WORDS = (
 def ratio_cell(ratio: float | None) -> str:
     """A ratio to the c=1 baseline as every table shows it: ``0.80×``; ``—`` where unmeasured.
 
+    Parameters
+    ----------
+    ratio : float or None
+        The ratio.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> ratio_cell(3.2999), ratio_cell(None)
@@ -40,7 +49,17 @@ def ratio_cell(ratio: float | None) -> str:
 
 
 def judged_arms(manifest: Mapping[str, Any]) -> list[str]:
-    """The arms a run's judgement has a row for: its batched arms (copies, mixed), else its first arm."""
+    """The arms a run's judgement has a row for: its batched arms (copies, mixed), else its first arm.
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest.
+
+    Returns
+    -------
+    list of str
+    """
     return [a for a in run_arms(manifest) if a in BATCHED_ARMS] or run_arms(manifest)[:1] or [legacy_arm(manifest)]
 
 

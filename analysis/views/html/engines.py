@@ -145,11 +145,11 @@ def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
                     f"{s} of {n}" for s, n in bands.select("token_identical", "requests").rows()
                 ),
                 "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"]),
+                RATIO_HEADING: _ratios([(c, ratios.get(run, {}).get(c)) for c in bands["c"]]),
                 # against its own m=1: from which c batching changes this engine's bits (padded batching, a kernel mode...)
                 "bit-identical to its own m=1": " / ".join(
                     MISSING if v is None else f"{v:.0%}" for v in bands["own_m1_bit_identical"]
                 ),
-                RATIO_HEADING: _ratios([(c, ratios.get(run, {}).get(c)) for c in bands["c"]]),
             }
         )
     caption = (
