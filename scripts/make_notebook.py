@@ -61,8 +61,8 @@ CELLS = [
         "display(HTML(report.reviews_html(ws, run_objects, epsilon=epsilon, reference=against, judgement=judgement)))\n"
         "if len(run_objects) > 1:\n"
         '    display(HTML("<h2>Runs side by side</h2><p>Per run and batch size: the share of requests whose float32 logprobs are bit-identical to '
-        "the reference, token flips, the run's verdict and its largest ULP distance from m=1, the median decode rate and that rate over the "
-        "default mode's in the same folder: the parity a kernel mode buys and what it costs.</p>\"))\n"
+        "the reference, token flips, the run's verdict and its largest ULP distance from m=1, the median per-request decode rate, its ratio "
+        "to the c=1 baseline (the answer's) and that rate over the default mode's in the same folder: the parity a kernel mode buys and what it costs.</p>\"))\n"
         "    display(HTML(report.mode_comparison_html(run_objects, reference=against, judgement=judgement)))\n"
         "engines = report.engines_html(run_objects, judgement=judgement)\n"
         "if engines:\n"
@@ -101,7 +101,7 @@ CELLS = [
     (
         "code",
         "if ws.sources or judge_runs:\n"
-        "    display(HTML(report.admission_html(ws, ws.shape_checks(v3_policy), run_objects if judge_runs else [], v3_policy)))\n"
+        "    display(HTML(report.admission_html(ws, ws.shape_checks(v3_policy), run_objects if judge_runs else [], v3_policy, judgement)))\n"
         "# a run is named by its label: a run bia report assembled from dumps, by what was given, not its scratch folder\n"
         'parameters = {"sources": witness_sources, "runs": [run.label for run in run_objects], "epsilon": epsilon,\n'
         '              "reference": reference, "policy": policy, "admission": judge_runs}\n'

@@ -308,10 +308,13 @@ def test_the_cost_compares_rates_of_one_origin_with_an_interval_from_three_each(
     two = _judge(pl.concat([alone.head(2), batched.head(2)]))
     assert two["cost_by_c"][0] == {"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 2, "rates": 2,
                                    "median": 50.0, "base_median": 100.0}
-    assert cost_words(two["cost_by_c"]) == "c=4 0.50× of c=1’s decode rate per request (streams’ timings)" == two["cost"]
-    # an interval where there is one; two origins named together (sorted: the server's first)
-    assert cost_words([{"c": 4, "ratio": 0.8, "low": 0.7, "high": 0.9, "origin": "streams"}, {"c": 8, "ratio": 0.5, "origin": "server"}]) == (
-        "c=4 0.80× (0.70–0.90), c=8 0.50× of c=1’s decode rate per request (the server’s timings and streams’ timings)")
+    assert cost_words(two["cost_by_c"]) == (
+        "c=4 0.50× the per-request decode rate at c=1 (baseline 100 tok/s: the median of 2 c=1 requests, streams’ timings)") == two["cost"]
+    # an interval where there is one; the one baseline named once, its rate rounded for people
+    base = {"origin": "server", "base_median": 2577.4, "base_rates": 1}
+    assert cost_words([{"c": 4, "ratio": 0.8, "low": 0.7, "high": 0.9, **base}, {"c": 8, "ratio": 0.5, **base}]) == (
+        "c=4 0.80× (0.70–0.90), c=8 0.50× the per-request decode rate at c=1 (baseline 2,577 tok/s: the median of 1 c=1 request, "
+        "the server’s timings)")
 
 
 def test_the_cost_skips_a_c_with_no_rates_of_c1s_origin_and_unmeasured_rates():
@@ -447,15 +450,15 @@ def _answer_cells(rows: list[dict], **options) -> list[list[str]]:
 
 def test_the_answer_table_is_one_row_of_six_cells_per_run_and_arm():
     # 0 of 4 at c=4: AMBER, the bound 1 - 0.05^(1/4) = 52.7%; its cost and next step set by hand (escaped where they hold markup)
-    cost = [{"c": 4, "ratio": 0.8, "low": 0.7, "high": 0.9, "origin": "streams", "base_rates": 3, "rates": 3},
-            {"c": 8, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 3, "rates": 2}]
+    cost = [{"c": 4, "ratio": 0.8, "low": 0.7, "high": 0.9, "origin": "streams", "base_rates": 3, "rates": 3, "base_median": 52.0},
+            {"c": 8, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 3, "rates": 2, "base_median": 52.0}]
     row = _judge(_slots(4)) | {"run": "r<1>", "cost_by_c": cost, "next_step": "wait & see"}
     judgement = Judgement(pl.DataFrame([row], schema=SCHEMA, orient="row"))
     tr = (f'<tr data-run="r&lt;1&gt;" data-arm="copies" data-verdict="AMBER" title="{row["reason"]}"><td class="bia-warn"><b>AMBER</b></td>'
           '<td><code>r&lt;1&gt;</code> (<span title="every slot a copy of the prompt">copies</span>)</td><td>0/4 batched part; bound 52.7% ≥ 1%</td>'
-          '<td>0.80× / 0.50× at c=4 / 8</td>'
+          '<td title="baseline 52 tok/s: the median of 3 c=1 requests, streams’ timings">0.80× / 0.50× at c=4 / 8</td>'
           '<td>4 batched, 1/1 bands formed</td><td>wait &amp; see</td></tr>')
-    head = ("<thead><tr><th>verdict</th><th>run (arm)</th><th>why</th><th>decode rate vs c=1</th><th>evidence</th><th>next step</th>"
+    head = ("<thead><tr><th>verdict</th><th>run (arm)</th><th>why</th><th>per-request decode rate vs c=1</th><th>evidence</th><th>next step</th>"
             "</tr></thead>")
     assert answer_html(judgement) == f'<table id="answer" class="bia-table bia-answer">{head}<tbody>{tr}</tbody></table>'
     assert answer_html(judgement, table_id="t&1").startswith('<table id="t&amp;1" class="bia-table bia-answer"><thead>')
@@ -529,7 +532,7 @@ def test_the_cost_from_the_servers_timing_on_both_sides():
     row = _judge(pl.concat([alone, batched]))
     assert row["cost_by_c"] == [{"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "server", "base_rates": 2, "rates": 2,
                                  "median": 40.0, "base_median": 80.0}]
-    assert row["cost"] == "c=4 0.50× of c=1’s decode rate per request (the server’s timings)"
+    assert row["cost"] == "c=4 0.50× the per-request decode rate at c=1 (baseline 80 tok/s: the median of 2 c=1 requests, the server’s timings)"
 
 
 # --- runs assembled from streams written by hand ---------------------------------------------------

@@ -337,3 +337,49 @@ def test_the_attribution_figure_takes_runs_or_their_shares():
     run = read_run(ROOT / "data" / "experiment-cpu" / "default")  # no control arms: nothing to attribute
     assert plots.plot_attribution(run).bia_empty == plots.plot_attribution([run]).bia_empty
     assert "nothing to attribute" in plots.plot_attribution(plots.attribution_shares_by_engine([run])).bia_empty
+
+
+# --- a figure as wide as its bars (issue 41, part 4) ------------------------------------------------
+
+
+def _png_width(figure) -> tuple[int, int]:
+    """The PNG the report embeds (figures._png: 100 dpi, tight box), as (width, height) in pixels."""
+    import struct
+
+    from analysis.views.html.figures import _png
+
+    png, _ = _png(figure)
+    return struct.unpack(">II", png[16:24])
+
+
+def test_a_one_column_knob_grid_is_not_drawn_page_wide():
+    # the bundled witnesses differ in one knob (BATCHED_PREFILL): one column, drawn 943 px wide before; now its 2.6 in
+    # (1 in + 1.6 a column) and the witnesses' names beside it
+    from analysis.views.plots.panels import witness_figures
+
+    figure, alt = witness_figures(read_witnesses(LAMBDA, progress=False))[-1]
+    assert alt == "kernel env knobs that differ between witnesses" and figure.get_figwidth() == pytest.approx(2.6)
+    width, _ = _png_width(figure)
+    assert width < 600
+
+
+def test_many_knobs_stay_legible_within_the_bound():
+    # twelve knobs: the width stops at 12 in, each column keeps over 70 px, and its long names are slanted, not overlapping
+    names = [f"VLLM_KNOB_NUMBER_{k}" for k in range(12)]
+    frame = pl.DataFrame({"source": ["a.json", "b.json"], "witness_version": [1, 2], **{f"env_{n}": ["1", None] for n in names}})
+    ax = plots.plot_env_knobs(frame)
+    assert ax.figure.get_figwidth() == 12.0
+    assert ax.get_window_extent().width / len(names) > 70
+    assert {t.get_rotation() for t in ax.get_xticklabels()} == {35.0}
+    boxes = [t.get_window_extent() for t in ax.get_xticklabels()]
+    assert all(a.x1 <= b.x1 and a.x0 < b.x0 for a, b in zip(boxes, boxes[1:]))  # in order, left to right
+    assert 900 < _png_width(ax.figure)[0] <= 1300
+
+
+def test_a_one_bar_attribution_chart_is_narrower_than_a_many_bar_one():
+    one = pl.DataFrame({"engine": ["e"], "c": [4], "cause": ["co-batching"], "requests": [3], "share": [1.0]})
+    many = pl.DataFrame({"engine": ["e"] * 12, "c": [1, 2, 4, 8, 16, 32] * 2, "cause": ["co-batching"] * 6 + ["cache state"] * 6,
+                         "requests": [1] * 12, "share": [0.5] * 12})
+    narrow, wide = plots.plot_attribution(one), plots.plot_attribution(many)
+    assert narrow.figure.get_figwidth() == 5.5 and wide.figure.get_figwidth() == 7.5  # 4.5 in and 0.5 a bar, at least 5.5
+    assert _png_width(narrow.figure)[0] < 700

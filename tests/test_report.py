@@ -62,7 +62,7 @@ def test_report_shows_every_verdict_and_reason(default_report):
     assert text.count("NOT ADMISSIBLE") == 3  # the witnesses only: no run meets aprender's gate unless asked
     assert 'model "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" is not the blessed Qwen3.5-4B' in text
     assert "S7 (FALSIFY-CB-004) is unmeasured: no positive per-request decode_tok_s at c=1 and c=4" in text
-    assert "Recorded run verdict: PASS" in " ".join(text.split())
+    assert "Recorded run verdict: recorded PASS; bia's rule: RED, run-to-run: witness_version 2 passes" in " ".join(text.split())
     assert "No discrepancy: every recorded band result" in text
     assert "marker@7e1b6e213b.json" in text
 

@@ -31,8 +31,9 @@ def test_the_v2_witness_card_puts_c1_on_run_to_run_and_says_why_aprender_passes(
     assert card["run-to-run"] == ("the two m=1 references agree only to token 100 of 128: the server is not deterministic even alone. "
                                   "Batching is judged on the tokens before 100; 1 request(s) parting at or after it (c=1) count as "
                                   "run-to-run, not batching.")
-    assert card["aprender"] == ("records PASS: witness_version 2 passes a batch whose requests agree with each other (here to token 128, "
-                                "declared_min 64) without comparing them with m=1; this card compares every request with m=1.")
+    assert card["aprender"] == ("recorded PASS; bia's rule: RED, run-to-run: witness_version 2 passes a batch whose requests agree with "
+                                "each other (here to token 128, declared_min 64) without comparing them with m=1, where bia compares "
+                                "every request with m=1")
     assert card["completeness"] == "complete: 29 of 29 slot(s) across 4 band(s), none refused."
 
 
@@ -53,7 +54,7 @@ def test_a_witness_whose_only_parting_is_run_to_run_is_token_identical(tmp_path)
     assert card["css"] == "fail"
     assert card["tokens"] == "100% (29 of 29) token-identical: no request parted from m=1."  # counted only before the references part
     assert "1 request(s) parting at or after it (c=1)" in card["run-to-run"]
-    assert card["aprender"].startswith("records PASS")  # aprender's rules pass it; the card says why it does not
+    assert card["aprender"].startswith("recorded PASS; bia's rule: RED, run-to-run")  # aprender's rules pass it; the card says why not
 
 
 def test_a_witness_whose_references_agree_has_no_run_to_run_line():
@@ -108,3 +109,25 @@ def test_a_run_whose_references_agree_is_judged_as_before():
     assert review.headline.startswith("RED (co-batching): 56 of 56 batched requests part from m=1 (0 in tokens, 56 only in bits); the first "
                                       "is p0 c=4 repeat 0 slot 0")
     assert "run-to-run" not in {q for q, _, _ in review.lines}
+
+
+def test_the_gate_section_says_why_a_recorded_pass_is_not_bias_verdict():
+    # aprender's gate lists each witness's recorded verdict: the v2 witness records PASS and bia judges it RED (run-to-run), so
+    # the recorded verdict is said with bia's and why, coloured as bia's RED, never the green of a PASS; v1 agrees and stays short
+    import re
+
+    from analysis.report import admission_html, judge_report
+    from analysis.verdicts import V3Policy
+
+    ws = read_witnesses(ROOT / "data" / "aprender-lambda", progress=False)
+    policy = V3Policy()
+    page = admission_html(ws, ws.shape_checks(policy), [], policy, judge_report(ws, []))
+    recorded = dict(re.findall(r"<h3><code>[^<]*?([\w@.-]+\.json)</code></h3>.*?Recorded run verdict: (<span.*?</span>)", page, flags=re.S))
+    assert recorded["witness@464c168e62.json"] == (
+        '<span class="bia-fail">recorded PASS; bia&#39;s rule: RED, run-to-run: witness_version 2 passes a batch whose requests '
+        "agree with each other (here to token 128, declared_min 64) without comparing them with m=1, where bia compares every "
+        "request with m=1</span>")
+    assert recorded["witness-v3.0-rule.json"] == '<span class="bia-fail">FAIL</span>'  # recorded FAIL, judged RED: they agree
+    derived = re.search(r"witness@464c168e62\.json.*?re-derived with the version 2 rules: (<span[^>]*>)", page, flags=re.S)
+    assert derived.group(1) == '<span class="bia-fail">'  # aprender's own rules re-derive PASS: not green beside bia's RED either
+    assert "bia-pass" not in page.split("witness@464c168e62.json")[1].split("V3 shape check")[0]

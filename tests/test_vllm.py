@@ -447,7 +447,7 @@ def test_report_shows_the_vllm_run(served, tmp_path):
     (served.shape_files / "report.html").write_text(page)
     text = re.sub(r"<[^>]+>", " ", page)
     assert "width evidence" in text and re.search(r"m=\d+ x\d+ \(running-requests gauge samples\)|m>=\d+ \(\d+ tokens in \d+ engine steps", text)
-    assert re.search(r"decode cost\s+c=4 [0-9.]+×.* of c=1’s decode rate per request \((?:streams’|the server’s) timings", text)
+    assert re.search(r"decode cost\s+c=4 [0-9.]+×.* the per-request decode rate at c=1 \(baseline [0-9.,]+ tok/s: the median of \d+ c=1 requests?, (?:streams’|the server’s) timings", text)
 
 
 def test_a_server_that_cannot_start_says_why(tmp_path, vllm_python):

@@ -91,7 +91,8 @@ def test_the_cost_is_each_band_rate_over_c1s(tmp_path):
         band["decode_tok_s"] = rate
     row = _row(tmp_path, data)
     assert [(c["c"], c["ratio"]) for c in row["cost_by_c"]] == [(4, 0.8), (8, 0.5), (16, 0.25)]
-    assert row["cost"] == "c=4 0.80×, c=8 0.50×, c=16 0.25× of c=1’s decode rate per request (the server’s timings)"
+    assert row["cost"] == ("c=4 0.80×, c=8 0.50×, c=16 0.25× the per-request decode rate at c=1 (baseline 100 tok/s: the median of 1 "
+                           "c=1 request, the witness’s recorded rates)")
 
 
 @pytest.mark.parametrize("name", ["witness-v3.0-rule.json", "witness-variant-batched-prefill-0.json"])
@@ -141,11 +142,12 @@ def test_a_hand_made_witness_at_its_own_target_gives_every_field(tmp_path):
                              "to m=1, their bits unknown; 1 of 2 batched bands never seen formed at their c; 1 batched request(s) absent or refused")
     assert row["evidence"] == "5 batched requests, 1 of 2 bands seen formed; tokens only (a witness keeps no logprobs)"
     # the band rates over c=1's 100 tok/s: 80 / 100 and 50 / 100, one rate a side
-    assert row["cost_by_c"] == [{"c": 2, "ratio": 0.8, "low": None, "high": None, "origin": "server", "base_rates": 1, "rates": 1,
+    assert row["cost_by_c"] == [{"c": 2, "ratio": 0.8, "low": None, "high": None, "origin": "witness", "base_rates": 1, "rates": 1,
                                  "median": 80.0, "base_median": 100.0},
-                                {"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "server", "base_rates": 1, "rates": 1,
+                                {"c": 4, "ratio": 0.5, "low": None, "high": None, "origin": "witness", "base_rates": 1, "rates": 1,
                                  "median": 50.0, "base_median": 100.0}]
-    assert row["cost"] == "c=2 0.80×, c=4 0.50× of c=1’s decode rate per request (the server’s timings)"
+    assert row["cost"] == ("c=2 0.80×, c=4 0.50× the per-request decode rate at c=1 (baseline 100 tok/s: the median of 1 c=1 request, "
+                           "the witness’s recorded rates)")
     assert row["next_step"] == "record logprobs: bia probe keeps every logprob's bits"
 
 

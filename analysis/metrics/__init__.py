@@ -9,12 +9,17 @@ from .parity._bounds import divergence_bound, requests_needed
 from .parity._columnar import float32_bits, ordered_bits
 from .parity._columnar_steps import _identity as token_identity
 from .parity._counts import bits_unrecorded, per_c_counts, run_counts
+from .parity._decode_cost import MIN_RATE_SAMPLES, TIMING_WORDS, cost_by_c, decode_cost
 from .parity._rates import ratio_interval
 
 __all__ = [
+    "MIN_RATE_SAMPLES",
+    "TIMING_WORDS",
     "SamplingMaskError",
     "bits_unrecorded",
     "columnar",
+    "cost_by_c",
+    "decode_cost",
     "divergence_bound",
     "float32_bits",
     "mismatch_summary",

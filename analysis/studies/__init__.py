@@ -9,6 +9,7 @@ from ._history import HistoryError, append_history, read_history
 from ._history_frames import RESULT_SETTINGS, History
 from ._judge import judge
 from ._judgement import judge_runs
+from ._judgement_cost import RATIO_HEADING, RATIO_WORDS, baseline_words, ratio_cell, run_decode_cost
 from ._judgement_evidence import domain_words
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
 from ._judgement_words import rate_words
@@ -19,6 +20,8 @@ from ._witness_judgement import judge_witnesses
 __all__ = [
     "EXIT_CODES",
     "LADDER",
+    "RATIO_HEADING",
+    "RATIO_WORDS",
     "REGRESSION_RULES",
     "RESULT_SETTINGS",
     "SERIES",
@@ -32,6 +35,7 @@ __all__ = [
     "append_history",
     "attribution_shares",
     "attribution_table",
+    "baseline_words",
     "certificate",
     "certificate_document",
     "default_engine_reference",
@@ -47,7 +51,9 @@ __all__ = [
     "mode_comparison",
     "prefill_table",
     "rate_words",
+    "ratio_cell",
     "read_history",
+    "run_decode_cost",
     "scan_study",
     "stale_pairs",
     "study_tables",

@@ -8,7 +8,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import polars as pl
 
 from ..core import progress as show_progress
 from ..io import expand_sources, is_url
-from ..metrics import parity
+from ..metrics import decode_cost
 from ._history_frames import BAND_SCHEMA, ENTRY_SCHEMA, MARKER_SCHEMA
 
 
@@ -91,10 +90,14 @@ def _witness_rows(sources: list[str], appended: dt.datetime) -> tuple[list[dict]
             }
         )
         mine = ws.bands.filter(pl.col("source") == w["source"])
-        rates = dict(zip(mine["c"].to_list(), mine["decode_tok_s"].to_list()))
+        ratios = dict(
+            decode_cost(mine.select("c", "decode_tok_s", decode_rate_origin=pl.lit("witness")))
+            .select("c", "ratio")
+            .rows()
+        )
         for b in mine.iter_rows(named=True):
             held = slots.filter((pl.col("source") == w["source"]) & (pl.col("c") == b["c"]))["held"].drop_nulls()
-            ratio = rates[b["c"]] / rates[1] if rates.get(1) and rates.get(b["c"]) is not None else None
+            ratio = ratios.get(b["c"])
             bands.append(
                 {
                     **key,
@@ -128,6 +131,7 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     """The entry and bands of one run directory."""
     from ..run import band_table, read_run, slot_table
     from ._judgement import judge_runs
+    from ._judgement_cost import run_decode_cost
 
     run = read_run(folder)
     manifest = run.manifest
@@ -153,7 +157,7 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     }
     slots = slot_table(run)
     unique = band_table(run).group_by("c").agg(pl.col("unique_completions").max())
-    rates = {c: group["decode_tok_s"].drop_nulls().to_list() for (c,), group in slots.group_by(["c"])}
+    cost = {r["c"]: r for r in run_decode_cost(run).iter_rows(named=True)}  # the answer's figures, one c=1 baseline
     per_c = (
         slots.group_by("c")
         .agg(
@@ -161,15 +165,13 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
             pl.col("divergence_at").min().alias("earliest_divergence"),
             (pl.col("bitwise_prefix") == pl.col("length")).mean().alias("bit_identical_share"),
             (~pl.col("diverged")).mean().alias("token_identical_share"),
-            pl.col("decode_tok_s").median().alias("decode_tok_s"),
         )
         .join(unique, on="c", how="left")
         .sort("c")
     )
     bands = []
     for b in per_c.iter_rows(named=True):
-        base, batched = rates.get(1) or [], rates.get(b["c"]) or []
-        ratio = _decode_ratio(base, batched)
+        rate = cost.get(b["c"]) or {}
         bands.append(
             {
                 **key,
@@ -179,40 +181,14 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
                 "bit_identical_share": b["bit_identical_share"],
                 "token_identical_share": b["token_identical_share"],
                 "unique_completions": b["unique_completions"],
-                "decode_tok_s": b["decode_tok_s"],
-                "decode_ratio": ratio[0],
-                "decode_ratio_low": ratio[1],
-                "decode_ratio_high": ratio[2],
+                "decode_tok_s": rate.get("median"),
+                "decode_ratio": rate.get("ratio"),
+                "decode_ratio_low": rate.get("low"),
+                "decode_ratio_high": rate.get("high"),
                 "result": None,
             }
         )
     return entry, bands
-
-
-MIN_RATE_SAMPLES = 3  # per-request decode rates a side needs before the ratio of their medians gets an interval
-
-
-def _decode_ratio(base: list[float], batched: list[float]) -> tuple[float | None, float | None, float | None]:
-    """The c/c=1 ratio of median decode rates, with its bootstrap interval when each side has ``MIN_RATE_SAMPLES`` rates.
-
-    With fewer, the ratio is shown but has no interval: one request at c=1 is the machine's noise of that second, and
-    the regression rules judge only ratios with an interval.
-
-    Examples
-    --------
-    >>> _decode_ratio([100.0], [50.0])
-    (0.5, None, None)
-    >>> ratio, low, high = _decode_ratio([100.0, 110.0, 90.0], [50.0, 55.0, 45.0])
-    >>> ratio, low <= ratio <= high
-    (0.5, True)
-    >>> _decode_ratio([], [50.0])
-    (None, None, None)
-    """
-    if not base or not batched:
-        return None, None, None
-    if min(len(base), len(batched)) < MIN_RATE_SAMPLES:
-        return statistics.median(batched) / statistics.median(base), None, None
-    return parity.ratio_interval(base, batched)
 
 
 def _is_run(path: Path) -> bool:

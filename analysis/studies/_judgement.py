@@ -18,7 +18,7 @@ rules, in the order they are applied (``docs/verdicts.md`` states them for peopl
    divergence rate over the batched requests is below the target, else AMBER with how many more requests would do.
 
 ``max_ulp`` is the one ULP figure of a run: the largest distance of a batched request's logprob from its m=1 reference.
-``cost`` is each c's decode rate per request against c=1's (``_judgement_cost``). The row's object and columns are in
+``cost`` is each c's per-request decode rate over the c=1 baseline (:func:`analysis.metrics.decode_cost`). The row's object and columns are in
 ``_judgement_frame``, its sentences in ``_judgement_words``.
 """
 
@@ -32,11 +32,10 @@ from typing import Any, cast
 
 import polars as pl
 
-from ..metrics import divergence_bound, requests_needed
-from ..run import Run, RunLike, band_table, legacy_arm, numbered_steps, read_run, reference_table, run_arms, slot_table
-from ._judgement_cost import _cost, _with_measured_fix, cost_words
+from ..metrics import cost_by_c, divergence_bound, requests_needed
+from ..run import Run, RunLike, band_table, legacy_arm, numbered_steps, read_run, reference_table, slot_table
+from ._judgement_cost import _with_measured_fix, cost_words, judged_arms
 from ._judgement_evidence import (
-    BATCHED_ARMS,
     _alone_states,
     _formation,
     _states,
@@ -130,11 +129,7 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
     bands = _formation(band_table(run))
     states = _states(slots)
     alone = _alone_states(refs, states)
-    arms = (
-        [a for a in run_arms(run.manifest) if a in BATCHED_ARMS]
-        or run_arms(run.manifest)[:1]
-        or [legacy_arm(run.manifest)]
-    )
+    arms = judged_arms(run.manifest)
     legacy = legacy_arm(run.manifest)
     missing = missing_frame(run.missing())
     refused = refused_requests(run.manifest, legacy)
@@ -263,7 +258,7 @@ def judge_arm(
         "confidence": confidence,
         "requests_needed": needed,
         "max_ulp": batched["max_ulp"].max(),
-        "cost_by_c": _cost(states),
+        "cost_by_c": cost_by_c(states),
         "unformed": unformed.select("prompt_id", c="c", repeat="repeat", widest_seen="widest_seen").to_dicts(),
     }
     # the bound counts distinct batch contexts: a repeat of the same context is checked, but is not a new trial

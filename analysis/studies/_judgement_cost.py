@@ -1,71 +1,95 @@
 """The cost of batching in a judgement row: each c's decode rate per request against c=1's, in numbers and in words,
 and what bia's row-invariant mode cost where a run in that mode was judged beside a RED one.
 
-``cost`` compares each c's per-request decode rate with c=1's, both sides timed the same way (the streams' own
-arrival times, or the server's own per-token timing), with a bootstrap interval where each side has three rates.
+``cost`` compares each c's per-request decode rate with one c=1 baseline, both sides timed the same way: the one
+definition of :func:`analysis.metrics.decode_cost`, which every surface renders.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
 import polars as pl
 
-from ..metrics import ratio_interval
+from ..metrics import TIMING_WORDS, decode_cost
+from ..run import legacy_arm, run_arms, slot_table
+from ._judgement_evidence import BATCHED_ARMS
 from ._judgement_frame import SCHEMA
 
-MIN_RATE_SAMPLES = 3  # rates a side needs before a ratio of medians gets an interval
+RATIO_HEADING = "per-request decode rate vs c=1"  # the column every table shows a c's ratio under
+
+RATIO_WORDS = (
+    "The per-request decode rate vs c=1 is each c's median per-request decode rate over the c=1 baseline: the median "
+    "per-request decode rate of the same arm's c=1 requests (each the prompt sent alone), both sides timed one way (the "
+    "streams' own arrival times where a c=1 stream was timed so, else the server's). It is each request's rate, not the "
+    "server's: below 1× a request decodes slower than alone while the server may serve more tokens per second in all."
+)  # the definition, as the report states it beside the ratios (docs/glossary.md has the same)
 
 
-def _origin_kind(origin: str | None) -> str | None:
-    if origin is None:
-        return None
-    return "streams" if origin == "stream" else "server"
+def ratio_cell(ratio: float | None) -> str:
+    """A ratio to the c=1 baseline as every table shows it: ``0.80×``; ``—`` where unmeasured.
+
+    Parameters
+    ----------
+    ratio : float or None
+        The ratio.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> ratio_cell(3.2999), ratio_cell(None)
+    ('3.30×', '—')
+    """
+    return "—" if ratio is None else f"{ratio:.2f}×"
 
 
-def _cost(states: pl.DataFrame) -> list[dict[str, Any]]:
-    """Per c > 1, the median per-request decode rate over c=1's, both sides of one origin, with a bootstrap interval."""
-    timed = states.filter(pl.col("decode_tok_s").is_not_null() & (pl.col("decode_tok_s") > 0)).with_columns(
-        kind=pl.col("decode_rate_origin").map_elements(_origin_kind, return_dtype=pl.String)
-    )
-    rates = {(c, kind): group["decode_tok_s"].to_list() for (c, kind), group in timed.group_by("c", "kind")}
-    out = []
-    for c in sorted({c for c, _ in rates if c > 1}):
-        kind = next((k for k in ("streams", "server") if rates.get((1, k)) and rates.get((c, k))), None)
-        if kind is None:
-            continue
-        base, batched = rates[(1, kind)], rates[(c, kind)]
-        if min(len(base), len(batched)) >= MIN_RATE_SAMPLES:
-            ratio, low, high = ratio_interval(base, batched)
-        else:
-            ratio, low, high = statistics.median(batched) / statistics.median(base), None, None
-        out.append(
-            {
-                "c": c,
-                "ratio": ratio,
-                "low": low,
-                "high": high,
-                "origin": kind,
-                "base_rates": len(base),
-                "rates": len(batched),
-                "median": statistics.median(batched),
-                "base_median": statistics.median(base),
-            }
-        )
-    return out
+def judged_arms(manifest: Mapping[str, Any]) -> list[str]:
+    """The arms a run's judgement has a row for: its batched arms (copies, mixed), else its first arm.
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest.
+
+    Returns
+    -------
+    list of str
+    """
+    return [a for a in run_arms(manifest) if a in BATCHED_ARMS] or run_arms(manifest)[:1] or [legacy_arm(manifest)]
+
+
+def run_decode_cost(run: Any) -> pl.DataFrame:
+    """:func:`analysis.metrics.decode_cost` of a run's first judged arm (copies where it has one): the figures that runs
+    and engines side by side and the trend show per run, the same as the answer's row for that arm.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``decode_cost``'s columns, one row per c timed like the baseline (c=1 included).
+    """
+    arm = judged_arms(run.manifest)[0]
+    return decode_cost(slot_table(run).filter(pl.col("arm") == arm))
 
 
 def cost_words(cost: list[Mapping[str, Any]] | None) -> str | None:
-    """A run's cost in words: each c's decode rate per request against c=1's, with its interval where it has one.
+    """A run's cost in words: each c's per-request decode rate over the c=1 baseline, with its interval where it has one,
+    and what the baseline is.
 
     Parameters
     ----------
     cost : list of Mapping of str to Any or None
-        A row's ``cost_by_c``: per c, ``c``, ``ratio``, ``low`` and ``high`` (None without an interval) and ``origin``
-        (``streams`` or the server's timings). None or empty gives None.
+        A row's ``cost_by_c`` (:func:`analysis.metrics.cost_by_c`): per c, ``c``, ``ratio``, ``low`` and ``high`` (None
+        without an interval), ``origin`` (the timing), ``base_median`` and ``base_rates``. None or empty gives None.
 
     Returns
     -------
@@ -73,19 +97,41 @@ def cost_words(cost: list[Mapping[str, Any]] | None) -> str | None:
 
     Examples
     --------
-    >>> cost_words([{"c": 4, "ratio": 0.9, "low": 0.8, "high": 1.01, "origin": "streams"}, {"c": 8, "ratio": 0.5, "low": None,
-    ...             "high": None, "origin": "streams"}])
-    'c=4 0.90× (0.80–1.01), c=8 0.50× of c=1’s decode rate per request (streams’ timings)'
+    >>> cost_words([{"c": 4, "ratio": 0.9, "low": 0.8, "high": 1.01, "origin": "streams", "base_median": 30.84, "base_rates": 3},
+    ...             {"c": 8, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_median": 30.84, "base_rates": 3}])
+    'c=4 0.90× (0.80–1.01), c=8 0.50× the per-request decode rate at c=1 (baseline 30.8 tok/s: the median of 3 c=1 requests, streams’ timings)'
     """
     if not cost:
         return None
     parts = [
-        f"c={c['c']} {c['ratio']:.2f}×" + (f" ({c['low']:.2f}–{c['high']:.2f})" if c.get("low") is not None else "")
+        f"c={c['c']} {ratio_cell(c['ratio'])}"
+        + (f" ({c['low']:.2f}–{c['high']:.2f})" if c.get("low") is not None else "")
         for c in cost
     ]
-    origins = sorted({c["origin"] for c in cost})
-    timing = " and ".join("streams’ timings" if o == "streams" else "the server’s timings" for o in origins)
-    return f"{', '.join(parts)} of c=1’s decode rate per request ({timing})"
+    return f"{', '.join(parts)} the per-request decode rate at c=1 ({baseline_words(cost[0])})"
+
+
+def baseline_words(cost: Mapping[str, Any]) -> str:
+    """The c=1 baseline a ratio of ``cost_by_c`` is over, in words: its rate, how many requests and how they were timed.
+
+    Parameters
+    ----------
+    cost : Mapping of str to Any
+        One c of a ``cost_by_c`` (every c of a row shares the baseline).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> baseline_words({"base_median": 1180.4, "base_rates": 1, "origin": "server"})
+    'baseline 1,180 tok/s: the median of 1 c=1 request, the server’s timings'
+    """
+    n = cost["base_rates"]
+    rate = f"{cost['base_median']:,.0f}" if cost["base_median"] >= 100 else f"{cost['base_median']:.3g}"
+    timing = TIMING_WORDS.get(cost["origin"], cost["origin"])
+    return f"baseline {rate} tok/s: the median of {n} c=1 request{'' if n == 1 else 's'}, {timing}"
 
 
 def _with_measured_fix(frame: pl.DataFrame) -> pl.DataFrame:

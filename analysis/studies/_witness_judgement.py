@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from ..metrics import divergence_bound, requests_needed
+from ..metrics import cost_by_c, divergence_bound, requests_needed
 from ._judgement_cost import cost_words
 from ._judgement_frame import SCHEMA, Judgement
 
@@ -173,20 +173,4 @@ def _judge_witness(
 
 def _cost(bands: pl.DataFrame) -> list[dict[str, Any]]:
     """Each c's band decode rate over c=1's, as the witness recorded them (one rate a band: no interval)."""
-    rates = {c: r for c, r in bands.select("c", "decode_tok_s").iter_rows() if r}
-    base = rates.get(1)
-    return [
-        {
-            "c": c,
-            "ratio": rate / base,
-            "low": None,
-            "high": None,
-            "origin": "server",
-            "base_rates": 1,
-            "rates": 1,
-            "median": rate,
-            "base_median": base,
-        }
-        for c, rate in sorted(rates.items())
-        if base and c > 1
-    ]
+    return cost_by_c(bands.select("c", "decode_tok_s", decode_rate_origin=pl.lit("witness")))

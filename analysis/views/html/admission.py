@@ -7,9 +7,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import polars as pl
+
 from ...core import MISSING, cell
 from ...verdicts import ShapeVerdict, V3Policy
+from .answer import CSS
 from .blocks import render
+from .verdict_card import recorded_words
 
 
 def _short(commit: str | None) -> str:
@@ -83,8 +87,11 @@ def _for_people(verdict: ShapeVerdict) -> dict[str, Any]:
     }
 
 
-def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict]) -> str:
+def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict], judgement: Any = None) -> str:
     """Each witness's recorded and re-derived run verdict, its V3 verdict, and every discrepancy.
+
+    A recorded verdict that bia's judgement does not share says so in its own words, with bia's verdict and why they
+    differ (:func:`recorded_words`), coloured by bia's verdict, not by the recorded one.
 
     Parameters
     ----------
@@ -92,32 +99,45 @@ def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict]) -> str:
         The witness set.
     verdicts : mapping of str to ShapeVerdict
         Each witness's V3 verdict, by source.
+    judgement : Judgement, optional
+        bia's judgement holding each witness's row (the report's); judged here when not given.
 
     Returns
     -------
     str
         HTML.
     """
+    from ...studies import judge_witnesses
+
     polars_set = ws.to_backend("polars")
-    witnesses = [
-        {
-            "source": row["source"],
-            "version": cell(row["witness_version"]),
-            "host": cell(row["host"]),
-            "commit": _short(row["commit"]),
-            "model": cell(row["model_path"]),
-            "recorded": row["recorded_verdict"],
-            "derived": cell(row["derived_verdict"]),
-            "agrees": row["verdict_agrees"],
-            "verdict": _for_people(verdicts[row["source"]]),
-        }
-        for row in polars_set.witnesses.iter_rows(named=True)
-    ]
+    judged = (judge_witnesses(ws) if judgement is None else judgement).frame
+    witnesses = []
+    for row in polars_set.witnesses.iter_rows(named=True):
+        mine = judged.filter(pl.col("run") == row["source"]).to_dicts()
+        bands = polars_set.bands.filter(pl.col("source") == row["source"])
+        words, differs = recorded_words(row, bands, mine[0] if mine else None)
+        witnesses.append(
+            {
+                "source": row["source"],
+                "version": cell(row["witness_version"]),
+                "host": cell(row["host"]),
+                "commit": _short(row["commit"]),
+                "model": cell(row["model_path"]),
+                "recorded": row["recorded_verdict"],
+                "recorded_words": words,
+                "bia_css": CSS[mine[0]["verdict"]] if differs else None,
+                "derived": cell(row["derived_verdict"]),
+                "agrees": row["verdict_agrees"],
+                "verdict": _for_people(verdicts[row["source"]]),
+            }
+        )
     discrepancies = [{k: cell(v) for k, v in row.items()} for row in polars_set.discrepancies.iter_rows(named=True)]
     return render("verdicts.html.j2", witnesses=witnesses, discrepancies=discrepancies)
 
 
-def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any], policy: V3Policy) -> str:
+def admission_html(
+    ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any], policy: V3Policy, judgement: Any = None
+) -> str:
     """aprender's V3 release gate as its own section.
 
     Parameters
@@ -130,6 +150,9 @@ def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any]
         The runs to judge too, one witness per prompt (empty unless the reader asked).
     policy : V3Policy
         The policy in force, described in the section's opening words.
+    judgement : Judgement, optional
+        bia's judgement of the witnesses (the report's), named beside a recorded verdict it does not share; judged here
+        when not given.
 
     Returns
     -------
@@ -145,7 +168,7 @@ def admission_html(ws, verdicts: Mapping[str, ShapeVerdict], runs: Iterable[Any]
         policy=policy,
         bands=cell(list(policy.bands)),
         ratio=f"{policy.s7_ratio:.0%}",
-        witnesses=verdicts_html(ws, verdicts) if ws.sources else "",
+        witnesses=verdicts_html(ws, verdicts, judgement) if ws.sources else "",
         runs=judged,
     )
 

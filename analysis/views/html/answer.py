@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from ...run import ARM_WORDS, arm_words
-from ...studies import Judgement, rate_words
+from ...studies import RATIO_HEADING, Judgement, baseline_words, rate_words, ratio_cell
 from .blocks import scroll_box
 
 CSS = {
@@ -21,11 +21,18 @@ __all__ = ["CSS", "answer_html", "judgement_html"]
 
 
 def _short_cost(cost: list[Mapping[str, Any]] | None) -> str:
-    """Each c's decode rate per request over c=1's, in a few characters: ``0.80× / 0.59× at c=4 / 8``."""
+    """Each c's per-request decode rate over the c=1 baseline, in a few characters: ``0.80× / 0.59× at c=4 / 8``."""
     if not cost:
         return "unmeasured"
-    ratios = " / ".join(f"{c['ratio']:.2f}×" for c in cost)
+    ratios = " / ".join(ratio_cell(c["ratio"]) for c in cost)
     return f"{ratios} at c={' / '.join(str(c['c']) for c in cost)}"
+
+
+def _cost_cell(cost: list[Mapping[str, Any]] | None) -> str:
+    """The cost's cell: the ratios, with their baseline (:func:`analysis.studies.baseline_words`) as its tooltip."""
+    if not cost:
+        return "<td>unmeasured</td>"
+    return f'<td title="{escape(baseline_words(cost[0]))}">{escape(_short_cost(cost))}</td>'
 
 
 def _full_why(row: Mapping[str, Any]) -> str:
@@ -108,9 +115,7 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: 
     >>> html.count('data-verdict="RED"'), html.startswith('<table id="answer"')
     (1, True)
     """
-    head = "".join(
-        f"<th>{h}</th>" for h in ("verdict", "run (arm)", "why", "decode rate vs c=1", "evidence", "next step")
-    )
+    head = "".join(f"<th>{h}</th>" for h in ("verdict", "run (arm)", "why", RATIO_HEADING, "evidence", "next step"))
     rows = []
     for row in judgement:
         evidence = f"{row['requests']} batched, {row['bands'] - row['bands_unformed']}/{row['bands']} bands formed"
@@ -118,7 +123,7 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: 
             f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
             f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
             f"<td><code>{escape(row['run'])}</code> ({_arm_html(row['arm'], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>"
-            f"<td>{escape(_short_cost(row['cost_by_c']))}</td><td>{escape(evidence)}</td>{_step_cell(row['next_step'] or '', full)}</tr>"
+            f"{_cost_cell(row['cost_by_c'])}<td>{escape(evidence)}</td>{_step_cell(row['next_step'] or '', full)}</tr>"
         )
     ident = f' id="{escape(table_id)}"' if table_id else ""
     return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'

@@ -10,7 +10,15 @@ import polars as pl
 
 from ...core import MISSING, cell, kernel_mode_words, percent
 from ...run import RunError
-from ...studies import default_engine_reference, engine_label, engine_table, mode_comparison
+from ...studies import (
+    RATIO_HEADING,
+    default_engine_reference,
+    engine_label,
+    engine_table,
+    mode_comparison,
+    ratio_cell,
+    run_decode_cost,
+)
 from .tables import table_html
 
 
@@ -76,17 +84,20 @@ def mode_comparison_html(runs: Iterable[Any], *, reference: Any = "ref1", judgem
                 ),
                 "token flips": int(group["token_flips"].sum()),
                 "max ULP, batched against m=1": cell(judged.get("max_ulp")),
-                "median decode tok/s": " / ".join(
+                "median decode tok/s per request": " / ".join(
                     cell(None if r is None else round(r)) for r in group["median_decode_tok_s"]
                 ),
+                RATIO_HEADING: _ratios(group.select("c", "decode_vs_c1").rows()),
                 "rate over the default mode's": _rate_vs_default(group["rate_vs_default"]),
             }
         )
     caption = (
         "The verdict and max ULP are the run's judgement (the answer above): the largest ULP distance of a batched request's "
-        "logprob from its m=1 reference. Each measure is listed in the order of the c column. The rate over the default mode's is the run's median decode rate "
-        "over that of the default-mode run in the same folder at the same c: it needs such a run beside it, which a run that names "
-        "no kernel mode (llama.cpp's, for one) does not have."
+        "logprob from its m=1 reference. Each measure is listed in the order of the c column. The per-request decode rate vs c=1 "
+        "is the answer's, for the run's first arm there (copies where it has one): each c's median decode rate per request over "
+        "the c=1 baseline, the median at c=1, both timed one way (the answer says how). The rate over the default mode's is that median over the default-mode run's "
+        "in the same folder at the same c: it needs such a run beside it, which a run that names no kernel mode (llama.cpp's, "
+        "for one) does not have."
     )
     return table_html(pl.DataFrame(rows).sort("run"), caption=caption)
 
@@ -118,6 +129,7 @@ def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
     except RunError as exc:  # runs of other prompts: nothing to put side by side, and the reason is said
         return table_html(pl.DataFrame(), empty=f"The engines cannot be compared: {exc}")
     verdicts = _verdicts(judgement, runs)
+    ratios = {r.label: dict(run_decode_cost(r).select("c", "ratio").rows()) for r in runs}
     rows = []
     for (engine, run), group in table.group_by(["engine", "run"], maintain_order=True):
         alone = group.filter(pl.col("role") == "m=1").row(0, named=True)
@@ -133,6 +145,7 @@ def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
                     f"{s} of {n}" for s, n in bands.select("token_identical", "requests").rows()
                 ),
                 "bits from token": " / ".join(cell(b) for b in bands["min_bitwise_prefix"]),
+                RATIO_HEADING: _ratios([(c, ratios.get(run, {}).get(c)) for c in bands["c"]]),
                 # against its own m=1: from which c batching changes this engine's bits (padded batching, a kernel mode...)
                 "bit-identical to its own m=1": " / ".join(
                     MISSING if v is None else f"{v:.0%}" for v in bands["own_m1_bit_identical"]
@@ -144,7 +157,8 @@ def engines_html(runs: Iterable[Any], *, judgement: Any = None) -> str:
         "are compared with the reference's m=1 stream of the same prompt. 'Bits from token' is the shortest prefix of float32 "
         "logprobs bit-identical to it (the length of the stream when every bit matches); its ULP figures are engine against "
         "engine, not the run's own. The verdict is the run's judgement against its own m=1 (the answer above), and the last column the "
-        "share of each c's requests bit-identical to the run's own m=1: where batching starts to change that engine's bits."
+        "share of each c's requests bit-identical to the run's own m=1: where batching starts to change that engine's bits. "
+        "The per-request decode rate vs c=1 is the answer's, for the run's first arm there (see the answer for its baseline)."
     )
     return table_html(pl.DataFrame(rows), caption=caption)
 
@@ -162,6 +176,17 @@ def _against_reference(row: dict[str, Any]) -> str:
         f"{tokens}; bits from token {row['min_bitwise_prefix']}, up to {row['max_ulp']:,} ULP against the reference engine "
         f"(|delta logprob| up to {cell(row['max_abs_delta'])})"
     )
+
+
+def _ratios(by_c: list[tuple[int, float | None]]) -> str:
+    """Each c's ratio to the c=1 baseline in the order of the c column, c=1 named as the baseline it is.
+
+    Examples
+    --------
+    >>> _ratios([(1, 1.0), (4, 3.2999), (8, None)])
+    'baseline / 3.30× / —'
+    """
+    return " / ".join("baseline" if c == 1 else ratio_cell(r) for c, r in by_c)
 
 
 def _rate_vs_default(rates: pl.Series) -> str:

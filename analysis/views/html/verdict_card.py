@@ -1,6 +1,7 @@
 """The verdict card (:class:`Review`) and the lines every card shares: the judgement's headline and lines, the table per
-batch size c, and the bits, tokens and near-tie lines. Runs' cards are :mod:`analysis.views.html.review`, witnesses'
-:mod:`analysis.views.html.witness_review`; every value is formatted for people here, and the templates escape it."""
+batch size c, the bits, tokens and near-tie lines, and a recorded witness verdict beside bia's. Runs' cards are
+:mod:`analysis.views.html.review`, witnesses' :mod:`analysis.views.html.witness_review`; every value is formatted for
+people here, and the templates escape it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from ...core import MISSING, share
+from ...core import MISSING, cell, share
 
 NOT_RECORDED = "the logprob bits are not recorded"  # why a card has no bits to judge, unless it says another reason
 
@@ -145,3 +146,48 @@ def _near_tie_line(counts: pl.DataFrame, epsilon: float) -> tuple[str, str, str 
     words = f"explains {explained} of {parted} divergence(s) (the reference's top-1/top-2 margin below {epsilon:g})"
     words += f"; {unknown} with no margin recorded" if unknown else ""
     return "near-tie", words + ".", "pass" if explained == parted else "fail"
+
+
+def recorded_words(witness: dict[str, Any], bands: pl.DataFrame, row: dict[str, Any] | None) -> tuple[str, bool]:
+    """aprender's recorded run verdict beside bia's: short where they agree, else both and why they differ, in one phrase.
+
+    Parameters
+    ----------
+    witness : dict
+        The witness's row of ``WitnessSet.witnesses`` (``recorded_verdict``, ``witness_version``).
+    bands : polars.DataFrame
+        Its bands (``c``, and ``intra_agree_to`` and ``declared_min`` where its version records them).
+    row : dict or None
+        bia's judgement row of the witness (``verdict``, ``cause``); None when it was not judged.
+
+    Returns
+    -------
+    tuple of (str, bool)
+        The words, and whether the two differ (a recorded PASS that bia judges RED; a recorded FAIL it does not).
+
+    Examples
+    --------
+    >>> bands = pl.DataFrame({"c": [1, 4], "intra_agree_to": [128, 128], "declared_min": [64, 64]})
+    >>> recorded_words({"recorded_verdict": "PASS", "witness_version": 2}, bands, {"verdict": "RED", "cause": "run-to-run"})[0]
+    "recorded PASS; bia's rule: RED, run-to-run: witness_version 2 passes a batch whose requests agree with each other (here to token 128, declared_min 64) without comparing them with m=1, where bia compares every request with m=1"
+    >>> recorded_words({"recorded_verdict": "FAIL", "witness_version": 1}, bands, {"verdict": "RED", "cause": "co-batching"})
+    ('FAIL', False)
+    """
+    recorded, version = witness["recorded_verdict"], witness["witness_version"]
+    if row is None or recorded not in ("PASS", "FAIL") or (recorded == "PASS") == (row["verdict"] != "RED"):
+        return recorded or "not recorded", False
+    bia = f"{row['verdict']}, {row['cause']}" if row.get("cause") else row["verdict"]
+    if recorded == "PASS" and version in (2, 3):
+        batched = bands.filter(pl.col("c") > 1)
+        agree = batched["intra_agree_to"].min() if "intra_agree_to" in batched.columns else None
+        declared = batched["declared_min"].min() if "declared_min" in batched.columns else None
+        why = (
+            f"witness_version {version} passes a batch whose requests agree with each other (here to token {cell(agree)}, "
+            f"declared_min {cell(declared)}) without comparing them with m=1, where bia compares every request with m=1"
+        )
+    else:
+        why = (
+            f"witness_version {version}'s rules pass a band that agrees with m=1 to declared_min, where bia asks whether "
+            "every request matches m=1 over its whole length"
+        )
+    return f"recorded {recorded}; bia's rule: {bia}: {why}", True

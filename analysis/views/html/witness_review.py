@@ -1,5 +1,6 @@
 """The report's verdict card of a witness: the questions of :mod:`analysis.views.html.review` asked of one witness file,
-which keeps tokens, not logprobs, and says where aprender's recorded verdict and the card disagree, and why."""
+which keeps tokens, not logprobs, and says where aprender's recorded verdict and bia's disagree, and why
+(:func:`~analysis.views.html.verdict_card.recorded_words`, which aprender's gate section says too)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import polars as pl
 
 from ...core import MISSING, cell
 from ...metrics import per_c_counts
-from .verdict_card import Review, _bits_line, _judged, _near_tie_line, _per_c_table, _tokens_line
+from .verdict_card import Review, _bits_line, _judged, _near_tie_line, _per_c_table, _tokens_line, recorded_words
 
 
 def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review]:
@@ -40,15 +41,20 @@ def witness_reviews(ws, *, epsilon: float, judgement: Any = None) -> list[Review
 
     out = []
     for row, slots, bands in ws.each_witness():
-        judged = _judged(judgement.frame.filter(pl.col("run") == row["source"]).to_dicts())
+        rows = judgement.frame.filter(pl.col("run") == row["source"]).to_dicts()
         out.append(
-            _witness_review(witness_label(row["source"], row["witness_version"]), row, slots, bands, epsilon, judged)
+            _witness_review(witness_label(row["source"], row["witness_version"]), row, slots, bands, epsilon, rows)
         )
     return out
 
 
 def _witness_review(
-    name: str, witness: dict[str, Any], slots: pl.DataFrame, bands: pl.DataFrame, epsilon: float, judged: tuple
+    name: str,
+    witness: dict[str, Any],
+    slots: pl.DataFrame,
+    bands: pl.DataFrame,
+    epsilon: float,
+    judged: list[dict[str, Any]],
 ) -> Review:
     margins = bands.select("band_index", margin="top2_margin_at_divergence")
     reference = pl.lit(
@@ -68,7 +74,7 @@ def _witness_review(
         where=pl.format("slot {}", "i"),
     )
     counts = per_c_counts(rows)
-    verdict, headline, css, judgement_lines = judged
+    verdict, headline, css, judgement_lines = _judged(judged)
     lines = [
         *judgement_lines,
         _bits_line(counts, None),
@@ -92,9 +98,9 @@ def _witness_review(
                 "warn",
             ),
         )
-    differs = _against_aprender(witness, bands, css)
+    words, differs = recorded_words(witness, bands, judged[0] if judged else None)
     if differs:
-        lines.append(differs)
+        lines.append(("aprender", words, None))
     about = [
         ("source", witness["source"]),
         ("witness_version", cell(witness["witness_version"])),
@@ -109,30 +115,6 @@ def _witness_span(witness: dict[str, Any]) -> int | None:
     """The token the witness's two m=1 references part at, when they part before its reference length; else None."""
     at, tokens = witness["reference_self_divergence_at"], witness["reference_tokens"]
     return at if at is not None and tokens is not None and at < tokens else None
-
-
-def _against_aprender(witness: dict[str, Any], bands: pl.DataFrame, css: str) -> tuple[str, str, None] | None:
-    """One line, when aprender's recorded verdict and this card disagree, saying why: its rules judge other things than m=1."""
-    recorded, version = witness["recorded_verdict"], witness["witness_version"]
-    if (recorded == "PASS") == (css != "fail") or recorded not in ("PASS", "FAIL"):
-        return None
-    if recorded == "PASS" and version in (2, 3):
-        batched = bands.filter(pl.col("c") > 1)
-        agree = batched["intra_agree_to"].min() if "intra_agree_to" in batched.columns else None
-        declared = batched["declared_min"].min() if "declared_min" in batched.columns else None
-        return (
-            "aprender",
-            f"records PASS: witness_version {version} passes a batch whose requests agree with each other "
-            f"(here to token {cell(agree)}, declared_min {cell(declared)}) without comparing them with m=1; "
-            "this card compares every request with m=1.",
-            None,
-        )
-    return (
-        "aprender",
-        f"records {recorded} by witness_version {version}'s rules (a band passes when it agrees with m=1 to "
-        "declared_min); this card asks whether every request matches m=1 over its whole length.",
-        None,
-    )
 
 
 def _witness_completeness(

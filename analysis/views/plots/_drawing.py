@@ -108,6 +108,29 @@ def _axes(ax):
     return ax
 
 
+def width_for(bars: int, *, each: float = 1.6, frame: float = 1.0, least: float = 2.5, most: float = 12.0) -> float:
+    """A figure's width in inches from the bars (or columns) it draws: ``frame`` and ``each`` a bar, within ``least`` and
+    ``most``, so that one bar is not drawn as wide as the page and many stay legible (labels outside the axes add to it).
+
+    Parameters
+    ----------
+    bars : int
+        The bars or columns drawn side by side.
+    each, frame, least, most : float
+        Inches a bar, inches besides, and the bounds.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> width_for(1), width_for(4), width_for(40)
+    (2.6, 7.4, 12.0)
+    """
+    return min(most, max(least, frame + each * bars))
+
+
 def _set_c_axis(ax, cs: list[int]) -> None:
     if not cs:
         return

@@ -9,7 +9,7 @@ import polars as pl
 
 from ...run import Run
 from ...studies import LADDER, UNEXPLAINED, attribution_shares, attribution_table, engine_label
-from ._drawing import _empty, as_frame, drawn
+from ._drawing import _empty, as_frame, drawn, width_for
 
 _CAUSES = [name for name, _, _ in LADDER] + [UNEXPLAINED]
 _COLOURS = dict(zip(_CAUSES, ["#8c8c8c", "#d62728", "#9467bd", "#ff7f0e", "#1f77b4", "#2ca02c", "#000000"]))
@@ -82,7 +82,8 @@ def plot_attribution(shares: Any, *, ax=None):
     )
     c = "c"
     if ax is None:
-        _, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * max(1, shares.select("engine", c).n_unique())))
+        bars = max(1, shares.select("engine", c).n_unique())  # as wide as its bars need, never the page for one
+        _, ax = plt.subplots(figsize=(width_for(bars, each=0.5, frame=4.5, least=5.5, most=9.0), 1.2 + 0.45 * bars))
     if shares.is_empty():
         return _empty(ax, "No run was probed with control arms (bia probe --arms): nothing to attribute.")
     bars = shares.select("engine", c).unique(maintain_order=True).sort("engine", c)
@@ -100,6 +101,6 @@ def plot_attribution(shares: Any, *, ax=None):
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
     ax.set_xlabel("share of the requests that part from m=1")
-    ax.set_title("Why streams part: the first control arm that reproduces each divergence")
+    ax.set_title("Why streams part: the first control arm that reproduces each divergence", wrap=True)
     ax.legend(loc="lower right", fontsize="small")
     return ax

@@ -39,9 +39,8 @@ def witness_figures(ws) -> list[tuple[Any, str]]:
         )
     ]
     witnesses = ws.to_backend("polars").witnesses
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * max(1, min(witnesses.height, 20))))
-    plot_env_knobs(witnesses, ax=ax)
-    return [*out, (fig, "kernel env knobs that differ between witnesses")]
+    knobs = plot_env_knobs(witnesses)  # its own figure, as wide as the knobs it shows
+    return [*out, (knobs.figure, "kernel env knobs that differ between witnesses")]
 
 
 def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[Any, str]]:

@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from ...witness import WitnessSet
-from ._drawing import _axes, _empty, drawn
+from ._drawing import _axes, _empty, drawn, width_for
 
 
 def witness_label(source: str, version: int | None) -> str:
@@ -66,7 +66,8 @@ def differing_env_knobs(witnesses: Any) -> pl.DataFrame:
 
 
 def plot_env_knobs(witnesses: Any, *, ax=None):
-    """A grid of the env knobs that differ between witnesses: one row per witness, value in each cell.
+    """A grid of the env knobs that differ between witnesses: one row per witness, value in each cell; a figure drawn here
+    is as wide as its columns (:func:`width_for`), not the page.
 
     ``witnesses``: a witness set, or its ``witnesses`` frame.
 
@@ -89,9 +90,12 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
     >>> [t.get_text() for t in ax.get_xticklabels()]
     ['BATCHED_PREFILL']
     """
+    mine = ax is None
     ax = _axes(ax)
     table = differing_env_knobs(witnesses)
     knobs = [c for c in table.columns if c.startswith("env_")]
+    if mine:  # a figure of its own: as wide as its columns, as tall as its rows
+        ax.figure.set_size_inches(width_for(len(knobs)), 1.2 + 0.5 * max(1, min(table.height, 20)))
     if not knobs:
         return _empty(
             ax,
@@ -105,8 +109,13 @@ def plot_env_knobs(witnesses: Any, *, ax=None):
         for k, value in enumerate(row):
             ax.text(k, r, "unset" if value is None else value, ha="center", va="center")
     ax.set_xticks(range(len(knobs)))
-    ax.set_xticklabels([k.removeprefix("env_") for k in knobs])
+    names = [k.removeprefix("env_") for k in knobs]
+    column = ax.get_position().width * ax.figure.get_figwidth() / len(knobs)  # inches a column
+    if max(map(len, names)) * 0.08 > column:  # about 0.08 in a character at 10 pt: slanted, not overlapping
+        ax.set_xticklabels(names, rotation=35, ha="right", rotation_mode="anchor")
+    else:
+        ax.set_xticklabels(names)
     ax.set_yticks(range(table.height))
     ax.set_yticklabels([witness_label(s, v) for s, v in table.select("source", "witness_version").iter_rows()])
-    ax.set_title("Kernel env knobs that differ between witnesses")
+    ax.set_title("Kernel env knobs that differ between witnesses", wrap=True)  # wraps over a narrow grid
     return ax
