@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 from _cli import bia
@@ -102,3 +103,37 @@ def test_a_command_whose_extra_is_missing_names_it_before_any_work(command, tmp_
                            "of bia (README says how a GPU user gets a CUDA build of torch instead)\n")
     assert not (tmp_path / "runs").exists()
 
+
+
+def test_a_server_that_answers_but_not_as_a_chat_server_is_exit_2_as_cli_md_says(tmp_path):
+    """Issue 41: cli.md listed "an HTTP error status" under exit 6 while a 404 exited 2. A server that answers, but not as an
+    OpenAI-compatible chat stream (here 404 to every POST), is a URL that is not one to probe: exit 2, said as cli.md says;
+    exit 6 is for nothing answering, and README names it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NotAChatServer(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"data": [{"id": "m"}]}')
+
+        def do_POST(self):
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotAChatServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        done = bia("certify", url, "--wait", "0", "--ladder", "1,2", "--max-tokens", "4", "-o", "c.json", cwd=tmp_path)
+    finally:
+        server.shutdown()
+    assert done.returncode == 2, done.stderr
+    assert "did not answer as an OpenAI-compatible chat stream: HTTP 404" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "c.json").exists() and not any((tmp_path / "runs").glob("*/*"))
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    assert "a 404 or 501 at the wrong path" in cli and "is exit 2" in cli
+    assert "6 when nothing answers at the URL" in (ROOT / "README.md").read_text()

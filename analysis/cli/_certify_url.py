@@ -198,10 +198,11 @@ async def _wait_for(url: str, seconds: float) -> None:
     """Wait for a server that is starting, saying so once on stderr (a paste that starts it and certifies it at once)."""
     import httpx
 
+    from ..core import duration
     from ..probe import wait_for_server
 
     def say() -> None:
-        typer.echo(f"waiting up to {seconds:g} s for {url} to answer (--wait)", err=True)
+        typer.echo(f"waiting up to {duration(seconds)} for {url} to answer (--wait)", err=True)
 
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
         await wait_for_server(client, url, seconds, on_wait=say)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from ..core import duration
 from ._rundir import ProbeError
 
 
@@ -328,7 +329,8 @@ async def wait_for_server(
         if waited >= seconds:
             why = f"{type(body).__name__}: {body or 'no connection'}" if refused else f"HTTP {status}, starting"
             raise ServerUnreachable(
-                f"nothing answers at {base} after {waited:.0f} s ({why}); is the server running, on this host and port? "
+                f"nothing answers at {base} after {duration(round(waited))} ({why}); is the server running, on this host "
+                "and port? "
                 "(--wait SECONDS waits longer for one that is starting)"
             )
         if not said and on_wait is not None:
