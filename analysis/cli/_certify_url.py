@@ -19,6 +19,13 @@ def claim_certificate(output: Path, *, force: bool) -> None:
     """Check that the certificate may be written at ``output``: a new file, an earlier certificate (replaced, so that
     certifying again in the same folder works), or, with ``force``, any file.
 
+    Parameters
+    ----------
+    output : Path
+        The certificate's path (``-o``).
+    force : bool
+        Replace any file there (``--force``).
+
     Raises
     ------
     OutputExists
