@@ -120,7 +120,7 @@ def test_certify_waits_for_a_server_that_starts_after_it(tmp_path):
         server.terminate()
         server.wait(timeout=60)
     assert certify.returncode in (0, 8), out + err  # every request bit-identical; the bound is not the point here
-    assert err.splitlines()[0] == f"waiting up to 60 s for http://127.0.0.1:{port} to answer (--wait)"
+    assert err.splitlines()[0] == f"waiting up to 1 min for http://127.0.0.1:{port} to answer (--wait)"
     assert json.loads((tmp_path / "c.json").read_text())["arms"][0]["divergent"] == 0
 
 

@@ -161,7 +161,6 @@ def certify_url(
     ):  # beside the bars; a log gets it with the verdict, so that a fault found first stays its one line
         typer.echo(f"certifying {url}: {plan}", err=True)
     try:
-        asyncio.run(_wait_for(url, wait))
         folder, judgement, stopped = asyncio.run(
             certify_server(
                 url,
@@ -171,6 +170,8 @@ def certify_url(
                 confidence=confidence,
                 max_requests=max_requests,
                 max_time=max_time,
+                wait=wait,
+                on_wait=lambda: typer.echo(f"waiting up to {duration(wait)} for {url} to answer (--wait)", err=True),
             )
         )
     except (ServerUnreachable, ServerGone) as exc:
@@ -199,17 +200,3 @@ def certify_url(
     write_atomic(output, json.dumps(document, indent=2) + "\n")
     print_lines(document, output)
     raise typer.Exit(document["exit_code"])
-
-
-async def _wait_for(url: str, seconds: float) -> None:
-    """Wait for a server that is starting, saying so once on stderr (a paste that starts it and certifies it at once)."""
-    import httpx
-
-    from ..core import duration
-    from ..probe import wait_for_server
-
-    def say() -> None:
-        typer.echo(f"waiting up to {duration(seconds)} for {url} to answer (--wait)", err=True)
-
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
-        await wait_for_server(client, url, seconds, on_wait=say)

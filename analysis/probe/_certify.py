@@ -19,9 +19,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from ..metrics import requests_needed
 from ..run import ROTATING, RunError, read_run
 from ..studies import Judgement, judge
+from ._engines import wait_for_server
 from ._probe import probe
 from ._rundir import ProbeError
 from ._settings import ProbeSettings
@@ -94,6 +97,8 @@ async def certify_server(
     max_time: float | None = None,
     poll_s: float = 2.0,
     say: Callable[[str], Any] | None = None,
+    wait: float = 0.0,
+    on_wait: Callable[[], Any] | None = None,
     **options: Any,
 ) -> tuple[Path, Judgement, str | None]:
     """Probe ``url`` for a certificate and judge it; returns the run directory, the judgement, and why the probe was stopped
@@ -124,6 +129,10 @@ async def certify_server(
         How often, in seconds, the run written so far is judged.
     say : callable, optional
         Takes each line the probe tells (see :func:`analysis.probe.probe`).
+    wait : float, default 0
+        Seconds to wait for a server that is starting (:func:`wait_for_server`), after the plan is checked.
+    on_wait : callable, optional
+        Called once when the server is not up yet (to say that it waits).
     **options
         Fields of :class:`ProbeSettings` as keywords, over ``settings`` when it is given.
 
@@ -153,6 +162,9 @@ async def certify_server(
         prompts=len(settings.prompts),
         max_requests=max_requests,
     )
+    if wait > 0:  # a server that is starting (README's paste starts it and certifies it at once)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
+            await wait_for_server(client, url, wait, on_wait=on_wait)
     out = Path(out)
     planned = settings.replace(repeats=repeats, **({} if settings.arms is not None else {"layout": ROTATING}))
     task = asyncio.ensure_future(probe(url, out, planned, say=say))
