@@ -245,12 +245,10 @@ def _sort_one(source: str, reads: set[str], reader: str, out: Sources) -> None:
         out.runs.append(source)  # read as a run, whose reader names what it lacks (captures/)
     elif path.is_dir():
         _sort_folder(path, source, reads, reader, out)
-    elif "dump" in reads and not looks_like_witness(source):
-        out.dumps.append(source)
-    elif "witness" in reads:
-        out.witnesses.append(source)
-    else:
-        out.runs.append(source)  # the run reader says that a file is no run directory
+    else:  # a file asked for by name is read: as what it looks like, else by the reader's own reader, which says why not
+        kind = "witness" if looks_like_witness(source) else "dump"
+        kind = kind if kind in reads else next(k for k in ("dump", "witness", "run") if k in reads)
+        {"run": out.runs, "witness": out.witnesses, "dump": out.dumps}[kind].append(source)
 
 
 def _sort_folder(folder: Path, source: str, reads: set[str], reader: str, out: Sources) -> None:
