@@ -304,6 +304,8 @@ def test_bia_report_on_the_bundled_experiment_folder_reads_its_runs_and_their_pa
     result = bia("report", str(ROOT / "data" / "experiment-cpu"), "-o", str(tmp_path / "r.html"))
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
-    assert len(notes) == 4 and all("is left out of the runs: sampler-trainer pairs of" in note for note in notes)
+    assert len(notes) == 4 and all(
+        "(not a witness, marker, dump or run: sampler-trainer pairs of" in note for note in notes
+    )
     text = _text(tmp_path / "r.html")
     assert "Sampler and trainer" in text and text.count("(copies)") >= 4  # the four kernel modes, and their pairs in the RL section
