@@ -187,7 +187,7 @@ def sort_sources(
     A folder contributes the run directories in it (manifest.json and captures/) and its files of a dump's suffix
     (``.json``, ``.jsonl``...) outside them, each as what it is; a file of a kind the reader does not read (or of none)
     is skipped, with why. A file no reader can parse goes to the reader's own reader, which names where it breaks: a
-    damaged file is never skipped. A URL is a witness source; a file given by name, or matched by a pattern, is read as
+    damaged file is never skipped. A URL is a witness source (a dump for a reader of dumps alone); a file given by name, or matched by a pattern, is read as
     what it looks like.
 
     Parameters
@@ -229,8 +229,9 @@ def _sort_one(source: str, reads: set[str], reader: str, out: Sources) -> None:
     from ..io import is_url
 
     path = Path(source)
-    if is_url(source):
-        out.witnesses.append(source)  # the witness reader fetches it
+    if is_url(source):  # fetched by the witness reader, or the dump reader where only dumps are read
+        kind = next((k for k in ("witness", "dump") if k in reads), "run")
+        {"run": out.runs, "witness": out.witnesses, "dump": out.dumps}[kind].append(source)
     elif glob.has_magic(source) and not path.exists():
         matches = sorted(glob.glob(source, recursive=True))
         if not matches:
