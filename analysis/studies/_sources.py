@@ -187,8 +187,8 @@ def sort_sources(
     A folder contributes the run directories in it (manifest.json and captures/) and its files of a dump's suffix
     (``.json``, ``.jsonl``...) outside them, each as what it is; a file of a kind the reader does not read (or of none)
     is skipped, with why. A file no reader can parse goes to the reader's own reader, which names where it breaks: a
-    damaged file is never skipped. A URL is a witness source (a dump for a reader of dumps alone); a file given by name, or matched by a pattern, is read as
-    what it looks like.
+    damaged file is never skipped. A URL is a witness source (a dump for a reader of dumps alone); a file given by
+    name, or matched by a pattern, is read as what it looks like.
 
     Parameters
     ----------
