@@ -41,11 +41,14 @@ CELLS = [
     ),
     (
         "code",
+        "import warnings\n\n"
         "import matplotlib.pyplot as plt\n"
         "from IPython.display import HTML, display\n\n"
         "import analysis\n"
         "from analysis import report\n"
-        "from analysis.run import read_run\n\n"
+        "from analysis.run import CapturesCutShort, read_run\n\n"
+        "# bia report said each capture cut short on stderr; the page lists them with what each run lacks\n"
+        'warnings.simplefilter("ignore", CapturesCutShort)\n'
         "v3_policy = analysis.V3Policy.from_mapping(policy)\n"
         "judge_runs = admission or bool(policy)\n"
         "default = not sources and not runs\n"
@@ -233,10 +236,14 @@ TREND = [
     ),
     (
         "code",
+        "import warnings\n\n"
         "import matplotlib.pyplot as plt\n"
         "from IPython.display import HTML, display\n\n"
         "import analysis\n"
-        "from analysis import report, trend\n\n"
+        "from analysis import report, trend\n"
+        "from analysis.run import CapturesCutShort\n\n"
+        "# bia trend said each capture cut short on stderr, before the notebook ran\n"
+        'warnings.simplefilter("ignore", CapturesCutShort)\n'
         "sources = history or trend.default_history_sources()\n"
         "past = analysis.read_history(sources)\n"
         "display(HTML(trend.header_html(title, history=past, sources=history)))\n"

@@ -189,7 +189,8 @@ def test_bia_assemble_refuses_what_it_cannot_place_or_read(tmp_path):
     result = CliRunner().invoke(app, ["assemble", str(tmp_path / "absent.json"), "-o", str(tmp_path / "run")])
     assert result.exit_code == 3 and "no such file" in result.stderr
     result = CliRunner().invoke(app, ["assemble", str(tmp_path), "--band-per-file", "-o", str(tmp_path / "run")])
-    assert result.exit_code == 4  # hello.json is in the folder: not a dump
+    # hello.json found in the folder is no dump: skipped with a note, as every command skips a stray file (issue 41)
+    assert result.exit_code == 0 and f"note: skipped {tmp_path / 'hello.json'} (not a witness, marker, dump or run" in result.stderr
 
 
 # --- bia report on dumps --------------------------------------------------------------------------
@@ -304,6 +305,8 @@ def test_bia_report_on_the_bundled_experiment_folder_reads_its_runs_and_their_pa
     result = bia("report", str(ROOT / "data" / "experiment-cpu"), "-o", str(tmp_path / "r.html"))
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
-    assert len(notes) == 4 and all("is left out of the runs: sampler-trainer pairs of" in note for note in notes)
+    assert len(notes) == 4 and all(
+        "(not a witness, marker, dump or run: sampler-trainer pairs of" in note for note in notes
+    )
     text = _text(tmp_path / "r.html")
     assert "Sampler and trainer" in text and text.count("(copies)") >= 4  # the four kernel modes, and their pairs in the RL section

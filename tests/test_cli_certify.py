@@ -67,7 +67,7 @@ def test_bad_input_is_named_with_bia_s_exit_codes(tmp_path):
     (tmp_path / "empty").mkdir()
     empty = certify(tmp_path / "empty", "-o", out)
     # a folder with nothing to read is exit 3 in every command: bia report and bia witness say so of it too (issue 32, item 5)
-    assert empty.exit_code == 3 and "holds no run directory" in empty.output
+    assert empty.exit_code == 3 and "nothing bia certify reads (run directories): the folder holds no file" in empty.output
     not_a_run = certify(ROOT / "README.md", "-o", out)
     assert not_a_run.exit_code == 4 and "README.md: no manifest.json" in not_a_run.output
     assert certify(DATA / "llamacpp-cpu", "--target-rate", "0", "-o", out).exit_code == 2

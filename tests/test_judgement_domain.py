@@ -146,7 +146,9 @@ def test_a_run_whose_references_are_missing_or_refused_names_each_prompt(tmp_pat
     row = judge(gone).frame.row(0, named=True)
     assert (row["verdict"], row["unjudged"], row["alone_unknown"]) == ("UNVERIFIED", 28, 0)  # p1's 28 batched requests
     assert row["reason"] == "no request parts from m=1, but 1 prompt(s) lack a reference, so they are unjudged: p1 ref #1 (not sent)"
-    assert row["next_step"].startswith("finish the run: bia probe URL -o ") and row["next_step"].endswith(" --resume")
+    # an experiment run is run again, never resumed as a probe's is (issue 41); its folder is renamed, so where it lands is said
+    assert row["next_step"].startswith("finish the run: run the experiment again") and "bia probe" not in row["next_step"]
+    assert "this run's mode is batch-invariant" in row["next_step"]
     # ref #2 of p0 refused by the server: p0's alone check lacks it, and the refusal is named
     second = {"prompt_id": "p0", "role": "reference", "slot": 1, "c": None, "repeat": None, "reason": "HTTP 503"}
     refused = _without(src, tmp_path / "refused", lambda e: e.get("prompt_id") == "p0" and e.get("role") == "reference" and e.get("slot") == 1,

@@ -46,6 +46,19 @@ del _name, _command
 
 def main() -> None:
     """Entry point of the ``bia`` console script and ``python -m analysis``."""
+    import warnings
+
+    shown = warnings.showwarning
+
+    def note(message, category, filename, lineno, file=None, line=None) -> None:
+        # bia's own warnings (a capture cut short, a file skipped, a source given twice) are a note's one line, as the
+        # commands' own notes are; anything else keeps Python's form
+        if category.__module__.startswith("analysis."):
+            typer.echo(f"note: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = note
     app(prog_name="bia")
 
 

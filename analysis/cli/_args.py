@@ -104,6 +104,25 @@ def _read_runs(paths: list[Path], option: str) -> None:
             raise _fail(f"{option} {exc}", EXIT_MISSING if not (path / "manifest.json").is_file() else 4) from None
 
 
+def _sources(given: list[str], reads: frozenset[str], command: str):
+    """What a command was given, sorted as every command sorts it (:func:`analysis.studies.sort_sources`): a source given
+    twice read once, and a file in a folder that the command does not read skipped, each with a note on stderr naming it
+    and why; exit 3 for a path that does not exist or a folder that holds nothing the command reads."""
+    from ..io import same_sources
+    from ..studies import sort_sources
+
+    kept, repeated = same_sources(given)
+    for first, again in repeated:
+        typer.echo(f"note: {again} is {first} given again; it is read once", err=True)
+    try:
+        sources = sort_sources(kept, reads=reads, reader=f"bia {command}")
+    except FileNotFoundError as exc:
+        raise _fail(exc, EXIT_MISSING) from None
+    for file, why in sources.skipped:
+        typer.echo(f"note: skipped {file} ({why})", err=True)
+    return sources
+
+
 def _unread(exc: OSError) -> typer.Exit:
     """A source not read: exit 6 for a URL that could not be fetched (SourceError), 3 for a path that does not exist."""
     from ..io import SourceError

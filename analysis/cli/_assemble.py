@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..core import OutputExists
-from ._args import _fail, _unread
+from ._args import _fail, _sources, _unread
 from ._options import BandPerFile, MappingFile
 
 
@@ -63,7 +63,8 @@ def assemble_command(
 
     if not dumps and mapping is None:
         raise _fail("give the dumps (files, folders or globs), or --mapping FILE")
-    run = _assemble(dumps or [], mapping, band_per_file, command="assemble")
+    found = _sources(dumps, frozenset({"dump"}), "assemble").dumps if dumps else []  # a stray file in a folder: a note
+    run = _assemble(found, mapping, band_per_file, command="assemble")
     try:
         folder = write_run(run, output, force=force)
     except OutputExists as exc:

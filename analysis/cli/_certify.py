@@ -11,14 +11,15 @@ from typing import Annotated
 import typer
 
 from ..core import OutputExists
-from ..verdicts import EXIT_MISSING, EXIT_RED
-from ._args import _fail
+from ..verdicts import EXIT_RED
+from ._args import _fail, _sources
 from ._certify_url import claim_certificate
 
 _STYLE = {"GREEN": "green", "AMBER": "yellow", "UNVERIFIED": "magenta", "RED": "red"}
 
 
 def certify_command(
+    ctx: typer.Context,
     runs: Annotated[list[str], typer.Argument(metavar="RUN...", help="Run directories, or folders that hold them.")],
     target_rate: Annotated[
         float,
@@ -105,7 +106,6 @@ def certify_command(
     """
     from ..core import write_atomic
     from ..dumps import DumpError
-    from ..report import run_directories
     from ..run import RunError, read_run
     from ..studies import certificate_document, judge_runs
 
@@ -138,24 +138,19 @@ def certify_command(
             refire=refire,
             print_lines=_print_lines,
         )
+    _refuse_url_options(ctx)
     try:
         claim_certificate(output, force=force)
     except OutputExists as exc:
         raise _fail(exc) from None
     read = []
-    for given in map(Path, runs):
-        if not given.exists():
-            raise _fail(f"{given}: no such file or directory", EXIT_MISSING)
-        folders = run_directories(given) if given.is_dir() else [given]
-        if not folders:
-            raise _fail(f"{given}: holds no run directory (a folder with manifest.json and captures/)", EXIT_MISSING)
-        for folder in folders:
-            try:
-                read.append(read_run(folder))
-            except (RunError, DumpError) as exc:
-                raise _fail(
-                    f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED
-                ) from None
+    for folder in _sources(runs, frozenset({"run"}), "certify").runs:  # a stray file in a folder: a note, not a failure
+        try:
+            read.append(read_run(folder))
+        except (RunError, DumpError) as exc:
+            raise _fail(
+                f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED
+            ) from None
     try:
         judgement = judge_runs(read, target_rate=target_rate, confidence=confidence)
     except (RunError, DumpError) as exc:  # a capture no table can be built from: one line, never a traceback
@@ -166,6 +161,20 @@ def certify_command(
     write_atomic(output, json.dumps(document, indent=2) + "\n")
     _print_lines(document, output)
     raise typer.Exit(document["exit_code"])
+
+
+# The options that shape a probe of a URL, by parameter name: given with run directories, they would change nothing
+_URL_ONLY = ("run", "ladder", "prompts", "max_tokens", "max_requests", "max_time", "server_log", "refire", "wait")
+
+
+def _refuse_url_options(ctx: typer.Context) -> None:
+    """Exit 2 for an option given that applies only with a URL, rather than ignore it with run directories (the first
+    named; an option left at its default is not given)."""
+    for name in _URL_ONLY:
+        # by name: typer may carry its own copy of click's ParameterSource
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT":
+            option = next(p for p in ctx.command.params if p.name == name).opts[-1]
+            raise _fail(f"{option} applies only with a URL to probe; bia certify was given run directories")
 
 
 def _print_lines(document: dict, output: Path) -> None:

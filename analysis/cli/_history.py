@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..core import OutputExists
-from ._args import _fail, _go_offline, _unread
+from ._args import _fail, _go_offline, _sources, _unread
 from ._options import Offline
 
 
@@ -26,13 +26,14 @@ def history_command(
     from ..core import OutputUnwritable, WitnessError, check_writable
     from ..io import SourceError
     from ..run import RunError
-    from ..studies import HistoryError, append_history
+    from ..studies import HISTORY_READS, HistoryError, append_history
 
     _go_offline(offline)
     try:
         check_writable(output / "history.json", "the history folder")  # before any source is read
         before = _history_size(output)
-        history = append_history(sources, output)
+        given = _sources(sources, HISTORY_READS, "history")
+        history = append_history([*given.histories, *given.runs, *given.witnesses], output)
     except (FileNotFoundError, SourceError) as exc:
         raise _unread(exc) from None
     except (WitnessError, RunError, HistoryError) as exc:

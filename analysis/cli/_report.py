@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from ..core import OutputExists
-from ..verdicts import EXIT_MISSING, EXIT_RED, V3Policy
-from ._args import _check_epsilon, _fail, _go_offline, _policy, _unread
+from ..verdicts import EXIT_RED, V3Policy
+from ._args import _check_epsilon, _fail, _go_offline, _policy, _sources, _unread
 from ._assemble import _assemble
 from ._options import BandPerFile, Bands, MappingFile, ModelPrefix, Offline, PolicyFile
 
@@ -63,8 +63,7 @@ def report_command(
 
     _go_offline(offline)
     from ..core import claim_output
-    from ..io import same_sources
-    from ..report import is_lone, sort_sources
+    from ..report import REPORT_READS, is_lone
 
     _check_epsilon(epsilon)
     policy = _policy(policy_file, model_prefix, None, bands, None, None, None, None)
@@ -74,15 +73,10 @@ def report_command(
             claim_output(notebook, force=force, what="--notebook")
     except OutputExists as exc:
         raise _fail(exc) from None
-    given, repeated = same_sources(sources or [])
-    for first, again in repeated:
-        typer.echo(f"note: {again} is {first} given again; it is read once", err=True)
-    try:
-        runs, witness_sources, dumps, skipped = sort_sources(given)
-    except FileNotFoundError as exc:
-        raise _fail(str(exc), EXIT_MISSING) from None
-    for file, why in skipped:
-        typer.echo(f"note: {file} is left out of the runs: {why}", err=True)
+    runs, witness_sources, dumps = [], [], []
+    if sources:  # the embedded default only when nothing at all is given: a folder with nothing to read is exit 3
+        given = _sources(sources, REPORT_READS, "report")
+        runs, witness_sources, dumps = given.runs, given.witnesses, given.dumps
     if band_per_file and not dumps and mapping is None:
         raise _fail("--band-per-file places dumps, and no dump was given")
     assembled = _assemble(dumps, mapping, band_per_file) if dumps or mapping is not None else None
@@ -112,6 +106,7 @@ def report_command(
             model_prefix=model_prefix,
             bands=bands,
             admission=admission,
+            embedded=not sources,
         )
 
 
@@ -129,8 +124,10 @@ def _report(
     model_prefix: str | None,
     bands: str | None,
     admission: bool,
+    embedded: bool,
 ) -> None:
-    """Read the runs and witnesses, so that a bad file is named here, then render the report."""
+    """Read the runs and witnesses, so that a bad file is named here, then render the report (over the embedded default
+    when ``embedded``: nothing was given)."""
     import dataclasses
 
     from ..core import WitnessError
@@ -141,9 +138,9 @@ def _report(
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
         from ..run import RunError, read_run
 
-        for run in runs or ([] if witness_sources else default_runs()):
+        for run in default_runs() if embedded else runs:
             read_run(run)
-        read_witnesses(witness_sources or ([] if runs else default_sources()), progress=sys.stderr.isatty())
+        read_witnesses(default_sources() if embedded else witness_sources, progress=sys.stderr.isatty())
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
         raise _unread(exc) from None
     except (WitnessError, RunError, ValueError) as exc:

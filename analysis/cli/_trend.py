@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..core import OutputExists
-from ._args import _fail, _go_offline, _unread
+from ._args import _fail, _go_offline, _sources, _unread
 from ._options import Offline
 
 
@@ -25,16 +25,24 @@ def trend_command(
     offline: Offline = False,
 ) -> None:
     """The trend report: bands over time per host, engine and model, regressions flagged with the commits around them."""
-    from ..core import WitnessError
+    from ..core import WitnessError, claim_output
     from ..io import SourceError
     from ..report import ReportError
     from ..report.trend import render_trend
     from ..run import RunError
-    from ..studies import HistoryError
+    from ..studies import HISTORY_READS, HistoryError
 
     _go_offline(offline)
+    try:  # the output first, before any source is read (render_trend claims it again, as its Python callers need)
+        claim_output(output, force=force, what="the trend report")
+    except OutputExists as exc:
+        raise _fail(exc) from None
+    given = []
+    if sources:  # the embedded history only when nothing at all is given: a folder with nothing to read is exit 3
+        found = _sources(sources, HISTORY_READS, "trend")
+        given = [*found.histories, *found.runs, *found.witnesses]
     try:
-        written = render_trend(sources or [], output, title=title, force=force)
+        written = render_trend(given, output, title=title, force=force)
     except OutputExists as exc:
         raise _fail(exc) from None
     except (FileNotFoundError, SourceError) as exc:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ..verdicts import EXIT_RED
-from ._args import _fail, _go_offline, _policy, _unread
+from ._args import _fail, _go_offline, _policy, _sources, _unread
 from ._options import Bands, ModelPrefix, Offline, PolicyFile
 
 
@@ -34,8 +34,9 @@ def witness_command(
     for path in paths:  # a run directory, not read file by file as witnesses (its cache files are none)
         if (problem := run_directory_problem(path)) is not None:
             raise _fail(problem, EXIT_RED)
+    sources = _sources(paths, frozenset({"witness"}), "witness")  # a stray file in a folder: a note, not a failure
     try:
-        ws = read_witnesses(paths)
+        ws = read_witnesses(sources.witnesses)
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
         raise _unread(exc) from None
     except WitnessError as exc:

@@ -15,6 +15,7 @@ import asyncio
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import httpx
 
 from ..metrics import requests_needed
-from ..run import ROTATING, RunError, read_run
+from ..run import ROTATING, CapturesCutShort, RunError, read_run
 from ..studies import Judgement, judge
 from ._engines import wait_for_server
 from ._probe import probe
@@ -193,7 +194,9 @@ def _red_so_far(out: Path, target_rate: float, confidence: float) -> bool:
     if not (out / "manifest.json").is_file():
         return False
     try:
-        run = read_run(out, cache=False)  # the captures grow while we read: never cache a snapshot of them
+        with warnings.catch_warnings():  # a line being appended as we read is no cut capture: said by no note
+            warnings.simplefilter("ignore", CapturesCutShort)
+            run = read_run(out, cache=False)  # the captures grow while we read: never cache a snapshot of them
         return judge(run, target_rate=target_rate, confidence=confidence).verdict == "RED"
     except (RunError, OSError, ValueError):  # a manifest being replaced, a line being written: judged at the next poll
         return False

@@ -37,6 +37,7 @@ from ..views.plots import plot_first_ops, rl_mismatch_figures, run_curves, run_f
 
 # For the commands (analysis.cli), not the API reference: re-exported by name, kept out of __all__.
 from ._inputs import ACCEPTS as ACCEPTS
+from ._inputs import REPORT_READS as REPORT_READS
 from ._inputs import is_lone as is_lone
 from ._inputs import run_directories as run_directories
 from ._inputs import run_directory_problem as run_directory_problem

@@ -34,7 +34,17 @@ from ._batch import filler_text as filler_text
 from ._batch import rotating_batch as rotating_batch
 from ._export import to_witness, write_witness
 from ._first_ops import first_op_table, first_ops_record, has_first_ops
-from ._layout import RUN_VERSION, RunError, RunLike, Unit, band_widths, load_manifest, plan
+from ._layout import (
+    RUN_VERSION,
+    CapturesCutShort,
+    RunError,
+    RunLike,
+    Unit,
+    band_widths,
+    load_manifest,
+    plan,
+    remake_step,
+)
 from ._layout import width_evidence as width_evidence  # for the probe's fire-again rule, not the API pages
 from ._mlperf import read_mlperf_pair
 from ._model import Run
@@ -51,6 +61,7 @@ __all__ = [
     "ARM_WORDS",
     "PREFIX_SHARES",
     "RUN_VERSION",
+    "CapturesCutShort",
     "Run",
     "RunError",
     "RunLike",
@@ -78,6 +89,7 @@ __all__ = [
     "reference_margins",
     "reference_table",
     "references",
+    "remake_step",
     "run_arms",
     "slot_table",
     "to_witness",

@@ -430,3 +430,55 @@ def _entry_cache_summary(entry: Mapping[str, Any] | None) -> str | None:
         elif after is not None:
             parts.append(f"{name} {after:g}")
     return "; ".join(parts) or None
+
+
+class CapturesCutShort(UserWarning):
+    """A run's capture file ends in a line cut short (no newline, not JSON): that request is left out, the run lacks it,
+    and the message says what writes it again for the run's kind (its manifest's producer)."""
+
+
+def remake_step(manifest: Mapping[str, Any], path: str | Path | None) -> str:
+    """What writes a run's missing captures, for what wrote the run (its manifest's ``producer``): a probe is resumed, an
+    experiment run again, an assembled run assembled again from its dumps.
+
+    Parameters
+    ----------
+    manifest : Mapping of str to Any
+        The run's manifest.
+    path : str, pathlib.Path or None
+        The run directory (None: an assembled run not written).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> remake_step({"producer": "bia probe", "url": "http://h:8000/v1/chat/completions"}, "runs/p")
+    'bia probe http://h:8000 -o runs/p --resume'
+    >>> remake_step({"producer": "bia experiment", "requested": {"kernel_mode": "default"}}, Path("runs/x/default"))
+    'run the experiment again: bia experiment -o runs/x --modes default --force, with the options that wrote it'
+    >>> remake_step({"assembled_from": [{"source": "a.json"}]}, "runs/a")
+    'assemble it again from its dumps: bia assemble DUMP... -o runs/a --force'
+    """
+    import re
+
+    where = "RUN" if path is None else str(path)
+    producer = manifest.get("producer")
+    if producer == "bia probe":
+        url = manifest.get("url")
+        return f"bia probe {re.sub(r'/v1/.*$', '', str(url)) if url else 'URL'} -o {where} --resume"
+    if producer == "bia experiment":  # written whole, one folder per kernel mode under -o: run again, not resumed
+        mode = (manifest.get("requested") or {}).get("kernel_mode")
+        folder = None if path is None else (Path(path) if Path(path).name else Path(path).resolve())
+        if not isinstance(mode, str) or folder is None or folder.name != mode:  # renamed: where it lands is said
+            return (
+                "run the experiment again with the options that wrote it (bia experiment -o OUTPUT --modes MODE --force "
+                f"writes OUTPUT/MODE; this run's mode is {mode or 'not recorded'})"
+            )
+        return f"run the experiment again: bia experiment -o {folder.parent} --modes {mode} --force, with the options that wrote it"
+    if manifest.get("assembled_from") is not None:
+        return f"assemble it again from its dumps: bia assemble DUMP... -o {where} --force"
+    if producer == "bia probe_callable":
+        return f"call probe_callable again into {where}"
+    return f"write it again with what wrote it ({producer or 'its manifest names no producer'})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import polars as pl
 
 from ..dumps import Dump, DumpError, read_dumps
 from ._derived import _capture_stamps, _derived_record, _read_derived, _write_derived
-from ._layout import _DEFAULTS, RunError, _checked_manifest, load_manifest
+from ._layout import _DEFAULTS, CapturesCutShort, RunError, _checked_manifest, load_manifest, remake_step
 from ._model import Run
 
 
@@ -64,15 +65,29 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, **options: Any
         and stamps is not None
         and (dump := _read_derived(path / "derived", captures, record, stamps)) is not None
     ):
-        return Run(manifest, dump, path)
+        return _said_cut(Run(manifest, dump, path))
     # A probe killed while appending a capture leaves its last line cut short: that request is left out
-    # (Dump.skipped says so) and Run.missing lists it, so the run still opens.
-    run = Run(manifest, _without_repeated_lines(read_dumps(captures, torn_tail=True, **options)), path)
+    # (Dump.skipped says so) and Run.missing lists it, so the run still opens, and a warning says so.
+    run = _said_cut(Run(manifest, _without_repeated_lines(read_dumps(captures, torn_tail=True, **options)), path))
     if stamps is not None and os.access(path, os.W_OK):  # stamps are taken exactly when the cache is used
         with contextlib.suppress(
             OSError
         ):  # a full disk or a folder we may not write into: the run is read all the same
             _write_derived(run, stamps)
+    return run
+
+
+def _said_cut(run: Run) -> Run:
+    """The run, once a CapturesCutShort warning has named each capture file of it that ends cut short (from the cache too:
+    every read says it), with what writes that request again for the run's kind."""
+    for note in run.dump.skipped:
+        if note.problem.startswith("cut short"):
+            warnings.warn(
+                f"{note.source}: {note.record} is {note.problem.split('):')[0]}): its request is left out "
+                f"and the run lacks it; to write it again: {remake_step(run.manifest, run.path)}",
+                CapturesCutShort,
+                stacklevel=3,
+            )
     return run
 
 

@@ -14,11 +14,26 @@ from ._judgement_evidence import domain_words
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
 from ._judgement_words import rate_words
 from ._rl_mismatch import TOP_SEQUENCES, largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs, trainer_pairs
+from ._sources import (
+    HISTORY_READS,
+    KINDS,
+    NothingToRead,
+    Sources,
+    SourceSkipped,
+    dump_kind,
+    is_history,
+    is_run_dir,
+    looks_like_witness,
+    run_directories,
+    sort_sources,
+)
 from ._study import Study, scan_study, study_tables, write_dataset
 from ._witness_judgement import judge_witnesses
 
 __all__ = [
     "EXIT_CODES",
+    "HISTORY_READS",
+    "KINDS",
     "LADDER",
     "RATIO_HEADING",
     "RATIO_WORDS",
@@ -31,6 +46,9 @@ __all__ = [
     "History",
     "HistoryError",
     "Judgement",
+    "NothingToRead",
+    "SourceSkipped",
+    "Sources",
     "Study",
     "append_history",
     "attribution_shares",
@@ -40,12 +58,16 @@ __all__ = [
     "certificate_document",
     "default_engine_reference",
     "domain_words",
+    "dump_kind",
     "engine_label",
     "engine_table",
+    "is_history",
+    "is_run_dir",
     "judge",
     "judge_runs",
     "judge_witnesses",
     "largest_k3",
+    "looks_like_witness",
     "mismatch_summaries",
     "mismatch_tokens",
     "mode_comparison",
@@ -54,7 +76,9 @@ __all__ = [
     "ratio_cell",
     "read_history",
     "run_decode_cost",
+    "run_directories",
     "scan_study",
+    "sort_sources",
     "stale_pairs",
     "study_tables",
     "trainer_pairs",

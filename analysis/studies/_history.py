@@ -34,7 +34,8 @@ import polars as pl
 from ..core import OutputExists, write_atomic
 from ..io import read_source_bytes
 from ._history_frames import BAND_SCHEMA, ENTRY_SCHEMA, MARKER_SCHEMA, History, _history_of
-from ._history_rows import _is_history, _rows_of
+from ._history_rows import _rows_of
+from ._sources import is_history as _is_history
 
 HISTORY_VERSION = 1
 

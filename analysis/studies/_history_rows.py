@@ -8,6 +8,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 import polars as pl
 
 from ..core import progress as show_progress
-from ..io import expand_sources, is_url
+from ..io import expand_sources
 from ..metrics import decode_cost
 from ._history_frames import BAND_SCHEMA, ENTRY_SCHEMA, MARKER_SCHEMA
+from ._sources import HISTORY_READS, SourceSkipped, sort_sources
 
 
 def _utc(text: Any) -> dt.datetime | None:
@@ -191,34 +193,13 @@ def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     return entry, bands
 
 
-def _is_run(path: Path) -> bool:
-    return (path / "manifest.json").is_file() and (path / "captures").is_dir()
-
-
-def _is_history(path: Path) -> bool:
-    return (path / "history.json").is_file()
-
-
 def _split(sources: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[Path], list[str]]:
-    """History folders, run directories and witness or marker sources, from what was given."""
-    histories, runs, documents = [], [], []
-    for source in sources:
-        text = os.fspath(source)
-        path = Path(text)
-        if is_url(text) or path.is_file() or not path.exists():
-            documents.append(text)  # a missing path is named by expand_sources
-        elif _is_history(path):
-            histories.append(path)
-        elif _is_run(path):
-            runs.append(path)
-        else:
-            found = sorted(m.parent for m in path.rglob("manifest.json") if _is_run(m.parent))
-            runs += found
-            inside = [p for p in path.rglob("*.json") if p.is_file() and not any(r in p.parents for r in found)]
-            documents += sorted(str(p) for p in inside)
-            if not found and not inside:  # as expand_sources says of a folder with nothing to read
-                raise FileNotFoundError(f"{text}: holds no run, witness or marker")
-    return histories, runs, documents
+    """History folders, run directories and witness or marker sources, from what was given, sorted as every command sorts
+    its sources (:func:`sort_sources`); a file in a folder that is none of them is skipped with a ``SourceSkipped`` warning."""
+    sorted_ = sort_sources(sources, reads=HISTORY_READS, reader="read_history")
+    for file, why in sorted_.skipped:
+        warnings.warn(f"skipped {file} ({why})", SourceSkipped, stacklevel=3)
+    return [Path(h) for h in sorted_.histories], [Path(r) for r in sorted_.runs], sorted_.witnesses
 
 
 def _rows_of(

@@ -6,6 +6,8 @@ import math
 import re
 from typing import Any, Protocol
 
+from ..run import remake_step
+
 
 class _Subject(Protocol):
     label: str
@@ -28,6 +30,12 @@ def _probe_command(subject: _Subject, extra: str, *, resume: bool = True) -> str
     if resume:
         return f"bia probe {base} -o {subject.label} --resume{extra}"
     return f"bia probe {base} -o {subject.label}-more --prompts FILE{extra} (its prompts, one per line)"
+
+
+def _probed(subject: _Subject) -> bool:
+    """Whether a probe wrote the run (or nothing says what did): then a resume finishes it."""
+    producer = subject.manifest.get("producer")
+    return producer in (None, "bia probe") and subject.manifest.get("assembled_from") is None
 
 
 _CACHE_OFF = {
@@ -91,7 +99,8 @@ def next_step(subject: _Subject, row: dict[str, Any]) -> str:
         if row.get("refused"):
             return f"fire the refused requests again: {_probe_command(subject, ' --retry-refused')}"
         if row["missing"] or (row["cs_missing"] and row["requests"]) or row.get("unjudged") or row.get("alone_unknown"):
-            return f"finish the run: {_probe_command(subject, '')}"
+            # a probe is resumed; an experiment or an assembled run is written again by what wrote it
+            return f"finish the run: {_probe_command(subject, '') if _probed(subject) else remake_step(subject.manifest, subject.label)}"
         if row["bands_unformed"]:
             widest = max(subject.ladder)
             if family == "bia serve":
