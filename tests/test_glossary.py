@@ -70,7 +70,7 @@ def tables(tmp_path_factory) -> dict[str, list[pl.DataFrame]]:
         "band_forks": [analysis.band_forks(run)], "width_table": [analysis.width_table(served)],
         "observer_table": [analysis.observer_table(served)], "accuracy_table": [analysis.accuracy_table(served)[0]],
         "first_op_table": [analysis.first_op_table(run)],
-        "study_tables": [per_run["slots"], per_run["bands"], per_run["prompts"]], "Study: runs": [study.runs],
+        "study_tables": [per_run[name] for name in ("slots", "bands", "prompts", "refs", "precision")], "Study: runs": [study.runs],
         "Study: tokens, candidates, requests": [study.tokens.head(1).collect(), study.candidates.head(1).collect(),
                                                 study.requests.head(1).collect()],
         "mode_comparison": [analysis.mode_comparison(modes)], "engine_table": [analysis.engine_table(analysis.default_runs())],

@@ -124,15 +124,61 @@ def judge_runs(runs: Any, *, target_rate: float = 0.01, confidence: float = 0.95
 
 
 def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> pl.DataFrame:
-    slots = slot_table(run)
-    refs = reference_table(run)
-    bands = _formation(band_table(run))
+    return judge_tables(
+        _subject(run),
+        slots=slot_table(run),
+        refs=reference_table(run),
+        bands=band_table(run),
+        missing=missing_frame(run.missing()),
+        precision=precision_compared(numbered_steps(run)[0].steps["logprob"]),
+        target_rate=target_rate,
+        confidence=confidence,
+        needed=needed,
+    )
+
+
+def judge_tables(
+    subject: Subject,
+    *,
+    slots: pl.DataFrame,
+    refs: pl.DataFrame,
+    bands: pl.DataFrame,
+    missing: pl.DataFrame,
+    precision: str,
+    target_rate: float,
+    confidence: float,
+    needed: int,
+) -> pl.DataFrame:
+    """One run's rows, one per arm, from its tables: whole (a run read into memory) or merged from a study's partitions
+    (:func:`judge_study`), so that both are judged by one piece of code.
+
+    Parameters
+    ----------
+    subject : Subject
+        The run's name and manifest, and the causes it can name.
+    slots, refs, bands : polars.DataFrame
+        Its slot, reference and band tables (:func:`analysis.run.slot_table`, ``reference_table``, ``band_table``).
+    missing : polars.DataFrame
+        The requests its plan lacks (:func:`missing_frame` of ``Run.missing``).
+    precision : str
+        The precision its logprobs were recorded at (:func:`precision_compared`).
+    target_rate, confidence : float
+        The bound's target and confidence.
+    needed : int
+        The bit-identical distinct contexts the bound needs.
+
+    Returns
+    -------
+    polars.DataFrame
+        Rows of ``SCHEMA``.
+    """
+    manifest = subject.manifest
+    bands = _formation(bands)
     states = _states(slots)
     alone = _alone_states(refs, states)
-    arms = judged_arms(run.manifest)
-    legacy = legacy_arm(run.manifest)
-    missing = missing_frame(run.missing())
-    refused = refused_requests(run.manifest, legacy)
+    arms = judged_arms(manifest)
+    legacy = legacy_arm(manifest)
+    refused = refused_requests(manifest, legacy)
     # what no arm can do without: each prompt's references, and what was sent alone
     lacking = pl.concat(
         [
@@ -142,12 +188,8 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
     ).unique()  # in any order: the words sort them
     shared = {
         "references_lacking": lacking,
-        "run": {
-            "sampling": sampling_words(run.manifest),
-            "precision": precision_compared(numbered_steps(run)[0].steps["logprob"]),
-        },
+        "run": {"sampling": sampling_words(manifest), "precision": precision},
     }
-    subject = _subject(run)
     rows = [
         judge_arm(
             subject,
@@ -426,7 +468,27 @@ _GREW = re.compile(r"(?:cached|cache_hits?)[\w:]*\s\+(\d+(?:\.\d+)?)")
 
 def _cache_served(run: Run) -> bool:
     """Whether any band's cache counters grew (llama.cpp's cached prompt tokens, vLLM's prefix-cache hits)."""
-    text = " ".join(filter(None, band_table(run)["prefix_cache"].to_list()))
+    return cache_served_in(band_table(run))
+
+
+def cache_served_in(bands: pl.DataFrame) -> bool:
+    """Whether any band of a band table shows its cache counters grew (:func:`_cache_served`).
+
+    Parameters
+    ----------
+    bands : polars.DataFrame
+        A band table (its ``prefix_cache`` column).
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> cache_served_in(pl.DataFrame({"prefix_cache": [None, "llamacpp:prompt_tokens_cached +12"]}))
+    True
+    """
+    text = " ".join(filter(None, bands["prefix_cache"].to_list()))
     return any(float(n) > 0 for n in _GREW.findall(text))
 
 

@@ -33,13 +33,24 @@ import polars as pl
 
 from ..core import OutputExists
 from ..core import progress as show_progress
-from ..dumps import REQUEST_SCHEMA, Dump, conform
+from ..dumps import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, Dump, conform
 from ..metrics import parity
-from ..run import Run, RunError, band_table, prompt_table, read_run, slot_table
+from ..run import (
+    Run,
+    RunError,
+    band_table,
+    numbered_steps,
+    prompt_table,
+    read_run,
+    reference_table,
+    slot_table,
+)
+from ._judgement_evidence import precision_compared
 
 PARTITION = ["run", "prompt_id"]
 _HIVE = {"run": pl.String, "prompt_id": pl.String}
 TABLES = ("tokens", "candidates", "requests")
+PARTITION_TABLES = ("slots", "bands", "prompts", "refs", "precision")  # what partition_tables gives of each partition
 
 
 def _run_dirs(runs: Iterable[Any] | str | os.PathLike[str]) -> list[Run | Path]:
@@ -233,10 +244,24 @@ def scan_study(path: str | os.PathLike[str]) -> Study:
         raise RunError(
             f"{text}: not a study dataset (no readable runs.parquet; write one with write_dataset): {exc}"
         ) from None
-    tokens, candidates, requests = [
-        pl.scan_parquet(_folder(text, table), hive_partitioning=True, hive_schema=_HIVE) for table in TABLES
-    ]
+    tokens, candidates, requests = [_scan_table(text, table) for table in TABLES]
     return Study(tokens, candidates, requests, runs=runs, path=text)
+
+
+_EMPTY = {"tokens": TOKEN_SCHEMA, "candidates": CANDIDATE_SCHEMA, "requests": REQUEST_SCHEMA}
+
+
+def _scan_table(path: str, table: str) -> pl.LazyFrame:
+    """One table of the dataset, lazily; an empty frame of its schema when no run wrote any row of it (runs recorded without
+    top-k alternatives leave ``candidates/`` without a file)."""
+    lazy = pl.scan_parquet(_folder(path, table), hive_partitioning=True, hive_schema=_HIVE)
+    try:
+        lazy.collect_schema()
+    except pl.exceptions.ComputeError as exc:
+        if "expanded paths were empty" not in str(exc):
+            raise
+        return pl.LazyFrame(schema={**_EMPTY[table], **_HIVE})
+    return lazy
 
 
 def partition_tables(
@@ -266,7 +291,8 @@ def partition_tables(
     Returns
     -------
     dict of str to polars.DataFrame
-        ``slots``, ``bands`` and ``prompts``.
+        ``slots``, ``bands`` and ``prompts``, the reference table (``refs``) and the precision its logprobs were recorded
+        at (``precision``, one row), which :func:`analysis.judge` of a study merges.
     """
     study = path if isinstance(path, Study) else scan_study(path)
     prompt = pl.col("prompt_id").is_null() if prompt_id is None else pl.col("prompt_id") == prompt_id
@@ -275,6 +301,9 @@ def partition_tables(
         "slots": slot_table(one, epsilon=epsilon, reference=reference),
         "bands": band_table(one, epsilon=epsilon, reference=reference),
         "prompts": prompt_table(one, reference=reference),
+        "refs": reference_table(one),
+        # the precision its logprobs were recorded at, merged over the partitions by judge (the widest wins)
+        "precision": pl.DataFrame({"precision": [precision_compared(numbered_steps(one)[0].steps["logprob"])]}),
     }
     return {name: table.select(pl.lit(run).alias("run"), pl.all()) for name, table in tables.items()}
 
@@ -286,7 +315,8 @@ def study_tables(
     epsilon: float = parity.NEAR_TIE_EPSILON,
     reference: str = "ref1",
 ) -> dict[str, pl.DataFrame]:
-    """The ``slots``, ``bands`` and ``prompts`` tables of every run in a dataset, partition by partition.
+    """The ``slots``, ``bands``, ``prompts`` and ``refs`` tables of every run in a dataset (and each partition's ``precision``),
+    partition by partition.
 
     Parameters
     ----------
@@ -315,7 +345,7 @@ def study_tables(
         parts = [
             partition_tables(study, run, prompt, epsilon=epsilon, reference=reference) for run, prompt in partitions
         ]
-    return {name: _concat([p[name] for p in parts]) for name in ("slots", "bands", "prompts")}
+    return {name: _concat([p[name] for p in parts]) for name in PARTITION_TABLES}
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:

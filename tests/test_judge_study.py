@@ -1,0 +1,64 @@
+"""``analysis.judge`` of a study (issue 42): a run written as a Parquet dataset and judged partition by partition, one
+prompt's streams in memory at a time, gives exactly the rows of the run read whole; on Ray too."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from conftest import ROOT
+from polars.testing import assert_frame_equal
+
+import analysis
+from analysis.report import run_directories
+from analysis.studies import scan_study, write_dataset
+
+BUNDLED = run_directories(ROOT / "data")
+
+
+def test_every_bundled_run_is_in_the_comparison():
+    assert len(BUNDLED) == 10 and {p.parent.name for p in BUNDLED} == {"experiment-cpu", "llamacpp-cpu", "transformers-cpu",
+                                                                        "vllm-cpu"}
+
+
+@pytest.mark.parametrize("run", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_run_judged_as_a_study_gives_the_rows_of_the_run_read_whole(run, tmp_path):
+    whole = analysis.judge(run).frame
+    study = write_dataset(run, tmp_path / "study")
+    assert_frame_equal(analysis.judge(study).frame, whole)  # the folder's path
+    assert_frame_equal(analysis.judge(scan_study(study)).frame, whole)  # the study open
+    assert whole.height >= 1 and whole["verdict"].is_in(["GREEN", "AMBER", "RED", "UNVERIFIED"]).all()
+
+
+def test_runs_judged_together_and_as_one_study_agree_row_for_row(tmp_path):
+    """Four runs of one experiment: judged together (so that a fix measured beside a run is named) and as one dataset."""
+    folder = ROOT / "data" / "experiment-cpu"
+    together = analysis.judge(run_directories(folder)).frame
+    assert_frame_equal(analysis.judge(write_dataset(folder, tmp_path / "study")).frame, together)
+    assert together["verdict"].to_list() == ["AMBER", "RED", "AMBER", "AMBER"]
+
+
+def test_a_study_without_top_k_alternatives_scans_as_empty_candidates(tmp_path):
+    """transformers' continuous batching was recorded without top-k alternatives: a table no run wrote a row of is an empty
+    frame of its schema, not a failed scan (it failed before, in study_tables too)."""
+    run = ROOT / "data" / "transformers-cpu" / "continuous"
+    assert analysis.read_run(run).candidates.height == 0
+    study = scan_study(write_dataset(run, tmp_path / "study"))
+    assert study.candidates.collect().height == 0 and "cand_logprob" in study.candidates.collect_schema()
+    assert analysis.study_tables(study.path)["slots"].height == analysis.slot_table(analysis.read_run(run)).height
+
+
+def test_judge_refuses_an_engine_it_does_not_know():
+    with pytest.raises(ValueError, match="engine must be 'polars' or 'ray', got 'spark'"):
+        analysis.judge(ROOT / "data" / "experiment-cpu" / "default", engine="spark")
+
+
+@pytest.mark.slow
+def test_judge_of_a_study_on_ray_gives_the_same_rows(tmp_path):
+    pytest.importorskip("ray")
+    folder = ROOT / "data" / "llamacpp-cpu"
+    study = write_dataset(folder, tmp_path / "study")
+    local = analysis.judge(study).frame
+    on_ray = analysis.judge(study, engine="ray").frame
+    assert_frame_equal(on_ray, local)
+    assert_frame_equal(local, analysis.judge(run_directories(folder)).frame)
+    assert local.filter(pl.col("verdict") == "RED").height >= 1
