@@ -12,7 +12,7 @@ import polars as pl
 def mode_comparison(runs: Iterable[Any], *, reference: Any = "ref1") -> pl.DataFrame:
     """Runs side by side (for example one experiment's kernel modes): the parity each bought against the
     m=1 reference and what it cost in decode rate, per run and band, as the Thinking Machines study
-    compares them. The rates are :func:`analysis.metrics.decode_cost`'s, the answer's: ``median_decode_tok_s`` is the
+    compares them. The rates are ``analysis.metrics.decode_cost``'s, the answer's: ``median_decode_tok_s`` is the
     median per-request decode rate of the run's first judged arm at c, timed like its c=1 baseline, and
     ``decode_vs_c1`` that over the baseline; ``rate_vs_default`` is the median over that of the ``default``-mode run in
     the same folder at the same c, both timed alike (null without one).

@@ -18,7 +18,7 @@ rules, in the order they are applied (``docs/verdicts.md`` states them for peopl
    divergence rate over the batched requests is below the target, else AMBER with how many more requests would do.
 
 ``max_ulp`` is the one ULP figure of a run: the largest distance of a batched request's logprob from its m=1 reference.
-``cost`` is each c's per-request decode rate over the c=1 baseline (:func:`analysis.metrics.decode_cost`). The row's object and columns are in
+``cost`` is each c's per-request decode rate over the c=1 baseline (``analysis.metrics.decode_cost``). The row's object and columns are in
 ``_judgement_frame``, its sentences in ``_judgement_words``.
 """
 

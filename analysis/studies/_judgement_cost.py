@@ -2,7 +2,7 @@
 and what bia's row-invariant mode cost where a run in that mode was judged beside a RED one.
 
 ``cost`` compares each c's per-request decode rate with one c=1 baseline, both sides timed the same way: the one
-definition of :func:`analysis.metrics.decode_cost`, which every surface renders.
+definition of ``analysis.metrics.decode_cost``, which every surface renders.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def judged_arms(manifest: Mapping[str, Any]) -> list[str]:
 
 
 def run_decode_cost(run: Any) -> pl.DataFrame:
-    """:func:`analysis.metrics.decode_cost` of a run's first judged arm (copies where it has one): the figures that runs
+    """``analysis.metrics.decode_cost`` of a run's first judged arm (copies where it has one): the figures that runs
     and engines side by side and the trend show per run, the same as the answer's row for that arm.
 
     Parameters

@@ -91,7 +91,7 @@ def verdicts_html(ws, verdicts: Mapping[str, ShapeVerdict], judgement: Any = Non
     """Each witness's recorded and re-derived run verdict, its V3 verdict, and every discrepancy.
 
     A recorded verdict that bia's judgement does not share says so in its own words, with bia's verdict and why they
-    differ (:func:`recorded_words`), coloured by bia's verdict, not by the recorded one.
+    differ (``recorded_words``), coloured by bia's verdict, not by the recorded one.
 
     Parameters
     ----------

@@ -67,7 +67,7 @@ def differing_env_knobs(witnesses: Any) -> pl.DataFrame:
 
 def plot_env_knobs(witnesses: Any, *, ax=None):
     """A grid of the env knobs that differ between witnesses: one row per witness, value in each cell; a figure drawn here
-    is as wide as its columns (:func:`width_for`), not the page.
+    is as wide as its columns (``width_for``), not the page.
 
     ``witnesses``: a witness set, or its ``witnesses`` frame.
 
