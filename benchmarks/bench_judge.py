@@ -28,10 +28,8 @@ import argparse
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +40,7 @@ for _path in (str(Path(__file__).resolve().parent), str(REPO)):
     if _path not in sys.path[:2]:
         sys.path.insert(0, _path)  # this checkout's analysis package and the benchmarks' helpers
 
-from _measure import measure  # noqa: E402
+from _measure import measure, watch  # noqa: E402
 from bench_study import _describe_data, _described, _load_average, generate_run  # noqa: E402
 
 # --- the measured steps: each runs in a fresh child process (module-level, for spawn) ------------------------
@@ -105,41 +103,15 @@ def step_judge(run_dir: str) -> dict:
 
 def step_report(arguments: tuple[str, str]) -> dict:
     """bia report --runs RUN -o OUT, as a child process: its wall time, its largest process's peak RSS and the tree's."""
-    import psutil
-
     run_dir, html = arguments
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "analysis", "report", run_dir, "-o", html]  # a run directory is a source: bia report RUN
     Path(html).unlink(missing_ok=True)
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    peak, stop = [0], threading.Event()
-
-    def sample() -> None:
-        me = psutil.Process(proc.pid)
-        while not stop.wait(0.2):
-            total = 0
-            try:
-                tree = [me, *me.children(recursive=True)]
-            except psutil.Error:
-                continue
-            for p in tree:
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:
-                    pass
-            peak[0] = max(peak[0], total)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    stop.set()
-    sampler.join()
-    code = os.waitstatus_to_exitcode(status)
-    out = {"max_process_rss": usage.ru_maxrss * 1024, "tree_peak": peak[0], "rc": code, "html_bytes": Path(html).stat().st_size if Path(html).exists() else 0,
-           "child_cpu": usage.ru_utime + usage.ru_stime}
-    if code:
-        out["error"] = output.decode(errors="replace").strip().splitlines()[-1:]
+    r = watch(command, cwd=str(REPO), env=env)  # the tree every 0.2 s, each process's own peak (the kernel's included)
+    out = {"max_process_rss": r["max_process_rss"], "tree_peak": r["tree_peak"], "rc": r["rc"],
+           "html_bytes": Path(html).stat().st_size if Path(html).exists() else 0, "child_cpu": r["cpu_seconds"]}
+    if r["rc"]:
+        out["error"] = r["output"].strip().splitlines()[-1:]
     return out
 
 
