@@ -3,6 +3,8 @@ prompt's streams in memory at a time, gives exactly the rows of the run read who
 
 from __future__ import annotations
 
+import shutil
+
 import polars as pl
 import pytest
 from conftest import ROOT
@@ -10,6 +12,8 @@ from polars.testing import assert_frame_equal
 
 import analysis
 from analysis.report import run_directories
+from analysis.run import CapturesCutShort, run_pieces
+from analysis.run import _pieces as pieces_module
 from analysis.studies import scan_study, write_dataset
 
 BUNDLED = run_directories(ROOT / "data")
@@ -62,3 +66,63 @@ def test_judge_of_a_study_on_ray_gives_the_same_rows(tmp_path):
     assert_frame_equal(on_ray, local)
     assert_frame_equal(local, analysis.judge(run_directories(folder)).frame)
     assert local.filter(pl.col("verdict") == "RED").height >= 1
+
+
+# --- a run directory judged in pieces ------------------------------------------------------------------------------
+
+
+def _copy(run, tmp_path):
+    """The run's manifest and captures in a folder of its own (its pieces are written there, not in the checkout)."""
+    folder = tmp_path / run.name
+    shutil.copytree(run, folder, ignore=shutil.ignore_patterns("derived"))
+    return folder
+
+
+@pytest.mark.parametrize("run", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_run_directory_judged_prompt_by_prompt_gives_the_rows_of_the_run_read_whole(run, tmp_path, monkeypatch):
+    """judge of a run directory reads it a piece at a time (derived/pieces/); with pieces of one prompt each, the merged
+    tables give the rows of the run read into memory, column for column, and a second read gives them again."""
+    monkeypatch.setattr(pieces_module, "PIECE_BYTES", 1)  # every prompt a piece of its own
+    folder = _copy(run, tmp_path)
+    whole = analysis.judge(analysis.read_run(folder)).frame
+    plan, pieces = run_pieces(folder)
+    assert [sorted(set(p.requests["prompt_id"])) for p in pieces] == [[prompt] for prompt in plan.prompts]
+    assert_frame_equal(analysis.judge(folder).frame, whole)
+    assert_frame_equal(analysis.judge(folder).frame, whole)  # from the pieces written by the first
+
+
+def test_pieces_are_read_again_while_the_captures_are_unchanged_and_written_again_when_they_change(tmp_path):
+    folder = _copy(ROOT / "data" / "experiment-cpu" / "default", tmp_path)
+    run_pieces(folder)
+    record = folder / "derived" / "pieces" / "manifest.json"
+    written = record.stat().st_mtime_ns
+    run_pieces(folder)
+    assert record.stat().st_mtime_ns == written
+    captures = folder / "captures" / "requests.jsonl"
+    lines = captures.read_text().splitlines(keepends=True)
+    captures.write_text("".join(lines[:-1]))  # the last request gone: the pieces are stale
+    plan, pieces = run_pieces(folder)
+    assert record.stat().st_mtime_ns != written and plan.requests.height == len(lines) - 1
+    assert sum(p.requests.height for p in pieces) == len(lines) - 1
+
+
+def test_a_capture_cut_short_is_said_when_judged_in_pieces_as_when_read_whole(tmp_path):
+    folder = _copy(ROOT / "data" / "experiment-cpu" / "default", tmp_path)
+    captures = folder / "captures" / "requests.jsonl"
+    text = captures.read_text()
+    captures.write_text(text[: len(text) - 200])  # the last line cut mid-record
+    with pytest.warns(CapturesCutShort, match="requests.jsonl: line 62 is cut short"):
+        piecewise = analysis.judge(folder).frame
+    with pytest.warns(CapturesCutShort):
+        whole = analysis.judge(analysis.read_run(folder)).frame
+    assert_frame_equal(piecewise, whole)
+    assert piecewise["verdict"][0] == "RED" and piecewise["missing"][0] == 1  # the cut request is missing, and counted so
+
+
+def test_the_bundled_runs_ship_their_pieces_current(tmp_path):
+    """The bundled runs' derived/pieces/ are committed with them: judging them writes nothing into the checkout."""
+    for run in BUNDLED:
+        record = run / "derived" / "pieces" / "manifest.json"
+        before = record.read_bytes()
+        run_pieces(run)
+        assert record.read_bytes() == before, f"{run}: its pieces were stale and written again"

@@ -15,7 +15,8 @@ import pytest
 from analysis import RunError, assemble_run, certificate, judge, write_run
 from analysis.studies._certificate import certificate_document
 from analysis.views.html import answer_html
-from analysis.studies._judgement import Subject, _alone_states, _formation, _states, judge_arm, judge_runs
+from analysis.studies import judge_runs
+from analysis.studies._judgement import Subject, _alone_states, _formation, _states, judge_arm
 from analysis.studies._judgement_cost import _with_measured_fix, cost_words
 from analysis.studies._judgement_frame import SCHEMA, Judgement, worst
 

@@ -26,9 +26,11 @@ __all__ = [
 
 # For the layers above, not in __all__ (so not in the API reference; ``X as X`` marks each as re-exported): the probe
 # checks each capture as it lands (parse_source, parse_sse, LIVE_SPAN), analysis.read_mlperf_pair pairs two logs
-# (MlperfLog, read_mlperf_log), run/ writes captures in the formats it re-reads (PAYLOAD_PARSERS, STREAM_FORMATS),
+# (MlperfLog, read_mlperf_log), run/ reads captures a piece at a time (iter_dump_parts, StreamRefused) and writes captures in the formats it re-reads (PAYLOAD_PARSERS, STREAM_FORMATS),
 # studies/ conforms its frames to the schema (conform).
 from ._liveness import LIVE_SPAN as LIVE_SPAN
+from ._read import StreamRefused as StreamRefused
+from ._read import iter_dump_parts as iter_dump_parts
 from ._read import parse_source as parse_source
 from ._schema import conform as conform
 from ._sse import parse_sse as parse_sse

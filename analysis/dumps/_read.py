@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from ..core import check_backend, to_backend
 from ..core import progress as show_progress
 from ..io import expand_sources, local_path
 from . import _json
+from ._fastkit import _REFUSALS
 from ._kit import Meta
 from ._schema import SCHEMAS, Rows
 from ._values import DumpError
@@ -23,6 +24,8 @@ from .formats import (
     DUMP_SUFFIXES,
     FORMATS,
     detect_format,
+    is_capture_jsonl,
+    iter_capture_jsonl,
     parse_jsonl,
     parse_payload_text,
     parse_torch,
@@ -269,6 +272,71 @@ def read_dumps(
     }
     return Dump(
         **{n: to_backend(f, backend) for n, f in frames.items()}, formats=formats, skipped=skipped, backend=backend
+    )
+
+
+class StreamRefused(Exception):
+    """A file :func:`iter_dump_parts` began in pieces turned out to need the general path, which reads it whole."""
+
+
+def iter_dump_parts(
+    path: str | os.PathLike[str], source: str | None = None
+) -> Iterator[tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], list[str], list[DumpError]]]:
+    """One dump file's tokens, candidates and requests a piece at a time, as :func:`read_dumps` reads them with
+    ``torn_tail``: a file of capture envelopes a chunk at a time, so that memory holds a piece and not the file; any
+    other file in one piece. Each piece comes with the formats found in it and what was left out.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    source : str, optional
+        Its name in the ``source`` column (the path as given by default).
+
+    Yields
+    ------
+    tuple
+        ``(tokens, candidates, requests)``, the formats, and the lines left out (a cut last line).
+
+    Raises
+    ------
+    DumpError
+        A file or line no reader takes.
+    StreamRefused
+        After some pieces, a line only the general path reads: read the file whole (:func:`read_dumps`).
+
+    Examples
+    --------
+    >>> parts = list(iter_dump_parts("data/experiment-cpu/default/captures/requests.jsonl"))
+    >>> sum(frames[2].height for frames, _, _ in parts), parts[0][1]
+    (62, ['openai_chat_sse'])
+    """
+    path = Path(path)
+    source = os.fspath(path) if source is None else source
+    keep, torn = _torn_tail(path, source)
+    if is_capture_jsonl(path):
+        try:
+            pieces = iter_capture_jsonl(path, source, keep)
+            first = next(pieces, None)  # a refusal (the general path's file) shows on the first piece, or not at all
+        except _REFUSALS:
+            first, pieces = None, None
+        if pieces is not None:
+            for frames, found in [first] if first is not None else []:
+                yield frames, [found], []
+            try:
+                for frames, found in pieces:
+                    yield frames, [found], []
+            except _REFUSALS as exc:  # read_dumps would read the whole file by the general path: the caller does
+                raise StreamRefused(f"{source}: the columnar reader left it to the general path ({exc})") from exc
+            if torn is not None:
+                empty = [pl.DataFrame(schema=SCHEMAS[n]) for n in ("tokens", "candidates", "requests")]
+                yield (empty[0], empty[1], empty[2]), [], [torn]
+            return
+    dump = read_dumps(path, torn_tail=True)
+    yield (
+        (dump.tokens, dump.candidates, dump.requests),
+        sorted({f for fs in dump.formats.values() for f in fs}),
+        list(dump.skipped),
     )
 
 

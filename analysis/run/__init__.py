@@ -13,7 +13,8 @@ Layout of a run directory (``run_version`` 2; version 1, which named ``c`` ``ban
     partial/             the probe's requests in flight (raw bytes and event times); a stopped run
                          keeps them, and ``Run.missing`` names them
     refused.jsonl        the bytes of streams the probe refused; superseded/: what a resume set aside
-    derived/             Parquet tables, rebuildable from captures/ (``Run.write_derived``)
+    derived/             Parquet tables, rebuildable from captures/ (``Run.write_derived``); derived/pieces/ the same
+                         parsed a chunk at a time and split by prompt (:func:`run_pieces`, what judge reads)
     witness.json         an aprender witness_version 3, rebuildable (``to_witness``)
     first_ops.json       an experiment's first op that differs per batched step (``first_op_table``)
 
@@ -48,6 +49,7 @@ from ._layout import (
 from ._layout import width_evidence as width_evidence  # for the probe's fire-again rule, not the API pages
 from ._mlperf import read_mlperf_pair
 from ._model import Run
+from ._pieces import run_pieces
 from ._prompt_tables import accuracy_table, drift_table, flip_table, observer_table, prompt_table, reference_margins
 from ._read import assemble_run, read_run
 from ._slot_tables import reference_table, slot_table
@@ -91,6 +93,7 @@ __all__ = [
     "references",
     "remake_step",
     "run_arms",
+    "run_pieces",
     "slot_table",
     "to_witness",
     "width_table",

@@ -8,7 +8,7 @@ from ._engines import default_engine_reference, engine_table
 from ._history import HistoryError, append_history, read_history
 from ._history_frames import RESULT_SETTINGS, History
 from ._judge import judge
-from ._judgement import judge_runs
+from ._judge_study import judge_runs
 from ._judgement_cost import RATIO_HEADING, RATIO_WORDS, baseline_words, ratio_cell, run_decode_cost
 from ._judgement_evidence import domain_words
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst

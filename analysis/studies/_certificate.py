@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from ..metrics import requests_needed
-from ._judgement import judge_runs
+from ._judge_study import judge_runs
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
 
 __all__ = ["CERTIFICATE_VERSION", "EXIT_CODES", "VERDICTS", "certificate", "certificate_document", "worst"]

@@ -132,7 +132,7 @@ def _run_digest(folder: Path) -> str:
 def _run_rows(folder: Path, appended: dt.datetime) -> tuple[dict, list[dict]]:
     """The entry and bands of one run directory."""
     from ..run import band_table, read_run, slot_table
-    from ._judgement import judge_runs
+    from ._judge_study import judge_runs
     from ._judgement_cost import run_decode_cost
 
     run = read_run(folder)

@@ -9,8 +9,7 @@ from typing import Any
 from ..metrics import requests_needed
 from ..run import RunLike
 from ..witness import WitnessSet
-from ._judge_study import judge_study
-from ._judgement import judge_runs
+from ._judge_study import judge_runs, judge_study
 from ._judgement_frame import Judgement
 from ._study import Study, scan_study
 from ._witness_judgement import judge_witnesses

@@ -1,20 +1,25 @@
-"""``analysis.judge`` of a study: each run's rows from its partitions' tables, merged in a fixed order, so that a study
-(or a run too large for memory, written as one) is judged by the same rules and code as a run read whole
-(:func:`judge_tables`), one prompt's streams in memory at a time, in this process or on Ray."""
+"""Judging runs and studies: :func:`judge_runs` (a run in memory, or a run directory a piece at a time) and
+:func:`judge_study`. A run's rows come from tables merged over its parts in a fixed order (a study's partitions, a run
+directory's pieces), judged by the code that judges a run read whole (:func:`judge_tables`), so that a run too large for
+memory is judged by the same rules, one group of prompts' streams in memory at a time, in this process or on Ray."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+from collections.abc import Callable
+from typing import Any, cast
 
 import polars as pl
 
 from ..dumps import Dump
-from ..run import Run
-from ._judgement import Subject, _batched_cause, _with_measured_fix, cache_served_in, judge_tables
-from ._judgement_evidence import missing_frame
+from ..metrics import requests_needed
+from ..run import Run, RunError, RunLike, run_pieces
+from ._judgement import Subject, _batched_cause, _judge_run, judge_tables
+from ._judgement_cost import _with_measured_fix
+from ._judgement_evidence import cache_served_in, missing_frame
 from ._judgement_frame import SCHEMA, Judgement
-from ._study import PARTITION, Study, scan_study, study_tables
+from ._study import PARTITION, Study, _concat, piece_tables, scan_study, study_tables
 
 _WIDEST = ("float64", "float32", "none")  # a precision merged over partitions: the widest any of them recorded
 
@@ -69,19 +74,99 @@ def _judge_one(
     mine = {key: _of_run(frame, name) for key, frame in tables.items()}
     requests = study.requests.filter(pl.col("run") == name).drop("run").collect(engine="streaming")
     plan = Run(manifest, Dump(_empty(study.tokens), _empty(study.candidates), requests))  # what Run.missing reads
-    precisions = set(mine["precision"]["precision"].to_list()) if mine["precision"].height else {"none"}
+    label = str(manifest.get("label") or path or name)
+    return judge_parts(
+        label,
+        plan,
+        mine,
+        lambda prompt_id: study.run(name, prompt_id),
+        target_rate=target_rate,
+        confidence=confidence,
+        needed=needed,
+    )
+
+
+def judge_run_pieces(
+    path: str | os.PathLike[str], *, target_rate: float, confidence: float, needed: int
+) -> pl.DataFrame:
+    """A run directory's rows from its pieces (:func:`analysis.run.run_pieces`): the tables of one group of prompts in
+    memory at a time, merged, then judged as a run read whole is.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run directory.
+    target_rate, confidence : float
+        The bound's target and confidence.
+    needed : int
+        The bit-identical distinct contexts the bound needs.
+
+    Returns
+    -------
+    polars.DataFrame
+        Rows of ``SCHEMA``, one per arm.
+    """
+    plan, pieces = run_pieces(path)
+    parts = [piece_tables(piece) for piece in pieces]
+    tables = {name: _concat([part[name] for part in parts]) for name in ("slots", "bands", "refs", "precision")}
+
+    def prompt_run(prompt_id: str) -> Run:  # the cause of a part, from its own prompt's piece
+        for piece in run_pieces(path)[1]:
+            if prompt_id in piece.requests["prompt_id"].to_list():
+                return piece
+        raise RunError(f"{path}: no request of prompt {prompt_id!r}")
+
+    return judge_parts(
+        plan.label, plan, tables, prompt_run, target_rate=target_rate, confidence=confidence, needed=needed
+    )
+
+
+def judge_parts(
+    label: str,
+    plan: Run,
+    tables: dict[str, pl.DataFrame],
+    prompt_run: Callable[[str], Run],
+    *,
+    target_rate: float,
+    confidence: float,
+    needed: int,
+) -> pl.DataFrame:
+    """One run's rows from tables merged over its parts (a study's partitions, a run directory's pieces).
+
+    Parameters
+    ----------
+    label : str
+        What the rows call the run.
+    plan : Run
+        The run with every request (its tokens not needed): the manifest, the ladder and ``Run.missing``.
+    tables : dict of str to polars.DataFrame
+        ``slots``, ``refs``, ``bands`` and ``precision`` (one row a part), merged in a fixed order.
+    prompt_run : callable
+        The run of one prompt's requests with their tokens, for the cause of a request that parts.
+    target_rate, confidence : float
+        The bound's target and confidence.
+    needed : int
+        The bit-identical distinct contexts the bound needs.
+
+    Returns
+    -------
+    polars.DataFrame
+        Rows of ``SCHEMA``, one per arm.
+    """
+    manifest = plan.manifest
+    precisions = set(tables["precision"]["precision"].to_list()) if tables["precision"].height else {"none"}
     subject = Subject(
-        str(manifest.get("label") or path or name),
+        label,
         manifest,
         [int(c) for c in plan.ladder],
-        lambda first, arm: _batched_cause(study.run(name, first["prompt_id"]), first, arm),  # the cause's own prompt
-        lambda: cache_served_in(mine["bands"]),
+        lambda first, arm: _batched_cause(prompt_run(first["prompt_id"]), first, arm),
+        lambda: cache_served_in(tables["bands"]),
     )
     return judge_tables(
         subject,
-        slots=mine["slots"],
-        refs=mine["refs"],
-        bands=mine["bands"],
+        slots=tables["slots"],
+        refs=tables["refs"],
+        bands=tables["bands"],
         missing=missing_frame(plan.missing()),
         precision=next(p for p in _WIDEST if p in precisions),
         target_rate=target_rate,
@@ -96,3 +181,44 @@ def _of_run(frame: pl.DataFrame, name: str) -> pl.DataFrame:
 
 def _empty(lazy: pl.LazyFrame) -> pl.DataFrame:
     return lazy.head(0).drop(PARTITION).collect()
+
+
+def judge_runs(runs: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> Judgement:
+    """Judge runs batch invariant (:func:`analysis.judge` takes witness sets too): one row per run and arm, GREEN, AMBER, RED or UNVERIFIED, by the module's rules.
+
+    Parameters
+    ----------
+    runs : Run, path, or an iterable of them
+        The runs (run directories are read).
+    target_rate : float
+        The divergence rate the batched requests must bound themselves below to be GREEN, in (0, 1].
+    confidence : float
+        The confidence of the one-sided upper bound on the divergence rate, in (0, 1).
+
+    Returns
+    -------
+    Judgement
+        ``verdict``, ``cause``, ``reason`` (one sentence), ``evidence``, ``cost``, ``first``, ``max_ulp`` and ``next_step``
+        in words, and the numbers behind them: ``requests`` (batched, c > 1), ``divergent`` (``tokens_parted`` plus
+        ``bits_only``), ``bits_unknown``, ``alone`` and ``alone_parted`` (the m=1 references' second copies and the
+        requests sent alone, against ref #1), ``bands``, ``bands_unformed``, ``missing`` requests, ``cs_missing``,
+        ``upper_bound``, ``requests_needed``, ``first_request``, ``unformed`` and ``cost_by_c``.
+
+    Examples
+    --------
+    >>> judge_runs("data/llamacpp-cpu/cache-prompt").frame.select("verdict", "cause", "first").row(0)
+    ('RED', 'prompt cache', 'p0 ref #2, sent alone: its logprob bits differ from ref #1 from token 0 (up to 26 ULP)')
+    >>> print(judge_runs("data/experiment-cpu/batch-invariant").frame["reason"][0])
+    0 of 56 batched requests part from m=1, every band seen formed; the 95% upper bound on the divergence rate is 5.21%, not below the 1% target: 299 batched requests would do (243 more)
+    """
+    needed = requests_needed(target_rate, confidence)  # checks both arguments before any run is read
+    if isinstance(runs, (RunLike, str, os.PathLike)):
+        runs = [runs]
+    frames = [
+        _judge_run(cast(Run, run), target_rate, confidence, needed)
+        if isinstance(run, RunLike)
+        else judge_run_pieces(run, target_rate=target_rate, confidence=confidence, needed=needed)
+        for run in runs
+    ]
+    frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=SCHEMA)
+    return Judgement(_with_measured_fix(frame))

@@ -24,28 +24,27 @@ rules, in the order they are applied (``docs/verdicts.md`` states them for peopl
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import polars as pl
 
-from ..metrics import cost_by_c, divergence_bound, requests_needed
-from ..run import Run, RunLike, band_table, legacy_arm, numbered_steps, read_run, reference_table, slot_table
-from ._judgement_cost import _with_measured_fix, cost_words, judged_arms
+from ..metrics import cost_by_c, divergence_bound
+from ..run import Run, band_table, legacy_arm, numbered_steps, reference_table, slot_table
+from ._judgement_cost import cost_words, judged_arms
 from ._judgement_evidence import (
     _alone_states,
     _formation,
     _states,
+    cache_served_in,
     domain,
     missing_frame,
     precision_compared,
     refused_requests,
     sampling_words,
 )
-from ._judgement_frame import SCHEMA, Judgement
+from ._judgement_frame import SCHEMA
 from ._judgement_words import _alone_reason, _bound_reason, _evidence, _first_words, _red_reason, _where
 from ._next_steps import next_step
 
@@ -77,47 +76,6 @@ def _subject(run: Run) -> Subject:
         lambda first, arm: _batched_cause(run, first, arm),
         lambda: _cache_served(run),
     )
-
-
-def judge_runs(runs: Any, *, target_rate: float = 0.01, confidence: float = 0.95) -> Judgement:
-    """Judge runs batch invariant (:func:`analysis.judge` takes witness sets too): one row per run and arm, GREEN, AMBER, RED or UNVERIFIED, by the module's rules.
-
-    Parameters
-    ----------
-    runs : Run, path, or an iterable of them
-        The runs (run directories are read).
-    target_rate : float
-        The divergence rate the batched requests must bound themselves below to be GREEN, in (0, 1].
-    confidence : float
-        The confidence of the one-sided upper bound on the divergence rate, in (0, 1).
-
-    Returns
-    -------
-    Judgement
-        ``verdict``, ``cause``, ``reason`` (one sentence), ``evidence``, ``cost``, ``first``, ``max_ulp`` and ``next_step``
-        in words, and the numbers behind them: ``requests`` (batched, c > 1), ``divergent`` (``tokens_parted`` plus
-        ``bits_only``), ``bits_unknown``, ``alone`` and ``alone_parted`` (the m=1 references' second copies and the
-        requests sent alone, against ref #1), ``bands``, ``bands_unformed``, ``missing`` requests, ``cs_missing``,
-        ``upper_bound``, ``requests_needed``, ``first_request``, ``unformed`` and ``cost_by_c``.
-
-    Examples
-    --------
-    >>> judge_runs("data/llamacpp-cpu/cache-prompt").frame.select("verdict", "cause", "first").row(0)
-    ('RED', 'prompt cache', 'p0 ref #2, sent alone: its logprob bits differ from ref #1 from token 0 (up to 26 ULP)')
-    >>> print(judge_runs("data/experiment-cpu/batch-invariant").frame["reason"][0])
-    0 of 56 batched requests part from m=1, every band seen formed; the 95% upper bound on the divergence rate is 5.21%, not below the 1% target: 299 batched requests would do (243 more)
-    """
-    needed = requests_needed(target_rate, confidence)  # checks both arguments before any run is read
-    if isinstance(runs, (RunLike, str, os.PathLike)):
-        runs = [runs]
-    frames = [
-        _judge_run(
-            cast(Run, run) if isinstance(run, RunLike) else read_run(os.fspath(run)), target_rate, confidence, needed
-        )
-        for run in runs
-    ]
-    frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=SCHEMA)
-    return Judgement(_with_measured_fix(frame))
 
 
 # --- the evidence of one run ----------------------------------------------------------------------------
@@ -463,33 +421,9 @@ def _alone_cause(subject: Subject) -> str:
     return "prompt cache" if subject.cache_served() else "run-to-run"
 
 
-_GREW = re.compile(r"(?:cached|cache_hits?)[\w:]*\s\+(\d+(?:\.\d+)?)")
-
-
 def _cache_served(run: Run) -> bool:
     """Whether any band's cache counters grew (llama.cpp's cached prompt tokens, vLLM's prefix-cache hits)."""
     return cache_served_in(band_table(run))
-
-
-def cache_served_in(bands: pl.DataFrame) -> bool:
-    """Whether any band of a band table shows its cache counters grew (:func:`_cache_served`).
-
-    Parameters
-    ----------
-    bands : polars.DataFrame
-        A band table (its ``prefix_cache`` column).
-
-    Returns
-    -------
-    bool
-
-    Examples
-    --------
-    >>> cache_served_in(pl.DataFrame({"prefix_cache": [None, "llamacpp:prompt_tokens_cached +12"]}))
-    True
-    """
-    text = " ".join(filter(None, bands["prefix_cache"].to_list()))
-    return any(float(n) > 0 for n in _GREW.findall(text))
 
 
 def _batched_cause(run: Run, first: Mapping[str, Any], arm: str) -> str:

@@ -19,6 +19,7 @@ UNVERIFIED. Missing evidence can only make a verdict less certain, never greener
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -333,3 +334,27 @@ def domain_words(domain: Mapping[str, Any]) -> str:
         f"{span(domain['completion_tokens_min'], domain['completion_tokens_max'])} tokens, {domain['sampling']}, logprobs "
         f"compared as {domain['precision']}, arms {', '.join(domain['arms'])}"
     )
+
+
+_GREW = re.compile(r"(?:cached|cache_hits?)[\w:]*\s\+(\d+(?:\.\d+)?)")
+
+
+def cache_served_in(bands: pl.DataFrame) -> bool:
+    """Whether any band of a band table shows its cache counters grew (:func:`_cache_served`).
+
+    Parameters
+    ----------
+    bands : polars.DataFrame
+        A band table (its ``prefix_cache`` column).
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> cache_served_in(pl.DataFrame({"prefix_cache": [None, "llamacpp:prompt_tokens_cached +12"]}))
+    True
+    """
+    text = " ".join(filter(None, bands["prefix_cache"].to_list()))
+    return any(float(n) > 0 for n in _GREW.findall(text))

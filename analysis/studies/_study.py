@@ -298,14 +298,38 @@ def partition_tables(
     prompt = pl.col("prompt_id").is_null() if prompt_id is None else pl.col("prompt_id") == prompt_id
     one = study._read(run, (pl.col("run") == run) & prompt)
     tables = {
-        "slots": slot_table(one, epsilon=epsilon, reference=reference),
-        "bands": band_table(one, epsilon=epsilon, reference=reference),
+        **piece_tables(one, epsilon=epsilon, reference=reference),
         "prompts": prompt_table(one, reference=reference),
-        "refs": reference_table(one),
-        # the precision its logprobs were recorded at, merged over the partitions by judge (the widest wins)
-        "precision": pl.DataFrame({"precision": [precision_compared(numbered_steps(one)[0].steps["logprob"])]}),
     }
     return {name: table.select(pl.lit(run).alias("run"), pl.all()) for name, table in tables.items()}
+
+
+def piece_tables(
+    one: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str = "ref1"
+) -> dict[str, pl.DataFrame]:
+    """What the verdict needs of a part of a run (a study's partition, a run directory's piece): its slot, band and
+    reference tables, and the precision its logprobs were recorded at (one row; merged by judge, the widest wins).
+
+    Parameters
+    ----------
+    one : Run
+        The part, as a run of its prompts' requests.
+    epsilon : float, default 0.05
+        The near-tie epsilon.
+    reference : {"ref1", "ref2"}, default "ref1"
+        Which reference of each prompt the requests are compared with.
+
+    Returns
+    -------
+    dict of str to polars.DataFrame
+        ``slots``, ``bands``, ``refs`` and ``precision``.
+    """
+    return {
+        "slots": slot_table(one, epsilon=epsilon, reference=reference),
+        "bands": band_table(one, epsilon=epsilon, reference=reference),
+        "refs": reference_table(one),
+        "precision": pl.DataFrame({"precision": [precision_compared(numbered_steps(one)[0].steps["logprob"])]}),
+    }
 
 
 def study_tables(

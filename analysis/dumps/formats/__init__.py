@@ -12,7 +12,7 @@ What the reader (``dumps/_read``) and the layers above use is named here.
 """
 
 from ._capture import parse_jsonl
-from ._capture_fast import read_capture_jsonl, read_jsonl
+from ._capture_fast import is_capture_jsonl, iter_capture_jsonl, read_capture_jsonl, read_jsonl
 from ._mlperf import MlperfLog, read_mlperf_log
 from ._openai_fast import read_chat_jsonl
 from ._registry import (
@@ -33,6 +33,8 @@ __all__ = [
     "STREAM_FORMATS",
     "MlperfLog",
     "detect_format",
+    "is_capture_jsonl",
+    "iter_capture_jsonl",
     "parse_jsonl",
     "parse_payload_text",
     "parse_torch",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -138,16 +139,62 @@ _KEY_WINDOW = 1 << 16  # an envelope's keys before its response or sse: searched
 def _read_envelopes(path: Path, source: str, limit: int | None = None) -> tuple[Frames, set[str]]:
     parts: list[Frames] = []
     formats: set[str] = set()
+    for frames, found in iter_capture_jsonl(path, source, limit):
+        parts.append(frames)
+        formats.add(found)
+    return _concat(parts), formats
+
+
+def is_capture_jsonl(path: Path) -> bool:
+    """Whether the file's first line opens a capture envelope (``{"response": ...`` or ``{"sse": ...``), the files
+    :func:`iter_capture_jsonl` reads piece by piece.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+
+    Returns
+    -------
+    bool
+    """
+    if path.suffix not in (".jsonl", ".ndjson"):
+        return False
+    with path.open("rb") as handle:
+        return _FIRST_KEY.match(handle.readline(_KEY_WINDOW)) is not None
+
+
+def iter_capture_jsonl(path: Path, source: str, limit: int | None = None) -> Iterator[tuple[Frames, str]]:
+    """The frames of a file of capture envelopes, one run of consecutive envelopes of a kind at a time (at most a chunk
+    of the file: memory holds one piece, not the file), each with its format.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file.
+    source : str
+        Its name, for the ``source`` column and error messages.
+    limit : int, optional
+        Read only the file's first ``limit`` bytes (None: all of it).
+
+    Yields
+    ------
+    tuple of (Frames, str)
+        The tokens, candidates and requests of the piece, and ``openai_chat`` or ``openai_chat_sse``.
+
+    Raises
+    ------
+    DumpError
+        A line no reader takes. What the columnar path leaves to the general one raises its own refusal, which
+        ``read_dumps`` catches to read the whole file that way.
+    """
     for kind, parsed in _ahead(_parsed_runs(path, limit)):
         if kind == "response":
             table, meta = parsed
-            parts.append(_payload_frames(table, meta, source))
-            formats.add("openai_chat")
+            yield _payload_frames(table, meta, source), "openai_chat"
         else:
             table, run = parsed
-            parts.append(_sse_frames(table, run, source))
-            formats.add("openai_chat_sse")
-    return _concat(parts), formats
+            yield _sse_frames(table, run, source), "openai_chat_sse"
 
 
 def _parsed_runs(path: Path, limit: int | None):

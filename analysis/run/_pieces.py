@@ -1,0 +1,265 @@
+"""A run directory's captures in pieces: parsed once, a chunk of the capture file at a time, into ``derived/pieces/``,
+and read back one piece (a group of the plan's prompts) at a time, so that what is computed per prompt (the slot,
+reference and band tables, and so the verdict) needs the memory of a piece and not of the run.
+
+``derived/pieces/`` holds::
+
+    manifest.json                   pieces_version, the captures' stamps, formats, what was left out, the piece count
+    requests.parquet                every request, with its ``piece`` (small: one row a request)
+    dropped.parquet                 the (source, record) of lines read once already (Run's repeated lines), left out
+    tokens/piece=K/*.parquet        the tokens of piece K's requests, one file per chunk of the captures, in file order
+    candidates/piece=K/*.parquet
+
+A piece is a run of consecutive prompts of the manifest's plan, as many as about ``PIECE_BYTES`` of captures hold;
+requests of no planned prompt form the last piece. :func:`read_run` keeps the whole run in memory for notebooks; this
+is the same parse and the same tables, a piece at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..dumps import (
+    CANDIDATE_SCHEMA,
+    DUMP_SUFFIXES,
+    REQUEST_SCHEMA,
+    TOKEN_SCHEMA,
+    Dump,
+    DumpError,
+    StreamRefused,
+    iter_dump_parts,
+)
+from ._derived import _capture_stamps
+from ._layout import RunError, load_manifest
+from ._model import Run
+from ._read import _said_cut, _without_repeated_lines, read_run
+
+PIECE_BYTES = 64 << 20  # the captures a piece holds, about: a piece's tables stay well under a gigabyte
+_PIECES_VERSION = 1
+_KEYS = ["source", "record", "choice_index"]
+
+
+def run_pieces(path: str | os.PathLike[str]) -> tuple[Run, Iterator[Run]]:
+    """A run directory's plan (every request, no token) and its pieces, each a :class:`Run` of a group of prompts.
+
+    The first call parses the captures into ``derived/pieces/`` a chunk at a time (a read-only run, or one whose capture
+    the columnar reader cannot take, is read whole and split); later calls read the pieces while every capture file has
+    the size and sha256 recorded with them.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run directory.
+
+    Returns
+    -------
+    plan : Run
+        The run with every request and no token: what ``Run.missing`` and the manifest's words need.
+    pieces : iterator of Run
+        One run per piece, with every request of its prompts and their tokens and candidates.
+
+    Raises
+    ------
+    RunError
+        Not a run directory, or a capture no reader takes.
+
+    Examples
+    --------
+    >>> plan, pieces = run_pieces("data/experiment-cpu/default")
+    >>> plan.requests.height, sum(piece.requests.height for piece in pieces)
+    (62, 62)
+    """
+    path = Path(path)
+    manifest = load_manifest(path)
+    captures = path / "captures"
+    if not captures.is_dir():
+        raise RunError(f"{path}: no captures/ folder")
+    folder = path / "derived" / "pieces"
+    stamps = _capture_stamps(captures, _record(folder))
+    record = _record(folder)
+    if record is None or record["captures"]["files"] != stamps["files"]:
+        if os.access(path, os.W_OK):
+            record = _write_pieces(path, manifest, stamps)
+        else:  # a run we may not write into: read whole, split in memory
+            return _split(read_run(path, cache=False))
+    return _read_pieces(path, manifest, folder, record)
+
+
+def _record(folder: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("pieces_version") == _PIECES_VERSION else None
+
+
+def _piece_of(manifest: dict[str, Any], size: int) -> tuple[pl.DataFrame, int]:
+    """Each planned prompt's piece, and the piece of requests of no planned prompt (the last)."""
+    prompts = [str(p["prompt_id"]) for p in manifest.get("prompts") or [] if isinstance(p, dict) and "prompt_id" in p]
+    per_piece = max(1, math.floor(len(prompts) * PIECE_BYTES / size)) if size and prompts else max(1, len(prompts))
+    pieces = pl.DataFrame(
+        {"prompt_id": prompts, "piece": [k // per_piece for k in range(len(prompts))]},
+        schema={"prompt_id": pl.String, "piece": pl.Int64},
+    ).unique("prompt_id", keep="first", maintain_order=True)
+    return pieces, (len(prompts) - 1) // per_piece + 1 if prompts else 0
+
+
+def _write_pieces(path: Path, manifest: dict[str, Any], stamps: dict[str, Any]) -> dict[str, Any]:
+    folder = path / "derived" / "pieces"
+    partial = folder.with_name("pieces.part")
+    shutil.rmtree(partial, ignore_errors=True)
+    files = [f for f in sorted((path / "captures").iterdir()) if f.is_file() and f.suffix in DUMP_SUFFIXES]
+    pieces, other = _piece_of(manifest, sum(f.stat().st_size for f in files))
+    requests: list[pl.DataFrame] = []
+    formats: dict[str, list[str]] = {}
+    skipped: list[DumpError] = []
+    try:
+        for number, file in enumerate(files):
+            source = os.fspath(file)
+            for chunk, ((tokens, candidates, chunk_requests), found, left) in enumerate(iter_dump_parts(file, source)):
+                formats[source] = sorted({*formats.get(source, []), *found})
+                skipped += left
+                keyed = chunk_requests.join(pieces, on="prompt_id", how="left").with_columns(
+                    pl.col("piece").fill_null(other)
+                )
+                requests.append(keyed)
+                for name, frame in (("tokens", tokens), ("candidates", candidates)):
+                    _write_chunk(
+                        partial / name, frame, keyed.select(*_KEYS, "piece"), other, f"{number:04d}-{chunk:06d}"
+                    )
+    except StreamRefused:  # a line only the general path reads: the run read whole, then split
+        shutil.rmtree(partial, ignore_errors=True)
+        return _write_whole(path, stamps, pieces, other)
+    except DumpError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RunError(str(exc)) from None
+    every = pl.concat(requests, how="vertical") if requests else None
+    return _finish(path, partial, every, formats, skipped, stamps, other)
+
+
+def _write_chunk(folder: Path, frame: pl.DataFrame, keys: pl.DataFrame, other: int, name: str) -> None:
+    if not frame.height:
+        return
+    keyed = frame.join(keys, on=_KEYS, how="left", nulls_equal=True, maintain_order="left")
+    keyed = keyed.with_columns(pl.col("piece").fill_null(other))
+    for (piece,), part in keyed.partition_by("piece", as_dict=True, include_key=False, maintain_order=True).items():
+        out = folder / f"piece={piece}"
+        out.mkdir(parents=True, exist_ok=True)
+        part.write_parquet(out / f"{name}.parquet")
+
+
+def _write_whole(path: Path, stamps: dict[str, Any], pieces: pl.DataFrame, other: int) -> dict[str, Any]:
+    run = read_run(path, cache=False)
+    partial = path / "derived" / "pieces.part"
+    keyed = run.dump.requests.join(pieces, on="prompt_id", how="left").with_columns(pl.col("piece").fill_null(other))
+    for name in ("tokens", "candidates"):
+        _write_chunk(partial / name, getattr(run.dump, name), keyed.select(*_KEYS, "piece"), other, "0000-000000")
+    return _finish(path, partial, keyed, run.dump.formats, list(run.dump.skipped), stamps, other)
+
+
+def _finish(
+    path: Path,
+    partial: Path,
+    requests: pl.DataFrame | None,
+    formats: dict[str, list[str]],
+    skipped: list[DumpError],
+    stamps: dict[str, Any],
+    other: int,
+) -> dict[str, Any]:
+    """Requests read once (Run's rule for repeated lines, over the whole run), the record, and the folder in place."""
+    if requests is None:
+        requests = pl.DataFrame(schema={**REQUEST_SCHEMA, "piece": pl.Int64})
+    kept = _without_repeated_lines(_no_tokens(requests.drop("piece"), formats, skipped))
+    once = requests.join(kept.requests.select("source", "record"), on=["source", "record"], how="semi")
+    dropped = requests.join(once.select("source", "record"), on=["source", "record"], how="anti")
+    partial.mkdir(parents=True, exist_ok=True)
+    once.write_parquet(partial / "requests.parquet")
+    dropped.select("source", "record").write_parquet(partial / "dropped.parquet")
+    record = {
+        "pieces_version": _PIECES_VERSION,
+        "captures_dir": os.fspath(path / "captures"),
+        "captures": stamps,
+        "pieces": other + 1,
+        "formats": formats,
+        "skipped": [
+            {"source": e.source, "record": e.record, "field": e.field, "problem": e.problem} for e in kept.skipped
+        ],
+    }
+    (partial / "manifest.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    folder = path / "derived" / "pieces"
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.replace(folder)
+    return record
+
+
+def _read_pieces(
+    path: Path, manifest: dict[str, Any], folder: Path, record: dict[str, Any]
+) -> tuple[Run, Iterator[Run]]:
+    moved = _moved(record["captures_dir"], os.fspath(path / "captures"))
+    requests, dropped = (moved(pl.read_parquet(folder / f"{name}.parquet")) for name in ("requests", "dropped"))
+    renamed = _renamed(record["captures_dir"], os.fspath(path / "captures"))
+    formats = {renamed(k): v for k, v in record.get("formats", {}).items()}
+    skipped = [
+        DumpError(renamed(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])
+    ]
+    plan = _said_cut(Run(manifest, _no_tokens(requests.drop("piece"), formats, skipped), path))  # as read_run says it
+
+    def pieces() -> Iterator[Run]:
+        for piece in range(record["pieces"]):
+            mine = requests.filter(pl.col("piece") == piece).drop("piece")
+            if not mine.height:
+                continue
+            tokens, candidates = (
+                moved(_piece_table(folder / name / f"piece={piece}", schema))
+                for name, schema in (("tokens", TOKEN_SCHEMA), ("candidates", CANDIDATE_SCHEMA))
+            )
+            if dropped.height:
+                tokens, candidates = (
+                    t.join(dropped, on=["source", "record"], how="anti") for t in (tokens, candidates)
+                )
+            yield Run(manifest, Dump(tokens, candidates, mine, formats, skipped), path)
+
+    return plan, pieces()
+
+
+def _piece_table(folder: Path, schema: dict[str, Any]) -> pl.DataFrame:
+    files = sorted(folder.glob("*.parquet"))  # in the captures' order: file, then chunk
+    if not files:
+        return pl.DataFrame(schema=schema)
+    return pl.concat([pl.read_parquet(f) for f in files], how="vertical")
+
+
+def _renamed(old: str, new: str):
+    """A source as named where the run is now (it was moved or copied since its pieces were written)."""
+    return lambda source: new + source[len(old) :] if old != new and source.startswith(old) else source
+
+
+def _moved(old: str, new: str):
+    """A frame whose ``source`` column names the captures where the run is now."""
+    if old == new:
+        return lambda frame: frame
+    return lambda frame: frame.with_columns(
+        pl.when(pl.col("source").str.starts_with(old))
+        .then(pl.lit(new) + pl.col("source").str.slice(len(old)))
+        .otherwise(pl.col("source"))
+        .alias("source")
+    )
+
+
+def _split(run: Run) -> tuple[Run, Iterator[Run]]:
+    """A run already in memory as its plan and one piece (a read-only run directory)."""
+    plan = Run(run.manifest, _no_tokens(run.dump.requests, run.dump.formats, run.dump.skipped), run.path)
+    return plan, iter([run])
+
+
+def _no_tokens(requests: pl.DataFrame, formats: dict[str, list[str]], skipped: list[DumpError]) -> Dump:
+    """A dump of these requests without a token or candidate: what the plan's checks read."""
+    return Dump(pl.DataFrame(schema=TOKEN_SCHEMA), pl.DataFrame(schema=CANDIDATE_SCHEMA), requests, formats, skipped)
