@@ -106,7 +106,7 @@ def certify_command(
     """
     from ..core import write_atomic
     from ..dumps import DumpError
-    from ..run import RunError, read_run
+    from ..run import RunError
     from ..studies import certificate_document, judge_runs
 
     if not (math.isfinite(target_rate) and 0 < target_rate <= 1):
@@ -143,16 +143,10 @@ def certify_command(
         claim_certificate(output, force=force)
     except OutputExists as exc:
         raise _fail(exc) from None
-    read = []
-    for folder in _sources(runs, frozenset({"run"}), "certify").runs:  # a stray file in a folder: a note, not a failure
-        try:
-            read.append(read_run(folder))
-        except (RunError, DumpError) as exc:
-            raise _fail(
-                f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED
-            ) from None
+    # a stray file in a folder: a note, not a failure; each run is judged from its directory a piece at a time
+    folders = _sources(runs, frozenset({"run"}), "certify").runs
     try:
-        judgement = judge_runs(read, target_rate=target_rate, confidence=confidence)
+        judgement = judge_runs(folders, target_rate=target_rate, confidence=confidence)
     except (RunError, DumpError) as exc:  # a capture no table can be built from: one line, never a traceback
         raise _fail(
             f"{exc}; bia certify reads run directories (bia probe, bia experiment, bia assemble)", EXIT_RED
