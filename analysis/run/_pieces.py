@@ -98,7 +98,8 @@ def _record(folder: Path) -> dict[str, Any] | None:
         record = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and record.get("pieces_version") == _PIECES_VERSION else None
+    whole = isinstance(record, dict) and {"captures_dir", "captures", "pieces"} <= set(record)  # else written in part
+    return record if whole and record.get("pieces_version") == _PIECES_VERSION else None
 
 
 def _piece_of(manifest: dict[str, Any], size: int) -> tuple[pl.DataFrame, int]:
