@@ -13,7 +13,10 @@ size these steps run in turn, each in a fresh child process (``--steps``):
   parse        orjson.loads of every line of captures/requests.jsonl, line by line (bench_study.step_bare): the floor
   report-cold  ``python -m analysis report RUN -o X.html`` with derived/ deleted first: the first open of the run
   report-warm  the same with derived/ present (as report-cold left it)
-  judge        read_run + analysis.judge(run) (bench_judge.step_judge), from derived/ when it is there
+  judge        read_run + analysis.judge(run) (bench_judge.step_judge), from derived/ when it is there: the run in memory
+  certify-cold ``python -m analysis certify RUN -o X.json`` with derived/pieces/ deleted first: the run directory judged a
+               piece at a time (analysis.run.run_pieces), its captures parsed a chunk at a time
+  certify-warm the same with derived/pieces/ present
 
 Each prints its wall seconds (parse and judge: the step's own work, after its imports; bia report: the whole command),
 its CPU seconds (the child and the processes it waited for) and its peak RSS: the process tree's (psutil every 0.2 s,
@@ -23,7 +26,8 @@ machine under ``--min-free-gb`` of available memory, is stopped (every process o
 "over N s" / "over N GB" / "machine memory low". The 1-minute load average (the highest seen during the step) is
 printed with each step: the machine's other work stretches the times.
 
-Run: .venv/bin/python benchmarks/bench_scale.py [--sizes 31744,129000,516000] [--steps parse,report-cold,report-warm,judge]
+Run: .venv/bin/python benchmarks/bench_scale.py [--sizes 31744,129000,516000]
+       [--steps parse,report-cold,report-warm,judge,certify-cold,certify-warm]
        [--tokens 32] [--top 5] [--folder DIR --reuse] [--timeout 1800] [--max-rss-gb 20] [--markdown FILE]
        [--trace DIR] [--generate-only]
 """
@@ -53,7 +57,8 @@ from _measure import own_high_water, watch  # noqa: E402
 from bench_study import _described, _load_average, generate_run  # noqa: E402
 
 SHORT, LONG = (1, 4, 8, 16), (1, 2, 4, 8, 16, 32, 64)
-STEPS = ("parse", "report-cold", "report-warm", "judge")
+STEPS = ("parse", "report-cold", "report-warm", "judge", "certify-cold", "certify-warm")
+_VERDICT_EXITS = (0, 5, 7, 8)  # bia certify exits with its verdict: each is a step that finished
 _RESULT = "bench_scale result: "
 
 
@@ -105,7 +110,11 @@ def run_step(step: str, run_dir: Path, folder: Path, args) -> dict[str, Any]:
         return {"skipped": "no derived/ (run report-cold first, or it did not finish)"}
     if step == "judge" and not derived.exists():
         notes.append("no derived/: read_run parses the captures")
-    if step.startswith("report"):
+    if step == "certify-cold":
+        shutil.rmtree(derived / "pieces", ignore_errors=True)
+    if step.startswith("certify"):  # bia certify RUN: judge of the run directory, a piece at a time
+        command = [sys.executable, "-m", "analysis", "certify", str(run_dir), "-o", str(folder / f"{step}.json")]
+    elif step.startswith("report"):
         html = folder / f"report-{step}.html"
         html.unlink(missing_ok=True)
         command = [sys.executable, "-m", "analysis", "report", str(run_dir), "-o", str(html)]  # bia report RUN
@@ -125,8 +134,10 @@ def run_step(step: str, run_dir: Path, folder: Path, args) -> dict[str, Any]:
         trace = args.trace / f"{run_dir.name}-{step}.csv"
         trace.write_text("seconds,tree_rss,largest_process_rss\n" + "".join(f"{t},{a},{b}\n" for t, a, b in r["samples"]), encoding="utf-8")
     r["peak"] = r["tree_peak"]
-    if not r["stopped"] and r["rc"] == 0:
-        if step.startswith("report"):
+    if not r["stopped"] and (r["rc"] == 0 or (step.startswith("certify") and r["rc"] in _VERDICT_EXITS)):
+        if step.startswith("certify"):
+            notes.append(f"exit {r['rc']}; derived/pieces/ {_size(derived / 'pieces') / 1e6:,.0f} MB")
+        elif step.startswith("report"):
             notes.append(f"largest process {_gb(r['max_process_rss'])}, HTML {html.stat().st_size / 1e6:.1f} MB")
             if derived.exists():
                 notes.append(f"derived/ {_size(derived) / 1e6:,.0f} MB")
@@ -198,7 +209,8 @@ def _loads(row: dict[str, Any]) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], args, header: str) -> str:
-    head = "| requests | captures | bare parse | `bia report`, cold | `bia report`, warm | `judge` | cold / parse | load average |"
+    head = ("| requests | captures | bare parse | `bia report`, cold | `bia report`, warm | `judge(read_run(RUN))` | "
+            "`bia certify RUN`, cold | `bia certify RUN`, warm | cold / parse | load average |")
     lines = [header, "", head, "|" + "---|" * head.count(" | ") + "---|"]
     for row in rows:
         cells = [f"{row['requests']:,}", _gb(row["captures"]), *(cell(row["steps"].get(s), args) for s in STEPS), _ratio(row), _loads(row)]
