@@ -59,11 +59,31 @@ class Case:
         return f"{self.c}|{self.layout}|{self.max_tokens}|{self.prompt}|{'|'.join(self.fillers) if self.layout != 'copies' else ''}"
 
     def replace(self, **changes: Any) -> Case:
+        """A copy with ``changes``.
+
+        Parameters
+        ----------
+        **changes
+            New values of the case's fields, by name.
+
+        Returns
+        -------
+        Case
+        """
         return dataclasses.replace(self, **changes)
 
 
 def prompt_pieces(prompt: str) -> list[str]:
     """The prompt cut after each run of white space: the units a prefix is made of (``"".join`` gives it back).
+
+    Parameters
+    ----------
+    prompt : str
+        The prompt.
+
+    Returns
+    -------
+    list of str
 
     Examples
     --------
@@ -113,28 +133,53 @@ def first_part(run: Run, request: str | None = None) -> dict[str, Any]:
     except (IndexError, ValueError):
         raise ReproError(f"--request takes PROMPT_ID/C/REPEAT/SLOT (e.g. p0/2/0/1), got {request!r}") from None
     table = slot_table(run).filter(
-        (pl.col("prompt_id") == prompt_id) & (pl.col("c") == c) & pl.col("repeat").eq_missing(repeat) & (pl.col("slot") == slot)
+        (pl.col("prompt_id") == prompt_id)
+        & (pl.col("c") == c)
+        & pl.col("repeat").eq_missing(repeat)
+        & (pl.col("slot") == slot)
     )
     if c < 2 or not table.height:
-        raise ReproError(f"--request {request}: {run.label} holds no batched request {prompt_id} c={c} repeat {repeat} slot {slot}")
+        raise ReproError(
+            f"--request {request}: {run.label} holds no batched request {prompt_id} c={c} repeat {repeat} slot {slot}"
+        )
     hit = table.row(0, named=True)
     position = next((hit[k] for k in ("parted_at", "bits_differ_at") if hit[k] is not None), None)
     if position is None:
         raise ReproError(f"--request {request}: that request does not part from m=1 in {run.label}")
     row = next(row for row in rows if row["arm"] == hit["arm"])
-    first = {"prompt_id": prompt_id, "c": c, "repeat": repeat, "slot": slot, "role": f"{hit['arm']} c={c}",
-             "position": position, "max_ulp": hit["max_ulp"], "parted": "tokens" if hit["parted_at"] is not None else "bits"}
+    first = {
+        "prompt_id": prompt_id,
+        "c": c,
+        "repeat": repeat,
+        "slot": slot,
+        "role": f"{hit['arm']} c={c}",
+        "position": position,
+        "max_ulp": hit["max_ulp"],
+        "parted": "tokens" if hit["parted_at"] is not None else "bits",
+    }
     return {**row, "verdict": "RED", "first_request": first}
 
 
 def start_case(run: Run, row: Mapping[str, Any]) -> Case:
     """The case a judgement row's first request was: its prompt, c (1 when the cause is a part seen alone), the run's
-    layout and fillers, and the run's ``max_tokens``."""
+    layout and fillers, and the run's ``max_tokens``.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    row : mapping
+        Its judgement row (:func:`first_part`).
+
+    Returns
+    -------
+    Case
+    """
     manifest = run.manifest
     first = row["first_request"]
     texts = {p["prompt_id"]: p["text"] for p in manifest.get("prompts") or []}
     if first["prompt_id"] not in texts:
-        raise ReproError(f"{run.label}: manifest.json: field \"prompts\": holds no prompt {first['prompt_id']!r}")
+        raise ReproError(f'{run.label}: manifest.json: field "prompts": holds no prompt {first["prompt_id"]!r}')
     others = [text for pid, text in texts.items() if pid != first["prompt_id"]]
     layout = "needle" if row["arm"] == "mixed" else ((manifest.get("requested") or {}).get("layout") or "copies")
     if manifest.get("arms") is not None and row["arm"] != "mixed":
@@ -151,7 +196,23 @@ def start_case(run: Run, row: Mapping[str, Any]) -> Case:
 
 def case_settings(case: Case, manifest: Mapping[str, Any], *, timeout: float, api_key: str | None) -> ProbeSettings:
     """The probe settings of one try of ``case``: the run's engine, model, seed and candidates, its prompt alone (two
-    references) and one band of c, fired once (alone-only: the two references only)."""
+    references) and one band of c, fired once (alone-only: the two references only).
+
+    Parameters
+    ----------
+    case : Case
+        The candidate.
+    manifest : mapping
+        The run it comes from (its engine, model and sampler).
+    timeout : float
+        Seconds each request may take.
+    api_key : str, optional
+        The bearer token.
+
+    Returns
+    -------
+    ProbeSettings
+    """
     sampler = manifest.get("sampler") or {}
     return ProbeSettings(
         prompts=[case.prompt],
@@ -171,7 +232,16 @@ def case_settings(case: Case, manifest: Mapping[str, Any], *, timeout: float, ap
 
 def case_bodies(case: Case, manifest: Mapping[str, Any], first: Mapping[str, Any]) -> dict[str, Any]:
     """What repro.py sends for ``case``, as a run with ``manifest`` (a try's) sent it: the request alone, and the batch's rows
-    with the row of the request that parts (``first``, a judgement's ``first_request``: its prompt, repeat and slot).
+    with the row of the request that parts.
+
+    Parameters
+    ----------
+    case : Case
+        The case.
+    manifest : mapping
+        The manifest of a run that sent it (its prompts, fillers, seed, engine and model).
+    first : mapping
+        A judgement's ``first_request`` in that run: its prompt, repeat and slot.
 
     Returns
     -------
@@ -181,13 +251,17 @@ def case_bodies(case: Case, manifest: Mapping[str, Any], first: Mapping[str, Any
     sampler = manifest.get("sampler") or {}
     profile = PROFILES.get((manifest.get("engine") or {}).get("profile") or "", None)
     model = ((manifest.get("identity") or {}).get("model") or {}).get("path")
-    body = request_body(case.prompt, max_tokens=case.max_tokens, top_logprobs=int(sampler.get("top_logprobs", 5)),
-                        seed=int(sampler.get("seed", 0)), profile=profile, model=model)
+    body = request_body(
+        case.prompt,
+        max_tokens=case.max_tokens,
+        top_logprobs=int(sampler.get("top_logprobs", 5)),
+        seed=int(sampler.get("seed", 0)),
+        profile=profile,
+        model=model,
+    )
     if case.alone_only:
         return {"alone": body, "batch": [], "row": None}
     bands = [u for u in plan(manifest) if u.role == "band" and u.c == case.c and u.prompt_id == first["prompt_id"]]
     unit = next((u for u in bands if u.repeat == first.get("repeat")), bands[0])
     bodies, _, own, _ = band_rows(unit, manifest, body)
     return {"alone": body, "batch": bodies, "row": own[int(first["slot"])]}
-
-

@@ -19,6 +19,17 @@ def parting_token(run: Run, first: Mapping[str, Any]) -> dict[str, Any] | None:
     ``position``, ``what`` (the chosen token, or the first top-logprob candidate that differs) and ``alone`` and ``other``
     (each ``token`` and ``logprob``); None when the run holds neither at that position.
 
+    Parameters
+    ----------
+    run : Run
+        The run.
+    first : mapping
+        Its judgement's ``first_request``.
+
+    Returns
+    -------
+    dict or None
+
     Examples
     --------
     >>> from analysis import judge, read_run
@@ -31,13 +42,17 @@ def parting_token(run: Run, first: Mapping[str, Any]) -> dict[str, Any] | None:
     if position is None:
         return None
     keys = ["source", "record", "choice_index"]
-    requests = run.dump.requests.filter(pl.col("prompt_id") == first["prompt_id"]).select(*keys, "role", "c", "slot", "repeat")
+    requests = run.dump.requests.filter(pl.col("prompt_id") == first["prompt_id"]).select(
+        *keys, "role", "c", "slot", "repeat"
+    )
     alone = requests.filter((pl.col("role") == "reference") & (pl.col("slot") == 0))
     if first.get("role") == "ref #2":
         other = requests.filter((pl.col("role") == "reference") & (pl.col("slot") == 1))
     else:
         other = requests.filter(
-            ~pl.col("role").is_in(["reference", "filler"]) & (pl.col("c") == first["c"]) & (pl.col("slot") == first["slot"])
+            ~pl.col("role").is_in(["reference", "filler"])
+            & (pl.col("c") == first["c"])
+            & (pl.col("slot") == first["slot"])
             & pl.col("repeat").eq_missing(first["repeat"])
         )
     if not alone.height or not other.height:
@@ -68,6 +83,17 @@ def parting_token(run: Run, first: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def bits(value: float | None, precision: str = "float32") -> str:
     """A logprob's bits at ``precision`` as hex (what repro.py prints).
+
+    Parameters
+    ----------
+    value : float or None
+        The logprob.
+    precision : {"float32", "float64"}
+        The precision the run recorded.
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -106,6 +132,31 @@ def report_text(
     """REPORT.md's text: the engine, version, flags and hardware as the run recorded them, the verdict row, the minimal request as
     JSON, the bits, the command, and what shrinking tried.
 
+    Parameters
+    ----------
+    manifest : mapping
+        The manifest of the run whose engine is named (the minimal run's, else the run's).
+    row : mapping
+        The run's judgement row.
+    command : str
+        The command that made the repro.
+    case_words, batch_words : str or None
+        The minimal case and its batch in words (None: no case).
+    body : mapping or None
+        The minimal request.
+    part : mapping or None
+        :func:`parting_token`'s answer, with the other side's ``label``.
+    precision : str
+        The precision the bits are shown in.
+    steps : sequence of str
+        What shrinking tried.
+    spent, outcome : str
+        What it spent, and what it found, in words.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> text = report_text(manifest={"identity": {"engine": "bia serve"}}, row={"run": "r", "arm": "copies", "verdict": "RED",
@@ -118,8 +169,20 @@ def report_text(
     engine = manifest.get("engine") or {}
     effective = manifest.get("effective") or {}
     info = (manifest.get("server") or {}).get("info") or {}
-    version = next((str(v) for v in (identity.get("version"), effective.get("build_info"), effective.get("version"),
-                                     info.get("version"), info.get("build_info")) if v), "not reported by the server")
+    version = next(
+        (
+            str(v)
+            for v in (
+                identity.get("version"),
+                effective.get("build_info"),
+                effective.get("version"),
+                info.get("version"),
+                info.get("build_info"),
+            )
+            if v
+        ),
+        "not reported by the server",
+    )
     lines = [f"# {identity.get('engine') or 'the engine'}: {outcome}", ""]
     lines += ["## Engine, as the run recorded it", ""]
     lines += [
@@ -139,9 +202,21 @@ def report_text(
         "",
     ]
     if body is not None:
-        lines += ["## The minimal request", "", f"{case_words}; {batch_words}", "", _fence(json.dumps(body, indent=2), "json"), ""]
+        lines += [
+            "## The minimal request",
+            "",
+            f"{case_words}; {batch_words}",
+            "",
+            _fence(json.dumps(body, indent=2), "json"),
+            "",
+        ]
     if part is not None:
-        lines += ["## The bits", "", f"The first token that parts, token {part['position']}, {part['what']} ({precision} bits):", ""]
+        lines += [
+            "## The bits",
+            "",
+            f"The first token that parts, token {part['position']}, {part['what']} ({precision} bits):",
+            "",
+        ]
         table = "\n".join(
             f"{label:<8} {side['token']!r:<12} logprob {side['logprob']!r:<24} bits 0x{bits(side['logprob'], precision)}"
             for label, side in (("alone", part["alone"]), (part.get("label", "batched"), part["other"]))
@@ -149,9 +224,14 @@ def report_text(
         lines += [_fence(table), ""]
     lines += ["## How it was found", "", _fence(command, "bash"), ""]
     if body is not None:
-        lines += ["`python3 repro.py` (Python's standard library only) sends it again: exit 1 while it parts, 0 once it does not "
-                  "(`--url` another server, `--tries N`).", ""]
+        lines += [
+            "`python3 repro.py` (Python's standard library only) sends it again: exit 1 while it parts, 0 once it does not "
+            "(`--url` another server, `--tries N`).",
+            "",
+        ]
     lines += ["## What shrinking tried", ""]
-    lines += [f"- {step}" for step in steps] or ["- nothing: no server was given, so the run's own request is the repro"]
+    lines += [f"- {step}" for step in steps] or [
+        "- nothing: no server was given, so the run's own request is the repro"
+    ]
     lines += ["", f"Spent: {spent}.", ""]
     return "\n".join(lines)

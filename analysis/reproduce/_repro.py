@@ -145,27 +145,92 @@ def repro(
         path = folder / stale
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     if url is None:  # nothing to fire at: the run's own request, unshrunk, is the repro
-        return _write(folder, loaded, row, start, row["first_request"], manifest, None, [], "0 requests", command,
-                      tries, 0, 0.0, url=manifest.get("url", ""))
-    shrinker = Shrinker(url, manifest, folder, tries=tries, max_requests=max_requests, max_time=max_time, timeout=timeout,
-                        api_key=api_key, say=say)
+        return _write(
+            folder,
+            loaded,
+            row,
+            start,
+            row["first_request"],
+            manifest,
+            None,
+            [],
+            "0 requests",
+            command,
+            tries,
+            0,
+            0.0,
+            url=manifest.get("url", ""),
+        )
+    shrinker = Shrinker(
+        url,
+        manifest,
+        folder,
+        tries=tries,
+        max_requests=max_requests,
+        max_time=max_time,
+        timeout=timeout,
+        api_key=api_key,
+        say=say,
+    )
     say(f"repro: {row['run']} {row['arm']}: {row['first']}; shrinking {start.words} against {url}, {tries} tries each")
     best, steps, stopped = shrink(start, shrinker, [int(c) for c in loaded.ladder])
     spent = f"{shrinker.requests} requests in {shrinker.seconds:.1f} s ({len(shrinker.tried)} candidates, {tries} tries each)"
     if stopped:
         spent += f"; stopped by the budget: {stopped}"
     if best is None:
-        return _write(folder, loaded, row, None, None, manifest, None, steps, spent, command, tries, shrinker.requests,
-                      shrinker.seconds, url=url)
+        return _write(
+            folder,
+            loaded,
+            row,
+            None,
+            None,
+            manifest,
+            None,
+            steps,
+            spent,
+            command,
+            tries,
+            shrinker.requests,
+            shrinker.seconds,
+            url=url,
+        )
     minimal = read_run(folder / best.runs[0])
     shutil.copytree(folder / best.runs[0], folder / "run")
-    return _write(folder, minimal, row, best.case, best.firsts[0], minimal.manifest, best, steps, spent, command, tries,
-                  shrinker.requests, shrinker.seconds, url=minimal.manifest.get("url", url))
+    return _write(
+        folder,
+        minimal,
+        row,
+        best.case,
+        best.firsts[0],
+        minimal.manifest,
+        best,
+        steps,
+        spent,
+        command,
+        tries,
+        shrinker.requests,
+        shrinker.seconds,
+        url=minimal.manifest.get("url", url),
+    )
 
 
-def _write(folder: Path, run: Run, row: dict[str, Any], case: Case | None, first: dict[str, Any] | None, manifest, best:
-           Outcome | None, steps: list[str], spent: str, command: str, tries: int, requests: int, seconds: float, *,
-           url: str) -> Repro:
+def _write(
+    folder: Path,
+    run: Run,
+    row: dict[str, Any],
+    case: Case | None,
+    first: dict[str, Any] | None,
+    manifest,
+    best: Outcome | None,
+    steps: list[str],
+    spent: str,
+    command: str,
+    tries: int,
+    requests: int,
+    seconds: float,
+    *,
+    url: str,
+) -> Repro:
     """Write repro.py (when a case parted in every try), REPORT.md, and say what was found."""
     precision = (judge(run).to_dicts()[0].get("domain") or {}).get("precision") or "float32"
     if case is None or first is None:
@@ -174,35 +239,85 @@ def _write(folder: Path, run: Run, row: dict[str, Any], case: Case | None, first
         return Repro(folder, False, outcome, None, steps, requests, seconds)
     sent = case_bodies(case, manifest, first)
     script_case = {"url": url, **sent, "tries": tries, "precision": precision}
-    title = f"{(manifest.get('identity') or {}).get('engine', 'the engine')}: {case.words}".replace("\\", "/").replace('"', "'")
+    title = f"{(manifest.get('identity') or {}).get('engine', 'the engine')}: {case.words}".replace("\\", "/").replace(
+        '"', "'"
+    )
     (folder / "repro.py").write_text(script_text(script_case, title=title), encoding="utf-8")
     (folder / "repro.py").chmod(0o755)
     if case.alone_only:
         batch_words = "sent alone, then the same request alone again"
     else:
-        companions = "copies of the same request" if case.layout == "copies" else f"other prompts ({case.layout} layout)"
-        batch_words = (f"sent in a batch of {case.c} requests at once (the request at row {sent['row']}, the others "
-                       f"{companions}), against the same request sent alone")
+        companions = (
+            "copies of the same request" if case.layout == "copies" else f"other prompts ({case.layout} layout)"
+        )
+        batch_words = (
+            f"sent in a batch of {case.c} requests at once (the request at row {sent['row']}, the others "
+            f"{companions}), against the same request sent alone"
+        )
     part = parting_token(run, first)
     if part is not None:
         part["label"] = "again" if case.alone_only else "batched"
-    held = f"parted in {best.parted} of {best.tried} tries" if best is not None else "the run's own request, not fired again"
+    held = (
+        f"parted in {best.parted} of {best.tried} tries"
+        if best is not None
+        else "the run's own request, not fired again"
+    )
     outcome = f"{case.words}: {held}"
-    _report(folder, manifest, row, command, case.words, sent["alone"], batch_words, part, precision, steps, spent,
-            f"parts {'alone, run to run' if case.alone_only else f'in a batch of {case.c}'} ({held})")
-    found = {"prompt": case.prompt, "c": case.c, "layout": case.layout, "max_tokens": case.max_tokens, "row": sent["row"],
-             "position": first.get("position")}
+    _report(
+        folder,
+        manifest,
+        row,
+        command,
+        case.words,
+        sent["alone"],
+        batch_words,
+        part,
+        precision,
+        steps,
+        spent,
+        f"parts {'alone, run to run' if case.alone_only else f'in a batch of {case.c}'} ({held})",
+    )
+    found = {
+        "prompt": case.prompt,
+        "c": case.c,
+        "layout": case.layout,
+        "max_tokens": case.max_tokens,
+        "row": sent["row"],
+        "position": first.get("position"),
+    }
     return Repro(folder, True, outcome, found, steps, requests, seconds)
 
 
-def _report(folder: Path, manifest, row, command, case_words, body, batch_words, part, precision, steps, spent, outcome) -> None:
-    text = report_text(manifest=manifest, row=row, command=command, case_words=case_words, body=body, batch_words=batch_words,
-                       part=part, precision=precision, steps=steps, spent=spent, outcome=outcome)
+def _report(
+    folder: Path, manifest, row, command, case_words, body, batch_words, part, precision, steps, spent, outcome
+) -> None:
+    text = report_text(
+        manifest=manifest,
+        row=row,
+        command=command,
+        case_words=case_words,
+        body=body,
+        batch_words=batch_words,
+        part=part,
+        precision=precision,
+        steps=steps,
+        spent=spent,
+        outcome=outcome,
+    )
     (folder / "REPORT.md").write_text(text, encoding="utf-8")
 
 
 def command_line(argv: list[str]) -> str:
     """The command as a user would type it again, quoted for a shell.
+
+    Parameters
+    ----------
+    argv : list of str
+        The command's words.
+
+    Returns
+    -------
+    str
 
     Examples
     --------

@@ -42,8 +42,14 @@ class Outcome:
         return max(int(f["position"]) for f in self.firsts if f and f.get("position") is not None)
 
     def record(self) -> dict[str, Any]:
-        return {"case": self.case.key, "parted": self.parted, "tried": self.tried, "runs": self.runs, "firsts": self.firsts,
-                "rows": self.rows}
+        return {
+            "case": self.case.key,
+            "parted": self.parted,
+            "tried": self.tried,
+            "runs": self.runs,
+            "firsts": self.firsts,
+            "rows": self.rows,
+        }
 
 
 class OutOfBudget(Exception):
@@ -54,8 +60,19 @@ class Shrinker:
     """Tries candidates against one server, ``tries`` times each, in run directories under ``folder``; every outcome goes to
     ``journal`` (``shrink.json``), from which a resumed shrink takes the outcomes of candidates it has tried already."""
 
-    def __init__(self, url: str, manifest: Mapping[str, Any], folder: Path, *, tries: int, max_requests: int,
-                 max_time: float, timeout: float, api_key: str | None, say: Callable[[str], Any]) -> None:
+    def __init__(
+        self,
+        url: str,
+        manifest: Mapping[str, Any],
+        folder: Path,
+        *,
+        tries: int,
+        max_requests: int,
+        max_time: float,
+        timeout: float,
+        api_key: str | None,
+        say: Callable[[str], Any],
+    ) -> None:
         self.url, self.manifest, self.folder = url, manifest, folder
         self.tries, self.max_requests, self.max_time = tries, max_requests, max_time
         self.timeout, self.api_key, self.say = timeout, api_key, say
@@ -74,7 +91,19 @@ class Shrinker:
 
     def attempt(self, case: Case, expect: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Outcome:
         """Fire ``case`` up to ``tries`` times, stopping at the first try that does not part; ``expect`` takes a try's
-        judgement row and returns its first parting request of the kind shrunk (batched, or alone), or None."""
+        judgement row and returns its first parting request of the kind shrunk (batched, or alone), or None.
+
+        Parameters
+        ----------
+        case : Case
+            The candidate.
+        expect : callable
+            :func:`batched_part` or :func:`alone_part`.
+
+        Returns
+        -------
+        Outcome
+        """
         if case.key in self.known:
             entry = self.known[case.key]
             outcome = Outcome(case, entry["parted"], entry["tried"], entry["runs"], entry["firsts"], entry["rows"])
@@ -87,9 +116,15 @@ class Shrinker:
             if self.requests + cost > self.max_requests or self.seconds > self.max_time:
                 if outcome.tried:  # a candidate cut short holds no verdict: not journalled, so a resume tries it whole
                     self.tried.append(outcome)
-                raise OutOfBudget(f"{self.requests} requests and {self.seconds:.0f} s spent of --max-requests {self.max_requests}"
-                                  f" and --max-time {self.max_time:g}")
-            run_dir = self.folder / "tries" / f"{len(list((self.folder / 'tries').glob('*'))) if (self.folder / 'tries').is_dir() else 0:03d}"
+                raise OutOfBudget(
+                    f"{self.requests} requests and {self.seconds:.0f} s spent of --max-requests {self.max_requests}"
+                    f" and --max-time {self.max_time:g}"
+                )
+            run_dir = (
+                self.folder
+                / "tries"
+                / f"{len(list((self.folder / 'tries').glob('*'))) if (self.folder / 'tries').is_dir() else 0:03d}"
+            )
             settings = case_settings(case, self.manifest, timeout=self.timeout, api_key=self.api_key)
             asyncio.run(probe(self.url, run_dir, settings, say=self._engine_line))
             self.requests += _fired(run_dir)
@@ -114,8 +149,10 @@ class Shrinker:
             self.engine_said = True
 
     def _tell(self, outcome: Outcome, note: str = "") -> None:
-        self.say(f"repro: {outcome.case.words}: parted in {outcome.parted} of {outcome.tried} tries{note} "
-                 f"({self.requests} requests, {self.seconds:.1f} s)")
+        self.say(
+            f"repro: {outcome.case.words}: parted in {outcome.parted} of {outcome.tried} tries{note} "
+            f"({self.requests} requests, {self.seconds:.1f} s)"
+        )
 
     def _save(self) -> None:
         text = json.dumps({"candidates": list(self.known.values())}, indent=1)
@@ -127,19 +164,47 @@ class Shrinker:
 def _fired(run_dir: Path) -> int:
     """The completions a try's run requested: its kept and refused requests, and every band attempt set aside."""
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    kept = sum(1 for _ in (run_dir / "captures" / "requests.jsonl").open()) if (run_dir / "captures" / "requests.jsonl").is_file() else 0
+    kept = (
+        sum(1 for _ in (run_dir / "captures" / "requests.jsonl").open())
+        if (run_dir / "captures" / "requests.jsonl").is_file()
+        else 0
+    )
     again = sum(int(e.get("c") or 0) * (len(e.get("attempts") or [1]) - 1) for e in manifest.get("m_formed") or [])
     return kept + len(manifest.get("refused") or []) + again
 
 
 def batched_part(row: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A try's first batched request that parts (a part seen alone is no batch repro)."""
+    """A try's first batched request that parts (a part seen alone is no batch repro).
+
+    Parameters
+    ----------
+    row : mapping
+        The try's judgement row.
+
+    Returns
+    -------
+    dict or None
+    """
     first = row.get("first_request")
-    return first if row["verdict"] == "RED" and row["cause"] not in ALONE_CAUSES and first and (first["c"] or 0) > 1 else None
+    return (
+        first
+        if row["verdict"] == "RED" and row["cause"] not in ALONE_CAUSES and first and (first["c"] or 0) > 1
+        else None
+    )
 
 
 def alone_part(row: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A try's request sent alone that parts from ref #1 (the judgement's rule 1)."""
+    """A try's request sent alone that parts from ref #1 (the judgement's rule 1).
+
+    Parameters
+    ----------
+    row : mapping
+        The try's judgement row.
+
+    Returns
+    -------
+    dict or None
+    """
     first = row.get("first_request")
     return first if row["verdict"] == "RED" and row["cause"] in ALONE_CAUSES and first else None
 
@@ -149,6 +214,15 @@ def shrink(start: Case, shrinker: Shrinker, ladder: list[int]) -> tuple[Outcome 
     batch of copies (no other prompt), the fewest ``max_tokens`` reaching the parting token, the shortest prompt prefix
     (ddmin-style: drop the last half of its words, then quarters, ... while it parts), and ``max_tokens`` once more.
     A part seen alone shrinks alone (the same request twice): its length and prompt only.
+
+    Parameters
+    ----------
+    start : Case
+        The run's own case.
+    shrinker : Shrinker
+        The server, budget and journal the candidates are tried with.
+    ladder : list of int
+        The run's batch sizes: the c tried, from 2 up to the start's.
 
     Returns
     -------
@@ -177,8 +251,10 @@ def shrink(start: Case, shrinker: Shrinker, ladder: list[int]) -> tuple[Outcome 
                     break
             if best is not None and best.case.layout != "copies":
                 outcome = shrinker.attempt(best.case.replace(layout="copies"), expect)
-                steps.append(f"copies of the prompt instead of the run's {best.case.layout} companions: parted in "
-                             f"{outcome.parted} of {outcome.tried} tries")
+                steps.append(
+                    f"copies of the prompt instead of the run's {best.case.layout} companions: parted in "
+                    f"{outcome.parted} of {outcome.tried} tries"
+                )
                 best = outcome if outcome.holds else best
         if best is None:
             return None, steps, None
