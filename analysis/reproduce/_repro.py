@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import check_writable
+from ..core import check_writable, duration
 from ..run import Run, read_run
 from ..studies import judge
 from ._case import Case, ReproError, case_bodies, first_part, start_case
@@ -174,7 +174,7 @@ def repro(
     )
     say(f"repro: {row['run']} {row['arm']}: {row['first']}; shrinking {start.words} against {url}, {tries} tries each")
     best, steps, stopped = shrink(start, shrinker, [int(c) for c in loaded.ladder])
-    spent = f"{shrinker.requests} requests in {shrinker.seconds:.1f} s ({len(shrinker.tried)} candidates, {tries} tries each)"
+    spent = f"{shrinker.requests} requests in {duration(shrinker.seconds)} ({len(shrinker.tried)} candidates, {tries} tries each)"
     if stopped:
         spent += f"; stopped by the budget: {stopped}"
     if best is None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import duration
 from ..probe import probe
 from ..studies import judge
 from ._case import ALONE_CAUSES, Case, case_settings, prompt_pieces
@@ -117,8 +118,8 @@ class Shrinker:
                 if outcome.tried:  # a candidate cut short holds no verdict: not journalled, so a resume tries it whole
                     self.tried.append(outcome)
                 raise OutOfBudget(
-                    f"{self.requests} requests and {self.seconds:.0f} s spent of --max-requests {self.max_requests}"
-                    f" and --max-time {self.max_time:g}"
+                    f"{self.requests} requests and {duration(self.seconds)} spent of --max-requests {self.max_requests}"
+                    f" and --max-time {duration(self.max_time)}"
                 )
             run_dir = (
                 self.folder
@@ -151,7 +152,7 @@ class Shrinker:
     def _tell(self, outcome: Outcome, note: str = "") -> None:
         self.say(
             f"repro: {outcome.case.words}: parted in {outcome.parted} of {outcome.tried} tries{note} "
-            f"({self.requests} requests, {self.seconds:.1f} s)"
+            f"({self.requests} requests, {duration(self.seconds)})"
         )
 
     def _save(self) -> None:
