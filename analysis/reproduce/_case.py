@@ -118,7 +118,7 @@ def first_part(run: Run, request: str | None = None) -> dict[str, Any]:
     --------
     >>> from analysis import read_run
     >>> first_part(read_run("data/experiment-cpu/default"))["first_request"]["c"]
-    2
+    4
     """
     rows = judge(run).to_dicts()
     if request is None:

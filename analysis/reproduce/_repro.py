@@ -122,7 +122,7 @@ def repro(
     >>> import tempfile
     >>> found = repro("data/experiment-cpu/default", out=tempfile.mkdtemp() + "/repro", say=lambda line: None)
     >>> found.reproduced, found.case["c"], found.script.is_file()
-    (True, 2, True)
+    (True, 4, True)
     """
     say = say or (lambda line: print(line, file=sys.stderr))
     for name, value in (("tries", tries), ("max_requests", max_requests)):
