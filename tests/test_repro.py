@@ -99,11 +99,13 @@ def test_a_red_run_of_bia_serve_shrinks_to_c2_and_its_script_parts_there_and_not
 
 
 class Flaky:
-    """A loopback chat server whose batched requests (two or more streaming at once) part from the alone ones at random,
-    one time in three (a seeded draw per batched request); requests alone always answer the same."""
+    """A loopback chat server whose batches (requests streaming at once) part from the requests alone at random, one batch in
+    three: a seeded draw per batch, so the run and the shrink see the same sequence of parts; requests alone always answer
+    the same."""
 
     def __init__(self, seed: int = 1) -> None:
         self.running, self.lock, self.draws, self.parted = 0, threading.Lock(), random.Random(seed), 0
+        self.batch, self.decided = 0, {}  # the batch in flight (a new one each time the server was idle), and its draw
         flaky = self
 
         class Handler(Quiet):
@@ -119,11 +121,15 @@ class Flaky:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with flaky.lock:
                     flaky.running += 1
+                    flaky.batch += flaky.running == 1
+                    mine = flaky.batch
                 try:
                     time.sleep(0.15)  # long enough for a band's requests to be in flight together
                     with flaky.lock:
-                        part = flaky.running > 1 and flaky.draws.random() < 1 / 3
-                        flaky.parted += part
+                        if flaky.running > 1 and mine not in flaky.decided:
+                            flaky.decided[mine] = flaky.draws.random() < 1 / 3
+                            flaky.parted += flaky.decided[mine]
+                        part = flaky.decided.get(mine, False)
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.end_headers()
@@ -148,12 +154,15 @@ def test_a_part_seen_in_only_some_tries_ends_not_reproducible_rather_than_a_wron
                           max_tokens=4, progress=False, metrics=False, refire=0, say=lambda line: None))
         assert judge(tmp_path / "run").to_dicts()[0]["verdict"] == "RED"  # the run saw a part
         lines: list[str] = []
+        before = flaky.parted
         found = repro(tmp_path / "run", server.url, tmp_path / "r", tries=3, say=lines.append)
+        during = flaky.parted - before
         done = bia("repro", str(tmp_path / "run"), "--url", server.url, "-o", str(tmp_path / "cli"), "--tries", "3")
     assert not found.reproduced and found.outcome == "not reproducible at 3 tries"
     assert not found.script.exists() and not found.run.exists()
     seen = [tuple(map(int, m.groups())) for m in map(re.compile(r"parted in (\d+) of (\d+) tries").search, lines) if m]
-    assert any(0 < parted < tried for parted, tried in seen), lines  # a part seen in some tries only: no repro
+    assert seen and all(parted < tried for parted, tried in seen), lines  # no candidate parted in every try
+    assert during and any(parted for parted, _ in seen), lines  # the server did part while shrunk: in some tries, not all
     report = found.report.read_text()
     assert report.splitlines()[0].endswith(": not reproducible at 3 tries")
     assert "## The minimal request" not in report and "c=2: parted in" in report
