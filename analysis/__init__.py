@@ -88,6 +88,7 @@ from .probe import (
     ProbeSettings,
     probe_callable,
 )  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
+from .reproduce import ReproError, repro
 from . import (
     dumps as dumps,
     parity as parity,
@@ -113,6 +114,7 @@ __all__ = [
     "ProbeSettings",
     "REGRESSION_RULES",
     "RESULT_SETTINGS",
+    "ReproError",
     "Rule",
     "Run",
     "RunError",
@@ -173,6 +175,7 @@ __all__ = [
     "reference_margins",
     "render_report",
     "render_trend",
+    "repro",
     "requests_needed",
     "run_experiment",
     "scan_dump",

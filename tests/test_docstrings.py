@@ -36,7 +36,7 @@ ROOT = Path(analysis.__file__).resolve().parent
 
 # Paths under analysis/ (a folder, or a single module's file) whose public functions are checked: all of the package.
 CHECKED_FOLDERS = ["core/", "io/", "verdicts/", "witness/", "run/", "studies/", "dumps/", "metrics/", "experiment/",
-                   "views/", "report/", "probe/", "cli/", "serve/", "testing.py", "__init__.py", "__main__.py",
+                   "views/", "report/", "probe/", "reproduce/", "cli/", "serve/", "testing.py", "__init__.py", "__main__.py",
                    "parity.py", "plots.py", "trend.py"]
 
 

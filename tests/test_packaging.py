@@ -37,7 +37,7 @@ def test_public_surface_is_sorted_and_complete():
     assert analysis.__all__ == sorted(analysis.__all__)
     for name in analysis.__all__:
         assert hasattr(analysis, name), name
-    public = {n for n in dir(analysis) if not n.startswith("_") and n not in {"cli", "dumps", "experiment", "parity", "plots", "probe", "report", "run", "serve", "testing", "trend", "annotations",
+    public = {n for n in dir(analysis) if not n.startswith("_") and n not in {"cli", "dumps", "experiment", "parity", "plots", "probe", "report", "reproduce", "run", "serve", "testing", "trend", "annotations",
                                                                        # the pipeline's layers (subpackages), bound once imported
                                                                        "core", "io", "metrics", "verdicts", "witness", "studies", "views"}}
     assert public <= set(analysis.__all__), public - set(analysis.__all__)

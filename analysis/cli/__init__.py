@@ -13,6 +13,7 @@ from ._help import Command, Group
 from ._history import history_command
 from ._probe import probe_command
 from ._report import report_command
+from ._repro import repro_command
 from ._serve import serve_command
 from ._shape_check import shape_check_command
 from ._trend import trend_command
@@ -37,6 +38,7 @@ for _name, _command in (
     ("probe", probe_command),
     ("serve", serve_command),
     ("certify", certify_command),
+    ("repro", repro_command),
     ("history", history_command),
     ("trend", trend_command),
 ):

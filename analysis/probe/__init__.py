@@ -35,7 +35,7 @@ private modules, by what it does (``_settings``, ``_probe``, ``_fire``, ``_manif
 
 from __future__ import annotations
 
-from ._bands import DEFAULT_FILLERS
+from ._bands import DEFAULT_FILLERS, band_rows
 from ._callable import CallableError, probe_callable
 from ._capture import EventClock, fetch_stream, stream_problem
 from ._certify import certify_server, planned_repeats
@@ -67,6 +67,7 @@ __all__ = [
     "RunUnreadable",
     "ServerGone",
     "ServerUnreachable",
+    "band_rows",
     "certify_server",
     "co_resident",
     "detect_engine",

@@ -1,0 +1,169 @@
+"""bia repro (issue 43): a RED run's first parting request shrunk against the live server into repro.py, REPORT.md and a
+minimal run; against bia serve on loopback (default mode parts, row-invariant does not) and a server that parts at random."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from _cli import ROOT, bia
+from loopback import HttpServer, Quiet
+
+from analysis import ReproError, judge, read_run, repro
+from analysis.probe import probe
+from analysis.serve import BackgroundServer
+
+DEFAULT_RUN = ROOT / "data" / "experiment-cpu" / "default"
+
+
+def _script(folder, *args):
+    return subprocess.run([sys.executable, str(folder / "repro.py"), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_without_a_server_the_runs_own_first_part_is_written_with_its_bits(tmp_path):
+    found = repro(DEFAULT_RUN, out=tmp_path / "r", say=lambda line: None)
+    first = judge(DEFAULT_RUN).to_dicts()[0]["first_request"]
+    assert found.reproduced and found.case["c"] == first["c"] and found.case["position"] == first["position"]
+    report = found.report.read_text()
+    assert report.startswith("# bia torch (analysis.experiment): parts in a batch of 4")
+    assert '"content": "If the argument is"' in report and '"max_tokens": 64' in report
+    bits = [line for line in report.splitlines() if " bits 0x" in line]
+    assert len(bits) == 2 and bits[0].split("bits ")[1] != bits[1].split("bits ")[1]  # the two sides' float32 bits differ
+    compile(found.script.read_text(), "repro.py", "exec")
+    assert not found.run.exists()  # nothing fired: no minimal run
+    assert _script(tmp_path / "r").returncode == 2  # an in-process run has no URL: the script says to give one
+
+
+def test_a_run_with_nothing_parted_or_a_request_it_lacks_is_refused_by_name(tmp_path):
+    with pytest.raises(ReproError, match="no request parts from m=1 .*nothing to reproduce"):
+        repro(ROOT / "data" / "experiment-cpu" / "batch-invariant", out=tmp_path / "a")
+    with pytest.raises(ReproError, match="--request takes PROMPT_ID/C/REPEAT/SLOT"):
+        repro(DEFAULT_RUN, out=tmp_path / "b", request="p0")
+    with pytest.raises(ReproError, match="holds no batched request p9 c=2"):
+        repro(DEFAULT_RUN, out=tmp_path / "c", request="p9/2/0/0")
+    with pytest.raises(ReproError, match="tries must be a whole number >= 1"):
+        repro(DEFAULT_RUN, out=tmp_path / "d", tries=0)
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "x").write_text("")
+    with pytest.raises(ReproError, match="already holds something"):
+        repro(DEFAULT_RUN, out=tmp_path / "e")
+
+
+def test_the_command_says_each_bad_input_with_its_exit_code(tmp_path):
+    missing = bia("repro", str(tmp_path / "nope"), "-o", str(tmp_path / "o"))
+    assert missing.returncode == 3 and "no run there" in missing.stderr
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text("{")
+    assert bia("repro", str(tmp_path / "bad"), "-o", str(tmp_path / "o")).returncode == 4
+    green = bia("repro", str(ROOT / "data" / "experiment-cpu" / "batch-invariant"), "-o", str(tmp_path / "o"))
+    assert green.returncode == 2 and "nothing to reproduce" in green.stderr
+    done = bia("repro", str(DEFAULT_RUN), "-o", str(tmp_path / "o"))
+    assert done.returncode == 0 and (tmp_path / "o" / "REPORT.md").is_file(), done.stderr
+
+
+@pytest.mark.engine
+def test_a_red_run_of_bia_serve_shrinks_to_c2_and_its_script_parts_there_and_not_on_row_invariant(tmp_path):
+    with BackgroundServer("default") as server:
+        asyncio.run(probe(server.url, tmp_path / "run", prompts=["If the argument is", "Write one sentence about the sea."],
+                          ladder=(1, 2, 4), max_tokens=16, progress=False, say=lambda line: None))
+        first = judge(tmp_path / "run").to_dicts()[0]["first_request"]
+        lines: list[str] = []
+        started = time.monotonic()
+        found = repro(tmp_path / "run", server.url, tmp_path / "r", say=lines.append)
+        spent = time.monotonic() - started
+        parts = _script(tmp_path / "r")
+    print(f"bia serve default: {found.requests} requests, {spent:.1f} s: {found.outcome}")  # the note's figures (pytest -s)
+    assert found.reproduced and found.case["c"] == 2
+    assert found.case["max_tokens"] <= first["position"] + 1  # no more tokens than the first parting token needs
+    assert len(found.case["prompt"]) <= len("If the argument is") and found.requests <= 400
+    assert any("parted in 3 of 3 tries" in line for line in lines) and lines[0].startswith("repro: ")
+    minimal = judge(found.run).to_dicts()[0]  # the minimal run is a run like any other: RED at c=2
+    assert minimal["verdict"] == "RED" and minimal["first_request"]["c"] == 2
+    assert parts.returncode == 1, parts.stdout + parts.stderr
+    assert parts.stdout.startswith("PARTS") and parts.stdout.count(" bits 0x") == 2
+    report = found.report.read_text()
+    assert "- engine: bia serve (bia's profile `bia`" in report and '"kernel_mode": "default"' in report
+    assert json.dumps(found.case["prompt"]) in report and f'"max_tokens": {found.case["max_tokens"]}' in report
+    assert report.count(" bits 0x") == 2 and "## What shrinking tried" in report and "c=2: parted in 3 of 3 tries" in report
+    assert len(read_run(found.run).manifest["prompts"]) == 1
+    with BackgroundServer("row-invariant") as fixed:
+        held = _script(tmp_path / "r", "--url", fixed.url)
+    assert held.returncode == 0 and held.stdout.startswith("no part in 3 tries"), held.stdout + held.stderr
+
+
+class Flaky:
+    """A loopback chat server whose batches (requests streaming at once) part from the requests alone at random, one batch in
+    three: a seeded draw per batch, so the run and the shrink see the same sequence of parts; requests alone always answer
+    the same."""
+
+    def __init__(self, seed: int = 1) -> None:
+        self.running, self.lock, self.draws, self.parted = 0, threading.Lock(), random.Random(seed), 0
+        self.batch, self.decided = 0, {}  # the batch in flight (a new one each time the server was idle), and its draw
+        flaky = self
+
+        class Handler(Quiet):
+            protocol_version = "HTTP/1.0"
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self.answer(200, json.dumps({"object": "list", "data": [{"id": "m", "owned_by": "someone"}]}).encode())
+                else:
+                    self.answer(404, b"{}")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with flaky.lock:
+                    flaky.running += 1
+                    flaky.batch += flaky.running == 1
+                    mine = flaky.batch
+                try:
+                    time.sleep(0.15)  # long enough for a band's requests to be in flight together
+                    with flaky.lock:
+                        if flaky.running > 1 and mine not in flaky.decided:
+                            flaky.decided[mine] = flaky.draws.random() < 1 / 3
+                            flaky.parted += flaky.decided[mine]
+                        part = flaky.decided.get(mine, False)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for step in range(body["max_tokens"]):
+                        value = -0.25 - (1e-6 if part and step == 1 else 0.0)
+                        entry = {"token": f"t{step}", "logprob": value, "top_logprobs": [{"token": f"t{step}", "logprob": value}]}
+                        chunk = {"choices": [{"index": 0, "delta": {"content": f"t{step}"}, "logprobs": {"content": [entry]}}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                finally:
+                    with flaky.lock:
+                        flaky.running -= 1
+
+        self.handler = Handler
+
+
+@pytest.mark.engine
+def test_a_part_seen_in_only_some_tries_ends_not_reproducible_rather_than_a_wrong_minimal_case(tmp_path):
+    flaky = Flaky()
+    with HttpServer(flaky.handler) as server:
+        asyncio.run(probe(server.url, tmp_path / "run", prompts=["one two three four"], ladder=(1, 2), repeats=8,
+                          max_tokens=4, progress=False, metrics=False, refire=0, say=lambda line: None))
+        assert judge(tmp_path / "run").to_dicts()[0]["verdict"] == "RED"  # the run saw a part
+        lines: list[str] = []
+        before = flaky.parted
+        found = repro(tmp_path / "run", server.url, tmp_path / "r", tries=3, say=lines.append)
+        during = flaky.parted - before
+        done = bia("repro", str(tmp_path / "run"), "--url", server.url, "-o", str(tmp_path / "cli"), "--tries", "3")
+    assert not found.reproduced and found.outcome == "not reproducible at 3 tries"
+    assert not found.script.exists() and not found.run.exists()
+    seen = [tuple(map(int, m.groups())) for m in map(re.compile(r"parted in (\d+) of (\d+) tries").search, lines) if m]
+    assert seen and all(parted < tried for parted, tried in seen), lines  # no candidate parted in every try
+    assert during and any(parted for parted, _ in seen), lines  # the server did part while shrunk: in some tries, not all
+    report = found.report.read_text()
+    assert report.splitlines()[0].endswith(": not reproducible at 3 tries")
+    assert "## The minimal request" not in report and "c=2: parted in" in report
+    assert done.returncode == 7 and "not reproducible at 3 tries" in done.stdout, done.stdout + done.stderr
