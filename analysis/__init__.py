@@ -88,7 +88,7 @@ from .probe import (
     ProbeSettings,
     probe_callable,
 )  # the probe itself stays analysis.probe.probe: a function of that name would hide the package
-from .reproduce import ReproError, repro
+from .reproduce import Repro, ReproError, repro
 from . import (
     dumps as dumps,
     parity as parity,
@@ -114,6 +114,7 @@ __all__ = [
     "ProbeSettings",
     "REGRESSION_RULES",
     "RESULT_SETTINGS",
+    "Repro",
     "ReproError",
     "Rule",
     "Run",

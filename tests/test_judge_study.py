@@ -58,11 +58,15 @@ def test_judge_refuses_an_engine_it_does_not_know():
 
 @pytest.mark.slow
 def test_judge_of_a_study_on_ray_gives_the_same_rows(tmp_path):
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
     folder = ROOT / "data" / "llamacpp-cpu"
     study = write_dataset(folder, tmp_path / "study")
     local = analysis.judge(study).frame
-    on_ray = analysis.judge(study, engine="ray").frame
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # started here and shut down: the next test's own
+    try:
+        on_ray = analysis.judge(study, engine="ray").frame
+    finally:
+        ray.shutdown()
     assert_frame_equal(on_ray, local)
     assert_frame_equal(local, analysis.judge(run_directories(folder)).frame)
     assert local.filter(pl.col("verdict") == "RED").height >= 1

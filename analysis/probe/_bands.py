@@ -26,11 +26,11 @@ def band_rows(
     unit: Unit, manifest: Mapping[str, Any], body: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[tuple[str, int]], list[int], list[str]]:
     """A band's request bodies, row by row, with each row's (role, slot), the rows in slot order of the band's own requests
-    first, and the batch as the envelopes name it (:func:`batch_id`).
+    first, and the batch as the envelopes name it (``analysis.run.batch_id``).
 
     ``copies`` (and the copies and serial arms): c copies, slot = row. ``needle`` (and the mixed arm): the prompt at a row
     drawn from the run's seed and the band's key, the fillers in turn after it, starting one further each repeat.
-    ``rotating``: see :func:`analysis.run.rotating_batch`. Fillers are the run's ``fillers``, else the set's other prompts,
+    ``rotating``: see ``analysis.run.rotating_batch``. Fillers are the run's ``fillers``, else the set's other prompts,
     else :data:`DEFAULT_FILLERS`.
 
     Parameters
@@ -51,7 +51,7 @@ def band_rows(
     rows : list of int
         The row of each of the band's own requests, in slot order.
     batch : list of str
-        Each row's id (see :func:`batch_id`).
+        Each row's id (see ``analysis.run.batch_id``).
     """
     c = cast(int, unit.c)
     texts = {p["prompt_id"]: p["text"] for p in manifest["prompts"]}

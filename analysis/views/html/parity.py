@@ -171,8 +171,8 @@ def answer_section_html(judgement: Any) -> str:
         f"<h2>The answer</h2><p>Does a request batched with others (c &gt; 1) give the bits it gives alone (m=1)? {counted}. "
         "A server that differs from itself alone is RED (run-to-run) before batching is judged; GREEN needs every c complete and "
         "formed and the 95% bound on the divergence rate below 1%. Hover a row for its full reason.</p>"
-        f"<p>{escape(RATIO_WORDS)} Hover a ratio for its baseline.</p>"
         + answer_html(judgement)
+        + f"<p>{escape(RATIO_WORDS)} Hover a ratio for its baseline.</p>"  # below the table: the answer stays first
         + _arms_note(judgement.frame["arm"].unique(maintain_order=True).to_list())
     )
 
