@@ -34,9 +34,12 @@ def test_a_real_llamacpp_run_is_red_and_the_exit_code_says_so(tmp_path):
                         "requests sent alone part from ref #1 of their prompt, the first p0 ref #2, sent alone: its logprob bits differ "
                         "from ref #1 from token 0 (up to 26 ULP); batching is not judged until the server repeats itself alone")
     assert lines[1] == "  next: turn the cache off: llama-server --no-cache-prompt, then probe again"
-    assert lines[2].startswith(f"RED {DATA / 'llamacpp-cpu' / 'no-cache-prompt'} (copies): 56 of 56 batched requests part from m=1")
-    assert lines[3] == "  next: batch-invariant kernels: llama-server --parallel 1 (it has no batch-invariant kernels)"
-    assert lines[4] == f"wrote {out}: RED, exit 5"
+    cached, uncached = DATA / "llamacpp-cpu" / "cache-prompt", DATA / "llamacpp-cpu" / "no-cache-prompt"
+    assert lines[2] == f"  repro: bia repro {cached} -o {cached}-repro"  # issue 43: a RED run's bug report, a command away
+    assert lines[3].startswith(f"RED {uncached} (copies): 56 of 56 batched requests part from m=1")
+    assert lines[4] == "  next: batch-invariant kernels: llama-server --parallel 1 (it has no batch-invariant kernels)"
+    assert lines[5] == f"  repro: bia repro {uncached} -o {uncached}-repro"
+    assert lines[6] == f"wrote {out}: RED, exit 5"
     document = json.loads(out.read_text())
     assert {k: document[k] for k in ("certificate_version", "verdict", "exit_code", "target_rate", "confidence", "requests_needed")} == {
         "certificate_version": 4, "verdict": "RED", "exit_code": 5, "target_rate": 0.01, "confidence": 0.95, "requests_needed": 299}

@@ -56,7 +56,9 @@ def test_the_bundled_default_run_fails_naming_its_first_request_where_and_by_how
     lines = str(failed.value).splitlines()
     assert lines[0] == f"Batch invariance assertion failed: RED (co-batching) for {EXPERIMENT / 'default'} (copies)"
     assert lines[2] == "[first] p0 c=4 repeat 0 slot 0: its logprob bits differ from ref #1 from token 1 (up to 127 ULP)"
-    assert lines[3] == "[next] batch-invariant kernels: bia experiment --modes row-invariant" and len(lines) == 4
+    assert lines[3] == "[next] batch-invariant kernels: bia experiment --modes row-invariant"
+    # issue 43: what to hand the engine's maintainers, for a run that has a directory
+    assert lines[4] == f"[repro] bia repro {EXPERIMENT / 'default'} -o {EXPERIMENT / 'default'}-repro" and len(lines) == 5
 
 
 def test_a_folder_of_runs_is_judged_together_and_every_failing_row_is_reported_the_worst_first():

@@ -176,7 +176,7 @@ def _print_lines(document: dict, output: Path) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    from ..studies import domain_words
+    from ..studies import domain_words, repro_step
 
     console = Console(soft_wrap=True)
     for arm in document["arms"]:
@@ -185,6 +185,8 @@ def _print_lines(document: dict, output: Path) -> None:
             f"[{_STYLE[verdict]}]{verdict}[/] {escape(arm['run'])} ({escape(arm['arm'])}): {escape(arm['reason'])}"
         )
         console.print(f"  next: {escape(arm['next_step'])}")
+        if verdict == "RED" and Path(arm["run"]).is_dir():  # what to hand the engine's maintainers (bia repro)
+            console.print(f"  repro: {escape(repro_step(arm['run'], (document.get('probe') or {}).get('url')))}")
     console.print(f"wrote {escape(str(output))}: {document['verdict']}, exit {document['exit_code']}")
     if document.get("domain"):  # the last line: what the verdict covers, and so what it does not
         console.print(escape(domain_words(document["domain"])))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from typing import Any, Protocol
 
 from ..run import remake_step
@@ -151,3 +152,29 @@ def _bia_serve_unformed(manifest: Any, widest: int) -> str:
     window = effective.get("batch_window_ms")
     window = window if isinstance(window, (int, float)) and not isinstance(window, bool) and window > 0 else 50
     return f"let the requests sent together decode in one batch: bia serve --batch-window-ms {4 * window:g}, then certify again"
+
+
+def repro_step(run: str, url: str | None = None) -> str:
+    """The command that turns a RED run into a bug report (``bia repro``): the smallest batch that still parts, shrunk
+    against ``url`` when given, as a script and a REPORT.md beside the run.
+
+    Parameters
+    ----------
+    run : str
+        The run directory.
+    url : str, optional
+        The server it was probed on, to shrink against.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> repro_step("runs/certify-20261206-101500", "http://127.0.0.1:8000")
+    'bia repro runs/certify-20261206-101500 --url http://127.0.0.1:8000 -o runs/certify-20261206-101500-repro'
+    >>> repro_step("runs/my run")
+    "bia repro 'runs/my run' -o 'runs/my run-repro'"
+    """
+    words = ["bia", "repro", run, *(["--url", url] if url else []), "-o", f"{run.rstrip('/')}-repro"]
+    return shlex.join(words)
