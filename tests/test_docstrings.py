@@ -81,13 +81,13 @@ def _public_routines(module):
     """``(qualified name, function, drops_first)`` for each public function and public method of a public class
     defined in ``module``; ``drops_first`` says the first parameter is ``self`` or ``cls``."""
     for name, value in sorted(vars(module).items()):
-        if name.startswith("_") or getattr(value, "__module__", None) != module.__name__:
-            continue
+        if name.startswith("_") or "__mutmut_" in name or getattr(value, "__module__", None) != module.__name__:
+            continue  # (mutmut's copies of a function, in a mutation run's tree, are not bia's API)
         if inspect.isfunction(value) or (callable(value) and hasattr(value, "__wrapped__") and not inspect.isclass(value)):
             yield f"{module.__name__}.{name}", value, False
         elif inspect.isclass(value):
             for attr, member in vars(value).items():
-                if attr.startswith("_"):
+                if attr.startswith("_") or "__mutmut_" in attr:
                     continue
                 if isinstance(member, staticmethod):
                     function, drops_first = member.__func__, False
