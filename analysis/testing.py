@@ -117,8 +117,7 @@ def assert_batch_invariant(
     AssertionError: Batch invariance assertion failed: RED (co-batching) for data/experiment-cpu/default (copies)
     [why] 56 of 56 batched requests part from m=1 (0 in tokens, 56 only in bits); the first is p0 c=4 repeat 0 slot 0: ...
     [first] p0 c=4 repeat 0 slot 0: its logprob bits differ from ref #1 from token 1 (up to 127 ULP)
-    [next] batch-invariant kernels: bia experiment --modes row-invariant
-    [repro] bia repro data/experiment-cpu/default -o data/experiment-cpu/default-repro
+    [next] batch-invariant kernels: bia experiment --modes row-invariant; a repro for its maintainers: bia repro ...
 
     A batched function that ignores its batch, probed with 11 prompts at c = 1, 4, 8, 16: GREEN.
 
@@ -238,9 +237,14 @@ def _failure(row: dict[str, Any]) -> str:
     ]
     if row["first"]:
         lines.append(f"[first] {row['first']}")
-    lines.append(f"[next] {row['next_step']}")
-    if row["verdict"] == "RED" and Path(row["run"]).is_dir():  # a probe's temporary run is gone by now: none to name
-        lines.append(f"[repro] {repro_step(row['run'])}")
+    # a RED run with a directory (a probe's temporary run is gone by now) names its bug report on the same line: pytest's
+    # output stays within 25 lines
+    report = (
+        f"; a repro for its maintainers: {repro_step(row['run'])}"
+        if row["verdict"] == "RED" and Path(row["run"]).is_dir()
+        else ""
+    )
+    lines.append(f"[next] {row['next_step']}{report}")
     if row["verdict"] == "AMBER":
         lines.append("[allow] allow_amber=True passes AMBER, where bia certify exits 8")
     return "\n".join(lines)
