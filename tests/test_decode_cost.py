@@ -93,3 +93,18 @@ def test_every_surface_shows_the_vllm_runs_ratio_from_one_baseline(vllm_and_torc
     bands = read_history([vllm.path]).bands.sort("c")
     assert bands.filter(pl.col("c") == 4)["decode_ratio"].item() == pytest.approx(ratio)
     assert bands.filter(pl.col("c") == 1)["decode_tok_s"].item() == pytest.approx(base[0])
+
+
+def test_requests_without_an_origin_column_read_as_timed_by_their_streams():
+    """The parameter's rule: no ``decode_rate_origin`` column reads as "stream". Worked by hand: c=1 rates 100 and 80
+    (median 90), c=4 rates 45 and 54 (median 49.5): 49.5 / 90 = 0.55, timed by the streams."""
+    import polars as pl
+
+    from analysis.metrics import decode_cost
+
+    bare = pl.DataFrame({"c": [1, 1, 4, 4], "decode_tok_s": [100.0, 80.0, 45.0, 54.0]})
+    cost = decode_cost(bare).sort("c")
+    assert cost["origin"].to_list() == ["streams", "streams"]
+    assert cost.filter(pl.col("c") == 4)["ratio"].item() == pytest.approx(0.55)
+    named = decode_cost(bare.with_columns(decode_rate_origin=pl.lit("stream"))).sort("c")
+    assert named.equals(cost)
