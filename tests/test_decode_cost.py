@@ -108,3 +108,25 @@ def test_requests_without_an_origin_column_read_as_timed_by_their_streams():
     assert cost.filter(pl.col("c") == 4)["ratio"].item() == pytest.approx(0.55)
     named = decode_cost(bare.with_columns(decode_rate_origin=pl.lit("stream"))).sort("c")
     assert named.equals(cost)
+
+
+def test_the_baseline_timing_is_c1s_streams_first_and_intervals_start_at_c2():
+    """Worked by hand. (1) c=1 timed both ways, a server-timed row first: the streams win, so the baseline is the median
+    of 100, 80, 90 = 90 and c=2's streams 50, 40, 45 give 45 / 90 = 0.5; the server-timed rows (500, 999) are left out on
+    both sides. Three rates a side: c=2 gets an interval, c=1 (the baseline over itself) none. (2) c=1 timed only by the
+    server: the baseline is the server's (90), whatever timed c=4, so c=4's server rate 45 gives 0.5."""
+    import polars as pl
+
+    from analysis.metrics import decode_cost
+
+    mixed = pl.DataFrame({"c": [1, 1, 1, 1, 2, 2, 2, 2], "decode_tok_s": [500.0, 100.0, 80.0, 90.0, 50.0, 40.0, 45.0, 999.0],
+                          "decode_rate_origin": ["vllm:x", "stream", "stream", "stream", "stream", "stream", "stream", "vllm:x"]})
+    cost = decode_cost(mixed).sort("c")
+    assert cost["origin"].to_list() == ["streams", "streams"] and cost["rates"].to_list() == [3, 3]
+    one, two = cost.row(0, named=True), cost.row(1, named=True)
+    assert two["ratio"] == pytest.approx(0.5) and two["base_median"] == pytest.approx(90.0)
+    assert one["low"] is None and one["high"] is None and two["low"] is not None and two["low"] <= 0.5 <= two["high"]
+    served = pl.DataFrame({"c": [1, 1, 1, 4, 4], "decode_tok_s": [100.0, 80.0, 90.0, 50.0, 45.0],
+                           "decode_rate_origin": ["vllm:x", "vllm:x", "vllm:x", "stream", "vllm:x"]})
+    four = decode_cost(served).filter(pl.col("c") == 4)
+    assert four["origin"].to_list() == ["server"] and four["ratio"].item() == pytest.approx(0.5)
