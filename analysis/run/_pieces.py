@@ -83,8 +83,8 @@ def run_pieces(path: str | os.PathLike[str]) -> tuple[Run, Iterator[Run]]:
     if not captures.is_dir():
         raise RunError(f"{path}: no captures/ folder")
     folder = path / "derived" / "pieces"
-    stamps = _capture_stamps(captures, _record(folder))
     record = _record(folder)
+    stamps = _capture_stamps(captures, record)
     if record is None or record["captures"]["files"] != stamps["files"]:
         if os.access(path, os.W_OK):
             record = _write_pieces(path, manifest, stamps)
