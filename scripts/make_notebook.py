@@ -55,7 +55,7 @@ CELLS = [
         "witness_sources = sources or ([] if runs else analysis.default_sources())\n"
         "run_paths = runs or ([] if sources else report.default_runs())\n"
         "ws = analysis.read_witnesses(witness_sources, progress=False)\n"
-        "run_objects = [read_run(path) for path in run_paths]\n"
+        "run_objects = [read_run(path, stream=True) for path in run_paths]  # tables computed a piece at a time\n"
         'against = reference if reference in ("ref1", "ref2") else read_run(reference)\n'
         "display(HTML(report.header_html(title, ws, run_objects, default=default, admission=bool(ws.sources) or judge_runs)))\n"
         "# One judgement (analysis.judge): the answer table, the cards and the sections below all render its rows.\n"

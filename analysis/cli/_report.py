@@ -139,7 +139,7 @@ def _report(
         from ..run import RunError, read_run
 
         for run in default_runs() if embedded else runs:
-            read_run(run)
+            read_run(run, stream=True)  # parsed into pieces here, which the kernel then reads
         read_witnesses(default_sources() if embedded else witness_sources, progress=sys.stderr.isatty())
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
         raise _unread(exc) from None

@@ -13,6 +13,7 @@ from ..metrics import columnar as _columnar
 from ..metrics import parity
 from ._arms import legacy_arm
 from ._layout import _BandEntries, _chosen_widths, _entry_cache_summary, _entry_evidence, engine_steps
+from ._piecewise import piecewise
 from ._slot_tables import _slot_comparisons
 from ._steps import _BAND_ORDER, numbered_steps
 
@@ -47,6 +48,7 @@ _BAND_SCHEMA = {
 }
 
 
+@piecewise("bands")
 def band_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per (prompt, band, repeat): divergence over slots, agreement, completions, decode rate,
     seconds per 1000 sequences (the band's wall time from its first send to its last token, per
@@ -166,6 +168,7 @@ def _band_widths_text(run: Run, bands: pl.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+@piecewise("forks")
 def band_forks(run: Run) -> pl.DataFrame:
     """Where the slots of each band first disagree among themselves (``at``) and which tokens they took there.
 

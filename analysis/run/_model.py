@@ -23,6 +23,9 @@ class Run:
     manifest: dict[str, Any]
     dump: Dump
     path: Path | None = None
+    # A streamed run's pieces (``read_run(path, stream=True)``): ``dump`` then holds every request and no token, and the
+    # tables are computed a piece at a time (analysis.run._piecewise). None for a run held whole.
+    pieces: Any = field(default=None, repr=False, compare=False)
     # What the tables derive once per run (numbered steps, streams): a run's frames never change.
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -42,6 +45,8 @@ class Run:
 
     def streams(self) -> dict[tuple, parity.Stream]:
         """Every request's completion stream, keyed by (source, record, choice_index) (built once per run)."""
+        if self.pieces is not None:
+            return self.collected().streams()
         if "streams" not in self._cache:
             self._cache["streams"] = parity.streams(self.dump.tokens, self.dump.candidates)
         return self._cache["streams"]
@@ -55,13 +60,60 @@ class Run:
 
     @property
     def tokens(self) -> Any:
-        """Every scored position of every request (the dump's ``tokens`` frame)."""
-        return self.dump.tokens
+        """Every scored position of every request (the dump's ``tokens`` frame; a streamed run's pieces collected)."""
+        return self.collected().dump.tokens
 
     @property
     def candidates(self) -> Any:
-        """Every top-k candidate of every position (the dump's ``candidates`` frame)."""
-        return self.dump.candidates
+        """Every top-k candidate of every position (the dump's ``candidates`` frame; a streamed run's pieces collected)."""
+        return self.collected().dump.candidates
+
+    def collected(self) -> Run:
+        """The run held whole: itself, or a streamed run's pieces read into one run (the same frames ``read_run`` gives
+        without ``stream``), read once."""
+        if self.pieces is None:
+            return self
+        if "collected" not in self._cache:
+            self._cache["collected"] = self.pieces.collected(self)
+        return self._cache["collected"]
+
+    def restricted(self, prompts: set[str]) -> Run:
+        """The run of these prompts' requests with their tokens, held whole (from their pieces when streamed).
+
+        Examples
+        --------
+        >>> from analysis import read_run
+        >>> read_run("data/experiment-cpu/default", stream=True).restricted({"p1"}).requests["prompt_id"].unique().to_list()
+        ['p1']
+        """
+        if self.pieces is not None:
+            return self.pieces.restricted(prompts)
+        keys = ["source", "record", "choice_index"]
+        mine = self.dump.requests.filter(pl.col("prompt_id").is_in(sorted(prompts)))
+        tokens, candidates = (
+            frame.join(mine.select(keys), on=keys, how="semi", nulls_equal=True)
+            for frame in (self.dump.tokens, self.dump.candidates)
+        )
+        return Run(
+            self.manifest,
+            dataclasses.replace(self.dump, tokens=tokens, candidates=candidates, requests=mine),
+            self.path,
+        )
+
+    def prompt_run(self, prompt_id: str) -> Run:
+        """The run of one prompt's requests with their tokens: from its piece when the run is streamed.
+
+        Examples
+        --------
+        >>> from analysis import read_run
+        >>> read_run("data/experiment-cpu/default").prompt_run("p0").requests.height
+        31
+        """
+        return self.restricted({prompt_id})
+
+    def without_pieces(self) -> Run:
+        """The run's requests without a token, as a run held whole (what a table of no request is computed from)."""
+        return Run(self.manifest, self.dump, self.path)
 
     @property
     def label(self) -> str:

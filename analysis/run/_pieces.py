@@ -17,6 +17,7 @@ is the same parse and the same tables, a piece at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -77,7 +78,11 @@ def run_pieces(path: str | os.PathLike[str]) -> tuple[Run, Iterator[Run]]:
     >>> plan.requests.height, sum(piece.requests.height for piece in pieces)
     (62, 62)
     """
-    path = Path(path)
+    plan, pieces = _open(Path(path))
+    return plan, iter(pieces)
+
+
+def _open(path: Path) -> tuple[Run, _Pieces | _Whole]:
     manifest = load_manifest(path)
     captures = path / "captures"
     if not captures.is_dir():
@@ -201,9 +206,7 @@ def _finish(
     return record
 
 
-def _read_pieces(
-    path: Path, manifest: dict[str, Any], folder: Path, record: dict[str, Any]
-) -> tuple[Run, Iterator[Run]]:
+def _read_pieces(path: Path, manifest: dict[str, Any], folder: Path, record: dict[str, Any]) -> tuple[Run, _Pieces]:
     moved = _moved(record["captures_dir"], os.fspath(path / "captures"))
     requests, dropped = (moved(pl.read_parquet(folder / f"{name}.parquet")) for name in ("requests", "dropped"))
     renamed = _renamed(record["captures_dir"], os.fspath(path / "captures"))
@@ -211,24 +214,112 @@ def _read_pieces(
     skipped = [
         DumpError(renamed(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])
     ]
+    pieces = _Pieces(path, manifest, folder, requests, dropped, moved, formats, skipped, record["pieces"])
     plan = _said_cut(Run(manifest, _no_tokens(requests.drop("piece"), formats, skipped), path))  # as read_run says it
+    return plan, pieces
 
-    def pieces() -> Iterator[Run]:
-        for piece in range(record["pieces"]):
-            mine = requests.filter(pl.col("piece") == piece).drop("piece")
-            if not mine.height:
-                continue
+
+class _Pieces:
+    """A run directory's pieces under ``derived/pieces/``: each read when asked for, in order, or by prompt."""
+
+    def __init__(
+        self,
+        path: Path,
+        manifest: dict[str, Any],
+        folder: Path | None,
+        requests: pl.DataFrame,
+        dropped: pl.DataFrame,
+        moved: Any,
+        formats: dict[str, list[str]],
+        skipped: list[DumpError],
+        count: int,
+    ) -> None:
+        self.path, self.manifest, self.folder = path, manifest, folder
+        self.requests, self.dropped, self.moved = requests, dropped, moved
+        self.formats, self.skipped, self.count = formats, skipped, count
+
+    def __iter__(self) -> Iterator[Run]:
+        for piece in range(self.count):
+            one = self.piece(piece)
+            if one is not None:
+                yield one
+
+    def piece(self, piece: int) -> Run | None:
+        """Piece ``piece``'s run, None when it holds no request."""
+        mine = self.requests.filter(pl.col("piece") == piece).drop("piece")
+        if not mine.height or self.folder is None:
+            return None
+        tokens, candidates = (
+            self.moved(_piece_table(self.folder / name / f"piece={piece}", schema))
+            for name, schema in (("tokens", TOKEN_SCHEMA), ("candidates", CANDIDATE_SCHEMA))
+        )
+        if self.dropped.height:
             tokens, candidates = (
-                moved(_piece_table(folder / name / f"piece={piece}", schema))
-                for name, schema in (("tokens", TOKEN_SCHEMA), ("candidates", CANDIDATE_SCHEMA))
+                t.join(self.dropped, on=["source", "record"], how="anti") for t in (tokens, candidates)
             )
-            if dropped.height:
-                tokens, candidates = (
-                    t.join(dropped, on=["source", "record"], how="anti") for t in (tokens, candidates)
-                )
-            yield Run(manifest, Dump(tokens, candidates, mine, formats, skipped), path)
+        return Run(self.manifest, Dump(tokens, candidates, mine, self.formats, self.skipped), self.path)
 
-    return plan, pieces()
+    def restricted(self, prompts: set[str]) -> Run:
+        """The run of these prompts' requests with their tokens (from their pieces), held whole."""
+        numbers = sorted(self.requests.filter(pl.col("prompt_id").is_in(sorted(prompts)))["piece"].unique().to_list())
+        runs = [run for run in (self.piece(n) for n in numbers) if run is not None]
+        if not runs:
+            return Run(
+                self.manifest, _no_tokens(self.requests.head(0).drop("piece"), self.formats, self.skipped), self.path
+            )
+        dump = Dump(
+            *(
+                pl.concat([getattr(r.dump, name) for r in runs], how="vertical")
+                for name in ("tokens", "candidates", "requests")
+            ),
+            self.formats,
+            self.skipped,
+        )
+        return Run(self.manifest, dump, self.path).restricted(prompts)
+
+    def collected(self, run: Run) -> Run:
+        """The run held whole, as :func:`read_run` reads it."""
+        return read_run(self.path)
+
+    def tables_folder(self, key: str) -> Path | None:
+        """Where the merged tables of one context are kept beside the pieces (None: nowhere)."""
+        return None if self.folder is None or not os.access(self.folder, os.W_OK) else self.folder / "tables" / key
+
+
+class _Whole:
+    """The pieces of a run held whole (a read-only run directory): one piece, the run itself."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter([self.run])
+
+    def restricted(self, prompts: set[str]) -> Run:
+        return self.run.restricted(prompts)
+
+    def collected(self, run: Run) -> Run:
+        return self.run
+
+    def tables_folder(self, key: str) -> Path | None:
+        return None
+
+
+def streamed_run(path: str | os.PathLike[str]) -> Run:
+    """A run directory as a streamed run: every request, no token, its tables computed a piece at a time.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run directory.
+
+    Returns
+    -------
+    Run
+        With ``pieces`` set (see :func:`analysis.read_run`'s ``stream``).
+    """
+    plan, pieces = _open(Path(path))
+    return dataclasses.replace(plan, pieces=pieces)
 
 
 def _piece_table(folder: Path, schema: dict[str, Any]) -> pl.DataFrame:
@@ -255,10 +346,10 @@ def _moved(old: str, new: str):
     )
 
 
-def _split(run: Run) -> tuple[Run, Iterator[Run]]:
+def _split(run: Run) -> tuple[Run, _Whole]:
     """A run already in memory as its plan and one piece (a read-only run directory)."""
     plan = Run(run.manifest, _no_tokens(run.dump.requests, run.dump.formats, run.dump.skipped), run.path)
-    return plan, iter([run])
+    return plan, _Whole(run)
 
 
 def _no_tokens(requests: pl.DataFrame, formats: dict[str, list[str]], skipped: list[DumpError]) -> Dump:

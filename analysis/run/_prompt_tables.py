@@ -14,6 +14,7 @@ from ..metrics import columnar as _columnar
 from ..metrics import parity
 from ._arms import main_arm
 from ._layout import RunError
+from ._piecewise import piecewise
 from ._slot_tables import _slot_comparisons
 from ._steps import numbered_steps
 
@@ -34,6 +35,7 @@ _PROMPT_SCHEMA = {
 }
 
 
+@piecewise("prompts")
 def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per prompt: the reference's tie density, Yuan et al.'s Div_Index, Avg_Std@top1_prob and
     the std of output lengths (averaged over prompts, their Avg_Std@Output_Length) across the
@@ -100,10 +102,10 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
         )
         .filter(pl.col("idx") < pl.col("limit"))
         .group_by("prompt_id", "idx")
-        .agg(pl.col("n").first(), known=pl.col("p").count(), std=pl.col("p").std(ddof=0))
+        .agg(pl.col("n").first(), known=pl.col("p").count(), std=pl.col("p").sort().std(ddof=0))
         .filter(pl.col("known") == pl.col("n"))
         .group_by("prompt_id")
-        .agg(avg_std_top1_prob=pl.col("std").mean())
+        .agg(avg_std_top1_prob=pl.col("std").sort().mean())  # in value order: the same bits whatever the joins' order
     )
     table = (
         refs.select("prompt_id")
@@ -164,9 +166,15 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
     >>> flip_table(Run({"ladder": [1]}, read_dumps([]))).select("steps").to_series().sum()
     0
     """
+    return _columnar.flip_bins(_flip_steps(run, reference=reference), edges)
+
+
+@piecewise("flip_steps")
+def _flip_steps(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
+    """Every step of a batched request at risk of a flip, up to its fork: the reference's margin there and whether it flipped."""
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
     steps = numbered_steps(run, reference)[0]
-    at_risk = (
+    return (
         slots.select(
             "pair",
             "ref",
@@ -180,9 +188,9 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
         .filter((pl.col("idx") <= pl.col("last")) & pl.col("margin").is_not_null())
         .select("margin", flip=pl.col("diverged") & (pl.col("idx") == pl.col("divergence_at")))
     )
-    return _columnar.flip_bins(at_risk, edges)
 
 
+@piecewise("drift")
 def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     """Per batched request and step before its fork, ``|delta logprob|`` against the reference (``label``, ``step``, ``abs_delta``).
 
@@ -240,14 +248,24 @@ def reference_margins(run: Run, *, reference: str | Run = "ref1") -> dict[str, l
     >>> {prompt: [round(m, 4) for m in steps[:2]] for prompt, steps in margins.items()}
     {'p0': [2.5141, 0.3024], 'p1': [1.9879, 1.3107]}
     """
+    lists = _margin_lists(run, reference=reference)
+    return dict(zip(lists["prompt_id"].to_list(), lists["margin"].to_list()))
+
+
+@piecewise("margins")
+def _margin_lists(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
+    """Each prompt's reference margins by step (``prompt_id``, ``margin``: a list), in the references' order."""
     steps, _, refs = numbered_steps(run, reference)
     lists = (
         steps.steps.join(refs, left_on="req", right_on="ref")
         .group_by("prompt_id", maintain_order=True)
         .agg(pl.col("margin").sort_by("idx"))
     )
-    margins = dict(zip(lists["prompt_id"].to_list(), lists["margin"].to_list()))
-    return {prompt: margins.get(prompt, []) for prompt in refs["prompt_id"].to_list()}
+    return (
+        refs.select("prompt_id")
+        .join(lists, on="prompt_id", how="left", maintain_order="left")
+        .with_columns(pl.col("margin").fill_null(pl.lit([], pl.List(pl.Float64))))
+    )
 
 
 def observer_table(run: Run) -> pl.DataFrame:

@@ -10,6 +10,7 @@ import polars as pl
 
 from ..metrics import columnar as _columnar
 from ..metrics import parity
+from ._piecewise import piecewise
 from ._steps import _band_pairs, numbered_steps, with_evidence
 
 if TYPE_CHECKING:  # the tables take any object shaped like a Run (RunLike); only type hints name the class
@@ -88,6 +89,7 @@ def batch_context() -> pl.Expr:
     )
 
 
+@piecewise("slots")
 def slot_table(run: Run, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str | Run = "ref1") -> pl.DataFrame:
     """One row per batched request: its comparison with ref #1 of its prompt, and its decode rate.
 
@@ -137,6 +139,7 @@ _REFERENCE_SCHEMA = {
 }
 
 
+@piecewise("refs")
 def reference_table(run: Run) -> pl.DataFrame:
     """One row per prompt: its m=1 ref #2 against its ref #1, what the server does alone, run to run.
 

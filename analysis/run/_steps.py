@@ -51,6 +51,8 @@ def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stre
         return references(cast("Run", reference), "ref1")  # (mypy cannot rule out a str that is RunLike)
     if reference not in ("ref1", "ref2"):
         raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
+    if getattr(run, "pieces", None) is not None:  # a streamed run: each piece's references (a prompt's are in its piece)
+        return {prompt: stream for piece in run.pieces for prompt, stream in references(piece, reference).items()}
     slot = 0 if reference == "ref1" else 1
     streams = run.streams()
     refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
@@ -72,7 +74,11 @@ def numbered_steps(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.S
     -------
     tuple of (Steps, polars.DataFrame, polars.DataFrame)
     """
+    if getattr(run, "pieces", None) is not None:  # a streamed run's tables are merged per piece; anything else collects
+        run = run.collected()
     other = reference if isinstance(reference, RunLike) else None
+    if other is not None and getattr(other, "pieces", None) is not None:
+        other = other.collected()
     if other is None and reference not in ("ref1", "ref2"):
         raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
     key = ("numbered", None if other is None else id(other))

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..run import RunError, numbered_steps, slot_table
+from ..run import RunError, numbered_steps, piecewise, slot_table
 
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
@@ -85,6 +85,7 @@ ATTRIBUTION_SCHEMA = {
 }
 
 
+@piecewise("prefill")
 def prefill_table(run: Run) -> pl.DataFrame:
     """The prefill arm against decode: per prompt and completion position j, ref #1's decode-time logprob of its
     token j beside the logprob the prefill arm's request scored for position j (the one token asked for after a

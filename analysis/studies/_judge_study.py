@@ -1,7 +1,8 @@
-"""Judging runs and studies: :func:`judge_runs` (a run in memory, or a run directory a piece at a time) and
-:func:`judge_study`. A run's rows come from tables merged over its parts in a fixed order (a study's partitions, a run
-directory's pieces), judged by the code that judges a run read whole (:func:`judge_tables`), so that a run too large for
-memory is judged by the same rules, one group of prompts' streams in memory at a time, in this process or on Ray."""
+"""Judging runs and studies: :func:`judge_runs` (a run in memory, or a run directory read a piece at a time:
+``read_run(path, stream=True)``) and :func:`judge_study`. A run's rows come from tables merged over its parts in a fixed
+order (a study's partitions, a run directory's pieces), judged by the code that judges a run read whole
+(:func:`judge_tables`), so that a run too large for memory is judged by the same rules, one group of prompts' streams in
+memory at a time, in this process or on Ray."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ import polars as pl
 
 from ..dumps import Dump
 from ..metrics import requests_needed
-from ..run import Run, RunError, RunLike, run_pieces
+from ..run import Run, RunLike, read_run
 from ._judgement import Subject, _batched_cause, _judge_run, judge_tables
 from ._judgement_cost import _with_measured_fix
-from ._judgement_evidence import cache_served_in, missing_frame
+from ._judgement_evidence import cache_served_in, missing_frame, widest_precision
 from ._judgement_frame import SCHEMA, Judgement
-from ._study import PARTITION, Study, _concat, piece_tables, scan_study, study_tables
-
-_WIDEST = ("float64", "float32", "none")  # a precision merged over partitions: the widest any of them recorded
+from ._study import PARTITION, Study, scan_study, study_tables
 
 
 def judge_study(
@@ -86,41 +85,6 @@ def _judge_one(
     )
 
 
-def judge_run_pieces(
-    path: str | os.PathLike[str], *, target_rate: float, confidence: float, needed: int
-) -> pl.DataFrame:
-    """A run directory's rows from its pieces (:func:`analysis.run.run_pieces`): the tables of one group of prompts in
-    memory at a time, merged, then judged as a run read whole is.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The run directory.
-    target_rate, confidence : float
-        The bound's target and confidence.
-    needed : int
-        The bit-identical distinct contexts the bound needs.
-
-    Returns
-    -------
-    polars.DataFrame
-        Rows of ``SCHEMA``, one per arm.
-    """
-    plan, pieces = run_pieces(path)
-    parts = [piece_tables(piece) for piece in pieces]
-    tables = {name: _concat([part[name] for part in parts]) for name in ("slots", "bands", "refs", "precision")}
-
-    def prompt_run(prompt_id: str) -> Run:  # the cause of a part, from its own prompt's piece
-        for piece in run_pieces(path)[1]:
-            if prompt_id in piece.requests["prompt_id"].to_list():
-                return piece
-        raise RunError(f"{path}: no request of prompt {prompt_id!r}")
-
-    return judge_parts(
-        plan.label, plan, tables, prompt_run, target_rate=target_rate, confidence=confidence, needed=needed
-    )
-
-
 def judge_parts(
     label: str,
     plan: Run,
@@ -154,7 +118,6 @@ def judge_parts(
         Rows of ``SCHEMA``, one per arm.
     """
     manifest = plan.manifest
-    precisions = set(tables["precision"]["precision"].to_list()) if tables["precision"].height else {"none"}
     subject = Subject(
         label,
         manifest,
@@ -168,7 +131,7 @@ def judge_parts(
         refs=tables["refs"],
         bands=tables["bands"],
         missing=missing_frame(plan.missing()),
-        precision=next(p for p in _WIDEST if p in precisions),
+        precision=widest_precision(tables["precision"]),
         target_rate=target_rate,
         confidence=confidence,
         needed=needed,
@@ -215,9 +178,9 @@ def judge_runs(runs: Any, *, target_rate: float = 0.01, confidence: float = 0.95
     if isinstance(runs, (RunLike, str, os.PathLike)):
         runs = [runs]
     frames = [
-        _judge_run(cast(Run, run), target_rate, confidence, needed)
-        if isinstance(run, RunLike)
-        else judge_run_pieces(run, target_rate=target_rate, confidence=confidence, needed=needed)
+        _judge_run(
+            cast(Run, run) if isinstance(run, RunLike) else read_run(run, stream=True), target_rate, confidence, needed
+        )
         for run in runs
     ]
     frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=SCHEMA)

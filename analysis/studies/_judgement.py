@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from ..metrics import cost_by_c, divergence_bound
-from ..run import Run, band_table, legacy_arm, numbered_steps, reference_table, slot_table
+from ..run import Run, band_table, legacy_arm, reference_table, slot_table
 from ._judgement_cost import cost_words, judged_arms
 from ._judgement_evidence import (
     _alone_states,
@@ -40,9 +40,10 @@ from ._judgement_evidence import (
     cache_served_in,
     domain,
     missing_frame,
-    precision_compared,
+    precision_table,
     refused_requests,
     sampling_words,
+    widest_precision,
 )
 from ._judgement_frame import SCHEMA
 from ._judgement_words import _alone_reason, _bound_reason, _evidence, _first_words, _red_reason, _where
@@ -73,7 +74,9 @@ def _subject(run: Run) -> Subject:
         run.label,
         run.manifest,
         [int(c) for c in run.ladder],
-        lambda first, arm: _batched_cause(run, first, arm),
+        lambda first, arm: _batched_cause(
+            run if run.pieces is None else run.prompt_run(first["prompt_id"]), first, arm
+        ),
         lambda: _cache_served(run),
     )
 
@@ -88,7 +91,7 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
         refs=reference_table(run),
         bands=band_table(run),
         missing=missing_frame(run.missing()),
-        precision=precision_compared(numbered_steps(run)[0].steps["logprob"]),
+        precision=widest_precision(precision_table(run)),
         target_rate=target_rate,
         confidence=confidence,
         needed=needed,

@@ -25,6 +25,8 @@ from typing import Any
 
 import polars as pl
 
+from ..run import numbered_steps, piecewise
+
 BATCHED_ARMS = ("copies", "mixed")  # the arms whose bands batch the prompt; the others are controls sent alone
 # arms whose c=1 requests are the prompt alone and cold, as m=1 is; the serial arm sends every request alone at any c
 ALONE_ARMS = ("copies", "mixed", "repeat")
@@ -214,6 +216,37 @@ def missing_frame(missing: list[dict[str, Any]]) -> pl.DataFrame:
         ``prompt_id``, ``role``, ``c``, ``slot``, ``repeat``, ``arm`` and ``state``.
     """
     return pl.DataFrame(missing, schema={**_PLACES, "state": pl.String}, orient="row")
+
+
+_WIDEST = ("float64", "float32", "none")  # a precision merged over a run's pieces: the widest any of them recorded
+
+
+def widest_precision(table: pl.DataFrame) -> str:
+    """The widest precision among a precision table's rows ("none" when it has none).
+
+    Examples
+    --------
+    >>> widest_precision(pl.DataFrame({"precision": ["none", "float32"]}))
+    'float32'
+    """
+    found = set(table["precision"].to_list())
+    return next((p for p in _WIDEST if p in found), "none")
+
+
+@piecewise("precision", merge=lambda rows: pl.DataFrame({"precision": [widest_precision(rows)]}))
+def precision_table(run: Any) -> pl.DataFrame:
+    """The precision a run's (or a piece's) logprobs were recorded at, one row (:func:`precision_compared`); a run
+    read a piece at a time has a row per piece, and :func:`widest_precision` merges them.
+
+    Examples
+    --------
+    >>> from analysis import read_run
+    >>> precision_table(read_run("data/experiment-cpu/default"))["precision"].to_list()
+    ['float32']
+    """
+    return pl.DataFrame(
+        {"precision": [precision_compared(numbered_steps(run)[0].steps["logprob"])]}, schema={"precision": pl.String}
+    )
 
 
 def precision_compared(logprobs: pl.Series) -> str:

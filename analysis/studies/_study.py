@@ -39,13 +39,12 @@ from ..run import (
     Run,
     RunError,
     band_table,
-    numbered_steps,
     prompt_table,
     read_run,
     reference_table,
     slot_table,
 )
-from ._judgement_evidence import precision_compared
+from ._judgement_evidence import precision_table
 
 PARTITION = ["run", "prompt_id"]
 _HIVE = {"run": pl.String, "prompt_id": pl.String}
@@ -328,7 +327,7 @@ def piece_tables(
         "slots": slot_table(one, epsilon=epsilon, reference=reference),
         "bands": band_table(one, epsilon=epsilon, reference=reference),
         "refs": reference_table(one),
-        "precision": pl.DataFrame({"precision": [precision_compared(numbered_steps(one)[0].steps["logprob"])]}),
+        "precision": precision_table(one),
     }
 
 

@@ -115,7 +115,10 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
         max_abs_delta=d.abs().filter(both).max(),
         max_ulp=(pl.col("ordered_r") - pl.col("ordered_o")).abs().filter(both).max(),
         topk_order_changes=pl.col("reordered").sum().cast(pl.Int64),
-        k3_mean=pl.col("k3").filter(both).mean(),
+        k3_mean=pl.col("k3")
+        .filter(both)
+        .sort()
+        .mean(),  # summed in value order: the same bits whatever order the joins gave
         k3_max=pl.col("k3").filter(both).max(),
     )
     # Lists in the same order hold the same set: only the steps whose order changed can change their set.
@@ -128,7 +131,7 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
     kl = (
         _topk_kl(steps, prefix.select("pair", "ref", "other", "idx"))
         .group_by("pair")
-        .agg(kl_topk_mean=pl.col("kl").mean(), kl_topk_max=pl.col("kl").max())
+        .agg(kl_topk_mean=pl.col("kl").sort().mean(), kl_topk_max=pl.col("kl").max())
     )
     at_fork = _at_divergence(steps, base.filter(pl.col("diverged")))
     out = (
@@ -255,9 +258,9 @@ def _topk_kl(steps: Steps, at: pl.DataFrame) -> pl.DataFrame:
     counted = (pl.col("p") > REST_FLOOR) & (pl.col("q") > 0.0)
     per_step = joined.group_by("pair", "idx").agg(
         missing=pl.col("q").null_count(),
-        p_sum=pl.col("p").sum(),
-        q_sum=pl.col("q").sum(),
-        listed=(pl.col("p") * (pl.col("p") / pl.col("q")).log()).filter(counted).sum(),
+        p_sum=pl.col("p").sort().sum(),  # sums in value order: a piece of a run gives the bits the whole run gives
+        q_sum=pl.col("q").sort().sum(),
+        listed=(pl.col("p") * (pl.col("p") / pl.col("q")).log()).filter(counted).sort().sum(),
         underflow=((pl.col("p") > REST_FLOOR) & (pl.col("q") <= 0.0)).any(),
     )
     p_rest = pl.max_horizontal(1.0 - pl.col("p_sum"), pl.lit(REST_FLOOR))

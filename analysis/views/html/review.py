@@ -152,7 +152,7 @@ def _run_to_run_line(spans: pl.DataFrame, slots: pl.DataFrame) -> tuple[str, str
 def _lone_review(run, verdict: str) -> Review:
     """The card of a run of one request (a lone dump): what one request shows, and that it allows no batch comparison."""
     request = run.dump.requests.row(0, named=True)
-    tokens = run.dump.tokens.filter(pl.col("segment") == "completion")
+    tokens = run.tokens.filter(pl.col("segment") == "completion")  # one request: collected even when streamed
     scored = int(tokens["logprob"].is_not_null().sum())
     top_k = int(tokens["n_candidates"].max() or 0) if tokens.height else 0
     holds = f"{tokens.height} completion token(s), {scored} with a logprob, " + (

@@ -9,22 +9,29 @@ from typing import Any
 import polars as pl
 
 from ...core import canonical_setting, cell, pairs
+from ...run import piecewise
 from .blocks import render
 from .tables import WORST_ROWS
 
 FEW = 5  # per-prompt sentences (negative controls, forks) listed before the rest are counted
 
 
-def _token_labels(run) -> dict[Any, str]:
-    """A readable label for each token identity: its text when the dump had one, else ``id N``."""
-    labelled = (
-        run.dump.tokens.select("token_id", "token_text", "token_bytes")  # each id's first row with a text or bytes
+@piecewise("token_labels", merge=lambda rows: rows.unique("token_id", keep="first", maintain_order=True))
+def _labelled_tokens(run) -> pl.DataFrame:
+    """Each token id's first row with a text or bytes (``token_id``, ``token_text``, ``token_bytes``)."""
+    return (
+        run.dump.tokens.select("token_id", "token_text", "token_bytes")
         .filter(
             pl.col("token_id").is_not_null()
             & (pl.col("token_text").is_not_null() | pl.col("token_bytes").is_not_null())
         )
         .unique("token_id", keep="first", maintain_order=True)
     )
+
+
+def _token_labels(run) -> dict[Any, str]:
+    """A readable label for each token identity: its text when the dump had one, else ``id N``."""
+    labelled = _labelled_tokens(run)
     return {
         token_id: text if text is not None else data.decode("utf-8", errors="replace")
         for token_id, text, data in labelled.rows()
@@ -84,8 +91,17 @@ def _planted(reference, prompt_id: str) -> dict[str, Any]:
 
 
 def _controls(run, prompts: list[str]) -> dict[str, Any]:
-    """The negative control of every prompt with a reference: the missed ones first, then a few found, and the count.
-    Each prompt's first reference (lowest slot) as :func:`negative_control` takes it, their streams built in one pass."""
+    """The negative control of every prompt with a reference: the missed ones first, then a few found, and the count."""
+    rows = {row["prompt_id"]: row for row in _control_rows(run).iter_rows(named=True)}
+    controls = [rows[p] for p in prompts if p in rows]
+    missed = [c for c in controls if not c["detected"]]
+    shown = (missed + [c for c in controls if c["detected"]])[: max(FEW, len(missed))]
+    return {"shown": shown, "total": len(controls), "detected": len(controls) - len(missed)}
+
+
+@piecewise("controls")
+def _control_rows(run) -> pl.DataFrame:
+    """:func:`negative_control` of each prompt's first reference (lowest slot), their streams built in one pass."""
     from ...metrics import parity
 
     key = ["source", "record", "choice_index"]
@@ -97,11 +113,12 @@ def _controls(run, prompts: list[str]) -> dict[str, Any]:
     )
     tokens = run.dump.tokens.join(firsts.select(key), on=key, how="semi", nulls_equal=True)
     streams = parity.streams(tokens)
-    first_of = {prompt: (source, record, choice) for prompt, source, record, choice in firsts.iter_rows()}
-    controls = [_planted(streams.get(first_of[p], parity.Stream(("none",), ())), p) for p in prompts if p in first_of]
-    missed = [c for c in controls if not c["detected"]]
-    shown = (missed + [c for c in controls if c["detected"]])[: max(FEW, len(missed))]
-    return {"shown": shown, "total": len(controls), "detected": len(controls) - len(missed)}
+    rows = [
+        _planted(streams.get((source, record, choice), parity.Stream(("none",), ())), prompt)
+        for prompt, source, record, choice in firsts.iter_rows()
+    ]
+    schema = {"prompt_id": pl.String, "planted_at": pl.Int64, "found_at": pl.Int64, "detected": pl.Boolean}
+    return pl.DataFrame(rows, schema=schema)
 
 
 def _forks(run) -> dict[str, Any]:

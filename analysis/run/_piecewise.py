@@ -1,0 +1,196 @@
+"""The tables of a run read a piece at a time (``read_run(path, stream=True)``): each table is a function of one
+prompt's requests, so a run's table is the table of each piece, merged in a fixed order.
+
+A table function decorated with :func:`piecewise` computes as before on a run held whole. On a streamed run (one whose
+``pieces`` is set), the first table asked for computes every registered table in one pass over the pieces (each piece's
+tokens read once, whichever tables the caller needs next), merges them, and keeps them with the run and, where the run
+directory takes it, under ``derived/pieces/tables/`` for the next reader: a warm report reads those, not the tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..metrics import parity
+
+_CONTEXT_KEYS = ("epsilon", "reference")  # what a pass is computed for: every table of it takes these or fewer
+
+
+@dataclass(frozen=True)
+class _Table:
+    name: str
+    compute: Callable[..., pl.DataFrame]
+    takes: tuple[str, ...]  # which of _CONTEXT_KEYS it takes
+    order: tuple[str, ...] | None  # the merged rows sorted by these, stably, as the whole run's rows are
+    merge: Callable[[pl.DataFrame], pl.DataFrame] | None  # what makes the pieces' rows, concatenated, the run's
+
+
+_REGISTRY: dict[str, _Table] = {}
+
+
+def piecewise(
+    name: str,
+    *,
+    order: tuple[str, ...] | None = None,
+    merge: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a per-prompt table: on a streamed run it is computed a piece at a time and merged.
+
+    The function takes the run and, as keywords, any of ``epsilon`` and ``reference``; it must give, for a run that
+    holds some of the prompts, exactly the rows the whole run gives for those prompts, or rows that ``merge`` makes the
+    whole run's once concatenated. A call with another option (a run as the reference) computes on the run collected.
+    """
+
+    def wrap(function: Callable[..., pl.DataFrame]) -> Callable[..., pl.DataFrame]:
+        signature = inspect.signature(function)
+        takes = tuple(key for key in _CONTEXT_KEYS if key in signature.parameters)
+        defaults = {key: signature.parameters[key].default for key in takes}
+        _REGISTRY[name] = _Table(name, function, takes, order, merge)
+
+        @functools.wraps(function)
+        def table(run: Any, **options: Any) -> pl.DataFrame:
+            if getattr(run, "pieces", None) is None:
+                return function(run, **options)
+            given = {**defaults, **options}
+            if set(options) - set(takes):
+                return function(run.collected(), **options)
+            if not isinstance(given.get("reference", "ref1"), str):  # another run's ref #1 of each prompt
+                return _against_run(run, name, options)
+            context = {
+                "epsilon": float(given.get("epsilon", parity.NEAR_TIE_EPSILON)),
+                "reference": given.get("reference", "ref1"),
+            }
+            return merged_tables(run, **context)[name]
+
+        return table
+
+    return wrap
+
+
+def merged_tables(
+    run: Any, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str = "ref1"
+) -> dict[str, pl.DataFrame]:
+    """Every registered table of a streamed run for this epsilon and reference: kept with the run, read back from
+    ``derived/pieces/tables/`` when written there for the same captures and version, else computed in one pass.
+
+    Parameters
+    ----------
+    run : Run
+        A streamed run (``read_run(path, stream=True)``).
+    epsilon : float
+        The near-tie epsilon.
+    reference : {"ref1", "ref2"}
+        Which reference each request is compared with.
+
+    Returns
+    -------
+    dict of str to polars.DataFrame
+    """
+    key = ("piecewise", float(epsilon), reference)
+    tables = run._cache.setdefault(key, {})
+    missing = [name for name in _REGISTRY if name not in tables]
+    if not missing:
+        return tables
+    folder = run.pieces.tables_folder(f"{_code_digest()}-{float(epsilon)!r}-{reference}")
+    tables.update(_read_back(folder, missing))
+    missing = [name for name in missing if name not in tables]
+    if missing:
+        computed = _one_pass(run, missing, {"epsilon": float(epsilon), "reference": reference})
+        _write_back(folder, computed)
+        tables.update(computed)
+    return tables
+
+
+@functools.cache
+def _code_digest() -> str:
+    """A digest of bia's own source: merged tables kept by other code (another version, a change being made) are not
+    read back."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for file in sorted(package.rglob("*.py")):
+        digest.update(file.relative_to(package).as_posix().encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _against_run(run: Any, name: str, options: dict[str, Any]) -> pl.DataFrame:
+    """A table against another run (its ref #1 of each prompt): a piece at a time, each against the other run's
+    requests of the piece's prompts."""
+    reference = options["reference"]
+    key = ("piecewise-against", name, id(reference), options.get("epsilon"))
+    if key not in run._cache:
+        table = _REGISTRY[name]
+        frames = [
+            table.compute(piece, **{**options, "reference": reference.restricted(set(piece.prompts))})
+            for piece in run.pieces
+        ]
+        frame = pl.concat(frames, how="vertical_relaxed") if frames else table.compute(run.without_pieces(), **options)
+        frame = (
+            frame.sort(list(table.order), maintain_order=True, nulls_last=True)
+            if table.order and frame.height
+            else frame
+        )
+        run._cache[key] = (table.merge(frame) if table.merge is not None and frames else frame, reference)
+    return run._cache[key][0]  # held with the reference, so that its id is not reused
+
+
+def _one_pass(run: Any, names: list[str], context: dict[str, Any]) -> dict[str, pl.DataFrame]:
+    parts: dict[str, list[pl.DataFrame]] = {name: [] for name in names}
+    for piece in run.pieces:
+        for name in names:
+            table = _REGISTRY[name]
+            parts[name].append(table.compute(piece, **{key: context[key] for key in table.takes}))
+    out = {}
+    for name, frames in parts.items():
+        table = _REGISTRY[name]
+        frame = pl.concat(frames, how="vertical_relaxed") if frames else table_of_no_piece(run, name, context)
+        frame = (
+            frame.sort(list(table.order), maintain_order=True, nulls_last=True)
+            if table.order and frame.height
+            else frame
+        )
+        out[name] = table.merge(frame) if table.merge is not None and frames else frame
+    return out
+
+
+def table_of_no_piece(run: Any, name: str, context: dict[str, Any]) -> pl.DataFrame:
+    """A table's columns when the run has no piece (no request at all): computed on the run's requests alone."""
+    table = _REGISTRY[name]
+    return table.compute(run.without_pieces(), **{key: context[key] for key in table.takes})
+
+
+def _read_back(folder: Path | None, names: list[str]) -> dict[str, pl.DataFrame]:
+    if folder is None or not (folder / "done.json").exists():
+        return {}
+    try:
+        done = set(json.loads((folder / "done.json").read_text(encoding="utf-8")))
+        return {name: pl.read_parquet(folder / f"{name}.parquet") for name in names if name in done}
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return {}  # unreadable: computed again
+
+
+def _write_back(folder: Path | None, tables: dict[str, pl.DataFrame]) -> None:
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        done_file = folder / "done.json"
+        done = set(json.loads(done_file.read_text(encoding="utf-8"))) if done_file.exists() else set()
+        for name, frame in tables.items():
+            partial = folder / f"{name}.parquet.part"
+            frame.write_parquet(partial)
+            os.replace(partial, folder / f"{name}.parquet")
+        partial = folder / "done.json.part"
+        partial.write_text(json.dumps(sorted(done | set(tables))), encoding="utf-8")
+        os.replace(partial, done_file)
+    except (OSError, ValueError):
+        return  # a cache we cannot write is only slower next time

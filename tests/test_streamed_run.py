@@ -1,0 +1,126 @@
+"""A run read a piece at a time (``read_run(path, stream=True)``) gives the tables, the verdict and the report sections
+of the run held whole: every bundled run, split into one piece per prompt so that every merge is exercised."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import analysis
+from analysis.run import _piecewise, _pieces, read_run
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = sorted(
+    str(m.parent.relative_to(ROOT)) for m in (ROOT / "data").rglob("manifest.json") if (m.parent / "captures").is_dir()
+)
+
+
+@pytest.fixture
+def one_prompt_a_piece(monkeypatch):
+    monkeypatch.setattr(_pieces, "PIECE_BYTES", 1)  # every planned prompt its own piece
+
+
+def _copy(run: str, tmp_path: Path) -> Path:
+    target = tmp_path / Path(run).name
+    shutil.copytree(ROOT / run, target, ignore=shutil.ignore_patterns("derived"))
+    return target
+
+
+@pytest.mark.parametrize("run", BUNDLED)
+def test_every_table_of_a_streamed_run_is_the_whole_runs(run, tmp_path, one_prompt_a_piece):
+    path = _copy(run, tmp_path)
+    whole, streamed = read_run(path), read_run(path, stream=True)
+    assert streamed.dump.tokens.height == 0
+    assert streamed.pieces.count == len({p["prompt_id"] for p in whole.manifest.get("prompts", [])}) + 1
+    for name, table in _piecewise._REGISTRY.items():
+        for context in ({}, {"reference": "ref2"}, {"epsilon": 0.5}):
+            given = {k: v for k, v in context.items() if k in table.takes}
+            expected = table.compute(whole, **given)
+            got = _piecewise.merged_tables(streamed, **context)[name]
+            assert got.equals(expected), f"{run}: {name} {context}\n{got}\n{expected}"
+
+
+@pytest.mark.parametrize("run", BUNDLED)
+def test_a_streamed_run_is_judged_as_the_whole_run(run, tmp_path, one_prompt_a_piece):
+    path = _copy(run, tmp_path)
+    whole = analysis.judge(read_run(path)).frame
+    assert analysis.judge(read_run(path, stream=True)).frame.equals(whole)
+    assert analysis.judge(str(path)).frame.equals(whole)
+
+
+def test_the_merged_tables_are_read_back_and_not_computed_again(tmp_path, one_prompt_a_piece, monkeypatch):
+    path = _copy("data/experiment-cpu/default", tmp_path)
+    first = analysis.run.slot_table(read_run(path, stream=True))
+    kept = list((path / "derived" / "pieces" / "tables").glob("*/slots.parquet"))
+    assert len(kept) == 1
+    monkeypatch.setattr(_piecewise, "_one_pass", lambda *a: pytest.fail("computed again"))
+    assert analysis.run.slot_table(read_run(path, stream=True)).equals(first)
+
+
+def test_a_run_as_the_reference_is_computed_on_the_run_collected(tmp_path, one_prompt_a_piece):
+    path = _copy("data/experiment-cpu/default", tmp_path)
+    other = read_run(ROOT / "data/experiment-cpu/row-invariant")
+    whole = analysis.run.slot_table(read_run(path), reference=other)
+    assert analysis.run.slot_table(read_run(path, stream=True), reference=other).equals(whole)
+
+
+def test_a_streamed_run_collected_holds_every_token(tmp_path, one_prompt_a_piece):
+    path = _copy("data/llamacpp-cpu/cache-prompt", tmp_path)
+    streamed = read_run(path, stream=True)
+    assert streamed.tokens.height == read_run(path).tokens.height > 0
+    assert streamed.prompt_run("p0").requests["prompt_id"].unique().to_list() == ["p0"]
+
+
+def test_stream_takes_no_read_dumps_option():
+    with pytest.raises(TypeError, match="stream=True"):
+        read_run("data/experiment-cpu/default", stream=True, lenient=True)
+    assert pl  # the module's frames come from polars
+
+
+def _sections(runs: list) -> dict[str, str]:
+    """Every report section of these runs (the figures' PNG bytes left out: matplotlib's are not byte-stable)."""
+    import re
+
+    from analysis import report
+
+    ws = analysis.read_witnesses([], progress=False)
+    judgement = report.judge_report(ws, runs)
+    out = {
+        "header": re.sub(
+            r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "WHEN", report.header_html("t", ws, runs, default=False, admission=False)
+        ),
+        "answer": report.answer_section_html(judgement),
+        "cards": report.reviews_html(ws, runs, epsilon=0.05, reference="ref1", judgement=judgement),
+        "modes": report.mode_comparison_html(runs, reference="ref1", judgement=judgement),
+        "engines": report.engines_html(runs, judgement=judgement),
+    }
+    for k, run in enumerate(runs):
+        figures = report.figures_html(report.run_figures(run, epsilon=0.05, reference="ref1"), "figures")
+        out[f"figures {k}"] = re.sub(r"base64,[A-Za-z0-9+/=]+", "PNG", figures)
+        out[f"detail {k}"] = report.run_details_html(run, epsilon=0.05, reference="ref1")
+    return out
+
+
+def _never_collected(monkeypatch):
+    monkeypatch.setattr(_pieces._Pieces, "collected", lambda self, run: pytest.fail("a streamed run was read whole"))
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [[run] for run in BUNDLED]
+    + [["data/vllm-cpu/no-prefix-cache", "data/vllm-cpu/prefix-cache", "data/llamacpp-cpu/cache-prompt"]],
+    ids=lambda runs: "+".join(Path(r).name for r in runs),
+)
+def test_every_report_section_of_a_streamed_run_is_the_whole_runs_and_reads_no_run_whole(
+    runs, tmp_path, one_prompt_a_piece, monkeypatch
+):
+    paths = [_copy(run, tmp_path / str(k)) for k, run in enumerate(runs)]
+    whole = _sections([read_run(p) for p in paths])
+    _never_collected(monkeypatch)
+    streamed = _sections([read_run(p, stream=True) for p in paths])
+    assert streamed.keys() == whole.keys()
+    for name, html in whole.items():
+        assert streamed[name] == html, f"{runs}: {name}"
