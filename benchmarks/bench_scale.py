@@ -13,7 +13,8 @@ size these steps run in turn, each in a fresh child process (``--steps``):
   parse        orjson.loads of every line of captures/requests.jsonl, line by line (bench_study.step_bare): the floor
   report-cold  ``python -m analysis report RUN -o X.html`` with derived/ deleted first: the first open of the run
   report-warm  the same with derived/ present (as report-cold left it)
-  judge        read_run + analysis.judge(run) (bench_judge.step_judge), from derived/ when it is there: the run in memory
+  judge        analysis.judge(RUN) on the run directory, with its pieces (derived/pieces/) and without their merged
+               tables (derived/pieces/tables/, deleted first): the tables computed a piece at a time
   certify-cold ``python -m analysis certify RUN -o X.json`` with derived/pieces/ deleted first: the run directory judged a
                piece at a time (analysis.run.run_pieces), its captures parsed a chunk at a time
   certify-warm the same with derived/pieces/ present
@@ -84,12 +85,11 @@ def _child(step: str, run_dir: str, options: str = "{}") -> None:
 
         out = next(step_bare(run_dir))
     elif step == "judge":
-        from bench_judge import step_judge
+        import analysis  # time the work, not the imports
 
-        import analysis.run  # noqa: F401 - time the work, not the imports
-
-        out = step_judge(run_dir)
-        out["seconds"] = out["read_run"] + out["judge"]
+        started = time.perf_counter()
+        analysis.judge(run_dir)
+        out = {"seconds": time.perf_counter() - started}
     else:
         raise SystemExit(f"no child step {step!r}")
     out["own_peak_rss"] = own_high_water()
@@ -108,8 +108,10 @@ def run_step(step: str, run_dir: Path, folder: Path, args) -> dict[str, Any]:
         shutil.rmtree(derived, ignore_errors=True)
     if step == "report-warm" and not derived.exists():
         return {"skipped": "no derived/ (run report-cold first, or it did not finish)"}
-    if step == "judge" and not derived.exists():
-        notes.append("no derived/: read_run parses the captures")
+    if step == "judge":
+        shutil.rmtree(derived / "pieces" / "tables", ignore_errors=True)
+        if not (derived / "pieces").exists():
+            notes.append("no derived/pieces/: judge parses the captures into pieces first")
     if step == "certify-cold":
         shutil.rmtree(derived / "pieces", ignore_errors=True)
     if step.startswith("certify"):  # bia certify RUN: judge of the run directory, a piece at a time
@@ -209,7 +211,7 @@ def _loads(row: dict[str, Any]) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], args, header: str) -> str:
-    head = ("| requests | captures | bare parse | `bia report`, cold | `bia report`, warm | `judge(read_run(RUN))` | "
+    head = ("| requests | captures | bare parse | `bia report`, cold | `bia report`, warm | `judge(RUN)` | "
             "`bia certify RUN`, cold | `bia certify RUN`, warm | cold / parse | load average |")
     lines = [header, "", head, "|" + "---|" * head.count(" | ") + "---|"]
     for row in rows:

@@ -46,7 +46,7 @@ CELLS = [
         "from IPython.display import HTML, display\n\n"
         "import analysis\n"
         "from analysis import report\n"
-        "from analysis.run import CapturesCutShort, read_run\n\n"
+        "from analysis.run import CapturesCutShort, read_run\nfrom analysis.studies import open_runs\n\n"
         "# bia report said each capture cut short on stderr; the page lists them with what each run lacks\n"
         'warnings.simplefilter("ignore", CapturesCutShort)\n'
         "v3_policy = analysis.V3Policy.from_mapping(policy)\n"
@@ -55,7 +55,7 @@ CELLS = [
         "witness_sources = sources or ([] if runs else analysis.default_sources())\n"
         "run_paths = runs or ([] if sources else report.default_runs())\n"
         "ws = analysis.read_witnesses(witness_sources, progress=False)\n"
-        "run_objects = [read_run(path, stream=True) for path in run_paths]  # tables computed a piece at a time\n"
+        "run_objects = open_runs(run_paths)  # run directories and studies, their tables computed a piece at a time\n"
         'against = reference if reference in ("ref1", "ref2") else read_run(reference)\n'
         "display(HTML(report.header_html(title, ws, run_objects, default=default, admission=bool(ws.sources) or judge_runs)))\n"
         "# One judgement (analysis.judge): the answer table, the cards and the sections below all render its rows.\n"

@@ -124,3 +124,48 @@ def test_every_report_section_of_a_streamed_run_is_the_whole_runs_and_reads_no_r
     assert streamed.keys() == whole.keys()
     for name, html in whole.items():
         assert streamed[name] == html, f"{runs}: {name}"
+
+
+@pytest.mark.parametrize("run", BUNDLED)
+def test_a_run_written_as_a_study_reports_as_the_run_itself(run, tmp_path, monkeypatch):
+    from analysis.studies import open_runs, write_dataset
+
+    path = _copy(run, tmp_path / "run")
+    study = write_dataset(path, tmp_path / "study")
+    whole = _sections([read_run(path)])
+    [streamed] = open_runs([study])
+    assert streamed.label == str(path)
+    monkeypatch.setattr(
+        type(streamed.pieces), "collected", lambda self, run: pytest.fail("a study's run was read whole")
+    )
+    assert _sections([streamed]) == whole
+    assert analysis.judge(streamed).frame.equals(analysis.judge(read_run(path)).frame)
+
+
+def test_bia_report_of_a_study_is_the_page_of_its_run(tmp_path):
+    """``bia report STUDY`` and ``bia report RUN`` give the same page, apart from papermill's cell ids and the minute
+    it was written (the figures' PNG bytes aside, which matplotlib does not keep stable)."""
+    import re
+    import subprocess
+    import sys
+
+    from analysis.studies import write_dataset
+
+    path = _copy("data/experiment-cpu/default", tmp_path / "runs")
+    study = write_dataset(path, tmp_path / "study")
+    pages = []
+    for given, out in ((path, tmp_path / "run.html"), (study, tmp_path / "study.html")):
+        done = subprocess.run(
+            [sys.executable, "-m", "analysis", "report", str(given), "-o", str(out)], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        page = out.read_text(encoding="utf-8")
+        for pattern, word in (
+            (r"base64,[A-Za-z0-9+/=]+", "PNG"),
+            (r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "WHEN"),
+            (r'id="cell-id=[0-9a-f]+"', "CELL"),
+        ):
+            page = re.sub(pattern, word, page)
+        pages.append(page)
+    assert "Run detail" in pages[0]
+    assert pages[1] == pages[0]

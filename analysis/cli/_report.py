@@ -136,10 +136,10 @@ def _report(
     from ..witness import read_witnesses
 
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
-        from ..run import RunError, read_run
+        from ..run import RunError
+        from ..studies import open_runs
 
-        for run in default_runs() if embedded else runs:
-            read_run(run, stream=True)  # parsed into pieces here, which the kernel then reads
+        open_runs(default_runs() if embedded else runs)  # parsed into pieces here, which the kernel then reads
         read_witnesses(default_sources() if embedded else witness_sources, progress=sys.stderr.isatty())
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
         raise _unread(exc) from None

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core import claim_output
 from ..io import bundled
+from ..studies import is_study
 from ..verdicts import V3Policy
 from ._notebook import DEFAULT_TITLE, ReportError, _once, execute_to_html
 
@@ -90,8 +91,8 @@ def render_report(
     }
     V3Policy.from_mapping(parameters["policy"])  # refuse a bad policy before starting a kernel
     for run in parameters["runs"]:
-        if not (Path(run) / "manifest.json").exists():
-            raise ReportError(f"{run}: not a run directory (no manifest.json)")
+        if not (Path(run) / "manifest.json").exists() and not is_study(run):
+            raise ReportError(f"{run}: neither a run directory (no manifest.json) nor a study (no runs.parquet)")
     output = claim_output(output, force=force, what="the report")
     if executed_notebook:
         claim_output(executed_notebook, force=force, what="the executed notebook")

@@ -51,7 +51,9 @@ def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stre
         return references(cast("Run", reference), "ref1")  # (mypy cannot rule out a str that is RunLike)
     if reference not in ("ref1", "ref2"):
         raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
-    if getattr(run, "pieces", None) is not None:  # a streamed run: each piece's references (a prompt's are in its piece)
+    if (
+        getattr(run, "pieces", None) is not None
+    ):  # a streamed run: each piece's references (a prompt's are in its piece)
         return {prompt: stream for piece in run.pieces for prompt, stream in references(piece, reference).items()}
     slot = 0 if reference == "ref1" else 1
     streams = run.streams()

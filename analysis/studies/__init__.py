@@ -28,7 +28,7 @@ from ._sources import (
     run_directories,
     sort_sources,
 )
-from ._study import Study, scan_study, study_tables, write_dataset
+from ._study import Study, is_study, open_runs, scan_study, study_tables, write_dataset
 from ._witness_judgement import judge_witnesses
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "engine_table",
     "is_history",
     "is_run_dir",
+    "is_study",
     "judge",
     "judge_runs",
     "judge_witnesses",
@@ -72,6 +73,7 @@ __all__ = [
     "mismatch_summaries",
     "mismatch_tokens",
     "mode_comparison",
+    "open_runs",
     "prefill_table",
     "rate_words",
     "ratio_cell",

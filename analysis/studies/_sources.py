@@ -16,6 +16,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._study import is_study
+
 KINDS = {
     "history": "history folders",
     "run": "run directories",
@@ -242,6 +244,8 @@ def _sort_one(source: str, reads: set[str], reader: str, out: Sources) -> None:
         raise FileNotFoundError(f"{source}: no such file or directory")
     elif path.is_dir() and "history" in reads and is_history(path):
         out.histories.append(source)
+    elif path.is_dir() and "run" in reads and is_study(path):  # a dataset write_dataset wrote: its runs, streamed
+        out.runs.append(source)
     elif path.is_dir() and is_run_dir(path):
         out.runs.append(source)  # read as a run, whose reader names what it lacks (captures/)
     elif path.is_dir():
