@@ -154,7 +154,7 @@ def run_step(step: str, run_dir: Path, folder: Path, args) -> dict[str, Any]:
                 if step == "parse":
                     notes.append(child.get("rows", ""))
                 else:
-                    notes.append(f"read_run {child['read_run']:.1f} s + judge {child['judge']:.1f} s")
+                    notes.append("derived/pieces/tables/ deleted first: the tables computed from the pieces")
                 notes.append(f"process {r['process_seconds']:.1f} s with its imports")
     elif not r["stopped"]:
         tail = [line for line in r["output"].strip().splitlines() if line.strip()][-1:]

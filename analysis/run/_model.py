@@ -80,6 +80,15 @@ class Run:
     def restricted(self, prompts: set[str]) -> Run:
         """The run of these prompts' requests with their tokens, held whole (from their pieces when streamed).
 
+        Parameters
+        ----------
+        prompts : set of str
+            The prompt ids.
+
+        Returns
+        -------
+        Run
+
         Examples
         --------
         >>> from analysis import read_run
@@ -102,6 +111,15 @@ class Run:
 
     def prompt_run(self, prompt_id: str) -> Run:
         """The run of one prompt's requests with their tokens: from its piece when the run is streamed.
+
+        Parameters
+        ----------
+        prompt_id : str
+            The prompt.
+
+        Returns
+        -------
+        Run
 
         Examples
         --------

@@ -49,6 +49,20 @@ def piecewise(
     The function takes the run and, as keywords, any of ``epsilon`` and ``reference``; it must give, for a run that
     holds some of the prompts, exactly the rows the whole run gives for those prompts, or rows that ``merge`` makes the
     whole run's once concatenated. A call with another option (a run as the reference) computes on the run collected.
+
+    Parameters
+    ----------
+    name : str
+        The table's name among the merged tables.
+    order : tuple of str, optional
+        Sort the merged rows by these columns (stably), where the whole run's rows are so sorted.
+    merge : callable, optional
+        What makes the pieces' rows, concatenated, the whole run's (a reduction, a first row per key).
+
+    Returns
+    -------
+    callable
+        The decorator.
     """
 
     def wrap(function: Callable[..., pl.DataFrame]) -> Callable[..., pl.DataFrame]:
@@ -152,7 +166,7 @@ def _one_pass(run: Any, names: list[str], context: dict[str, Any]) -> dict[str, 
     out = {}
     for name, frames in parts.items():
         table = _REGISTRY[name]
-        frame = pl.concat(frames, how="vertical_relaxed") if frames else table_of_no_piece(run, name, context)
+        frame = pl.concat(frames, how="vertical_relaxed") if frames else _table_of_no_piece(run, name, context)
         frame = (
             frame.sort(list(table.order), maintain_order=True, nulls_last=True)
             if table.order and frame.height
@@ -162,7 +176,7 @@ def _one_pass(run: Any, names: list[str], context: dict[str, Any]) -> dict[str, 
     return out
 
 
-def table_of_no_piece(run: Any, name: str, context: dict[str, Any]) -> pl.DataFrame:
+def _table_of_no_piece(run: Any, name: str, context: dict[str, Any]) -> pl.DataFrame:
     """A table's columns when the run has no piece (no request at all): computed on the run's requests alone."""
     table = _REGISTRY[name]
     return table.compute(run.without_pieces(), **{key: context[key] for key in table.takes})

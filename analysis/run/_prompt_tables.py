@@ -101,11 +101,12 @@ def prompt_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
             on="prompt_id",
         )
         .filter(pl.col("idx") < pl.col("limit"))
-        .group_by("prompt_id", "idx")
-        .agg(pl.col("n").first(), known=pl.col("p").count(), std=pl.col("p").sort().std(ddof=0))
+        .sort("prompt_id", "idx", "req")  # std and mean add their terms in one order: the same bits every time
+        .group_by("prompt_id", "idx", maintain_order=True)
+        .agg(pl.col("n").first(), known=pl.col("p").count(), std=pl.col("p").std(ddof=0))
         .filter(pl.col("known") == pl.col("n"))
-        .group_by("prompt_id")
-        .agg(avg_std_top1_prob=pl.col("std").sort().mean())  # in value order: the same bits whatever the joins' order
+        .group_by("prompt_id", maintain_order=True)
+        .agg(avg_std_top1_prob=pl.col("std").mean())
     )
     table = (
         refs.select("prompt_id")

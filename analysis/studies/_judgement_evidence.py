@@ -224,6 +224,15 @@ _WIDEST = ("float64", "float32", "none")  # a precision merged over a run's piec
 def widest_precision(table: pl.DataFrame) -> str:
     """The widest precision among a precision table's rows ("none" when it has none).
 
+    Parameters
+    ----------
+    table : polars.DataFrame
+        Rows of :func:`precision_table`.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> widest_precision(pl.DataFrame({"precision": ["none", "float32"]}))
@@ -237,6 +246,16 @@ def widest_precision(table: pl.DataFrame) -> str:
 def precision_table(run: Any) -> pl.DataFrame:
     """The precision a run's (or a piece's) logprobs were recorded at, one row (:func:`precision_compared`); a run
     read a piece at a time has a row per piece, and :func:`widest_precision` merges them.
+
+    Parameters
+    ----------
+    run : Run
+        The run or piece.
+
+    Returns
+    -------
+    polars.DataFrame
+        One ``precision`` row.
 
     Examples
     --------

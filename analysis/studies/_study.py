@@ -300,7 +300,22 @@ def open_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
 
 
 def is_study(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a folder :func:`write_dataset` wrote (it holds ``runs.parquet``)."""
+    """Whether ``path`` is a folder :func:`write_dataset` wrote (it holds ``runs.parquet``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A path.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> is_study("data/experiment-cpu/default")
+    False
+    """
     return Path(path).is_dir() and (Path(path) / "runs.parquet").is_file()
 
 

@@ -106,7 +106,9 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
     both = pl.col("logprob_r").is_not_null() & pl.col("logprob_o").is_not_null()
     d = pl.col("logprob_o") - pl.col("logprob_r")
     listed = (pl.col("n_cands_r") > 0) & (pl.col("n_cands_o") > 0)
-    prefix = prefix.with_columns(
+    # Means add their terms in step order (the joins' row order varies from call to call), so that the bits of a mean
+    # are the same every time, and the same for a piece of a run as for the whole run.
+    prefix = prefix.sort("pair", "idx").with_columns(
         k3=_expm1(d) - d,  # elementwise here: a Python function inside agg would run once per pair
         reordered=listed & (pl.col("cand_list_r") != pl.col("cand_list_o")),
     )
@@ -115,10 +117,7 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
         max_abs_delta=d.abs().filter(both).max(),
         max_ulp=(pl.col("ordered_r") - pl.col("ordered_o")).abs().filter(both).max(),
         topk_order_changes=pl.col("reordered").sum().cast(pl.Int64),
-        k3_mean=pl.col("k3")
-        .filter(both)
-        .sort()
-        .mean(),  # summed in value order: the same bits whatever order the joins gave
+        k3_mean=pl.col("k3").filter(both).mean(),
         k3_max=pl.col("k3").filter(both).max(),
     )
     # Lists in the same order hold the same set: only the steps whose order changed can change their set.
@@ -131,7 +130,7 @@ def compare_pairs(steps: Steps, pairs: pl.DataFrame, *, epsilon: float) -> pl.Da
     kl = (
         _topk_kl(steps, prefix.select("pair", "ref", "other", "idx"))
         .group_by("pair")
-        .agg(kl_topk_mean=pl.col("kl").sort().mean(), kl_topk_max=pl.col("kl").max())
+        .agg(kl_topk_mean=pl.col("kl").mean(), kl_topk_max=pl.col("kl").max())
     )
     at_fork = _at_divergence(steps, base.filter(pl.col("diverged")))
     out = (
@@ -247,31 +246,40 @@ def _topk_kl(steps: Steps, at: pl.DataFrame) -> pl.DataFrame:
         # only the columns the sums need travel through the joins of every candidate (a few rows per step of every pair)
         joined = (
             at.select("pair", "idx", "ref_step", "other_step")
-            .join(firsts.select(ref_step="step", ident="ident", p="prob"), on="ref_step")
+            .join(firsts.select(ref_step="step", ident="ident", p="prob"), on="ref_step", maintain_order="left_right")
             .select("pair", "idx", "p", key=pl.col("other_step") * _PACK + pl.col("ident"))
-            .join(firsts.select("key", q="prob"), on="key", how="left")
-        )
+            .join(firsts.select("key", q="prob"), on="key", how="left", maintain_order="left")
+        )  # each step's candidates in the reference's list order, so that their sums add in one order every time
     else:
-        joined = at.join(firsts.select(ref="req", idx="idx", ident="ident", p="prob"), on=["ref", "idx"]).join(
-            firsts.select(other="req", idx="idx", ident="ident", q="prob"), on=["other", "idx", "ident"], how="left"
+        joined = at.join(
+            firsts.select(ref="req", idx="idx", ident="ident", p="prob"), on=["ref", "idx"], maintain_order="left_right"
+        ).join(
+            firsts.select(other="req", idx="idx", ident="ident", q="prob"),
+            on=["other", "idx", "ident"],
+            how="left",
+            maintain_order="left",
         )
     counted = (pl.col("p") > REST_FLOOR) & (pl.col("q") > 0.0)
     per_step = joined.group_by("pair", "idx").agg(
         missing=pl.col("q").null_count(),
-        p_sum=pl.col("p").sort().sum(),  # sums in value order: a piece of a run gives the bits the whole run gives
-        q_sum=pl.col("q").sort().sum(),
-        listed=(pl.col("p") * (pl.col("p") / pl.col("q")).log()).filter(counted).sort().sum(),
+        p_sum=pl.col("p").sum(),
+        q_sum=pl.col("q").sum(),
+        listed=(pl.col("p") * (pl.col("p") / pl.col("q")).log()).filter(counted).sum(),
         underflow=((pl.col("p") > REST_FLOOR) & (pl.col("q") <= 0.0)).any(),
     )
     p_rest = pl.max_horizontal(1.0 - pl.col("p_sum"), pl.lit(REST_FLOOR))
     q_rest = pl.max_horizontal(1.0 - pl.col("q_sum"), pl.lit(REST_FLOOR))
     rest = pl.when(p_rest > REST_FLOOR).then(p_rest * (p_rest / q_rest).log()).otherwise(0.0)
-    return per_step.filter(pl.col("missing") == 0).select(
-        "pair",
-        "idx",
-        kl=pl.when(pl.col("underflow"))
-        .then(float("inf"))
-        .otherwise(pl.max_horizontal(pl.col("listed") + rest, pl.lit(0.0))),
+    return (
+        per_step.filter(pl.col("missing") == 0)
+        .sort("pair", "idx")
+        .select(
+            "pair",
+            "idx",
+            kl=pl.when(pl.col("underflow"))
+            .then(float("inf"))
+            .otherwise(pl.max_horizontal(pl.col("listed") + rest, pl.lit(0.0))),
+        )
     )
 
 
