@@ -49,11 +49,12 @@ from ._layout import (
 from ._layout import width_evidence as width_evidence  # for the probe's fire-again rule, not the API pages
 from ._mlperf import read_mlperf_pair
 from ._model import Run
+from ._open import read_run
 from ._pieces import run_pieces
 from ._piecewise import merged_tables as merged_tables  # for the studies and views, not the API pages
 from ._piecewise import piecewise as piecewise
 from ._prompt_tables import accuracy_table, drift_table, flip_table, observer_table, prompt_table, reference_margins
-from ._read import assemble_run, read_run
+from ._read import assemble_run
 from ._slot_tables import reference_table, slot_table
 from ._steps import numbered_steps as numbered_steps  # for the studies, not the API pages
 from ._steps import references

@@ -41,7 +41,8 @@ from ..dumps import (
 from ._derived import _capture_stamps
 from ._layout import RunError, load_manifest
 from ._model import Run
-from ._read import _said_cut, _without_repeated_lines, read_run
+from ._read import _said_cut, _without_repeated_lines
+from ._read import read_whole_run as read_run
 
 PIECE_BYTES = 64 << 20  # the captures a piece holds, about: a piece's tables stay well under a gigabyte
 _PIECES_VERSION = 1
@@ -267,14 +268,11 @@ class _Pieces:
             return Run(
                 self.manifest, _no_tokens(self.requests.head(0).drop("piece"), self.formats, self.skipped), self.path
             )
-        dump = Dump(
-            *(
-                pl.concat([getattr(r.dump, name) for r in runs], how="vertical")
-                for name in ("tokens", "candidates", "requests")
-            ),
-            self.formats,
-            self.skipped,
+        tokens, candidates, requests = (
+            pl.concat([getattr(r.dump, name) for r in runs], how="vertical")
+            for name in ("tokens", "candidates", "requests")
         )
+        dump = Dump(tokens, candidates, requests, self.formats, self.skipped)
         return Run(self.manifest, dump, self.path).restricted(prompts)
 
     def collected(self, run: Run) -> Run:

@@ -80,7 +80,7 @@ def numbered_steps(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.S
         run = run.collected()
     other = reference if isinstance(reference, RunLike) else None
     if other is not None and getattr(other, "pieces", None) is not None:
-        other = other.collected()
+        other = cast(Any, other).collected()
     if other is None and reference not in ("ref1", "ref2"):
         raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
     key = ("numbered", None if other is None else id(other))

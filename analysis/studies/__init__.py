@@ -28,7 +28,8 @@ from ._sources import (
     run_directories,
     sort_sources,
 )
-from ._study import Study, is_study, open_runs, scan_study, study_tables, write_dataset
+from ._streamed import is_study, open_runs
+from ._study import Study, scan_study, study_tables, write_dataset
 from ._witness_judgement import judge_witnesses
 
 __all__ = [

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._study import is_study
+from ._streamed import is_study
 
 KINDS = {
     "history": "history folders",

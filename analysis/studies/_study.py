@@ -21,11 +21,10 @@ on any path polars reads (a folder, ``s3://...``, ``gs://...``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,38 +191,6 @@ class Study:
         where = pl.col("run") == name
         return self._read(name, where if prompt_id is None else where & (pl.col("prompt_id") == prompt_id))
 
-    def streamed(self, name: str) -> Run:
-        """One run of the study as a streamed run (as ``read_run(path, stream=True)`` opens a run directory): every
-        request and no token; its tables are computed a prompt's partition at a time, by the code that computes a run
-        directory's. What ``bia report STUDY`` and :func:`open_runs` give.
-
-        Parameters
-        ----------
-        name : str
-            The run's name in the dataset.
-
-        Returns
-        -------
-        Run
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> from analysis.run import slot_table
-        >>> study = scan_study(write_dataset("data/experiment-cpu/default", tempfile.mkdtemp()))
-        >>> slot_table(study.streamed("default")).equals(slot_table(read_run("data/experiment-cpu/default")))
-        True
-        """
-        manifests = self.runs.filter(pl.col("run") == name)
-        if manifests.height == 0:
-            raise RunError(f"{self.path}: no run {name!r}; it holds {sorted(self.runs['run'].to_list())}")
-        manifest, path = json.loads(manifests["manifest"][0]), manifests["path"][0]
-        requests = conform(
-            self.requests.filter(pl.col("run") == name).drop("run").collect(engine="streaming"), REQUEST_SCHEMA
-        )
-        plan = Dump(pl.DataFrame(schema=TOKEN_SCHEMA), pl.DataFrame(schema=CANDIDATE_SCHEMA), requests)
-        return Run(manifest, plan, Path(path) if path else None, pieces=_StudyPieces(self, name, manifest, requests))
-
     def _read(self, name: str, where: pl.Expr) -> Run:
         manifests = self.runs.filter(pl.col("run") == name)
         if manifests.height == 0:
@@ -234,89 +201,6 @@ class Study:
         # prompt_id comes back as the partition key; a dataset written before a schema column existed lacks it: null
         requests = conform(self.requests.filter(where).drop("run").collect(engine="streaming"), REQUEST_SCHEMA)
         return Run(json.loads(manifests["manifest"][0]), Dump(tokens, candidates, requests))
-
-
-class _StudyPieces:
-    """A study run's pieces: one per prompt partition, in the manifest's plan order (as a run directory's pieces)."""
-
-    def __init__(self, study: Study, name: str, manifest: dict[str, Any], requests: pl.DataFrame) -> None:
-        self.study, self.name = study, name
-        planned = [
-            str(p["prompt_id"]) for p in manifest.get("prompts") or [] if isinstance(p, dict) and "prompt_id" in p
-        ]
-        present = requests["prompt_id"].unique().to_list()
-        known = [p for p in dict.fromkeys(planned) if p in present]
-        self.prompts = known + sorted(p for p in present if p is not None and p not in known)
-        self.unprompted = None in present
-        self.path = None
-
-    def __iter__(self) -> Iterator[Run]:
-        for prompt in self.prompts:
-            yield self._run(pl.col("prompt_id") == prompt)
-        if self.unprompted:
-            yield self._run(pl.col("prompt_id").is_null())
-
-    def _run(self, where: pl.Expr) -> Run:
-        run = self.study._read(self.name, (pl.col("run") == self.name) & where)
-        path = self.study.runs.filter(pl.col("run") == self.name)["path"][0]
-        return dataclasses.replace(run, path=Path(path) if path else None)
-
-    def restricted(self, prompts: set[str]) -> Run:
-        return self._run(pl.col("prompt_id").is_in(sorted(prompts)))
-
-    def collected(self, run: Run) -> Run:
-        return self._run(pl.lit(True))
-
-    def tables_folder(self, key: str) -> Path | None:
-        return None  # a study may live in object storage: its merged tables are kept in memory only
-
-
-def open_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
-    """Run directories and studies as streamed runs, in the order given (a study's runs in its order): what the report
-    reads, a piece at a time.
-
-    Parameters
-    ----------
-    paths : iterable of str or os.PathLike
-        Run directories (``read_run(path, stream=True)``) and datasets written by :func:`write_dataset`.
-
-    Returns
-    -------
-    list of Run
-
-    Examples
-    --------
-    >>> [run.label for run in open_runs(["data/experiment-cpu/default"])]
-    ['data/experiment-cpu/default']
-    """
-    out: list[Run] = []
-    for path in paths:
-        if is_study(path):
-            study = scan_study(path)
-            out.extend(study.streamed(name) for name in study.runs["run"].to_list())
-        else:
-            out.append(read_run(path, stream=True))
-    return out
-
-
-def is_study(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a folder :func:`write_dataset` wrote (it holds ``runs.parquet``).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A path.
-
-    Returns
-    -------
-    bool
-
-    Examples
-    --------
-    >>> is_study("data/experiment-cpu/default")
-    False
-    """
-    return Path(path).is_dir() and (Path(path) / "runs.parquet").is_file()
 
 
 def _folder(path: str | os.PathLike[str], table: str) -> str:
