@@ -52,7 +52,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import polars as pl
-from IPython.display import HTML, display
+from IPython.display import display
 
 import analysis
 from analysis import plots, report
@@ -115,13 +115,13 @@ for row in per_c.iter_rows(named=True):
     print(f"  c={row['c']}: {row['bits']} of {row['requests']} bit-identical, {row['tokens']} token-identical")
 
 # %% [markdown]
-# The same verdict as the parity report's card for this run (`analysis.report.reviews_html`). With the default
+# The same verdict as the parity report's card for this run, one section of the report (`analysis.report.runs`). With the default
 # kernel mode, torch sums a batch's rows together, so expect logprobs that differ in their last bits from c = 4 on;
 # run the notebook again with `-p mode fixed-tiles` to see a server none of whose requests part: AMBER, since 12
 # batched requests are too few to bound the divergence rate below 1% (GREEN takes 299 distinct batch contexts).
 
 # %%
-display(HTML(report.reviews_html(analysis.read_witnesses([], progress=False), [run], epsilon=0.05)))
+report.runs(run)
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))

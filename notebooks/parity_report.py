@@ -37,7 +37,7 @@ admission: bool = False
 # %%
 import warnings
 
-from IPython.display import HTML, display
+from IPython.display import display
 
 import analysis
 from analysis import report
@@ -49,49 +49,31 @@ v3_policy = analysis.V3Policy.from_mapping(policy)
 judge_runs = admission or bool(policy)
 default = not sources and not runs
 witness_sources = sources or ([] if runs else analysis.default_sources())
-run_paths = runs or ([] if sources else report.default_runs())
+run_paths = runs or ([] if sources else analysis.default_runs())
 ws = analysis.read_witnesses(witness_sources, progress=False)
 run_objects = [read_run(path) for path in run_paths]
 against = reference if reference in ("ref1", "ref2") else read_run(reference)
-display(HTML(report.header_html(title, ws, run_objects, default=default, admission=bool(ws.sources) or judge_runs)))
+display(report.header(title, run_objects, ws, default=default, admission=bool(ws.sources) or judge_runs))
 # One judgement (analysis.judge): the answer table, the cards and the sections below all render its rows.
-judgement = report.judge_report(ws, run_objects)
-display(HTML(report.answer_section_html(judgement)))
-display(HTML(report.reviews_html(ws, run_objects, epsilon=epsilon, reference=against, judgement=judgement)))
-if len(run_objects) > 1:
-    display(HTML("<h2>Runs side by side</h2><p>Per run and batch size: the share of requests whose float32 logprobs are bit-identical to the reference, token flips, the run's verdict and its largest ULP distance from m=1, the median per-request decode rate, its ratio to the c=1 baseline (the answer's) and that rate over the default mode's in the same folder: the parity a kernel mode buys and what it costs.</p>"))
-    display(HTML(report.mode_comparison_html(run_objects, reference=against, judgement=judgement)))
-engines = report.engines_html(run_objects, judgement=judgement)
-if engines:
-    display(HTML("<h2>Engines side by side</h2><p>One model served by several engines: where each engine's streams part from the reference engine's m=1 stream of the same prompt, and each run's verdict against its own m=1 (the answer above).</p>"))
-    display(HTML(engines))
+judgement = analysis.judge([*run_objects, *([ws] if ws.sources else [])])
+display(report.answer(run_objects, ws, judgement=judgement))
+display(report.runs(run_objects, ws, epsilon=epsilon, reference=against, judgement=judgement))
 
 # %%
 # The sampler-trainer pairs bia experiment --trainer writes beside the runs (and, in the embedded default, a real vLLM
 # sampler's rollouts recomputed by transformers): every RL framework's mismatch metrics.
-pairs = report.trainer_pairs(run_paths) + (report.default_rl_pairs() if default else [])
-if pairs:
-    display(HTML(report.rl_mismatch_html(pairs)))
-    display(HTML(report.figures_html(report.rl_mismatch_figures(pairs), "Sampler-trainer mismatch figures")))
+display(report.mismatch([*analysis.trainer_pairs(run_paths), *(analysis.default_rl_pairs() if default else [])]))
 
 # %%
-display(HTML("<h2>Figures</h2><p>Each run's and the witnesses' figures, collapsed: open one to see where its requests part, the margins there, the widths formed and the decode rates.</p>"))
-if ws.sources:
-    display(HTML(report.figures_html(report.witness_figures(ws), "Witnesses: divergence and decode rate against c, and the env knobs that differ")))
-for run in run_objects:
-    display(HTML(report.figures_html(report.run_figures(run, epsilon=epsilon, reference=against), f"Run {run.label}")))
+display(report.figures(run_objects, ws, epsilon=epsilon, reference=against))
 
 # %%
-display(HTML("<h2>Detail</h2><p>Each run's provenance, negative control, forks and per-prompt tables, and each witness set's bands and markers; long tables show their worst rows and count the rest.</p>"))
-for run in run_objects:
-    display(HTML(report.run_details_html(run, epsilon=epsilon, reference=against)))
-if ws.sources:
-    display(HTML(report.witness_details_html(ws)))
+display(report.detail(run_objects, ws, epsilon=epsilon, reference=against))
 
 # %%
 if ws.sources or judge_runs:
-    display(HTML(report.admission_html(ws, ws.shape_checks(v3_policy), run_objects if judge_runs else [], v3_policy, judgement)))
+    display(report.gate(run_objects if judge_runs else [], ws, policy=v3_policy, judgement=judgement))
 # a run is named by its label: a run bia report assembled from dumps, by what was given, not its scratch folder
 parameters = {"sources": witness_sources, "runs": [run.label for run in run_objects], "epsilon": epsilon,
               "reference": reference, "policy": policy, "admission": judge_runs}
-display(HTML(report.provenance_html(parameters, ws, v3_policy, run_objects, default=default)))
+display(report.provenance(run_objects, ws, parameters=parameters, policy=v3_policy, default=default))

@@ -44,9 +44,9 @@ import matplotlib.pyplot as plt
 import polars as pl
 
 import analysis
-from analysis import report
+from analysis import plots
 
-PAIRS = [Path(p) for p in pairs] or [*report.trainer_pairs(analysis.default_runs()), *map(Path, report.default_rl_pairs())]  # bundled
+PAIRS = [Path(p) for p in pairs] or [*analysis.trainer_pairs(analysis.default_runs()), *map(Path, analysis.default_rl_pairs())]  # bundled
 name_of = lambda path: path.stem if path.parent.name == "trainer" else f"{path.parent.name}/{path.stem}"  # noqa: E731
 summaries = {name_of(path): analysis.mismatch_summary(analysis.read_dump(path)) for path in PAIRS}
 pl.concat([s.select("bia:sequences", "bia:masked_tokens", "verl:rollout_corr/k3_kl", "prime-rl:mismatch_kl/all/max",
@@ -55,11 +55,11 @@ pl.concat([s.select("bia:sequences", "bia:masked_tokens", "verl:rollout_corr/k3_
 
 # %% [markdown]
 # Each file is one run's sequences (its two m=1 references and every batched request), scored by the trainer
-# eight to a forward pass. `report.mismatch_summaries` puts every metric of every run side by side, one row
+# eight to a forward pass. `analysis.mismatch_summaries` puts every metric of every run side by side, one row
 # per framework and logged name.
 
 # %%
-table = report.mismatch_summaries(PAIRS)
+table = analysis.mismatch_summaries(PAIRS)
 table
 
 
@@ -92,7 +92,7 @@ for path in PAIRS:
 # enough for an RL trainer. Below, every token's `delta`, with the sampler's margin from the run beside the pairs.
 
 # %%
-tokens = report.mismatch_tokens(PAIRS)
+tokens = analysis.mismatch_tokens(PAIRS)
 parted = tokens.filter(pl.col("delta") != 0)
 by_run = tokens.group_by("run", maintain_order=True).agg(tokens=pl.len(), parted=(pl.col("delta") != 0).sum(),
                                                          max_abs_delta=pl.col("delta").abs().max())
@@ -104,7 +104,7 @@ if parted.height:
 by_run
 
 # %%
-for fig, alt in report.rl_mismatch_figures(PAIRS):
+for fig, alt in plots.rl_mismatch_figures(PAIRS):
     fig.suptitle(alt, fontsize="small")
 plt.show()
 
@@ -112,7 +112,7 @@ plt.show()
 # The sequences with the largest K3 (token mean) in each run, and where their tokens first part:
 
 # %%
-report.largest_k3(PAIRS, n=3)
+analysis.largest_k3(PAIRS, n=3)
 
 # %% [markdown]
 # To make pairs of your own: `bia experiment -o runs/exp --trainer` decodes and recomputes (`--trainer-batch` sets

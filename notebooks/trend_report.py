@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML, display
 
 import analysis
-from analysis import report, trend
+from analysis import trend
 from analysis.run import CapturesCutShort
 
 # bia trend said each capture cut short on stderr, before the notebook ran
@@ -46,7 +46,7 @@ for key in trend.series_keys(past):
         fig, ax = plt.subplots(figsize=(8, 3.2))
         trend.plot_trend(past, key, metric, ax=ax)
         if ax.get_lines() and any(str(line.get_label()).startswith('c=') for line in ax.get_lines()):
-            report.show_figure(fig, trend.figure_alt(key, metric))
+            trend.show_figure(fig, trend.figure_alt(key, metric))
         else:
             plt.close(fig)
 
