@@ -5,7 +5,7 @@ code, no network request), and its sections, each one call in any notebook.
 notebook of your own can show any of them: :func:`header`, :func:`answer`, :func:`runs` (the verdict cards, and the runs
 and engines side by side), :func:`figures`, :func:`detail`, :func:`gate` (aprender's V3 admission), :func:`mismatch` (the
 sampler-trainer pairs) and :func:`provenance`. Each takes runs and/or witnesses and returns a :class:`Section` Jupyter
-displays; the HTML fragments below them live in :mod:`analysis.views` and are not this package's surface.
+displays; the HTML fragments below them live in ``analysis.views`` and are not this package's surface.
 
 Examples
 --------

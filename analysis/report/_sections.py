@@ -4,7 +4,7 @@ aprender's V3 gate, the sampler-trainer mismatch and the provenance.
 Each takes runs (:class:`analysis.Run` objects, or run directories to read) and/or witnesses (a
 :class:`analysis.WitnessSet`, or sources to read) and returns a :class:`Section`, which Jupyter displays as the report
 shows it. The report notebook (``notebooks/parity_report.py``) is these calls in order; the HTML itself is drawn in
-:mod:`analysis.views` (the fragments below these sections are its, not this package's surface). The verdicts come from
+``analysis.views`` (the fragments below these sections are its, not this package's surface). The verdicts come from
 one judgement: pass the report's (``judgement=``) or each section judges what it was given with :func:`analysis.judge`.
 """
 
