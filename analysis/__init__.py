@@ -17,7 +17,7 @@ Examples
 from .core import WitnessError
 from .core import OutputExists
 from .core import __version__
-from .io import default_runs, default_sources
+from .io import default_rl_pairs, default_runs, default_sources
 from .io import SourceError, expand_sources, fetch_url
 from .dumps import Dump, DumpError, read_dump, read_dumps, scan_dump
 from .metrics import SamplingMaskError, divergence_bound, mismatch_summary, mismatch_table, requests_needed
@@ -58,10 +58,14 @@ from .studies import (
     certificate,
     engine_table,
     judge,
+    largest_k3,
+    mismatch_summaries,
+    mismatch_tokens,
     mode_comparison,
     read_history,
     scan_study,
     study_tables,
+    trainer_pairs,
     write_dataset,
 )
 from .views.plots import (
@@ -135,6 +139,7 @@ __all__ = [
     "band_forks",
     "band_table",
     "certificate",
+    "default_rl_pairs",
     "default_runs",
     "default_sources",
     "derive_band_result",
@@ -147,8 +152,11 @@ __all__ = [
     "first_op_table",
     "flip_table",
     "judge",
+    "largest_k3",
+    "mismatch_summaries",
     "mismatch_summary",
     "mismatch_table",
+    "mismatch_tokens",
     "mode_comparison",
     "observer_table",
     "plot_band_widths",
@@ -187,6 +195,7 @@ __all__ = [
     "slot_table",
     "study_tables",
     "to_witness",
+    "trainer_pairs",
     "width_table",
     "write_dataset",
     "write_run",

@@ -259,7 +259,7 @@ def test_the_report_section_names_the_causes_and_escapes_the_run_names(served_ar
     import re
     from pathlib import Path
 
-    from analysis.report import reviews_html
+    from analysis.views.html import reviews_html
     from analysis.views.html import attribution_html
     from analysis.witness import read_witnesses
 

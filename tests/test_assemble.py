@@ -245,13 +245,13 @@ def test_bia_report_refuses_dumps_it_cannot_place_before_the_notebook(tmp_path):
 
 def test_a_run_is_called_by_its_manifest_label_where_it_has_one(tmp_path):
     """What bia report sets on a run it assembles from dumps: the card, the detail and the side-by-side table name it."""
-    from analysis import report
+    from analysis.views.html import mode_comparison_html, run_details_html
 
     run = read_run(write_run(assemble_dumps(band_dumps(tmp_path / "dumps")), tmp_path / "scratch" / "run"))
     assert run.label == str(tmp_path / "scratch" / "run")  # no label: the path, as before
     labelled = read_run(write_run(dataclasses.replace(run, manifest={**run.manifest, "label": "my <dumps>"}), tmp_path / "labelled"))
     assert labelled.label == "my <dumps>"
-    for page in (labelled._repr_html_(), report.run_details_html(labelled, epsilon=0.05), report.mode_comparison_html([labelled, run])):
+    for page in (labelled._repr_html_(), run_details_html(labelled, epsilon=0.05), mode_comparison_html([labelled, run])):
         assert "my &lt;dumps&gt;" in page and str(tmp_path / "labelled") not in page  # escaped, and the folder is not named
 
 

@@ -9,7 +9,7 @@ import re
 from conftest import LAMBDA, ROOT
 
 from analysis import read_history, read_run
-from analysis.report import first_op_html, mode_comparison_html, run_details_html
+from analysis.views.html import first_op_html, mode_comparison_html, run_details_html
 from analysis.views.html import run_review
 
 # --- times in one format: analysis.core._cells.duration ---------------------------------------------------------------
@@ -72,7 +72,7 @@ def test_a_judgement_row_says_what_its_arm_sent():
     """A run without arms is judged as one arm named after its layout; Jupyter's card of a run, and of its certificate, said
     "data/experiment-cpu/default (copies)", a word that alone does not say every slot held a copy of the prompt."""
     from analysis import certificate, judge
-    from analysis.report import answer_section_html
+    from analysis.views.html import answer_section_html
 
     run = read_run(ROOT / "data" / "experiment-cpu" / "default")
     for card in (run._repr_html_(), certificate(run)._repr_html_()):
@@ -88,7 +88,7 @@ def test_a_judgement_row_says_what_its_arm_sent():
 def _jupyter_cards() -> dict[str, str]:
     """The HTML each bia object shows in Jupyter, and the report's fragments a notebook displays (03_probe shows the cards)."""
     from analysis import certificate, read_dump, read_witnesses
-    from analysis.report import reviews_html
+    from analysis.views.html import reviews_html
 
     run = read_run(ROOT / "data" / "experiment-cpu" / "batch-invariant")
     ws = read_witnesses(LAMBDA, progress=False)

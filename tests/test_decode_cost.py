@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from analysis import read_history, read_run, read_witnesses
 from analysis.metrics import cost_by_c, decode_cost
-from analysis.report import answer_section_html, engines_html, judge_report, mode_comparison_html, reviews_html
+from analysis.views.html import answer_section_html, engines_html, judge_report, mode_comparison_html, reviews_html
 from analysis.studies import mode_comparison
 
 DATA = ROOT / "data"

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 from analysis import RunError, assemble_run, engine_table, read_run
-from analysis.report import engines_html
+from analysis.views.html import engines_html
 from analysis import judge
 
 

@@ -128,7 +128,7 @@ def test_an_existing_run_is_not_overwritten_unless_forced(tmp_path):
 
 
 def test_modes_side_by_side(runs):
-    from analysis.report import mode_comparison
+    from analysis import mode_comparison
 
     table = mode_comparison(runs)
     by_mode = {(r["kernel_mode"], r["c"]): r for r in table.iter_rows(named=True)}

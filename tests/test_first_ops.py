@@ -16,7 +16,8 @@ from analysis import RunError, first_op_table, read_run, slot_table  # noqa: E40
 from analysis.experiment import run_experiment  # noqa: E402
 from analysis.experiment.model import ModelConfig, Taps, TinyLM, band_first_ops, decode, reference_taps, tapped_ops  # noqa: E402
 from analysis.experiment.model._first_ops import _Comparison, _Reference  # noqa: E402
-from analysis.report import first_op_html, plot_first_ops  # noqa: E402
+from analysis.views.html import first_op_html  # noqa: E402
+from analysis.plots import plot_first_ops  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from conftest import ROOT
 
 from analysis import judge, read_history, read_run, read_witnesses
 from analysis.probe._summary import result_line
-from analysis.report import answer_section_html, judge_report, reviews_html
+from analysis.views.html import answer_section_html, judge_report, reviews_html
 from analysis.studies._judgement_frame import EXIT_CODES
 
 pytestmark = pytest.mark.slow
@@ -99,7 +99,7 @@ def test_the_cache_prompt_run_is_red_for_its_prompt_cache_not_for_c1():
     assert "c=1" not in row["first"] and "--no-cache-prompt" in row["next_step"]
     # the one ULP figure of the run: its batched requests against m=1, on every surface that names it
     runs = [read_run(DATA / "llamacpp-cpu" / name) for name in ("cache-prompt", "no-cache-prompt")]
-    from analysis.report import mode_comparison_html
+    from analysis.views.html import mode_comparison_html
 
     side = mode_comparison_html(runs, judgement=judge(runs))
     assert f"{row['max_ulp']:,}" in side or str(row["max_ulp"]) in side

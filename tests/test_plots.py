@@ -232,15 +232,15 @@ def _legend_outside(ax) -> tuple[float, ...] | None:
 
 def _every_figure_with_a_legend():
     """Each plot with a legend, as the report draws it (two panels a figure), alone in its own figure, and at its worst."""
-    from analysis import plot_trend, read_history, report
+    from analysis import plot_trend, read_history
     from analysis.views.plots import METRICS, plot_attribution, plot_first_ops, series_keys
     from analysis.views.plots.attribution import _CAUSES
 
     ws = read_witnesses(LAMBDA, progress=False)
-    yield from ((f"report: {alt}", fig) for fig, alt in report.witness_figures(ws))
+    yield from ((f"report: {alt}", fig) for fig, alt in plots.witness_figures(ws))
     runs = [read_run(ROOT / "data" / folder) for folder in ("experiment-cpu/default", "llamacpp-cpu/no-cache-prompt", "vllm-cpu/prefix-cache")]
     for run in runs:
-        yield from ((f"report: {alt}", fig) for fig, alt in report.run_figures(run, epsilon=0.05))
+        yield from ((f"report: {alt}", fig) for fig, alt in plots.run_figures(run, epsilon=0.05))
         for name, _ in RUN_PLOTS:
             yield f"{name}({run.label})", getattr(plots, name)(run).figure
     yield "plot_divergence alone", plots.plot_divergence(ws.bands, witnesses=ws.witnesses).figure

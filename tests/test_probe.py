@@ -255,7 +255,7 @@ def test_observer_check_finds_a_server_whose_text_changes_without_logprobs(tmp_p
 @pytest.mark.engine
 def test_observer_check_against_bia_serve_finds_no_effect(tmp_path):
     pytest.importorskip("torch")
-    from analysis.report import run_tables_html
+    from analysis.views.html import run_tables_html
     from analysis.serve import BackgroundServer
 
     with BackgroundServer("default") as server:
@@ -296,7 +296,7 @@ def _in_flight(folder: Path, band: str) -> bool:
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
 def test_a_probe_stopped_mid_band_leaves_a_readable_run_that_resumes(tmp_path, how):
     pytest.importorskip("torch")
-    from analysis.report import run_html
+    from analysis.views.html import run_html
     from analysis.serve import BackgroundServer
 
     folder = tmp_path / "run"
@@ -647,7 +647,7 @@ def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answer
     table, std = accuracy_table(read_run(tmp_path / "run"))
     assert table.rows() == [("m=1 reference", 2, 1, 0.5), ("c=1 repeat 0", 2, 1, 0.5), ("c=2 repeat 0", 2, 0, 0.0)]
     assert std == pytest.approx(math.sqrt(1 / 18)) and round(std, 4) == 0.2357
-    from analysis.report import run_tables_html
+    from analysis.views.html import run_tables_html
 
     assert "Std@Acc across them = 0.2357" in run_tables_html(read_run(tmp_path / "run"), epsilon=0.05)
     bad = tmp_path / "bad.jsonl"

@@ -499,11 +499,10 @@ def test_a_64_prompt_report_answers_first_and_summarises_the_rest(study_report):
 
 
 def test_run_figures_keep_short_legends_at_64_prompts(study_report):
-    from analysis import report
-    from analysis.plots import LEGEND_LIMIT
+    from analysis.plots import LEGEND_LIMIT, run_figures
     from analysis.run import read_run
 
-    figures = report.run_figures(read_run(study_report[0]), epsilon=0.05)
+    figures = run_figures(read_run(study_report[0]), epsilon=0.05)
     for figure, alt in figures:
         for ax in figure.axes:
             legend = ax.get_legend()
@@ -527,7 +526,7 @@ def test_the_64_prompt_report_reads_in_chromium(study_report):
 
 
 def test_a_kernel_mode_alias_shows_as_honoured_not_refused():
-    from analysis.report import run_html
+    from analysis.views.html import run_html
     from analysis.run import read_run
 
     page = run_html(read_run(ROOT / "data" / "experiment-cpu" / "batch-invariant"))  # asked batch-invariant, served one-by-one
@@ -540,7 +539,7 @@ def test_a_kernel_mode_alias_shows_as_honoured_not_refused():
 
 
 def test_runs_side_by_side_say_why_a_run_has_no_rate_over_default():
-    from analysis.report import mode_comparison_html
+    from analysis.views.html import mode_comparison_html
     from analysis.run import read_run
 
     runs = [read_run(ROOT / "data" / folder) for folder in ("experiment-cpu/default", "experiment-cpu/fixed-tiles", "llamacpp-cpu/cache-prompt")]

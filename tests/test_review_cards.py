@@ -116,7 +116,7 @@ def test_the_gate_section_says_why_a_recorded_pass_is_not_bias_verdict():
     # the recorded verdict is said with bia's and why, coloured as bia's RED, never the green of a PASS; v1 agrees and stays short
     import re
 
-    from analysis.report import admission_html, judge_report
+    from analysis.views.html import admission_html, judge_report
     from analysis.verdicts import V3Policy
 
     ws = read_witnesses(ROOT / "data" / "aprender-lambda", progress=False)

@@ -10,7 +10,10 @@ import polars as pl
 import pytest
 from conftest import ROOT
 
-from analysis import report
+import analysis
+from analysis.plots import rl_mismatch_figures
+from analysis.studies import stale_pairs
+from analysis.views.html import rl_mismatch_html
 
 pytestmark = pytest.mark.slow
 
@@ -34,11 +37,11 @@ def hand(tmp_path):
 
 
 def test_tokens_and_largest_k3_by_hand(hand):
-    tokens = report.mismatch_tokens([hand])
+    tokens = analysis.mismatch_tokens([hand])
     assert tokens["run"].unique().to_list() == [f"{hand.parent.parent.name}/<evil>"]
     assert tokens["delta"].to_list() == pytest.approx([-0.02, 0.1, 0.0])
     assert tokens["margin"].null_count() == 3  # no run directory beside the pairs: no sampler margin
-    top = report.largest_k3([hand]).to_dicts()
+    top = analysis.largest_k3([hand]).to_dicts()
     # K3 = exp(d) - 1 - d per token: exp(-0.02) + 0.02 - 1 = 0.000198673, exp(0.1) - 1.1 = 0.00517092; mean 0.0026848 (the spec's)
     assert top[0]["request"] == "<b>s0</b>" and top[0]["K3 (token mean)"] == pytest.approx(0.0026848, rel=1e-4)
     assert (top[0]["tokens parted"], top[0]["first parted at"], top[0]["max |delta|"]) == (2, 0, pytest.approx(0.1))
@@ -47,7 +50,7 @@ def test_tokens_and_largest_k3_by_hand(hand):
 
 
 def test_summaries_by_hand(hand):
-    table = report.mismatch_summaries([hand])
+    table = analysis.mismatch_summaries([hand])
     value = dict(zip(table["logged name"], table[table.columns[-1]]))
     # SkyRL: |r - t| over every masked token: (0.02 + 0.1 + 0) / 3; OpenRLHF's vllm_kl: mean of r - t = (0.02 - 0.1 + 0) / 3
     assert value["policy/rollout_train_logprobs_abs_diff_mean"] == pytest.approx(0.04)
@@ -56,14 +59,14 @@ def test_summaries_by_hand(hand):
 
 
 def test_the_html_is_escaped_and_says_what_parted(hand):
-    html = report.rl_mismatch_html([hand])
+    html = rl_mismatch_html([hand])
     assert "<b>s0</b>" not in html and "&lt;b&gt;s0&lt;/b&gt;" in html
     assert "<evil>" not in html and "&lt;evil&gt;: 2 of 3 tokens part, by up to 0.1 nats" in html
     assert "<i>p</i>" not in html
 
 
 def test_the_bundled_runs_margins_come_from_the_run_beside_the_pairs():
-    tokens = report.mismatch_tokens([TRAINER / "default.jsonl"])
+    tokens = analysis.mismatch_tokens([TRAINER / "default.jsonl"])
     assert tokens.height == 3968 and tokens["margin"].null_count() == 0
     from analysis.run import read_run
 
@@ -73,7 +76,7 @@ def test_the_bundled_runs_margins_come_from_the_run_beside_the_pairs():
 
 
 def test_the_figures(hand):
-    (dist, alt), (by_margin, _) = report.rl_mismatch_figures([TRAINER / "default.jsonl", TRAINER / "fixed-tiles.jsonl"])
+    (dist, alt), (by_margin, _) = rl_mismatch_figures([TRAINER / "default.jsonl", TRAINER / "fixed-tiles.jsonl"])
     hist, along = dist.axes
     labels = [t.get_text() for t in hist.get_legend().get_texts()]
     lines = [json.loads(line) for line in (TRAINER / "default.jsonl").read_text().splitlines()]
@@ -84,14 +87,14 @@ def test_the_figures(hand):
     points = by_margin.axes[0].collections
     assert [len(c.get_offsets()) for c in points] == [3968 - same, 0]  # every parted default token has a margin; fixed-tiles none
     plt.close("all")
-    (dist, _), (by_margin, _) = report.rl_mismatch_figures([TRAINER / "fixed-tiles.jsonl"])
+    (dist, _), (by_margin, _) = rl_mismatch_figures([TRAINER / "fixed-tiles.jsonl"])
     assert all(getattr(ax, "bia_empty", None) for ax in [*dist.axes, *by_margin.axes])  # nothing parted: each panel says why
     plt.close("all")
 
 
 def test_pairs_are_found_beside_their_runs(tmp_path):
-    assert report.trainer_pairs([tmp_path / "default"]) == []
-    assert [p.name for p in report.trainer_pairs([ROOT / "data" / "experiment-cpu" / m for m in ("fixed-tiles", "default")])] == [
+    assert analysis.trainer_pairs([tmp_path / "default"]) == []
+    assert [p.name for p in analysis.trainer_pairs([ROOT / "data" / "experiment-cpu" / m for m in ("fixed-tiles", "default")])] == [
         "fixed-tiles.jsonl", "default.jsonl"]
 
 
@@ -107,8 +110,8 @@ def test_pairs_that_are_not_of_the_run_beside_them_are_said(tmp_path):
     lines[1] = json.dumps(second)
     pairs = tmp_path / "trainer" / "default.jsonl"
     pairs.write_text("\n".join(lines) + "\n")
-    assert report.stale_pairs([TRAINER / "default.jsonl"]) == []
-    said = report.stale_pairs([pairs])
+    assert stale_pairs([TRAINER / "default.jsonl"]) == []
+    said = stale_pairs([pairs])
     assert len(said) == 1 and said[0].startswith(f"{pairs}: sample_id 'p0-ref2', inference_logprobs[5] is -1.5 where the run ")
     assert "(1 token differs)" in said[0] and f"--trainer --recompute {tmp_path / 'default'} --force" in said[0]
-    assert '<p class="bia-fail">' in report.rl_mismatch_html([pairs])
+    assert '<p class="bia-fail">' in rl_mismatch_html([pairs])

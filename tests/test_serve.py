@@ -209,7 +209,7 @@ def test_probe_lists_refusals_and_the_run_says_unmeasurable(tmp_path):
 
 
 def test_the_report_lists_what_a_run_lacks(tmp_path):
-    from analysis.report import run_html
+    from analysis.views.html import run_html
     from analysis.run import read_run
 
     folder = tmp_path / "run"

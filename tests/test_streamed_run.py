@@ -87,20 +87,18 @@ def _sections(runs: list) -> dict[str, str]:
     from analysis import report
 
     ws = analysis.read_witnesses([], progress=False)
-    judgement = report.judge_report(ws, runs)
+    judgement = analysis.judge(runs)
     out = {
         "header": re.sub(
-            r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "WHEN", report.header_html("t", ws, runs, default=False, admission=False)
+            r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "WHEN", report.header("t", runs, ws, default=False, admission=False).html
         ),
-        "answer": report.answer_section_html(judgement),
-        "cards": report.reviews_html(ws, runs, epsilon=0.05, reference="ref1", judgement=judgement),
-        "modes": report.mode_comparison_html(runs, reference="ref1", judgement=judgement),
-        "engines": report.engines_html(runs, judgement=judgement),
+        "answer": report.answer(runs, ws, judgement=judgement).html,
+        "runs": report.runs(runs, ws, epsilon=0.05, reference="ref1", judgement=judgement).html,
+        "figures": re.sub(
+            r"base64,[A-Za-z0-9+/=]+", "PNG", report.figures(runs, ws, epsilon=0.05, reference="ref1").html
+        ),
+        "detail": report.detail(runs, ws, epsilon=0.05, reference="ref1").html,
     }
-    for k, run in enumerate(runs):
-        figures = report.figures_html(report.run_figures(run, epsilon=0.05, reference="ref1"), "figures")
-        out[f"figures {k}"] = re.sub(r"base64,[A-Za-z0-9+/=]+", "PNG", figures)
-        out[f"detail {k}"] = report.run_details_html(run, epsilon=0.05, reference="ref1")
     return out
 
 

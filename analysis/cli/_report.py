@@ -131,8 +131,8 @@ def _report(
     import dataclasses
 
     from ..core import WitnessError
-    from ..io import SourceError
-    from ..report import ACCEPTS, ReportError, default_runs, default_sources, render_report
+    from ..io import SourceError, default_runs, default_sources
+    from ..report import ACCEPTS, ReportError, render_report
     from ..witness import read_witnesses
 
     try:  # read here first, so a bad file is named directly rather than from inside a kernel

@@ -1,8 +1,8 @@
 """The parity report: a parameterised notebook executed by papermill and exported as one
 self-contained HTML file (no code, no network request).
 
-The notebook stays thin: it displays the ``*_html`` fragments of :mod:`analysis.views.html` and the
-figures of :mod:`analysis.views.plots`.
+The notebook stays thin: it displays the report's sections (``_sections``: ``answer``, ``runs``, ``figures``, ...), which
+draw with :mod:`analysis.views`.
 """
 
 from __future__ import annotations

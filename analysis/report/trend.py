@@ -16,7 +16,7 @@ from pathlib import Path
 from ..core import claim_output
 from ..io import bundled, default_sources
 from ..studies import read_history
-from ..views.html import entries_html, header_html, regressions_html, series_heading_html
+from ..views.html import entries_html, header_html, regressions_html, series_heading_html, show_figure
 from ..views.plots import METRICS, figure_alt, plot_trend, series_keys, series_name
 from ._notebook import execute_to_html
 
@@ -33,6 +33,7 @@ __all__ = [
     "series_heading_html",
     "series_keys",
     "series_name",
+    "show_figure",
 ]
 
 DEFAULT_TITLE = "Batch-invariance trend"

@@ -9,7 +9,7 @@ Every value is formatted for people (:mod:`analysis.core._cells`) and escaped by
 from .admission import admission_html, rounded, run_admission, verdicts_html
 from .answer import CSS, answer_html, judgement_html
 from .attribution import attribution_html
-from .blocks import frame_html, render, scroll_box, summary_html
+from .blocks import Section, frame_html, render, scroll_box, summary_html
 from .cards import count_notes, dump_card, history_card, run_card, shape_verdict_card, study_card, witness_card
 from .engines import engines_html, mode_comparison_html
 from .figures import figures_html, png_base64, show_figure
@@ -36,6 +36,7 @@ from .witness_review import witness_reviews
 __all__ = [
     "CSS",
     "Review",
+    "Section",
     "admission_html",
     "answer_html",
     "answer_section_html",

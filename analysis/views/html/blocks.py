@@ -1,4 +1,5 @@
-"""The building blocks of every HTML fragment bia shows: one jinja2 environment, a frame as a table, a card's frame.
+"""The building blocks of every HTML fragment bia shows: one jinja2 environment, a frame as a table, a card's frame, and
+the report's :class:`~analysis.report.Section` (what Jupyter displays of a section).
 
 Autoescape is always on, because witness fields and model output are untrusted text; values are written for people by
 :mod:`analysis.core` (``cell``) before a template sees them.
@@ -6,6 +7,7 @@ Autoescape is always on, because witness fields and model output are untrusted t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -170,3 +172,30 @@ def summary_html(
         lines=list(lines),
         preview=table,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One section of the parity report: Jupyter displays its HTML, as the exported report shows it.
+
+    Parameters
+    ----------
+    name : str
+        Which section (``"answer"``, ``"runs"``, ...).
+    html : str
+        Its HTML, every value escaped; empty when the section has nothing to show.
+
+    Examples
+    --------
+    >>> Section("answer", "<h2>The answer</h2>")
+    Section('answer', 19 characters of HTML)
+    """
+
+    name: str
+    html: str
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        return f"Section({self.name!r}, {len(self.html)} characters of HTML)"

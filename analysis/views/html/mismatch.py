@@ -18,7 +18,7 @@ def rl_mismatch_html(pairs: Sequence[str | os.PathLike[str]]) -> str:
     Parameters
     ----------
     pairs : sequence of paths
-        Sampler-trainer pairs files (see :func:`analysis.report.trainer_pairs`).
+        Sampler-trainer pairs files (see :func:`analysis.trainer_pairs`).
 
     Returns
     -------

@@ -14,10 +14,10 @@ from ._drawing import as_frame
 
 
 def rl_mismatch_figures(pairs: Sequence[str | os.PathLike[str]] | pl.DataFrame) -> list[tuple[Any, str]]:
-    """The section's figures, for :func:`~analysis.report.show_figure`: the distribution of ``|delta|`` (log scale) and
-    ``|delta|`` against position; ``|delta|`` against the sampler's top-1/top-2 margin.
+    """The section's figures (:func:`analysis.report.mismatch` shows them): the distribution of ``|delta|`` (log scale)
+    and ``|delta|`` against position; ``|delta|`` against the sampler's top-1/top-2 margin.
 
-    ``pairs``: sampler-trainer pairs files, or their tokens (:func:`analysis.report.mismatch_tokens`, polars or pandas).
+    ``pairs``: sampler-trainer pairs files, or their tokens (:func:`analysis.mismatch_tokens`, polars or pandas).
 
     Parameters
     ----------
