@@ -113,7 +113,7 @@ def witness_card(ws: Any) -> str:
     --------
     >>> from analysis import read_witnesses
     >>> html = witness_card(read_witnesses("data/aprender-lambda"))
-    >>> html.index('data-verdict="RED"') < html.index("bia witnesses") < html.index("recorded PASS")
+    >>> html.index('data-verdict="RED"') < html.index("bia witnesses") < html.index("as recorded in the file PASS")
     True
     """
     polars_set = ws.to_backend("polars")

@@ -223,7 +223,7 @@ def plot_flip_curve(curve: Any, *, ax=None):
     >>> import analysis
     >>> ax = plot_flip_curve(analysis.read_run("data/experiment-cpu/default"))
     >>> ax.bia_empty[:40]
-    'No token flipped: P(flip) is 0 in every m'
+    'No token flipped: P(flip) is 0 in every '
     """
     ax = _axes(ax)
     curve = drawn(curve, "plot_flip_curve", run=flip_table).filter(pl.col("steps") > 0)
