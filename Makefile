@@ -1,5 +1,5 @@
 # Shortcuts; each target does its own set-up through scripts/setup.sh.
-.PHONY: setup check test report lab notebook
+.PHONY: setup check test report lab notebooks
 
 setup:
 	bash scripts/setup.sh
@@ -18,5 +18,6 @@ report:
 lab: setup
 	.venv/bin/jupyter lab notebooks/
 
-notebook: setup
-	.venv/bin/python scripts/make_notebook.py
+# After editing a notebook's .py (its source; see docs/development.md): write the .ipynb beside it.
+notebooks: setup
+	.venv/bin/jupytext --sync notebooks/*.py

@@ -68,20 +68,6 @@ def test_readme_starts_with_the_two_commands():
     assert "scripts/test.sh" in ci
 
 
-def test_committed_notebooks_are_what_the_generator_writes():
-    """The notebooks' sources live in scripts/make_notebook.py; a hand edit of an .ipynb would be lost on the next run."""
-    import importlib.util
-
-    import nbformat
-
-    spec = importlib.util.spec_from_file_location("make_notebook", ROOT / "scripts" / "make_notebook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name, (title, cells) in module.NOTEBOOKS.items():
-        committed = nbformat.read(ROOT / "notebooks" / name, as_version=4)
-        assert committed == module.build(cells, title), f"notebooks/{name} differs from scripts/make_notebook.py: run the script"
-
-
 def test_the_notebook_flow_is_one_namespace():
     """read -> tables -> plots -> report, each a name on ``analysis``, like polars or pingouin."""
     flow = ["read_witnesses", "read_dump", "read_dumps", "read_run", "assemble_run", "slot_table", "band_table", "prompt_table",

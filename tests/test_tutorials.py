@@ -7,7 +7,6 @@ test_report.py and test_trend.py. Part of the normal suite, marked ``tutorials``
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import time
 import tomllib
@@ -140,13 +139,11 @@ def _execute(name: str, tmp_path: Path, cwd: Path, **parameters) -> tuple[nbform
 
 
 def test_the_tutorials_and_the_templates():
-    """Every notebook is a template or a tutorial with findings checked here, and every tutorial comes from the generator."""
+    """Every notebook is a template or a tutorial with findings checked here, and each is a jupytext pair (its .py beside
+    it is the source: tests/test_notebook_pairs.py holds the two in step)."""
     assert TEMPLATES == {"parity_report.ipynb", "trend_report.ipynb"}
     assert sorted(FINDINGS) == TUTORIALS
-    spec = importlib.util.spec_from_file_location("make_notebook", ROOT / "scripts" / "make_notebook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert set(module.TEMPLATES) == TEMPLATES and set(module.NOTEBOOKS) == TEMPLATES | set(TUTORIALS)
+    assert {path.with_suffix(".ipynb").name for path in NOTEBOOKS.glob("*.py")} == TEMPLATES | set(TUTORIALS)
 
 
 @pytest.mark.parametrize("name", TUTORIALS)
