@@ -12,6 +12,7 @@ import polars as pl
 from ...run import Run, flip_table, reference_margins, slot_table
 from ._drawing import (
     LEGEND_LIMIT,
+    SMALLEST_FONT,
     _axes,
     _empty,
     _label_points,
@@ -236,7 +237,7 @@ def plot_flip_curve(curve: Any, *, ax=None):
     labels = [f"[{lo:g}, {hi:g})" for lo, hi in curve.select("margin_low", "margin_high").iter_rows()]
     ax.bar(range(curve.height), curve["p_flip"], color="tab:purple")
     for k, (p, flips, n) in enumerate(curve.select("p_flip", "flips", "steps").iter_rows()):
-        ax.text(k, p, f"{flips:,} of {n:,}", ha="center", va="bottom", fontsize="x-small")
+        ax.text(k, p, f"{flips:,} of {n:,}", ha="center", va="bottom", fontsize=SMALLEST_FONT)
     ax.set_xticks(range(curve.height))
     ax.set_xticklabels(labels, rotation=30, ha="right")
     top = curve["p_flip"].max()

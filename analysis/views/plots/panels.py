@@ -8,6 +8,7 @@ import polars as pl
 
 from ...run import band_table, drift_table, flip_table, reference_margins, slot_table, width_table
 from ...studies import judge
+from ._drawing import panel_grid
 from .drift import plot_delta_before_fork
 from .margins import plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
 from .parity import plot_divergence, plot_unique_completions
@@ -27,9 +28,7 @@ def witness_figures(ws) -> list[tuple[Any, str]]:
     -------
     list of tuple of (matplotlib.figure.Figure, str)
     """
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = panel_grid(2)
     plot_divergence(ws, ax=axes[0])
     plot_decode_rate(ws, ax=axes[1])
     out = [
@@ -68,7 +67,6 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
     list of (Figure, str)
         Each figure with its alt text, which names the run.
     """
-    import matplotlib.pyplot as plt
 
     slots, bands = (
         slot_table(run, epsilon=epsilon, reference=reference),
@@ -81,7 +79,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
         c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64)
     )  # drift_table's label names c
     parted = {p: g["divergence_at"].drop_nulls().to_list() for (p,), g in slots.group_by(["prompt_id"])}
-    panels = [
+    pairs = [
         (
             lambda ax: plot_divergence(slots, declared_min=run.declared_min, judgement=judgement, ax=ax),
             lambda ax: plot_margin_at_divergence(slots, epsilon=epsilon, ax=ax),
@@ -104,8 +102,8 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
         ),
     ]
     out = []
-    for left, right, alt in panels:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for left, right, alt in pairs:
+        fig, axes = panel_grid(2)
         left(axes[0])
         right(axes[1])
         out.append((fig, f"{run.label}: {alt}"))

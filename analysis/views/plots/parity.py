@@ -15,6 +15,7 @@ from ...witness import WitnessSet
 from ._drawing import (
     _axes,
     _empty,
+    _fill,
     _label_points,
     _legend,
     _set_c_axis,
@@ -68,7 +69,7 @@ def plot_divergence(
     >>> [t.get_text() for t in ax.get_legend().get_texts()]  # in bits they part, in tokens none does
     ['tokens agree, bits part (56)', 'declared_min = 64']
     >>> ax.get_title()
-    'Where batched requests part from m=1: RED (co-batching)'
+    'Where batched requests part from m=1:\\nRED (co-batching)'
     >>> ax = plot_divergence(analysis.read_witnesses("data/aprender-lambda", progress=False))
     >>> len(ax.get_lines()) >= 3
     True
@@ -147,7 +148,7 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: l
     _set_c_axis(ax, batched[c].to_list())
     top = max([*batched["agreed"].drop_nulls().to_list(), declared_min or 0, 1])
     ax.set_ylim(0, top * 1.6)  # room above the points for the sentence
-    ax.text(0.5, 0.97, parting_words(counts, rows), ha="center", va="top", transform=ax.transAxes, wrap=True)
+    ax.text(0.5, 0.97, _fill(ax, parting_words(counts, rows)), ha="center", va="top", transform=ax.transAxes)
     ax.set_ylabel("tokens agreeing with m=1\n(0-based position of the part)")
     ax.set_title(_verdict_title(rows))
     _legend(ax, loc="lower right")
@@ -239,7 +240,7 @@ def _verdict_title(rows: list[dict] | None) -> str:
         cause = f" ({r['cause']})" if r.get("cause") else ""
         arm = f" [{r['arm']}]" if len(rows) > 1 else ""
         words.append(f"{r['verdict']}{cause}{arm}")
-    return f"{title}: {'; '.join(words)}"
+    return f"{title}:\n{'; '.join(words)}"
 
 
 def _witnesses_parting(bands: pl.DataFrame, witnesses: Any, ax):
