@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pytest
+from conftest import LAMBDA, ROOT
 
 import analysis
 from analysis import plots, report
 from analysis.run import read_run
-from conftest import LAMBDA, ROOT
 
 OUTPUT_PX = 968  # JupyterLab 4.6's output area at 1400 px wide, file browser open
 DPI = 100  # the inline backend's figure.dpi

@@ -12,12 +12,12 @@ import re
 
 import matplotlib.pyplot as plt
 import pytest
+from conftest import LAMBDA, ROOT
 
 import analysis
 from analysis import plots, report
 from analysis.run import read_run
 from analysis.studies import baseline_words
-from conftest import LAMBDA, ROOT
 
 RUNS = sorted(
     {str(p.parent.relative_to(ROOT)) for p in (ROOT / "data").glob("*/*/manifest.json")}

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 
+from conftest import LAMBDA, ROOT
+
 import analysis
 from analysis.views.html import blocks
-from conftest import LAMBDA, ROOT
 
 REPORT_CSS = (ROOT / "analysis" / "report" / "nbconvert" / "bia" / "report.css").read_text()
 
