@@ -151,7 +151,7 @@ JUPYTER_STYLE = _jupyter_style()
 
 
 def jupyter_card(html: str) -> str:
-    """A card as Jupyter shows it: in a box that carries bia's verdict colours and left-aligned cells (:data:`JUPYTER_STYLE`).
+    """A card as Jupyter shows it: in a box that carries bia's verdict colours and left-aligned cells (``JUPYTER_STYLE``).
 
     Parameters
     ----------
