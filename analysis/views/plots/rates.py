@@ -18,7 +18,7 @@ def plot_decode_rate(rates: Any, *, ax=None):
     """Per-request decode rate against c, with the 50%-of-c=1 line.
 
     Given a run (or its :func:`analysis.band_table`): each band's median decode rate as a dot, the median over bands per c as
-    a line, and half the c=1 baseline its judgement's cost is over (:func:`analysis.metrics.decode_cost`; given a band table,
+    a line, and half the c=1 baseline its judgement's cost is over (``analysis.metrics.decode_cost``; given a band table,
     half the median c=1 band); outlying bands (beyond 1.5 IQR of their c's rates, four bands or more) are named, untimed bands said, not drawn.
     Given a witness set (or its bands, which carry ``witness_version``): one line per witness with its own 50%-of-c=1 line;
     witnesses without rates (versions 1 and 2 never time requests) are named, not drawn. Given a :class:`~analysis.History`:
