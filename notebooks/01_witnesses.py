@@ -34,6 +34,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import polars as pl
+from IPython.display import display
 
 import analysis
 
@@ -139,7 +140,8 @@ print(verdict)
 margins = ws.bands["top2_margin_at_divergence"].drop_nulls().len()
 print(f"\nFinding: with the model blessed, {v2_file.name} is still {verdict.status} (exit code {verdict.exit_code}); "
       f"{margins} of {ws.bands.height} bands record a margin at their divergence, so no divergence can be excused as a near-tie.")
-verdict.to_frame()
+with pl.Config(fmt_str_lengths=400):  # each reason whole: polars cuts a string at 30 characters by default
+    display(verdict.to_frame())
 
 # %% [markdown]
 # ## Figures
@@ -149,10 +151,9 @@ verdict.to_frame()
 # empty box), and `plot_env_knobs` the kernel environment knobs that differ between the files.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-analysis.plot_divergence(ws.bands, ax=axes[0])
-analysis.plot_decode_rate(ws.bands, ax=axes[1])
-fig.tight_layout()
+fig, axes = analysis.plots.panel_grid(2)  # two panels a row, as wide as a notebook's output: legible, not shrunk
+analysis.plot_divergence(ws, ax=axes[0])
+analysis.plot_decode_rate(ws, ax=axes[1])
 plt.show()
 
 fig, ax = plt.subplots(figsize=(8, 2.5))

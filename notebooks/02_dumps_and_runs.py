@@ -33,6 +33,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import polars as pl
+from IPython.display import display
 
 import analysis
 
@@ -80,8 +81,9 @@ dump.tokens.group_by("value_status").len()
 
 # %%
 slots = analysis.slot_table(run)
-slots.select("prompt_id", "c", "slot", "length", "divergence_at", "bitwise_prefix", "max_ulp",
-             "max_abs_delta").head(6)
+with pl.Config(fmt_float="full"):  # max_abs_delta's drift of a few 1e-6 whole, not rounded to 0.000003
+    display(slots.select("prompt_id", "c", "slot", "length", "divergence_at", "bitwise_prefix", "max_ulp",
+                         "max_abs_delta").head(6))
 
 
 # %% [markdown]
@@ -129,11 +131,11 @@ drift = drift.with_columns(c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1
 margins = analysis.reference_margins(run)  # per prompt: ref #1's top-1 minus top-2 logprob at every step
 parted = {prompt: group["divergence_at"].drop_nulls().to_list() for (prompt,), group in slots.group_by(["prompt_id"])}
 
-fig, axes = plt.subplots(1, 3, figsize=(18, 4.5))
-analysis.plot_divergence(slots, declared_min=run.declared_min, ax=axes[0])
+# three panels wrap onto two rows rather than shrink; given the run, the divergence panel restates its judgement
+fig, axes = analysis.plots.panel_grid(3)
+analysis.plot_divergence(run, ax=axes[0])
 analysis.plot_margin_trace(margins, parted, ax=axes[1])
 analysis.plot_delta_before_fork(drift, ax=axes[2])
-fig.tight_layout()
 plt.show()
 
 # %%

@@ -15,6 +15,7 @@ import pytest
 from analysis import RunError, assemble_run, certificate, judge, write_run
 from analysis.studies._certificate import certificate_document
 from analysis.views.html import answer_html
+from analysis.views.html.blocks import JUPYTER_STYLE
 from analysis.studies import judge_runs
 from analysis.studies._judgement import Subject, _alone_states, _formation, _states, judge_arm
 from analysis.studies._judgement_cost import _with_measured_fix, cost_words
@@ -455,7 +456,7 @@ def test_the_answer_table_is_one_row_of_six_cells_per_run_and_arm():
             {"c": 8, "ratio": 0.5, "low": None, "high": None, "origin": "streams", "base_rates": 3, "rates": 2, "base_median": 52.0}]
     row = _judge(_slots(4)) | {"run": "r<1>", "cost_by_c": cost, "next_step": "wait & see"}
     judgement = Judgement(pl.DataFrame([row], schema=SCHEMA, orient="row"))
-    tr = (f'<tr data-run="r&lt;1&gt;" data-arm="copies" data-verdict="AMBER" title="{row["reason"]}"><td class="bia-warn"><b>AMBER</b></td>'
+    tr = (f'<tr data-run="r&lt;1&gt;" data-arm="copies" data-verdict="AMBER" title="{row["reason"]}"><td class="bia-warn" data-verdict-cell><b>AMBER</b></td>'
           '<td><code>r&lt;1&gt;</code> (<span title="every slot a copy of the prompt">copies</span>)</td><td>0/4 batched part; bound 52.7% ≥ 1%</td>'
           '<td title="baseline 52 tok/s: the median of 3 c=1 requests, streams’ timings">0.80× / 0.50× at c=4 / 8</td>'
           '<td>4 batched, 1/1 bands formed</td><td>wait &amp; see</td></tr>')
@@ -464,10 +465,14 @@ def test_the_answer_table_is_one_row_of_six_cells_per_run_and_arm():
     assert answer_html(judgement) == f'<table id="answer" class="bia-table bia-answer">{head}<tbody>{tr}</tbody></table>'
     assert answer_html(judgement, table_id="t&1").startswith('<table id="t&amp;1" class="bia-table bia-answer"><thead>')
     # Jupyter's view: no id, the why column holds the whole reason (AMBER has no cause), and the arm says what it sent (issue 32 item 10)
+    # and the cost's baseline in words a reader sees, not only as a tooltip (issue 44)
     full = tr.replace("0/4 batched part; bound 52.7% ≥ 1%", row["reason"]).replace(
-        '<span title="every slot a copy of the prompt">copies</span>', "copies: every slot a copy of the prompt")
+        '<span title="every slot a copy of the prompt">copies</span>', "copies: every slot a copy of the prompt").replace(
+        '<td title="baseline 52 tok/s: the median of 3 c=1 requests, streams’ timings">0.80× / 0.50× at c=4 / 8</td>',
+        '<td>0.80× / 0.50× at c=4 / 8 <span class="bia-muted">(over baseline 52 tok/s: the median of 3 c=1 requests, streams’ timings)</span></td>')
     box = '<div class="bia-scroll" style="max-width:100%;overflow-x:auto">'  # its own sideways scroll in a narrow notebook
-    assert judgement._repr_html_() == f'{box}<table class="bia-table bia-answer">{head}<tbody>{full}</tbody></table></div>'
+    card = f'{box}<table class="bia-table bia-answer">{head}<tbody>{full}</tbody></table></div>'
+    assert judgement._repr_html_() == f'<div class="bia-jupyter">{JUPYTER_STYLE}{card}</div>'  # styled: Jupyter loads no report CSS
     # two rows side by side, nothing between them; no cost measured, no next step
     bare = row | {"run": "b", "cost_by_c": [], "next_step": None}
     assert answer_html(Judgement(pl.DataFrame([row, bare], schema=SCHEMA, orient="row"))).count("</tr><tr data-run=") == 1

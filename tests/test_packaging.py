@@ -88,7 +88,8 @@ def test_objects_show_one_line_and_html(tmp_path):
         assert "\n" not in repr(obj) and len(repr(obj)) < 300
         page = obj._repr_html_()
         # a run's card opens with its verdict (its row of analysis.judge), then its summary
-        opening = '<div class="bia-scroll" style="max-width:100%;overflow-x:auto"><table class="bia-table bia-answer">' if obj is run else '<div class="bia-summary">'
+        opening = '<div class="bia-scroll" style="max-width:100%;overflow-x:auto"><table class="bia-table bia-answer">' if obj in (run, ws) else '<div class="bia-summary">'
+        page = re.sub(r'^<div class="bia-jupyter"><style>.*?</style>', "", page, flags=re.S)  # the card's style for Jupyter (issue 44)
         assert page.startswith(opening) and '<div class="bia-summary">' in page and "None" not in page and "True" not in page
     assert repr(run).endswith("2 prompt(s), ladder [1, 4, 8, 16], 62 requests, complete)")
     assert repr(study) == f"Study(1 run(s) at {str(tmp_path / 'study')!r})" and ">default</td>" in study._repr_html_()

@@ -10,7 +10,7 @@ from ._history_frames import RESULT_SETTINGS, History
 from ._judge import judge
 from ._judge_study import judge_runs
 from ._judgement_cost import RATIO_HEADING, RATIO_WORDS, baseline_words, ratio_cell, run_decode_cost
-from ._judgement_evidence import domain_words
+from ._judgement_evidence import BATCHED_ARMS, domain_words, part_counts, request_states
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
 from ._judgement_words import rate_words
 from ._next_steps import repro_step
@@ -33,6 +33,7 @@ from ._study import Study, scan_study, study_tables, write_dataset
 from ._witness_judgement import judge_witnesses
 
 __all__ = [
+    "BATCHED_ARMS",
     "EXIT_CODES",
     "HISTORY_READS",
     "KINDS",
@@ -75,11 +76,13 @@ __all__ = [
     "mismatch_tokens",
     "mode_comparison",
     "open_runs",
+    "part_counts",
     "prefill_table",
     "rate_words",
     "ratio_cell",
     "read_history",
     "repro_step",
+    "request_states",
     "run_decode_cost",
     "run_directories",
     "scan_study",

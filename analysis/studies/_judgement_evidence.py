@@ -93,6 +93,61 @@ def _states(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def request_states(slots: pl.DataFrame) -> pl.DataFrame:
+    """A slot table's requests, each with the state a verdict counts (``state``, its flags and ``position``), as
+    :func:`analysis.judge` decides them: the one place a figure or card reads whether a request parts in tokens or bits.
+
+    Parameters
+    ----------
+    slots : polars.DataFrame
+        :func:`analysis.slot_table` of a run (or rows with its columns).
+
+    Returns
+    -------
+    polars.DataFrame
+        The rows with ``state`` (one of ``STATES``), ``tokens_parted``, ``bits_parted``, ``bits_unknown``,
+        ``no_evidence``, ``unjudged`` and ``position`` (the 0-based token where it parts).
+
+    Examples
+    --------
+    >>> from analysis.run import read_run, slot_table
+    >>> states = request_states(slot_table(read_run("data/experiment-cpu/default")))
+    >>> sorted(states.filter(pl.col("c") > 1)["state"].unique())  # the same tokens, other logprob bits
+    ['bits']
+    """
+    return _states(slots)
+
+
+def part_counts(batched: pl.DataFrame) -> dict[str, int]:
+    """How many of the batched requests (rows of :func:`request_states` with c > 1) part, and how: the counts a verdict's
+    row carries and every figure of it restates.
+
+    Parameters
+    ----------
+    batched : polars.DataFrame
+        The batched requests with their states.
+
+    Returns
+    -------
+    dict of str to int
+        ``requests``, ``divergent`` (in tokens or bits), ``tokens_parted``, ``bits_only`` and ``bits_unknown``.
+
+    Examples
+    --------
+    >>> part_counts(pl.DataFrame({"tokens_parted": [True, False, False], "bits_parted": [False, True, False],
+    ...                           "bits_unknown": [False, False, True]}))
+    {'requests': 3, 'divergent': 2, 'tokens_parted': 1, 'bits_only': 1, 'bits_unknown': 1}
+    """
+    tokens, bits = int(batched["tokens_parted"].sum()), int(batched["bits_parted"].sum())
+    return {
+        "requests": batched.height,
+        "divergent": tokens + bits,
+        "tokens_parted": tokens,
+        "bits_only": bits,
+        "bits_unknown": int(batched["bits_unknown"].sum()),
+    }
+
+
 def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
     """What the server does alone, run to run: each prompt's ref #2 against ref #1, then each request sent alone (c=1 of a
     batched arm or the repeat arm, and every request of the serial arm), in the order a reader is told of them (references

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...run import ARM_WORDS, arm_words
 from ...studies import RATIO_HEADING, Judgement, baseline_words, rate_words, ratio_cell
-from .blocks import scroll_box
+from .blocks import jupyter_card, scroll_box
 
 CSS = {
     "GREEN": "pass",
@@ -28,11 +28,22 @@ def _short_cost(cost: list[Mapping[str, Any]] | None) -> str:
     return f"{ratios} at c={' / '.join(str(c['c']) for c in cost)}"
 
 
-def _cost_cell(cost: list[Mapping[str, Any]] | None) -> str:
-    """The cost's cell: the ratios, with their baseline (:func:`analysis.studies.baseline_words`) as its tooltip."""
+def _cost_cell(cost: list[Mapping[str, Any]] | None, full: bool = True) -> str:
+    """The cost's cell: the ratios, and the baseline they are over (:func:`analysis.studies.baseline_words`), in words a
+    reader sees (a run timed at c=1 more than once says which rate it is measured against); in the report's answer, which
+    must fit a screen, the baseline is the cell's tooltip and its card's cost line.
+
+    Examples
+    --------
+    >>> _cost_cell([{"c": 4, "ratio": 0.5, "base_median": 159.5, "base_rates": 2, "origin": "streams"}])
+    '<td>0.50× at c=4 <span class="bia-muted">(over baseline 160 tok/s: the median of 2 c=1 requests, streams’ timings)</span></td>'
+    """
     if not cost:
         return "<td>unmeasured</td>"
-    return f'<td title="{escape(baseline_words(cost[0]))}">{escape(_short_cost(cost))}</td>'
+    baseline = escape(baseline_words(cost[0]))
+    if not full:
+        return f'<td title="{baseline}">{escape(_short_cost(cost))}</td>'
+    return f'<td>{escape(_short_cost(cost))} <span class="bia-muted">(over {baseline})</span></td>'
 
 
 def _full_why(row: Mapping[str, Any]) -> str:
@@ -121,9 +132,9 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: 
         evidence = f"{row['requests']} batched, {row['bands'] - row['bands_unformed']}/{row['bands']} bands formed"
         rows.append(
             f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
-            f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}"><b>{row["verdict"]}</b></td>'
+            f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}" data-verdict-cell><b>{row["verdict"]}</b></td>'
             f"<td><code>{escape(row['run'])}</code> ({_arm_html(row['arm'], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>"
-            f"{_cost_cell(row['cost_by_c'])}<td>{escape(evidence)}</td>{_step_cell(row['next_step'] or '', full)}</tr>"
+            f"{_cost_cell(row['cost_by_c'], full)}<td>{escape(evidence)}</td>{_step_cell(row['next_step'] or '', full)}</tr>"
         )
     ident = f' id="{escape(table_id)}"' if table_id else ""
     return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
@@ -148,4 +159,6 @@ def judgement_html(judgement: Judgement) -> str:
     >>> judgement_html(judge("data/experiment-cpu/default")).count('data-verdict="RED"')
     1
     """
-    return scroll_box(answer_html(judgement, table_id=None, full=True))  # six columns: wider than a narrow notebook
+    return jupyter_card(
+        scroll_box(answer_html(judgement, table_id=None, full=True))
+    )  # six columns: wider than a narrow notebook

@@ -127,6 +127,52 @@ def scroll_box(html: str) -> str:
     return f"{SCROLL_BOX}{html}</div>"
 
 
+VERDICT_COLOURS = {  # each verdict class's colour: the report's (report.css, light) and one for dark themes
+    "pass": ("#1a7f37", "#3fb950"),
+    "warn": ("#9a6700", "#d29922"),
+    "fail": ("#cf222e", "#ff7b72"),
+}
+_DARK = ('body[data-jp-theme-light="false"]', "body.vscode-dark", "body.jp-mod-dark")
+
+
+def _jupyter_style() -> str:
+    """The style a card carries into Jupyter, which loads no report stylesheet: the verdict colours (light, and dark where
+    JupyterLab or VS Code says its theme is dark), cells aligned left as the report's are (JupyterLab aligns them right),
+    and a verdict that never breaks inside its word."""
+    rules = []
+    for name, (light, dark) in VERDICT_COLOURS.items():
+        rules.append(f".bia-jupyter .bia-{name}{{color:{light};font-weight:600}}")
+        rules.append(", ".join(f"{theme} .bia-jupyter .bia-{name}" for theme in _DARK) + f"{{color:{dark}}}")
+    cells = ", ".join(f"{scope}.bia-jupyter {tag}" for scope in ("", ".jp-RenderedHTMLCommon ") for tag in ("td", "th"))
+    rules.append(f"{cells}{{text-align:left;vertical-align:top}}")
+    rules.append(".bia-jupyter td[data-verdict-cell]{white-space:nowrap;overflow-wrap:normal}")
+    return "<style>" + "\n".join(rules) + "</style>"
+
+
+JUPYTER_STYLE = _jupyter_style()
+
+
+def jupyter_card(html: str) -> str:
+    """A card as Jupyter shows it: in a box that carries bia's verdict colours and left-aligned cells (``JUPYTER_STYLE``).
+
+    Parameters
+    ----------
+    html : str
+        The card's HTML, trusted as it is (not escaped here).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> html = jupyter_card('<p class="bia-fail">RED</p>')
+    >>> html.startswith('<div class="bia-jupyter"><style>') and ".bia-jupyter .bia-fail{color:#cf222e" in html
+    True
+    """
+    return f'<div class="bia-jupyter">{JUPYTER_STYLE}{html}</div>'
+
+
 def _shortened(text: str, n: int | None) -> str | Shortened:
     return Shortened(text[:n], text) if n is not None and len(text) > n else text
 

@@ -7,6 +7,7 @@ The objects live on lower floors and define no card: the package face binds each
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -14,9 +15,9 @@ import polars as pl
 from ...core import as_polars, cell, few, kernel_mode_words
 from ...metrics import run_counts
 from ...run import Run, run_arms, slot_table
-from ...studies import SERIES, judge_runs
-from .answer import answer_html
-from .blocks import render, scroll_box, summary_html
+from ...studies import SERIES, judge_runs, judge_witnesses
+from .answer import CSS, answer_html
+from .blocks import jupyter_card, render, scroll_box, summary_html
 
 
 def run_card(run: Any) -> str:
@@ -40,9 +41,8 @@ def run_card(run: Any) -> str:
     >>> html.index('data-verdict="RED"') < html.index("bia run")
     True
     """
-    return scroll_box(answer_html(judge_runs(run), table_id=None, full=True)) + _facts(
-        run
-    )  # six columns: wider than a narrow notebook
+    # six columns: wider than a narrow notebook
+    return jupyter_card(scroll_box(answer_html(judge_runs(run), table_id=None, full=True)) + _facts(run))
 
 
 def _facts(run: Run) -> str:
@@ -95,8 +95,9 @@ def _bits_words(requests: int, bitwise: int, known: int, same: int) -> str:
 
 
 def witness_card(ws: Any) -> str:
-    """A :class:`~analysis.WitnessSet`'s card in Jupyter: counts, each witness's recorded and re-derived verdict, the
-    first bands.
+    """A :class:`~analysis.WitnessSet`'s card in Jupyter: bia's verdict first (the answer table's rows of
+    :func:`analysis.judge`), then counts, each witness's verdict beside what the file records and what its own rules
+    re-derive, the first bands.
 
     Parameters
     ----------
@@ -112,7 +113,7 @@ def witness_card(ws: Any) -> str:
     --------
     >>> from analysis import read_witnesses
     >>> html = witness_card(read_witnesses("data/aprender-lambda"))
-    >>> "bia witnesses" in html and "re-derived" in html
+    >>> html.index('data-verdict="RED"') < html.index("bia witnesses") < html.index("as recorded in the file PASS")
     True
     """
     polars_set = ws.to_backend("polars")
@@ -123,15 +124,24 @@ def witness_card(ws: Any) -> str:
         ("release markers", polars_set.markers.height),
         ("discrepancies", polars_set.discrepancies.height),
     ]
+    judgement = judge_witnesses(polars_set)
+    verdicts = {Path(row["run"]).name: row for row in judgement}
     lines = []
     for source, recorded, derived in polars_set.witnesses.select(
         "source", "recorded_verdict", "derived_verdict"
     ).iter_rows():
-        agree = recorded == derived
-        lines.append((f"{source}: recorded {cell(recorded)}, re-derived {cell(derived)}", None if agree else "fail"))
+        row = verdicts.get(Path(source).name)
+        said = f"bia {row['verdict']}" + (f" ({row['cause']})" if row["cause"] else "") if row else "bia: not judged"
+        lines.append(
+            (
+                f"{source}: {said}; as recorded in the file {cell(recorded)}, re-derived by its rules {cell(derived)}",
+                CSS[row["verdict"]] if row else None,
+            )
+        )
     columns = ("source", "c", "m_formed", "divergence_at", "decode_tok_s", "result", "derived_result")
     bands = polars_set.bands.select([c for c in columns if c in polars_set.bands.columns])
-    return summary_html("bia witnesses", None, facts, lines, bands)
+    answer = scroll_box(answer_html(judgement, table_id=None, full=True))
+    return jupyter_card(answer + summary_html("bia witnesses", None, facts, lines, bands))
 
 
 _DUMP_PREVIEW = (
@@ -259,7 +269,7 @@ def history_card(history: Any) -> str:
     ]
     # a commit's 40 hex digits are most of a row: 10 are enough to tell commits apart, the rest in each cell's tooltip
     preview = entries.select("time", "kind", *SERIES, "commit", "verdict")
-    return summary_html("bia history", None, facts, lines, preview, shorten={"commit": 10})
+    return jupyter_card(summary_html("bia history", None, facts, lines, preview, shorten={"commit": 10}))
 
 
 def shape_verdict_card(verdict: Any) -> str:
@@ -282,7 +292,7 @@ def shape_verdict_card(verdict: Any) -> str:
     >>> "NOT ADMISSIBLE" in html
     True
     """
-    return render("verdict.html.j2", verdict=verdict)
+    return jupyter_card(render("verdict.html.j2", verdict=verdict))
 
 
 def study_card(study: Any) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
-from ._drawing import LEGEND_LIMIT
+from ._drawing import LEGEND_LIMIT, NOTEBOOK_WIDTH, panel_grid
 from .attribution import attribution_shares_by_engine, plot_attribution
 from .drift import plot_delta_before_fork
 from .first_ops import plot_first_ops
@@ -29,9 +29,11 @@ from .witness import differing_env_knobs, plot_env_knobs, witness_label
 __all__ = [
     "LEGEND_LIMIT",
     "METRICS",
+    "NOTEBOOK_WIDTH",
     "attribution_shares_by_engine",
     "differing_env_knobs",
     "figure_alt",
+    "panel_grid",
     "plot_attribution",
     "plot_band_widths",
     "plot_decode_rate",

@@ -108,6 +108,51 @@ def _axes(ax):
     return ax
 
 
+NOTEBOOK_WIDTH = (
+    9.6  # inches: 960 px at the inline backend's 100 dpi, within the 968 px JupyterLab 4 gives an output at
+)
+# 1400 px wide with its file browser open, so a figure is shown at its own size, not shrunk (issue 44)
+SMALLEST_FONT = "small"  # 8.3 pt: 11.6 px at 100 dpi; no text bia draws is smaller
+
+
+def panel_grid(n: int, *, height: float = 4.0, width: float = NOTEBOOK_WIDTH):
+    """A figure of ``n`` panels that fits a notebook's width: two a row, wrapped onto more rows rather than shrunk, so
+    that every panel's text stays as large as a single plot's.
+
+    Parameters
+    ----------
+    n : int
+        How many panels.
+    height : float, default 4.0
+        Inches a row.
+    width : float, default ``NOTEBOOK_WIDTH``
+        The figure's width in inches (a single panel takes two thirds of it).
+
+    Returns
+    -------
+    tuple of (matplotlib.figure.Figure, list of matplotlib.axes.Axes)
+        The figure and its ``n`` axes, row by row; a row's unused place is left blank.
+
+    Examples
+    --------
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> fig, axes = panel_grid(3)
+    >>> len(axes), [round(float(v), 1) for v in fig.get_size_inches()]
+    (3, [9.6, 8.0])
+    """
+    import matplotlib.pyplot as plt
+
+    columns = min(n, 2)
+    rows = -(-n // columns)
+    fig, grid = plt.subplots(
+        rows, columns, figsize=(width if n > 1 else width * 2 / 3, height * rows), squeeze=False, layout="constrained"
+    )
+    axes = list(grid.flat)
+    for spare in axes[n:]:
+        spare.set_visible(False)
+    return fig, axes[:n]
+
+
 def width_for(bars: int, *, each: float = 1.6, frame: float = 1.0, least: float = 2.5, most: float = 12.0) -> float:
     """A figure's width in inches from the bars (or columns) it draws: ``frame`` and ``each`` a bar, within ``least`` and
     ``most``, so that one bar is not drawn as wide as the page and many stay legible (labels outside the axes add to it).
@@ -143,7 +188,7 @@ def _set_c_axis(ax, cs: list[int]) -> None:
 
 def _empty(ax, message: str):
     """Say on the axes why nothing is drawn; ``ax.bia_empty`` keeps the reason, so a report can leave the panel out."""
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, wrap=True)
+    ax.text(0.5, 0.5, _fill(ax, message), ha="center", va="center", transform=ax.transAxes)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.bia_empty = message.replace("\n", " ")
@@ -172,7 +217,55 @@ def _legend(ax, limit: int = LEGEND_LIMIT, **options) -> None:
         fontsize = options.pop("fontsize", "small")
         width = _wrap_width(ax, fontsize, options.get("ncol", 1))
         labels = [textwrap.fill(label, width, break_on_hyphens=False) for label in labels]
-        ax.legend(handles, labels, fontsize=fontsize, loc=options.pop("loc", "best"), **options)
+        legend = ax.legend(handles, labels, fontsize=fontsize, loc=options.pop("loc", "best"), **options)
+        _clear_of_data(ax, legend)
+
+
+def _covered(ax, box) -> bool:
+    """Whether anything drawn (a line's vertices and the segments between them, a scatter's dots) lies inside ``box``, in
+    display coordinates. Lines across the whole axes (``axhline``) are guides, not data."""
+    import numpy as np
+
+    shapes = []
+    for line in ax.get_lines():
+        xy = np.asarray(line.get_xydata(), dtype=float)
+        if not line.get_visible() or len(xy) == 0 or line.get_transform() is not ax.transData:
+            continue
+        shown = ax.transData.transform(xy)
+        if line.get_linestyle() not in ("None", "") and len(shown) > 1:  # the segments, sampled
+            steps = np.linspace(0, 1, 24)[None, :, None]
+            shown = (shown[:-1, None, :] + (shown[1:] - shown[:-1])[:, None, :] * steps).reshape(-1, 2)
+        shapes.append(shown)
+    shapes += [
+        ax.transData.transform(np.asarray(c.get_offsets(), dtype=float)) for c in ax.collections if len(c.get_offsets())
+    ]
+    for shown in shapes:
+        shown = shown[np.isfinite(shown).all(axis=1)]
+        inside = (shown[:, 0] >= box.x0) & (shown[:, 0] <= box.x1) & (shown[:, 1] >= box.y0) & (shown[:, 1] <= box.y1)
+        if inside.any():
+            return True
+    return False
+
+
+def _clear_of_data(ax, legend) -> None:
+    """A legend that would sit on drawn points gets a band of its own above them: the y-axis grows by the legend's height
+    (on its own scale: linear, log or symlog) and the legend moves to its top, so no point hides under it."""
+    renderer = ax.figure.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    if not _covered(ax, box):
+        return
+    height = box.height / ax.get_window_extent(renderer).height + 0.06
+    scale = ax.yaxis.get_transform()
+    low, high = scale.transform(ax.get_ylim())
+    top = low + (high - low) / max(0.3, 1 - height)
+    ax.set_ylim(top=float(scale.inverted().transform(top)))
+    legend.set_loc("upper right")
+
+
+def _fill(ax, text: str, fontsize: Any = "medium") -> str:
+    """``text`` wrapped to the width of ``ax`` (matplotlib's own wrapping wraps at the figure's edge, past a panel's)."""
+    width = _wrap_width(ax, fontsize) + 6  # no legend handle to leave room for
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in text.split("\n"))
 
 
 def _wrap_width(ax, fontsize: Any, columns: int = 1) -> int:
@@ -216,7 +309,7 @@ def _label_points(ax, points: Sequence[tuple[float, float, str]], limit: int = 3
             (x, y),
             xytext=(6, -10),
             textcoords="offset points",
-            fontsize="x-small",
+            fontsize=SMALLEST_FONT,
             color="dimgray",
             arrowprops={"arrowstyle": "-", "color": "lightgray"},
         )

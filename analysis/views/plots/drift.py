@@ -78,7 +78,7 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     ax.set_xlabel("step (0-based)")
     ax.set_ylabel("|delta logprob| (zeros drawn at 1e-12)")
     ax.set_title("Logprob drift before the fork")
-    _legend(ax, fontsize="x-small", ncol=2)
+    _legend(ax, ncol=2)
     return ax
 
 

@@ -12,6 +12,7 @@ import polars as pl
 from ...run import Run, flip_table, reference_margins, slot_table
 from ._drawing import (
     LEGEND_LIMIT,
+    SMALLEST_FONT,
     _axes,
     _empty,
     _label_points,
@@ -54,7 +55,7 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     >>> import analysis
     >>> ax = plot_margin_at_divergence(analysis.read_run("data/experiment-cpu/default"))
     >>> ax.bia_empty  # its requests part in bits only: no token parts
-    'No request parted where the reference had two candidates.'
+    'No request parted in tokens where the reference had two candidates.'
     """
     ax = _axes(ax)
     parted = drawn(slots, "plot_margin_at_divergence", run=slot_table).filter(
@@ -62,7 +63,7 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     )
     c = "c"
     if parted.is_empty():
-        return _empty(ax, "No request parted where the reference had two candidates.")
+        return _empty(ax, "No request parted in tokens where the reference had two candidates.")
     # clip_on=False: an exact tie sits on the axis at 0 and is drawn whole
     ax.plot(
         parted[c], parted["reference_margin"], "o", alpha=0.7, clip_on=False, label="reference margin at the divergence"
@@ -223,7 +224,7 @@ def plot_flip_curve(curve: Any, *, ax=None):
     >>> import analysis
     >>> ax = plot_flip_curve(analysis.read_run("data/experiment-cpu/default"))
     >>> ax.bia_empty[:40]
-    'No step flipped: P(flip) is 0 in every m'
+    'No token flipped: P(flip) is 0 in every '
     """
     ax = _axes(ax)
     curve = drawn(curve, "plot_flip_curve", run=flip_table).filter(pl.col("steps") > 0)
@@ -231,12 +232,12 @@ def plot_flip_curve(curve: Any, *, ax=None):
         return _empty(ax, "No step at risk with a reference margin.")
     if curve["flips"].sum() == 0:
         return _empty(
-            ax, f"No step flipped: P(flip) is 0 in every margin bin ({curve['steps'].sum():,} steps at risk)."
+            ax, f"No token flipped: P(flip) is 0 in every margin bin ({curve['steps'].sum():,} steps at risk)."
         )
     labels = [f"[{lo:g}, {hi:g})" for lo, hi in curve.select("margin_low", "margin_high").iter_rows()]
     ax.bar(range(curve.height), curve["p_flip"], color="tab:purple")
     for k, (p, flips, n) in enumerate(curve.select("p_flip", "flips", "steps").iter_rows()):
-        ax.text(k, p, f"{flips:,} of {n:,}", ha="center", va="bottom", fontsize="x-small")
+        ax.text(k, p, f"{flips:,} of {n:,}", ha="center", va="bottom", fontsize=SMALLEST_FONT)
     ax.set_xticks(range(curve.height))
     ax.set_xticklabels(labels, rotation=30, ha="right")
     top = curve["p_flip"].max()

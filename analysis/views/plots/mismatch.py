@@ -10,7 +10,7 @@ from typing import Any, cast
 import polars as pl
 
 from ...studies import mismatch_tokens
-from ._drawing import as_frame
+from ._drawing import SMALLEST_FONT, _clear_of_data, as_frame, panel_grid
 
 
 def rl_mismatch_figures(pairs: Sequence[str | os.PathLike[str]] | pl.DataFrame) -> list[tuple[Any, str]]:
@@ -45,7 +45,7 @@ def rl_mismatch_figures(pairs: Sequence[str | os.PathLike[str]] | pl.DataFrame) 
     tokens = tokens.with_columns(size=pl.col("delta").abs())
     runs = tokens["run"].unique(maintain_order=True).to_list()
     tokens = tokens.with_columns(color=pl.col("run").replace_strict(runs, [f"C{i % 10}" for i in range(len(runs))]))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = panel_grid(2)
     _distribution(tokens, axes[0])
     _by_position(tokens, axes[1])
     out = [
@@ -85,7 +85,7 @@ def _distribution(tokens: pl.DataFrame, ax) -> None:
             group.filter(pl.col("size") > 0)["size"].to_numpy(), bins=bins, histtype="step", color=color, label=label
         )
     ax.set(xscale="log", xlabel="|trainer - rollout logprob| (nats)", ylabel="tokens", title="Per-token mismatch")
-    ax.legend(fontsize="small")
+    _clear_of_data(ax, ax.legend(fontsize=SMALLEST_FONT))
 
 
 def _by_position(tokens: pl.DataFrame, ax) -> None:
@@ -101,7 +101,7 @@ def _by_position(tokens: pl.DataFrame, ax) -> None:
         ylabel="mean |trainer - rollout logprob|",
         title="Mismatch along the sequence",
     )
-    ax.legend(fontsize="small")
+    _clear_of_data(ax, ax.legend(fontsize=SMALLEST_FONT))
 
 
 def _by_margin(tokens: pl.DataFrame, ax) -> None:
@@ -119,4 +119,4 @@ def _by_margin(tokens: pl.DataFrame, ax) -> None:
         ylabel="|trainer - rollout logprob|",
         title="Mismatch against the sampler's margin",
     )
-    ax.legend(fontsize="small")
+    _clear_of_data(ax, ax.legend(fontsize=SMALLEST_FONT))

@@ -7,6 +7,8 @@ from typing import Any
 import polars as pl
 
 from ...run import band_table, drift_table, flip_table, reference_margins, slot_table, width_table
+from ...studies import judge
+from ._drawing import panel_grid
 from .drift import plot_delta_before_fork
 from .margins import plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
 from .parity import plot_divergence, plot_unique_completions
@@ -26,9 +28,7 @@ def witness_figures(ws) -> list[tuple[Any, str]]:
     -------
     list of tuple of (matplotlib.figure.Figure, str)
     """
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = panel_grid(2)
     plot_divergence(ws, ax=axes[0])
     plot_decode_rate(ws, ax=axes[1])
     out = [
@@ -43,7 +43,7 @@ def witness_figures(ws) -> list[tuple[Any, str]]:
     return [*out, (knobs.figure, "kernel env knobs that differ between witnesses")]
 
 
-def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[Any, str]]:
+def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any = None) -> list[tuple[Any, str]]:
     """A run's four figures of two panels each, for :func:`analysis.views.html.show_figure`.
 
     Where requests parted and the margin there; the margin along each reference and the drift
@@ -58,26 +58,30 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[A
         The near-tie epsilon drawn on the margin plots.
     reference : str or Run
         What batched requests are compared with.
+    judgement : Judgement, optional
+        The run's judgement, whose verdict and counts the divergence panel restates; ``analysis.judge(run)`` when not
+        given and the reference is ref #1 (what the judgement compares with), none otherwise.
 
     Returns
     -------
     list of (Figure, str)
         Each figure with its alt text, which names the run.
     """
-    import matplotlib.pyplot as plt
 
     slots, bands = (
         slot_table(run, epsilon=epsilon, reference=reference),
         band_table(run, epsilon=epsilon, reference=reference),
     )
+    if judgement is None and isinstance(reference, str) and reference == "ref1":
+        judgement = judge(run)
     margins, flips, deltas = run_curves(run, reference)
     deltas = deltas.with_columns(
         c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64)
     )  # drift_table's label names c
     parted = {p: g["divergence_at"].drop_nulls().to_list() for (p,), g in slots.group_by(["prompt_id"])}
-    panels = [
+    pairs = [
         (
-            lambda ax: plot_divergence(slots, declared_min=run.declared_min, ax=ax),
+            lambda ax: plot_divergence(slots, declared_min=run.declared_min, judgement=judgement, ax=ax),
             lambda ax: plot_margin_at_divergence(slots, epsilon=epsilon, ax=ax),
             "where each batched request parted from ref #1, and the reference margin there",
         ),
@@ -98,8 +102,8 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1") -> list[tuple[A
         ),
     ]
     out = []
-    for left, right, alt in panels:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for left, right, alt in pairs:
+        fig, axes = panel_grid(2)
         left(axes[0])
         right(axes[1])
         out.append((fig, f"{run.label}: {alt}"))

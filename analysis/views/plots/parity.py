@@ -10,11 +10,12 @@ from typing import Any, cast
 import polars as pl
 
 from ...run import Run, band_table, slot_table
-from ...studies import History
+from ...studies import BATCHED_ARMS, History, Judgement, judge, part_counts, request_states
 from ...witness import WitnessSet
 from ._drawing import (
     _axes,
     _empty,
+    _fill,
     _label_points,
     _legend,
     _set_c_axis,
@@ -26,11 +27,15 @@ from .witness import witness_label
 _RESULT_MARKERS = {"PASS": "o", "FAIL": "X", "UNMEASURABLE": "s"}
 
 
-def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | None = None, ax=None):
+def plot_divergence(
+    parity: Any, *, witnesses: Any = None, declared_min: int | None = None, judgement: Any = None, ax=None
+):
     """Where batched requests part from the m=1 reference, against c, on an axis from 0; when nothing parted the plot says so.
 
-    Given a run (or its :func:`analysis.slot_table`): each batched request where it parts from ref #1 (o), or at its length
-    when it never parts (^), one series per outcome whatever the number of prompts, the earliest partings named.
+    Given a run (or its :func:`analysis.slot_table`): each batched request (c > 1) where it parts from ref #1, in its tokens
+    (o) or only in its logprob bits (D), or at its length when it never parts, one series per state whatever the number of
+    prompts, the earliest partings named. The title and the sentence on the plot restate :func:`analysis.judge`'s row of
+    the run: its verdict, and how many batched requests part in tokens and in bits.
 
     Given a witness set (or its bands): divergence_at per witness, its marker the band's recorded result (o PASS, X FAIL,
     s UNMEASURABLE), declared_min marked. A point that one drawn before it would hide (the same c and divergence_at) is nudged
@@ -46,6 +51,9 @@ def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | N
         The witnesses of the bands, for their reference lengths.
     declared_min : int, optional
         A run's line at this many tokens; given a run, the run's own ``declared_min`` when not given.
+    judgement : Judgement, optional
+        The run's judgement, whose row the figure restates; given a run, ``analysis.judge(run)`` when not given. A frame
+        drawn without one states its own requests' counts, decided as the judgement decides them.
     ax : matplotlib Axes, optional
         Where to draw; a new figure otherwise.
 
@@ -59,7 +67,9 @@ def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | N
     >>> import analysis
     >>> ax = plot_divergence(analysis.read_run("data/experiment-cpu/default"))  # assigned: a cell ends without the Axes' repr
     >>> [t.get_text() for t in ax.get_legend().get_texts()]  # in bits they part, in tokens none does
-    ['never parted (58; drawn at their length)', 'declared_min = 64']
+    ['tokens agree, bits part (56)', 'declared_min = 64']
+    >>> ax.get_title()
+    'Where batched requests part from m=1:\\nRED (co-batching)'
     >>> ax = plot_divergence(analysis.read_witnesses("data/aprender-lambda", progress=False))
     >>> len(ax.get_lines()) >= 3
     True
@@ -72,8 +82,12 @@ def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | N
         )
     if isinstance(parity, WitnessSet) and witnesses is None:
         witnesses = parity.to_backend("polars").witnesses
-    if isinstance(parity, Run) and declared_min is None:
-        declared_min = parity.declared_min
+    rows = None
+    if isinstance(parity, Run):
+        declared_min = parity.declared_min if declared_min is None else declared_min
+        judgement = judge(parity) if judgement is None else judgement
+    if judgement is not None:
+        rows = _rows(judgement, parity)
     frame = drawn(
         parity,
         "plot_divergence",
@@ -82,55 +96,151 @@ def plot_divergence(parity: Any, *, witnesses: Any = None, declared_min: int | N
         frame="analysis.slot_table(run) or WitnessSet.bands",
     )
     if "diverged" in frame.columns:  # a run's requests; witness bands have no per-request column
-        return _requests_parting(frame, declared_min, ax)
+        return _requests_parting(frame, declared_min, ax, rows)
     return _witnesses_parting(frame, witnesses, ax)
+
+
+def _rows(judgement: Any, parity: Any) -> list[dict]:
+    """The judgement's rows of this run (a Judgement of several runs, or one row as a dict, alike)."""
+    if isinstance(judgement, dict):
+        return [judgement]
+    frame = judgement.frame if isinstance(judgement, Judgement) else cast(pl.DataFrame, as_frame(judgement))
+    if isinstance(parity, Run) and frame["run"].n_unique() > 1:
+        frame = frame.filter(pl.col("run") == parity.label)
+    return frame.to_dicts()
 
 
 def _bands(ws: WitnessSet) -> pl.DataFrame:
     return ws.to_backend("polars").bands
 
 
-def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax):
-    """A run's figure: each batched request where it parts from ref #1 (o), or at its length when it never parts (^)."""
+_STATE_MARKS = {  # each batched request's state (analysis.judge's), how it is drawn and named in the legend
+    "tokens": ("o", "tab:red", "parted in tokens"),
+    "bits": ("D", "tab:orange", "tokens agree, bits part"),
+    "bits unknown": ("s", "tab:gray", "tokens agree, bits unknown (drawn at their length)"),
+    "identical": ("^", "tab:blue", "identical to m=1, bit for bit (drawn at their length)"),
+}
+
+
+def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: list[dict] | None = None):
+    """A run's figure: each batched request (c > 1) where it parts from ref #1 in tokens (o) or only in its logprob bits
+    (D), or at its length when it never parts; the counts and the verdict are ``rows``' (``analysis.judge``'s) when given."""
     c = "c"
-    if slots.is_empty():
-        return _empty(ax, "No batched requests in the run.")
+    batched = _batched(slots, rows)
+    if batched.is_empty():
+        return _empty(ax, "No batched requests (c > 1) in the run.")
+    counts = _counts(batched, rows)
     # where each request parts, or its length (the shorter of it and the reference's) when it never does
-    slots = slots.with_columns(agreed=pl.coalesce("divergence_at", pl.min_horizontal("reference_length", "length")))
-    parted = slots.filter(pl.col("diverged"))
-    held = slots.filter(~pl.col("diverged"))
-    if parted.height:
-        ax.plot(parted[c], parted["agreed"], "o", color="tab:red", alpha=0.6, label=f"parted ({parted.height})")
-    ax.plot(
-        held[c],
-        held["agreed"],
-        "^",
-        color="tab:blue",
-        alpha=0.6,
-        label=f"never parted ({held.height}; drawn at their length)",
+    batched = batched.with_columns(
+        agreed=pl.coalesce("position", pl.min_horizontal("reference_length", "length"), "divergence_at")
     )
+    for state, (marker, colour, words) in _STATE_MARKS.items():
+        drawn_ = batched.filter(pl.col("state") == state)
+        if drawn_.height:
+            ax.plot(drawn_[c], drawn_["agreed"], marker, color=colour, alpha=0.6, label=f"{words} ({drawn_.height})")
+    parted = batched.filter(pl.col("state").is_in(["tokens", "bits"]))
     earliest = parted.sort("agreed", c).unique(["prompt_id"], keep="first", maintain_order=True)
     _label_points(
         ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", c, "agreed", "slot").rows()]
     )
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
-    _set_c_axis(ax, slots[c].to_list())
-    if not parted.height:
-        top = max([*held["agreed"].drop_nulls().to_list(), declared_min or 0, 1])
-        ax.set_ylim(0, top * 1.25)
-        ax.text(
-            0.5,
-            0.4,
-            f"Nothing parted: all {held.height} batched requests\nagree with the m=1 reference to their end.",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-    ax.set_ylabel("tokens agreeing with m=1 (0-based divergence)")
-    ax.set_title("Divergence from the m=1 reference, per request")
-    _legend(ax)
+    _set_c_axis(ax, batched[c].to_list())
+    top = max([*batched["agreed"].drop_nulls().to_list(), declared_min or 0, 1])
+    ax.set_ylim(0, top * 1.6)  # room above the points for the sentence
+    ax.text(0.5, 0.97, _fill(ax, parting_words(counts, rows)), ha="center", va="top", transform=ax.transAxes)
+    ax.set_ylabel("tokens agreeing with m=1\n(0-based position of the part)")
+    ax.set_title(_verdict_title(rows))
+    _legend(ax, loc="lower right")
     return ax
+
+
+def _batched(slots: pl.DataFrame, rows: list[dict] | None) -> pl.DataFrame:
+    """The batched requests (c > 1, of the judged arms) with the state ``analysis.judge`` gives each; a frame without the
+    slot table's evidence columns counts a request that did not part in tokens as bits unknown (never greener)."""
+    arms = sorted({r["arm"] for r in rows}) if rows else list(BATCHED_ARMS)
+    if "arm" in slots.columns:
+        slots = slots.filter(pl.col("arm").is_in(arms))
+    slots = slots.filter(pl.col("c") > 1)
+    if {"has_reference", "parted_at", "bits_differ_at", "bits_known"} <= set(slots.columns):
+        return request_states(slots)
+    tokens = pl.col("diverged").fill_null(False)
+    return slots.with_columns(
+        state=pl.when(tokens).then(pl.lit("tokens")).otherwise(pl.lit("bits unknown")),
+        tokens_parted=tokens,
+        bits_parted=pl.lit(False),
+        bits_unknown=~tokens,
+        position=pl.when(tokens).then("divergence_at"),
+    )
+
+
+def _counts(batched: pl.DataFrame, rows: list[dict] | None) -> dict[str, int]:
+    """The judgement rows' counts (summed over the run's arms), else those of the states drawn."""
+    if not rows:
+        return part_counts(batched)
+    keys = ("requests", "divergent", "tokens_parted", "bits_only", "bits_unknown", "alone", "alone_parted")
+    return {k: sum(int(r[k] or 0) for r in rows) for k in keys}
+
+
+def parting_words(counts: dict[str, int], rows: list[dict] | None = None) -> str:
+    """The sentence a divergence figure says of a run's batched requests: the counts of its judgement row, tokens and bits
+    both named (a run whose tokens agree and whose bits part says so, in those words).
+
+    Parameters
+    ----------
+    counts : dict of str to int
+        ``requests``, ``divergent``, ``tokens_parted``, ``bits_only`` and ``bits_unknown`` (:func:`analysis.judge`'s row, or
+        ``analysis.studies.part_counts``), with ``alone`` and ``alone_parted`` when known.
+    rows : list of dict, optional
+        The judgement rows, for the cause when the server differs from itself alone.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> print(parting_words({"requests": 56, "divergent": 56, "tokens_parted": 0, "bits_only": 56, "bits_unknown": 0}))
+    Tokens agree in all 56 batched requests (c > 1),
+    but bits part: 56 of 56 differ from m=1 in their logprob bits.
+    """
+    n, tokens, bits, unknown = (counts[k] for k in ("requests", "tokens_parted", "bits_only", "bits_unknown"))
+    if tokens:
+        lines = [
+            f"{tokens + bits} of {n} batched requests (c > 1) part from m=1:",
+            f"{tokens} in tokens, {bits} only in bits.",
+        ]
+    elif bits:
+        lines = [
+            f"Tokens agree in all {n} batched requests (c > 1),",
+            f"but bits part: {bits} of {n} differ from m=1 in their logprob bits.",
+        ]
+    elif unknown:
+        lines = [
+            f"No batched request (c > 1) parts in tokens; {unknown} of {n}",
+            "have bits unknown: not shown identical.",
+        ]
+    else:
+        lines = [f"Nothing parted: all {n} batched requests (c > 1)", "match m=1 bit for bit, to their end."]
+    if counts.get("alone_parted"):
+        cause = next((r["cause"] for r in rows or [] if r.get("cause")), "run-to-run")
+        lines.append(
+            f"Alone, {counts['alone_parted']} of {counts['alone']} part too ({cause}): batching is not judged."
+        )
+    return "\n".join(lines)
+
+
+def _verdict_title(rows: list[dict] | None) -> str:
+    """The figure's title: what it draws, and the verdict of the rows it restates."""
+    title = "Where batched requests part from m=1"
+    if not rows:
+        return title
+    words = []
+    for r in rows:
+        cause = f" ({r['cause']})" if r.get("cause") else ""
+        arm = f" [{r['arm']}]" if len(rows) > 1 else ""
+        words.append(f"{r['verdict']}{cause}{arm}")
+    return f"{title}:\n{'; '.join(words)}"
 
 
 def _witnesses_parting(bands: pl.DataFrame, witnesses: Any, ax):

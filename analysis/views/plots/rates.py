@@ -7,8 +7,8 @@ from typing import Any
 
 import polars as pl
 
-from ...run import band_table, width_table
-from ...studies import History
+from ...run import Run, band_table, width_table
+from ...studies import History, baseline_words, run_decode_cost
 from ...witness import WitnessSet
 from ._drawing import _axes, _empty, _label_points, _legend, _merge_identical, _set_c_axis, drawn
 from .witness import witness_label
@@ -18,7 +18,8 @@ def plot_decode_rate(rates: Any, *, ax=None):
     """Per-request decode rate against c, with the 50%-of-c=1 line.
 
     Given a run (or its :func:`analysis.band_table`): each band's median decode rate as a dot, the median over bands per c as
-    a line; outlying bands (beyond 1.5 IQR of their c's rates, four bands or more) are named, untimed bands said, not drawn.
+    a line, and half the c=1 baseline its judgement's cost is over (``analysis.metrics.decode_cost``; given a band table,
+    half the median c=1 band); outlying bands (beyond 1.5 IQR of their c's rates, four bands or more) are named, untimed bands said, not drawn.
     Given a witness set (or its bands, which carry ``witness_version``): one line per witness with its own 50%-of-c=1 line;
     witnesses without rates (versions 1 and 2 never time requests) are named, not drawn. Given a :class:`~analysis.History`:
     one line per entry. Series with the same rates are drawn once.
@@ -41,6 +42,8 @@ def plot_decode_rate(rates: Any, *, ax=None):
     >>> ax = plot_decode_rate(analysis.read_run("data/experiment-cpu/default"))  # assigned: a cell ends without the Axes' repr
     >>> ax.get_lines()[1].get_label()
     'median over bands'
+    >>> ax.get_lines()[2].get_label()
+    '50% of the c=1 baseline (1,180 tok/s: the median of 2 c=1 requests, streams’ timings)'
     >>> ax = plot_decode_rate(analysis.read_witnesses("data/aprender-lambda", progress=False))
     >>> ax.bia_empty
     'No decode rates recorded in 3 witness(es) (witness_version 1 and 2 do not time requests).'
@@ -58,7 +61,8 @@ def plot_decode_rate(rates: Any, *, ax=None):
         return _witness_rates(frame, ax)
     if "entry" in frame.columns:
         return _history_rates(frame, ax)
-    return _band_rates(frame, ax)
+    baseline = run_decode_cost(rates).filter(pl.col("c") == 1).to_dicts() if isinstance(rates, Run) else []
+    return _band_rates(frame, ax, baseline[0] if baseline else None)
 
 
 def _bands(ws: WitnessSet) -> pl.DataFrame:
@@ -128,7 +132,7 @@ def _rate_lines(ax, groups) -> None:
     _legend(ax)
 
 
-def _band_rates(bands: pl.DataFrame, ax):
+def _band_rates(bands: pl.DataFrame, ax, baseline: dict | None = None):
     c = "c"
     rated = bands.filter(pl.col("decode_tok_s").is_not_null()) if "decode_tok_s" in bands.columns else bands.clear()
     if rated.is_empty():
@@ -137,9 +141,20 @@ def _band_rates(bands: pl.DataFrame, ax):
     ax.plot(rated[c], rated["decode_tok_s"], "o", alpha=0.5, color="tab:blue", label=f"one band ({rated.height})")
     medians = rated.group_by(c, maintain_order=True).agg(pl.col("median").first())
     ax.plot(medians[c], medians["median"], "-", color="black", linewidth=1.2, label="median over bands")
-    base = medians.filter(pl.col(c) == 1)["median"]
-    if base.len():
-        ax.axhline(0.5 * base[0], color="black", linestyle=":", label=f"50% of c=1 ({0.5 * base[0]:,.0f} tok/s)")
+    if baseline is not None:  # the judgement's one baseline (analysis.metrics.decode_cost), named as its cost names it
+        words = baseline_words(baseline).removeprefix("baseline ")
+        ax.axhline(
+            0.5 * baseline["base_median"], color="black", linestyle=":", label=f"50% of the c=1 baseline ({words})"
+        )
+    else:
+        base = medians.filter(pl.col(c) == 1)["median"]
+        if base.len():
+            ax.axhline(
+                0.5 * base[0],
+                color="black",
+                linestyle=":",
+                label=f"50% of c=1's median band ({0.5 * base[0]:,.0f} tok/s)",
+            )
     _label_points(
         ax,
         [(x, r, str(p)) for p, x, r in _outliers(rated, "decode_tok_s").select("prompt_id", c, "decode_tok_s").rows()],

@@ -10,6 +10,7 @@ import polars as pl
 
 from ...core import cell
 from ...studies import SERIES, History
+from ._drawing import SMALLEST_FONT
 
 # What each trend figure draws: metric, axis label, what a reader should look for.
 METRICS = (
@@ -154,9 +155,9 @@ def plot_trend(history: History, key: tuple, metric: str, *, ax=None):
         ax.axhline(0.5, color="black", linestyle="--", linewidth=0.8)
     if metric.endswith("_share"):
         ax.set_ylim(-0.05, 1.05)  # a share on its whole range: one value alone is not drawn as a band around itself
-    ax.set_ylabel(next(label for m, label, _ in METRICS if m == metric), fontsize=8)
+    ax.set_ylabel(next(label for m, label, _ in METRICS if m == metric), fontsize=SMALLEST_FONT)
     if ladder:
-        ax.legend(fontsize=7, loc="best", ncols=min(4, len(ladder)))
+        ax.legend(fontsize=SMALLEST_FONT, loc="best", ncols=min(4, len(ladder)))
     return ax
 
 
@@ -190,7 +191,10 @@ def _label_markers(ax, markers: list[tuple[dt.datetime, str | None]]) -> None:
     goes a row higher, so labels of releases close together never overlap."""
     if not markers:
         return
+    from matplotlib.font_manager import FontProperties
+
     renderer = ax.figure.canvas.get_renderer()
+    step = FontProperties(size=SMALLEST_FONT).get_size_in_points() + 2  # a row of labels, in points
     rows: list[float] = []  # the right edge, in pixels, of the last label in each row
     for when, commit in markers:
         label = ax.annotate(
@@ -199,7 +203,7 @@ def _label_markers(ax, markers: list[tuple[dt.datetime, str | None]]) -> None:
             xycoords=("data", "axes fraction"),
             xytext=(0, 2),
             textcoords="offset points",
-            fontsize=7,
+            fontsize=SMALLEST_FONT,
             ha="center",
             va="bottom",
             color="grey",
@@ -208,7 +212,7 @@ def _label_markers(ax, markers: list[tuple[dt.datetime, str | None]]) -> None:
         box = label.get_window_extent(renderer)
         row = next((k for k, right in enumerate(rows) if box.x0 > right + 4), len(rows))
         rows[row : row + 1] = [box.x1]
-        label.set_position((0, 2 + row * 9))
+        label.set_position((0, 2 + row * step))
 
 
 def _rule_metric(rule_name: str) -> str | None:
