@@ -167,3 +167,47 @@ def test_a_part_seen_in_only_some_tries_ends_not_reproducible_rather_than_a_wron
     assert report.splitlines()[0].endswith(": not reproducible at 3 tries")
     assert "## The minimal request" not in report and "c=2: parted in" in report
     assert done.returncode == 7 and "not reproducible at 3 tries" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.engine
+def test_on_a_warm_llama_server_with_its_prompt_cache_the_repro_is_alone_and_parts_and_not_without_the_cache(
+    tmp_path, server_binary
+):
+    """The bundled cache-prompt run parts alone (ref #2 came from the cache). Both prompts are put in the cache first, so a
+    repro that sent the same request twice would find both sides cached and nothing parting: the first send skips the cache
+    (``cache_prompt: false``), the compared one is served from it (only its last prompt token evaluated, alone)."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("torch")
+    from analysis.experiment import DEFAULT_PROMPTS, bundled_model
+    from analysis.experiment.engines import MODEL_ALIAS, llama_server, write_gguf
+
+    model = write_gguf(bundled_model(), tmp_path / "tiny.gguf")
+    run = ROOT / "data" / "llamacpp-cpu" / "cache-prompt"
+    assert judge(run).to_dicts()[0]["cause"] == "prompt cache"
+    with llama_server(model, binary=server_binary, parallel=16, cache_prompt=True) as url:
+        import httpx
+
+        for prompt in DEFAULT_PROMPTS:  # a warm server: the prompts are in its cache already
+            body = {"model": MODEL_ALIAS, "messages": [{"role": "user", "content": prompt}], "max_tokens": 2}
+            httpx.post(url + "/v1/chat/completions", json=body, timeout=60).raise_for_status()
+        lines: list[str] = []
+        started = time.monotonic()
+        found = repro(run, url, tmp_path / "r", say=lines.append)
+        spent = time.monotonic() - started
+        parts = _script(tmp_path / "r")
+    print(f"llama-server, prompt cache: {found.requests} requests, {spent:.1f} s: {found.outcome}")  # the note's figures
+    assert found.reproduced and found.case["c"] == 1 and found.case["row"] is None, lines
+    assert found.case["max_tokens"] == 1 and found.case["prompt"] == "If"  # token 0 parts; one word still templated to many
+    assert parts.returncode == 1 and "the request on the warm cache parts from the one sent cold" in parts.stdout, parts.stdout
+    assert parts.stdout.count(" bits 0x") == 2
+    script = found.script.read_text()
+    assert "'cold': {'cache_prompt': False}" in script and "'cache_prompt'" not in script.split("'cold'")[0]
+    report = found.report.read_text()
+    assert report.startswith("# llama.cpp server: parts alone, run to run")
+    assert "- engine: llama.cpp server (bia's profile `llamacpp`" in report and "- version: b1-" in report
+    assert '"content": "If"' in report and '`{"cache_prompt": false}`' in report and "served from that cache" in report
+    bits = [line.split("bits ")[1] for line in report.splitlines() if " bits 0x" in line]
+    assert len(bits) == 2 and bits[0] != bits[1]
+    with llama_server(model, binary=server_binary, parallel=16, cache_prompt=False) as url:
+        held = _script(tmp_path / "r", "--url", url)
+    assert held.returncode == 0 and "matches the one sent cold" in held.stdout, held.stdout + held.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -244,7 +245,12 @@ def _write(
     )
     (folder / "repro.py").write_text(script_text(script_case, title=title), encoding="utf-8")
     (folder / "repro.py").chmod(0o755)
-    if case.alone_only:
+    if case.alone_only and sent["cold"]:
+        batch_words = (
+            f"sent alone with `{json.dumps(sent['cold'])}` (the whole prompt evaluated), then twice as the server takes it "
+            "by default: the first warms its prompt cache with it, the second (compared) is served from that cache"
+        )
+    elif case.alone_only:
         batch_words = "sent alone, then the same request alone again"
     else:
         companions = (
@@ -256,7 +262,7 @@ def _write(
         )
     part = parting_token(run, first)
     if part is not None:
-        part["label"] = "again" if case.alone_only else "batched"
+        part["label"] = ("cached" if sent.get("cold") else "again") if case.alone_only else "batched"
     held = (
         f"parted in {best.parted} of {best.tried} tries"
         if best is not None
