@@ -45,6 +45,21 @@ def repro_command(
         typer.Option(metavar="KEY", envvar="BIA_API_KEY", show_envvar=True, help="Bearer token; never written."),
     ] = None,
     resume: Annotated[bool, typer.Option(help="Go on with the shrink in --output (its shrink.json).")] = False,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="A run made in process by transformers: its checkpoint folder (or bia's .safetensors model), when the "
+            "run does not name one that is here.",
+        ),
+    ] = None,
+    generate: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODULE:FUNCTION",
+            help="A run made in process by analysis.probe_callable: the generate it was probed with, which repro.py imports.",
+        ),
+    ] = None,
 ) -> None:
     """Shrink a RED run's first parting request against the live server, and write repro.py, REPORT.md and the minimal run."""
     from ..core import OutputExists
@@ -67,6 +82,8 @@ def repro_command(
             api_key=api_key,
             resume=resume,
             command=command_line(["bia", "repro", *sys.argv[2:]]),
+            checkpoint=checkpoint,
+            generate=generate,
         )
     except (ServerUnreachable, ServerGone) as exc:
         raise _fail(exc, EXIT_UNREACHABLE) from None

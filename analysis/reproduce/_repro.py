@@ -16,6 +16,7 @@ from ..core import check_writable, duration
 from ..run import Run, read_run
 from ..studies import judge
 from ._case import Case, ReproError, case_bodies, first_part, start_case
+from ._inprocess import batch_prompts, engine_source, in_process, inprocess_script_text
 from ._report import parting_token, report_text
 from ._script import script_text
 from ._shrink import Outcome, Shrinker, shrink
@@ -64,6 +65,8 @@ def repro(
     resume: bool = False,
     say: Callable[[str], Any] | None = None,
     command: str | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    generate: str | None = None,
 ) -> Repro:
     """From a RED run's first request that parts, the smallest case that still parts, as a script and a bug report.
 
@@ -75,7 +78,9 @@ def repro(
     request twice. A candidate that parts in only some tries is no repro; when none parts in every try the outcome is "not
     reproducible at N tries" and no script is written. ``max_requests`` and ``max_time`` bound the shrink (the smallest
     case found by then is kept); each step is said on stderr; ``resume`` goes on from ``out``'s ``shrink.json``.
-    Without ``url`` nothing is fired: the run's own request is the repro.
+    Without ``url`` nothing is fired: the run's own request is the repro. A run made in process
+    (:func:`analysis.probe_callable`, ``bia experiment --hf``) has no server: its ``repro.py`` calls the engine itself, alone
+    and in the run's batch (transformers on the checkpoint, or the user's ``generate`` by its import path).
 
     ``out`` gets ``repro.py`` (standalone, the standard library only: exit 1 while it parts, 0 when not), ``REPORT.md``
     and ``run/`` (the minimal case's run, which :func:`analysis.read_run` reads); ``tries/`` holds every try's run.
@@ -104,6 +109,11 @@ def repro(
         Takes each progress line (stderr by default).
     command : str, optional
         The command line to name in the report (the Python call by default).
+    checkpoint : path, optional
+        A run made in process by transformers: its checkpoint folder (or bia's ``.safetensors`` model), when the run does
+        not name one that is here.
+    generate : str, optional
+        A run made in process: ``module:function``, the ``generate`` it was probed with, which ``repro.py`` imports.
 
     Returns
     -------
@@ -145,6 +155,14 @@ def repro(
     for stale in ("repro.py", "REPORT.md", "run"):  # a resumed shrink writes its result again
         path = folder / stale
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    if in_process(manifest):
+        if url is not None:
+            raise ReproError(
+                f"{loaded.label}: made in process, by no server: leave the URL out (its repro.py calls the engine)"
+            )
+        return _write_in_process(
+            folder, loaded, row, command, engine_source(loaded, folder, checkpoint=checkpoint, generate=generate)
+        )
     if url is None:  # nothing to fire at: the run's own request, unshrunk, is the repro
         return _write(
             folder,
@@ -294,8 +312,72 @@ def _write(
     return Repro(folder, True, outcome, found, steps, requests, seconds)
 
 
+def _write_in_process(folder: Path, run: Run, row: dict[str, Any], command: str, engine: dict[str, Any]) -> Repro:
+    """repro.py calling the engine in process on the run's own parting request, and REPORT.md; nothing is called now."""
+    first = row["first_request"]
+    prompt, batch, own = batch_prompts(run, first)
+    max_tokens = int((run.manifest.get("sampler") or {}).get("max_tokens") or 64)
+    precision = (judge(run).to_dicts()[0].get("domain") or {}).get("precision") or "float32"
+    case = {
+        **engine,
+        "prompt": prompt,
+        "batch": batch,
+        "row": own,
+        "max_tokens": max_tokens,
+        "tries": 1,
+        "precision": precision,
+    }
+    name = (run.manifest.get("identity") or {}).get("engine") or "the engine"
+    words = f"c={len(batch)}, row {own}, max_tokens={max_tokens}"
+    (folder / "repro.py").write_text(inprocess_script_text(case, title=f"{name}: {words}".replace('"', "'")), "utf-8")
+    (folder / "repro.py").chmod(0o755)
+    call = f"`generate` ({engine['generate']})" if "generate" in engine else f"transformers ({engine['way']} batching)"
+    part = parting_token(run, first)
+    if part is not None:
+        part["label"] = "batched"
+    sent = {"prompt": prompt, "batch": batch, "row": own, "max_new_tokens": max_tokens, "greedy": True}
+    _report(
+        folder,
+        run.manifest,
+        row,
+        command,
+        words,
+        sent,
+        f"{call} called in process on the prompt alone, then on its batch of {len(batch)} (row {own} compared)",
+        part,
+        precision,
+        [],
+        "0 calls (in process: the run's own request, not shrunk)",
+        f"parts in a batch of {len(batch)} (the run's own request)",
+        "`python3 repro.py` calls the engine again in process"
+        + (" (it needs torch and transformers; `--checkpoint DIR` another checkpoint)" if "way" in engine else "")
+        + ": exit 1 while the batched row parts, 0 once it does not, 2 when the engine cannot be called.",
+    )
+    found = {
+        "prompt": prompt,
+        "c": len(batch),
+        "layout": "in process",
+        "max_tokens": max_tokens,
+        "row": own,
+        "position": first.get("position"),
+    }
+    return Repro(folder, True, f"{words}: the run's own request, called in process by repro.py", found)
+
+
 def _report(
-    folder: Path, manifest, row, command, case_words, body, batch_words, part, precision, steps, spent, outcome
+    folder: Path,
+    manifest,
+    row,
+    command,
+    case_words,
+    body,
+    batch_words,
+    part,
+    precision,
+    steps,
+    spent,
+    outcome,
+    note=None,
 ) -> None:
     text = report_text(
         manifest=manifest,
@@ -309,6 +391,7 @@ def _report(
         steps=steps,
         spent=spent,
         outcome=outcome,
+        script_note=note,
     )
     (folder / "REPORT.md").write_text(text, encoding="utf-8")
 
