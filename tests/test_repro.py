@@ -336,3 +336,37 @@ def test_a_run_of_the_users_generate_gets_a_script_that_imports_it_and_exits_0_o
     assert parts.returncode == 1 and "token 1, the chosen token" in parts.stdout, parts.stdout + parts.stderr
     assert fixed.returncode == 0 and fixed.stdout.startswith("no part in 1 tries"), fixed.stdout + fixed.stderr
     assert elsewhere.returncode == 2 and "No module named 'toyengine'" in elsewhere.stderr  # said, not a traceback
+
+
+def test_a_red_rows_repro_is_named_by_the_answer_and_the_card_and_linked_once_written_beside_the_run(tmp_path):
+    """One source: the judgement's ``repro`` (studies.repro_step, into RUN-repro); the answer table's next step and the run's
+    card render it, the card links the REPORT.md once bia repro wrote it beside the run, and a folder scan leaves the runs
+    inside a repro folder out of the study."""
+    import shutil
+
+    from analysis.run import read_run as read
+    from analysis.studies import repro_folder, repro_step, run_directories
+    from analysis.views.html import answer_html, reviews_html
+    from analysis import read_witnesses
+
+    run = tmp_path / "runs" / "default"
+    shutil.copytree(DEFAULT_RUN, run, ignore=shutil.ignore_patterns("derived"))
+    (row,) = judge(run).to_dicts()
+    assert row["repro"] == repro_step(str(run)) == f"bia repro {run} -o {run}-repro"
+    assert judge(ROOT / "data" / "experiment-cpu" / "row-invariant").to_dicts()[0]["repro"] is None  # AMBER: no repro
+    padded = judge(ROOT / "data" / "transformers-cpu" / "padded").to_dicts()[0]["repro"]
+    assert padded.endswith("transformers-cpu/padded-repro") and "--generate" not in padded  # transformers: bia calls it
+    assert f"<br>repro: <code>bia repro {run} -o {run}-repro</code></td>" in answer_html(judge(run))
+
+    def card() -> str:
+        return reviews_html(read_witnesses([]), [read(run)], epsilon=0.05)
+
+    assert f"<dt>repro</dt><dd>bia repro {run} -o {run}-repro</dd>" in card() and "REPORT.md" not in card()
+    done = bia("repro", str(run))  # the default folder: beside the run
+    assert done.returncode == 0 and (tmp_path / "runs" / "default-repro" / "REPORT.md").is_file(), done.stderr
+    assert repro_folder(str(run)) == f"{run}-repro"
+    written = tmp_path / "runs" / "default-repro" / "REPORT.md"
+    assert f'<a href="{written.as_uri()}">written beside the run: {written} (repro.py beside it)</a>' in card()
+    shutil.copytree(DEFAULT_RUN, tmp_path / "runs" / "default-repro" / "run")  # as a shrink writes its minimal run
+    assert run_directories(tmp_path / "runs") == [run]
+    assert run_directories(tmp_path / "runs" / "default-repro") == [tmp_path / "runs" / "default-repro" / "run"]

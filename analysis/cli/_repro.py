@@ -18,8 +18,14 @@ EXIT_NOT_REPRODUCIBLE = 7
 def repro_command(
     run: Annotated[Path, typer.Argument(metavar="RUN", help="A run directory whose verdict is RED.")],
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="The folder to write repro.py, REPORT.md and run/ in.")
-    ] = Path("repro"),
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="The folder to write repro.py, REPORT.md and run/ in (default: RUN-repro, beside the run, where the "
+            "report finds it).",
+        ),
+    ] = None,
     url: Annotated[
         str | None,
         typer.Option(
@@ -65,7 +71,9 @@ def repro_command(
     from ..core import OutputExists
     from ..probe import ProbeError, ServerGone, ServerUnreachable
     from ..reproduce import ReproError, command_line, repro
+    from ..studies import repro_folder
 
+    output = output or Path(repro_folder(str(run)))
     if not (run / "manifest.json").is_file():
         raise _fail(f"{run}: no run there (no manifest.json)", EXIT_MISSING)
     _read_runs([run], "RUN")

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core import check_writable, duration
 from ..run import Run, read_run
-from ..studies import judge
+from ..studies import judge, repro_folder
 from ._case import Case, ReproError, case_bodies, first_part, start_case
 from ._inprocess import batch_prompts, engine_source, in_process, inprocess_script_text
 from ._report import parting_token, report_text
@@ -54,7 +54,7 @@ class Repro:
 def repro(
     run: Run | str | os.PathLike[str],
     url: str | None = None,
-    out: str | os.PathLike[str] = "repro",
+    out: str | os.PathLike[str] | None = None,
     *,
     request: str | None = None,
     tries: int = 3,
@@ -91,8 +91,9 @@ def repro(
         A run whose judgement is RED.
     url : str, optional
         The server to shrink against (its base URL or chat endpoint); ``"run"`` for the URL the run recorded.
-    out : path
-        The folder to write; it must be new or empty unless ``resume``.
+    out : path, optional
+        The folder to write; it must be new or empty unless ``resume``. By default the folder beside the run,
+        ``RUN-repro`` (:func:`analysis.studies.repro_folder`), where the report finds it.
     request : str, optional
         The batched request to reproduce, ``PROMPT_ID/C/REPEAT/SLOT``, instead of the judgement's first.
     tries : int
@@ -141,6 +142,10 @@ def repro(
             raise ReproError(f"{name} must be a whole number >= 1, got {value!r}")
     if isinstance(max_time, bool) or not isinstance(max_time, (int, float)) or not max_time > 0:
         raise ReproError(f"max_time must be a number of seconds > 0, got {max_time!r}")
+    if out is None:
+        if not isinstance(run, (str, os.PathLike)) and run.path is None:
+            raise ReproError("an assembled run has no folder to write beside: give out")
+        out = repro_folder(os.fspath(run if isinstance(run, (str, os.PathLike)) else run.path))  # type: ignore[arg-type]
     folder = Path(out)
     check_writable(folder, "the repro")
     if folder.is_file() or (folder.is_dir() and any(folder.iterdir()) and not resume):

@@ -13,7 +13,7 @@ from ._judgement_cost import RATIO_HEADING, RATIO_WORDS, baseline_words, ratio_c
 from ._judgement_evidence import domain_words
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
 from ._judgement_words import rate_words
-from ._next_steps import repro_step
+from ._next_steps import repro_folder, repro_step
 from ._rl_mismatch import TOP_SEQUENCES, largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs, trainer_pairs
 from ._sources import (
     HISTORY_READS,
@@ -76,6 +76,7 @@ __all__ = [
     "rate_words",
     "ratio_cell",
     "read_history",
+    "repro_folder",
     "repro_step",
     "run_decode_cost",
     "run_directories",

@@ -101,7 +101,37 @@ def run_directories(path: Path) -> list[Path]:
     """
     if is_run_dir(path):
         return [path]
-    return sorted({p.parent for p in path.rglob("manifest.json") if is_run_dir(p.parent, strict=True)})
+    found = {p.parent for p in path.rglob("manifest.json") if is_run_dir(p.parent, strict=True)}
+    return sorted(run for run in found if not in_repro(run, path))
+
+
+def in_repro(run: Path, root: Path) -> bool:
+    """Whether ``run`` lies in a ``bia repro`` folder (a ``REPORT.md`` beside ``repro.py`` or ``shrink.json``) below
+    ``root``: its minimal run and tries are the repro's, not runs of the study, so a scan of ``root`` leaves them out (a
+    scan of the repro folder itself, or the run given by its path, reads them).
+
+    Parameters
+    ----------
+    run : pathlib.Path
+        A run directory found under ``root``.
+    root : pathlib.Path
+        The folder scanned.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> in_repro(Path("runs/probe"), Path("runs"))
+    False
+    """
+    for folder in run.parents:
+        if folder == root or root not in folder.parents:
+            return False
+        if (folder / "REPORT.md").is_file() and ((folder / "repro.py").is_file() or (folder / "shrink.json").is_file()):
+            return True
+    return False
 
 
 def looks_like_witness(file: str) -> bool:
