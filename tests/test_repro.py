@@ -209,6 +209,7 @@ def test_a_part_seen_in_only_some_tries_ends_not_reproducible_rather_than_a_wron
     report = found.report.read_text()
     assert report.splitlines()[0].endswith(": not reproducible at 3 tries")
     assert "## The minimal request" not in report and "c=2: parted in" in report
+    assert "## Engine, as the run recorded it" in report and "- model: `m`" in report  # what was tried, and on what
     assert done.returncode == 7 and "not reproducible at 3 tries" in done.stdout, done.stdout + done.stderr
 
 
@@ -282,6 +283,7 @@ def test_a_bundled_transformers_run_gets_an_in_process_script_that_parts(tmp_pat
     assert parts.returncode == 1 and parts.stdout.startswith("PARTS"), parts.stdout + parts.stderr
     report = found.report.read_text()
     assert report.startswith(f"# transformers 5.24.0 ({way} batching): parts in a batch of 4")
+    assert f"- engine: transformers 5.24.0 ({way} batching)" in report and "- model: `tiny_lm`" in report
     assert '"prompt": "If the argument is"' in report and '"row": 0' in report and '"max_new_tokens": 64' in report
     printed = [line.rsplit("bits ", 1)[1] for line in parts.stdout.splitlines() if " bits 0x" in line]
     written = [line.rsplit("bits ", 1)[1] for line in report.splitlines() if " bits 0x" in line]

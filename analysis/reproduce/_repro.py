@@ -93,7 +93,7 @@ def repro(
         The server to shrink against (its base URL or chat endpoint); ``"run"`` for the URL the run recorded.
     out : path, optional
         The folder to write; it must be new or empty unless ``resume``. By default the folder beside the run,
-        ``RUN-repro`` (:func:`analysis.studies.repro_folder`), where the report finds it.
+        ``RUN-repro`` (``analysis.studies.repro_folder``), where the report finds it.
     request : str, optional
         The batched request to reproduce, ``PROMPT_ID/C/REPEAT/SLOT``, instead of the judgement's first.
     tries : int

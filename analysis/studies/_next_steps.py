@@ -156,7 +156,7 @@ def _bia_serve_unformed(manifest: Any, widest: int) -> str:
 
 def repro_folder(run: str) -> str:
     """Where ``bia repro`` writes a run's repro by default, and where the report looks for it: the folder beside the run,
-    named after it, ``RUN-repro`` (a folder scan skips the runs inside it, :func:`analysis.studies.run_directories`).
+    named after it, ``RUN-repro`` (a folder scan skips the runs inside it, ``analysis.studies.run_directories``).
 
     Parameters
     ----------

@@ -39,7 +39,7 @@ class Review:
     verdict : str
         The judgement's verdict (:func:`analysis.judge`), the worst of the card's arms: the card's ``data-verdict``.
     repro_href : str or None
-        The ``REPORT.md`` of a repro written beside the run (:func:`analysis.studies.repro_folder`): its ``repro`` line
+        The ``REPORT.md`` of a repro written beside the run (``analysis.studies.repro_folder``): its ``repro`` line
         links it.
     """
 
