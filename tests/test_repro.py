@@ -358,7 +358,10 @@ def test_a_red_rows_repro_is_named_by_the_answer_and_the_card_and_linked_once_wr
     assert judge(ROOT / "data" / "experiment-cpu" / "row-invariant").to_dicts()[0]["repro"] is None  # AMBER: no repro
     padded = judge(ROOT / "data" / "transformers-cpu" / "padded").to_dicts()[0]["repro"]
     assert padded.endswith("transformers-cpu/padded-repro") and "--generate" not in padded  # transformers: bia calls it
-    assert f"<br>repro: <code>bia repro {run} -o {run}-repro</code></td>" in answer_html(judge(run))
+    assert f"<br>repro: <code>bia repro {run} -o {run}-repro</code></td>" in answer_html(judge(run), full=True)  # Jupyter
+    assert f'; repro: bia repro {run} -o {run}-repro">batch-invariant kernels: ' in answer_html(judge(run))  # the report
+    served = judge(ROOT / "data" / "llamacpp-cpu" / "cache-prompt").to_dicts()[0]["repro"]
+    assert served.startswith("bia repro ") and " --url run -o " in served  # the URL the run recorded, which bia repro reads
 
     def card() -> str:
         return reviews_html(read_witnesses([]), [read(run)], epsilon=0.05)

@@ -204,8 +204,9 @@ def repro_step(run: str, url: str | None = None, *, generate: str | None = None)
 
 
 def row_repro(subject: _Subject, row: dict[str, Any]) -> str | None:
-    """A judgement row's ``repro``: for a RED row, the :func:`repro_step` of its run (against the URL the run recorded; a
-    run of a user's ``generate`` in process names ``--generate MODULE:FUNCTION`` for the user to fill); else None.
+    """A judgement row's ``repro``: for a RED row, the :func:`repro_step` of its run (``--url run``: against the URL the run
+    recorded; a run of a user's ``generate`` in process names ``--generate MODULE:FUNCTION`` for the user to fill); else
+    None.
 
     Parameters
     ----------
@@ -223,5 +224,5 @@ def row_repro(subject: _Subject, row: dict[str, Any]) -> str | None:
     if subject.manifest.get("producer") == "bia probe_callable":  # in process: no server; transformers is called by bia
         in_process = None if _family(row["engine"]) == "transformers" else "MODULE:FUNCTION"
         return repro_step(subject.label, generate=in_process)
-    url = subject.manifest.get("url")
-    return repro_step(subject.label, re.sub(r"/v1/.*$", "", str(url)) if url else None)
+    # "run": the URL the run recorded (bia repro reads it), so no page that shows the command holds a link
+    return repro_step(subject.label, "run" if subject.manifest.get("url") else None)

@@ -67,20 +67,24 @@ def _short_why(row: Mapping[str, Any]) -> str:
 def _step_cell(step: str, full: bool, repro: str | None = None) -> str:
     """The next step's cell: whole in Jupyter's view; in the report's answer, which must fit a screen, the command alone, with
     what was measured beside it (``_with_measured_fix``) as the cell's tooltip and in its card. A RED row's ``repro`` (the
-    ``bia repro`` command) follows on a line of its own.
+    ``bia repro`` command) follows on a line of its own in Jupyter's view, and in the report's answer joins the tooltip (its
+    card names it in full).
 
     Examples
     --------
     >>> _step_cell("batch-invariant kernels: X (measured beside it, its decode rate over this run's: 1.07× at c=1)", False)
     '<td title="batch-invariant kernels: X (measured beside it, its decode rate over this run&#x27;s: 1.07× at c=1)">batch-invariant kernels: X …</td>'
-    >>> _step_cell("batch-invariant kernels: X", False, "bia repro r -o r-repro")
+    >>> _step_cell("batch-invariant kernels: X", True, "bia repro r -o r-repro")
     '<td>batch-invariant kernels: X<br>repro: <code>bia repro r -o r-repro</code></td>'
+    >>> _step_cell("batch-invariant kernels: X", False, "bia repro r -o r-repro")
+    '<td title="batch-invariant kernels: X; repro: bia repro r -o r-repro">batch-invariant kernels: X …</td>'
     """
+    if full:
+        return f"<td>{escape(step)}{f'<br>repro: <code>{escape(repro)}</code>' if repro else ''}</td>"
     command, measured, _ = step.partition(" (measured beside it")
-    then = f"<br>repro: <code>{escape(repro)}</code>" if repro else ""
-    if full or not measured:
-        return f"<td>{escape(step)}{then}</td>"
-    return f'<td title="{escape(step)}">{escape(command)} …{then}</td>'
+    if not measured and not repro:
+        return f"<td>{escape(step)}</td>"
+    return f'<td title="{escape(step + (f"; repro: {repro}" if repro else ""))}">{escape(command)} …</td>'
 
 
 def _arm_html(arm: str, full: bool) -> str:
