@@ -277,11 +277,13 @@ def test_a_bundled_transformers_run_gets_an_in_process_script_that_parts(tmp_pat
     script = found.script.read_text()
     assert "def padded_generate(" in script and "import analysis" not in script and "from analysis" not in script
     env = {"MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}  # the run's MKL code path and threads
+    (tmp_path / "r").rename(tmp_path / "moved")  # attached elsewhere: the checkpoint beside the script goes with it
+    moved = tmp_path / "moved" / "repro.py"
     parts = subprocess.run(
-        [sys.executable, str(found.script)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+        [sys.executable, str(moved)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
     )
     assert parts.returncode == 1 and parts.stdout.startswith("PARTS"), parts.stdout + parts.stderr
-    report = found.report.read_text()
+    report = (tmp_path / "moved" / "REPORT.md").read_text()
     assert report.startswith(f"# transformers 5.24.0 ({way} batching): parts in a batch of 4")
     assert f"- engine: transformers 5.24.0 ({way} batching)" in report and "- model: `tiny_lm`" in report
     assert '"prompt": "If the argument is"' in report and '"row": 0' in report and '"max_new_tokens": 64' in report
@@ -358,10 +360,16 @@ def test_a_red_rows_repro_is_named_by_the_answer_and_the_card_and_linked_once_wr
     assert judge(ROOT / "data" / "experiment-cpu" / "row-invariant").to_dicts()[0]["repro"] is None  # AMBER: no repro
     padded = judge(ROOT / "data" / "transformers-cpu" / "padded").to_dicts()[0]["repro"]
     assert padded.endswith("transformers-cpu/padded-repro") and "--generate" not in padded  # transformers: bia calls it
-    assert f"<br>repro: <code>bia repro {run} -o {run}-repro</code></td>" in answer_html(judge(run), full=True)  # Jupyter
-    assert f'; repro: bia repro {run} -o {run}-repro">batch-invariant kernels: ' in answer_html(judge(run))  # the report
+    assert f"<br>repro: <code>bia repro {run} -o {run}-repro</code></td>" in answer_html(
+        judge(run), full=True
+    )  # Jupyter
+    assert f'; repro: bia repro {run} -o {run}-repro">batch-invariant kernels: ' in answer_html(
+        judge(run)
+    )  # the report
     served = judge(ROOT / "data" / "llamacpp-cpu" / "cache-prompt").to_dicts()[0]["repro"]
-    assert served.startswith("bia repro ") and " --url run -o " in served  # the URL the run recorded, which bia repro reads
+    assert (
+        served.startswith("bia repro ") and " --url run -o " in served
+    )  # the URL the run recorded, which bia repro reads
 
     def card() -> str:
         return reviews_html(read_witnesses([]), [read(run)], epsilon=0.05)

@@ -65,7 +65,8 @@ def engine_source(
     Returns
     -------
     dict of str to Any
-        ``generate``; or ``checkpoint`` (a folder), ``way`` (``padded`` or ``continuous``) and ``top_k``.
+        ``generate``; or ``checkpoint`` (a folder: ``"checkpoint"``, beside the script, when written there), ``way``
+        (``padded`` or ``continuous``) and ``top_k``.
 
     Raises
     ------
@@ -95,7 +96,9 @@ def engine_source(
             f"--checkpoint {source}: not a Hugging Face checkpoint folder (no config.json), nor bia's model"
         )
     top_k = (run.manifest.get("sampler") or {}).get("top_logprobs") or 5
-    return {"checkpoint": str(source.resolve()), "way": way[1], "top_k": int(top_k)}
+    # the one written beside the script is named relative to it, so the folder can be moved or attached whole
+    named = "checkpoint" if source == folder / "checkpoint" else str(source.resolve())
+    return {"checkpoint": named, "way": way[1], "top_k": int(top_k)}
 
 
 def _named_checkpoint(run: Run, identity: Mapping[str, Any]) -> Path:
@@ -239,8 +242,9 @@ def user_engine():
 
 
 def transformers_engine(checkpoint):
-    """transformers' own batching on the checkpoint, as the run was probed (the functions below)."""
-    model, tokenizer = load_checkpoint(checkpoint, dtype="float32", device="cpu")
+    """transformers' own batching on the checkpoint (a relative path is the script's folder's), as the run was probed (the
+    functions below)."""
+    model, tokenizer = load_checkpoint(Path(__file__).resolve().parent / checkpoint, dtype="float32", device="cpu")
     make = padded_generate if CASE["way"] == "padded" else continuous_generate
     return make(model, tokenizer, max_new_tokens=CASE["max_tokens"], top_k=CASE["top_k"])
 
