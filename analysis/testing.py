@@ -240,7 +240,7 @@ def _failure(row: dict[str, Any]) -> str:
     # a RED run with a directory (a probe's temporary run is gone by now) names its bug report on the same line: pytest's
     # output stays within 25 lines
     report = (
-        f"; a repro for its maintainers: {repro_step(row['run'])}"
+        f"; a repro for its maintainers: {row['repro'] or repro_step(row['run'])}"
         if row["verdict"] == "RED" and Path(row["run"]).is_dir()
         else ""
     )

@@ -18,8 +18,14 @@ EXIT_NOT_REPRODUCIBLE = 7
 def repro_command(
     run: Annotated[Path, typer.Argument(metavar="RUN", help="A run directory whose verdict is RED.")],
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="The folder to write repro.py, REPORT.md and run/ in.")
-    ] = Path("repro"),
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="The folder to write repro.py, REPORT.md and run/ in (default: RUN-repro, beside the run, where the "
+            "report finds it).",
+        ),
+    ] = None,
     url: Annotated[
         str | None,
         typer.Option(
@@ -45,12 +51,29 @@ def repro_command(
         typer.Option(metavar="KEY", envvar="BIA_API_KEY", show_envvar=True, help="Bearer token; never written."),
     ] = None,
     resume: Annotated[bool, typer.Option(help="Go on with the shrink in --output (its shrink.json).")] = False,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="A run made in process by transformers: its checkpoint folder (or bia's .safetensors model), when the "
+            "run does not name one that is here.",
+        ),
+    ] = None,
+    generate: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODULE:FUNCTION",
+            help="A run made in process by analysis.probe_callable: the generate it was probed with, which repro.py imports.",
+        ),
+    ] = None,
 ) -> None:
     """Shrink a RED run's first parting request against the live server, and write repro.py, REPORT.md and the minimal run."""
     from ..core import OutputExists
     from ..probe import ProbeError, ServerGone, ServerUnreachable
     from ..reproduce import ReproError, command_line, repro
+    from ..studies import repro_folder
 
+    output = output or Path(repro_folder(str(run)))
     if not (run / "manifest.json").is_file():
         raise _fail(f"{run}: no run there (no manifest.json)", EXIT_MISSING)
     _read_runs([run], "RUN")
@@ -67,6 +90,8 @@ def repro_command(
             api_key=api_key,
             resume=resume,
             command=command_line(["bia", "repro", *sys.argv[2:]]),
+            checkpoint=checkpoint,
+            generate=generate,
         )
     except (ServerUnreachable, ServerGone) as exc:
         raise _fail(exc, EXIT_UNREACHABLE) from None

@@ -18,6 +18,34 @@ from ..studies import judge
 ALONE_CAUSES = ("run-to-run", "prompt cache")
 
 
+def cold_template(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields that make one request of the run's engine skip its prompt cache (``{"cache_prompt": False}`` on llama.cpp,
+    a ``"{salt}"`` made fresh per request on vLLM); ``{}`` for an engine that has none.
+
+    A repro seen alone sends its first request with them (a full prefill, the same bits every time), then the request as
+    the server takes it by default twice: the first warms the cache with this very prompt, the second is compared. On
+    llama.cpp that second send finds its whole prompt cached and evaluates only the prompt's last token, alone, where the
+    uncached one evaluated it with the whole prompt (other matmul shapes, other bits); with ``--no-cache-prompt`` all three
+    are full prefills. Nothing turns the cache on by hand: a request with ``cache_prompt: true`` would override the flag.
+
+    Parameters
+    ----------
+    manifest : mapping
+        The run's manifest (its engine profile).
+
+    Returns
+    -------
+    dict of str to Any
+
+    Examples
+    --------
+    >>> cold_template({"engine": {"profile": "llamacpp"}}), cold_template({"engine": {"profile": "bia"}})
+    ({'cache_prompt': False}, {})
+    """
+    profile = PROFILES.get((manifest.get("engine") or {}).get("profile") or "", None)
+    return dict((profile.cold if profile is not None else None) or {})
+
+
 class ReproError(ValueError):
     """A run or option no repro can be made of: a run with no request that parts, a ``request`` it does not hold, a
     budget that is no number; the message names the run, option or field."""
@@ -196,7 +224,8 @@ def start_case(run: Run, row: Mapping[str, Any]) -> Case:
 
 def case_settings(case: Case, manifest: Mapping[str, Any], *, timeout: float, api_key: str | None) -> ProbeSettings:
     """The probe settings of one try of ``case``: the run's engine, model, seed and candidates, its prompt alone (two
-    references) and one band of c, fired once (alone-only: the two references only).
+    references) and one band of c, fired once (alone-only: the two references and a request alone, or, where the engine
+    can skip its cache per request, the references cold and the cache arm).
 
     Parameters
     ----------
@@ -214,8 +243,12 @@ def case_settings(case: Case, manifest: Mapping[str, Any], *, timeout: float, ap
     ProbeSettings
     """
     sampler = manifest.get("sampler") or {}
+    # alone, on an engine whose cache a request can skip: the references cold, then the cache arm (a primer of the prompt,
+    # then the prompt on the cache it warmed), so a warm server cannot hide the part by serving both sides from its cache
+    arms = ("cache",) if case.alone_only and cold_template(manifest) else None
     return ProbeSettings(
         prompts=[case.prompt],
+        arms=arms,
         ladder=(1,) if case.alone_only else (case.c,),  # the two references are the alone side; no c=1 band is needed
         max_tokens=case.max_tokens,
         top_logprobs=int(sampler.get("top_logprobs", 5)),
@@ -246,7 +279,8 @@ def case_bodies(case: Case, manifest: Mapping[str, Any], first: Mapping[str, Any
     Returns
     -------
     dict of str to Any
-        ``alone`` (a body), ``batch`` (a body per row; empty when alone-only) and ``row``.
+        ``alone`` (a body), ``batch`` (a body per row; empty when alone-only) and ``row``; alone-only, ``cold`` too
+        (:func:`cold_template`: the fields the first send carries).
     """
     sampler = manifest.get("sampler") or {}
     profile = PROFILES.get((manifest.get("engine") or {}).get("profile") or "", None)
@@ -260,7 +294,7 @@ def case_bodies(case: Case, manifest: Mapping[str, Any], first: Mapping[str, Any
         model=model,
     )
     if case.alone_only:
-        return {"alone": body, "batch": [], "row": None}
+        return {"alone": body, "batch": [], "row": None, "cold": cold_template(manifest)}
     bands = [u for u in plan(manifest) if u.role == "band" and u.c == case.c and u.prompt_id == first["prompt_id"]]
     unit = next((u for u in bands if u.repeat == first.get("repeat")), bands[0])
     bodies, _, own, _ = band_rows(unit, manifest, body)

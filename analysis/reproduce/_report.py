@@ -66,7 +66,10 @@ def parting_token(run: Run, first: Mapping[str, Any]) -> dict[str, Any] | None:
             .filter((pl.col("position") == position) & (pl.col("list_kind") == "top_logprobs"))
             .sort("list_index")
         )
-        return chosen.select("token_text", "logprob").rows() + listed.select("cand_token_text", "cand_logprob").rows()
+        # a token without text (an in-process run records ids only) is named by its id
+        named = pl.coalesce("token_text", pl.format("token_id:{}", "token_id"))
+        listed_named = pl.coalesce("cand_token_text", pl.format("token_id:{}", "cand_token_id"))
+        return chosen.select(named, "logprob").rows() + listed.select(listed_named, "cand_logprob").rows()
 
     mine, theirs = side(alone), side(other)
     # the chosen token first, then the candidates: the first entry that differs is the one to show (bia compares both)
@@ -128,6 +131,7 @@ def report_text(
     steps: Sequence[str],
     spent: str,
     outcome: str,
+    script_note: str | None = None,
 ) -> str:
     """REPORT.md's text: the engine, version, flags and hardware as the run recorded them, the verdict row, the minimal request as
     JSON, the bits, the command, and what shrinking tried.
@@ -152,6 +156,8 @@ def report_text(
         What shrinking tried.
     spent, outcome : str
         What it spent, and what it found, in words.
+    script_note : str, optional
+        What ``repro.py`` needs and does (by default: the standalone HTTP script's words).
 
     Returns
     -------
@@ -225,8 +231,11 @@ def report_text(
     lines += ["## How it was found", "", _fence(command, "bash"), ""]
     if body is not None:
         lines += [
-            "`python3 repro.py` (Python's standard library only) sends it again: exit 1 while it parts, 0 once it does not "
-            "(`--url` another server, `--tries N`).",
+            script_note
+            or (
+                "`python3 repro.py` (Python's standard library only) sends it again: exit 1 while it parts, 0 once it does not "
+                "(`--url` another server, `--tries N`)."
+            ),
             "",
         ]
     lines += ["## What shrinking tried", ""]

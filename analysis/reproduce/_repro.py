@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -13,8 +14,9 @@ from typing import Any
 
 from ..core import check_writable, duration
 from ..run import Run, read_run
-from ..studies import judge
+from ..studies import judge, repro_folder
 from ._case import Case, ReproError, case_bodies, first_part, start_case
+from ._inprocess import batch_prompts, engine_source, in_process, inprocess_script_text
 from ._report import parting_token, report_text
 from ._script import script_text
 from ._shrink import Outcome, Shrinker, shrink
@@ -52,7 +54,7 @@ class Repro:
 def repro(
     run: Run | str | os.PathLike[str],
     url: str | None = None,
-    out: str | os.PathLike[str] = "repro",
+    out: str | os.PathLike[str] | None = None,
     *,
     request: str | None = None,
     tries: int = 3,
@@ -63,6 +65,8 @@ def repro(
     resume: bool = False,
     say: Callable[[str], Any] | None = None,
     command: str | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    generate: str | None = None,
 ) -> Repro:
     """From a RED run's first request that parts, the smallest case that still parts, as a script and a bug report.
 
@@ -74,7 +78,9 @@ def repro(
     request twice. A candidate that parts in only some tries is no repro; when none parts in every try the outcome is "not
     reproducible at N tries" and no script is written. ``max_requests`` and ``max_time`` bound the shrink (the smallest
     case found by then is kept); each step is said on stderr; ``resume`` goes on from ``out``'s ``shrink.json``.
-    Without ``url`` nothing is fired: the run's own request is the repro.
+    Without ``url`` nothing is fired: the run's own request is the repro. A run made in process
+    (:func:`analysis.probe_callable`, ``bia experiment --hf``) has no server: its ``repro.py`` calls the engine itself, alone
+    and in the run's batch (transformers on the checkpoint, or the user's ``generate`` by its import path).
 
     ``out`` gets ``repro.py`` (standalone, the standard library only: exit 1 while it parts, 0 when not), ``REPORT.md``
     and ``run/`` (the minimal case's run, which :func:`analysis.read_run` reads); ``tries/`` holds every try's run.
@@ -85,8 +91,9 @@ def repro(
         A run whose judgement is RED.
     url : str, optional
         The server to shrink against (its base URL or chat endpoint); ``"run"`` for the URL the run recorded.
-    out : path
-        The folder to write; it must be new or empty unless ``resume``.
+    out : path, optional
+        The folder to write; it must be new or empty unless ``resume``. By default the folder beside the run,
+        ``RUN-repro`` (``analysis.studies.repro_folder``), where the report finds it.
     request : str, optional
         The batched request to reproduce, ``PROMPT_ID/C/REPEAT/SLOT``, instead of the judgement's first.
     tries : int
@@ -103,6 +110,11 @@ def repro(
         Takes each progress line (stderr by default).
     command : str, optional
         The command line to name in the report (the Python call by default).
+    checkpoint : path, optional
+        A run made in process by transformers: its checkpoint folder (or bia's ``.safetensors`` model), when the run does
+        not name one that is here.
+    generate : str, optional
+        A run made in process: ``module:function``, the ``generate`` it was probed with, which ``repro.py`` imports.
 
     Returns
     -------
@@ -130,6 +142,10 @@ def repro(
             raise ReproError(f"{name} must be a whole number >= 1, got {value!r}")
     if isinstance(max_time, bool) or not isinstance(max_time, (int, float)) or not max_time > 0:
         raise ReproError(f"max_time must be a number of seconds > 0, got {max_time!r}")
+    if out is None:
+        if not isinstance(run, (str, os.PathLike)) and run.path is None:
+            raise ReproError("an assembled run has no folder to write beside: give out")
+        out = repro_folder(os.fspath(run if isinstance(run, (str, os.PathLike)) else run.path))  # type: ignore[arg-type]
     folder = Path(out)
     check_writable(folder, "the repro")
     if folder.is_file() or (folder.is_dir() and any(folder.iterdir()) and not resume):
@@ -144,6 +160,14 @@ def repro(
     for stale in ("repro.py", "REPORT.md", "run"):  # a resumed shrink writes its result again
         path = folder / stale
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    if in_process(manifest):
+        if url is not None:
+            raise ReproError(
+                f"{loaded.label}: made in process, by no server: leave the URL out (its repro.py calls the engine)"
+            )
+        return _write_in_process(
+            folder, loaded, row, command, engine_source(loaded, folder, checkpoint=checkpoint, generate=generate)
+        )
     if url is None:  # nothing to fire at: the run's own request, unshrunk, is the repro
         return _write(
             folder,
@@ -244,7 +268,12 @@ def _write(
     )
     (folder / "repro.py").write_text(script_text(script_case, title=title), encoding="utf-8")
     (folder / "repro.py").chmod(0o755)
-    if case.alone_only:
+    if case.alone_only and sent["cold"]:
+        batch_words = (
+            f"sent alone with `{json.dumps(sent['cold'])}` (the whole prompt evaluated), then twice as the server takes it "
+            "by default: the first warms its prompt cache with it, the second (compared) is served from that cache"
+        )
+    elif case.alone_only:
         batch_words = "sent alone, then the same request alone again"
     else:
         companions = (
@@ -256,7 +285,7 @@ def _write(
         )
     part = parting_token(run, first)
     if part is not None:
-        part["label"] = "again" if case.alone_only else "batched"
+        part["label"] = ("cached" if sent.get("cold") else "again") if case.alone_only else "batched"
     held = (
         f"parted in {best.parted} of {best.tried} tries"
         if best is not None
@@ -288,8 +317,72 @@ def _write(
     return Repro(folder, True, outcome, found, steps, requests, seconds)
 
 
+def _write_in_process(folder: Path, run: Run, row: dict[str, Any], command: str, engine: dict[str, Any]) -> Repro:
+    """repro.py calling the engine in process on the run's own parting request, and REPORT.md; nothing is called now."""
+    first = row["first_request"]
+    prompt, batch, own = batch_prompts(run, first)
+    max_tokens = int((run.manifest.get("sampler") or {}).get("max_tokens") or 64)
+    precision = (judge(run).to_dicts()[0].get("domain") or {}).get("precision") or "float32"
+    case = {
+        **engine,
+        "prompt": prompt,
+        "batch": batch,
+        "row": own,
+        "max_tokens": max_tokens,
+        "tries": 1,
+        "precision": precision,
+    }
+    name = (run.manifest.get("identity") or {}).get("engine") or "the engine"
+    words = f"c={len(batch)}, row {own}, max_tokens={max_tokens}"
+    (folder / "repro.py").write_text(inprocess_script_text(case, title=f"{name}: {words}".replace('"', "'")), "utf-8")
+    (folder / "repro.py").chmod(0o755)
+    call = f"`generate` ({engine['generate']})" if "generate" in engine else f"transformers ({engine['way']} batching)"
+    part = parting_token(run, first)
+    if part is not None:
+        part["label"] = "batched"
+    sent = {"prompt": prompt, "batch": batch, "row": own, "max_new_tokens": max_tokens, "greedy": True}
+    _report(
+        folder,
+        run.manifest,
+        row,
+        command,
+        words,
+        sent,
+        f"{call} called in process on the prompt alone, then on its batch of {len(batch)} (row {own} compared)",
+        part,
+        precision,
+        [],
+        "0 calls (in process: the run's own request, not shrunk)",
+        f"parts in a batch of {len(batch)} (the run's own request)",
+        "`python3 repro.py` calls the engine again in process"
+        + (" (it needs torch and transformers; `--checkpoint DIR` another checkpoint)" if "way" in engine else "")
+        + ": exit 1 while the batched row parts, 0 once it does not, 2 when the engine cannot be called.",
+    )
+    found = {
+        "prompt": prompt,
+        "c": len(batch),
+        "layout": "in process",
+        "max_tokens": max_tokens,
+        "row": own,
+        "position": first.get("position"),
+    }
+    return Repro(folder, True, f"{words}: the run's own request, called in process by repro.py", found)
+
+
 def _report(
-    folder: Path, manifest, row, command, case_words, body, batch_words, part, precision, steps, spent, outcome
+    folder: Path,
+    manifest,
+    row,
+    command,
+    case_words,
+    body,
+    batch_words,
+    part,
+    precision,
+    steps,
+    spent,
+    outcome,
+    note=None,
 ) -> None:
     text = report_text(
         manifest=manifest,
@@ -303,6 +396,7 @@ def _report(
         steps=steps,
         spent=spent,
         outcome=outcome,
+        script_note=note,
     )
     (folder / "REPORT.md").write_text(text, encoding="utf-8")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pprint
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+import uuid
 
 
 def send(url, body, timeout, key):
@@ -119,20 +121,28 @@ def main():
     key = os.environ.get("BIA_API_KEY")
     try:
         for attempt in range(1, args.tries + 1):
-            alone = send(url, CASE["alone"], args.timeout, key)
+            # alone-only with cold fields: the first send skips the cache (a full prefill), the second warms it with this
+            # very prompt, the third is compared: the cache the server keeps by default serves it, or, with the cache off,
+            # it is a full prefill again and matches
+            cold = {k: uuid.uuid4().hex if v == "{salt}" else v for k, v in CASE.get("cold", {}).items()}
+            alone = send(url, {**CASE["alone"], **cold}, args.timeout, key)
             if CASE["batch"]:
                 other = send_together(url, CASE["batch"], args.timeout, key)[CASE["row"]]
                 label = f"batched (row {CASE['row']} of {len(CASE['batch'])})"
             else:
+                if cold:
+                    send(url, CASE["alone"], args.timeout, key)
                 other = send(url, CASE["alone"], args.timeout, key)
-                label = "alone again"
+                label = "on the warm cache" if cold else "alone again"
             where = first_difference(alone, other)
             if where is not None:
-                print(f"PARTS (try {attempt} of {args.tries}): the {label.split(' (')[0]} request parts from the one sent alone")
+                first = "the one sent cold" if cold else "the one sent alone"
+                print(f"PARTS (try {attempt} of {args.tries}): the request {label.split(' (')[0]} parts from {first}")
                 show(where, alone, other, label)
                 return 1
-        print(f"no part in {args.tries} tries: the {'batched request' if CASE['batch'] else 'repeat'} matches the one sent "
-              f"alone, token for token and bit for bit ({len(alone)} tokens)")
+        what = "batched request" if CASE["batch"] else "request sent again" if CASE.get("cold") else "repeat"
+        print(f"no part in {args.tries} tries: the {what} matches the one sent {'cold' if CASE.get('cold') else 'alone'}, "
+              f"token for token and bit for bit ({len(alone)} tokens)")
         return 0
     except (OSError, urllib.error.URLError, RuntimeError, ValueError) as exc:
         print(f"error: {url}: {exc}", file=sys.stderr)
@@ -152,7 +162,8 @@ def script_text(case: Mapping[str, Any], *, title: str) -> str:
     ----------
     case : mapping
         ``url``, ``alone`` (a request body), ``batch`` (the batch's bodies; empty for an alone-only repro), ``row``, ``tries``
-        and ``precision`` (``float32`` or ``float64``).
+        and ``precision`` (``float32`` or ``float64``); alone-only, ``cold`` (fields the first send carries to skip the
+        prompt cache; then the request is sent twice more and the last compared).
     title : str
         The docstring's first line.
 
@@ -167,8 +178,17 @@ def script_text(case: Mapping[str, Any], *, title: str) -> str:
     >>> compile(text, "repro.py", "exec") is not None, text.splitlines()[1][3:]
     (True, 'a repro')
     """
+    cold = case.get("cold")
+    how = (
+        "in its batch"
+        if case["batch"]
+        else f"twice more as the server takes it by default (the first send with {json.dumps(cold)}: its whole prompt\n"
+        "evaluated; the second warms the prompt cache with it; the third, compared with the first, is served from it)"
+        if cold
+        else "alone again"
+    )
     doc = (
-        f'"""{title}\n\nSends the request alone and {"in its batch" if case["batch"] else "alone again"}, and prints the first '
+        f'"""{title}\n\nSends the request alone and {how}, and prints the first '
         "token where the two part, with both logprobs and their bits.\nExit 1: it still parts; 0: it does not; 2: no answer. "
         "Python's standard library only: python3 repro.py [--url URL] [--tries N]\n(a bearer token, when the server needs one, "
         'from BIA_API_KEY).\n"""\n'

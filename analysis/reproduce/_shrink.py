@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from ..core import duration
 from ..probe import probe
+from ..run import read_run, slot_table
 from ..studies import judge
-from ._case import ALONE_CAUSES, Case, case_settings, prompt_pieces
+from ._case import ALONE_CAUSES, Case, case_settings, cold_template, prompt_pieces
 
 
 @dataclass
@@ -90,9 +93,10 @@ class Shrinker:
     def seconds(self) -> float:
         return time.monotonic() - self.started
 
-    def attempt(self, case: Case, expect: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Outcome:
+    def attempt(self, case: Case, expect: Callable[[dict[str, Any], Path], dict[str, Any] | None]) -> Outcome:
         """Fire ``case`` up to ``tries`` times, stopping at the first try that does not part; ``expect`` takes a try's
-        judgement row and returns its first parting request of the kind shrunk (batched, or alone), or None.
+        judgement row and run directory and returns its first parting request of the kind shrunk (batched, or alone), or
+        None.
 
         Parameters
         ----------
@@ -113,7 +117,8 @@ class Shrinker:
             return outcome
         outcome = Outcome(case)
         for _ in range(self.tries):
-            cost = 2 + (0 if case.alone_only else case.c)  # two references and one band
+            # two references and one band; alone on an engine whose cache a request can skip, the cache arm's primer too
+            cost = 2 + (case.c if not case.alone_only else 2 if cold_template(self.manifest) else 1)
             if self.requests + cost > self.max_requests or self.seconds > self.max_time:
                 if outcome.tried:  # a candidate cut short holds no verdict: not journalled, so a resume tries it whole
                     self.tried.append(outcome)
@@ -130,7 +135,7 @@ class Shrinker:
             asyncio.run(probe(self.url, run_dir, settings, say=self._engine_line))
             self.requests += _fired(run_dir)
             row = judge(run_dir).to_dicts()[0]
-            first = expect(row)
+            first = expect(row, run_dir)
             outcome.tried += 1
             outcome.parted += first is not None
             outcome.runs.append(str(run_dir.relative_to(self.folder)))
@@ -174,13 +179,15 @@ def _fired(run_dir: Path) -> int:
     return kept + len(manifest.get("refused") or []) + again
 
 
-def batched_part(row: Mapping[str, Any]) -> dict[str, Any] | None:
+def batched_part(row: Mapping[str, Any], run_dir: Path | None = None) -> dict[str, Any] | None:
     """A try's first batched request that parts (a part seen alone is no batch repro).
 
     Parameters
     ----------
     row : mapping
         The try's judgement row.
+    run_dir : path, optional
+        The try's run (unused: the judgement names the batched request).
 
     Returns
     -------
@@ -194,20 +201,46 @@ def batched_part(row: Mapping[str, Any]) -> dict[str, Any] | None:
     )
 
 
-def alone_part(row: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A try's request sent alone that parts from ref #1 (the judgement's rule 1).
+def alone_part(row: Mapping[str, Any], run_dir: Path | None = None) -> dict[str, Any] | None:
+    """A try's request sent alone that parts from ref #1: the judgement's rule 1 (the references or a request alone part),
+    else, in a try with the cache arm, its request on the warm cache when that parts from ref #1 (sent cold): the
+    judgement names no part there, since the cache arm is a control, but that part is the repro.
 
     Parameters
     ----------
     row : mapping
         The try's judgement row.
+    run_dir : path, optional
+        The try's run, read for its cache arm.
 
     Returns
     -------
     dict or None
+        A ``first_request`` as the judgement writes it (the cache arm's: ``role`` ``"cache c=1"``).
     """
     first = row.get("first_request")
-    return first if row["verdict"] == "RED" and row["cause"] in ALONE_CAUSES and first else None
+    if row["verdict"] == "RED" and row["cause"] in ALONE_CAUSES and first:
+        return first
+    run = read_run(run_dir) if run_dir is not None else None
+    if run is None or "cache" not in (run.manifest.get("arms") or []):
+        return None
+    warm = slot_table(run).filter(pl.col("arm") == "cache").sort("repeat", "slot")
+    parts = warm.with_columns(position=pl.min_horizontal("parted_at", "bits_differ_at")).filter(
+        pl.col("position").is_not_null()
+    )
+    if not parts.height:
+        return None
+    hit = parts.row(0, named=True)
+    return {
+        "prompt_id": hit["prompt_id"],
+        "c": 1,
+        "repeat": hit["repeat"],
+        "slot": hit["slot"],
+        "role": "cache c=1",
+        "parted": "tokens" if hit["parted_at"] == hit["position"] else "bits",
+        "position": int(hit["position"]),
+        "max_ulp": hit["max_ulp"],
+    }
 
 
 def shrink(start: Case, shrinker: Shrinker, ladder: list[int]) -> tuple[Outcome | None, list[str], str | None]:

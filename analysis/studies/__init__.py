@@ -13,7 +13,7 @@ from ._judgement_cost import RATIO_HEADING, RATIO_WORDS, baseline_words, ratio_c
 from ._judgement_evidence import BATCHED_ARMS, domain_words, part_counts, request_states
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
 from ._judgement_words import rate_words
-from ._next_steps import repro_step
+from ._next_steps import repro_folder, repro_step
 from ._rl_mismatch import TOP_SEQUENCES, largest_k3, mismatch_summaries, mismatch_tokens, stale_pairs, trainer_pairs
 from ._sources import (
     HISTORY_READS,
@@ -24,11 +24,12 @@ from ._sources import (
     dump_kind,
     is_history,
     is_run_dir,
+    is_study,
     looks_like_witness,
     run_directories,
     sort_sources,
 )
-from ._streamed import is_study, open_runs
+from ._streamed import open_runs
 from ._study import Study, scan_study, study_tables, write_dataset
 from ._witness_judgement import judge_witnesses
 
@@ -81,6 +82,7 @@ __all__ = [
     "rate_words",
     "ratio_cell",
     "read_history",
+    "repro_folder",
     "repro_step",
     "request_states",
     "run_decode_cost",

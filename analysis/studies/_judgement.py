@@ -48,7 +48,7 @@ from ._judgement_evidence import (
 )
 from ._judgement_frame import SCHEMA
 from ._judgement_words import _alone_reason, _bound_reason, _evidence, _first_words, _red_reason, _where
-from ._next_steps import next_step
+from ._next_steps import next_step, row_repro
 
 _ORDER = ["c", "prompt_id", "repeat", "slot"]
 
@@ -315,6 +315,7 @@ def judge_arm(
     )
     row["cost"] = cost_words(row["cost_by_c"])
     row["next_step"] = next_step(subject, row)
+    row["repro"] = row_repro(subject, row)
     return row
 
 

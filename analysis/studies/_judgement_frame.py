@@ -74,6 +74,7 @@ SCHEMA: dict[str, PolarsDataType] = {
     "first": pl.String,
     "max_ulp": pl.Int64,
     "next_step": pl.String,
+    "repro": pl.String,
     "requests": pl.Int64,
     "contexts": pl.Int64,
     "prompts": pl.Int64,

@@ -154,9 +154,30 @@ def _bia_serve_unformed(manifest: Any, widest: int) -> str:
     return f"let the requests sent together decode in one batch: bia serve --batch-window-ms {4 * window:g}, then certify again"
 
 
-def repro_step(run: str, url: str | None = None) -> str:
+def repro_folder(run: str) -> str:
+    """Where ``bia repro`` writes a run's repro by default, and where the report looks for it: the folder beside the run,
+    named after it, ``RUN-repro`` (a folder scan skips the runs inside it, ``analysis.studies.run_directories``).
+
+    Parameters
+    ----------
+    run : str
+        The run directory.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> repro_folder("runs/probe/")
+    'runs/probe-repro'
+    """
+    return f"{run.rstrip('/')}-repro"
+
+
+def repro_step(run: str, url: str | None = None, *, generate: str | None = None) -> str:
     """The command that turns a RED run into a bug report (``bia repro``): the smallest batch that still parts, shrunk
-    against ``url`` when given, as a script and a REPORT.md beside the run.
+    against ``url`` when given, as a script and a REPORT.md beside the run (:func:`repro_folder`).
 
     Parameters
     ----------
@@ -164,6 +185,8 @@ def repro_step(run: str, url: str | None = None) -> str:
         The run directory.
     url : str, optional
         The server it was probed on, to shrink against.
+    generate : str, optional
+        A run made in process by a user's ``generate``: its ``--generate`` (``MODULE:FUNCTION``).
 
     Returns
     -------
@@ -176,5 +199,30 @@ def repro_step(run: str, url: str | None = None) -> str:
     >>> repro_step("runs/my run")
     "bia repro 'runs/my run' -o 'runs/my run-repro'"
     """
-    words = ["bia", "repro", run, *(["--url", url] if url else []), "-o", f"{run.rstrip('/')}-repro"]
-    return shlex.join(words)
+    words = ["bia", "repro", run, *(["--url", url] if url else []), *(["--generate", generate] if generate else [])]
+    return shlex.join([*words, "-o", repro_folder(run)])
+
+
+def row_repro(subject: _Subject, row: dict[str, Any]) -> str | None:
+    """A judgement row's ``repro``: for a RED row, the :func:`repro_step` of its run (``--url run``: against the URL the run
+    recorded; a run of a user's ``generate`` in process names ``--generate MODULE:FUNCTION`` for the user to fill); else
+    None.
+
+    Parameters
+    ----------
+    subject : Subject
+        The run judged.
+    row : dict of str to Any
+        Its judgement row.
+
+    Returns
+    -------
+    str or None
+    """
+    if row["verdict"] != "RED":
+        return None
+    if subject.manifest.get("producer") == "bia probe_callable":  # in process: no server; transformers is called by bia
+        in_process = None if _family(row["engine"]) == "transformers" else "MODULE:FUNCTION"
+        return repro_step(subject.label, generate=in_process)
+    # "run": the URL the run recorded (bia repro reads it), so no page that shows the command holds a link
+    return repro_step(subject.label, "run" if subject.manifest.get("url") else None)

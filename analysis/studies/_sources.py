@@ -16,8 +16,6 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._streamed import is_study
-
 KINDS = {
     "history": "history folders",
     "run": "run directories",
@@ -103,7 +101,37 @@ def run_directories(path: Path) -> list[Path]:
     """
     if is_run_dir(path):
         return [path]
-    return sorted({p.parent for p in path.rglob("manifest.json") if is_run_dir(p.parent, strict=True)})
+    found = {p.parent for p in path.rglob("manifest.json") if is_run_dir(p.parent, strict=True)}
+    return sorted(run for run in found if not in_repro(run, path))
+
+
+def in_repro(run: Path, root: Path) -> bool:
+    """Whether ``run`` lies in a ``bia repro`` folder (a ``REPORT.md`` beside ``repro.py`` or ``shrink.json``) below
+    ``root``: its minimal run and tries are the repro's, not runs of the study, so a scan of ``root`` leaves them out (a
+    scan of the repro folder itself, or the run given by its path, reads them).
+
+    Parameters
+    ----------
+    run : pathlib.Path
+        A run directory found under ``root``.
+    root : pathlib.Path
+        The folder scanned.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> in_repro(Path("runs/probe"), Path("runs"))
+    False
+    """
+    for folder in run.parents:
+        if folder == root or root not in folder.parents:
+            return False
+        if (folder / "REPORT.md").is_file() and ((folder / "repro.py").is_file() or (folder / "shrink.json").is_file()):
+            return True
+    return False
 
 
 def looks_like_witness(file: str) -> bool:
@@ -323,3 +351,23 @@ def _nothing(source: str, reads: set[str], reader: str, skipped: list[tuple[str,
     if not skipped:
         parts[0] = f"no run directory and no {', '.join('*' + s for s in DUMP_SUFFIXES)} file; {parts[0]}"
     return f"{source}: nothing {reader} reads ({what}): " + "; and ".join(parts)
+
+
+def is_study(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder :func:`write_dataset` wrote (it holds ``runs.parquet``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A path.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> is_study("data/experiment-cpu/default")
+    False
+    """
+    return Path(path).is_dir() and (Path(path) / "runs.parquet").is_file()

@@ -14,6 +14,7 @@ import polars as pl
 
 from ..dumps import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, Dump, conform
 from ..run import Run, RunError, read_run
+from ._sources import is_study
 from ._study import Study, scan_study
 
 
@@ -113,23 +114,3 @@ def open_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
         else:
             out.append(read_run(path, stream=True))
     return out
-
-
-def is_study(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a folder :func:`write_dataset` wrote (it holds ``runs.parquet``).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A path.
-
-    Returns
-    -------
-    bool
-
-    Examples
-    --------
-    >>> is_study("data/experiment-cpu/default")
-    False
-    """
-    return Path(path).is_dir() and (Path(path) / "runs.parquet").is_file()

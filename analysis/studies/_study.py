@@ -45,6 +45,7 @@ from ..run import (
     slot_table,
 )
 from ._judgement_evidence import precision_table
+from ._sources import in_repro
 
 PARTITION = ["run", "prompt_id"]
 _HIVE = {"run": pl.String, "prompt_id": pl.String}
@@ -64,7 +65,11 @@ def _run_dirs(runs: Iterable[Any] | str | os.PathLike[str]) -> list[Run | Path]:
         if (folder / "manifest.json").exists():
             out.append(folder)
         else:
-            found = sorted(m.parent for m in folder.rglob("manifest.json") if (m.parent / "captures").is_dir())
+            found = sorted(
+                m.parent
+                for m in folder.rglob("manifest.json")
+                if (m.parent / "captures").is_dir() and not in_repro(m.parent, folder)
+            )
             if not found:
                 raise RunError(f"{folder}: neither a run directory nor a folder holding any")
             out.extend(found)

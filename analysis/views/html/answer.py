@@ -75,19 +75,27 @@ def _short_why(row: Mapping[str, Any]) -> str:
     return f"0/{row['requests']} batched part; bound {rate_words(row['upper_bound'])} {'<' if row['verdict'] == 'GREEN' else '≥'} {rate_words(row['target_rate'])}"
 
 
-def _step_cell(step: str, full: bool) -> str:
+def _step_cell(step: str, full: bool, repro: str | None = None) -> str:
     """The next step's cell: whole in Jupyter's view; in the report's answer, which must fit a screen, the command alone, with
-    what was measured beside it (``_with_measured_fix``) as the cell's tooltip and in its card.
+    what was measured beside it (``_with_measured_fix``) as the cell's tooltip and in its card. A RED row's ``repro`` (the
+    ``bia repro`` command) follows on a line of its own in Jupyter's view, and in the report's answer joins the tooltip (its
+    card names it in full).
 
     Examples
     --------
     >>> _step_cell("batch-invariant kernels: X (measured beside it, its decode rate over this run's: 1.07× at c=1)", False)
     '<td title="batch-invariant kernels: X (measured beside it, its decode rate over this run&#x27;s: 1.07× at c=1)">batch-invariant kernels: X …</td>'
+    >>> _step_cell("batch-invariant kernels: X", True, "bia repro r -o r-repro")
+    '<td>batch-invariant kernels: X<br>repro: <code>bia repro r -o r-repro</code></td>'
+    >>> _step_cell("batch-invariant kernels: X", False, "bia repro r -o r-repro")
+    '<td title="batch-invariant kernels: X; repro: bia repro r -o r-repro">batch-invariant kernels: X …</td>'
     """
+    if full:
+        return f"<td>{escape(step)}{f'<br>repro: <code>{escape(repro)}</code>' if repro else ''}</td>"
     command, measured, _ = step.partition(" (measured beside it")
-    if full or not measured:
+    if not measured and not repro:
         return f"<td>{escape(step)}</td>"
-    return f'<td title="{escape(step)}">{escape(command)} …</td>'
+    return f'<td title="{escape(step + (f"; repro: {repro}" if repro else ""))}">{escape(command)} …</td>'
 
 
 def _arm_html(arm: str, full: bool) -> str:
@@ -134,7 +142,7 @@ def answer_html(judgement: Judgement, *, table_id: str | None = "answer", full: 
             f'<tr data-run="{escape(row["run"])}" data-arm="{escape(row["arm"])}" data-verdict="{row["verdict"]}" '
             f'title="{escape(row["reason"])}"><td class="bia-{CSS[row["verdict"]]}" data-verdict-cell><b>{row["verdict"]}</b></td>'
             f"<td><code>{escape(row['run'])}</code> ({_arm_html(row['arm'], full)})</td><td>{escape(_full_why(row) if full else _short_why(row))}</td>"
-            f"{_cost_cell(row['cost_by_c'], full)}<td>{escape(evidence)}</td>{_step_cell(row['next_step'] or '', full)}</tr>"
+            f"{_cost_cell(row['cost_by_c'], full)}<td>{escape(evidence)}</td>{_step_cell(row['next_step'] or '', full, row.get('repro'))}</tr>"
         )
     ident = f' id="{escape(table_id)}"' if table_id else ""
     return f'<table{ident} class="bia-table bia-answer"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'

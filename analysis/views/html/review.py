@@ -10,6 +10,7 @@ it shares with a witness's are :mod:`analysis.views.html.verdict_card`; a witnes
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import polars as pl
@@ -66,7 +67,23 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     run_to_run = _run_to_run_line(spans, slots)
     if run_to_run:
         lines.insert(len(judged) + 1, run_to_run)
-    return Review("run", run.label, _run_about(run), headline, css, _per_c_table(counts, no_bits), lines, verdict)
+    review = Review("run", run.label, _run_about(run), headline, css, _per_c_table(counts, no_bits), lines, verdict)
+    return _with_repro(review, run)
+
+
+def _with_repro(review: Review, run) -> Review:
+    """A repro already written beside the run: its repro line says where, and links its REPORT.md."""
+    from ...studies import repro_folder
+
+    written = Path(repro_folder(str(run.path))) / "REPORT.md" if run.path is not None else None
+    if written is None or not written.is_file():
+        return review
+    review.lines = [
+        (q, f"written beside the run: {written} (repro.py beside it)", css) if q.startswith("repro") else (q, a, css)
+        for q, a, css in review.lines
+    ]
+    review.repro_href = written.resolve().as_uri()
+    return review
 
 
 _NO_SPANS = pl.DataFrame(

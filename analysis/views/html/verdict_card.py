@@ -38,6 +38,9 @@ class Review:
         completeness.
     verdict : str
         The judgement's verdict (:func:`analysis.judge`), the worst of the card's arms: the card's ``data-verdict``.
+    repro_href : str or None
+        The ``REPORT.md`` of a repro written beside the run (``analysis.studies.repro_folder``): its ``repro`` line
+        links it.
     """
 
     kind: str
@@ -48,6 +51,7 @@ class Review:
     per_c: pl.DataFrame
     lines: list[tuple[str, str, str | None]] = field(default_factory=list)
     verdict: str = "UNVERIFIED"
+    repro_href: str | None = None
 
 
 def _judged(rows: list[dict[str, Any]]) -> tuple[str, str, str, list[tuple[str, str, str | None]]]:
@@ -66,6 +70,8 @@ def _judged(rows: list[dict[str, Any]]) -> tuple[str, str, str, list[tuple[str, 
         if len(rows) > 1:
             lines.append((f"verdict{arm}", f"{row['verdict']}: {row['reason']}.", CSS[row["verdict"]]))
         lines.append((f"next step{arm}", row["next_step"], None))
+        if row.get("repro"):  # a RED row: the command that makes a bug report of it
+            lines.append((f"repro{arm}", row["repro"], None))
         lines.append(
             (
                 f"decode cost{arm}",
