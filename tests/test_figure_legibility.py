@@ -13,7 +13,7 @@ import pytest
 from conftest import LAMBDA, ROOT
 
 import analysis
-from analysis import plots, report
+from analysis import plots
 from analysis.run import read_run
 
 OUTPUT_PX = 968  # JupyterLab 4.6's output area at 1400 px wide, file browser open
@@ -40,7 +40,7 @@ def _ancestors(artist):
 
 def _run_figures(path: str):
     run = read_run(ROOT / "data" / path)
-    yield from ((alt, fig) for fig, alt in report.run_figures(run, epsilon=0.05))
+    yield from ((alt, fig) for fig, alt in plots.run_figures(run, epsilon=0.05))
     for name in ("plot_divergence", "plot_decode_rate", "plot_margin_at_divergence", "plot_delta_before_fork",
                  "plot_flip_curve", "plot_unique_completions", "plot_band_widths"):
         yield name, getattr(plots, name)(run).figure
@@ -48,10 +48,10 @@ def _run_figures(path: str):
 
 def _other_figures(kind: str):
     if kind == "witnesses":
-        yield from ((alt, fig) for fig, alt in report.witness_figures(analysis.read_witnesses(LAMBDA, progress=False)))
+        yield from ((alt, fig) for fig, alt in plots.witness_figures(analysis.read_witnesses(LAMBDA, progress=False)))
     elif kind == "mismatch":
         pairs = [ROOT / "data" / "experiment-cpu" / "trainer" / "default.jsonl"]
-        yield from ((alt, fig) for fig, alt in report.rl_mismatch_figures(pairs))
+        yield from ((alt, fig) for fig, alt in plots.rl_mismatch_figures(pairs))
     else:
         history = analysis.read_history(LAMBDA)
         yield "trend", plots.plot_trend(history, analysis.trend.series_keys(history)[0], "bit_identical_share").figure

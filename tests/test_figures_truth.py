@@ -15,7 +15,7 @@ import pytest
 from conftest import LAMBDA, ROOT
 
 import analysis
-from analysis import plots, report
+from analysis import plots
 from analysis.run import read_run
 from analysis.studies import baseline_words
 
@@ -57,7 +57,7 @@ def test_the_runs_cover_every_bundled_run():
 def test_every_run_figure_says_what_its_judgement_says(path):
     run = read_run(ROOT / path)
     (row,) = analysis.judge(run).to_dicts()  # every bundled run has one arm, copies
-    figures = [fig for fig, _ in report.run_figures(run, epsilon=0.05)]
+    figures = [fig for fig, _ in plots.run_figures(run, epsilon=0.05)]
     figures += [getattr(plots, name)(run).figure for name in RUN_PLOTS]
     texts = [t for fig in figures for t in _texts(fig)]
     said = " | ".join(texts)
@@ -110,5 +110,5 @@ def test_no_witness_figure_says_nothing_parted_where_the_judgement_says_it_parte
     ws = analysis.read_witnesses(LAMBDA, progress=False)
     rows = analysis.judge(ws).to_dicts()
     assert all(r["divergent"] for r in rows)
-    for fig, _ in report.witness_figures(ws):
+    for fig, _ in plots.witness_figures(ws):
         assert not any("Nothing parted" in t for t in _texts(fig))

@@ -104,7 +104,7 @@ def test_the_slot_tables_drift_is_shown_readably():
 
 def test_notebook_03_points_to_no_answer_it_does_not_have():
     source = (NOTEBOOKS / "03_probe.py").read_text()
-    html = analysis.report.reviews_html(analysis.read_witnesses([], progress=False),
+    html = analysis.views.html.reviews_html(analysis.read_witnesses([], progress=False),
                                         [analysis.read_run(ROOT / "data" / "experiment-cpu" / "default")], epsilon=0.05)
     assert "the answer above" not in html and "the answer above" not in source
     assert "its row of the answer (<code>analysis.judge</code>)" in html or "its row of the answer (`analysis.judge`)" in html

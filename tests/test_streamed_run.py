@@ -167,3 +167,14 @@ def test_bia_report_of_a_study_is_the_page_of_its_run(tmp_path):
         pages.append(page)
     assert "Run detail" in pages[0]
     assert pages[1] == pages[0]
+
+
+def test_merged_tables_kept_by_a_run_read_from_elsewhere_name_its_captures_where_they_are_now(tmp_path, monkeypatch):
+    path = _copy("data/experiment-cpu/default", tmp_path / "first")
+    analysis.run.slot_table(read_run(path, stream=True))  # keeps the merged tables, their sources under first/
+    moved = tmp_path / "second" / "default"
+    shutil.move(path, moved)
+    monkeypatch.setattr(_piecewise, "_one_pass", lambda *a: pytest.fail("computed again"))
+    streamed = analysis.run.slot_table(read_run(moved, stream=True))
+    assert streamed.equals(analysis.run.slot_table(read_run(moved)))
+    assert streamed["source"].str.starts_with(str(moved / "captures")).all()

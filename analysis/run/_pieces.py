@@ -279,6 +279,10 @@ class _Pieces:
         """The run held whole, as :func:`read_run` reads it."""
         return read_run(self.path)
 
+    def captures_dir(self) -> str:
+        """The run's captures folder as named now (the ``source`` of its rows begins with it)."""
+        return os.fspath(self.path / "captures")
+
     def tables_folder(self, key: str) -> Path | None:
         """Where the merged tables of one context are kept beside the pieces (None: nowhere)."""
         return None if self.folder is None or not os.access(self.folder, os.W_OK) else self.folder / "tables" / key
@@ -298,6 +302,9 @@ class _Whole:
 
     def collected(self, run: Run) -> Run:
         return self.run
+
+    def captures_dir(self) -> str:
+        return os.fspath(self.run.path / "captures") if self.run.path is not None else ""
 
     def tables_folder(self, key: str) -> Path | None:
         return None

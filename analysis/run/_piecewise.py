@@ -116,11 +116,12 @@ def merged_tables(
     if not missing:
         return tables
     folder = run.pieces.tables_folder(f"{_code_digest()}-{float(epsilon)!r}-{reference}")
-    tables.update(_read_back(folder, missing))
+    captures = run.pieces.captures_dir()
+    tables.update(_read_back(folder, missing, captures))
     missing = [name for name in missing if name not in tables]
     if missing:
         computed = _one_pass(run, missing, {"epsilon": float(epsilon), "reference": reference})
-        _write_back(folder, computed)
+        _write_back(folder, computed, captures)
         tables.update(computed)
     return tables
 
@@ -182,29 +183,41 @@ def _table_of_no_piece(run: Any, name: str, context: dict[str, Any]) -> pl.DataF
     return table.compute(run.without_pieces(), **{key: context[key] for key in table.takes})
 
 
-def _read_back(folder: Path | None, names: list[str]) -> dict[str, pl.DataFrame]:
+def _read_back(folder: Path | None, names: list[str], captures: str) -> dict[str, pl.DataFrame]:
+    """The merged tables kept in ``folder``, their ``source`` naming the captures where they are now (``captures``)."""
     if folder is None or not (folder / "done.json").exists():
         return {}
     try:
-        done = set(json.loads((folder / "done.json").read_text(encoding="utf-8")))
-        return {name: pl.read_parquet(folder / f"{name}.parquet") for name in names if name in done}
-    except (OSError, ValueError, pl.exceptions.PolarsError):
+        record = json.loads((folder / "done.json").read_text(encoding="utf-8"))
+        done, old = set(record["tables"]), str(record["captures"])
+        tables = {name: pl.read_parquet(folder / f"{name}.parquet") for name in names if name in done}
+    except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
         return {}  # unreadable: computed again
+    if old == captures:
+        return tables
+    moved = pl.when(pl.col("source").str.starts_with(old)).then(pl.lit(captures) + pl.col("source").str.slice(len(old)))
+    return {
+        name: frame.with_columns(moved.otherwise(pl.col("source")).alias("source"))
+        if "source" in frame.columns
+        else frame
+        for name, frame in tables.items()
+    }
 
 
-def _write_back(folder: Path | None, tables: dict[str, pl.DataFrame]) -> None:
+def _write_back(folder: Path | None, tables: dict[str, pl.DataFrame], captures: str) -> None:
     if folder is None:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
         done_file = folder / "done.json"
-        done = set(json.loads(done_file.read_text(encoding="utf-8"))) if done_file.exists() else set()
+        done = set(json.loads(done_file.read_text(encoding="utf-8"))["tables"]) if done_file.exists() else set()
         for name, frame in tables.items():
             partial = folder / f"{name}.parquet.part"
             frame.write_parquet(partial)
             os.replace(partial, folder / f"{name}.parquet")
         partial = folder / "done.json.part"
-        partial.write_text(json.dumps(sorted(done | set(tables))), encoding="utf-8")
+        record = {"tables": sorted(done | set(tables)), "captures": captures}  # where the sources were when written
+        partial.write_text(json.dumps(record), encoding="utf-8")
         os.replace(partial, done_file)
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError, TypeError):
         return  # a cache we cannot write is only slower next time

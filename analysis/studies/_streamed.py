@@ -84,6 +84,9 @@ class _StudyPieces:
     def collected(self, run: Run) -> Run:
         return self._run(pl.lit(True))
 
+    def captures_dir(self) -> str:
+        return ""  # nothing is kept on disk for a study, so nothing is renamed
+
     def tables_folder(self, key: str) -> Path | None:
         return None  # a study may live in object storage: its merged tables are kept in memory only
 
