@@ -178,3 +178,18 @@ def test_merged_tables_kept_by_a_run_read_from_elsewhere_name_its_captures_where
     streamed = analysis.run.slot_table(read_run(moved, stream=True))
     assert streamed.equals(analysis.run.slot_table(read_run(moved)))
     assert streamed["source"].str.starts_with(str(moved / "captures")).all()
+
+
+@pytest.mark.parametrize(
+    ("pieces", "widest"),
+    [
+        (["float32", "float64", "none"], "float64"),  # one piece recorded float64: the run compares float64
+        (["none", "float32"], "float32"),
+        (["none"], "none"),
+        ([], "none"),  # no piece at all: nothing recorded
+    ],
+)
+def test_a_runs_precision_is_the_widest_its_pieces_recorded(pieces, widest):
+    from analysis.studies._judgement_evidence import widest_precision
+
+    assert widest_precision(pl.DataFrame({"precision": pieces}, schema={"precision": pl.String})) == widest
