@@ -28,7 +28,7 @@ def read_run(path: str | os.PathLike[str], *, cache: bool = True, stream: bool =
     cache : bool, default True
         Read and write the parsed tables in ``derived/``.
     stream : bool, default False
-        Read the captures a piece at a time (a group of prompts, :func:`run_pieces`): the run holds its requests and no
+        Read the captures a piece at a time (a group of prompts, :func:`analysis.run.run_pieces`): the run holds its requests and no
         token, and each table (:func:`slot_table`, :func:`band_table`, ...) is computed one piece at a time and merged,
         so memory is a piece's and not the run's; the tables are kept under ``derived/pieces/tables/`` for the next
         read. What ``bia report``, ``bia certify`` and :func:`analysis.judge` read a run directory with. Without it the

@@ -155,12 +155,17 @@ def _write_pieces(path: Path, manifest: dict[str, Any], stamps: dict[str, Any]) 
 def _write_chunk(folder: Path, frame: pl.DataFrame, keys: pl.DataFrame, other: int, name: str) -> None:
     if not frame.height:
         return
-    keyed = frame.join(keys, on=_KEYS, how="left", nulls_equal=True, maintain_order="left")
+    sources = keys["source"].unique()
+    if sources.len() == 1 and frame["source"].unique().equals(sources):  # a chunk of one file: its lines by number
+        by_line = keys.select("record", "piece").unique("record", keep="first", maintain_order=True)
+        keyed = frame.join(by_line, on="record", how="left", maintain_order="left")  # a line's choices share its prompt
+    else:
+        keyed = frame.join(keys, on=_KEYS, how="left", nulls_equal=True, maintain_order="left")
     keyed = keyed.with_columns(pl.col("piece").fill_null(other))
     for (piece,), part in keyed.partition_by("piece", as_dict=True, include_key=False, maintain_order=True).items():
         out = folder / f"piece={piece}"
         out.mkdir(parents=True, exist_ok=True)
-        part.write_parquet(out / f"{name}.parquet")
+        part.write_parquet(out / f"{name}.parquet", compression="lz4")  # written once, read on every cold table pass
 
 
 def _write_whole(path: Path, stamps: dict[str, Any], pieces: pl.DataFrame, other: int) -> dict[str, Any]:
