@@ -31,7 +31,6 @@ class _Table:
     name: str
     compute: Callable[..., pl.DataFrame]
     takes: tuple[str, ...]  # which of _CONTEXT_KEYS it takes
-    order: tuple[str, ...] | None  # the merged rows sorted by these, stably, as the whole run's rows are
     merge: Callable[[pl.DataFrame], pl.DataFrame] | None  # what makes the pieces' rows, concatenated, the run's
 
 
@@ -41,7 +40,6 @@ _REGISTRY: dict[str, _Table] = {}
 def piecewise(
     name: str,
     *,
-    order: tuple[str, ...] | None = None,
     merge: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a per-prompt table: on a streamed run it is computed a piece at a time and merged.
@@ -54,8 +52,6 @@ def piecewise(
     ----------
     name : str
         The table's name among the merged tables.
-    order : tuple of str, optional
-        Sort the merged rows by these columns (stably), where the whole run's rows are so sorted.
     merge : callable, optional
         What makes the pieces' rows, concatenated, the whole run's (a reduction, a first row per key).
 
@@ -69,7 +65,7 @@ def piecewise(
         signature = inspect.signature(function)
         takes = tuple(key for key in _CONTEXT_KEYS if key in signature.parameters)
         defaults = {key: signature.parameters[key].default for key in takes}
-        _REGISTRY[name] = _Table(name, function, takes, order, merge)
+        _REGISTRY[name] = _Table(name, function, takes, merge)
 
         @functools.wraps(function)
         def table(run: Any, **options: Any) -> pl.DataFrame:
@@ -148,13 +144,7 @@ def _against_run(run: Any, name: str, options: dict[str, Any]) -> pl.DataFrame:
             table.compute(piece, **{**options, "reference": reference.restricted(set(piece.prompts))})
             for piece in run.pieces
         ]
-        frame = pl.concat(frames, how="vertical_relaxed") if frames else table.compute(run.without_pieces(), **options)
-        frame = (
-            frame.sort(list(table.order), maintain_order=True, nulls_last=True)
-            if table.order and frame.height
-            else frame
-        )
-        run._cache[key] = (table.merge(frame) if table.merge is not None and frames else frame, reference)
+        run._cache[key] = (_merged(run, table, frames, options), reference)
     return run._cache[key][0]  # held with the reference, so that its id is not reused
 
 
@@ -164,23 +154,16 @@ def _one_pass(run: Any, names: list[str], context: dict[str, Any]) -> dict[str, 
         for name in names:
             table = _REGISTRY[name]
             parts[name].append(table.compute(piece, **{key: context[key] for key in table.takes}))
-    out = {}
-    for name, frames in parts.items():
-        table = _REGISTRY[name]
-        frame = pl.concat(frames, how="vertical_relaxed") if frames else _table_of_no_piece(run, name, context)
-        frame = (
-            frame.sort(list(table.order), maintain_order=True, nulls_last=True)
-            if table.order and frame.height
-            else frame
-        )
-        out[name] = table.merge(frame) if table.merge is not None and frames else frame
-    return out
+    return {name: _merged(run, _REGISTRY[name], frames, context) for name, frames in parts.items()}
 
 
-def _table_of_no_piece(run: Any, name: str, context: dict[str, Any]) -> pl.DataFrame:
-    """A table's columns when the run has no piece (no request at all): computed on the run's requests alone."""
-    table = _REGISTRY[name]
-    return table.compute(run.without_pieces(), **{key: context[key] for key in table.takes})
+def _merged(run: Any, table: _Table, frames: list[pl.DataFrame], options: dict[str, Any]) -> pl.DataFrame:
+    """The pieces' rows as the run's: concatenated in the pieces' order and merged; with no piece (no request at all),
+    the table's columns computed on the run's requests alone."""
+    if not frames:
+        return table.compute(run.without_pieces(), **{key: options[key] for key in table.takes if key in options})
+    frame = pl.concat(frames, how="vertical_relaxed")
+    return table.merge(frame) if table.merge is not None else frame
 
 
 def _read_back(folder: Path | None, names: list[str], captures: str) -> dict[str, pl.DataFrame]:

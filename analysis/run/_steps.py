@@ -51,14 +51,24 @@ def references(run: Run, reference: str | Run = "ref1") -> dict[str, parity.Stre
         return references(cast("Run", reference), "ref1")  # (mypy cannot rule out a str that is RunLike)
     if reference not in ("ref1", "ref2"):
         raise RunError(f"reference must be 'ref1', 'ref2' or another Run, got {reference!r}")
-    if (
-        getattr(run, "pieces", None) is not None
-    ):  # a streamed run: each piece's references (a prompt's are in its piece)
-        return {prompt: stream for piece in run.pieces for prompt, stream in references(piece, reference).items()}
+    if getattr(run, "pieces", None) is not None:
+        return _streamed_references(run)[reference]
     slot = 0 if reference == "ref1" else 1
     streams = run.streams()
     refs = run.dump.requests.filter((pl.col("role") == "reference") & (pl.col("slot") == slot))
     return {row["prompt_id"]: _stream_of(streams, row) for row in refs.iter_rows(named=True)}
+
+
+def _streamed_references(run: Run) -> dict[str, dict[str, parity.Stream]]:
+    """A streamed run's ref #1 and ref #2 streams by prompt, from one pass over its pieces (a prompt's are in its
+    piece), kept with the run: the engines' comparison asks for both."""
+    if "reference_streams" not in run._cache:
+        both: dict[str, dict[str, parity.Stream]] = {"ref1": {}, "ref2": {}}
+        for piece in run.pieces:
+            for which, streams in both.items():
+                streams.update(references(piece, which))
+        run._cache["reference_streams"] = both
+    return run._cache["reference_streams"]
 
 
 def numbered_steps(run: Run, reference: str | Run = "ref1") -> tuple[_columnar.Steps, pl.DataFrame, pl.DataFrame]:
