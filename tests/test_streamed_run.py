@@ -193,3 +193,14 @@ def test_a_runs_precision_is_the_widest_its_pieces_recorded(pieces, widest):
     from analysis.studies._judgement_evidence import widest_precision
 
     assert widest_precision(pl.DataFrame({"precision": pieces}, schema={"precision": pl.String})) == widest
+
+
+@pytest.mark.parametrize("run", ["data/experiment-cpu/default", "data/llamacpp-cpu/cache-prompt"])
+def test_the_parting_token_of_a_streamed_run_is_read_from_its_piece(run, tmp_path, one_prompt_a_piece):
+    from analysis.reproduce._report import parting_token
+
+    path = _copy(run, tmp_path)
+    first = analysis.judge(read_run(path)).frame["first_request"][0]
+    whole = parting_token(read_run(path), first)
+    assert whole is not None and whole["alone"]["logprob"] is not None
+    assert parting_token(read_run(path, stream=True), first) == whole

@@ -42,9 +42,8 @@ def parting_token(run: Run, first: Mapping[str, Any]) -> dict[str, Any] | None:
     if position is None:
         return None
     keys = ["source", "record", "choice_index"]
-    requests = run.dump.requests.filter(pl.col("prompt_id") == first["prompt_id"]).select(
-        *keys, "role", "c", "slot", "repeat"
-    )
+    run = run.prompt_run(first["prompt_id"])  # its tokens: from its piece when the run is streamed
+    requests = run.dump.requests.select(*keys, "role", "c", "slot", "repeat")
     alone = requests.filter((pl.col("role") == "reference") & (pl.col("slot") == 0))
     if first.get("role") == "ref #2":
         other = requests.filter((pl.col("role") == "reference") & (pl.col("slot") == 1))
