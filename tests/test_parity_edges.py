@@ -531,6 +531,17 @@ def test_ratio_interval_for_a_fixed_seed():
     assert narrow[1:] == bootstrap(BASE, BATCHED, 2000, 0, 0.5) and low < narrow[1] < narrow[2] < high
 
 
+def test_ratio_interval_draws_its_resamples_a_block_at_a_time_with_the_same_result(monkeypatch):
+    # a block of 7 rates holds one resample of BATCHED (6) and one of BASE (5): 2,000 blocks each side, the same draws
+    from analysis.metrics.parity import _rates
+
+    whole = ratio_interval(BASE, BATCHED)
+    monkeypatch.setattr(_rates, "BOOTSTRAP_BLOCK", 7)
+    assert ratio_interval(BASE, BATCHED) == whole == (20.5 / 40.0, *bootstrap(BASE, BATCHED, 2000, 0, 0.95))
+    monkeypatch.setattr(_rates, "BOOTSTRAP_BLOCK", 4096)  # 819 and 682 resamples a block, the last block shorter
+    assert ratio_interval(BASE, BATCHED, n_boot=1999) == (20.5 / 40.0, *bootstrap(BASE, BATCHED, 1999, 0, 0.95))
+
+
 def test_ratio_interval_takes_rates_that_are_not_floats():
     # Decimal rates (json.loads(parse_float=Decimal)) are converted to floats, on either side
     as_decimal = [Decimal(str(r)) for r in BASE], [Decimal(str(r)) for r in BATCHED]

@@ -39,7 +39,7 @@ def test_every_table_of_a_streamed_run_is_the_whole_runs(run, tmp_path, one_prom
         for context in ({}, {"reference": "ref2"}, {"epsilon": 0.5}):
             given = {k: v for k, v in context.items() if k in table.takes}
             expected = table.compute(whole, **given)
-            got = _piecewise.merged_tables(streamed, **context)[name]
+            got = _piecewise.table_of(streamed, name, **context)
             assert got.equals(expected), f"{run}: {name} {context}\n{got}\n{expected}"
 
 
@@ -49,6 +49,22 @@ def test_a_streamed_run_is_judged_as_the_whole_run(run, tmp_path, one_prompt_a_p
     whole = analysis.judge(read_run(path)).frame
     assert analysis.judge(read_run(path, stream=True)).frame.equals(whole)
     assert analysis.judge(str(path)).frame.equals(whole)
+
+
+def test_a_report_of_a_streamed_run_computes_no_table_that_grows_with_its_steps(tmp_path, one_prompt_a_piece, monkeypatch):
+    # the drift and the flips are drawn from tables a row per c and step and a row per margin bin; the tables a row per
+    # step of every request are computed only when asked for by name
+    path = _copy("data/experiment-cpu/default", tmp_path)
+    lazy = {name for name, table in _piecewise._REGISTRY.items() if not table.eager}
+    assert lazy == {"drift", "flip_steps"}
+    one_pass = _piecewise._one_pass
+    passes = []
+    monkeypatch.setattr(_piecewise, "_one_pass", lambda run, names, context: passes.append(names) or one_pass(run, names, context))
+    analysis.report.figures([read_run(path, stream=True)])
+    assert passes and not lazy & {name for names in passes for name in names}
+    streamed = read_run(path, stream=True)
+    assert analysis.run.drift_table(streamed).equals(analysis.run.drift_table(read_run(path)))
+    assert passes[-1] == ["drift"]
 
 
 def test_the_merged_tables_are_read_back_and_not_computed_again(tmp_path, one_prompt_a_piece, monkeypatch):

@@ -53,7 +53,16 @@ from ._open import read_run
 from ._pieces import run_pieces
 from ._piecewise import merged_tables as merged_tables  # for the studies and views, not the API pages
 from ._piecewise import piecewise as piecewise
-from ._prompt_tables import accuracy_table, drift_table, flip_table, observer_table, prompt_table, reference_margins
+from ._prompt_tables import (
+    accuracy_table,
+    drift_by_c,
+    drift_envelope,
+    drift_table,
+    flip_table,
+    observer_table,
+    prompt_table,
+    reference_margins,
+)
 from ._read import assemble_run
 from ._slot_tables import reference_table, slot_table
 from ._steps import numbered_steps as numbered_steps  # for the studies, not the API pages
@@ -78,6 +87,8 @@ __all__ = [
     "band_forks",
     "band_table",
     "band_widths",
+    "drift_by_c",
+    "drift_envelope",
     "drift_table",
     "first_op_table",
     "first_ops_record",

@@ -32,6 +32,7 @@ class _Table:
     compute: Callable[..., pl.DataFrame]
     takes: tuple[str, ...]  # which of _CONTEXT_KEYS it takes
     merge: Callable[[pl.DataFrame], pl.DataFrame] | None  # what makes the pieces' rows, concatenated, the run's
+    eager: bool  # computed in the one pass and kept; else in a pass of its own when asked for, held with the run only
 
 
 _REGISTRY: dict[str, _Table] = {}
@@ -41,6 +42,7 @@ def piecewise(
     name: str,
     *,
     merge: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    eager: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a per-prompt table: on a streamed run it is computed a piece at a time and merged.
 
@@ -54,6 +56,10 @@ def piecewise(
         The table's name among the merged tables.
     merge : callable, optional
         What makes the pieces' rows, concatenated, the whole run's (a reduction, a first row per key).
+    eager : bool, default True
+        Computed with every other eager table in the one pass and kept under ``derived/pieces/tables/``. A table that
+        grows with the run (a row per step of every request) is not eager: a pass of its own computes it when asked for,
+        so that a report, which reads only what its figures draw, never holds it.
 
     Returns
     -------
@@ -65,7 +71,7 @@ def piecewise(
         signature = inspect.signature(function)
         takes = tuple(key for key in _CONTEXT_KEYS if key in signature.parameters)
         defaults = {key: signature.parameters[key].default for key in takes}
-        _REGISTRY[name] = _Table(name, function, takes, merge)
+        _REGISTRY[name] = _Table(name, function, takes, merge, eager)
 
         @functools.wraps(function)
         def table(run: Any, **options: Any) -> pl.DataFrame:
@@ -80,7 +86,7 @@ def piecewise(
                 "epsilon": float(given.get("epsilon", parity.NEAR_TIE_EPSILON)),
                 "reference": given.get("reference", "ref1"),
             }
-            return merged_tables(run, **context)[name]
+            return table_of(run, name, **context)
 
         return table
 
@@ -108,7 +114,7 @@ def merged_tables(
     """
     key = ("piecewise", float(epsilon), reference)
     tables = run._cache.setdefault(key, {})
-    missing = [name for name in _REGISTRY if name not in tables]
+    missing = [name for name, table in _REGISTRY.items() if table.eager and name not in tables]
     if not missing:
         return tables
     folder = run.pieces.tables_folder(f"{_code_digest()}-{float(epsilon)!r}-{reference}")
@@ -120,6 +126,34 @@ def merged_tables(
         _write_back(folder, computed, captures)
         tables.update(computed)
     return tables
+
+
+def table_of(run: Any, name: str, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str = "ref1") -> pl.DataFrame:
+    """One registered table of a streamed run: from the eager tables' one pass, or a table that is not eager in a pass
+    of its own, held with the run.
+
+    Parameters
+    ----------
+    run : Run
+        A streamed run.
+    name : str
+        The table's registered name.
+    epsilon : float
+        The near-tie epsilon.
+    reference : {"ref1", "ref2"}
+        Which reference each request is compared with.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
+    if _REGISTRY[name].eager:
+        return merged_tables(run, epsilon=epsilon, reference=reference)[name]
+    context = {"epsilon": float(epsilon), "reference": reference}
+    key = ("piecewise-alone", name, context["epsilon"], reference)
+    if key not in run._cache:
+        run._cache[key] = _one_pass(run, [name], context)[name]
+    return run._cache[key]
 
 
 @functools.cache

@@ -167,10 +167,27 @@ def flip_table(run: Run, *, reference: str | Run = "ref1", edges: Sequence[float
     >>> flip_table(Run({"ladder": [1]}, read_dumps([]))).select("steps").to_series().sum()
     0
     """
+    if tuple(edges) == tuple(parity.FLIP_EDGES):
+        return _flip_counts(run, reference=reference)
     return _columnar.flip_bins(_flip_steps(run, reference=reference), edges)
 
 
-@piecewise("flip_steps")
+def _merge_flip_counts(bins: pl.DataFrame) -> pl.DataFrame:
+    """The pieces' flip bins as the run's: each bin's steps and flips added up, its P(flip) from the sums."""
+    return (
+        bins.group_by("margin_low", "margin_high", maintain_order=True)
+        .agg(pl.col("steps").sum(), pl.col("flips").sum())
+        .with_columns(p_flip=pl.when(pl.col("steps") > 0).then(pl.col("flips") / pl.col("steps")))
+    )
+
+
+@piecewise("flips", merge=_merge_flip_counts)
+def _flip_counts(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
+    """:func:`flip_table` on ``analysis.parity.FLIP_EDGES``: a row per bin, whatever the run's size."""
+    return _columnar.flip_bins(_flip_steps(run, reference=reference), parity.FLIP_EDGES)
+
+
+@piecewise("flip_steps", eager=False)
 def _flip_steps(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     """Every step of a batched request at risk of a flip, up to its fork: the reference's margin there and whether it flipped."""
     slots = _slot_comparisons(run, parity.NEAR_TIE_EPSILON, reference)
@@ -191,7 +208,7 @@ def _flip_steps(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     )
 
 
-@piecewise("drift")
+@piecewise("drift", eager=False)
 def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     """Per batched request and step before its fork, ``|delta logprob|`` against the reference (``label``, ``step``, ``abs_delta``).
 
@@ -224,6 +241,98 @@ def drift_table(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
         .filter((pl.col("idx") < pl.col("agree_to")) & pl.col("lp_r").is_not_null() & pl.col("lp_o").is_not_null())
     )
     return joined.sort("pair", "idx").select("label", step="idx", abs_delta=(pl.col("lp_r") - pl.col("lp_o")).abs())
+
+
+_ENVELOPE_SCHEMA = {
+    "c": pl.Int64,
+    "step": pl.Int64,
+    "abs_delta": pl.Float64,
+    "requests": pl.Int64,
+    "worst_label": pl.String,
+    "worst_step": pl.Int64,
+}
+
+
+def drift_envelope(deltas: pl.DataFrame) -> pl.DataFrame:
+    """The drift before the fork per batch size c, as the drift figure draws it past a few requests: at each step, the
+    largest ``|delta logprob|`` over that c's requests and how many have the step; and one row per c with a null step:
+    its requests, its largest drift and the request and step of it (the lowest step, then label, among equals).
+
+    Parameters
+    ----------
+    deltas : polars.DataFrame
+        :func:`drift_table`'s rows (``label``, ``step``, ``abs_delta``), with ``c`` or a label that names it ("p0 c=4
+        slot 2").
+
+    Returns
+    -------
+    polars.DataFrame
+        ``c``, ``step`` (null on a c's own row), ``abs_delta``, ``requests``, ``worst_label`` and ``worst_step`` (on a c's
+        own row), sorted by c and step, each c's own row first.
+
+    Examples
+    --------
+    >>> deltas = pl.DataFrame({"label": ["p0 c=4 slot 0", "p0 c=4 slot 0", "p1 c=4 slot 1"], "step": [0, 1, 0],
+    ...                        "abs_delta": [0.0, 0.5, 0.5]})
+    >>> drift_envelope(deltas).rows()
+    [(4, None, 0.5, 2, 'p1 c=4 slot 1', 0), (4, 0, 0.5, 2, None, None), (4, 1, 0.5, 1, None, None)]
+    """
+    if "c" not in deltas.columns:
+        deltas = deltas.with_columns(c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
+    worst = ["abs_delta", "step", "label"]
+    per_c = deltas.group_by("c").agg(
+        step=pl.lit(None, pl.Int64),
+        abs_delta=pl.col("abs_delta").max(),
+        requests=pl.col("label").n_unique(),
+        worst_label=pl.col("label").sort_by(worst, descending=[True, False, False]).first(),
+        worst_step=pl.col("step").sort_by(worst, descending=[True, False, False]).first(),
+    )
+    per_step = deltas.group_by("c", "step").agg(
+        abs_delta=pl.col("abs_delta").max(), requests=pl.col("label").n_unique()
+    )
+    return _envelope(pl.concat([per_c, per_step], how="diagonal_relaxed"))
+
+
+def _envelope(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.select([pl.col(n).cast(t) for n, t in _ENVELOPE_SCHEMA.items()]).sort("c", "step", nulls_last=False)
+
+
+def _merge_envelopes(rows: pl.DataFrame) -> pl.DataFrame:
+    """The pieces' envelopes as the run's: a piece holds its own prompts' requests, so requests add up and the largest
+    drift is the largest of the pieces'."""
+    worst = ["abs_delta", "worst_step", "worst_label"]
+    merged = rows.group_by("c", "step").agg(
+        abs_delta=pl.col("abs_delta").max(),
+        requests=pl.col("requests").sum(),
+        worst_label=pl.col("worst_label").sort_by(worst, descending=[True, False, False]).first(),
+        worst_step=pl.col("worst_step").sort_by(worst, descending=[True, False, False]).first(),
+    )
+    return _envelope(merged)
+
+
+@piecewise("drift_by_c", merge=_merge_envelopes)
+def drift_by_c(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
+    """:func:`drift_envelope` of the run's :func:`drift_table`: what the drift figure draws of a run of many requests, at
+    a size set by its steps and batch sizes, not by its requests.
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with.
+
+    Returns
+    -------
+    polars.DataFrame
+
+    Examples
+    --------
+    >>> from analysis import read_run
+    >>> drift_by_c(read_run("data/experiment-cpu/default")).filter(pl.col("step").is_null()).select("c", "requests").rows()
+    [(1, 2), (4, 8), (8, 16), (16, 32)]
+    """
+    return drift_envelope(drift_table(run, reference=reference))
 
 
 def reference_margins(run: Run, *, reference: str | Run = "ref1") -> dict[str, list[float | None]]:

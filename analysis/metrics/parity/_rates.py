@@ -179,6 +179,23 @@ def band_decode_rate(rates: Sequence[float | None]) -> float | None:
     return statistics.median(cast(Sequence[float], rates))  # no None: checked above
 
 
+BOOTSTRAP_BLOCK = (
+    1 << 22
+)  # resampled rates drawn at once (32 MB): a c of 256,000 requests is not 2,000 x 256,000 floats
+
+
+def _resampled_medians(rng: np.random.Generator, rates: np.ndarray, n_boot: int) -> np.ndarray:
+    """The medians of ``n_boot`` resamples of ``rates``, drawn a block of resamples at a time so that memory does not
+    grow with the rates: the generator gives the same draws split into consecutive blocks as in one call."""
+    rows = max(1, BOOTSTRAP_BLOCK // rates.size)
+    return np.concatenate(
+        [
+            np.median(rng.choice(rates, size=(min(rows, n_boot - start), rates.size)), axis=1)
+            for start in range(0, n_boot, rows)
+        ]
+    )
+
+
 def ratio_interval(
     base: Sequence[float], batched: Sequence[float], *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float, float]:
@@ -212,8 +229,8 @@ def ratio_interval(
     if base_rates.size == 0 or batched_rates.size == 0:
         raise ValueError("both bands need at least one rate")
     rng = np.random.default_rng(seed)
-    boot_base = np.median(rng.choice(base_rates, size=(n_boot, base_rates.size)), axis=1)
-    boot_batched = np.median(rng.choice(batched_rates, size=(n_boot, batched_rates.size)), axis=1)
+    boot_base = _resampled_medians(rng, base_rates, n_boot)
+    boot_batched = _resampled_medians(rng, batched_rates, n_boot)
     ratios = boot_batched / boot_base
     tail = (1 - level) / 2 * 100
     return (

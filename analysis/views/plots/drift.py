@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from ...run import Run, drift_table
+from ...run import Run, drift_by_c, drift_envelope, drift_table
 from ._drawing import (
     LEGEND_LIMIT,
     _axes,
@@ -20,17 +20,36 @@ from ._drawing import (
 )
 
 
-def _drifts(run: Run) -> pl.DataFrame:
-    """:func:`analysis.drift_table` with each request's ``c``, which its label names ("p0 c=4 slot 2")."""
-    return drift_table(run).with_columns(c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64))
+def drift_drawn(run: Run, reference: Any = "ref1") -> pl.DataFrame:
+    """What the drift figure draws of a run: past ``LEGEND_LIMIT - 1`` drifting requests, one line per c from
+    :func:`analysis.run.drift_by_c` (a size set by the steps and the c's, not the requests); else each request's
+    :func:`analysis.drift_table` rows with its ``c``, which its label names ("p0 c=4 slot 2").
+
+    Parameters
+    ----------
+    run : Run
+        The run.
+    reference : {"ref1", "ref2"} or Run, default "ref1"
+        What each request is compared with.
+
+    Returns
+    -------
+    polars.DataFrame
+    """
+    envelope = drift_by_c(run, reference=reference)
+    if envelope.filter(pl.col("step").is_null())["requests"].sum() > LEGEND_LIMIT - 1:
+        return envelope
+    return drift_table(run, reference=reference).with_columns(
+        c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64)
+    )
 
 
 def plot_delta_before_fork(deltas: Any, *, ax=None):
     """Per-step ``|delta logprob|`` of batched requests against the reference, up to their fork.
 
-    ``deltas``: a run (its :func:`analysis.drift_table`, with each request's c), or rows of (label, step, abs_delta),
-    and ``c`` when known. Past ``LEGEND_LIMIT - 1`` requests with ``c``, one line per c (the largest drift
-    over its requests at each step) and the request that drifts furthest named; else one line per request.
+    ``deltas``: a run (what :func:`drift_drawn` gives of it), rows of (label, step, abs_delta) and ``c`` when known, or
+    their :func:`analysis.run.drift_envelope`. Past ``LEGEND_LIMIT - 1`` requests with ``c``, one line per c (the largest
+    drift over its requests at each step) and the request that drifts furthest named; else one line per request.
 
     Parameters
     ----------
@@ -52,15 +71,18 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     ['c=1 (largest of 2)', 'c=4, 8, 16 identical (largest of 8, 16, 32)']
     """
     ax = _axes(ax)
-    deltas = drawn(deltas, "plot_delta_before_fork", run=_drifts)
-    if deltas.is_empty():
+    deltas = drawn(deltas, "plot_delta_before_fork", run=drift_drawn)
+    many = "c" in deltas.columns and "label" in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1
+    envelope = drift_envelope(deltas) if many else deltas if "requests" in deltas.columns else None
+    steps = deltas.height if envelope is None else int(envelope.filter(pl.col("step").is_not_null())["requests"].sum())
+    if not steps:
         return _empty(ax, "No agreeing step to compare.")
     if deltas["abs_delta"].max() == 0:
         return _empty(
-            ax, f"No drift: every one of the {deltas.height} agreeing steps has the reference's logprob, bit for bit."
+            ax, f"No drift: every one of the {steps} agreeing steps has the reference's logprob, bit for bit."
         )
-    if "c" in deltas.columns and deltas["label"].n_unique() > LEGEND_LIMIT - 1:
-        _drift_by_c(ax, deltas)
+    if envelope is not None:
+        _drift_by_c(ax, envelope)
     else:
         series = deltas.group_by(["label"], maintain_order=True)
         for label, group in _merge_identical(
@@ -82,16 +104,15 @@ def plot_delta_before_fork(deltas: Any, *, ax=None):
     return ax
 
 
-def _drift_by_c(ax, deltas: pl.DataFrame) -> None:
-    """One line per c: the largest |delta| over that c's requests at each step; the furthest request named."""
-    by = "c"
-    colours = _c_colours(deltas[by].to_list())
-    envelope = (
-        deltas.group_by(by, "step").agg(pl.col("abs_delta").max(), requests=pl.col("label").n_unique()).sort(by, "step")
-    )
+def _drift_by_c(ax, envelope: pl.DataFrame) -> None:
+    """One line per c (its :func:`analysis.run.drift_envelope`): the largest |delta| over that c's requests at each step;
+    the furthest request named."""
+    per_c = envelope.filter(pl.col("step").is_null())
+    colours = _c_colours(per_c["c"].to_list())
+    requests = dict(per_c.select("c", "requests").rows())
     series = (
-        ((c, g["requests"].max()), tuple(g.select("step", "abs_delta").rows()), (c, g))
-        for (c,), g in envelope.group_by([by], maintain_order=True)
+        ((c, requests[c]), tuple(g.select("step", "abs_delta").rows()), (c, g))
+        for (c,), g in envelope.filter(pl.col("step").is_not_null()).group_by(["c"], maintain_order=True)
     )
     for label, (c, group) in _merge_identical(
         series, _same_drift
@@ -105,8 +126,8 @@ def _drift_by_c(ax, deltas: pl.DataFrame) -> None:
             color=colours[c],
             label=label,
         )
-    worst = deltas.sort("abs_delta", descending=True).row(0, named=True)
-    _label_points(ax, [(worst["step"], worst["abs_delta"], str(worst["label"]))])
+    worst = per_c.sort(["abs_delta", "worst_step", "worst_label"], descending=[True, False, False]).row(0, named=True)
+    _label_points(ax, [(worst["worst_step"], worst["abs_delta"], str(worst["worst_label"]))])
 
 
 def _same_drift(labels: Sequence[tuple[int, int]]) -> str:

@@ -6,10 +6,10 @@ from typing import Any
 
 import polars as pl
 
-from ...run import band_table, drift_table, flip_table, reference_margins, slot_table, width_table
+from ...run import band_table, flip_table, reference_margins, slot_table, width_table
 from ...studies import judge
 from ._drawing import panel_grid
-from .drift import plot_delta_before_fork
+from .drift import drift_drawn, plot_delta_before_fork
 from .margins import plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
 from .parity import plot_divergence, plot_unique_completions
 from .rates import plot_band_widths, plot_decode_rate
@@ -75,9 +75,6 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
     if judgement is None and isinstance(reference, str) and reference == "ref1":
         judgement = judge(run)
     margins, flips, deltas = run_curves(run, reference)
-    deltas = deltas.with_columns(
-        c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64)
-    )  # drift_table's label names c
     parted = {p: g["divergence_at"].drop_nulls().to_list() for (p,), g in slots.group_by(["prompt_id"])}
     pairs = [
         (
@@ -112,7 +109,8 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
 
 def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | None]], pl.DataFrame, pl.DataFrame]:
     """For the report's plots: each prompt's reference margin per step, P(flip | margin) over the run's
-    batched requests, and per-step ``|delta logprob|`` before each fork (see :mod:`analysis.run`).
+    batched requests, and the drift before each fork as its figure draws it (:func:`drift_drawn`: each request's
+    ``|delta logprob|`` per step, or past a few requests each c's largest, :func:`analysis.run.drift_envelope`).
 
     Parameters
     ----------
@@ -128,5 +126,5 @@ def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | Non
     return (
         reference_margins(run, reference=reference),
         flip_table(run, reference=reference),
-        drift_table(run, reference=reference),
+        drift_drawn(run, reference),
     )
