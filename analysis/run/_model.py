@@ -177,11 +177,16 @@ class Run:
         requests = (
             self.dump.requests if isinstance(self.dump.requests, pl.DataFrame) else pl.from_pandas(self.dump.requests)
         )
+        keys = {
+            "prompt_id": pl.String,
+            "role": pl.String,
+            "c": pl.Int64,
+            "slot": pl.Int64,
+            "repeat": pl.Int64,
+            "arm": pl.String,
+        }
         arm_column = pl.col("arm") if "arm" in requests.columns else pl.lit(None, pl.String)
-        have = set(
-            requests.select("prompt_id", "role", "c", "slot", pl.col("repeat").fill_null(0), arm_column).rows()
-        )  # repeat null: 0
-        have |= {
+        refused = [
             (
                 r.get("prompt_id"),
                 r.get("role"),
@@ -191,35 +196,49 @@ class Run:
                 r.get("arm", REFERENCE_ARM if r.get("role") == "reference" else legacy),
             )
             for r in self.manifest.get("refused", [])
-        }
-        passed = {
-            (str(s.get("prompt_id")), s.get("slot")) for s in self.manifest.get("prefill_skipped", [])
-        }  # positions no request can word
-        out = []
+        ]
+        have = pl.concat(
+            [
+                requests.select(
+                    *[pl.col(k).cast(t) for k, t in keys.items() if k not in ("repeat", "arm")],
+                    repeat=pl.col("repeat").fill_null(0).cast(pl.Int64),  # repeat null: 0
+                    arm=arm_column.cast(pl.String),
+                ),
+                pl.DataFrame(refused, schema=keys, orient="row", strict=False),
+            ]
+        )
+        passed = pl.DataFrame(
+            [(str(s.get("prompt_id")), s.get("slot")) for s in self.manifest.get("prefill_skipped", [])],
+            schema={"prompt_id": pl.String, "slot": pl.Int64},
+            orient="row",
+            strict=False,
+        ).with_columns(role=pl.lit("prefill"))  # positions no request can word
         skipped = {
             entry.get("prompt_id") for entry in self.manifest.get("skipped", [])
         }  # references that disagree: no band by design
-        for unit in plan(self.manifest):
-            if unit.role != "reference" and unit.prompt_id in skipped:
-                continue
-            arm = unit.arm or (REFERENCE_ARM if unit.role == "reference" else legacy)
-            for slot in unit.slots:
-                if (unit.prompt_id, unit.role, unit.c, slot, unit.repeat, arm) in have or (
-                    unit.role == "prefill" and (unit.prompt_id, slot) in passed
-                ):
-                    continue
-                partial = self.path is not None and (self.path / "partial" / f"{unit.capture_name(slot)}.sse").exists()
-                out.append(
-                    {
-                        "prompt_id": unit.prompt_id,
-                        "role": unit.role,
-                        "c": unit.c,
-                        "slot": slot,
-                        "repeat": unit.repeat,
-                        "arm": arm,
-                        "state": "in flight when the probe stopped" if partial else "not sent",
-                    }
-                )
+        units = [u for u in plan(self.manifest) if u.role == "reference" or u.prompt_id not in skipped]
+        planned = pl.DataFrame(
+            {
+                "prompt_id": [u.prompt_id for u in units],
+                "role": [u.role for u in units],
+                "c": [u.c for u in units],
+                "slot": [list(u.slots) for u in units],
+                "repeat": [u.repeat for u in units],
+                "arm": [u.arm or (REFERENCE_ARM if u.role == "reference" else legacy) for u in units],
+                "unit": range(len(units)),
+            },
+            schema={**keys, "slot": pl.List(pl.Int64), "unit": pl.Int64},
+        ).explode("slot")  # one row per planned request, in the plan's order
+        lacking = planned.join(have, on=list(keys), how="anti", nulls_equal=True, maintain_order="left").join(
+            passed, on=["prompt_id", "slot", "role"], how="anti", nulls_equal=True, maintain_order="left"
+        )
+        out = []
+        for row in lacking.iter_rows(named=True):  # the requests the captures lack: few, each a file to look for
+            unit = units[row.pop("unit")]
+            partial = (
+                self.path is not None and (self.path / "partial" / f"{unit.capture_name(row['slot'])}.sse").exists()
+            )
+            out.append({**row, "state": "in flight when the probe stopped" if partial else "not sent"})
         return out
 
     def write_derived(self) -> Path:
