@@ -8,6 +8,8 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from _cli import bia
 from conftest import CONTROL, ROOT, V2_WITNESS
 
@@ -42,6 +44,30 @@ def test_the_limit_is_serde_jsons_and_strings_do_not_count():
         check_depth("\n" + "[" * 129 + "]" * 129)
     with pytest.raises(NestingError):
         loads(DEEP)
+
+
+def _first_too_deep(text: str, limit: int) -> int | None:
+    """The guard worked out byte by byte: a quote after an even run of backslashes (none included) opens or closes a
+    string, and brackets count outside strings only."""
+    depth, inside, backslashes = 0, False, 0
+    for at, char in enumerate(text):
+        if char == '"' and backslashes % 2 == 0:
+            inside = not inside
+        elif not inside and char in "[{":
+            depth += 1
+            if depth > limit:
+                return at
+        elif not inside and char in "]}":
+            depth -= 1
+        backslashes = backslashes + 1 if char == "\\" else 0
+    return None
+
+
+@given(st.text(alphabet='[]{}"\\a', max_size=60), st.integers(0, 6))
+def test_the_guard_finds_the_bracket_a_byte_by_byte_reading_finds(text, limit):
+    from analysis.core._strictjson import _too_deep_at
+
+    assert _too_deep_at(text.encode(), limit) == _first_too_deep(text, limit)
 
 
 # --- witnesses and the V3 check -------------------------------------------------------------------

@@ -156,14 +156,13 @@ def _too_deep_at(raw: bytes, limit: int) -> int | None:
     and a bracket is outside strings when an even number of such quotes precede it.
     """
     a = np.frombuffer(raw, dtype=np.uint8)
-    index = np.arange(len(a))
-    last_plain = np.maximum.accumulate(
-        np.where(a != 0x5C, index, -1)
-    )  # the last byte at or before each that is not a backslash
     quotes = np.flatnonzero(a == 0x22)
-    before = quotes - 1
-    run = np.where(before >= 0, before - last_plain[np.maximum(before, 0)], 0)  # backslashes just before each quote
-    quotes = quotes[run % 2 == 0]
+    slashes = np.flatnonzero(a == 0x5C)
+    if slashes.size:  # arrays the size of the quotes and backslashes, not of the text: a 30 MB manifest stays small
+        run_start = np.maximum.accumulate(np.where(np.diff(slashes, prepend=-2) != 1, slashes, 0))
+        at = np.minimum(np.searchsorted(slashes, quotes - 1), slashes.size - 1)
+        run = np.where(slashes[at] == quotes - 1, quotes - run_start[at], 0)  # backslashes just before each quote
+        quotes = quotes[run % 2 == 0]
     low = a | 0x20  # [ and ] fold onto { and }
     marks = np.flatnonzero((low == 0x7B) | (low == 0x7D))
     marks = marks[np.searchsorted(quotes, marks) % 2 == 0]
