@@ -8,13 +8,14 @@ import shutil
 import subprocess
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from _cli import bia
 from conftest import CONTROL, ROOT, V2_WITNESS
+from hypothesis import given
+from hypothesis import strategies as st
 
 from analysis import DumpError, WitnessError, read_witness, shape_check
-from analysis.core._strictjson import MAX_DEPTH, NestingError, check_depth, loads_strict as loads
+from analysis.core._strictjson import MAX_DEPTH, NestingError, check_depth
+from analysis.core._strictjson import loads_strict as loads
 from analysis.dumps import read_dump
 from analysis.dumps.formats import read_jsonl
 from analysis.run import RunError, read_run
