@@ -226,12 +226,12 @@ def judge_arm(
     dict of str to Any
     """
     shared = shared or {}
-    batched = states.filter(pl.col("c") > 1).sort(_ORDER)
+    batched = states.filter(pl.col("c") > 1)  # in no order: only the rows named first are sorted (a copy of a few rows)
     if "context" not in batched.columns:  # rows written by hand: each request its own context
         batched = batched.with_columns(context=pl.format("{}/{}/{}/{}", "prompt_id", "c", "repeat", "slot"))
     parted = pl.col("tokens_parted") | pl.col("bits_parted")
     alone_parted = alone.filter(parted)
-    divergent = batched.filter(parted)
+    divergent = batched.filter(parted).sort(_ORDER)
     ladder = sorted({int(c) for c in subject.ladder if int(c) > 1})
     present = set(batched["c"].unique().to_list())
     unformed = bands.filter((pl.col("c") > 1) & ~pl.col("formed")).sort("c", "prompt_id", "repeat")
@@ -389,7 +389,7 @@ def _evidence_gaps(
         prompts = ", ".join(sorted(set(batched.filter(pl.col("unjudged"))["prompt_id"].to_list()))[:3])
         gaps.append(f"{row['unjudged']} batched request(s) have no ref #1 of their prompt to compare with ({prompts})")
     if row["no_evidence"]:
-        first = batched.filter(pl.col("no_evidence")).row(0, named=True)
+        first = batched.filter(pl.col("no_evidence")).sort(_ORDER).row(0, named=True)
         gaps.append(
             f"{row['no_evidence']} of {row['requests']} batched requests have no token to compare (an empty completion on "
             f"either side; the first {_where(first)} slot {first['slot']})"
