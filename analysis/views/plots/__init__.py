@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ._drawing import LEGEND_LIMIT, NOTEBOOK_WIDTH, panel_grid
 from .attribution import attribution_shares_by_engine, plot_attribution
-from .drift import plot_delta_before_fork
+from .drift import drift_drawn, plot_delta_before_fork
 from .first_ops import plot_first_ops
 from .margins import plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
 from .mismatch import rl_mismatch_figures
@@ -32,6 +32,7 @@ __all__ = [
     "NOTEBOOK_WIDTH",
     "attribution_shares_by_engine",
     "differing_env_knobs",
+    "drift_drawn",
     "figure_alt",
     "panel_grid",
     "plot_attribution",

@@ -47,7 +47,7 @@ def drift_drawn(run: Run, reference: Any = "ref1") -> pl.DataFrame:
 def plot_delta_before_fork(deltas: Any, *, ax=None):
     """Per-step ``|delta logprob|`` of batched requests against the reference, up to their fork.
 
-    ``deltas``: a run (what :func:`drift_drawn` gives of it), rows of (label, step, abs_delta) and ``c`` when known, or
+    ``deltas``: a run (what :func:`analysis.plots.drift_drawn` gives of it), rows of (label, step, abs_delta) and ``c`` when known, or
     their :func:`analysis.run.drift_envelope`. Past ``LEGEND_LIMIT - 1`` requests with ``c``, one line per c (the largest
     drift over its requests at each step) and the request that drifts furthest named; else one line per request.
 

@@ -109,7 +109,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
 
 def run_curves(run, reference: Any = "ref1") -> tuple[dict[str, list[float | None]], pl.DataFrame, pl.DataFrame]:
     """For the report's plots: each prompt's reference margin per step, P(flip | margin) over the run's
-    batched requests, and the drift before each fork as its figure draws it (:func:`drift_drawn`: each request's
+    batched requests, and the drift before each fork as its figure draws it (:func:`analysis.plots.drift_drawn`: each request's
     ``|delta logprob|`` per step, or past a few requests each c's largest, :func:`analysis.run.drift_envelope`).
 
     Parameters
