@@ -466,6 +466,14 @@ STREAM_FALLBACKS = {
                            "expected a logprob <= 0, got 0.5"),
     "c as text": (_set(1, c="2"), "c: expected Int64"),
     "a bool arrival time": (_set(0, arrival_times=[True] * 7), "arrival_times: expected a list of seconds"),
+    # the events are cut out of the text by one replace (_streams_fast._sse_events): what that must not take for events
+    "a [DONE] before the last event": (_replace_sse(0, "data: {", "data: [DONE]\n\ndata: {"), "data after \\[DONE\\]"),
+    "an empty data line": (_replace_sse(0, "data: {", "data: \n\ndata: {"), "event data is not JSON"),
+    "two objects in one event, then an empty one": (
+        lambda lines: lines[0].update(sse=lines[0]["sse"].replace("}\n\ndata: {", "}\n{", 1).replace("data: [DONE]", "data: \n\ndata: [DONE]")),
+        "event data is not JSON"),
+    "a CR in an event": (_replace_sse(0, '"content": "Hel"', '"content": "H\rl"', -1), "event data is not JSON"),
+    "a NEL in the text": (_replace_sse(0, '"content": "Hel"', '"content": "H\x85l"', -1), "neither JSON, JSON lines, SSE nor a torch file"),
 }
 
 

@@ -343,7 +343,7 @@ class _Line:
     env: dict[str, Any]  # the envelope's other keys, parsed
     kind: str  # "response" | "sse"
     span: tuple[int, int] | None = None  # the response's bytes in the chunk
-    events: list[str] | None = None  # the data of the stream's events
+    events: str | None = None  # the data of the stream's events, one a line
     n_events: int = 0  # JSON events (the [DONE] that ends the stream not counted)
     arrivals: list | None = None
     explicit: bool = False  # the envelope names its format

@@ -47,7 +47,6 @@ from .._fastkit import (
     _chunks,
     _concat,
     _envelope_columns,
-    _is_int,
     _Line,
     _LineMeta,
     _table,
@@ -431,21 +430,23 @@ def _escaped(data: bytes, at: int) -> bool:
     return run % 2 == 1
 
 
+_TIMES = {int, float, type(None)}  # an arrival time's types: a number, or null
+
+
 def _sse_line(env: Any, record: int, sha: str) -> _Line:
     if not isinstance(env, dict) or not isinstance(env.get("sse"), str):
         raise _Unsupported("an sse that is not a string")
     fmt = env.get("format")
     if fmt and fmt != "openai_chat_sse":
         raise _Unsupported(f"format {fmt!r}")
-    events = _sse_events(env["sse"])
-    n = len(events)
+    events, n = _sse_events(env["sse"])
     if _RAW_SEPARATOR.search(orjson.dumps({k: v for k, v in env.items() if k != "sse"})):
         raise _Unsupported("a line separator for str.splitlines")
     arrivals = env.get("arrival_times")
     if arrivals is not None:
         if not isinstance(arrivals, list) or len(arrivals) != n + 1:
             raise _Unsupported("arrival_times do not match the events")
-        if not all(t is None or _is_int(t) or isinstance(t, float) for t in arrivals[:n]):
+        if not set(map(type, arrivals[:n])) <= _TIMES:  # orjson gives these exact types (a bool is not an int here)
             raise _Unsupported("an arrival time that is not a number")
     _envelope_columns(env)
     return _Line(record, sha, env, "sse", events=events, n_events=n, arrivals=arrivals, explicit=bool(fmt))
