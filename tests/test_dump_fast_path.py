@@ -360,6 +360,17 @@ def test_small_chunks_lines_longer_than_a_chunk_and_reading_ahead(tmp_path, monk
     _assert_same(read_chat_jsonl(bare, str(bare)), expected)
 
 
+def test_the_scratch_buffer_grows_and_holds_only_this_chunks_lines():
+    from analysis.dumps._fastkit import _Scratch
+
+    scratch = _Scratch()
+    assert bytes(scratch.lines([b"ab", memoryview(b"xcdx")[1:3]])) == b"ab\ncd"
+    held = scratch.lines([b"0123456789"] * 3)  # more than it holds: a new buffer
+    assert bytes(held) == b"0123456789\n0123456789\n0123456789"
+    assert bytes(scratch.lines([b"e", b""])) == b"e\n"  # the longer lines before it left out
+    assert bytes(held[:4]) == b"e\n\n3"  # a view is valid until the next call only
+
+
 @pytest.mark.parametrize("where", ["reading", "building frames"])
 def test_no_reading_thread_outlives_a_refusal(tmp_path, monkeypatch, where):
     import threading

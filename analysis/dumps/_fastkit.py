@@ -223,6 +223,28 @@ def _chunks(path: Path, limit: int | None = None):
             buffer[:held] = buffer[cut + 1 : size]
 
 
+class _Scratch:
+    """Where the lines the JSON reader parses are gathered, one chunk's at a time, kept from chunk to chunk: a fresh
+    buffer of a chunk's size would cost its page faults (the kernel zeroing each page) every time."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def lines(self, pieces: list) -> memoryview:
+        """The bytes-likes ``pieces`` as lines, one after another with a newline between (none after the last).
+        Valid until the next call: the reader copies what it keeps."""
+        size = sum(len(piece) + 1 for piece in pieces)
+        if len(self.data) < size:
+            self.data = bytearray(size + size // 4)  # a new one, not resized: a view of the old may be held yet
+        data, at = self.data, 0
+        for piece in pieces:
+            end = at + len(piece)
+            data[at:end] = piece
+            data[end] = 10
+            at = end + 1
+        return memoryview(data)[: size - 1]
+
+
 def _spans(data: bytes | bytearray, size: int) -> list[tuple[int, int]]:
     """(start, end) of each line in ``data[:size]``."""
     if data.find(b"\r", 0, size) != -1:
@@ -343,7 +365,7 @@ class _Line:
     env: dict[str, Any]  # the envelope's other keys, parsed
     kind: str  # "response" | "sse"
     span: tuple[int, int] | None = None  # the response's bytes in the chunk
-    events: str | None = None  # the data of the stream's events, one a line
+    events: memoryview | None = None  # the data of the stream's events, one a line, UTF-8
     n_events: int = 0  # JSON events (the [DONE] that ends the stream not counted)
     arrivals: list | None = None
     explicit: bool = False  # the envelope names its format

@@ -49,6 +49,7 @@ from .._fastkit import (
     _envelope_columns,
     _Line,
     _LineMeta,
+    _Scratch,
     _table,
     _Unsupported,
 )
@@ -200,6 +201,7 @@ def _parsed_runs(path: Path, limit: int | None):
     """Each run of consecutive envelopes of one kind, checked and parsed: ("response", (table, meta)) or
     ("sse", (table, run))."""
     line = 0
+    scratch = _Scratch()
     for data, size, spans in _chunks(path, limit):
         if line == 0 and data.find(b"Logprob(", 0, min(size, 262144)) != -1:
             raise _Unsupported("the general path would take this file for printed vLLM Logprob reprs")
@@ -211,9 +213,9 @@ def _parsed_runs(path: Path, limit: int | None):
                 stop += 1
             run = lines[start:stop]
             if run[0].kind == "response":
-                yield "response", _parsed_responses(data, run)
+                yield "response", _parsed_responses(data, run, scratch)
             else:
-                yield "sse", (_parsed_events(run), run)
+                yield "sse", (_parsed_events(run, scratch), run)
             start = stop
         line += len(spans)
 
@@ -452,10 +454,10 @@ def _sse_line(env: Any, record: int, sha: str) -> _Line:
     return _Line(record, sha, env, "sse", events=events, n_events=n, arrivals=arrivals, explicit=bool(fmt))
 
 
-def _parsed_responses(data: bytes, run: list[_Line]) -> tuple[pa.Table, _LineMeta]:
+def _parsed_responses(data: bytes, run: list[_Line], scratch: _Scratch) -> tuple[pa.Table, _LineMeta]:
     view = memoryview(data)
     spans = [cast(tuple[int, int], line.span) for line in run]  # a response line's span is always set
-    buffer = b"\n".join(view[a:b] for a, b in spans)
+    buffer = scratch.lines([view[a:b] for a, b in spans])
     _check_text(buffer, np.cumsum([b - a + 1 for a, b in spans]), _RESPONSE_GUARD)
     table = _table(buffer, len(run), max(b - a for a, b in spans), _SCHEMA)
     _check_shapes(table)
