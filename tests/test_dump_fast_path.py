@@ -300,6 +300,19 @@ def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
     assert tokens["t_arrival"].null_count() > 0 and tokens["stream_chunk"].null_count() == 0
 
 
+def test_the_careful_cut_is_searched_only_where_a_key_after_the_response_holds_an_object(tmp_path, monkeypatch):
+    import analysis.dumps.formats._capture_fast as capture
+
+    searched = []
+    search = capture._object_pair_ending
+    monkeypatch.setattr(capture, "_object_pair_ending", lambda *args: searched.append(1) or search(*args))
+    plain = [line for line in _response_envelopes() if "sampler" not in line]
+    _fast_equals_general(_write_lines(tmp_path / "plain.jsonl", plain, "orjson"))
+    assert not searched  # the last brace before the pairs after it ends the response: the JSON reader confirms it
+    _fast_equals_general(_write_lines(tmp_path / "objects.jsonl", _response_envelopes(), "orjson"))
+    assert searched  # the reader refused the first cut (the response and "after": {} as one line), the careful one it reads
+
+
 @pytest.mark.parametrize("path", EXPERIMENT, ids=lambda p: p.parent.parent.name)
 def test_committed_experiment_captures_equal_the_general_path(path):
     tokens, candidates, requests = _fast_equals_general(path)

@@ -213,20 +213,20 @@ def _parsed_runs(path: Path, limit: int | None):
                 stop += 1
             run = lines[start:stop]
             if run[0].kind == "response":
-                yield "response", _parsed_responses(data, run, scratch)
+                yield "response", _parsed_responses(data, run, scratch, spans[start:stop], line + start)
             else:
                 yield "sse", (_parsed_events(run, scratch), run)
             start = stop
         line += len(spans)
 
 
-def _envelope_line(data: bytes, a: int, b: int, record: int) -> _Line:
+def _envelope_line(data: bytes, a: int, b: int, record: int, careful: bool = False) -> _Line:
     view = memoryview(data)[a:b]
     sha = hashlib.sha256(view).hexdigest()
     first = _FIRST_KEY.match(data, a, b)
     kind, start = (first.group(1).decode(), first.end()) if first else _later_key(data, a, b)
     if kind == "response":
-        return _response_line(data, a, b, start, record, sha)
+        return _response_line(data, a, b, start, record, sha, careful)
     return _sse_line(_sse_envelope(data, a, b, start), record, sha)
 
 
@@ -313,12 +313,13 @@ def _top_level_value(data: bytes, a: int, b: int, at: int, length: int) -> int |
     return q if isinstance(head, dict) else None
 
 
-def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: str) -> _Line:
+def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: str, careful: bool) -> _Line:
     """Cut the response out of its envelope: the envelope's other keys parsed, the response's bytes located.
 
     The response ends at the closing brace after which the line holds only whole pairs and the envelope's
     brace; the candidate is trusted only because the JSON reader must then read the response's bytes as one
-    object, and orjson the envelope with ``null`` in its place.
+    object, and orjson the envelope with ``null`` in its place. Only a ``careful`` cut asks whether that brace
+    closes the object of a later key instead (a search back through the response; ``_parsed_responses``).
     """
     if data[start : start + 1] != b"{":
         raise _Unsupported("a response that is not a JSON object")
@@ -332,7 +333,7 @@ def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: st
         if close <= start:
             break
         if _pairs_follow(data[close + 1 : end - 1]):
-            pair = _object_pair_ending(data, start, close)
+            pair = _object_pair_ending(data, start, close) if careful else None
             if pair is None:
                 break
             close = data.rfind(
@@ -454,7 +455,22 @@ def _sse_line(env: Any, record: int, sha: str) -> _Line:
     return _Line(record, sha, env, "sse", events=events, n_events=n, arrivals=arrivals, explicit=bool(fmt))
 
 
-def _parsed_responses(data: bytes, run: list[_Line], scratch: _Scratch) -> tuple[pa.Table, _LineMeta]:
+def _parsed_responses(
+    data: bytes, run: list[_Line], scratch: _Scratch, spans: list[tuple[int, int]], line: int
+) -> tuple[pa.Table, _LineMeta]:
+    """A run of response envelopes read, their ``spans`` cut where each line's last object ends; if that is refused,
+    cut again carefully (a key after the response may hold an object) and read again when that cut elsewhere.
+    A cut the JSON reader reads is the one cut there is, so the careful search is paid only where it matters."""
+    try:
+        return _read_responses(data, run, scratch)
+    except _Unsupported:
+        careful = [_envelope_line(data, a, b, line + i + 1, careful=True) for i, (a, b) in enumerate(spans)]
+        if [c.span for c in careful] == [r.span for r in run]:
+            raise
+        return _read_responses(data, careful, scratch)
+
+
+def _read_responses(data: bytes, run: list[_Line], scratch: _Scratch) -> tuple[pa.Table, _LineMeta]:
     view = memoryview(data)
     spans = [cast(tuple[int, int], line.span) for line in run]  # a response line's span is always set
     buffer = scratch.lines([view[a:b] for a, b in spans])
