@@ -364,6 +364,7 @@ class _Line:
     sha: str
     env: dict[str, Any]  # the envelope's other keys, parsed
     kind: str  # "response" | "sse"
+    columns: dict[str, Any]  # the request columns the envelope sets (``_envelope_columns``)
     span: tuple[int, int] | None = None  # the response's bytes in the chunk
     events: memoryview | None = None  # the data of the stream's events, one a line, UTF-8
     n_events: int = 0  # JSON events (the [DONE] that ends the stream not counted)
@@ -394,7 +395,7 @@ class _LineMeta:
     @classmethod
     def of(cls, lines: list[_Line]) -> _LineMeta:
 
-        meta = [_envelope_columns(line.env) for line in lines]
+        meta = [line.columns for line in lines]
         columns = {
             name: [m[name] for m in meta]
             for name in ("sample_key", "c", "slot", "prompt_id", "role", "repeat", "t_sent")

@@ -366,8 +366,8 @@ def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: st
     fmt = env.get("format")
     if fmt and fmt != "openai_chat":
         raise _Unsupported(f"format {fmt!r}")
-    _envelope_columns(env)
-    return _Line(record, sha, env, "response", span=(start, close + 1), explicit=bool(fmt))
+    columns = _envelope_columns(env)
+    return _Line(record, sha, env, "response", columns, span=(start, close + 1), explicit=bool(fmt))
 
 
 def _pairs_follow(tail: bytes) -> bool:
@@ -451,8 +451,8 @@ def _sse_line(env: Any, record: int, sha: str) -> _Line:
             raise _Unsupported("arrival_times do not match the events")
         if not set(map(type, arrivals[:n])) <= _TIMES:  # orjson gives these exact types (a bool is not an int here)
             raise _Unsupported("an arrival time that is not a number")
-    _envelope_columns(env)
-    return _Line(record, sha, env, "sse", events=events, n_events=n, arrivals=arrivals, explicit=bool(fmt))
+    columns = _envelope_columns(env)
+    return _Line(record, sha, env, "sse", columns, events=events, n_events=n, arrivals=arrivals, explicit=bool(fmt))
 
 
 def _parsed_responses(
