@@ -300,6 +300,14 @@ def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
     assert tokens["t_arrival"].null_count() > 0 and tokens["stream_chunk"].null_count() == 0
 
 
+@pytest.mark.parametrize("odd", [None, "token_id:+5", "token_id: 5", "token_id:5 "])
+def test_placeholders_with_zeros_a_sign_or_spaces(tmp_path, odd):
+    texts = ["token_id:007", "token_id:-0", "token_id:9223372036854775807", "x", *([odd] if odd else [])]
+    lines = [{"response": _chat("r", texts), "prompt_id": "p0"}, {"response": _chat("s", texts[::-1], seed=1), "prompt_id": "p1"}]
+    tokens = _fast_equals_general(_write_lines(tmp_path / "captures.jsonl", lines))[0]
+    assert tokens["token_id"].head(3).to_list() == [7, 0, 9223372036854775807]  # what is not plain digits is text
+
+
 def test_the_careful_cut_is_searched_only_where_a_key_after_the_response_holds_an_object(tmp_path, monkeypatch):
     import analysis.dumps.formats._capture_fast as capture
 

@@ -336,16 +336,12 @@ def _column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
 def _placeholder_ids(token: pl.Series) -> pl.Series:
     """The id of each ``token_id:N`` placeholder, null for any other token (``_values.placeholder_id``)."""
     marked = token.str.starts_with("token_id:").fill_null(False)
-    digits = token.str.strip_prefix("token_id:")
-    plain = digits.str.contains(r"^-?[0-9]+$").fill_null(False)
-    if (
-        marked & ~plain
-    ).any():  # another digit (the general path's \d is any Unicode digit), or no number: the full rule
-        ids = token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
+    ids = token.str.slice(9).cast(pl.Int64, strict=False)  # "-?[0-9]+" reads as an id, and so does "+5": not ours
+    if (marked & (ids.is_null() | token.str.starts_with("token_id:+"))).any():
+        # another digit (the general path's \d is any Unicode digit), no number, or an id beyond int64: the full rule
+        ids = token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)  # strict: an id beyond int64 raises
     else:
-        ids = digits.zip_with(marked, pl.Series([None], dtype=pl.String)).cast(
-            pl.Int64
-        )  # strict: an id beyond int64 raises
+        ids = ids.zip_with(marked, pl.Series([None], dtype=pl.Int64))
     return _token_ids(ids)
 
 
