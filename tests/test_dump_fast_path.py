@@ -300,6 +300,27 @@ def test_stream_envelopes_equal_the_general_path(tmp_path, writer):
     assert tokens["t_arrival"].null_count() > 0 and tokens["stream_chunk"].null_count() == 0
 
 
+@pytest.mark.parametrize("odd", [None, "token_id:+5", "token_id: 5", "token_id:5 "])
+def test_placeholders_with_zeros_a_sign_or_spaces(tmp_path, odd):
+    texts = ["token_id:007", "token_id:-0", "token_id:9223372036854775807", "x", *([odd] if odd else [])]
+    lines = [{"response": _chat("r", texts), "prompt_id": "p0"}, {"response": _chat("s", texts[::-1], seed=1), "prompt_id": "p1"}]
+    tokens = _fast_equals_general(_write_lines(tmp_path / "captures.jsonl", lines))[0]
+    assert tokens["token_id"].head(3).to_list() == [7, 0, 9223372036854775807]  # what is not plain digits is text
+
+
+def test_the_careful_cut_is_searched_only_where_a_key_after_the_response_holds_an_object(tmp_path, monkeypatch):
+    import analysis.dumps.formats._capture_fast as capture
+
+    searched = []
+    search = capture._object_pair_ending
+    monkeypatch.setattr(capture, "_object_pair_ending", lambda *args: searched.append(1) or search(*args))
+    plain = [line for line in _response_envelopes() if "sampler" not in line]
+    _fast_equals_general(_write_lines(tmp_path / "plain.jsonl", plain, "orjson"))
+    assert not searched  # the last brace before the pairs after it ends the response: the JSON reader confirms it
+    _fast_equals_general(_write_lines(tmp_path / "objects.jsonl", _response_envelopes(), "orjson"))
+    assert searched  # the reader refused the first cut (the response and "after": {} as one line), the careful one it reads
+
+
 @pytest.mark.parametrize("path", EXPERIMENT, ids=lambda p: p.parent.parent.name)
 def test_committed_experiment_captures_equal_the_general_path(path):
     tokens, candidates, requests = _fast_equals_general(path)
@@ -358,6 +379,17 @@ def test_small_chunks_lines_longer_than_a_chunk_and_reading_ahead(tmp_path, monk
     bare = _write(tmp_path, [_chat(f"b{i}", TEXTS[i % 5 :], seed=i) for i in range(40)] + [_chat("long", TEXTS * 40)])
     expected, _ = _general(bare)
     _assert_same(read_chat_jsonl(bare, str(bare)), expected)
+
+
+def test_the_scratch_buffer_grows_and_holds_only_this_chunks_lines():
+    from analysis.dumps._fastkit import _Scratch
+
+    scratch = _Scratch()
+    assert bytes(scratch.lines([b"ab", memoryview(b"xcdx")[1:3]])) == b"ab\ncd"
+    held = scratch.lines([b"0123456789"] * 3)  # more than it holds: a new buffer
+    assert bytes(held) == b"0123456789\n0123456789\n0123456789"
+    assert bytes(scratch.lines([b"e", b""])) == b"e\n"  # the longer lines before it left out
+    assert bytes(held[:4]) == b"e\n\n3"  # a view is valid until the next call only
 
 
 @pytest.mark.parametrize("where", ["reading", "building frames"])
@@ -466,6 +498,14 @@ STREAM_FALLBACKS = {
                            "expected a logprob <= 0, got 0.5"),
     "c as text": (_set(1, c="2"), "c: expected Int64"),
     "a bool arrival time": (_set(0, arrival_times=[True] * 7), "arrival_times: expected a list of seconds"),
+    # the events are cut out of the text by one replace (_streams_fast._sse_events): what that must not take for events
+    "a [DONE] before the last event": (_replace_sse(0, "data: {", "data: [DONE]\n\ndata: {"), "data after \\[DONE\\]"),
+    "an empty data line": (_replace_sse(0, "data: {", "data: \n\ndata: {"), "event data is not JSON"),
+    "two objects in one event, then an empty one": (
+        lambda lines: lines[0].update(sse=lines[0]["sse"].replace("}\n\ndata: {", "}\n{", 1).replace("data: [DONE]", "data: \n\ndata: [DONE]")),
+        "event data is not JSON"),
+    "a CR in an event": (_replace_sse(0, '"content": "Hel"', '"content": "H\rl"', -1), "event data is not JSON"),
+    "a NEL in the text": (_replace_sse(0, '"content": "Hel"', '"content": "H\x85l"', -1), "neither JSON, JSON lines, SSE nor a torch file"),
 }
 
 

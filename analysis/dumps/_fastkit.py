@@ -223,6 +223,28 @@ def _chunks(path: Path, limit: int | None = None):
             buffer[:held] = buffer[cut + 1 : size]
 
 
+class _Scratch:
+    """Where the lines the JSON reader parses are gathered, one chunk's at a time, kept from chunk to chunk: a fresh
+    buffer of a chunk's size would cost its page faults (the kernel zeroing each page) every time."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def lines(self, pieces: list) -> memoryview:
+        """The bytes-likes ``pieces`` as lines, one after another with a newline between (none after the last).
+        Valid until the next call: the reader copies what it keeps."""
+        size = sum(len(piece) + 1 for piece in pieces)
+        if len(self.data) < size:
+            self.data = bytearray(size + size // 4)  # a new one, not resized: a view of the old may be held yet
+        data, at = self.data, 0
+        for piece in pieces:
+            end = at + len(piece)
+            data[at:end] = piece
+            data[end] = 10
+            at = end + 1
+        return memoryview(data)[: size - 1]
+
+
 def _spans(data: bytes | bytearray, size: int) -> list[tuple[int, int]]:
     """(start, end) of each line in ``data[:size]``."""
     if data.find(b"\r", 0, size) != -1:
@@ -314,16 +336,12 @@ def _column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
 def _placeholder_ids(token: pl.Series) -> pl.Series:
     """The id of each ``token_id:N`` placeholder, null for any other token (``_values.placeholder_id``)."""
     marked = token.str.starts_with("token_id:").fill_null(False)
-    digits = token.str.strip_prefix("token_id:")
-    plain = digits.str.contains(r"^-?[0-9]+$").fill_null(False)
-    if (
-        marked & ~plain
-    ).any():  # another digit (the general path's \d is any Unicode digit), or no number: the full rule
-        ids = token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)
+    ids = token.str.slice(9).cast(pl.Int64, strict=False)  # "-?[0-9]+" reads as an id, and so does "+5": not ours
+    if (marked & (ids.is_null() | token.str.starts_with("token_id:+"))).any():
+        # another digit (the general path's \d is any Unicode digit), no number, or an id beyond int64: the full rule
+        ids = token.str.extract(_PLACEHOLDER, 1).cast(pl.Int64)  # strict: an id beyond int64 raises
     else:
-        ids = digits.zip_with(marked, pl.Series([None], dtype=pl.String)).cast(
-            pl.Int64
-        )  # strict: an id beyond int64 raises
+        ids = ids.zip_with(marked, pl.Series([None], dtype=pl.Int64))
     return _token_ids(ids)
 
 
@@ -342,8 +360,9 @@ class _Line:
     sha: str
     env: dict[str, Any]  # the envelope's other keys, parsed
     kind: str  # "response" | "sse"
+    columns: dict[str, Any]  # the request columns the envelope sets (``_envelope_columns``)
     span: tuple[int, int] | None = None  # the response's bytes in the chunk
-    events: list[str] | None = None  # the data of the stream's events
+    events: memoryview | None = None  # the data of the stream's events, one a line, UTF-8
     n_events: int = 0  # JSON events (the [DONE] that ends the stream not counted)
     arrivals: list | None = None
     explicit: bool = False  # the envelope names its format
@@ -372,7 +391,7 @@ class _LineMeta:
     @classmethod
     def of(cls, lines: list[_Line]) -> _LineMeta:
 
-        meta = [_envelope_columns(line.env) for line in lines]
+        meta = [line.columns for line in lines]
         columns = {
             name: [m[name] for m in meta]
             for name in ("sample_key", "c", "slot", "prompt_id", "role", "repeat", "t_sent")

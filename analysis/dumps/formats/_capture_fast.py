@@ -47,9 +47,9 @@ from .._fastkit import (
     _chunks,
     _concat,
     _envelope_columns,
-    _is_int,
     _Line,
     _LineMeta,
+    _Scratch,
     _table,
     _Unsupported,
 )
@@ -201,6 +201,7 @@ def _parsed_runs(path: Path, limit: int | None):
     """Each run of consecutive envelopes of one kind, checked and parsed: ("response", (table, meta)) or
     ("sse", (table, run))."""
     line = 0
+    scratch = _Scratch()
     for data, size, spans in _chunks(path, limit):
         if line == 0 and data.find(b"Logprob(", 0, min(size, 262144)) != -1:
             raise _Unsupported("the general path would take this file for printed vLLM Logprob reprs")
@@ -212,20 +213,20 @@ def _parsed_runs(path: Path, limit: int | None):
                 stop += 1
             run = lines[start:stop]
             if run[0].kind == "response":
-                yield "response", _parsed_responses(data, run)
+                yield "response", _parsed_responses(data, run, scratch, spans[start:stop], line + start)
             else:
-                yield "sse", (_parsed_events(run), run)
+                yield "sse", (_parsed_events(run, scratch), run)
             start = stop
         line += len(spans)
 
 
-def _envelope_line(data: bytes, a: int, b: int, record: int) -> _Line:
+def _envelope_line(data: bytes, a: int, b: int, record: int, careful: bool = False) -> _Line:
     view = memoryview(data)[a:b]
     sha = hashlib.sha256(view).hexdigest()
     first = _FIRST_KEY.match(data, a, b)
     kind, start = (first.group(1).decode(), first.end()) if first else _later_key(data, a, b)
     if kind == "response":
-        return _response_line(data, a, b, start, record, sha)
+        return _response_line(data, a, b, start, record, sha, careful)
     return _sse_line(_sse_envelope(data, a, b, start), record, sha)
 
 
@@ -312,12 +313,13 @@ def _top_level_value(data: bytes, a: int, b: int, at: int, length: int) -> int |
     return q if isinstance(head, dict) else None
 
 
-def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: str) -> _Line:
+def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: str, careful: bool) -> _Line:
     """Cut the response out of its envelope: the envelope's other keys parsed, the response's bytes located.
 
     The response ends at the closing brace after which the line holds only whole pairs and the envelope's
     brace; the candidate is trusted only because the JSON reader must then read the response's bytes as one
-    object, and orjson the envelope with ``null`` in its place.
+    object, and orjson the envelope with ``null`` in its place. Only a ``careful`` cut asks whether that brace
+    closes the object of a later key instead (a search back through the response; ``_parsed_responses``).
     """
     if data[start : start + 1] != b"{":
         raise _Unsupported("a response that is not a JSON object")
@@ -331,7 +333,7 @@ def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: st
         if close <= start:
             break
         if _pairs_follow(data[close + 1 : end - 1]):
-            pair = _object_pair_ending(data, start, close)
+            pair = _object_pair_ending(data, start, close) if careful else None
             if pair is None:
                 break
             close = data.rfind(
@@ -364,8 +366,8 @@ def _response_line(data: bytes, a: int, b: int, start: int, record: int, sha: st
     fmt = env.get("format")
     if fmt and fmt != "openai_chat":
         raise _Unsupported(f"format {fmt!r}")
-    _envelope_columns(env)
-    return _Line(record, sha, env, "response", span=(start, close + 1), explicit=bool(fmt))
+    columns = _envelope_columns(env)
+    return _Line(record, sha, env, "response", columns, span=(start, close + 1), explicit=bool(fmt))
 
 
 def _pairs_follow(tail: bytes) -> bool:
@@ -431,30 +433,47 @@ def _escaped(data: bytes, at: int) -> bool:
     return run % 2 == 1
 
 
+_TIMES = {int, float, type(None)}  # an arrival time's types: a number, or null
+
+
 def _sse_line(env: Any, record: int, sha: str) -> _Line:
     if not isinstance(env, dict) or not isinstance(env.get("sse"), str):
         raise _Unsupported("an sse that is not a string")
     fmt = env.get("format")
     if fmt and fmt != "openai_chat_sse":
         raise _Unsupported(f"format {fmt!r}")
-    events = _sse_events(env["sse"])
-    n = len(events)
+    events, n = _sse_events(env["sse"])
     if _RAW_SEPARATOR.search(orjson.dumps({k: v for k, v in env.items() if k != "sse"})):
         raise _Unsupported("a line separator for str.splitlines")
     arrivals = env.get("arrival_times")
     if arrivals is not None:
         if not isinstance(arrivals, list) or len(arrivals) != n + 1:
             raise _Unsupported("arrival_times do not match the events")
-        if not all(t is None or _is_int(t) or isinstance(t, float) for t in arrivals[:n]):
+        if not set(map(type, arrivals[:n])) <= _TIMES:  # orjson gives these exact types (a bool is not an int here)
             raise _Unsupported("an arrival time that is not a number")
-    _envelope_columns(env)
-    return _Line(record, sha, env, "sse", events=events, n_events=n, arrivals=arrivals, explicit=bool(fmt))
+    columns = _envelope_columns(env)
+    return _Line(record, sha, env, "sse", columns, events=events, n_events=n, arrivals=arrivals, explicit=bool(fmt))
 
 
-def _parsed_responses(data: bytes, run: list[_Line]) -> tuple[pa.Table, _LineMeta]:
+def _parsed_responses(
+    data: bytes, run: list[_Line], scratch: _Scratch, spans: list[tuple[int, int]], line: int
+) -> tuple[pa.Table, _LineMeta]:
+    """A run of response envelopes read, their ``spans`` cut where each line's last object ends; if that is refused,
+    cut again carefully (a key after the response may hold an object) and read again when that cut elsewhere.
+    A cut the JSON reader reads is the one cut there is, so the careful search is paid only where it matters."""
+    try:
+        return _read_responses(data, run, scratch)
+    except _Unsupported:
+        careful = [_envelope_line(data, a, b, line + i + 1, careful=True) for i, (a, b) in enumerate(spans)]
+        if [c.span for c in careful] == [r.span for r in run]:
+            raise
+        return _read_responses(data, careful, scratch)
+
+
+def _read_responses(data: bytes, run: list[_Line], scratch: _Scratch) -> tuple[pa.Table, _LineMeta]:
     view = memoryview(data)
     spans = [cast(tuple[int, int], line.span) for line in run]  # a response line's span is always set
-    buffer = b"\n".join(view[a:b] for a, b in spans)
+    buffer = scratch.lines([view[a:b] for a, b in spans])
     _check_text(buffer, np.cumsum([b - a + 1 for a, b in spans]), _RESPONSE_GUARD)
     table = _table(buffer, len(run), max(b - a for a, b in spans), _SCHEMA)
     _check_shapes(table)
