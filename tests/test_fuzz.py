@@ -143,6 +143,15 @@ def test_run_manifests(run_folder, manifest):
         assert "manifest.json" in str(exc) or str(run_folder) in str(exc)
 
 
+def test_a_manifest_integer_past_64_bits_is_refused_by_name(run_folder):
+    # found by test_run_manifests: a width of 2**63 reached polars, which could not hold it
+    manifest = json.loads((RUN / "manifest.json").read_text())
+    manifest["m_formed"][1]["widths"] = [2**63]
+    (run_folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RunError, match=r'"m_formed\[1\]\.widths": expected a list of integers >= 0 \(integers are 64-bit'):
+        read_run(run_folder)
+
+
 @BUDGET
 @given(policy=st.dictionaries(st.sampled_from(["model_prefix", "model_label", "bands", "near_tie_epsilon", "near_tie_cap",
                                                 "declared_min_floor", "s7_ratio", "s7_base_c", "s7_batched_c", "other"]),

@@ -13,8 +13,17 @@ from typing import Any
 Check = Callable[[Any], bool]
 
 
+INT64_MAX = 2**63 - 1  # every integer of a manifest lands in a 64-bit column
+
+
 def _int(low: int) -> Check:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= INT64_MAX
+
+
+def _too_big(value: Any) -> bool:
+    """Whether ``value`` is, or a list of it holds, an integer past ``INT64_MAX``."""
+    items = value if isinstance(value, list) else [value]
+    return any(isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT64_MAX for v in items)
 
 
 def _number(v: Any) -> bool:
@@ -124,7 +133,9 @@ def _first_wrong(record: dict[str, Any], rules: dict[str, tuple[str, Check]], pr
     for key, (expected, check) in rules.items():
         if key in record and not check(record[key]):
             shown = repr(record[key])
-            return f'field "{prefix}{key}": expected {expected}, got {shown[:80] + "..." if len(shown) > 80 else shown}'
+            shown = shown[:80] + "..." if len(shown) > 80 else shown
+            bits = f" (integers are 64-bit: at most {INT64_MAX})" if _too_big(record[key]) else ""
+            return f'field "{prefix}{key}": expected {expected}{bits}, got {shown}'
     return None
 
 
@@ -150,6 +161,8 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     'field "arms": expected a list of distinct arm names (repeat, copies, mixed, prefix, cache, serial, prefill), got [\\'copies\\', \\'needle\\']'
     >>> manifest_problem({"m_formed": [{"c": 4}, {"c": -4}]})
     'field "m_formed[1].c": expected an integer >= 1, got -4'
+    >>> manifest_problem({"m_formed": [{"widths": [2**63]}]})
+    'field "m_formed[0].widths": expected a list of integers >= 0 (integers are 64-bit: at most 9223372036854775807), got [9223372036854775808]'
     """
     problem = _first_wrong(manifest, _TOP, "")
     if problem:
