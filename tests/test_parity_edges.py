@@ -542,6 +542,24 @@ def test_ratio_interval_draws_its_resamples_a_block_at_a_time_with_the_same_resu
     assert ratio_interval(BASE, BATCHED, n_boot=1999) == (20.5 / 40.0, *bootstrap(BASE, BATCHED, 1999, 0, 0.95))
 
 
+def test_a_resample_larger_than_the_block_is_drawn_alone(monkeypatch):
+    # the block bounds memory: a resample of more rates than the block holds is one draw, never two at once
+    from analysis.metrics.parity import _rates
+
+    class Recording:
+        def __init__(self):
+            self.rng, self.sizes = np.random.default_rng(0), []
+
+        def choice(self, rates, size):
+            self.sizes.append(size)
+            return self.rng.choice(rates, size=size)
+
+    monkeypatch.setattr(_rates, "BOOTSTRAP_BLOCK", 3)
+    recording = Recording()
+    medians = _rates._resampled_medians(recording, np.array(BASE), 4)
+    assert recording.sizes == [(1, 5)] * 4 and len(medians) == 4
+
+
 def test_ratio_interval_takes_rates_that_are_not_floats():
     # Decimal rates (json.loads(parse_float=Decimal)) are converted to floats, on either side
     as_decimal = [Decimal(str(r)) for r in BASE], [Decimal(str(r)) for r in BATCHED]
