@@ -51,6 +51,19 @@ from ._judgement_words import _alone_reason, _bound_reason, _evidence, _first_wo
 from ._next_steps import next_step, row_repro
 
 _ORDER = ["c", "prompt_id", "repeat", "slot"]
+# What a verdict reads of each batched request: its place, its context, its state's flags, and the domain's lengths.
+_COUNTED = (
+    *_ORDER,
+    "context",
+    "tokens_parted",
+    "bits_parted",
+    "bits_unknown",
+    "no_evidence",
+    "unjudged",
+    "max_ulp",
+    "length",
+    "prompt_tokens",
+)
 
 
 @dataclass
@@ -226,12 +239,16 @@ def judge_arm(
     dict of str to Any
     """
     shared = shared or {}
-    batched = states.filter(pl.col("c") > 1)  # in no order: only the rows named first are sorted (a copy of a few rows)
-    if "context" not in batched.columns:  # rows written by hand: each request its own context
-        batched = batched.with_columns(context=pl.format("{}/{}/{}/{}", "prompt_id", "c", "repeat", "slot"))
+    if "context" not in states.columns:  # rows written by hand: each request its own context
+        states = states.with_columns(context=pl.format("{}/{}/{}/{}", "prompt_id", "c", "repeat", "slot"))
+    batched_rows = states.lazy().filter(pl.col("c") > 1)  # in no order: only the rows named first are sorted
+    # The columns the counts and words read: every column of every batched request would be the judgement's largest copy.
+    batched = batched_rows.select(c for c in _COUNTED if c in states.columns).collect()
     parted = pl.col("tokens_parted") | pl.col("bits_parted")
     alone_parted = alone.filter(parted)
-    divergent = batched.filter(parted).sort(_ORDER)
+    # Only the first divergent request is sorted out (a top-k), with all its columns: most requests of a run may part.
+    first_divergent = batched_rows.filter(parted).sort(_ORDER, maintain_order=True).head(1).collect()
+    divergent = batched.lazy().filter(parted)
     ladder = sorted({int(c) for c in subject.ladder if int(c) > 1})
     present = set(batched["c"].unique().to_list())
     unformed = bands.filter((pl.col("c") > 1) & ~pl.col("formed")).sort("c", "prompt_id", "repeat")
@@ -262,15 +279,15 @@ def judge_arm(
         "unformed": unformed.select("prompt_id", c="c", repeat="repeat", widest_seen="widest_seen").to_dicts(),
     }
     # the bound counts distinct batch contexts: a repeat of the same context is checked, but is not a new trial
-    n, k = row["contexts"], divergent["context"].n_unique()
+    n, k = row["contexts"], divergent.select(pl.col("context").n_unique()).collect().item()
     row["upper_bound"] = divergence_bound(k, n, confidence) if n else None
     row["rule_of_three"] = 3 / n if n and not k and confidence == 0.95 else None
     if alone_parted.height:
         first = alone_parted.row(0, named=True)
         row.update(verdict="RED", cause=_alone_cause(subject), first_request=first)
         row["reason"] = _alone_reason(row, first)
-    elif divergent.height:
-        first = divergent.row(0, named=True)
+    elif first_divergent.height:
+        first = first_divergent.row(0, named=True)
         first_request = {
             "prompt_id": first["prompt_id"],
             "c": first["c"],
