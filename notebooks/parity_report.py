@@ -66,7 +66,7 @@ display(report.runs(run_objects, ws, epsilon=epsilon, reference=against, judgeme
 display(report.mismatch([*analysis.trainer_pairs(run_paths), *(analysis.default_rl_pairs() if default else [])]))
 
 # %%
-display(report.figures(run_objects, ws, epsilon=epsilon, reference=against))
+display(report.figures(run_objects, ws, epsilon=epsilon, reference=against, judgement=judgement))
 
 # %%
 display(report.detail(run_objects, ws, epsilon=epsilon, reference=against))

@@ -198,6 +198,7 @@ def figures(
     *,
     epsilon: float = 0.05,
     reference: str | os.PathLike[str] | Run = "ref1",
+    judgement: Judgement | None = None,
 ) -> Section:
     """Each run's and the witnesses' figures, collapsed: where requests part, the margins there, the widths formed and the
     decode rates.
@@ -212,6 +213,9 @@ def figures(
         The near-tie epsilon drawn on the margin plots.
     reference : {"ref1", "ref2"}, path or Run, default "ref1"
         What batched requests are compared with.
+    judgement : Judgement, optional
+        The judgement of the same runs, whose rows the divergence figures restate; each run judged here when not given
+        (and the reference is ref #1).
 
     Returns
     -------
@@ -236,7 +240,11 @@ def figures(
                 witness_figures(ws), "Witnesses: divergence and decode rate against c, and the env knobs that differ"
             )
         )
-    parts += [figures_html(run_figures(run, epsilon=epsilon, reference=against), f"Run {run.label}") for run in runs_]
+    judged = judgement if isinstance(against, str) and against == "ref1" else None  # it compares with ref #1
+    parts += [
+        figures_html(run_figures(run, epsilon=epsilon, reference=against, judgement=judged), f"Run {run.label}")
+        for run in runs_
+    ]
     return Section("figures", "".join(parts))
 
 

@@ -145,8 +145,8 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: l
     )
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
-    _set_c_axis(ax, batched[c].to_list())
-    top = max([*batched["agreed"].drop_nulls().to_list(), declared_min or 0, 1])
+    _set_c_axis(ax, batched[c].unique().to_list())
+    top = max(batched["agreed"].max() or 0, declared_min or 0, 1)
     ax.set_ylim(0, top * 1.6)  # room above the points for the sentence
     ax.text(0.5, 0.97, _fill(ax, parting_words(counts, rows)), ha="center", va="top", transform=ax.transAxes)
     ax.set_ylabel("tokens agreeing with m=1\n(0-based position of the part)")
@@ -155,13 +155,35 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: l
     return ax
 
 
+# What the run's figure reads of each request: its place, and what request_states decides its state from.
+_DRAWN_COLUMNS = (
+    "prompt_id",
+    "arm",
+    "c",
+    "repeat",
+    "slot",
+    "diverged",
+    "divergence_at",
+    "length",
+    "reference_length",
+    "has_reference",
+    "parted_at",
+    "token_unknown_at",
+    "bits_differ_at",
+    "bits_unknown_at",
+    "bits_known",
+    "text_same",
+)
+
+
 def _batched(slots: pl.DataFrame, rows: list[dict] | None) -> pl.DataFrame:
     """The batched requests (c > 1, of the judged arms) with the state ``analysis.judge`` gives each; a frame without the
     slot table's evidence columns counts a request that did not part in tokens as bits unknown (never greener)."""
     arms = sorted({r["arm"] for r in rows}) if rows else list(BATCHED_ARMS)
+    chosen = slots.lazy().select(name for name in slots.columns if name in _DRAWN_COLUMNS)  # not a copy of every column
     if "arm" in slots.columns:
-        slots = slots.filter(pl.col("arm").is_in(arms))
-    slots = slots.filter(pl.col("c") > 1)
+        chosen = chosen.filter(pl.col("arm").is_in(arms))
+    slots = chosen.filter(pl.col("c") > 1).collect()
     if {"has_reference", "parted_at", "bits_differ_at", "bits_known"} <= set(slots.columns):
         return request_states(slots)
     tokens = pl.col("diverged").fill_null(False)
