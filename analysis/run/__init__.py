@@ -33,6 +33,7 @@ from ._batch import band_batch as band_batch
 from ._batch import batch_id as batch_id
 from ._batch import filler_text as filler_text
 from ._batch import rotating_batch as rotating_batch
+from ._drift_tables import drift_by_c, drift_envelope, drift_table, drift_with_c
 from ._export import to_witness, write_witness
 from ._first_ops import first_op_table, first_ops_record, has_first_ops
 from ._layout import (
@@ -55,9 +56,6 @@ from ._piecewise import merged_tables as merged_tables  # for the studies and vi
 from ._piecewise import piecewise as piecewise
 from ._prompt_tables import (
     accuracy_table,
-    drift_by_c,
-    drift_envelope,
-    drift_table,
     flip_table,
     observer_table,
     prompt_table,
@@ -90,6 +88,7 @@ __all__ = [
     "drift_by_c",
     "drift_envelope",
     "drift_table",
+    "drift_with_c",
     "first_op_table",
     "first_ops_record",
     "flip_table",

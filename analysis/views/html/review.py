@@ -50,7 +50,7 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     if judgement is None:
         judgement = judge_runs(run)
     verdict, headline, css, judged = _judged(judgement.frame.filter(pl.col("run") == run.label).to_dicts())
-    if run.dump.requests.unique(["source", "record"]).height == 1:
+    if run.dump.requests.select(pl.struct("source", "record").n_unique()).item() == 1:  # not a copy of every request
         return _lone_review(run, verdict)
     slots = slot_table(run, epsilon=epsilon, reference=reference)
     spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
@@ -114,7 +114,8 @@ def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """The rows :func:`per_c_counts` takes, batching judged only where the prompt's references agree with each other: a request
     that parts at or after its references' own parting is no batching divergence, and where they differ from the first
     logprob on, its bits cannot be judged (null); nor where it has no logprob to compare (:func:`bits_unrecorded`)."""
-    joined = slots.join(spans.select("prompt_id", "token_span", "bit_span"), on="prompt_id", how="left")
+    # lazily: the join carries only the columns selected below, not a copy of the whole slot table
+    joined = slots.lazy().join(spans.lazy().select("prompt_id", "token_span", "bit_span"), on="prompt_id", how="left")
     bit_end = pl.min_horizontal("length", pl.col("bit_span").fill_null(pl.col("length")))
     same_bits = pl.col("bitwise_prefix") >= bit_end
     bitwise = (
@@ -123,14 +124,21 @@ def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         .otherwise(same_bits)
     )
     batching = pl.col("diverged") & (pl.col("token_span").is_null() | (pl.col("divergence_at") < pl.col("token_span")))
-    return joined.select(
-        c="c",
-        bitwise=bitwise,
-        diverged=batching,
-        divergence_at="divergence_at",
-        near_tie="near_tie",
-        margin_known=pl.col("reference_margin").is_not_null(),
-        where=pl.format("{} slot {}", "prompt_id", "slot"),
+    return (
+        joined.select(
+            c="c",
+            bitwise=bitwise,
+            diverged=batching,
+            divergence_at="divergence_at",
+            near_tie="near_tie",
+            margin_known=pl.col("reference_margin").is_not_null(),
+            where_prompt="prompt_id",
+            where_slot="slot",
+        )
+        .collect()
+        .select(  # pl.format eagerly: polars 2.1's streaming engine can panic on it after a filter or join
+            pl.exclude("where_prompt", "where_slot"), where=pl.format("{} slot {}", "where_prompt", "where_slot")
+        )
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from ...run import Run, drift_by_c, drift_envelope, drift_table
+from ...run import Run, drift_by_c, drift_envelope, drift_table, drift_with_c
 from ._drawing import (
     LEGEND_LIMIT,
     _axes,
@@ -39,9 +39,7 @@ def drift_drawn(run: Run, reference: Any = "ref1") -> pl.DataFrame:
     envelope = drift_by_c(run, reference=reference)
     if envelope.filter(pl.col("step").is_null())["requests"].sum() > LEGEND_LIMIT - 1:
         return envelope
-    return drift_table(run, reference=reference).with_columns(
-        c=pl.col("label").str.extract(r"c=(\d+) slot \d+$", 1).cast(pl.Int64)
-    )
+    return drift_with_c(drift_table(run, reference=reference))
 
 
 def plot_delta_before_fork(deltas: Any, *, ax=None):

@@ -146,7 +146,7 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: l
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
     _set_c_axis(ax, batched[c].unique().to_list())
-    top = max(batched["agreed"].max() or 0, declared_min or 0, 1)
+    top = max(cast("int | None", batched["agreed"].max()) or 0, declared_min or 0, 1)  # an integer column
     ax.set_ylim(0, top * 1.6)  # room above the points for the sentence
     ax.text(0.5, 0.97, _fill(ax, parting_words(counts, rows)), ha="center", va="top", transform=ax.transAxes)
     ax.set_ylabel("tokens agreeing with m=1\n(0-based position of the part)")
