@@ -67,6 +67,20 @@ def test_a_report_of_a_streamed_run_computes_no_table_that_grows_with_its_steps(
     assert passes[-1] == ["drift"]
 
 
+def test_a_pass_keeps_the_rows_of_earlier_pieces_on_disk_and_removes_them_after(tmp_path, one_prompt_a_piece, monkeypatch):
+    # the pass holds one piece's working set, not beside it every earlier piece's rows; its scratch files do not outlive it
+    path = _copy("data/experiment-cpu/default", tmp_path)
+    spill, spilled = _piecewise._spilled, []
+    monkeypatch.setattr(_piecewise, "_spilled", lambda frame, file: spilled.append(file) or spill(frame, file))
+    run = read_run(path, stream=True)
+    slots = analysis.run.slot_table(run)
+    pieces = len(list(run.pieces))
+    eager = [name for name, table in _piecewise._REGISTRY.items() if table.eager]
+    assert pieces == 2 and len(spilled) == (pieces - 1) * len(eager)  # its two prompts
+    assert not spilled[0].parent.exists()
+    assert slots.equals(analysis.run.slot_table(read_run(path)))
+
+
 def test_the_merged_tables_are_read_back_and_not_computed_again(tmp_path, one_prompt_a_piece, monkeypatch):
     path = _copy("data/experiment-cpu/default", tmp_path)
     first = analysis.run.slot_table(read_run(path, stream=True))
