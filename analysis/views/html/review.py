@@ -114,8 +114,11 @@ def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """The rows :func:`per_c_counts` takes, batching judged only where the prompt's references agree with each other: a request
     that parts at or after its references' own parting is no batching divergence, and where they differ from the first
     logprob on, its bits cannot be judged (null); nor where it has no logprob to compare (:func:`bits_unrecorded`)."""
-    # lazily: the join carries only the columns selected below, not a copy of the whole slot table
-    joined = slots.lazy().join(spans.lazy().select("prompt_id", "token_span", "bit_span"), on="prompt_id", how="left")
+    # lazily: the join carries only the columns selected below, not a copy of the whole slot table; in the slot table's
+    # order, which names the first request among those that part at the same token
+    joined = slots.lazy().join(
+        spans.lazy().select("prompt_id", "token_span", "bit_span"), on="prompt_id", how="left", maintain_order="left"
+    )
     bit_end = pl.min_horizontal("length", pl.col("bit_span").fill_null(pl.col("length")))
     same_bits = pl.col("bitwise_prefix") >= bit_end
     bitwise = (
