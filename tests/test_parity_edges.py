@@ -612,3 +612,19 @@ def test_std_at_acc_is_the_population_std():
     assert std_at_acc([0.5]) == 0.0
     assert std_at_acc([0.0, 1.0]) == 0.5  # ddof 0; ddof 1 would give 0.7071
     assert std_at_acc([0.5, 0.75, 1.0]) == approx(math.sqrt(0.125 / 3))  # (0.0625 + 0 + 0.0625) / 3
+
+
+def test_a_requests_state_is_decided_from_exactly_the_state_columns():
+    """The divergence figure narrows the slot table to STATE_COLUMNS before request_states: every one of them is read,
+    and they are enough."""
+    from conftest import ROOT
+
+    from analysis.run import read_run, slot_table
+    from analysis.studies import STATE_COLUMNS, request_states
+
+    slots = slot_table(read_run(ROOT / "data" / "experiment-cpu" / "default"))
+    narrow = slots.select(*STATE_COLUMNS)
+    assert request_states(narrow)["state"].equals(request_states(slots)["state"])
+    for name in STATE_COLUMNS:
+        with pytest.raises(pl.exceptions.ColumnNotFoundError):
+            request_states(narrow.drop(name))

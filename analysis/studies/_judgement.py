@@ -248,7 +248,6 @@ def judge_arm(
     alone_parted = alone.filter(parted)
     # Only the first divergent request is sorted out (a top-k), with all its columns: most requests of a run may part.
     first_divergent = batched_rows.filter(parted).sort(_ORDER, maintain_order=True).head(1).collect()
-    divergent = batched.lazy().filter(parted)
     ladder = sorted({int(c) for c in subject.ladder if int(c) > 1})
     present = set(batched["c"].unique().to_list())
     unformed = bands.filter((pl.col("c") > 1) & ~pl.col("formed")).sort("c", "prompt_id", "repeat")
@@ -279,7 +278,7 @@ def judge_arm(
         "unformed": unformed.select("prompt_id", c="c", repeat="repeat", widest_seen="widest_seen").to_dicts(),
     }
     # the bound counts distinct batch contexts: a repeat of the same context is checked, but is not a new trial
-    n, k = row["contexts"], divergent.select(pl.col("context").n_unique()).collect().item()
+    n, k = row["contexts"], batched.lazy().filter(parted).select(pl.col("context").n_unique()).collect().item()
     row["upper_bound"] = divergence_bound(k, n, confidence) if n else None
     row["rule_of_three"] = 3 / n if n and not k and confidence == 0.95 else None
     if alone_parted.height:

@@ -33,6 +33,19 @@ ALONE_ARMS = ("copies", "mixed", "repeat")
 SERIAL_ARM = "serial"
 
 STATES = ("no reference", "no evidence", "tokens", "bits", "bits unknown", "identical")
+# The slot-table columns a request's state is decided from (what _states reads): a reader that narrows a slot table
+# before request_states keeps these.
+STATE_COLUMNS = (
+    "length",
+    "reference_length",
+    "has_reference",
+    "text_same",
+    "parted_at",
+    "token_unknown_at",
+    "bits_differ_at",
+    "bits_unknown_at",
+    "bits_known",
+)
 
 _ORDER = ["c", "prompt_id", "repeat", "slot"]
 

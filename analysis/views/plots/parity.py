@@ -10,7 +10,7 @@ from typing import Any, cast
 import polars as pl
 
 from ...run import Run, band_table, slot_table
-from ...studies import BATCHED_ARMS, History, Judgement, judge, part_counts, request_states
+from ...studies import BATCHED_ARMS, STATE_COLUMNS, History, Judgement, judge, part_counts, request_states
 from ...witness import WitnessSet
 from ._drawing import (
     _axes,
@@ -164,15 +164,7 @@ _DRAWN_COLUMNS = (
     "slot",
     "diverged",
     "divergence_at",
-    "length",
-    "reference_length",
-    "has_reference",
-    "parted_at",
-    "token_unknown_at",
-    "bits_differ_at",
-    "bits_unknown_at",
-    "bits_known",
-    "text_same",
+    *STATE_COLUMNS,
 )
 
 
