@@ -250,6 +250,7 @@ def test_observer_check_finds_a_server_whose_text_changes_without_logprobs(tmp_p
     table = observer_table(run)
     assert table.select("c", "slot", "texts_equal", "first_difference").rows() == [(1, 0, False, 3), (2, 0, False, 3), (2, 1, False, 3)]
     assert table["text_with_logprobs"].to_list() == ["abcdef"] * 3 and table["text_without_logprobs"].to_list() == ["abcXef"] * 3
+    assert observer_table(read_run(folder, stream=True)).equals(table)  # the texts read a piece at a time
 
 
 @pytest.mark.engine
@@ -633,7 +634,7 @@ class BatchSensitive(Quiet):
         stream_words(self, ["ab", "cX" if me["batched"] else "cd", "ef"])
 
 
-def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answers(tmp_path):
+def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answers(tmp_path, monkeypatch):
     """Two prompts, one answerable: alone the server says "abcdef" (contains "cde"), batched "abcXef".
     Accuracy: m=1 1/2, c=1 1/2, c=2 0/2; Std@Acc = std(0.5, 0.5, 0) = sqrt(1/18) = 0.2357."""
     from analysis.run import accuracy_table
@@ -647,6 +648,9 @@ def test_accuracy_per_configuration_and_std_at_acc_from_a_prompt_set_with_answer
     table, std = accuracy_table(read_run(tmp_path / "run"))
     assert table.rows() == [("m=1 reference", 2, 1, 0.5), ("c=1 repeat 0", 2, 1, 0.5), ("c=2 repeat 0", 2, 0, 0.0)]
     assert std == pytest.approx(math.sqrt(1 / 18)) and round(std, 4) == 0.2357
+    monkeypatch.setattr("analysis.run._pieces.PIECE_BYTES", 1)  # each prompt a piece: the texts read a piece at a time
+    streamed, streamed_std = accuracy_table(read_run(tmp_path / "run", stream=True))
+    assert streamed.equals(table) and streamed_std == std
     from analysis.views.html import run_tables_html
 
     assert "Std@Acc across them = 0.2357" in run_tables_html(read_run(tmp_path / "run"), epsilon=0.05)

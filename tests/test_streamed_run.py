@@ -44,6 +44,19 @@ def test_every_table_of_a_streamed_run_is_the_whole_runs(run, tmp_path, one_prom
 
 
 @pytest.mark.parametrize("run", BUNDLED)
+def test_a_streamed_runs_plan_is_every_request_without_what_only_its_piece_reads(run, tmp_path):
+    # its arms and decode rates are worked out from the envelopes before they are left with the pieces (the llama.cpp
+    # runs' rates are the server's own timings, read from the envelope)
+    path = _copy(run, tmp_path)
+    whole, streamed = read_run(path), read_run(path, stream=True)
+    assert streamed.requests.equals(whole.requests.drop(_pieces.PIECE_COLUMNS))
+    with pytest.raises(pl.exceptions.ColumnNotFoundError):  # read from the plan, a text fails loudly, not as a null
+        streamed.requests["completion_text"]
+    pieces = pl.concat([piece.requests for piece in streamed.pieces])
+    assert pieces.sort("source", "record", "choice_index").equals(whole.requests.sort("source", "record", "choice_index"))
+
+
+@pytest.mark.parametrize("run", BUNDLED)
 def test_a_streamed_run_is_judged_as_the_whole_run(run, tmp_path, one_prompt_a_piece):
     path = _copy(run, tmp_path)
     whole = analysis.judge(read_run(path)).frame

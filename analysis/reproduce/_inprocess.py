@@ -137,7 +137,7 @@ def batch_prompts(run: Run, first: Mapping[str, Any]) -> tuple[str, list[str], i
     import polars as pl
 
     texts = {p["prompt_id"]: p["text"] for p in run.manifest.get("prompts") or []}
-    hit = run.requests.filter(
+    hit = run.prompt_run(first["prompt_id"]).dump.requests.filter(  # a streamed run's envelopes are with its pieces
         (pl.col("prompt_id") == first["prompt_id"])
         & (pl.col("c") == first["c"])
         & (pl.col("slot") == first["slot"])

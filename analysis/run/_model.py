@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from ..dumps import Dump
+from ..dumps import REQUEST_SCHEMA, Dump
 from ..metrics import parity
 from ._arms import REFERENCE_ARM, legacy_arm, with_arm_column
 from ._derived import _capture_stamps, _derived_record, _write_derived
@@ -53,9 +53,12 @@ class Run:
 
     @property
     def requests(self) -> pl.DataFrame:
-        """The requests with their decode rates (built once per run)."""
+        """The requests with their decode rates (built once per run; a streamed run's plan carries them, worked out
+        before its envelopes were left with its pieces)."""
         if "requests" not in self._cache:
-            self._cache["requests"] = parity.request_decode_rates(self.dump.requests)
+            requests = self.dump.requests
+            planned = "decode_rate_origin" in requests.columns and "extra" not in requests.columns
+            self._cache["requests"] = requests if planned else parity.request_decode_rates(requests)
         return self._cache["requests"]
 
     @property
@@ -130,7 +133,12 @@ class Run:
         return self.restricted({prompt_id})
 
     def without_pieces(self) -> Run:
-        """The run's requests without a token, as a run held whole (what a table of no request is computed from)."""
+        """The run's requests without a token, as a run held whole (what a table of no request is computed from); a
+        streamed run's plan without a request has every column a piece's requests have."""
+        if self.pieces is not None and not self.dump.requests.height:
+            return Run(
+                self.manifest, dataclasses.replace(self.dump, requests=pl.DataFrame(schema=REQUEST_SCHEMA)), self.path
+            )
         return Run(self.manifest, self.dump, self.path)
 
     @property

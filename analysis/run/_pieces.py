@@ -5,7 +5,8 @@ reference and band tables, and so the verdict) needs the memory of a piece and n
 ``derived/pieces/`` holds::
 
     manifest.json                   pieces_version, the captures' stamps, formats, what was left out, the piece count
-    requests.parquet                every request, with its ``piece`` (small: one row a request)
+    requests.parquet                every request, with its ``piece`` (small: one row a request), in the captures' order
+    requests/piece=K.parquet        piece K's requests, every column
     dropped.parquet                 the (source, record) of lines read once already (Run's repeated lines), left out
     tokens/piece=K/*.parquet        the tokens of piece K's requests, one file per chunk of the captures, in file order
     candidates/piece=K/*.parquet
@@ -45,8 +46,11 @@ from ._read import _said_cut, _without_repeated_lines
 from ._read import read_whole_run as read_run
 
 PIECE_BYTES = 64 << 20  # the captures a piece holds, about: a piece's tables stay well under a gigabyte
-_PIECES_VERSION = 1
+_PIECES_VERSION = 2
 _KEYS = ["source", "record", "choice_index"]
+# What each request has that is large and read only with its piece (at 516,000 requests, 140 MB of the plan's 330 MB):
+# the plan leaves them out, so that reading one of them from the plan fails loudly instead of reading a null.
+PIECE_COLUMNS = ("completion_text", "raw_sha256", "extra")
 
 
 def run_pieces(path: str | os.PathLike[str]) -> tuple[Run, Iterator[Run]]:
@@ -194,6 +198,9 @@ def _finish(
     dropped = requests.join(once.select("source", "record"), on=["source", "record"], how="anti")
     partial.mkdir(parents=True, exist_ok=True)
     once.write_parquet(partial / "requests.parquet")
+    (partial / "requests").mkdir()
+    for (piece,), part in once.partition_by("piece", as_dict=True, include_key=False, maintain_order=True).items():
+        part.write_parquet(partial / "requests" / f"piece={piece}.parquet")
     dropped.select("source", "record").write_parquet(partial / "dropped.parquet")
     record = {
         "pieces_version": _PIECES_VERSION,
@@ -220,9 +227,52 @@ def _read_pieces(path: Path, manifest: dict[str, Any], folder: Path, record: dic
     skipped = [
         DumpError(renamed(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])
     ]
-    pieces = _Pieces(path, manifest, folder, requests, dropped, moved, formats, skipped, record["pieces"])
-    plan = _said_cut(Run(manifest, _no_tokens(requests.drop("piece"), formats, skipped), path))  # as read_run says it
+    plan = _said_cut(plan_run(manifest, requests.drop("piece"), formats, skipped, path))  # as read_run says it
+    where = requests.select("prompt_id", "piece").unique(maintain_order=True)  # which pieces hold a prompt
+    pieces = _Pieces(path, manifest, folder, where, dropped, moved, formats, skipped, record["pieces"])
     return plan, pieces
+
+
+def plan_run(
+    manifest: dict[str, Any],
+    requests: pl.DataFrame,
+    formats: dict[str, list[str]],
+    skipped: list[DumpError],
+    path: Path | None,
+) -> Run:
+    """A streamed run's plan: every request and no token, each with its control arm and decode rate worked out from its
+    capture envelope, without what only its piece's requests carry (:data:`PIECE_COLUMNS`): a reader of a request's
+    text or envelope reads it a piece at a time.
+
+    Parameters
+    ----------
+    manifest : dict
+        The run's manifest.
+    requests : polars.DataFrame
+        Every request, every column.
+    formats : dict of str to list of str
+        The format of each capture.
+    skipped : list of DumpError
+        What reading the captures left out.
+    path : pathlib.Path or None
+        The run directory.
+
+    Returns
+    -------
+    Run
+        Its requests carry ``arm``, ``decode_tok_s`` and ``decode_rate_origin``, and ``Run.requests`` gives them as
+        they are.
+
+    Examples
+    --------
+    >>> from analysis import read_run
+    >>> whole = read_run("data/experiment-cpu/default")
+    >>> plan = plan_run(whole.manifest, whole.dump.requests, {}, [], None)
+    >>> plan.requests.equals(whole.requests.drop(PIECE_COLUMNS)), "extra" in plan.requests.columns
+    (True, False)
+    """
+    envelopes = Run(manifest, _no_tokens(requests, formats, skipped), path).requests  # arm, then decode rates
+    return Run(manifest, _no_tokens(envelopes.drop(PIECE_COLUMNS), formats, skipped), path)
 
 
 class _Pieces:
@@ -233,7 +283,7 @@ class _Pieces:
         path: Path,
         manifest: dict[str, Any],
         folder: Path | None,
-        requests: pl.DataFrame,
+        where: pl.DataFrame,
         dropped: pl.DataFrame,
         moved: Any,
         formats: dict[str, list[str]],
@@ -241,7 +291,7 @@ class _Pieces:
         count: int,
     ) -> None:
         self.path, self.manifest, self.folder = path, manifest, folder
-        self.requests, self.dropped, self.moved = requests, dropped, moved
+        self.where, self.dropped, self.moved = where, dropped, moved
         self.formats, self.skipped, self.count = formats, skipped, count
 
     def __iter__(self) -> Iterator[Run]:
@@ -252,9 +302,9 @@ class _Pieces:
 
     def piece(self, piece: int) -> Run | None:
         """Piece ``piece``'s run, None when it holds no request."""
-        mine = self.requests.filter(pl.col("piece") == piece).drop("piece")
-        if not mine.height or self.folder is None:
+        if self.folder is None or not (file := self.folder / "requests" / f"piece={piece}.parquet").exists():
             return None
+        mine = self.moved(pl.read_parquet(file))
         tokens, candidates = (
             self.moved(_piece_table(self.folder / name / f"piece={piece}", schema))
             for name, schema in (("tokens", TOKEN_SCHEMA), ("candidates", CANDIDATE_SCHEMA))
@@ -267,11 +317,11 @@ class _Pieces:
 
     def restricted(self, prompts: set[str]) -> Run:
         """The run of these prompts' requests with their tokens (from their pieces), held whole."""
-        numbers = sorted(self.requests.filter(pl.col("prompt_id").is_in(sorted(prompts)))["piece"].unique().to_list())
+        numbers = sorted(self.where.filter(pl.col("prompt_id").is_in(sorted(prompts)))["piece"].unique().to_list())
         runs = [run for run in (self.piece(n) for n in numbers) if run is not None]
         if not runs:
             return Run(
-                self.manifest, _no_tokens(self.requests.head(0).drop("piece"), self.formats, self.skipped), self.path
+                self.manifest, _no_tokens(pl.DataFrame(schema=REQUEST_SCHEMA), self.formats, self.skipped), self.path
             )
         tokens, candidates, requests = (
             pl.concat([getattr(r.dump, name) for r in runs], how="vertical")
@@ -358,8 +408,7 @@ def _moved(old: str, new: str):
 
 def _split(run: Run) -> tuple[Run, _Whole]:
     """A run already in memory as its plan and one piece (a read-only run directory)."""
-    plan = Run(run.manifest, _no_tokens(run.dump.requests, run.dump.formats, run.dump.skipped), run.path)
-    return plan, _Whole(run)
+    return plan_run(run.manifest, run.dump.requests, run.dump.formats, run.dump.skipped, run.path), _Whole(run)
 
 
 def _no_tokens(requests: pl.DataFrame, formats: dict[str, list[str]], skipped: list[DumpError]) -> Dump:

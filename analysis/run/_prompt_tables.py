@@ -251,6 +251,10 @@ def _margin_lists(run: Run, *, reference: str | Run = "ref1") -> pl.DataFrame:
     )
 
 
+_OBSERVED = ["prompt_id", "arm", "c", "repeat", "slot"]  # what pairs an observer request with its band's slot
+
+
+@piecewise("observers", merge=lambda frame: frame.sort(_OBSERVED, maintain_order=True))
 def observer_table(run: Run) -> pl.DataFrame:
     """The observer-effect check: each band's text with logprobs against its twin fired without them.
 
@@ -276,14 +280,13 @@ def observer_table(run: Run) -> pl.DataFrame:
     0
     """
     requests = run.dump.requests
-    key = ["prompt_id", "arm", "c", "repeat", "slot"]
     scored = requests.filter(pl.col("role") == "band").select(
-        *key, pl.col("completion_text").alias("text_with_logprobs")
+        *_OBSERVED, pl.col("completion_text").alias("text_with_logprobs")
     )
     bare = requests.filter(pl.col("role") == "observer").select(
-        *key, pl.col("completion_text").alias("text_without_logprobs")
+        *_OBSERVED, pl.col("completion_text").alias("text_without_logprobs")
     )
-    joined = bare.join(scored, on=key, how="left", nulls_equal=True).sort(key)
+    joined = bare.join(scored, on=_OBSERVED, how="left", nulls_equal=True).sort(_OBSERVED, maintain_order=True)
     parts = [
         _first_difference(a, b)
         for a, b in zip(joined["text_with_logprobs"].to_list(), joined["text_without_logprobs"].to_list())
@@ -339,16 +342,9 @@ def accuracy_table(run: Run, *, match: str = "contains") -> tuple[pl.DataFrame, 
     """
     if match not in ("contains", "exact"):
         raise RunError(f"match must be 'contains' or 'exact', got {match!r}")
-    answers = {
-        str(p.get("prompt_id")): str(p["answer"])
-        for p in run.manifest.get("prompts", [])
-        if p.get("answer") is not None
-    }
-    requests = run.dump.requests.filter(
-        pl.col("prompt_id").is_in(list(answers)) & (pl.col("slot") == 0) & pl.col("role").is_in(["reference", "band"])
-    )
+    answers = _answers(run)
     correct: dict[str, list[bool]] = {}
-    for row in requests.sort("c", "repeat", "prompt_id", nulls_last=False).iter_rows(named=True):
+    for row in _answered(run).sort("c", "repeat", "prompt_id", maintain_order=True).iter_rows(named=True):
         config = "m=1 reference" if row["role"] == "reference" else f"c={row['c']} repeat {row['repeat']}"
         text, answer = row["completion_text"] or "", answers[row["prompt_id"]]
         correct.setdefault(config, []).append(answer in text if match == "contains" else text.strip() == answer.strip())
@@ -359,3 +355,19 @@ def accuracy_table(run: Run, *, match: str = "contains") -> tuple[pl.DataFrame, 
     schema = {"configuration": pl.String, "prompts": pl.Int64, "correct": pl.Int64, "accuracy": pl.Float64}
     table = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     return table, parity.std_at_acc(table["accuracy"].to_list())
+
+
+def _answers(run: Run) -> dict[str, str]:
+    """Each prompt's answer, where the manifest gives one."""
+    prompts = run.manifest.get("prompts", [])
+    return {str(p.get("prompt_id")): str(p["answer"]) for p in prompts if p.get("answer") is not None}
+
+
+@piecewise("answered")
+def _answered(run: Run) -> pl.DataFrame:
+    """The completions :func:`accuracy_table` scores: slot 0 of each reference and band of a prompt with an answer."""
+    return run.dump.requests.filter(
+        pl.col("prompt_id").is_in(list(_answers(run)))
+        & (pl.col("slot") == 0)
+        & pl.col("role").is_in(["reference", "band"])
+    ).select("prompt_id", "role", "c", "repeat", "completion_text")

@@ -12,8 +12,8 @@ from typing import Any
 
 import polars as pl
 
-from ..dumps import CANDIDATE_SCHEMA, REQUEST_SCHEMA, TOKEN_SCHEMA, Dump, conform
-from ..run import Run, RunError, read_run
+from ..dumps import REQUEST_SCHEMA, conform
+from ..run import Run, RunError, plan_run, read_run
 from ._sources import is_study
 from ._study import Study, scan_study
 
@@ -49,8 +49,8 @@ def streamed_study_run(study: Study, name: str) -> Run:
     requests = conform(
         study.requests.filter(pl.col("run") == name).drop("run").collect(engine="streaming"), REQUEST_SCHEMA
     )
-    plan = Dump(pl.DataFrame(schema=TOKEN_SCHEMA), pl.DataFrame(schema=CANDIDATE_SCHEMA), requests)
-    return Run(manifest, plan, Path(path) if path else None, pieces=_StudyPieces(study, name, manifest, requests))
+    plan = plan_run(manifest, requests, {}, [], Path(path) if path else None)
+    return dataclasses.replace(plan, pieces=_StudyPieces(study, name, manifest, requests))
 
 
 class _StudyPieces:
