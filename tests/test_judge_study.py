@@ -130,3 +130,25 @@ def test_the_bundled_runs_ship_their_pieces_current(tmp_path):
         before = record.read_bytes()
         run_pieces(run)
         assert record.read_bytes() == before, f"{run}: its pieces were stale and written again"
+
+
+def test_runs_are_prepared_for_a_kernel_without_their_requests_and_say_a_cut_capture_each_time(tmp_path, monkeypatch):
+    # bia report checks its runs and writes their pieces before its kernel reads them; holding every request there
+    # doubled the report's memory for the kernel's first seconds
+    from analysis.studies import prepare_runs
+
+    folder = _copy(ROOT / "data" / "experiment-cpu" / "default", tmp_path)
+    captures = folder / "captures" / "requests.jsonl"
+    text = captures.read_text()
+    captures.write_text(text[: len(text) - 200])
+    monkeypatch.setattr(pieces_module, "_read_pieces", None)  # the requests are not read: called, it fails
+    for _ in range(2):  # written, then current: said both times, as read_run says it
+        with pytest.warns(CapturesCutShort, match=f"{captures}: line 62 is cut short"):
+            prepare_runs([folder])
+    monkeypatch.undo()
+    with pytest.warns(CapturesCutShort):
+        plan, _ = run_pieces(folder)
+    assert plan.requests.height == 61
+    (folder / "captures").rename(folder / "elsewhere")
+    with pytest.raises(analysis.RunError, match="no captures/ folder"):
+        prepare_runs([folder])

@@ -137,9 +137,9 @@ def _report(
 
     try:  # read here first, so a bad file is named directly rather than from inside a kernel
         from ..run import RunError
-        from ..studies import open_runs
+        from ..studies import prepare_runs
 
-        open_runs(default_runs() if embedded else runs)  # parsed into pieces here, which the kernel then reads
+        prepare_runs(default_runs() if embedded else runs)  # parsed into pieces here, which the kernel then reads
         read_witnesses(default_sources() if embedded else witness_sources, progress=sys.stderr.isatty())
     except (FileNotFoundError, IsADirectoryError, SourceError) as exc:
         raise _unread(exc) from None

@@ -52,6 +52,7 @@ from ._mlperf import read_mlperf_pair
 from ._model import Run
 from ._open import read_run
 from ._pieces import plan_run as plan_run  # for the studies' streamed runs, not the API pages
+from ._pieces import prepare_pieces as prepare_pieces  # for the studies' prepare_runs, not the API pages
 from ._pieces import run_pieces
 from ._piecewise import merged_tables as merged_tables  # for the studies and views, not the API pages
 from ._piecewise import piecewise as piecewise

@@ -88,19 +88,56 @@ def run_pieces(path: str | os.PathLike[str]) -> tuple[Run, Iterator[Run]]:
 
 
 def _open(path: Path) -> tuple[Run, _Pieces | _Whole]:
+    manifest, record = _current(path)
+    if record is None:  # a run we may not write into: read whole, split in memory
+        return _split(read_run(path, cache=False))
+    return _read_pieces(path, manifest, path / "derived" / "pieces", record)
+
+
+def prepare_pieces(path: str | os.PathLike[str]) -> None:
+    """Check a run directory and parse its captures into ``derived/pieces/`` unless they are there for these captures,
+    without reading its requests: what a process that hands the run to another (``bia report``'s kernel) does first, so
+    that a bad capture is named at once and the other process reads the pieces. A read-only run is read whole to check it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run directory.
+
+    Raises
+    ------
+    RunError
+        As :func:`run_pieces` does.
+
+    Examples
+    --------
+    >>> prepare_pieces("data/experiment-cpu/default")
+    """
+    manifest, record = _current(Path(path))
+    if record is None:
+        _split(read_run(path, cache=False))
+        return
+    renamed = _renamed(record["captures_dir"], os.fspath(Path(path) / "captures"))
+    skipped = [
+        DumpError(renamed(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])
+    ]
+    _said_cut(Run(manifest, _no_tokens(pl.DataFrame(schema=REQUEST_SCHEMA), {}, skipped), Path(path)))
+
+
+def _current(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The run's manifest and the record of its pieces, written first unless current; no record for a run we may not
+    write into."""
     manifest = load_manifest(path)
     captures = path / "captures"
     if not captures.is_dir():
         raise RunError(f"{path}: no captures/ folder")
-    folder = path / "derived" / "pieces"
-    record = _record(folder)
+    record = _record(path / "derived" / "pieces")
     stamps = _capture_stamps(captures, record)
     if record is None or record["captures"]["files"] != stamps["files"]:
-        if os.access(path, os.W_OK):
-            record = _write_pieces(path, manifest, stamps)
-        else:  # a run we may not write into: read whole, split in memory
-            return _split(read_run(path, cache=False))
-    return _read_pieces(path, manifest, folder, record)
+        if not os.access(path, os.W_OK):
+            return manifest, None
+        record = _write_pieces(path, manifest, stamps)
+    return manifest, record
 
 
 def _record(folder: Path) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ from ._sources import (
     run_directories,
     sort_sources,
 )
-from ._streamed import open_runs
+from ._streamed import open_runs, prepare_runs
 from ._study import Study, scan_study, study_tables, write_dataset
 from ._witness_judgement import judge_witnesses
 
@@ -80,6 +80,7 @@ __all__ = [
     "open_runs",
     "part_counts",
     "prefill_table",
+    "prepare_runs",
     "rate_words",
     "ratio_cell",
     "read_history",

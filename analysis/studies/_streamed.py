@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from ..dumps import REQUEST_SCHEMA, conform
-from ..run import Run, RunError, plan_run, read_run
+from ..run import Run, RunError, plan_run, prepare_pieces, read_run
 from ._sources import is_study
 from ._study import Study, scan_study
 
@@ -117,3 +117,28 @@ def open_runs(paths: Iterable[str | os.PathLike[str]]) -> list[Run]:
         else:
             out.append(read_run(path, stream=True))
     return out
+
+
+def prepare_runs(paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Check run directories and studies as :func:`open_runs` opens them, and parse each run's captures into its pieces
+    unless they are there, without holding any run's requests: what ``bia report`` does before its kernel opens them.
+
+    Parameters
+    ----------
+    paths : iterable of str or os.PathLike
+        Run directories and datasets written by :func:`write_dataset`.
+
+    Raises
+    ------
+    RunError
+        A run directory that cannot be read.
+
+    Examples
+    --------
+    >>> prepare_runs(["data/experiment-cpu/default"])
+    """
+    for path in paths:
+        if is_study(path):
+            scan_study(path)
+        else:
+            prepare_pieces(path)
