@@ -152,3 +152,12 @@ def test_runs_are_prepared_for_a_kernel_without_their_requests_and_say_a_cut_cap
     (folder / "captures").rename(folder / "elsewhere")
     with pytest.raises(analysis.RunError, match="no captures/ folder"):
         prepare_runs([folder])
+
+
+def test_a_piece_whose_requests_file_is_gone_is_named_not_left_out(tmp_path):
+    folder = _copy(ROOT / "data" / "experiment-cpu" / "default", tmp_path)
+    run_pieces(folder)
+    (folder / "derived" / "pieces" / "requests" / "piece=0.parquet").unlink()
+    _, pieces = run_pieces(folder)
+    with pytest.raises(analysis.RunError, match=r"requests/piece=0\.parquet: piece 0's requests cannot be read"):
+        list(pieces)

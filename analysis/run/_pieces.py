@@ -339,9 +339,15 @@ class _Pieces:
 
     def piece(self, piece: int) -> Run | None:
         """Piece ``piece``'s run, None when it holds no request."""
-        if self.folder is None or not (file := self.folder / "requests" / f"piece={piece}.parquet").exists():
+        if self.folder is None or piece not in self.where["piece"]:
             return None
-        mine = self.moved(pl.read_parquet(file))
+        file = self.folder / "requests" / f"piece={piece}.parquet"
+        try:
+            mine = self.moved(pl.read_parquet(file))
+        except (OSError, pl.exceptions.PolarsError) as exc:  # its requests are in the plan: none may go unsaid
+            raise RunError(
+                f"{file}: piece {piece}'s requests cannot be read ({exc}); delete {self.folder} to read the captures again"
+            ) from None
         tokens, candidates = (
             self.moved(_piece_table(self.folder / name / f"piece={piece}", schema))
             for name, schema in (("tokens", TOKEN_SCHEMA), ("candidates", CANDIDATE_SCHEMA))
