@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -20,6 +25,26 @@ def _go_offline(offline: bool) -> None:
     """--offline: every URL read in this process, and in the report's kernel, comes from the cache."""
     if offline:
         os.environ["BIA_OFFLINE"] = "1"
+
+
+@contextlib.contextmanager
+def _quiet_after_interrupt() -> Iterator[None]:
+    """While a report notebook runs: a Ctrl-C ends the command with its one line and nothing more. Stopping the kernel
+    mid-cell makes nbclient log that the kernel died and asyncio log a traceback of a task whose exception was never
+    retrieved, so logging is turned off from the Ctrl-C on; the command is ending."""
+    if threading.current_thread() is not threading.main_thread():  # a signal handler is the main thread's alone
+        yield
+        return
+
+    def interrupted(signum: int, frame: object) -> None:
+        logging.disable(logging.CRITICAL)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _policy(policy_file, model_prefix, model_label, bands, epsilon, cap, floor, s7_ratio) -> V3Policy:

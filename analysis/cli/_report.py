@@ -10,7 +10,7 @@ import typer
 
 from ..core import OutputExists
 from ..verdicts import EXIT_RED, V3Policy
-from ._args import _check_epsilon, _fail, _go_offline, _policy, _sources, _unread
+from ._args import _check_epsilon, _fail, _go_offline, _policy, _quiet_after_interrupt, _sources, _unread
 from ._assemble import _assemble
 from ._options import BandPerFile, Bands, MappingFile, ModelPrefix, Offline, PolicyFile
 
@@ -152,18 +152,19 @@ def _report(
         asked = (
             admission or policy_file is not None or model_prefix is not None or bands is not None
         )  # then the runs meet aprender's gate too
-        written = render_report(
-            witness_sources,
-            output,
-            runs=runs,
-            epsilon=epsilon,
-            reference=reference,
-            title=title,
-            policy=overrides,
-            admission=asked,
-            executed_notebook=notebook,
-            force=True,
-        )  # claimed above
+        with _quiet_after_interrupt():
+            written = render_report(
+                witness_sources,
+                output,
+                runs=runs,
+                epsilon=epsilon,
+                reference=reference,
+                title=title,
+                policy=overrides,
+                admission=asked,
+                executed_notebook=notebook,
+                force=True,
+            )  # claimed above
     except ReportError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

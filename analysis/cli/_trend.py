@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..core import OutputExists
-from ._args import _fail, _go_offline, _sources, _unread
+from ._args import _fail, _go_offline, _quiet_after_interrupt, _sources, _unread
 from ._options import Offline
 
 
@@ -42,7 +42,8 @@ def trend_command(
         found = _sources(sources, HISTORY_READS, "trend")
         given = [*found.histories, *found.runs, *found.witnesses]
     try:
-        written = render_trend(given, output, title=title, force=force)
+        with _quiet_after_interrupt():
+            written = render_trend(given, output, title=title, force=force)
     except OutputExists as exc:
         raise _fail(exc) from None
     except (FileNotFoundError, SourceError) as exc:
