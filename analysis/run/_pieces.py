@@ -117,10 +117,7 @@ def prepare_pieces(path: str | os.PathLike[str]) -> None:
     if record is None:
         _split(read_run(path, cache=False))
         return
-    renamed = _renamed(record["captures_dir"], os.fspath(Path(path) / "captures"))
-    skipped = [
-        DumpError(renamed(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])
-    ]
+    skipped = _recorded_skips(record, _renamed(record["captures_dir"], os.fspath(Path(path) / "captures")))
     _said_cut(Run(manifest, _no_tokens(pl.DataFrame(schema=REQUEST_SCHEMA), {}, skipped), Path(path)))
 
 
@@ -261,9 +258,7 @@ def _read_pieces(path: Path, manifest: dict[str, Any], folder: Path, record: dic
     requests, dropped = (moved(pl.read_parquet(folder / f"{name}.parquet")) for name in ("requests", "dropped"))
     renamed = _renamed(record["captures_dir"], os.fspath(path / "captures"))
     formats = {renamed(k): v for k, v in record.get("formats", {}).items()}
-    skipped = [
-        DumpError(renamed(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])
-    ]
+    skipped = _recorded_skips(record, renamed)
     plan = _said_cut(plan_run(manifest, requests.drop("piece"), formats, skipped, path))  # as read_run says it
     where = requests.select("prompt_id", "piece").unique(maintain_order=True)  # which pieces hold a prompt
     pieces = _Pieces(path, manifest, folder, where, dropped, moved, formats, skipped, record["pieces"])
@@ -430,6 +425,11 @@ def _piece_table(folder: Path, schema: dict[str, Any]) -> pl.DataFrame:
     if not files:
         return pl.DataFrame(schema=schema)
     return pl.concat([pl.read_parquet(f) for f in files], how="vertical")
+
+
+def _recorded_skips(record: dict[str, Any], renamed: Any) -> list[DumpError]:
+    """What reading the captures left out, as the pieces' record keeps it, each source named where the run is now."""
+    return [DumpError(renamed(e["source"]), e["record"], e["field"], e["problem"]) for e in record.get("skipped", [])]
 
 
 def _renamed(old: str, new: str):
