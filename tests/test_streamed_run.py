@@ -103,6 +103,32 @@ def test_the_merged_tables_are_read_back_and_not_computed_again(tmp_path, one_pr
     assert analysis.run.slot_table(read_run(path, stream=True)).equals(first)
 
 
+def test_the_plan_is_kept_and_read_back_for_the_same_manifest_and_worked_out_again_for_another(tmp_path, monkeypatch):
+    # opening a streamed run reads its plan's columns alone, not every request's envelope and text
+    path = _copy("data/llamacpp-cpu/cache-prompt", tmp_path)  # its decode rates are the server's, from the envelopes
+    whole = read_run(path).requests.drop(_pieces.PIECE_COLUMNS)
+    assert read_run(path, stream=True).requests.equals(whole)
+    assert len(list((path / "derived" / "pieces" / "plans").glob("*.parquet"))) == 1
+    plan_run = _pieces.plan_run
+    monkeypatch.setattr(_pieces, "plan_run", lambda *a: pytest.fail("worked out again"))
+    assert read_run(path, stream=True).requests.equals(whole)
+    manifest = path / "manifest.json"
+    manifest.write_text(manifest.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    worked = []
+    monkeypatch.setattr(_pieces, "plan_run", lambda *a: worked.append(1) or plan_run(*a))
+    assert read_run(path, stream=True).requests.equals(whole) and worked
+    assert len(list((path / "derived" / "pieces" / "plans").glob("*.parquet"))) == 1  # the last manifest's alone
+
+
+def test_a_plan_kept_by_a_run_read_from_elsewhere_names_its_captures_where_they_are_now(tmp_path, monkeypatch):
+    path = _copy("data/experiment-cpu/default", tmp_path / "first")
+    read_run(path, stream=True)  # keeps the plan, its sources under first/
+    moved = tmp_path / "second" / "default"
+    shutil.move(path, moved)
+    monkeypatch.setattr(_pieces, "plan_run", lambda *a: pytest.fail("worked out again"))
+    assert read_run(moved, stream=True).requests.equals(read_run(moved).requests.drop(_pieces.PIECE_COLUMNS))
+
+
 def test_a_run_as_the_reference_is_computed_on_the_run_collected(tmp_path, one_prompt_a_piece):
     path = _copy("data/experiment-cpu/default", tmp_path)
     other = read_run(ROOT / "data/experiment-cpu/row-invariant")

@@ -64,6 +64,23 @@ _COUNTED = (
     "length",
     "prompt_tokens",
 )
+# What the verdict reads of each request at all: the above, what its state is worked out from (``_states``) and its decode
+# rate (``cost_by_c``). Filtered by arm, every column of every request would be the judgement's largest copy (at 516,000
+# requests, 170 MB an arm, and again for the cost).
+_READ = (
+    *_COUNTED,
+    "arm",
+    "reference_length",
+    "has_reference",
+    "text_same",
+    "parted_at",
+    "token_unknown_at",
+    "bits_differ_at",
+    "bits_unknown_at",
+    "bits_known",
+    "decode_tok_s",
+    "decode_rate_origin",
+)
 
 
 @dataclass
@@ -149,7 +166,7 @@ def judge_tables(
     """
     manifest = subject.manifest
     bands = _formation(bands)
-    states = _states(slots)
+    states = _states(slots.select(c for c in dict.fromkeys(_READ) if c in slots.columns))
     alone = _alone_states(refs, states)
     arms = judged_arms(manifest)
     legacy = legacy_arm(manifest)
