@@ -159,7 +159,8 @@ class Run:
         """The prompt ids the captures hold, sorted."""
         ids = self.dump.requests["prompt_id"]
         ids = ids if isinstance(ids, pl.Series) else pl.from_pandas(ids)
-        return ids.drop_nulls().unique().sort().to_list()  # sorted as Python sorts str: by code point, as UTF-8 bytes are
+        # sorted as Python sorts str: by code point, as their UTF-8 bytes sort
+        return ids.drop_nulls().unique().sort().to_list()
 
     def __repr__(self) -> str:
         engine = (
