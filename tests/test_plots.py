@@ -395,3 +395,25 @@ def test_a_one_bar_attribution_chart_is_narrower_than_a_many_bar_one():
     narrow, wide = plots.plot_attribution(one), plots.plot_attribution(many)
     assert narrow.figure.get_figwidth() == 5.5 and wide.figure.get_figwidth() == 7.5  # 4.5 in and 0.5 a bar, at least 5.5
     assert _png_width(narrow.figure)[0] < 700
+
+
+def test_many_references_are_grey_lines_in_one_collection_with_their_partings_as_dots():
+    from matplotlib.collections import LineCollection
+
+    from analysis.views.plots._drawing import _covered, _legend
+    from analysis.views.plots.margins import _grey_traces
+
+    traces = {f"q{k:02d}": [(0, 1.0 + k), (1, 0.5 + k), (2, 0.25 + k)] for k in range(12)}
+    _, ax = plt.subplots()
+    _grey_traces(ax, traces, {"q03": [1], "q07": [2, 2]})
+    (lines,) = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert [segment.tolist() for segment in lines.get_segments()] == [[list(p) for p in t] for t in traces.values()]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert [tuple(zip(d.get_xdata(), d.get_ydata())) for d in dots] == [((1, 3.5), (2, 7.25))]
+    assert ax.get_ylim()[1] >= 12.0  # the view takes in every line
+    _legend(ax)
+    assert "one line per prompt (12)" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    box = ax.transData.transform([(0.4, 4.7), (0.6, 4.8)])  # on q04's line between its steps, off every vertex
+    from matplotlib.transforms import Bbox
+
+    assert _covered(ax, Bbox(box))  # a legend there would hide a line: the collection's segments count

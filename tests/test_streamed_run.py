@@ -108,7 +108,7 @@ def test_the_plan_is_kept_and_read_back_for_the_same_manifest_and_worked_out_aga
     path = _copy("data/llamacpp-cpu/cache-prompt", tmp_path)  # its decode rates are the server's, from the envelopes
     whole = read_run(path).requests.drop(_pieces.PIECE_COLUMNS)
     assert read_run(path, stream=True).requests.equals(whole)
-    assert len(list((path / "derived" / "pieces" / "plans").glob("*.parquet"))) == 1
+    assert _kept_plans(path) == 1
     plan_run = _pieces.plan_run
     monkeypatch.setattr(_pieces, "plan_run", lambda *a: pytest.fail("worked out again"))
     assert read_run(path, stream=True).requests.equals(whole)
@@ -117,7 +117,14 @@ def test_the_plan_is_kept_and_read_back_for_the_same_manifest_and_worked_out_aga
     worked = []
     monkeypatch.setattr(_pieces, "plan_run", lambda *a: worked.append(1) or plan_run(*a))
     assert read_run(path, stream=True).requests.equals(whole) and worked
-    assert len(list((path / "derived" / "pieces" / "plans").glob("*.parquet"))) == 1  # the last manifest's alone
+    assert _kept_plans(path) == 1  # the last manifest's alone
+
+
+def _kept_plans(path: Path) -> int:
+    """How many plans are kept beside a run's pieces, each with which pieces hold each prompt."""
+    plans = {f.name.split(".")[0] for f in (path / "derived" / "pieces" / "plans").glob("*.where.parquet")}
+    assert plans == {f.name.split(".")[0] for f in (path / "derived" / "pieces" / "plans").glob("*.parquet")}
+    return len(plans)
 
 
 def test_a_plan_kept_by_a_run_read_from_elsewhere_names_its_captures_where_they_are_now(tmp_path, monkeypatch):

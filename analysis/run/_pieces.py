@@ -11,6 +11,7 @@ reference and band tables, and so the verdict) needs the memory of a piece and n
     tokens/piece=K/*.parquet        the tokens of piece K's requests, one file per chunk of the captures, in file order
     candidates/piece=K/*.parquet
     plans/DIGEST.parquet            the plan's requests (``plan_run``) for one manifest and bia's code, kept when first read
+    plans/DIGEST.where.parquet      which pieces hold each prompt, beside it
 
 A piece is a run of consecutive prompts of the manifest's plan, as many as about ``PIECE_BYTES`` of captures hold;
 requests of no planned prompt form the last piece. :func:`read_run` keeps the whole run in memory for notebooks; this
@@ -262,34 +263,36 @@ def _read_pieces(path: Path, manifest: dict[str, Any], folder: Path, record: dic
     renamed = _renamed(record["captures_dir"], os.fspath(path / "captures"))
     formats = {renamed(k): v for k, v in record.get("formats", {}).items()}
     skipped = _recorded_skips(record, renamed)
-    planned = _planned_requests(path, manifest, folder, record, formats, skipped)
+    planned, where = _planned_requests(path, manifest, folder, record, formats, skipped)
     plan = _said_cut(Run(manifest, _no_tokens(moved(planned), formats, skipped), path))  # as read_run says it
-    where = pl.read_parquet(folder / "requests.parquet", columns=["prompt_id", "piece"]).unique(maintain_order=True)
     pieces = _Pieces(path, manifest, folder, where, dropped, moved, formats, skipped, record["pieces"])
     return plan, pieces
 
 
 def _planned_requests(
     path: Path, manifest: dict[str, Any], folder: Path, record: dict[str, Any], formats: Any, skipped: Any
-) -> pl.DataFrame:
-    """The plan's requests (:func:`plan_run`), its sources as the pieces' record names them: kept under
-    ``derived/pieces/plans/`` for this manifest and this code, so that opening a run reads the plan's columns alone and
-    not every request's envelope and text (at 516,000 requests, 180 MB read against 360 MB and the arms worked out)."""
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The plan's requests (:func:`plan_run`), its sources as the pieces' record names them, and which pieces hold each
+    prompt: kept under ``derived/pieces/plans/`` for this manifest and this code, so that opening a run reads the plan's
+    columns alone and not every request's envelope and text (at 516,000 requests, 185 MB read against 360 MB and the
+    arms worked out), nor every request's piece."""
     from ._piecewise import _code_digest  # the plan's arms and rates are bia's: another version works them out again
 
     digest = hashlib.sha256((path / "manifest.json").read_bytes() + _code_digest().encode()).hexdigest()[:16]
-    file = folder / "plans" / f"{digest}.parquet"
+    plans = folder / "plans"
     with contextlib.suppress(OSError, pl.exceptions.PolarsError):
-        return pl.read_parquet(file)
-    requests = pl.read_parquet(folder / "requests.parquet").drop("piece")
-    planned = plan_run(manifest, requests, formats, skipped, path).requests
+        return pl.read_parquet(plans / f"{digest}.parquet"), pl.read_parquet(plans / f"{digest}.where.parquet")
+    requests = pl.read_parquet(folder / "requests.parquet")
+    where = requests.select("prompt_id", "piece").unique(maintain_order=True)
+    planned = plan_run(manifest, requests.drop("piece"), formats, skipped, path).requests
     if os.access(folder, os.W_OK):
         with contextlib.suppress(OSError):  # a plan we cannot keep is only worked out again next time
-            shutil.rmtree(file.parent, ignore_errors=True)  # one plan kept: the last manifest's, the last code's
-            file.parent.mkdir()
-            planned.write_parquet(file.with_suffix(".part"))
-            os.replace(file.with_suffix(".part"), file)
-    return planned
+            shutil.rmtree(plans, ignore_errors=True)  # one plan kept: the last manifest's, the last code's
+            plans.mkdir()
+            for frame, name in ((where, f"{digest}.where.parquet"), (planned, f"{digest}.parquet")):  # the plan last
+                frame.write_parquet(plans / f"{name}.part")
+                os.replace(plans / f"{name}.part", plans / name)
+    return planned, where
 
 
 def plan_run(

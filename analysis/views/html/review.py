@@ -50,7 +50,7 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     if judgement is None:
         judgement = judge_runs(run)
     verdict, headline, css, judged = _judged(judgement.frame.filter(pl.col("run") == run.label).to_dicts())
-    if run.dump.requests.select(pl.struct("source", "record").n_unique()).item() == 1:  # not a copy of every request
+    if _one_line(run.dump.requests):
         return _lone_review(run, verdict)
     slots = slot_table(run, epsilon=epsilon, reference=reference)
     spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
@@ -108,6 +108,21 @@ def _reference_spans(run) -> pl.DataFrame:
         )
         .cast(_NO_SPANS.schema)
     )
+
+
+def _one_line(requests: pl.DataFrame) -> bool:
+    """Whether every request is one capture line's (a record of choices): each row's source and record the first row's,
+    compared without hashing every request.
+
+    Examples
+    --------
+    >>> _one_line(pl.DataFrame({"source": ["a", "a"], "record": [3, 3]})), _one_line(pl.DataFrame({"source": ["a", "b"], "record": [3, 3]}))
+    (True, False)
+    >>> _one_line(pl.DataFrame({"source": [], "record": []}, schema={"source": pl.String, "record": pl.Int64}))
+    False
+    """
+    same = [pl.col(name).eq_missing(pl.col(name).first()).all() for name in ("source", "record")]
+    return requests.height > 0 and all(requests.select(same).row(0))
 
 
 def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:

@@ -226,19 +226,28 @@ def _covered(ax, box) -> bool:
     display coordinates. Lines across the whole axes (``axhline``) are guides, not data."""
     import numpy as np
 
+    from matplotlib.collections import LineCollection
+
+    def sampled(shown):  # a line's vertices and the segments between them
+        steps = np.linspace(0, 1, 24)[None, :, None]
+        return (shown[:-1, None, :] + (shown[1:] - shown[:-1])[:, None, :] * steps).reshape(-1, 2)
+
     shapes = []
     for line in ax.get_lines():
         xy = np.asarray(line.get_xydata(), dtype=float)
         if not line.get_visible() or len(xy) == 0 or line.get_transform() is not ax.transData:
             continue
         shown = ax.transData.transform(xy)
-        if line.get_linestyle() not in ("None", "") and len(shown) > 1:  # the segments, sampled
-            steps = np.linspace(0, 1, 24)[None, :, None]
-            shown = (shown[:-1, None, :] + (shown[1:] - shown[:-1])[:, None, :] * steps).reshape(-1, 2)
-        shapes.append(shown)
-    shapes += [
-        ax.transData.transform(np.asarray(c.get_offsets(), dtype=float)) for c in ax.collections if len(c.get_offsets())
-    ]
+        shapes.append(sampled(shown) if line.get_linestyle() not in ("None", "") and len(shown) > 1 else shown)
+    for collection in ax.collections:
+        if isinstance(collection, LineCollection):  # many lines drawn as one (the grey reference traces)
+            shapes += [
+                sampled(ax.transData.transform(np.asarray(segment, dtype=float)))
+                for segment in collection.get_segments()
+                if len(segment) > 1
+            ]
+        elif len(collection.get_offsets()):
+            shapes.append(ax.transData.transform(np.asarray(collection.get_offsets(), dtype=float)))
     for shown in shapes:
         shown = shown[np.isfinite(shown).all(axis=1)]
         inside = (shown[:, 0] >= box.x0) & (shown[:, 0] <= box.x1) & (shown[:, 1] >= box.y0) & (shown[:, 1] <= box.y1)
