@@ -225,7 +225,6 @@ def _covered(ax, box) -> bool:
     """Whether anything drawn (a line's vertices and the segments between them, a scatter's dots) lies inside ``box``, in
     display coordinates. Lines across the whole axes (``axhline``) are guides, not data."""
     import numpy as np
-
     from matplotlib.collections import LineCollection
 
     def sampled(shown):  # a line's vertices and the segments between them
