@@ -23,12 +23,17 @@ from ._drawing import (
 )
 
 
-def _partings(run: Run) -> dict[str, list[int]]:
-    """Per prompt, the steps where its batched requests part from the reference."""
-    return {
-        prompt: group["divergence_at"].drop_nulls().to_list()
-        for (prompt,), group in slot_table(run).group_by(["prompt_id"])
-    }
+def partings(slots: pl.DataFrame) -> dict[str, list[int]]:
+    """Per prompt, the steps where its batched requests part from the reference, from a slot table: in one query over
+    two of its columns (a group of every column per prompt copied the table).
+
+    Examples
+    --------
+    >>> partings(pl.DataFrame({"prompt_id": ["p", "q", "p"], "divergence_at": [3, None, 1]}))
+    {'p': [3, 1], 'q': []}
+    """
+    rows = slots.lazy().group_by("prompt_id", maintain_order=True).agg(pl.col("divergence_at").drop_nulls()).collect()
+    return dict(zip(rows["prompt_id"].to_list(), rows["divergence_at"].to_list(), strict=True))
 
 
 def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
@@ -117,7 +122,7 @@ def plot_margin_trace(
     ax = _axes(ax)
     if isinstance(margins, Run):
         run = margins
-        margins, divergences = reference_margins(run), divergences or _partings(run)
+        margins, divergences = reference_margins(run), divergences or partings(slot_table(run))
     elif isinstance(margins, (str, os.PathLike, pl.DataFrame)) or not isinstance(margins, Iterable):
         hint = (
             f": read the run first, plot_margin_trace(analysis.read_run({margins!r}))"

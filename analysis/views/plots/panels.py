@@ -10,7 +10,7 @@ from ...run import band_table, flip_table, reference_margins, slot_table, width_
 from ...studies import judge
 from ._drawing import panel_grid
 from .drift import drift_drawn, plot_delta_before_fork
-from .margins import plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
+from .margins import partings, plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
 from .parity import plot_divergence, plot_unique_completions
 from .rates import plot_band_widths, plot_decode_rate
 from .witness import plot_env_knobs
@@ -75,7 +75,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
     if judgement is None and isinstance(reference, str) and reference == "ref1":
         judgement = judge(run)
     margins, flips, deltas = run_curves(run, reference)
-    parted = {p: g["divergence_at"].drop_nulls().to_list() for (p,), g in slots.group_by(["prompt_id"])}
+    parted = partings(slots)
     pairs = [
         (
             lambda ax: plot_divergence(slots, declared_min=run.declared_min, judgement=judgement, ax=ax),
