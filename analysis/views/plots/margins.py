@@ -27,6 +27,16 @@ def partings(slots: pl.DataFrame) -> dict[str, list[int]]:
     """Per prompt, the steps where its batched requests part from the reference, from a slot table: in one query over
     two of its columns (a group of every column per prompt copied the table).
 
+    Parameters
+    ----------
+    slots : polars.DataFrame
+        A slot table (:func:`analysis.run.slot_table`), or any frame with ``prompt_id`` and ``divergence_at``.
+
+    Returns
+    -------
+    dict of str to list of int
+        Each prompt's parting steps, in the table's order; an empty list for a prompt none of whose requests part.
+
     Examples
     --------
     >>> partings(pl.DataFrame({"prompt_id": ["p", "q", "p"], "divergence_at": [3, None, 1]}))
