@@ -34,6 +34,7 @@ from ..metrics import cost_by_c, divergence_bound
 from ..run import Run, band_table, legacy_arm, reference_table, slot_table
 from ._judgement_cost import cost_words, judged_arms
 from ._judgement_evidence import (
+    STATE_COLUMNS,
     _alone_states,
     _formation,
     _states,
@@ -67,20 +68,7 @@ _COUNTED = (
 # What the verdict reads of each request at all: the above, what its state is worked out from (``_states``) and its decode
 # rate (``cost_by_c``). Filtered by arm, every column of every request would be the judgement's largest copy (at 516,000
 # requests, 170 MB an arm, and again for the cost).
-_READ = (
-    *_COUNTED,
-    "arm",
-    "reference_length",
-    "has_reference",
-    "text_same",
-    "parted_at",
-    "token_unknown_at",
-    "bits_differ_at",
-    "bits_unknown_at",
-    "bits_known",
-    "decode_tok_s",
-    "decode_rate_origin",
-)
+_READ = (*_COUNTED, "arm", *STATE_COLUMNS, "decode_tok_s", "decode_rate_origin")
 
 
 @dataclass
