@@ -3,11 +3,13 @@ copy of every row, and a run's prompts sorted as Python sorts them, without a Py
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.dumps import read_dumps
+from analysis.dumps import Dump, read_dumps
 from analysis.run import Run
 from analysis.views.html.tables import worst_html
 
@@ -25,12 +27,12 @@ def test_the_worst_rows_are_the_first_of_the_stable_sort_nulls_last(rows, n, des
     by = ["a", "b", "x"]
     expected = frame.sort(by, descending=descending, nulls_last=True, maintain_order=True).head(n)
     page = worst_html(frame, by=by, descending=descending, caption="c", what="rows", n=n)
-    shown = [int(cell) for cell in __import__("re").findall(r"<tr><td>(\d+)</td>", page)]
+    shown = [int(cell) for cell in re.findall(r"<tr><td>(\d+)</td>", page)]
     assert shown == expected["id"].to_list()
 
 
 def test_a_runs_prompts_are_sorted_by_code_point_without_nulls():
     dump = read_dumps([])
     requests = pl.DataFrame({"prompt_id": ["p10", "p2", None, "é", "Z", "p2"]}, schema={"prompt_id": pl.String})
-    run = Run({}, type(dump)(dump.tokens, dump.candidates, requests, {}, []))
+    run = Run({}, Dump(dump.tokens, dump.candidates, requests, {}, []))
     assert run.prompts == sorted({"p10", "p2", "é", "Z"}) == ["Z", "p10", "p2", "é"]

@@ -46,6 +46,7 @@ from ..dumps import (
 from ._derived import _capture_stamps
 from ._layout import RunError, load_manifest
 from ._model import Run
+from ._piecewise import _code_digest
 from ._read import _said_cut, _without_repeated_lines
 from ._read import read_whole_run as read_run
 
@@ -263,21 +264,20 @@ def _read_pieces(path: Path, manifest: dict[str, Any], folder: Path, record: dic
     renamed = _renamed(record["captures_dir"], os.fspath(path / "captures"))
     formats = {renamed(k): v for k, v in record.get("formats", {}).items()}
     skipped = _recorded_skips(record, renamed)
-    planned, where = _planned_requests(path, manifest, folder, record, formats, skipped)
+    planned, where = _planned_requests(path, manifest, folder, formats, skipped)
     plan = _said_cut(Run(manifest, _no_tokens(moved(planned), formats, skipped), path))  # as read_run says it
     pieces = _Pieces(path, manifest, folder, where, dropped, moved, formats, skipped, record["pieces"])
     return plan, pieces
 
 
 def _planned_requests(
-    path: Path, manifest: dict[str, Any], folder: Path, record: dict[str, Any], formats: Any, skipped: Any
+    path: Path, manifest: dict[str, Any], folder: Path, formats: dict[str, list[str]], skipped: list[DumpError]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The plan's requests (:func:`plan_run`), its sources as the pieces' record names them, and which pieces hold each
     prompt: kept under ``derived/pieces/plans/`` for this manifest and this code, so that opening a run reads the plan's
     columns alone and not every request's envelope and text (at 516,000 requests, 185 MB read against 360 MB and the
     arms worked out), nor every request's piece."""
-    from ._piecewise import _code_digest  # the plan's arms and rates are bia's: another version works them out again
-
+    # the plan's arms and rates are bia's: another version works them out again
     digest = hashlib.sha256((path / "manifest.json").read_bytes() + _code_digest().encode()).hexdigest()[:16]
     plans = folder / "plans"
     with contextlib.suppress(OSError, pl.exceptions.PolarsError):

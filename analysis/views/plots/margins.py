@@ -195,7 +195,7 @@ def _grey_traces(ax, traces: Mapping[str, list[tuple[int, float]]], parted: Mapp
     from matplotlib.collections import LineCollection
 
     lines = LineCollection(
-        [trace for trace in traces.values() if trace],
+        list(traces.values()),
         colors="gray",
         alpha=0.35,
         linewidths=0.7,
