@@ -150,6 +150,35 @@ def test_a_streamed_run_collected_holds_every_token(tmp_path, one_prompt_a_piece
     assert streamed.prompt_run("p0").requests["prompt_id"].unique().to_list() == ["p0"]
 
 
+@pytest.mark.parametrize("run", BUNDLED)
+def test_a_prompts_run_read_from_its_piece_is_the_whole_runs(run, tmp_path):
+    # a piece of every prompt: each prompt's rows are picked out of the piece's files as they stream past
+    path = _copy(run, tmp_path)
+    whole, streamed = read_run(path), read_run(path, stream=True)
+    for prompt in whole.prompts:
+        got, expected = streamed.prompt_run(prompt).dump, whole.prompt_run(prompt).dump
+        assert got.requests.equals(expected.requests), f"{run} {prompt}"
+        assert got.tokens.equals(expected.tokens), f"{run} {prompt}"
+        assert got.candidates.equals(expected.candidates), f"{run} {prompt}"
+
+
+def test_a_line_written_twice_is_left_out_of_the_pieces_and_a_prompts_run_as_the_whole_run_leaves_it(tmp_path):
+    path = _copy("data/experiment-cpu/default", tmp_path)
+    captures = path / "captures" / "requests.jsonl"
+    lines = captures.read_bytes().splitlines(keepends=True)
+    captures.write_bytes(b"".join([*lines, lines[0]]))  # the first line appended again, byte for byte
+    whole, streamed = read_run(path), read_run(path, stream=True)
+    assert streamed.pieces.dropped.height == 1
+    copy = len(lines) + 1  # the copy's line number (records count from 1)
+    prompt = whole.requests.filter(pl.col("record") == 1)["prompt_id"][0]
+    got, expected = streamed.prompt_run(prompt).dump, whole.prompt_run(prompt).dump
+    assert got.tokens.equals(expected.tokens) and got.candidates.equals(expected.candidates)
+    assert got.tokens.filter(pl.col("record") == 1).height > 0
+    assert got.tokens.filter(pl.col("record") == copy).height == 0  # its piece holds the copy's tokens; they are left out
+    every = pl.concat([piece.dump.tokens for piece in streamed.pieces])
+    assert every.height == whole.tokens.height and every.filter(pl.col("record") == copy).height == 0
+
+
 def test_stream_takes_no_read_dumps_option():
     with pytest.raises(TypeError, match="stream=True"):
         read_run("data/experiment-cpu/default", stream=True, lenient=True)

@@ -362,8 +362,9 @@ class _Pieces:
             if one is not None:
                 yield one
 
-    def piece(self, piece: int) -> Run | None:
-        """Piece ``piece``'s run, None when it holds no request."""
+    def piece(self, piece: int, prompts: list[str] | None = None) -> Run | None:
+        """Piece ``piece``'s run (of only ``prompts``' requests and their tokens, when given), None when it holds no
+        request."""
         if self.folder is None or piece not in self.where["piece"]:
             return None
         file = self.folder / "requests" / f"piece={piece}.parquet"
@@ -373,20 +374,34 @@ class _Pieces:
             raise RunError(
                 f"{file}: piece {piece}'s requests cannot be read ({exc}); delete {self.folder} to read the captures again"
             ) from None
+        if prompts is not None:
+            mine = mine.filter(pl.col("prompt_id").is_in(prompts))
         tokens, candidates = (
-            self.moved(_piece_table(self.folder / name / f"piece={piece}", schema))
+            self._rows(self.folder / name / f"piece={piece}", schema, None if prompts is None else mine)
             for name, schema in (("tokens", TOKEN_SCHEMA), ("candidates", CANDIDATE_SCHEMA))
         )
-        if self.dropped.height:
-            tokens, candidates = (
-                t.join(self.dropped, on=["source", "record"], how="anti") for t in (tokens, candidates)
-            )
         return Run(self.manifest, Dump(tokens, candidates, mine, self.formats, self.skipped), self.path)
 
+    def _rows(self, folder: Path, schema: dict[str, Any], requests: pl.DataFrame | None) -> pl.DataFrame:
+        """A piece's token or candidate rows in the captures' order (file, then chunk), named where the run is now, less
+        the dropped requests'; of ``requests`` only when given, streamed so that the rest of the piece is never held."""
+        files = sorted(folder.glob("*.parquet"))
+        if not files:
+            return pl.DataFrame(schema=schema)
+        rows = self.moved(pl.scan_parquet(files))
+        if requests is not None:
+            keys = requests.lazy().select(_KEYS)
+            rows = rows.join(keys, on=_KEYS, how="semi", nulls_equal=True, maintain_order="left")
+        if self.dropped.height:
+            rows = rows.join(self.dropped.lazy(), on=["source", "record"], how="anti", maintain_order="left")
+        return rows.collect(engine="streaming")
+
     def restricted(self, prompts: set[str]) -> Run:
-        """The run of these prompts' requests with their tokens (from their pieces), held whole."""
-        numbers = sorted(self.where.filter(pl.col("prompt_id").is_in(sorted(prompts)))["piece"].unique().to_list())
-        runs = [run for run in (self.piece(n) for n in numbers) if run is not None]
+        """The run of these prompts' requests with their tokens (read from their pieces, and of them only these prompts'
+        rows), held whole."""
+        wanted = sorted(prompts)
+        numbers = sorted(self.where.filter(pl.col("prompt_id").is_in(wanted))["piece"].unique().to_list())
+        runs = [run for run in (self.piece(n, wanted) for n in numbers) if run is not None]
         if not runs:
             return Run(
                 self.manifest, _no_tokens(pl.DataFrame(schema=REQUEST_SCHEMA), self.formats, self.skipped), self.path
@@ -448,13 +463,6 @@ def streamed_run(path: str | os.PathLike[str]) -> Run:
     """
     plan, pieces = _open(Path(path))
     return dataclasses.replace(plan, pieces=pieces)
-
-
-def _piece_table(folder: Path, schema: dict[str, Any]) -> pl.DataFrame:
-    files = sorted(folder.glob("*.parquet"))  # in the captures' order: file, then chunk
-    if not files:
-        return pl.DataFrame(schema=schema)
-    return pl.concat([pl.read_parquet(f) for f in files], how="vertical")
 
 
 def _recorded_skips(record: dict[str, Any], renamed: Any) -> list[DumpError]:

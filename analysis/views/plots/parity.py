@@ -130,9 +130,14 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: l
     if batched.is_empty():
         return _empty(ax, "No batched requests (c > 1) in the run.")
     counts = _counts(batched, rows)
-    # where each request parts, or its length (the shorter of it and the reference's) when it never does
-    batched = batched.with_columns(
-        agreed=pl.coalesce("position", pl.min_horizontal("reference_length", "length"), "divergence_at")
+    # where each request parts, or its length (the shorter of it and the reference's) when it never does; only what is
+    # drawn, so that each state's points below are not a copy of every column of every batched request
+    batched = batched.select(
+        "prompt_id",
+        "slot",
+        c,
+        "state",
+        agreed=pl.coalesce("position", pl.min_horizontal("reference_length", "length"), "divergence_at"),
     )
     for state, (marker, colour, words) in _STATE_MARKS.items():
         drawn_ = batched.filter(pl.col("state") == state)
