@@ -384,17 +384,18 @@ class _Pieces:
 
     def _rows(self, folder: Path, schema: dict[str, Any], requests: pl.DataFrame | None) -> pl.DataFrame:
         """A piece's token or candidate rows in the captures' order (file, then chunk), named where the run is now, less
-        the dropped requests'; of ``requests`` only when given, streamed so that the rest of the piece is never held."""
+        the dropped lines'; of ``requests`` only when given, streamed so that the rest of the piece is never held."""
         files = sorted(folder.glob("*.parquet"))
         if not files:
             return pl.DataFrame(schema=schema)
-        rows = self.moved(pl.scan_parquet(files))
-        if requests is not None:
-            keys = requests.lazy().select(_KEYS)
-            rows = rows.join(keys, on=_KEYS, how="semi", nulls_equal=True, maintain_order="left")
-        if self.dropped.height:
-            rows = rows.join(self.dropped.lazy(), on=["source", "record"], how="anti", maintain_order="left")
-        return rows.collect(engine="streaming")
+        if requests is None:  # the whole piece: read eagerly, twice as fast as a scan
+            rows = self.moved(pl.concat([pl.read_parquet(f) for f in files], how="vertical"))
+            return rows.join(self.dropped, on=["source", "record"], how="anti") if self.dropped.height else rows
+        keys = requests.lazy().select(_KEYS)  # a piece's requests are read once: no dropped line is among them
+        chosen = self.moved(pl.scan_parquet(files)).join(
+            keys, on=_KEYS, how="semi", nulls_equal=True, maintain_order="left"
+        )
+        return chosen.collect(engine="streaming")
 
     def restricted(self, prompts: set[str]) -> Run:
         """The run of these prompts' requests with their tokens (read from their pieces, and of them only these prompts'
