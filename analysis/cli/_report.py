@@ -130,7 +130,7 @@ def _report(
     when ``embedded``: nothing was given)."""
     import dataclasses
 
-    from ..core import WitnessError
+    from ..core import WitnessError, trim_heap
     from ..io import SourceError, default_runs, default_sources
     from ..report import ACCEPTS, ReportError, render_report
     from ..witness import read_witnesses
@@ -147,6 +147,7 @@ def _report(
         hint = f"; {ACCEPTS}" if isinstance(exc, WitnessError) and "neither a witness" in str(exc) else ""
         typer.echo(f"error: {exc}{hint}", err=True)
         raise typer.Exit(EXIT_RED) from None
+    trim_heap()  # what reading freed (the manifests' Python objects) is not held while the kernel runs
     overrides = {k: v for k, v in dataclasses.asdict(policy).items() if v != getattr(V3Policy(), k)}
     try:
         asked = (

@@ -3,6 +3,7 @@
 from ._cells import MISSING, cell, duration, few, pairs, percent, share
 from ._fields import INT64_MAX, INT64_MIN, Fields, WitnessError
 from ._frames import as_polars, build, check_backend, progress, progress_bar, to_backend
+from ._heap import trim_heap
 from ._modes import (
     INVARIANT_MODES,
     KERNEL_MODES,
@@ -73,5 +74,6 @@ __all__ = [
     "rust_is_blank",
     "share",
     "to_backend",
+    "trim_heap",
     "write_atomic",
 ]
