@@ -411,8 +411,7 @@ class _Pieces:
             pl.concat([getattr(r.dump, name) for r in runs], how="vertical")
             for name in ("tokens", "candidates", "requests")
         )
-        dump = Dump(tokens, candidates, requests, self.formats, self.skipped)
-        return Run(self.manifest, dump, self.path).restricted(prompts)
+        return Run(self.manifest, Dump(tokens, candidates, requests, self.formats, self.skipped), self.path)
 
     def collected(self, run: Run) -> Run:
         """The run held whole, as :func:`read_run` reads it."""
