@@ -29,16 +29,19 @@ class _Peak:
 
     def __init__(self) -> None:
         self.value = 0
+        self._lock = threading.Lock()
         threading.Thread(target=self._sample, daemon=True).start()
 
     def _sample(self) -> None:
         while True:
-            self.value = max(self.value, _PROCESS.memory_info().rss)
+            with self._lock:  # a reset between reading the value and writing it back would keep the last peak
+                self.value = max(self.value, _PROCESS.memory_info().rss)
             time.sleep(0.003)
 
     def reset(self) -> int:
-        self.value = _PROCESS.memory_info().rss
-        return self.value
+        with self._lock:
+            self.value = _PROCESS.memory_info().rss
+            return self.value
 
 
 def _measured(peak: _Peak, name: str, step: Callable[[], Any]) -> Any:

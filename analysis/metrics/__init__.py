@@ -8,11 +8,12 @@ from .parity import _columnar as columnar
 from .parity._bounds import divergence_bound, requests_needed
 from .parity._columnar import float32_bits, ordered_bits
 from .parity._columnar_steps import _identity as token_identity
-from .parity._counts import bits_unrecorded, per_c_counts, run_counts
+from .parity._counts import COUNTED_COLUMNS, bits_unrecorded, per_c_counts, run_counts
 from .parity._decode_cost import MIN_RATE_SAMPLES, TIMING_WORDS, cost_by_c, decode_cost
 from .parity._rates import ratio_interval
 
 __all__ = [
+    "COUNTED_COLUMNS",
     "MIN_RATE_SAMPLES",
     "TIMING_WORDS",
     "SamplingMaskError",

@@ -64,6 +64,7 @@ from ._prompt_tables import (
     reference_margins,
 )
 from ._read import assemble_run
+from ._slot_tables import SLOT_COLUMNS as SLOT_COLUMNS  # for readers that ask for some columns, not the API pages
 from ._slot_tables import reference_table, slot_table
 from ._steps import numbered_steps as numbered_steps  # for the studies, not the API pages
 from ._steps import references

@@ -3,19 +3,22 @@ prompt's requests, so a run's table is the table of each piece, merged in a fixe
 
 A table function decorated with :func:`piecewise` computes as before on a run held whole. On a streamed run (one whose
 ``pieces`` is set), the first table asked for computes every registered table in one pass over the pieces (each piece's
-tokens read once, whichever tables the caller needs next), merges them, and keeps them with the run and, where the run
-directory takes it, under ``derived/pieces/tables/`` for the next reader: a warm report reads those, not the tokens.
+tokens read once, whichever tables the caller needs next), merges them, and keeps them under ``derived/pieces/tables/``
+where the run directory takes it: each reader reads the columns it asks for from there, and the run holds none of them
+(a warm report reads those files, not the tokens). Where nothing can be kept (a study, a read-only run), the run holds
+them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,8 @@ def piecewise(
     The function takes the run and, as keywords, any of ``epsilon`` and ``reference``; it must give, for a run that
     holds some of the prompts, exactly the rows the whole run gives for those prompts, or rows that ``merge`` makes the
     whole run's once concatenated. A call with another option (a run as the reference) computes on the run collected.
+    Every registered table also takes ``columns``: only those columns, in that order; on a streamed run, a table kept
+    on disk reads no other column from its file, so that a reader holds what it reads and not the whole table.
 
     Parameters
     ----------
@@ -75,19 +80,21 @@ def piecewise(
         _REGISTRY[name] = _Table(name, function, takes, merge, eager)
 
         @functools.wraps(function)
-        def table(run: Any, **options: Any) -> pl.DataFrame:
-            if getattr(run, "pieces", None) is None:
-                return function(run, **options)
-            given = {**defaults, **options}
-            if set(options) - set(takes):
-                return function(run.collected(), **options)
-            if not isinstance(given.get("reference", "ref1"), str):  # another run's ref #1 of each prompt
-                return _against_run(run, name, options)
-            context = {
-                "epsilon": float(given.get("epsilon", parity.NEAR_TIE_EPSILON)),
-                "reference": given.get("reference", "ref1"),
-            }
-            return table_of(run, name, **context)
+        def table(run: Any, *, columns: Sequence[str] | None = None, **options: Any) -> pl.DataFrame:
+            if getattr(run, "pieces", None) is not None and not set(options) - set(takes):
+                given = {**defaults, **options}
+                if isinstance(given.get("reference", "ref1"), str):
+                    context = {
+                        "epsilon": float(given.get("epsilon", parity.NEAR_TIE_EPSILON)),
+                        "reference": given.get("reference", "ref1"),
+                    }
+                    return table_of(run, name, **context, columns=columns)
+                frame = _against_run(run, name, options)  # another run's ref #1 of each prompt
+            elif getattr(run, "pieces", None) is not None:
+                frame = function(run.collected(), **options)
+            else:
+                frame = function(run, **options)
+            return frame if columns is None else frame.select(columns)
 
         return table
 
@@ -97,8 +104,8 @@ def piecewise(
 def merged_tables(
     run: Any, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str = "ref1"
 ) -> dict[str, pl.DataFrame]:
-    """Every registered table of a streamed run for this epsilon and reference: kept with the run, read back from
-    ``derived/pieces/tables/`` when written there for the same captures and version, else computed in one pass.
+    """Every registered eager table of a streamed run for this epsilon and reference, each read whole (see
+    :func:`table_of`).
 
     Parameters
     ----------
@@ -113,6 +120,16 @@ def merged_tables(
     -------
     dict of str to polars.DataFrame
     """
+    return {
+        name: table_of(run, name, epsilon=epsilon, reference=reference)
+        for name in _eager_tables(run, epsilon, reference)
+    }
+
+
+def _eager_tables(run: Any, epsilon: float, reference: str) -> dict[str, pl.DataFrame | _Kept]:
+    """The eager tables of a streamed run for this context: each kept on disk (read back from ``derived/pieces/tables/``
+    when written there for the same captures and version, else computed in one pass and written there), or held with the
+    run where nothing can be kept (a study, a read-only run)."""
     key = ("piecewise", float(epsilon), reference)
     tables = run._cache.setdefault(key, {})
     missing = [name for name, table in _REGISTRY.items() if table.eager and name not in tables]
@@ -124,14 +141,43 @@ def merged_tables(
     missing = [name for name in missing if name not in tables]
     if missing:
         computed = _one_pass(run, missing, {"epsilon": float(epsilon), "reference": reference})
-        _write_back(folder, computed, captures)
-        tables.update(computed)
+        written = _write_back(folder, computed, captures)
+        tables.update({name: written.get(name, frame) for name, frame in computed.items()})
     return tables
 
 
-def table_of(run: Any, name: str, *, epsilon: float = parity.NEAR_TIE_EPSILON, reference: str = "ref1") -> pl.DataFrame:
-    """One registered table of a streamed run: from the eager tables' one pass, or a table that is not eager in a pass
-    of its own, held with the run.
+@dataclass(frozen=True)
+class _Kept:
+    """A merged table kept on disk, read each time it is asked for: a report holds it only while a reader reads it, and
+    only the columns that reader asks for (at 516,000 requests the slot table alone is 144 MB)."""
+
+    file: Path
+    old: str  # the captures folder its sources named when it was written
+    captures: str  # where they are now
+
+    def read(self, columns: Sequence[str] | None) -> pl.DataFrame:
+        frame = pl.read_parquet(self.file, columns=None if columns is None else list(dict.fromkeys(columns)))
+        if self.old != self.captures and "source" in frame.columns:
+            moved = pl.col("source").str.starts_with(self.old)
+            frame = frame.with_columns(
+                pl.when(moved)
+                .then(pl.lit(self.captures) + pl.col("source").str.slice(len(self.old)))
+                .otherwise(pl.col("source"))
+                .alias("source")
+            )
+        return frame if columns is None else frame.select(columns)
+
+
+def table_of(
+    run: Any,
+    name: str,
+    *,
+    epsilon: float = parity.NEAR_TIE_EPSILON,
+    reference: str = "ref1",
+    columns: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """One registered table of a streamed run: from the eager tables' one pass (read from where it is kept, each time),
+    or a table that is not eager in a pass of its own, held with the run.
 
     Parameters
     ----------
@@ -143,18 +189,36 @@ def table_of(run: Any, name: str, *, epsilon: float = parity.NEAR_TIE_EPSILON, r
         The near-tie epsilon.
     reference : {"ref1", "ref2"}
         Which reference each request is compared with.
+    columns : sequence of str, optional
+        Only these columns, in this order (a kept table reads no other column from its file).
 
     Returns
     -------
     polars.DataFrame
     """
     if _REGISTRY[name].eager:
-        return merged_tables(run, epsilon=epsilon, reference=reference)[name]
+        table = _eager_tables(run, float(epsilon), reference)[name]
+        if isinstance(table, pl.DataFrame):
+            return table if columns is None else table.select(columns)
+        try:
+            return table.read(columns)
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            if isinstance(exc, pl.exceptions.ColumnNotFoundError):
+                raise
+            run._cache.pop(("piecewise", float(epsilon), reference), None)  # gone or spoiled since: computed again
+            _forget(table.file.parent)
+            return table_of(run, name, epsilon=epsilon, reference=reference, columns=columns)
     context = {"epsilon": float(epsilon), "reference": reference}
     key = ("piecewise-alone", name, context["epsilon"], reference)
     if key not in run._cache:
         run._cache[key] = _one_pass(run, [name], context)[name]
-    return run._cache[key]
+    return run._cache[key] if columns is None else run._cache[key].select(columns)
+
+
+def _forget(folder: Path) -> None:
+    """Kept tables that could not be read: not read back again."""
+    with contextlib.suppress(OSError):
+        (folder / "done.json").unlink()
 
 
 @functools.cache
@@ -218,30 +282,26 @@ def _merged(run: Any, table: _Table, frames: list[pl.DataFrame], options: dict[s
     return table.merge(frame) if table.merge is not None else frame
 
 
-def _read_back(folder: Path | None, names: list[str], captures: str) -> dict[str, pl.DataFrame]:
-    """The merged tables kept in ``folder``, their ``source`` naming the captures where they are now (``captures``)."""
+def _read_back(folder: Path | None, names: list[str], captures: str) -> dict[str, _Kept]:
+    """The merged tables kept in ``folder`` (their ``source`` naming the captures where they are now, ``captures``, when
+    read), each checked to be a Parquet file of the table."""
     if folder is None or not (folder / "done.json").exists():
         return {}
     try:
         record = json.loads((folder / "done.json").read_text(encoding="utf-8"))
         done, old = set(record["tables"]), str(record["captures"])
-        tables = {name: pl.read_parquet(folder / f"{name}.parquet") for name in names if name in done}
+        kept = {name: _Kept(folder / f"{name}.parquet", old, captures) for name in names if name in done}
+        for table in kept.values():
+            pl.read_parquet_schema(table.file)
     except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
         return {}  # unreadable: computed again
-    if old == captures:
-        return tables
-    moved = pl.when(pl.col("source").str.starts_with(old)).then(pl.lit(captures) + pl.col("source").str.slice(len(old)))
-    return {
-        name: frame.with_columns(moved.otherwise(pl.col("source")).alias("source"))
-        if "source" in frame.columns
-        else frame
-        for name, frame in tables.items()
-    }
+    return kept
 
 
-def _write_back(folder: Path | None, tables: dict[str, pl.DataFrame], captures: str) -> None:
+def _write_back(folder: Path | None, tables: dict[str, pl.DataFrame], captures: str) -> dict[str, _Kept]:
+    """The tables written into ``folder``, as kept there; none where they cannot be written (only slower next time)."""
     if folder is None:
-        return
+        return {}
     try:
         folder.mkdir(parents=True, exist_ok=True)
         done_file = folder / "done.json"
@@ -255,4 +315,5 @@ def _write_back(folder: Path | None, tables: dict[str, pl.DataFrame], captures: 
         partial.write_text(json.dumps(record), encoding="utf-8")
         os.replace(partial, done_file)
     except (OSError, ValueError, KeyError, TypeError):
-        return  # a cache we cannot write is only slower next time
+        return {}
+    return {name: _Kept(folder / f"{name}.parquet", captures, captures) for name in tables}

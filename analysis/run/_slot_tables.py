@@ -57,6 +57,8 @@ _SLOT_SCHEMA = {
     "context": pl.String,
 }
 
+SLOT_COLUMNS = tuple(_SLOT_SCHEMA)  # what a reader may ask slot_table(run, columns=...) for
+
 
 def _slot_comparisons(run: Run, epsilon: float, reference: str | Run) -> pl.DataFrame:
     """Every batched request joined with its comparison against its reference (all of ``Comparison``'s columns)."""

@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from ..metrics import cost_by_c, divergence_bound
-from ..run import Run, band_table, legacy_arm, reference_table, slot_table
+from ..run import SLOT_COLUMNS, Run, band_table, legacy_arm, reference_table, slot_table
 from ._judgement_cost import cost_words, judged_arms
 from ._judgement_evidence import (
     STATE_COLUMNS,
@@ -106,7 +106,7 @@ def _subject(run: Run) -> Subject:
 def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> pl.DataFrame:
     return judge_tables(
         _subject(run),
-        slots=slot_table(run),
+        slots=slot_table(run, columns=[c for c in dict.fromkeys(_READ) if c in SLOT_COLUMNS]),
         refs=reference_table(run),
         bands=band_table(run),
         missing=missing_frame(run.missing()),

@@ -78,7 +78,8 @@ def run_decode_cost(run: Any) -> pl.DataFrame:
         ``decode_cost``'s columns, one row per c timed like the baseline (c=1 included).
     """
     arm = judged_arms(run.manifest)[0]
-    return decode_cost(slot_table(run).filter(pl.col("arm") == arm))
+    timed = slot_table(run, columns=["arm", "c", "decode_tok_s", "decode_rate_origin"])
+    return decode_cost(timed.filter(pl.col("arm") == arm))
 
 
 def cost_words(cost: list[Mapping[str, Any]] | None) -> str | None:

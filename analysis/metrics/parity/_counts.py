@@ -58,6 +58,21 @@ def bits_unrecorded() -> pl.Expr:
     return pl.col("max_ulp").is_null() & (pl.col("length") > 0)
 
 
+# What run_counts (and a card counting as it does) reads of a slot table: a reader asks the table for these alone.
+COUNTED_COLUMNS = (
+    "prompt_id",
+    "c",
+    "slot",
+    "length",
+    "bitwise_prefix",
+    "max_ulp",
+    "diverged",
+    "divergence_at",
+    "near_tie",
+    "reference_margin",
+)
+
+
 def run_counts(slots: pl.DataFrame) -> pl.DataFrame:
     """:func:`per_c_counts` of a run's :func:`~analysis.run.slot_table`: per c, the requests that match m=1 in bits and in tokens.
 

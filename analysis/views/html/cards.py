@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from ...core import as_polars, cell, few, kernel_mode_words
-from ...metrics import run_counts
+from ...metrics import COUNTED_COLUMNS, run_counts
 from ...run import Run, run_arms, slot_table
 from ...studies import SERIES, judge_runs, judge_witnesses
 from .answer import CSS, answer_html
@@ -66,9 +66,10 @@ def _facts(run: Run) -> str:
     if manifest.get("arms") is not None:
         facts.insert(3, ("arms", ", ".join(manifest["arms"])))
     lines = []
-    slots = slot_table(run)
+    arms = run_arms(manifest) if manifest.get("arms") is not None else [None]
+    slots = slot_table(run, columns=[*COUNTED_COLUMNS, *(["arm"] if arms != [None] else [])])
     # a run with control arms is counted arm by arm: a warm cache's c=1 is not the copies' c=1
-    for arm in run_arms(manifest) if manifest.get("arms") is not None else [None]:
+    for arm in arms:
         counts = run_counts(slots if arm is None else slots.filter(pl.col("arm") == arm))
         for c, requests, bitwise, known, same, earliest in counts.select(
             "c", "requests", "bitwise", "bits_known", "same", "first"

@@ -16,7 +16,7 @@ from typing import Any, cast
 import polars as pl
 
 from ...core import MISSING, cell, few, kernel_mode_words
-from ...metrics import bits_unrecorded, per_c_counts
+from ...metrics import COUNTED_COLUMNS, bits_unrecorded, per_c_counts
 from .verdict_card import NOT_RECORDED, Review, _bits_line, _judged, _near_tie_line, _per_c_table, _tokens_line
 
 
@@ -52,7 +52,7 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     verdict, headline, css, judged = _judged(judgement.frame.filter(pl.col("run") == run.label).to_dicts())
     if _one_line(run.dump.requests):
         return _lone_review(run, verdict)
-    slots = slot_table(run, epsilon=epsilon, reference=reference)
+    slots = slot_table(run, epsilon=epsilon, reference=reference, columns=COUNTED_COLUMNS)
     spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
     counts = per_c_counts(_within_spans(slots, spans))
     no_bits = _bits_not_judged(spans)

@@ -154,24 +154,23 @@ def _requests_html(run, epsilon: float, reference: Any, against: str) -> str:
     from ...run import slot_table
 
     arms = ["arm"] if run.manifest.get("arms") is not None else []  # a run with control arms names each request's arm
-    slots = slot_table(run, epsilon=epsilon, reference=reference).select(
-        *arms,
-        prompt="prompt_id",
-        c="c",
-        repeat="repeat",
-        slot="slot",
-        **{
-            "divergence at": "divergence_at",
-            "bit-identical prefix": "bitwise_prefix",
-            "max ULP": "max_ulp",
-            "reference margin": "reference_margin",
-            "own margin": "own_margin",
-            "near-tie": "near_tie",
-            "KL top-k max": "kl_topk_max",
-            "length": "length",
-            "decode tok/s": "decode_tok_s",
-        },
-    )
+    shown = {
+        "prompt": "prompt_id",
+        "c": "c",
+        "repeat": "repeat",
+        "slot": "slot",
+        "divergence at": "divergence_at",
+        "bit-identical prefix": "bitwise_prefix",
+        "max ULP": "max_ulp",
+        "reference margin": "reference_margin",
+        "own margin": "own_margin",
+        "near-tie": "near_tie",
+        "KL top-k max": "kl_topk_max",
+        "length": "length",
+        "decode tok/s": "decode_tok_s",
+    }
+    slots = slot_table(run, epsilon=epsilon, reference=reference, columns=[*arms, *shown.values()])
+    slots = slots.select(*arms, **shown)
     return worst_html(
         slots,
         by=["divergence at", "bit-identical prefix", "max ULP"],

@@ -11,7 +11,7 @@ from ...studies import judge
 from ._drawing import panel_grid
 from .drift import drift_drawn, plot_delta_before_fork
 from .margins import partings, plot_flip_curve, plot_margin_at_divergence, plot_margin_trace
-from .parity import plot_divergence, plot_unique_completions
+from .parity import DRAWN_COLUMNS, plot_divergence, plot_unique_completions
 from .rates import plot_band_widths, plot_decode_rate
 from .witness import plot_env_knobs
 
@@ -43,6 +43,10 @@ def witness_figures(ws) -> list[tuple[Any, str]]:
     return [*out, (knobs.figure, "kernel env knobs that differ between witnesses")]
 
 
+# What the run's figures read of each batched request: what the divergence figure draws, and the margin where it parted.
+_FIGURE_COLUMNS = (*DRAWN_COLUMNS, "reference_margin")
+
+
 def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any = None) -> list[tuple[Any, str]]:
     """A run's four figures of two panels each, for :func:`analysis.views.html.show_figure`.
 
@@ -69,7 +73,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
     """
 
     slots, bands = (
-        slot_table(run, epsilon=epsilon, reference=reference),
+        slot_table(run, epsilon=epsilon, reference=reference, columns=_FIGURE_COLUMNS),
         band_table(run, epsilon=epsilon, reference=reference),
     )
     if judgement is None and isinstance(reference, str) and reference == "ref1":

@@ -161,7 +161,7 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: l
 
 
 # What the run's figure reads of each request: its place, and what request_states decides its state from.
-_DRAWN_COLUMNS = (
+DRAWN_COLUMNS = (
     "prompt_id",
     "arm",
     "c",
@@ -177,7 +177,7 @@ def _batched(slots: pl.DataFrame, rows: list[dict] | None) -> pl.DataFrame:
     """The batched requests (c > 1, of the judged arms) with the state ``analysis.judge`` gives each; a frame without the
     slot table's evidence columns counts a request that did not part in tokens as bits unknown (never greener)."""
     arms = sorted({r["arm"] for r in rows}) if rows else list(BATCHED_ARMS)
-    chosen = slots.lazy().select(name for name in slots.columns if name in _DRAWN_COLUMNS)  # not a copy of every column
+    chosen = slots.lazy().select(name for name in slots.columns if name in DRAWN_COLUMNS)  # not a copy of every column
     if "arm" in slots.columns:
         chosen = chosen.filter(pl.col("arm").is_in(arms))
     slots = chosen.filter(pl.col("c") > 1).collect()
