@@ -31,7 +31,8 @@ def test_run_plots(tmp_path):
     ax = plots.plot_divergence(slots, declared_min=3, ax=axes[0, 0])
     assert ax is axes[0, 0]
     marks = {line.get_marker(): list(line.get_ydata()) for line in ax.get_lines() if line.get_marker() in ("o", "^")}
-    assert marks == {"o": [2, 2, 2, 2]}  # the c=1 request is not batched: not drawn (issue 44)
+    assert marks == {"o": [2]}  # the c=1 request is not batched: not drawn (issue 44); four requests at one place, one mark
+    assert [t.get_text() for t in ax.get_legend().get_texts()][0] == "parted in tokens (4)"  # the legend counts requests
     ax = plots.plot_margin_at_divergence(slots, epsilon=0.05, ax=axes[0, 1])
     assert list(ax.get_lines()[0].get_ydata()) == slots["reference_margin"].drop_nulls().to_list()
     ref = next(s for k, s in run.streams().items() if k[1] == 1)

@@ -104,12 +104,13 @@ def _subject(run: Run) -> Subject:
 
 
 def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> pl.DataFrame:
+    missing = missing_frame(run.missing())  # before the slot table is read: the plan's join is not held beside it
     return judge_tables(
         _subject(run),
         slots=slot_table(run, columns=[c for c in dict.fromkeys(_READ) if c in SLOT_COLUMNS]),
         refs=reference_table(run),
         bands=band_table(run),
-        missing=missing_frame(run.missing()),
+        missing=missing,
         precision=widest_precision(precision_table(run)),
         target_rate=target_rate,
         confidence=confidence,

@@ -34,7 +34,9 @@ def plot_divergence(
 
     Given a run (or its :func:`analysis.slot_table`): each batched request (c > 1) where it parts from ref #1, in its tokens
     (o) or only in its logprob bits (D), or at its length when it never parts, one series per state whatever the number of
-    prompts, the earliest partings named. The title and the sentence on the plot restate :func:`analysis.judge`'s row of
+    prompts, the earliest partings named. Requests of one state at the same c and position are one mark (the legend counts
+    the requests), so that a figure of half a million requests draws hundreds of marks, not half a million on top of each
+    other. The title and the sentence on the plot restate :func:`analysis.judge`'s row of
     the run: its verdict, and how many batched requests part in tokens and in bits.
 
     Given a witness set (or its bands): divergence_at per witness, its marker the band's recorded result (o PASS, X FAIL,
@@ -142,7 +144,8 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: l
     for state, (marker, colour, words) in _STATE_MARKS.items():
         drawn_ = batched.filter(pl.col("state") == state)
         if drawn_.height:
-            ax.plot(drawn_[c], drawn_["agreed"], marker, color=colour, alpha=0.6, label=f"{words} ({drawn_.height})")
+            marks = drawn_.select(c, "agreed").unique(maintain_order=True)
+            ax.plot(marks[c], marks["agreed"], marker, color=colour, alpha=0.6, label=f"{words} ({drawn_.height})")
     parted = batched.filter(pl.col("state").is_in(["tokens", "bits"]))
     earliest = parted.sort("agreed", c).unique(["prompt_id"], keep="first", maintain_order=True)
     _label_points(
