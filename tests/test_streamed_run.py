@@ -179,6 +179,8 @@ def test_a_run_as_the_reference_is_computed_on_the_run_collected(tmp_path, one_p
     other = read_run(ROOT / "data/experiment-cpu/row-invariant")
     whole = analysis.run.slot_table(read_run(path), reference=other)
     assert analysis.run.slot_table(read_run(path, stream=True), reference=other).equals(whole)
+    some = ["divergence_at", "c"]
+    assert analysis.run.slot_table(read_run(path, stream=True), reference=other, columns=some).equals(whole.select(some))
 
 
 def test_a_streamed_run_collected_holds_every_token(tmp_path, one_prompt_a_piece):
