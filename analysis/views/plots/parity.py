@@ -144,8 +144,9 @@ def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: l
     for state, (marker, colour, words) in _STATE_MARKS.items():
         drawn_ = batched.filter(pl.col("state") == state)
         if drawn_.height:
+            # one opaque mark a place: nothing of its own state is drawn over it, so it needs no transparency to show
             marks = drawn_.select(c, "agreed").unique(maintain_order=True)
-            ax.plot(marks[c], marks["agreed"], marker, color=colour, alpha=0.6, label=f"{words} ({drawn_.height})")
+            ax.plot(marks[c], marks["agreed"], marker, color=colour, markersize=7, label=f"{words} ({drawn_.height})")
     parted = batched.filter(pl.col("state").is_in(["tokens", "bits"]))
     earliest = parted.sort("agreed", c).unique(["prompt_id"], keep="first", maintain_order=True)
     _label_points(
