@@ -117,6 +117,12 @@ def test_a_table_asked_for_some_columns_gives_those_of_the_whole_table_in_that_o
         analysis.run.slot_table(streamed, columns=["no such column"])
 
 
+def test_every_registered_table_says_that_it_takes_columns():
+    for function in (analysis.run.slot_table, analysis.run.band_table, analysis.run.reference_table):
+        assert "columns : sequence of str, optional" in function.__doc__
+        assert function.__doc__.index("columns : sequence") < function.__doc__.index("Returns\n")
+
+
 def test_a_kept_table_is_read_when_asked_for_and_only_the_columns_asked_for(tmp_path, monkeypatch):
     # a report holds a merged table only while a reader reads it: at 516,000 requests the slot table alone is 144 MB
     path = _copy("data/experiment-cpu/default", tmp_path)

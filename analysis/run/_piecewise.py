@@ -17,6 +17,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -96,9 +97,27 @@ def piecewise(
                 frame = function(run, **options)
             return frame if columns is None else frame.select(columns)
 
+        # help() and the API pages say what every registered table takes: columns= beside the function's own (its
+        # signature stays the function's, which the API pages read back from its source)
+        table.__doc__ = _with_columns(function.__doc__)
         return table
 
     return wrap
+
+
+_COLUMNS_DOC = (
+    "{indent}columns : sequence of str, optional\n"
+    "{indent}    Only these columns, in this order: on a streamed run, a table kept on disk reads no other column.\n\n"
+)
+
+
+def _with_columns(doc: str | None) -> str | None:
+    """A registered table's docstring with ``columns`` last among its parameters (before its Returns section)."""
+    match = re.search(r"\n([ \t]*)Returns\n\1-------\n", doc or "")
+    if doc is None or match is None or f"\n{match.group(1)}Parameters\n" not in doc:
+        return doc
+    at = match.start() + 1
+    return doc[:at] + _COLUMNS_DOC.format(indent=match.group(1)) + doc[at:]
 
 
 def merged_tables(
