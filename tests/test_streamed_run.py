@@ -147,6 +147,22 @@ def test_a_kept_table_spoiled_after_the_run_was_opened_is_computed_again(tmp_pat
     assert pl.read_parquet(kept).equals(expected)  # and kept again
 
 
+def test_a_kept_table_that_cannot_be_read_even_when_kept_again_is_an_error_not_a_loop(tmp_path, monkeypatch):
+    path = _copy("data/experiment-cpu/default", tmp_path)
+    streamed = read_run(path, stream=True)
+    analysis.run.slot_table(streamed)  # kept
+    passes, one_pass = [], _piecewise._one_pass
+    monkeypatch.setattr(_piecewise, "_one_pass", lambda *a: passes.append(1) or one_pass(*a))
+
+    def unreadable(self, columns):
+        raise pl.exceptions.ComputeError(f"{self.file}: spoiled")
+
+    monkeypatch.setattr(_piecewise._Kept, "read", unreadable)
+    with pytest.raises(pl.exceptions.ComputeError, match="slots.parquet: spoiled"):
+        analysis.run.slot_table(streamed)
+    assert passes == [1]  # computed and kept again once, then the second failure is raised
+
+
 def test_the_plan_is_kept_and_read_back_for_the_same_manifest_and_worked_out_again_for_another(tmp_path, monkeypatch):
     # opening a streamed run reads its plan's columns alone, not every request's envelope and text
     path = _copy("data/llamacpp-cpu/cache-prompt", tmp_path)  # its decode rates are the server's, from the envelopes

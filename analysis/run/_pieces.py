@@ -46,7 +46,7 @@ from ..dumps import (
 from ._derived import _capture_stamps
 from ._layout import RunError, load_manifest
 from ._model import Run
-from ._piecewise import _code_digest
+from ._piecewise import _code_digest, _moved
 from ._read import _said_cut, _without_repeated_lines
 from ._read import read_whole_run as read_run
 
@@ -473,18 +473,6 @@ def _recorded_skips(record: dict[str, Any], renamed: Any) -> list[DumpError]:
 def _renamed(old: str, new: str):
     """A source as named where the run is now (it was moved or copied since its pieces were written)."""
     return lambda source: new + source[len(old) :] if old != new and source.startswith(old) else source
-
-
-def _moved(old: str, new: str):
-    """A frame whose ``source`` column names the captures where the run is now."""
-    if old == new:
-        return lambda frame: frame
-    return lambda frame: frame.with_columns(
-        pl.when(pl.col("source").str.starts_with(old))
-        .then(pl.lit(new) + pl.col("source").str.slice(len(old)))
-        .otherwise(pl.col("source"))
-        .alias("source")
-    )
 
 
 def _split(run: Run) -> tuple[Run, _Whole]:

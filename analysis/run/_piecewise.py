@@ -82,19 +82,17 @@ def piecewise(
 
         @functools.wraps(function)
         def table(run: Any, *, columns: Sequence[str] | None = None, **options: Any) -> pl.DataFrame:
-            if getattr(run, "pieces", None) is not None and not set(options) - set(takes):
-                given = {**defaults, **options}
-                if isinstance(given.get("reference", "ref1"), str):
-                    context = {
-                        "epsilon": float(given.get("epsilon", parity.NEAR_TIE_EPSILON)),
-                        "reference": given.get("reference", "ref1"),
-                    }
-                    return table_of(run, name, **context, columns=columns)
-                frame = _against_run(run, name, options)  # another run's ref #1 of each prompt
-            elif getattr(run, "pieces", None) is not None:
-                frame = function(run.collected(), **options)
-            else:
+            given = {**defaults, **options}
+            if getattr(run, "pieces", None) is None:
                 frame = function(run, **options)
+            elif set(options) - set(takes):
+                frame = function(run.collected(), **options)
+            elif not isinstance(given.get("reference", "ref1"), str):  # another run's ref #1 of each prompt
+                frame = _against_run(run, name, options)
+            else:
+                epsilon = float(given.get("epsilon", parity.NEAR_TIE_EPSILON))
+                reference = given.get("reference", "ref1")
+                return table_of(run, name, epsilon=epsilon, reference=reference, columns=columns)
             return frame if columns is None else frame.select(columns)
 
         # help() and the API pages say what every registered table takes: columns= beside the function's own (its
@@ -176,15 +174,22 @@ class _Kept:
 
     def read(self, columns: Sequence[str] | None) -> pl.DataFrame:
         frame = pl.read_parquet(self.file, columns=None if columns is None else list(dict.fromkeys(columns)))
-        if self.old != self.captures and "source" in frame.columns:
-            moved = pl.col("source").str.starts_with(self.old)
-            frame = frame.with_columns(
-                pl.when(moved)
-                .then(pl.lit(self.captures) + pl.col("source").str.slice(len(self.old)))
-                .otherwise(pl.col("source"))
-                .alias("source")
-            )
+        if "source" in frame.columns:
+            frame = _moved(self.old, self.captures)(frame)
         return frame if columns is None else frame.select(columns)
+
+
+def _moved(old: str, new: str):
+    """A frame whose ``source`` column names the captures where the run is now (``new``), not where they were read
+    (``old``): a run directory moved or copied since its pieces or tables were written."""
+    if old == new:
+        return lambda frame: frame
+    return lambda frame: frame.with_columns(
+        pl.when(pl.col("source").str.starts_with(old))
+        .then(pl.lit(new) + pl.col("source").str.slice(len(old)))
+        .otherwise(pl.col("source"))
+        .alias("source")
+    )
 
 
 def table_of(
@@ -216,28 +221,36 @@ def table_of(
     polars.DataFrame
     """
     if _REGISTRY[name].eager:
-        table = _eager_tables(run, float(epsilon), reference)[name]
-        if isinstance(table, pl.DataFrame):
-            return table if columns is None else table.select(columns)
-        try:
-            return table.read(columns)
-        except (OSError, pl.exceptions.PolarsError) as exc:
-            if isinstance(exc, pl.exceptions.ColumnNotFoundError):
-                raise
-            run._cache.pop(("piecewise", float(epsilon), reference), None)  # gone or spoiled since: computed again
-            _forget(table.file.parent)
-            return table_of(run, name, epsilon=epsilon, reference=reference, columns=columns)
+        return _eager_table(run, name, float(epsilon), reference, columns)
     context = {"epsilon": float(epsilon), "reference": reference}
     key = ("piecewise-alone", name, context["epsilon"], reference)
     if key not in run._cache:
         run._cache[key] = _one_pass(run, [name], context)[name]
-    return run._cache[key] if columns is None else run._cache[key].select(columns)
+    return _read(run._cache[key], columns)
 
 
-def _forget(folder: Path) -> None:
-    """Kept tables that could not be read: not read back again."""
-    with contextlib.suppress(OSError):
-        (folder / "done.json").unlink()
+def _eager_table(run: Any, name: str, epsilon: float, reference: str, columns: Sequence[str] | None) -> pl.DataFrame:
+    """An eager table, read from where it is kept; a kept file gone or spoiled since the run read it back is computed and
+    kept again, once (a second failure is raised, not computed again without end)."""
+    table = _eager_tables(run, epsilon, reference)[name]
+    if not isinstance(table, _Kept):
+        return _read(table, columns)
+    try:
+        return table.read(columns)
+    except pl.exceptions.ColumnNotFoundError:
+        raise
+    except (OSError, pl.exceptions.PolarsError):
+        run._cache.pop(("piecewise", epsilon, reference), None)
+        with contextlib.suppress(OSError):  # not read back again
+            (table.file.parent / "done.json").unlink()
+        return _read(_eager_tables(run, epsilon, reference)[name], columns)
+
+
+def _read(table: pl.DataFrame | _Kept, columns: Sequence[str] | None) -> pl.DataFrame:
+    """A table held or kept, of only ``columns`` when given."""
+    if isinstance(table, _Kept):
+        return table.read(columns)
+    return table if columns is None else table.select(columns)
 
 
 @functools.cache

@@ -66,10 +66,10 @@ def _facts(run: Run) -> str:
     if manifest.get("arms") is not None:
         facts.insert(3, ("arms", ", ".join(manifest["arms"])))
     lines = []
-    arms = run_arms(manifest) if manifest.get("arms") is not None else [None]
-    slots = slot_table(run, columns=[*COUNTED_COLUMNS, *(["arm"] if arms != [None] else [])])
+    armed = manifest.get("arms") is not None
+    slots = slot_table(run, columns=[*COUNTED_COLUMNS, *(["arm"] if armed else [])])
     # a run with control arms is counted arm by arm: a warm cache's c=1 is not the copies' c=1
-    for arm in arms:
+    for arm in run_arms(manifest) if armed else [None]:
         counts = run_counts(slots if arm is None else slots.filter(pl.col("arm") == arm))
         for c, requests, bitwise, known, same, earliest in counts.select(
             "c", "requests", "bitwise", "bits_known", "same", "first"
