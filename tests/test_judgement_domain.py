@@ -7,13 +7,11 @@ import polars as pl
 import pytest
 
 from analysis.studies._certificate import merged_domain
+from analysis.studies._judgement_domain import domain, domain_words, sampling_words
 from analysis.studies._judgement_evidence import (
-    domain,
-    domain_words,
     missing_frame,
     precision_compared,
     refused_requests,
-    sampling_words,
 )
 
 ONE = {"ladder": [1, 4], "widths": [4], "prompts": 2, "contexts": 8, "requests": 8, "prompt_tokens_min": 5,

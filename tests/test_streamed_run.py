@@ -120,6 +120,7 @@ def test_a_table_asked_for_some_columns_gives_those_of_the_whole_table_in_that_o
 def test_every_registered_table_says_that_it_takes_columns():
     for function in (analysis.run.slot_table, analysis.run.band_table, analysis.run.reference_table):
         assert "columns : sequence of str, optional" in function.__doc__
+        assert "lazy : bool, default False" in function.__doc__
         assert function.__doc__.index("columns : sequence") < function.__doc__.index("Returns\n")
 
 
@@ -134,6 +135,35 @@ def test_a_kept_table_is_read_when_asked_for_and_only_the_columns_asked_for(tmp_
     monkeypatch.setattr(pl, "read_parquet", lambda file, **kw: read.append((Path(file).name, kw)) or real(file, **kw))
     assert analysis.run.slot_table(streamed, columns=["c", "arm"]).columns == ["c", "arm"]
     assert read == [("slots.parquet", {"columns": ["c", "arm"]})]
+
+
+def test_a_table_asked_for_lazily_is_a_scan_of_its_kept_file_with_the_whole_tables_rows(tmp_path):
+    path = _copy("data/experiment-cpu/default", tmp_path)
+    columns = ["max_ulp", "c", "prompt_id", "source"]
+    expected = analysis.run.slot_table(read_run(path)).select(columns)
+    whole = analysis.run.slot_table(read_run(path), columns=columns, lazy=True)
+    assert isinstance(whole, pl.LazyFrame) and whole.collect().equals(expected)
+    streamed = read_run(path, stream=True)
+    scan = analysis.run.slot_table(streamed, columns=columns, lazy=True)
+    (kept,) = (path / "derived" / "pieces" / "tables").glob("*/slots.parquet")
+    assert isinstance(scan, pl.LazyFrame) and str(kept) in scan.explain()  # a scan of the kept file, not a held frame
+    assert scan.collect().equals(expected)
+    assert analysis.run.slot_table(streamed, lazy=True).collect().equals(analysis.run.slot_table(read_run(path)))
+    with pytest.raises(pl.exceptions.ColumnNotFoundError):
+        analysis.run.slot_table(streamed, columns=["no such column"], lazy=True)
+    kept.write_bytes(b"not a parquet file")  # spoiled after the run was opened: computed and kept again, then scanned
+    assert analysis.run.slot_table(streamed, columns=columns, lazy=True).collect().equals(expected)
+
+
+def test_the_judgement_of_a_streamed_run_scans_its_slot_table_and_never_reads_it_whole(tmp_path, monkeypatch):
+    path = _copy("data/experiment-cpu/default", tmp_path)
+    expected = analysis.judge(read_run(path)).frame
+    streamed = read_run(path, stream=True)
+    analysis.run.slot_table(streamed, columns=["c"])  # kept under derived/pieces/tables/
+    read, real = [], pl.read_parquet
+    monkeypatch.setattr(pl, "read_parquet", lambda file, **kw: read.append(Path(file).name) or real(file, **kw))
+    assert analysis.judge(streamed).frame.equals(expected)
+    assert "slots.parquet" not in read
 
 
 def test_a_kept_table_spoiled_after_the_run_was_opened_is_computed_again(tmp_path):

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -55,7 +55,9 @@ def piecewise(
     holds some of the prompts, exactly the rows the whole run gives for those prompts, or rows that ``merge`` makes the
     whole run's once concatenated. A call with another option (a run as the reference) computes on the run collected.
     Every registered table also takes ``columns``: only those columns, in that order; on a streamed run, a table kept
-    on disk reads no other column from its file, so that a reader holds what it reads and not the whole table.
+    on disk reads no other column from its file, so that a reader holds what it reads and not the whole table. And
+    ``lazy``: the table as a ``polars.LazyFrame``, a scan of its file where it is kept, so that a reader that reduces it
+    (counts, a first row) holds what the streaming engine reads at a time and not the column.
 
     Parameters
     ----------
@@ -74,14 +76,16 @@ def piecewise(
         The decorator.
     """
 
-    def wrap(function: Callable[..., pl.DataFrame]) -> Callable[..., pl.DataFrame]:
+    def wrap(function: Callable[..., pl.DataFrame]) -> Callable[..., Any]:
         signature = inspect.signature(function)
         takes = tuple(key for key in _CONTEXT_KEYS if key in signature.parameters)
         defaults = {key: signature.parameters[key].default for key in takes}
         _REGISTRY[name] = _Table(name, function, takes, merge, eager)
 
         @functools.wraps(function)
-        def table(run: Any, *, columns: Sequence[str] | None = None, **options: Any) -> pl.DataFrame:
+        def table(
+            run: Any, *, columns: Sequence[str] | None = None, lazy: bool = False, **options: Any
+        ) -> pl.DataFrame | pl.LazyFrame:
             given = {**defaults, **options}
             if getattr(run, "pieces", None) is None:
                 frame = function(run, **options)
@@ -92,8 +96,9 @@ def piecewise(
             else:
                 epsilon = float(given.get("epsilon", parity.NEAR_TIE_EPSILON))
                 reference = given.get("reference", "ref1")
-                return table_of(run, name, epsilon=epsilon, reference=reference, columns=columns)
-            return frame if columns is None else frame.select(columns)
+                return table_of(run, name, epsilon=epsilon, reference=reference, columns=columns, lazy=lazy)
+            frame = frame if columns is None else frame.select(columns)
+            return frame.lazy() if lazy else frame
 
         # help() and the API pages say what every registered table takes: columns= beside the function's own (its
         # signature stays the function's, which the API pages read back from its source)
@@ -105,7 +110,9 @@ def piecewise(
 
 _COLUMNS_DOC = (
     "{indent}columns : sequence of str, optional\n"
-    "{indent}    Only these columns, in this order: on a streamed run, a table kept on disk reads no other column.\n\n"
+    "{indent}    Only these columns, in this order: on a streamed run, a table kept on disk reads no other column.\n"
+    "{indent}lazy : bool, default False\n"
+    "{indent}    A ``polars.LazyFrame`` instead: on a streamed run, a scan of the table's file where it is kept.\n\n"
 )
 
 
@@ -138,7 +145,7 @@ def merged_tables(
     dict of str to polars.DataFrame
     """
     return {
-        name: table_of(run, name, epsilon=epsilon, reference=reference)
+        name: cast(pl.DataFrame, table_of(run, name, epsilon=epsilon, reference=reference))
         for name in _eager_tables(run, epsilon, reference)
     }
 
@@ -178,6 +185,18 @@ class _Kept:
             frame = _moved(self.old, self.captures)(frame)
         return frame if columns is None else frame.select(columns)
 
+    def scan(self, columns: Sequence[str] | None) -> pl.LazyFrame:
+        """The file scanned: checked to be the table's now (a file spoiled after it was written raises here, not in
+        the middle of a reader's query), read when the scan is collected."""
+        names = pl.read_parquet_schema(self.file)
+        missing = [name for name in columns or () if name not in names]
+        if missing:
+            raise pl.exceptions.ColumnNotFoundError(f"{self.file.stem} has no column {missing[0]!r}")
+        frame = pl.scan_parquet(self.file)
+        if "source" in names:
+            frame = _moved(self.old, self.captures)(frame)
+        return frame if columns is None else frame.select(columns)
+
 
 def _moved(old: str, new: str):
     """A frame whose ``source`` column names the captures where the run is now (``new``), not where they were read
@@ -199,7 +218,8 @@ def table_of(
     epsilon: float = parity.NEAR_TIE_EPSILON,
     reference: str = "ref1",
     columns: Sequence[str] | None = None,
-) -> pl.DataFrame:
+    lazy: bool = False,
+) -> pl.DataFrame | pl.LazyFrame:
     """One registered table of a streamed run: from the eager tables' one pass (read from where it is kept, each time),
     or a table that is not eager in a pass of its own, held with the run.
 
@@ -215,42 +235,49 @@ def table_of(
         Which reference each request is compared with.
     columns : sequence of str, optional
         Only these columns, in this order (a kept table reads no other column from its file).
+    lazy : bool, default False
+        A ``polars.LazyFrame``: a kept table's file scanned, read when collected.
 
     Returns
     -------
-    polars.DataFrame
+    polars.DataFrame or polars.LazyFrame
     """
     if _REGISTRY[name].eager:
-        return _eager_table(run, name, float(epsilon), reference, columns)
+        return _eager_table(run, name, float(epsilon), reference, columns, lazy)
     context = {"epsilon": float(epsilon), "reference": reference}
     key = ("piecewise-alone", name, context["epsilon"], reference)
     if key not in run._cache:
         run._cache[key] = _one_pass(run, [name], context)[name]
-    return _read(run._cache[key], columns)
+    return _read(run._cache[key], columns, lazy)
 
 
-def _eager_table(run: Any, name: str, epsilon: float, reference: str, columns: Sequence[str] | None) -> pl.DataFrame:
-    """An eager table, read from where it is kept; a kept file gone or spoiled since the run read it back is computed and
-    kept again, once (a second failure is raised, not computed again without end)."""
+def _eager_table(
+    run: Any, name: str, epsilon: float, reference: str, columns: Sequence[str] | None, lazy: bool
+) -> pl.DataFrame | pl.LazyFrame:
+    """An eager table, read (or scanned) from where it is kept; a kept file gone or spoiled since the run read it back is
+    computed and kept again, once (a second failure is raised, not computed again without end)."""
     table = _eager_tables(run, epsilon, reference)[name]
     if not isinstance(table, _Kept):
-        return _read(table, columns)
+        return _read(table, columns, lazy)
     try:
-        return table.read(columns)
+        return _read(table, columns, lazy)
     except pl.exceptions.ColumnNotFoundError:
         raise
     except (OSError, pl.exceptions.PolarsError):
         run._cache.pop(("piecewise", epsilon, reference), None)
         with contextlib.suppress(OSError):  # not read back again
             (table.file.parent / "done.json").unlink()
-        return _read(_eager_tables(run, epsilon, reference)[name], columns)
+        return _read(_eager_tables(run, epsilon, reference)[name], columns, lazy)
 
 
-def _read(table: pl.DataFrame | _Kept, columns: Sequence[str] | None) -> pl.DataFrame:
-    """A table held or kept, of only ``columns`` when given."""
+def _read(
+    table: pl.DataFrame | _Kept, columns: Sequence[str] | None, lazy: bool = False
+) -> pl.DataFrame | pl.LazyFrame:
+    """A table held or kept, of only ``columns`` when given; scanned (kept) or held (``.lazy()``) when ``lazy``."""
     if isinstance(table, _Kept):
-        return table.read(columns)
-    return table if columns is None else table.select(columns)
+        return table.scan(columns) if lazy else table.read(columns)
+    frame = table if columns is None else table.select(columns)
+    return frame.lazy() if lazy else frame
 
 
 @functools.cache

@@ -10,7 +10,8 @@ from ._history_frames import RESULT_SETTINGS, History
 from ._judge import judge
 from ._judge_study import judge_runs
 from ._judgement_cost import RATIO_HEADING, RATIO_WORDS, baseline_words, ratio_cell, run_decode_cost
-from ._judgement_evidence import BATCHED_ARMS, STATE_COLUMNS, domain_words, part_counts, request_states
+from ._judgement_domain import domain_words
+from ._judgement_evidence import BATCHED_ARMS, STATE_COLUMNS, part_counts, request_states
 from ._judgement_frame import EXIT_CODES, VERDICTS, Judgement, worst
 from ._judgement_words import rate_words
 from ._next_steps import repro_folder, repro_step

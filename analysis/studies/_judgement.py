@@ -33,18 +33,17 @@ import polars as pl
 from ..metrics import cost_by_c, divergence_bound
 from ..run import SLOT_COLUMNS, Run, band_table, legacy_arm, reference_table, slot_table
 from ._judgement_cost import cost_words, judged_arms
+from ._judgement_domain import domain, sampling_words
 from ._judgement_evidence import (
     STATE_COLUMNS,
     _alone_states,
     _formation,
     _states,
     cache_served_in,
-    domain,
     missing_frame,
     part_counts,
     precision_table,
     refused_requests,
-    sampling_words,
     widest_precision,
 )
 from ._judgement_frame import SCHEMA
@@ -68,7 +67,8 @@ _COUNTED = (
 # What the verdict reads of each request at all: the above, what its state is worked out from (``_states``) and its decode
 # rate (``cost_by_c``). Filtered by arm, every column of every request would be the judgement's largest copy (at 516,000
 # requests, 170 MB an arm, and again for the cost).
-_READ = (*_COUNTED, "arm", *STATE_COLUMNS, "decode_tok_s", "decode_rate_origin")
+_TIMED = ("c", "decode_tok_s", "decode_rate_origin")  # what the decode cost reads of each request (``cost_by_c``)
+_READ = (*_COUNTED, "arm", *STATE_COLUMNS, *_TIMED[1:])
 
 
 @dataclass
@@ -107,7 +107,9 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
     missing = missing_frame(run.missing())  # before the slot table is read: the plan's join is not held beside it
     return judge_tables(
         _subject(run),
-        slots=slot_table(run, columns=[c for c in dict.fromkeys(_READ) if c in SLOT_COLUMNS]),
+        # scanned, not read: each count below reads its columns a morsel at a time (at 516,000 requests, the slot
+        # columns and their states were 250 MB held at once)
+        slots=slot_table(run, columns=[c for c in dict.fromkeys(_READ) if c in SLOT_COLUMNS], lazy=True),
         refs=reference_table(run),
         bands=band_table(run),
         missing=missing,
@@ -121,7 +123,7 @@ def _judge_run(run: Run, target_rate: float, confidence: float, needed: int) -> 
 def judge_tables(
     subject: Subject,
     *,
-    slots: pl.DataFrame,
+    slots: pl.DataFrame | pl.LazyFrame,
     refs: pl.DataFrame,
     bands: pl.DataFrame,
     missing: pl.DataFrame,
@@ -137,8 +139,10 @@ def judge_tables(
     ----------
     subject : Subject
         The run's name and manifest, and the causes it can name.
-    slots, refs, bands : polars.DataFrame
-        Its slot, reference and band tables (:func:`analysis.run.slot_table`, ``reference_table``, ``band_table``).
+    slots : polars.DataFrame or polars.LazyFrame
+        Its slot table (:func:`analysis.run.slot_table`; a scan of it is counted a morsel at a time).
+    refs, bands : polars.DataFrame
+        Its reference and band tables (:func:`analysis.run.reference_table`, ``band_table``).
     missing : polars.DataFrame
         The requests its plan lacks (:func:`missing_frame` of ``Run.missing``).
     precision : str
@@ -155,7 +159,8 @@ def judge_tables(
     """
     manifest = subject.manifest
     bands = _formation(bands)
-    states = _states(slots.select(c for c in dict.fromkeys(_READ) if c in slots.columns))
+    scanned = slots.lazy()
+    states = _states(scanned.select(c for c in dict.fromkeys(_READ) if c in scanned.collect_schema()))
     alone = _alone_states(refs, states)
     arms = judged_arms(manifest)
     legacy = legacy_arm(manifest)
@@ -202,7 +207,7 @@ def judge_tables(
 def judge_arm(
     subject: Subject,
     arm: str,
-    states: pl.DataFrame,
+    states: pl.DataFrame | pl.LazyFrame,
     alone: pl.DataFrame,
     bands: pl.DataFrame,
     missing: pl.DataFrame,
@@ -222,9 +227,10 @@ def judge_arm(
         The run's name, manifest, ladder and the causes it can name.
     arm : str
         The arm judged.
-    states : polars.DataFrame
+    states : polars.DataFrame or polars.LazyFrame
         The arm's requests, one row each: ``c``, ``state`` and its flags (``tokens_parted``, ``bits_parted``, ...),
-        ``context``, ``max_ulp`` and where each part.
+        ``context``, ``max_ulp`` and where each part. Only counts, extremes and first rows are read of them, each in one
+        query: a scan of a kept slot table is read a morsel at a time, never held.
     alone : polars.DataFrame
         The requests sent alone (m=1), in the same columns.
     bands : polars.DataFrame
@@ -245,17 +251,35 @@ def judge_arm(
     dict of str to Any
     """
     shared = shared or {}
-    if "context" not in states.columns:  # rows written by hand: each request its own context
-        states = states.with_columns(context=pl.format("{}/{}/{}/{}", "prompt_id", "c", "repeat", "slot"))
-    batched_rows = states.lazy().filter(pl.col("c") > 1)  # in no order: only the rows named first are sorted
-    # The columns the counts and words read: every column of every batched request would be the judgement's largest copy.
-    batched = batched_rows.select(c for c in _COUNTED if c in states.columns).collect()
+    states = states.lazy()
+    if "context" not in states.collect_schema():  # rows written by hand: each request its own context
+        # formatted in memory: polars 2.1's streaming engine panics formatting strings of a frame of several chunks
+        context = pl.format("{}/{}/{}/{}", "prompt_id", "c", "repeat", "slot")
+        states = states.with_columns(context=context).collect().lazy()
+    batched_rows = states.filter(pl.col("c") > 1)  # in no order: only the rows named first are sorted
+    # The columns the counts and words read, never collected whole: every batched request would be the judgement's
+    # largest copy.
+    batched = batched_rows.select(c for c in _COUNTED if c in states.collect_schema())
     parted = pl.col("tokens_parted") | pl.col("bits_parted")
     alone_parted = alone.filter(parted)
     # Only the first divergent request is sorted out (a top-k), with all its columns: most requests of a run may part.
     first_divergent = batched_rows.filter(parted).sort(_ORDER, maintain_order=True).head(1).collect()
     ladder = sorted({int(c) for c in subject.ladder if int(c) > 1})
-    present = set(batched["c"].unique().to_list())
+    # the bound counts distinct batch contexts: a repeat of the same context is checked, but is not a new trial
+    spread = (
+        batched.select(
+            contexts=pl.col("context").n_unique(),
+            parted_contexts=pl.col("context").filter(parted).n_unique(),
+            prompts=pl.col("prompt_id").n_unique(),
+            no_evidence=pl.col("no_evidence").sum(),
+            unjudged=pl.col("unjudged").sum(),
+            max_ulp=pl.col("max_ulp").max(),
+            present=pl.col("c").unique().implode(),
+        )
+        .collect(engine="streaming")
+        .row(0, named=True)
+    )
+    present = set(spread["present"])
     unformed = bands.filter((pl.col("c") > 1) & ~pl.col("formed")).sort("c", "prompt_id", "repeat")
     band_gaps = missing.filter((pl.col("c") > 1) & (pl.col("role") == "band"))
     refused = band_gaps.filter(pl.col("state").str.starts_with("refused"))
@@ -264,10 +288,10 @@ def judge_arm(
         "arm": arm,
         "engine": subject.engine,
         **part_counts(batched),
-        "contexts": batched["context"].n_unique(),
-        "prompts": batched["prompt_id"].n_unique(),
-        "no_evidence": int(_flag(batched, "no_evidence").sum()),
-        "unjudged": int(_flag(batched, "unjudged").sum()),
+        "contexts": spread["contexts"],
+        "prompts": spread["prompts"],
+        "no_evidence": int(spread["no_evidence"]),
+        "unjudged": int(spread["unjudged"]),
         "refused": refused.height,
         "alone": alone.height,
         "alone_parted": alone_parted.height,
@@ -279,12 +303,11 @@ def judge_arm(
         "target_rate": target_rate,
         "confidence": confidence,
         "requests_needed": needed,
-        "max_ulp": batched["max_ulp"].max(),
-        "cost_by_c": cost_by_c(states),
+        "max_ulp": spread["max_ulp"],
+        "cost_by_c": cost_by_c(states.select(c for c in _TIMED if c in states.collect_schema()).collect()),
         "unformed": unformed.select("prompt_id", c="c", repeat="repeat", widest_seen="widest_seen").to_dicts(),
     }
-    # the bound counts distinct batch contexts: a repeat of the same context is checked, but is not a new trial
-    n, k = row["contexts"], batched.lazy().filter(parted).select(pl.col("context").n_unique()).collect().item()
+    n, k = row["contexts"], spread["parted_contexts"]
     row["upper_bound"] = divergence_bound(k, n, confidence) if n else None
     row["rule_of_three"] = 3 / n if n and not k and confidence == 0.95 else None
     if alone_parted.height:
@@ -357,11 +380,6 @@ def _alone_unknown(alone: pl.DataFrame, lacking: pl.DataFrame | None) -> int:
     return unknown + second
 
 
-def _flag(frame: pl.DataFrame, name: str) -> pl.Series:
-    """A state's flag of every request (:func:`_states` gives each request all of them)."""
-    return frame[name]
-
-
 def _gaps(row: dict[str, Any], ladder: list[int], subject: Subject) -> list[str]:
     """What keeps a run with nothing parted from GREEN or AMBER, in words: the plan's gaps."""
     gaps = []
@@ -386,7 +404,7 @@ def _gaps(row: dict[str, Any], ladder: list[int], subject: Subject) -> list[str]
 
 def _evidence_gaps(
     row: dict[str, Any],
-    batched: pl.DataFrame,
+    batched: pl.LazyFrame,
     alone: pl.DataFrame,
     refused: pl.DataFrame,
     bands: pl.DataFrame,
@@ -408,10 +426,11 @@ def _evidence_gaps(
         names += f" and {lacking.height - 3} more" if lacking.height > 3 else ""
         gaps.append(f"{lacking['prompt_id'].n_unique()} prompt(s) lack a reference, so they are unjudged: {names}")
     elif row["unjudged"]:
-        prompts = ", ".join(sorted(set(batched.filter(pl.col("unjudged"))["prompt_id"].to_list()))[:3])
+        unjudged = batched.filter(pl.col("unjudged")).select(pl.col("prompt_id").unique().sort().head(3)).collect()
+        prompts = ", ".join(unjudged["prompt_id"].to_list())
         gaps.append(f"{row['unjudged']} batched request(s) have no ref #1 of their prompt to compare with ({prompts})")
     if row["no_evidence"]:
-        first = batched.filter(pl.col("no_evidence")).sort(_ORDER).row(0, named=True)
+        first = batched.filter(pl.col("no_evidence")).sort(_ORDER).head(1).collect().row(0, named=True)
         gaps.append(
             f"{row['no_evidence']} of {row['requests']} batched requests have no token to compare (an empty completion on "
             f"either side; the first {_where(first)} slot {first['slot']})"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -50,7 +50,10 @@ STATE_COLUMNS = (
 _ORDER = ["c", "prompt_id", "repeat", "slot"]
 
 
-def _states(rows: pl.DataFrame) -> pl.DataFrame:
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
+
+
+def _states(rows: Frame) -> Frame:
     """Each request against m=1 (rows of the slot or reference table) with its ``state`` and the flags the verdict counts:
     ``tokens_parted``, ``bits_parted``, ``bits_unknown``, ``no_evidence``, ``unjudged`` and ``position`` (the 0-based token
     where it parts; null when only its message text was compared)."""
@@ -131,14 +134,14 @@ def request_states(slots: pl.DataFrame) -> pl.DataFrame:
     return _states(slots)
 
 
-def part_counts(batched: pl.DataFrame) -> dict[str, int]:
+def part_counts(batched: pl.DataFrame | pl.LazyFrame) -> dict[str, int]:
     """How many of the batched requests (rows of :func:`request_states` with c > 1) part, and how: the counts a verdict's
     row carries and every figure of it restates.
 
     Parameters
     ----------
-    batched : polars.DataFrame
-        The batched requests with their states.
+    batched : polars.DataFrame or polars.LazyFrame
+        The batched requests with their states (a scan is counted a morsel at a time).
 
     Returns
     -------
@@ -151,17 +154,28 @@ def part_counts(batched: pl.DataFrame) -> dict[str, int]:
     ...                           "bits_unknown": [False, False, True]}))
     {'requests': 3, 'divergent': 2, 'tokens_parted': 1, 'bits_only': 1, 'bits_unknown': 1}
     """
-    tokens, bits = int(batched["tokens_parted"].sum()), int(batched["bits_parted"].sum())
+    counts = (
+        batched.lazy()
+        .select(
+            requests=pl.len(),
+            tokens_parted=pl.col("tokens_parted").sum(),
+            bits_only=pl.col("bits_parted").sum(),
+            bits_unknown=pl.col("bits_unknown").sum(),
+        )
+        .collect(engine="streaming")
+        .row(0, named=True)
+    )
+    tokens, bits = int(counts["tokens_parted"]), int(counts["bits_only"])
     return {
-        "requests": batched.height,
+        "requests": int(counts["requests"]),
         "divergent": tokens + bits,
         "tokens_parted": tokens,
         "bits_only": bits,
-        "bits_unknown": int(batched["bits_unknown"].sum()),
+        "bits_unknown": int(counts["bits_unknown"]),
     }
 
 
-def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
+def _alone_states(refs: pl.DataFrame, states: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """What the server does alone, run to run: each prompt's ref #2 against ref #1, then each request sent alone (c=1 of a
     batched arm or the repeat arm, and every request of the serial arm), in the order a reader is told of them (references
     first)."""
@@ -191,7 +205,8 @@ def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
     )
     alone = ((pl.col("c") == 1) & pl.col("arm").is_in(ALONE_ARMS)) | (pl.col("arm") == SERIAL_ARM)
     sent_alone = (
-        states.filter(alone)
+        states.lazy()
+        .filter(alone)
         .sort(_ORDER)
         .select(
             "prompt_id",
@@ -205,6 +220,7 @@ def _alone_states(refs: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
             position="position",
             max_ulp="max_ulp",
         )
+        .collect(engine="streaming")
     )
     return pl.concat([second.sort("prompt_id").select(columns), sent_alone.select(columns)], how="vertical_relaxed")
 
@@ -360,100 +376,6 @@ def precision_compared(logprobs: pl.Series) -> str:
     if finite.is_empty():
         return "none"
     return "float32" if (finite.cast(pl.Float32).cast(pl.Float64) == finite).all() else "float64"
-
-
-def sampling_words(manifest: Mapping[str, Any]) -> str:
-    """How the run sampled, as its manifest records it: ``greedy`` at temperature 0 (or none recorded, as bia's probes
-    always ask), else the temperature.
-
-    Parameters
-    ----------
-    manifest : Mapping of str to Any
-        The run's manifest (its ``sampler``).
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> sampling_words({"sampler": {"temperature": 0.0}}), sampling_words({"sampler": {"temperature": 0.7}})
-    ('greedy (temperature 0)', 'temperature 0.7')
-    """
-    temperature = (manifest.get("sampler") or {}).get("temperature")
-    return "greedy (temperature 0)" if not temperature else f"temperature {temperature:g}"
-
-
-def domain(row: Mapping[str, Any], batched: pl.DataFrame, bands: pl.DataFrame, ladder: list[int], **run: Any) -> dict:
-    """What a verdict covers: the ladder and the widths measured, the distinct prompts and batch contexts, the batched
-    requests' prompt and completion lengths, and the run's ``sampling``, ``precision`` and ``arms`` (given in ``run``).
-
-    Parameters
-    ----------
-    row : Mapping of str to Any
-        The arm's judgement row (its ``prompts``, ``contexts`` and ``requests``).
-    batched : polars.DataFrame
-        Its batched requests (``length``, and ``prompt_tokens`` when known).
-    bands : polars.DataFrame
-        Its bands (``c``, ``widest_seen``).
-    ladder : list of int
-        The run's ladder.
-    **run : Any
-        ``sampling``, ``precision`` and ``arms``.
-
-    Returns
-    -------
-    dict
-        The fields of the judgement's ``domain`` column.
-    """
-    widths = bands.filter(pl.col("c") > 1)["widest_seen"].drop_nulls().unique().sort().to_list()
-    prompt_tokens = batched["prompt_tokens"] if "prompt_tokens" in batched.columns else pl.Series([], dtype=pl.Int64)
-    return {
-        "ladder": sorted(int(c) for c in ladder),
-        "widths": widths,
-        "prompts": row["prompts"],
-        "contexts": row["contexts"],
-        "requests": row["requests"],
-        "prompt_tokens_min": prompt_tokens.min(),
-        "prompt_tokens_max": prompt_tokens.max(),
-        "completion_tokens_min": batched["length"].min(),
-        "completion_tokens_max": batched["length"].max(),
-        **run,
-    }
-
-
-def domain_words(domain: Mapping[str, Any]) -> str:
-    """A domain in one line, as ``bia certify`` ends with it.
-
-    Parameters
-    ----------
-    domain : Mapping of str to Any
-        A judgement row's ``domain`` (or a certificate's).
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> domain_words({"ladder": [1, 4], "widths": [4], "prompts": 2, "contexts": 8, "requests": 8, "prompt_tokens_min": 5,
-    ...               "prompt_tokens_max": 9, "completion_tokens_min": 16, "completion_tokens_max": 16,
-    ...               "sampling": "greedy (temperature 0)", "precision": "float32", "arms": ["copies"]})
-    'covers: ladder 1,4 (widths measured 4), 2 prompts in 8 distinct batch contexts (8 batched requests), prompts of 5-9 tokens, completions of 16 tokens, greedy (temperature 0), logprobs compared as float32, arms copies'
-    """
-
-    def span(low: Any, high: Any) -> str:
-        return "?" if low is None else f"{low}" if low == high else f"{low}-{high}"
-
-    widths = ",".join(map(str, domain["widths"])) or "none"
-    prompts = f"{domain['prompts']} prompt{'s' if domain['prompts'] != 1 else ''}"
-    return (
-        f"covers: ladder {','.join(map(str, domain['ladder']))} (widths measured {widths}), {prompts} in "
-        f"{domain['contexts']} distinct batch contexts ({domain['requests']} batched requests), prompts of "
-        f"{span(domain['prompt_tokens_min'], domain['prompt_tokens_max'])} tokens, completions of "
-        f"{span(domain['completion_tokens_min'], domain['completion_tokens_max'])} tokens, {domain['sampling']}, logprobs "
-        f"compared as {domain['precision']}, arms {', '.join(domain['arms'])}"
-    )
 
 
 _GREW = re.compile(r"(?:cached|cache_hits?)[\w:]*\s\+(\d+(?:\.\d+)?)")
