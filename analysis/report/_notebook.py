@@ -105,8 +105,9 @@ def _quiet_kernel_manager(log: Path) -> type:
 
 
 # polars' allocator (jemalloc) keeps freed pages for ten seconds by default, so a report's kernel held, at any time, the
-# pages of every section it ran in the last ten: at 516,000 requests 1.14 GB where its live data peaked at 0.8 GB. With
-# them given back at once the report was no slower (benchmarks/bench_scale.py, report-warm).
+# pages of every section it ran in the last ten, not only what lived (benchmarks/bench_scale.py, report-warm, the process
+# tree: 552 to 580 MB and 990 MB at 129,000 and 516,000 requests with jemalloc's default; 559 MB and 906 to 947 MB with
+# the kernel's pages given back at once, 16 s and 23 to 28 s, as fast as before within the runs' spread).
 _PAGES_GIVEN_BACK = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
