@@ -28,7 +28,7 @@ def is_lone(run) -> bool:
     -------
     bool
     """
-    return run.dump.requests.unique(["source", "record"]).height == 1
+    return run.request_columns("source", "record").unique().height == 1
 
 
 def not_a_dump(file: Path, runs: list[Path]) -> str | None:

@@ -13,6 +13,7 @@ from ..dumps import REQUEST_SCHEMA, Dump
 from ..metrics import parity
 from ._arms import REFERENCE_ARM, legacy_arm, with_arm_column
 from ._derived import _capture_stamps, _derived_record, _write_derived
+from ._kept_dump import KeptDump, request_columns
 from ._layout import _DEFAULTS, RunError, plan
 
 
@@ -30,7 +31,10 @@ class Run:
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Every request carries the control arm it was fired in (analysis.run._arms): the tables group by it.
+        # Every request carries the control arm it was fired in (analysis.run._arms): the tables group by it. A kept
+        # plan's requests carry it already (analysis.run._pieces.plan_run), and are not read here.
+        if isinstance(self.dump, KeptDump):
+            return
         requests = with_arm_column(self.dump.requests, self.manifest)
         if requests is not self.dump.requests:
             object.__setattr__(self, "dump", dataclasses.replace(self.dump, requests=requests))
@@ -54,12 +58,35 @@ class Run:
     @property
     def requests(self) -> pl.DataFrame:
         """The requests with their decode rates (built once per run; a streamed run's plan carries them, worked out
-        before its envelopes were left with its pieces)."""
+        before its envelopes were left with its pieces; a plan kept on disk is read from there each time, not held)."""
+        if isinstance(self.dump, KeptDump):
+            return self.dump.requests
         if "requests" not in self._cache:
             requests = self.dump.requests
             planned = "decode_rate_origin" in requests.columns and "extra" not in requests.columns
             self._cache["requests"] = requests if planned else parity.request_decode_rates(requests)
         return self._cache["requests"]
+
+    def request_columns(self, *names: str) -> pl.DataFrame:
+        """The columns among ``names`` that the run's requests have (the dump's, without decode rates worked out), as a
+        polars frame: a streamed run's plan reads no other column from where it is kept.
+
+        Parameters
+        ----------
+        *names : str
+            The columns wanted; one the requests lack is left out.
+
+        Returns
+        -------
+        polars.DataFrame
+
+        Examples
+        --------
+        >>> from analysis import read_run
+        >>> read_run("data/experiment-cpu/default", stream=True).request_columns("prompt_id", "c").columns
+        ['prompt_id', 'c']
+        """
+        return request_columns(self.dump, names)
 
     @property
     def tokens(self) -> Any:
@@ -157,8 +184,7 @@ class Run:
     @property
     def prompts(self) -> list[str]:
         """The prompt ids the captures hold, sorted."""
-        ids = self.dump.requests["prompt_id"]
-        ids = ids if isinstance(ids, pl.Series) else pl.from_pandas(ids)
+        ids = self.request_columns("prompt_id")["prompt_id"]
         # sorted as Python sorts str: by code point, as their UTF-8 bytes sort
         return ids.drop_nulls().unique().sort().to_list()
 
@@ -169,7 +195,7 @@ class Run:
         state = "complete" if self.manifest.get("complete", True) else "incomplete"
         return (
             f"Run({str(self.path) if self.path else 'assembled'!r}: {engine}, {len(self.prompts)} prompt(s), ladder {self.ladder}, "
-            f"{len(self.dump.requests)} requests, {state})"
+            f"{self.request_columns('record').height} requests, {state})"
         )
 
     def missing(self) -> list[dict[str, Any]]:
@@ -190,9 +216,6 @@ class Run:
 
     def _missing(self) -> list[dict[str, Any]]:
         legacy = legacy_arm(self.manifest)
-        requests = (
-            self.dump.requests if isinstance(self.dump.requests, pl.DataFrame) else pl.from_pandas(self.dump.requests)
-        )
         keys = {
             "prompt_id": pl.String,
             "role": pl.String,
@@ -201,6 +224,7 @@ class Run:
             "repeat": pl.Int64,
             "arm": pl.String,
         }
+        requests = self.request_columns(*keys)
         arm_column = pl.col("arm") if "arm" in requests.columns else pl.lit(None, pl.String)
         refused = [
             (

@@ -44,6 +44,7 @@ from ..dumps import (
     iter_dump_parts,
 )
 from ._derived import _capture_stamps
+from ._kept_dump import KeptDump
 from ._layout import RunError, load_manifest
 from ._model import Run
 from ._piecewise import _code_digest, _moved
@@ -265,23 +266,34 @@ def _read_pieces(path: Path, manifest: dict[str, Any], folder: Path, record: dic
     formats = {renamed(k): v for k, v in record.get("formats", {}).items()}
     skipped = _recorded_skips(record, renamed)
     planned, where = _planned_requests(path, manifest, folder, formats, skipped)
-    plan = _said_cut(Run(manifest, _no_tokens(moved(planned), formats, skipped), path))  # as read_run says it
+    if isinstance(planned, Path):  # kept: read from there by each reader, not held with the run
+        dump: Dump = KeptDump(
+            formats=formats,
+            skipped=skipped,
+            file=planned,
+            old=record["captures_dir"],
+            captures=os.fspath(path / "captures"),
+        )
+    else:
+        dump = _no_tokens(moved(planned), formats, skipped)
+    plan = _said_cut(Run(manifest, dump, path))  # as read_run says it
     pieces = _Pieces(path, manifest, folder, where, dropped, moved, formats, skipped, record["pieces"])
     return plan, pieces
 
 
 def _planned_requests(
     path: Path, manifest: dict[str, Any], folder: Path, formats: dict[str, list[str]], skipped: list[DumpError]
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame | Path, pl.DataFrame]:
     """The plan's requests (:func:`plan_run`), its sources as the pieces' record names them, and which pieces hold each
-    prompt: kept under ``derived/pieces/plans/`` for this manifest and this code, so that opening a run reads the plan's
-    columns alone and not every request's envelope and text (at 516,000 requests, 185 MB read against 360 MB and the
-    arms worked out), nor every request's piece."""
+    prompt: kept under ``derived/pieces/plans/`` for this manifest and this code, so that opening a run reads neither
+    every request's envelope and text nor the arms worked out again; where kept, the plan's file and not its rows (a
+    reader reads the columns it needs from there: at 516,000 requests the plan is 129 MB held)."""
     # the plan's arms and rates are bia's: another version works them out again
     digest = hashlib.sha256((path / "manifest.json").read_bytes() + _code_digest().encode()).hexdigest()[:16]
     plans = folder / "plans"
     with contextlib.suppress(OSError, pl.exceptions.PolarsError):
-        return pl.read_parquet(plans / f"{digest}.parquet"), pl.read_parquet(plans / f"{digest}.where.parquet")
+        pl.read_parquet_schema(plans / f"{digest}.parquet")  # a plan spoiled is worked out again
+        return plans / f"{digest}.parquet", pl.read_parquet(plans / f"{digest}.where.parquet")
     requests = pl.read_parquet(folder / "requests.parquet")
     where = requests.select("prompt_id", "piece").unique(maintain_order=True)
     planned = plan_run(manifest, requests.drop("piece"), formats, skipped, path).requests
@@ -292,6 +304,7 @@ def _planned_requests(
             for frame, name in ((where, f"{digest}.where.parquet"), (planned, f"{digest}.parquet")):  # the plan last
                 frame.write_parquet(plans / f"{name}.part")
                 os.replace(plans / f"{name}.part", plans / name)
+            return plans / f"{digest}.parquet", where
     return planned, where
 
 

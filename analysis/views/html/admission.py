@@ -38,7 +38,7 @@ def run_admission(run, policy) -> list[dict[str, Any]]:
     from ...verdicts import ShapeVerdict, shape_check_data
 
     groups: dict[tuple, dict[str, Any]] = {}
-    for prompt in sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None}):
+    for prompt in run.prompts:
         source = f"{run.label} prompt {prompt}"
         try:
             witness = to_witness(run, prompt)

@@ -54,7 +54,7 @@ def _facts(run: Run) -> str:
         ("model", (identity.get("model") or {}).get("path")),
         ("prompts", few(run.prompts)),
         ("ladder", run.ladder),
-        ("requests", len(run.dump.requests)),
+        ("requests", run.request_columns("record").height),
         ("complete", manifest.get("complete", True)),
         ("missing", len(run.missing())),
         ("refused", len(manifest.get("refused") or [])),

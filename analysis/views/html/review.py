@@ -50,7 +50,7 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     if judgement is None:
         judgement = judge_runs(run)
     verdict, headline, css, judged = _judged(judgement.frame.filter(pl.col("run") == run.label).to_dicts())
-    if _one_line(run.dump.requests):
+    if _one_line(run.request_columns("source", "record")):
         return _lone_review(run, verdict)
     slots = slot_table(run, epsilon=epsilon, reference=reference, columns=COUNTED_COLUMNS)
     spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
@@ -264,7 +264,7 @@ def _run_completeness(run) -> tuple[str, str, str | None]:
         "the run did not finish" if manifest.get("complete", True) is False else "",
     ]
     gaps = [g for g in gaps if g]
-    have = f"{len(run.dump.requests)} request(s) read"
+    have = f"{run.request_columns('record').height} request(s) read"
     if not gaps:
         return "completeness", f"complete: {have}, none missing, none refused.", "pass"
     return "completeness", f"incomplete: {have}; " + "; ".join(gaps) + ".", "fail"

@@ -188,7 +188,7 @@ def run_html(run) -> str:
         HTML.
     """
     manifest = run.manifest
-    prompts = sorted({p for p in run.dump.requests["prompt_id"].to_list() if p is not None})
+    prompts = run.prompts
     return render(
         "run.html.j2",
         run=run,
