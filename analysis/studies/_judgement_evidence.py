@@ -109,18 +109,18 @@ def _states(rows: Frame) -> Frame:
     )
 
 
-def request_states(slots: pl.DataFrame) -> pl.DataFrame:
+def request_states(slots: Frame) -> Frame:
     """A slot table's requests, each with the state a verdict counts (``state``, its flags and ``position``), as
     :func:`analysis.judge` decides them: the one place a figure or card reads whether a request parts in tokens or bits.
 
     Parameters
     ----------
-    slots : polars.DataFrame
-        :func:`analysis.slot_table` of a run (or rows with its columns).
+    slots : polars.DataFrame or polars.LazyFrame
+        :func:`analysis.slot_table` of a run (or rows with its columns); a scan gives a scan.
 
     Returns
     -------
-    polars.DataFrame
+    polars.DataFrame or polars.LazyFrame
         The rows with ``state`` (one of ``STATES``), ``tokens_parted``, ``bits_parted``, ``bits_unknown``,
         ``no_evidence``, ``unjudged`` and ``position`` (the 0-based token where it parts).
 

@@ -47,7 +47,8 @@ def drawn(
     witnesses: Callable[[WitnessSet], pl.DataFrame] | None = None,
     history: Callable[[History], pl.DataFrame] | None = None,
     frame: str = "",
-) -> pl.DataFrame:
+    lazy: bool = False,
+) -> pl.DataFrame | pl.LazyFrame:
     """What a plot draws from its input: a :class:`~analysis.Run`'s table (``run(value)``), a
     :class:`~analysis.WitnessSet`'s (``witnesses(value)``), a :class:`~analysis.History`'s (``history(value)``), or a frame as
     given (polars or pandas). Anything else is a TypeError naming what the plot takes: a path, say, is not read for the caller.
@@ -66,6 +67,9 @@ def drawn(
         The history's table the plot draws; None: it takes no history.
     frame : str, default ""
         The frame's name in the error; by default the run's table's.
+    lazy : bool, default False
+        The plot reads a scan: a ``polars.LazyFrame`` given is given back as it is (else collected), and a run's table
+        is asked for as a scan (``run(value, lazy=True)``).
 
     Returns
     -------
@@ -80,7 +84,9 @@ def drawn(
     TypeError: plot_margin_at_divergence draws a Run or the frame of analysis.slot_table(run), not a str: read the run first, plot_margin_at_divergence(analysis.read_run('data/experiment-cpu/default'))
     """
     if run is not None and isinstance(value, Run):
-        return run(value)
+        return run(value, lazy=True) if lazy else run(value)
+    if isinstance(value, pl.LazyFrame):
+        return value if lazy else value.collect()
     if witnesses is not None and isinstance(value, WitnessSet):
         return witnesses(value)
     if history is not None and isinstance(value, History):

@@ -23,31 +23,34 @@ from ._drawing import (
 )
 
 
-def partings(slots: pl.DataFrame) -> dict[str, list[int]]:
-    """Per prompt, the steps where its batched requests part from the reference, from a slot table: in one query over
-    two of its columns (a group of every column per prompt copied the table).
+def partings(slots: pl.DataFrame | pl.LazyFrame) -> dict[str, list[int]]:
+    """Per prompt, the distinct steps where its batched requests part from the reference, from a slot table: in one
+    query over two of its columns (a scan is read a morsel at a time; the steps of every request, not only the distinct,
+    were a list the size of the run).
 
     Parameters
     ----------
-    slots : polars.DataFrame
+    slots : polars.DataFrame or polars.LazyFrame
         A slot table (:func:`analysis.run.slot_table`), or any frame with ``prompt_id`` and ``divergence_at``.
 
     Returns
     -------
     dict of str to list of int
-        Each prompt's parting steps, in the table's order; an empty list for a prompt none of whose requests part.
+        Each prompt's parting steps, sorted, each once; an empty list for a prompt none of whose requests part. The
+        prompts in the table's order.
 
     Examples
     --------
-    >>> partings(pl.DataFrame({"prompt_id": ["p", "q", "p"], "divergence_at": [3, None, 1]}))
-    {'p': [3, 1], 'q': []}
+    >>> partings(pl.DataFrame({"prompt_id": ["p", "q", "p", "p"], "divergence_at": [3, None, 1, 3]}))
+    {'p': [1, 3], 'q': []}
     """
-    rows = slots.lazy().group_by("prompt_id", maintain_order=True).agg(pl.col("divergence_at").drop_nulls()).collect()
+    steps = pl.col("divergence_at").drop_nulls().unique().sort()
+    rows = slots.lazy().group_by("prompt_id", maintain_order=True).agg(steps).collect(engine="streaming")
     return dict(zip(rows["prompt_id"].to_list(), rows["divergence_at"].to_list(), strict=True))
 
 
 def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
-    """The reference's top-1/top-2 margin where each request parted, with the near-tie epsilon.
+    """The reference's top-1/top-2 margin where each request parted (a mark per c and margin), with the near-tie epsilon.
 
     ``slots``: a run, or its :func:`analysis.slot_table`.
 
@@ -73,10 +76,16 @@ def plot_margin_at_divergence(slots: Any, *, epsilon: float = 0.05, ax=None):
     'No request parted in tokens where the reference had two candidates.'
     """
     ax = _axes(ax)
-    parted = drawn(slots, "plot_margin_at_divergence", run=slot_table).filter(
-        pl.col("diverged") & pl.col("reference_margin").is_not_null()
-    )
     c = "c"
+    parted = (  # one mark a (c, margin): what is drawn, read a morsel at a time from a scan
+        drawn(slots, "plot_margin_at_divergence", run=slot_table, lazy=True)
+        .lazy()
+        .filter(pl.col("diverged") & pl.col("reference_margin").is_not_null())
+        .group_by(c, "reference_margin")
+        .agg()
+        .sort(c, "reference_margin")
+        .collect(engine="streaming")
+    )
     if parted.is_empty():
         return _empty(ax, "No request parted in tokens where the reference had two candidates.")
     # clip_on=False: an exact tie sits on the axis at 0 and is drawn whole

@@ -73,7 +73,7 @@ def run_figures(run, *, epsilon: float, reference: Any = "ref1", judgement: Any 
     """
 
     slots, bands = (
-        slot_table(run, epsilon=epsilon, reference=reference, columns=_FIGURE_COLUMNS),
+        slot_table(run, epsilon=epsilon, reference=reference, columns=_FIGURE_COLUMNS, lazy=True),  # a scan
         band_table(run, epsilon=epsilon, reference=reference),
     )
     if judgement is None and isinstance(reference, str) and reference == "ref1":

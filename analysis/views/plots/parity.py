@@ -96,10 +96,11 @@ def plot_divergence(
         run=slot_table,
         witnesses=_bands,
         frame="analysis.slot_table(run) or WitnessSet.bands",
+        lazy=True,
     )
-    if "diverged" in frame.columns:  # a run's requests; witness bands have no per-request column
+    if "diverged" in frame.collect_schema().names():  # a run's requests; witness bands have no per-request column
         return _requests_parting(frame, declared_min, ax, rows)
-    return _witnesses_parting(frame, witnesses, ax)
+    return _witnesses_parting(frame.lazy().collect(), witnesses, ax)
 
 
 def _rows(judgement: Any, parity: Any) -> list[dict]:
@@ -124,38 +125,42 @@ _STATE_MARKS = {  # each batched request's state (analysis.judge's), how it is d
 }
 
 
-def _requests_parting(slots: pl.DataFrame, declared_min: int | None, ax, rows: list[dict] | None = None):
+def _requests_parting(slots: pl.DataFrame | pl.LazyFrame, declared_min: int | None, ax, rows: list[dict] | None = None):
     """A run's figure: each batched request (c > 1) where it parts from ref #1 in tokens (o) or only in its logprob bits
-    (D), or at its length when it never parts; the counts and the verdict are ``rows``' (``analysis.judge``'s) when given."""
+    (D), or at its length when it never parts; the counts and the verdict are ``rows``' (``analysis.judge``'s) when given.
+    What is drawn is read as aggregates (a mark per state, c and position; each prompt's earliest parting), a morsel at a
+    time from a scan: the figure holds its marks and not its requests."""
     c = "c"
     batched = _batched(slots, rows)
-    if batched.is_empty():
+    # where each request parts, or its length (the shorter of it and the reference's) when it never does
+    agreed = pl.coalesce("position", pl.min_horizontal("reference_length", "length"), "divergence_at")
+    marks = batched.group_by("state", c, agreed=agreed).agg(requests=pl.len()).collect(engine="streaming")
+    if marks.is_empty():
         return _empty(ax, "No batched requests (c > 1) in the run.")
     counts = _counts(batched, rows)
-    # where each request parts, or its length (the shorter of it and the reference's) when it never does; only what is
-    # drawn, so that each state's points below are not a copy of every column of every batched request
-    batched = batched.select(
-        "prompt_id",
-        "slot",
-        c,
-        "state",
-        agreed=pl.coalesce("position", pl.min_horizontal("reference_length", "length"), "divergence_at"),
-    )
     for state, (marker, colour, words) in _STATE_MARKS.items():
-        drawn_ = batched.filter(pl.col("state") == state)
+        drawn_ = marks.filter(pl.col("state") == state).sort(c, "agreed", nulls_last=True)
         if drawn_.height:
             # one opaque mark a place: nothing of its own state is drawn over it, so it needs no transparency to show
-            marks = drawn_.select(c, "agreed").unique(maintain_order=True)
-            ax.plot(marks[c], marks["agreed"], marker, color=colour, markersize=7, label=f"{words} ({drawn_.height})")
-    parted = batched.filter(pl.col("state").is_in(["tokens", "bits"]))
-    earliest = parted.sort("agreed", c).unique(["prompt_id"], keep="first", maintain_order=True)
+            label = f"{words} ({drawn_['requests'].sum()})"
+            ax.plot(drawn_[c], drawn_["agreed"], marker, color=colour, markersize=7, label=label)
+    order = ["agreed", c, "order"]  # the earliest, then the lowest c, then the table's order
+    earliest = (
+        batched.filter(pl.col("state").is_in(["tokens", "bits"]))
+        .select("prompt_id", "slot", c, agreed=agreed)
+        .with_row_index("order")
+        .group_by("prompt_id")
+        .agg(pl.col(c, "agreed", "slot", "order").sort_by(order).first())
+        .sort(order)
+        .collect(engine="streaming")
+    )
     _label_points(
         ax, [(c, at, f"{p} slot {s}") for p, c, at, s in earliest.select("prompt_id", c, "agreed", "slot").rows()]
     )
     if declared_min is not None:
         ax.axhline(declared_min, color="black", linestyle="--", linewidth=1, label=f"declared_min = {declared_min}")
-    _set_c_axis(ax, batched[c].unique().to_list())
-    top = max(cast("int | None", batched["agreed"].max()) or 0, declared_min or 0, 1)  # an integer column
+    _set_c_axis(ax, marks[c].unique().to_list())
+    top = max(cast("int | None", marks["agreed"].max()) or 0, declared_min or 0, 1)  # an integer column
     ax.set_ylim(0, top * 1.6)  # room above the points for the sentence
     ax.text(0.5, 0.97, _fill(ax, parting_words(counts, rows)), ha="center", va="top", transform=ax.transAxes)
     ax.set_ylabel("tokens agreeing with m=1\n(0-based position of the part)")
@@ -177,18 +182,20 @@ DRAWN_COLUMNS = (
 )
 
 
-def _batched(slots: pl.DataFrame, rows: list[dict] | None) -> pl.DataFrame:
-    """The batched requests (c > 1, of the judged arms) with the state ``analysis.judge`` gives each; a frame without the
-    slot table's evidence columns counts a request that did not part in tokens as bits unknown (never greener)."""
+def _batched(slots: pl.DataFrame | pl.LazyFrame, rows: list[dict] | None) -> pl.LazyFrame:
+    """The batched requests (c > 1, of the judged arms) with the state ``analysis.judge`` gives each, as a query; a frame
+    without the slot table's evidence columns counts a request that did not part in tokens as bits unknown (never
+    greener)."""
     arms = sorted({r["arm"] for r in rows}) if rows else list(BATCHED_ARMS)
-    chosen = slots.lazy().select(name for name in slots.columns if name in DRAWN_COLUMNS)  # not a copy of every column
-    if "arm" in slots.columns:
+    names = slots.collect_schema().names()
+    chosen = slots.lazy().select(name for name in names if name in DRAWN_COLUMNS)  # not a copy of every column
+    if "arm" in names:
         chosen = chosen.filter(pl.col("arm").is_in(arms))
-    slots = chosen.filter(pl.col("c") > 1).collect()
-    if {"has_reference", "parted_at", "bits_differ_at", "bits_known"} <= set(slots.columns):
-        return request_states(slots)
+    chosen = chosen.filter(pl.col("c") > 1)
+    if {"has_reference", "parted_at", "bits_differ_at", "bits_known"} <= set(names):
+        return request_states(chosen)
     tokens = pl.col("diverged").fill_null(False)
-    return slots.with_columns(
+    return chosen.with_columns(
         state=pl.when(tokens).then(pl.lit("tokens")).otherwise(pl.lit("bits unknown")),
         tokens_parted=tokens,
         bits_parted=pl.lit(False),
@@ -197,7 +204,7 @@ def _batched(slots: pl.DataFrame, rows: list[dict] | None) -> pl.DataFrame:
     )
 
 
-def _counts(batched: pl.DataFrame, rows: list[dict] | None) -> dict[str, int]:
+def _counts(batched: pl.LazyFrame, rows: list[dict] | None) -> dict[str, int]:
     """The judgement rows' counts (summed over the run's arms), else those of the states drawn."""
     if not rows:
         return part_counts(batched)
