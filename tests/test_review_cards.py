@@ -13,6 +13,7 @@ import polars as pl
 from conftest import ROOT, V2_WITNESS
 
 from analysis import read_run, read_witnesses
+from analysis.metrics import per_c_counts
 from analysis.views.html.review import _within_spans, run_review
 from analysis.views.html.witness_review import witness_reviews
 
@@ -77,7 +78,7 @@ def test_requests_are_judged_only_where_their_references_agree():
         "length": [20] * 7, "max_ulp": [0] * 7,
         "near_tie": [False] * 7, "reference_margin": [0.5] * 7,
     }, schema_overrides={"divergence_at": pl.Int64})
-    rows = _within_spans(slots, spans)
+    rows = _within_spans(slots, spans).collect()
     assert rows["diverged"].to_list() == [False, True, False, False, True, False, False]  # 12 >= p0's 10: run-to-run; p1 has no span
     assert rows["bitwise"].to_list() == [True, True, True, False, False, True, None]  # p0 judged on its first 5 bits; p2 not at all
 
@@ -88,7 +89,7 @@ def test_equal_tokens_without_logprobs_have_unknown_bits_and_parted_tokens_known
                           "bitwise_prefix": [6, 2], "length": [6, 6], "max_ulp": [None, None], "near_tie": [False] * 2,
                           "reference_margin": [None] * 2},
                          schema_overrides={"divergence_at": pl.Int64, "max_ulp": pl.Int64, "reference_margin": pl.Float64})
-    assert _within_spans(slots, spans)["bitwise"].to_list() == [None, False]
+    assert _within_spans(slots, spans).collect()["bitwise"].to_list() == [None, False]
 
 
 def test_the_cache_prompt_run_says_its_bits_cannot_be_judged():
@@ -145,5 +146,9 @@ def test_the_cards_counts_keep_the_slot_tables_order_at_scale():
     })
     spans = pl.DataFrame({"prompt_id": [f"p{i}" for i in range(97)], "token_span": [None] * 97, "bit_span": [None] * 97},
                          schema={"prompt_id": pl.String, "token_span": pl.Int64, "bit_span": pl.Int64})
-    rows = _within_spans(slots, spans)
-    assert rows["where"].equals(slots.select(where=pl.format("{} slot {}", "prompt_id", "slot"))["where"])
+    rows = _within_spans(slots.lazy(), spans).collect(engine="streaming")
+    assert rows.select("where_prompt", "where_slot").equals(slots.select(where_prompt="prompt_id", where_slot="slot"))
+    counts = per_c_counts(_within_spans(slots.lazy(), spans))  # every request parts at 3: the first is the table's first
+    assert counts["first_where"].to_list() == ["p0 slot 0"]
+    ties = _within_spans(slots.lazy().reverse(), spans)  # the first in the rows' order among the earliest, not a sort's
+    assert per_c_counts(ties)["first_where"].to_list() == [f"p{(n - 1) % 97} slot {n - 1}"]

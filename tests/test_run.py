@@ -223,3 +223,21 @@ def test_an_assembled_run_takes_its_plan_from_the_mapping():
     assert repr(run).endswith("ladder [4], 1 requests, incomplete)")
     given = assemble_run([{"source": sample, "prompt_id": "p0", "role": "band", "c": 4, "slot": 0}], {"ladder": [1, 4], "complete": True})
     assert given.ladder == [1, 4] and given.manifest["complete"] is True  # what the caller's manifest says is kept
+
+
+def test_what_a_run_misses_is_the_same_a_prompt_at_a_time_and_streamed(tmp_path, monkeypatch):
+    # Run.missing joins the plan a group of prompts at a time (issue 42): the groups' rows, in order, are the whole join's
+    import shutil
+
+    from analysis.run import _model
+
+    folder = tmp_path / "run"
+    shutil.copytree(ROOT / "data" / "experiment-cpu" / "default", folder, ignore=shutil.ignore_patterns("derived"))
+    capture = folder / "captures" / "requests.jsonl"
+    lines = capture.read_text().splitlines()
+    capture.write_text("\n".join(line for i, line in enumerate(lines) if i not in (0, 5, 40, 61)) + "\n")  # both prompts lack some
+    whole = read_run(folder).missing()
+    assert len(whole) == 4 and {m["prompt_id"] for m in whole} == {"p0", "p1"}
+    monkeypatch.setattr(_model, "_MISSING_ROWS", 1)  # one prompt a group
+    assert read_run(folder).missing() == whole
+    assert read_run(folder, stream=True).missing() == whole

@@ -31,6 +31,27 @@ def test_the_worst_rows_are_the_first_of_the_stable_sort_nulls_last(rows, n, des
     assert shown == expected["id"].to_list()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.tuples(few, few, st.one_of(st.none(), st.floats(-2, 2, allow_nan=False))), max_size=40),
+    n=st.integers(1, 12),
+    descending=st.lists(st.booleans(), min_size=3, max_size=3),
+)
+def test_a_scan_keeps_the_same_first_rows(rows, n, descending):
+    # issue 42: a scan's worst rows come from polars' streaming top-k (it holds n rows, not a sorted copy); ties keep
+    # the scan's order, nulls come last in either direction, and the count is every row's
+    from analysis.core import first_rows
+
+    frame = pl.DataFrame(rows, schema={"a": pl.Int64, "b": pl.Int64, "x": pl.Float64}, orient="row").with_row_index("id")
+    by = ["a", "b", "x"]
+    expected = frame.sort(by, descending=descending, nulls_last=True, maintain_order=True).head(n)
+    kept, height = first_rows(frame.lazy(), by, descending, n)
+    page = worst_html(frame.lazy(), by=by, descending=descending, caption="c", what="rows", n=n)
+    assert kept.equals(expected) and height == frame.height
+    assert [int(cell) for cell in re.findall(r"<tr><td>(\d+)</td>", page)] == expected["id"].to_list()
+    assert (f"of the {frame.height} rows not shown" in page) == (frame.height > n)
+
+
 def test_a_runs_prompts_are_sorted_by_code_point_without_nulls():
     dump = read_dumps([])
     requests = pl.DataFrame({"prompt_id": ["p10", "p2", None, "é", "Z", "p2"]}, schema={"prompt_id": pl.String})

@@ -2,7 +2,7 @@
 
 from ._cells import MISSING, cell, duration, few, pairs, percent, share
 from ._fields import INT64_MAX, INT64_MIN, Fields, WitnessError
-from ._frames import as_polars, build, check_backend, progress, progress_bar, to_backend
+from ._frames import as_polars, build, check_backend, first_rows, progress, progress_bar, to_backend
 from ._heap import trim_heap
 from ._modes import (
     INVARIANT_MODES,
@@ -60,6 +60,7 @@ __all__ = [
     "duration",
     "few",
     "first_duplicate",
+    "first_rows",
     "format_number",
     "format_percent_1",
     "kernel_mode_words",

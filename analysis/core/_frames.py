@@ -152,3 +152,45 @@ def build(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, PolarsDataType
     full = {**schema, **extra}
     columns = {name: [row.get(name) for row in rows] for name in full}
     return pl.DataFrame(columns, schema=full, strict=True)
+
+
+def first_rows(
+    frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str], descending: Sequence[bool], n: int
+) -> tuple[pl.DataFrame, int]:
+    """The first ``n`` rows of a frame sorted by ``by`` (nulls last, ties in the frame's order), and how many rows it
+    has: a scan is read by polars' streaming top-k, which holds ``n`` rows and a morsel, not a sorted copy of the frame
+    (its streaming sort holds every row it sorts: at 516,000 requests, 70 MB for a table's worst ten).
+
+    Parameters
+    ----------
+    frame : polars.DataFrame or polars.LazyFrame
+        The rows.
+    by : sequence of str
+        The sort's columns.
+    descending : sequence of bool
+        Each column's direction.
+    n : int
+        How many rows to keep.
+
+    Returns
+    -------
+    tuple of (polars.DataFrame, int)
+        The rows, and the frame's height.
+
+    Examples
+    --------
+    >>> rows, height = first_rows(pl.LazyFrame({"k": [3, None, 1, 1], "v": list("abcd")}), ["k"], [False], 2)
+    >>> rows["v"].to_list(), height
+    (['c', 'd'], 4)
+    """
+    order = "__first_rows_order"
+    keys, directions = [*by, order], [*descending, False]  # the frame's order breaks ties: a stable sort's rows
+    kept = (
+        frame.lazy()
+        .with_row_index(order)
+        .bottom_k(n, by=keys, reverse=directions)  # a null is never among the first while a value is left
+        .collect(engine="streaming")
+        .sort(keys, descending=directions, nulls_last=True)
+    )
+    height = frame.height if isinstance(frame, pl.DataFrame) else frame.select(pl.len()).collect().item()
+    return kept.drop(order), height

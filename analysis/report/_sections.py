@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..core import trim_heap
 from ..run import Run, read_run
 from ..studies import Judgement, open_runs
 from ..verdicts import V3Policy
@@ -245,6 +246,9 @@ def figures(
         figures_html(run_figures(run, epsilon=epsilon, reference=against, judgement=judged), f"Run {run.label}")
         for run in runs_
     ]
+    # matplotlib's and numpy's arrays live on the C heap, whose freed pages glibc keeps: handed back here, what the
+    # figures drew is not held through the rest of the report (54 MB at 516,000 requests, 16 MB at 129,000)
+    trim_heap()
     return Section("figures", "".join(parts))
 
 

@@ -55,13 +55,15 @@ class KeptDump(Dump):
         """Every request, every column the plan keeps: read from its file (not held after)."""
         return self.request_columns(None)
 
-    def request_columns(self, names: Sequence[str] | None) -> pl.DataFrame:
+    def request_columns(self, names: Sequence[str] | None, prompts: Sequence[str] | None = None) -> pl.DataFrame:
         """Only the requests' columns among ``names`` that the plan has, in that order (``None``: every column).
 
         Parameters
         ----------
         names : sequence of str or None
             The columns wanted; one the plan lacks is left out (a caller checks ``columns``).
+        prompts : sequence of str, optional
+            Only these prompts' requests (read with the filter: the rest are never held).
 
         Returns
         -------
@@ -73,11 +75,14 @@ class KeptDump(Dump):
             The plan's file cannot be read (removed or spoiled since the run was opened).
         """
         if self._held is not None:
-            return self._held if names is None else self._held.select(n for n in names if n in self._held.columns)
+            return _chosen(self._held, names, prompts)
         try:
-            have = pl.read_parquet_schema(self._file)
-            chosen = None if names is None else [n for n in dict.fromkeys(names) if n in have]
-            frame = pl.read_parquet(self._file, columns=chosen)
+            if prompts is None:
+                have = pl.read_parquet_schema(self._file)
+                chosen = None if names is None else [n for n in dict.fromkeys(names) if n in have]
+                frame = pl.read_parquet(self._file, columns=chosen)
+            else:
+                frame = _chosen(pl.scan_parquet(self._file), names, prompts).collect()
         except (OSError, pl.exceptions.PolarsError) as exc:
             raise RunError(
                 f"{self._file}: the run's plan cannot be read ({exc}); open the run again to work it out again"
@@ -85,7 +90,15 @@ class KeptDump(Dump):
         return _moved(*self._where)(frame) if "source" in frame.columns else frame
 
 
-def request_columns(dump: Dump, names: Sequence[str]) -> pl.DataFrame:
+def _chosen(frame, names: Sequence[str] | None, prompts: Sequence[str] | None):
+    """The frame's (or scan's) columns among ``names``, of only ``prompts``' rows when given."""
+    have = frame.collect_schema().names()
+    if prompts is not None:
+        frame = frame.filter(pl.col("prompt_id").is_in(list(prompts)))
+    return frame if names is None else frame.select(n for n in dict.fromkeys(names) if n in have)
+
+
+def request_columns(dump: Dump, names: Sequence[str], prompts: Sequence[str] | None = None) -> pl.DataFrame:
     """The columns among ``names`` that a dump's requests have, as a polars frame: a kept plan reads no other column.
 
     Parameters
@@ -94,6 +107,8 @@ def request_columns(dump: Dump, names: Sequence[str]) -> pl.DataFrame:
         A dump (its requests polars or pandas) or a :class:`KeptDump`.
     names : sequence of str
         The columns wanted.
+    prompts : sequence of str, optional
+        Only these prompts' requests.
 
     Returns
     -------
@@ -106,7 +121,9 @@ def request_columns(dump: Dump, names: Sequence[str]) -> pl.DataFrame:
     ['prompt_id']
     """
     if isinstance(dump, KeptDump):
-        return dump.request_columns(names)
+        return dump.request_columns(names, prompts)
     requests = dump.requests
-    chosen = [name for name in dict.fromkeys(names) if name in requests.columns]
-    return requests.select(chosen) if isinstance(requests, pl.DataFrame) else pl.from_pandas(requests[chosen])
+    if not isinstance(requests, pl.DataFrame):  # pandas: only the columns wanted are converted
+        wanted = [*names, *(["prompt_id"] if prompts is not None else [])]
+        requests = pl.from_pandas(requests[[name for name in dict.fromkeys(wanted) if name in requests.columns]])
+    return _chosen(requests, names, prompts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,17 @@ from ._arms import REFERENCE_ARM, legacy_arm, with_arm_column
 from ._derived import _capture_stamps, _derived_record, _write_derived
 from ._kept_dump import KeptDump, request_columns
 from ._layout import _DEFAULTS, RunError, plan
+
+# What names one planned request (Run.missing), and how many planned requests are joined at a time.
+_PLAN_KEYS = {
+    "prompt_id": pl.String,
+    "role": pl.String,
+    "c": pl.Int64,
+    "slot": pl.Int64,
+    "repeat": pl.Int64,
+    "arm": pl.String,
+}
+_MISSING_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,7 @@ class Run:
             self._cache["requests"] = requests if planned else parity.request_decode_rates(requests)
         return self._cache["requests"]
 
-    def request_columns(self, *names: str) -> pl.DataFrame:
+    def request_columns(self, *names: str, prompts: Sequence[str] | None = None) -> pl.DataFrame:
         """The columns among ``names`` that the run's requests have (the dump's, without decode rates worked out), as a
         polars frame: a streamed run's plan reads no other column from where it is kept.
 
@@ -75,6 +87,8 @@ class Run:
         ----------
         *names : str
             The columns wanted; one the requests lack is left out.
+        prompts : sequence of str, optional
+            Only these prompts' requests (a kept plan is read with the filter).
 
         Returns
         -------
@@ -86,7 +100,7 @@ class Run:
         >>> read_run("data/experiment-cpu/default", stream=True).request_columns("prompt_id", "c").columns
         ['prompt_id', 'c']
         """
-        return request_columns(self.dump, names)
+        return request_columns(self.dump, names, prompts)
 
     @property
     def tokens(self) -> Any:
@@ -215,37 +229,25 @@ class Run:
         return [dict(request) for request in self._cache["missing"]]
 
     def _missing(self) -> list[dict[str, Any]]:
+        """The planned requests the captures lack, a group of the plan's prompts at a time: each group's planned rows
+        against its prompts' requests, so that the join holds a group's keys and not the run's (at 516,000 requests
+        the whole join was 170 MB)."""
         legacy = legacy_arm(self.manifest)
-        keys = {
-            "prompt_id": pl.String,
-            "role": pl.String,
-            "c": pl.Int64,
-            "slot": pl.Int64,
-            "repeat": pl.Int64,
-            "arm": pl.String,
-        }
-        requests = self.request_columns(*keys)
-        arm_column = pl.col("arm") if "arm" in requests.columns else pl.lit(None, pl.String)
-        refused = [
-            (
-                r.get("prompt_id"),
-                r.get("role"),
-                r.get("c"),
-                r.get("slot"),
-                r.get("repeat") or 0,
-                r.get("arm", REFERENCE_ARM if r.get("role") == "reference" else legacy),
-            )
-            for r in self.manifest.get("refused", [])
-        ]
-        have = pl.concat(
+        refused = pl.DataFrame(
             [
-                requests.select(
-                    *[pl.col(k).cast(t) for k, t in keys.items() if k not in ("repeat", "arm")],
-                    repeat=pl.col("repeat").fill_null(0).cast(pl.Int64),  # repeat null: 0
-                    arm=arm_column.cast(pl.String),
-                ),
-                pl.DataFrame(refused, schema=keys, orient="row", strict=False),
-            ]
+                (
+                    r.get("prompt_id"),
+                    r.get("role"),
+                    r.get("c"),
+                    r.get("slot"),
+                    r.get("repeat") or 0,
+                    r.get("arm", REFERENCE_ARM if r.get("role") == "reference" else legacy),
+                )
+                for r in self.manifest.get("refused", [])
+            ],
+            schema=_PLAN_KEYS,
+            orient="row",
+            strict=False,
         )
         passed = pl.DataFrame(
             [(str(s.get("prompt_id")), s.get("slot")) for s in self.manifest.get("prefill_skipped", [])],
@@ -253,36 +255,58 @@ class Run:
             orient="row",
             strict=False,
         ).with_columns(role=pl.lit("prefill"))  # positions no request can word
-        skipped = {
-            entry.get("prompt_id") for entry in self.manifest.get("skipped", [])
-        }  # references that disagree: no band by design
-        units = [u for u in plan(self.manifest) if u.role == "reference" or u.prompt_id not in skipped]
-        planned = pl.DataFrame(
-            {
-                "prompt_id": [u.prompt_id for u in units],
-                "role": [u.role for u in units],
-                "c": [u.c for u in units],
-                "slot": [list(u.slots) for u in units],
-                "repeat": [u.repeat for u in units],
-                "arm": [u.arm or (REFERENCE_ARM if u.role == "reference" else legacy) for u in units],
-                "unit": range(len(units)),
-            },
-            schema={**keys, "slot": pl.List(pl.Int64), "unit": pl.Int64},
-        ).explode("slot")  # one row per planned request, in the plan's order
-        lacking = (
-            planned.lazy()
-            .join(have.lazy(), on=list(keys), how="anti", nulls_equal=True, maintain_order="left")
-            .join(passed.lazy(), on=["prompt_id", "slot", "role"], how="anti", nulls_equal=True, maintain_order="left")
-            .collect(engine="streaming")  # in morsels: at 516,000 requests, half the memory of the join in one go
-        )
         out = []
-        for row in lacking.iter_rows(named=True):  # the requests the captures lack: few, each a file to look for
-            unit = units[row.pop("unit")]
-            partial = (
-                self.path is not None and (self.path / "partial" / f"{unit.capture_name(row['slot'])}.sse").exists()
+        for units in self._planned_groups():
+            planned = pl.DataFrame(
+                {
+                    "prompt_id": [u.prompt_id for u in units],
+                    "role": [u.role for u in units],
+                    "c": [u.c for u in units],
+                    "slot": [list(u.slots) for u in units],
+                    "repeat": [u.repeat for u in units],
+                    "arm": [u.arm or (REFERENCE_ARM if u.role == "reference" else legacy) for u in units],
+                    "unit": range(len(units)),
+                },
+                schema={**_PLAN_KEYS, "slot": pl.List(pl.Int64), "unit": pl.Int64},
+            ).explode("slot")  # one row per planned request, in the plan's order
+            have = pl.concat([self._request_keys(planned["prompt_id"].unique().to_list()), refused])
+            lacking = planned.join(have, on=list(_PLAN_KEYS), how="anti", nulls_equal=True, maintain_order="left").join(
+                passed, on=["prompt_id", "slot", "role"], how="anti", nulls_equal=True, maintain_order="left"
             )
-            out.append({**row, "state": "in flight when the probe stopped" if partial else "not sent"})
+            for row in lacking.iter_rows(named=True):  # the requests the captures lack: few, each a file to look for
+                unit = units[row.pop("unit")]
+                partial = (
+                    self.path is not None and (self.path / "partial" / f"{unit.capture_name(row['slot'])}.sse").exists()
+                )
+                out.append({**row, "state": "in flight when the probe stopped" if partial else "not sent"})
         return out
+
+    def _planned_groups(self) -> Iterator[list[Any]]:
+        """The plan's units (:func:`plan`) in its order, a group of whole prompts of about ``_MISSING_ROWS`` planned
+        requests at a time; a prompt whose references disagree (``skipped``) has its references alone, no band by
+        design."""
+        skipped = {entry.get("prompt_id") for entry in self.manifest.get("skipped", [])}
+        group: list[Any] = []
+        rows = 0
+        for prompt in self.manifest.get("prompts", []):
+            units = plan({**self.manifest, "prompts": [prompt]})
+            group += [u for u in units if u.role == "reference" or u.prompt_id not in skipped]
+            rows += sum(len(u.slots) for u in units)
+            if rows >= _MISSING_ROWS:
+                yield group
+                group, rows = [], 0
+        if group:
+            yield group
+
+    def _request_keys(self, prompts: list[str]) -> pl.DataFrame:
+        """What names each of these prompts' requests in the plan (``_PLAN_KEYS``), as the plan's rows are typed."""
+        requests = self.request_columns(*_PLAN_KEYS, prompts=prompts)
+        arm = pl.col("arm") if "arm" in requests.columns else pl.lit(None, pl.String)
+        return requests.select(
+            *[pl.col(k).cast(t) for k, t in _PLAN_KEYS.items() if k not in ("repeat", "arm")],
+            repeat=pl.col("repeat").fill_null(0).cast(pl.Int64),  # repeat null: 0
+            arm=arm.cast(pl.String),
+        )
 
     def write_derived(self) -> Path:
         """Write the Parquet tables under ``derived/`` with the size and sha256 of every capture file

@@ -47,7 +47,7 @@ from ._derived import _capture_stamps
 from ._kept_dump import KeptDump
 from ._layout import RunError, load_manifest
 from ._model import Run
-from ._piecewise import _code_digest, _moved
+from ._piecewise import KEPT_ROW_GROUP, _code_digest, _moved
 from ._read import _said_cut, _without_repeated_lines
 from ._read import read_whole_run as read_run
 
@@ -302,7 +302,7 @@ def _planned_requests(
             shutil.rmtree(plans, ignore_errors=True)  # one plan kept: the last manifest's, the last code's
             plans.mkdir()
             for frame, name in ((where, f"{digest}.where.parquet"), (planned, f"{digest}.parquet")):  # the plan last
-                frame.write_parquet(plans / f"{name}.part")
+                frame.write_parquet(plans / f"{name}.part", row_group_size=KEPT_ROW_GROUP)
                 os.replace(plans / f"{name}.part", plans / name)
             return plans / f"{digest}.parquet", where
     return planned, where

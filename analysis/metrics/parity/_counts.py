@@ -18,23 +18,37 @@ _COUNTS = {
 }
 
 
-def per_c_counts(slots: pl.DataFrame) -> pl.DataFrame:
+def per_c_counts(slots: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """Per c from per-request rows (``c``, ``bitwise`` (bool or null), ``diverged``, ``divergence_at``, ``near_tie``,
-    ``margin_known``, ``where``): how many requests matched m=1 in bits and in tokens, and where the first one parted.
+    ``margin_known``, and ``where``, or ``where_prompt`` and ``where_slot``): how many requests matched m=1 in bits and in
+    tokens, and where the first one parted (the earliest, the first in the rows' order among those as early).
 
     Parameters
     ----------
-    slots : polars.DataFrame
-        One row per request, with the columns above.
+    slots : polars.DataFrame or polars.LazyFrame
+        One row per request, with the columns above; a scan is counted a morsel at a time. Given ``where_prompt`` and
+        ``where_slot``, only the first parting request's place is written out ("p0 slot 3"), not every request's.
 
     Returns
     -------
     polars.DataFrame
         One row per c.
+
+    Examples
+    --------
+    >>> rows = pl.LazyFrame({"c": [4, 4, 4], "bitwise": [True, None, False], "diverged": [False, True, True],
+    ...                      "divergence_at": [None, 2, 2], "near_tie": [False, True, False], "margin_known": [True] * 3,
+    ...                      "where_prompt": ["p", "q", "r"], "where_slot": [0, 1, 2]})
+    >>> per_c_counts(rows).select("requests", "bitwise", "bits_known", "parted", "near_tie", "first", "first_where").row(0)
+    (3, 1, 2, 2, 1, 2, 'q slot 1')
     """
     parted = pl.col("diverged")
-    return (
-        slots.group_by("c")
+    named = "where" in slots.collect_schema().names()
+    place = pl.col("where") if named else pl.struct(prompt="where_prompt", slot="where_slot")
+    at = pl.col("divergence_at").filter(parted)
+    counts = (
+        slots.lazy()
+        .group_by("c")
         .agg(
             requests=pl.len(),
             bitwise=pl.col("bitwise").sum(),
@@ -43,12 +57,17 @@ def per_c_counts(slots: pl.DataFrame) -> pl.DataFrame:
             parted=parted.sum(),
             near_tie=(parted & pl.col("near_tie")).sum(),
             no_margin=(parted & ~pl.col("margin_known")).sum(),
-            first=pl.col("divergence_at").filter(parted).min(),
-            first_where=pl.col("where").filter(parted).sort_by(pl.col("divergence_at").filter(parted)).first(),
+            first=at.min(),
+            first_where=place.filter(parted).get(at.arg_min(), null_on_oob=True),  # the first of the earliest
         )
-        .sort("c")
-        .select([pl.col(n).cast(t) for n, t in _COUNTS.items()])
+        .collect(engine="streaming")
     )
+    if not named:  # written for the first parting request of each c alone
+        first = pl.col("first_where")
+        counts = counts.with_columns(
+            first_where=pl.format("{} slot {}", first.struct.field("prompt"), first.struct.field("slot"))
+        )
+    return counts.sort("c").select([pl.col(n).cast(t) for n, t in _COUNTS.items()])
 
 
 def bits_unrecorded() -> pl.Expr:

@@ -52,11 +52,12 @@ def run_review(run, *, epsilon: float, reference: Any = "ref1", judgement: Any =
     verdict, headline, css, judged = _judged(judgement.frame.filter(pl.col("run") == run.label).to_dicts())
     if _one_line(run.request_columns("source", "record")):
         return _lone_review(run, verdict)
-    slots = slot_table(run, epsilon=epsilon, reference=reference, columns=COUNTED_COLUMNS)
+    # scanned: each count reads its columns a morsel at a time, not every batched request's held at once
+    slots = slot_table(run, epsilon=epsilon, reference=reference, columns=COUNTED_COLUMNS, lazy=True)
     spans = _reference_spans(run) if isinstance(reference, str) else _NO_SPANS
     counts = per_c_counts(_within_spans(slots, spans))
     no_bits = _bits_not_judged(spans)
-    max_ulp = cast("int | None", slots["max_ulp"].max())  # an Int64 column
+    max_ulp = cast("int | None", slots.select(pl.col("max_ulp").max()).collect().item())  # an Int64 column
     lines = [
         *judged,
         _bits_line(counts, max_ulp, no_bits),
@@ -125,7 +126,7 @@ def _one_line(requests: pl.DataFrame) -> bool:
     return requests.height > 0 and all(requests.select(same).row(0))
 
 
-def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def _within_spans(slots: pl.DataFrame | pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     """The rows :func:`per_c_counts` takes, batching judged only where the prompt's references agree with each other: a request
     that parts at or after its references' own parting is no batching divergence, and where they differ from the first
     logprob on, its bits cannot be judged (null); nor where it has no logprob to compare (:func:`bits_unrecorded`)."""
@@ -142,21 +143,15 @@ def _within_spans(slots: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         .otherwise(same_bits)
     )
     batching = pl.col("diverged") & (pl.col("token_span").is_null() | (pl.col("divergence_at") < pl.col("token_span")))
-    return (
-        joined.select(
-            c="c",
-            bitwise=bitwise,
-            diverged=batching,
-            divergence_at="divergence_at",
-            near_tie="near_tie",
-            margin_known=pl.col("reference_margin").is_not_null(),
-            where_prompt="prompt_id",
-            where_slot="slot",
-        )
-        .collect()
-        .select(  # pl.format eagerly: polars 2.1's streaming engine can panic on it after a filter or join
-            pl.exclude("where_prompt", "where_slot"), where=pl.format("{} slot {}", "where_prompt", "where_slot")
-        )
+    return joined.select(  # where each parts, as per_c_counts writes it for the first of each c alone
+        c="c",
+        bitwise=bitwise,
+        diverged=batching,
+        divergence_at="divergence_at",
+        near_tie="near_tie",
+        margin_known=pl.col("reference_margin").is_not_null(),
+        where_prompt="prompt_id",
+        where_slot="slot",
     )
 
 
@@ -167,7 +162,7 @@ def _bits_not_judged(spans: pl.DataFrame) -> str:
     return NOT_RECORDED
 
 
-def _run_to_run_line(spans: pl.DataFrame, slots: pl.DataFrame) -> tuple[str, str, str] | None:
+def _run_to_run_line(spans: pl.DataFrame, slots: pl.DataFrame | pl.LazyFrame) -> tuple[str, str, str] | None:
     """What the server does alone, run to run, when its two m=1 references part: where, and what the card leaves to it."""
     parted = spans.filter(pl.col("token_span").is_not_null() | pl.col("bit_span").is_not_null()).sort("prompt_id")
     if parted.is_empty():
@@ -177,9 +172,12 @@ def _run_to_run_line(spans: pl.DataFrame, slots: pl.DataFrame) -> tuple[str, str
         part = f"tokens at {token_span}" if token_span is not None else f"logprob bits at token {bit_span}"
         where.append(f"{prompt}: {part} of {length}")
     late = (
-        slots.join(parted.select("prompt_id", "token_span"), on="prompt_id")
+        slots.lazy()
+        .join(parted.lazy().select("prompt_id", "token_span"), on="prompt_id")
         .filter(pl.col("diverged") & (pl.col("divergence_at") >= pl.col("token_span")))
-        .height
+        .select(pl.len())
+        .collect()
+        .item()
     )
     left = (
         f"; {late} batched request(s) parting at or after that point count as run-to-run, not batching" if late else ""

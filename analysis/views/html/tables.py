@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from ...core import as_polars, cell
+from ...core import as_polars, cell, first_rows
 from .blocks import render
 
 WORST_ROWS = 20  # a long table shows this many of its worst rows and counts the rest
@@ -44,7 +44,7 @@ def table_html(frame: Any, *, caption: str = "", empty: str = "nothing to show",
 
 
 def worst_html(
-    frame: pl.DataFrame,
+    frame: pl.DataFrame | pl.LazyFrame,
     *,
     by: Sequence[str],
     descending: Sequence[bool],
@@ -57,8 +57,8 @@ def worst_html(
 
     Parameters
     ----------
-    frame : pl.DataFrame
-        The whole table.
+    frame : pl.DataFrame or pl.LazyFrame
+        The whole table, or a scan of it (read a morsel at a time: only the worst rows are held).
     by, descending : sequence
         The sort that puts the worst rows first (nulls last).
     caption, what : str
@@ -76,11 +76,9 @@ def worst_html(
     (True, True, False)
     """
     # lazily, the sort keeps only the first n rows (a top-k), not a sorted copy of every row of a run's table
-    shown = frame.lazy().sort(by, descending=list(descending), nulls_last=True, maintain_order=True).head(n).collect()
-    rest = frame.height - shown.height
-    more = (
-        f"{rest} more of the {frame.height} {what} not shown (the first {shown.height} are the worst)." if rest else ""
-    )
+    shown, height = first_rows(frame, by, descending, n)
+    rest = height - shown.height
+    more = f"{rest} more of the {height} {what} not shown (the first {shown.height} are the worst)." if rest else ""
     return table_html(shown, caption=caption, empty=empty, more=more)
 
 
