@@ -44,8 +44,20 @@ def partings(slots: pl.DataFrame | pl.LazyFrame) -> dict[str, list[int]]:
     >>> partings(pl.DataFrame({"prompt_id": ["p", "q", "p", "p"], "divergence_at": [3, None, 1, 3]}))
     {'p': [1, 3], 'q': []}
     """
-    steps = pl.col("divergence_at").drop_nulls().unique().sort()
-    rows = slots.lazy().group_by("prompt_id", maintain_order=True).agg(steps).collect(engine="streaming")
+    # each distinct (prompt, step) once, with where it first shows: a streaming group-by holds the pairs, not the rows
+    pairs = (
+        slots.lazy()
+        .select("prompt_id", "divergence_at")
+        .with_row_index("order")
+        .group_by("prompt_id", "divergence_at")
+        .agg(pl.col("order").min())
+        .collect(engine="streaming")
+    )
+    rows = (
+        pairs.group_by("prompt_id")
+        .agg(pl.col("order").min(), pl.col("divergence_at").drop_nulls().sort())
+        .sort("order")
+    )
     return dict(zip(rows["prompt_id"].to_list(), rows["divergence_at"].to_list(), strict=True))
 
 
