@@ -57,6 +57,31 @@ def test_a_streamed_runs_plan_is_every_request_without_what_only_its_piece_reads
 
 
 @pytest.mark.parametrize("run", BUNDLED)
+def test_a_streamed_run_holds_neither_its_plan_nor_its_bands_entries_as_objects_and_reads_them_as_the_whole_run(run, tmp_path):
+    # issue 42: an open streamed run holds no row of its plan (read from its kept file by each reader) and its m_formed
+    # entries as bytes; each reads as the whole run's, a new dict each time, and the manifest writes back as JSON
+    import json
+
+    from analysis.run import jsonable, width_table
+    from analysis.run._formed import FormedEntries
+    from analysis.run._kept_dump import KeptDump
+
+    path = _copy(run, tmp_path)
+    whole, streamed = read_run(path), read_run(path, stream=True)
+    assert isinstance(streamed.dump, KeptDump) and streamed.dump._held is None
+    assert isinstance(streamed.manifest.get("m_formed", FormedEntries([])), FormedEntries)
+    assert streamed.manifest == whole.manifest and streamed.prompts == whole.prompts
+    assert streamed.request_columns("prompt_id", "c", "no such column").equals(whole.requests.select("prompt_id", "c"))
+    formed = streamed.manifest.get("m_formed", [])
+    if formed:
+        formed[0]["c"] = -1  # a reader's copy
+        assert formed[0] == whole.manifest["m_formed"][0] and formed[-1:] == whole.manifest["m_formed"][-1:]
+    assert width_table(streamed).equals(width_table(whole))
+    assert json.loads(json.dumps(streamed.manifest, default=jsonable)) == json.loads(json.dumps(whole.manifest))
+    assert repr(streamed) == repr(whole)
+
+
+@pytest.mark.parametrize("run", BUNDLED)
 def test_a_streamed_run_is_judged_as_the_whole_run(run, tmp_path, one_prompt_a_piece):
     path = _copy(run, tmp_path)
     whole = analysis.judge(read_run(path)).frame

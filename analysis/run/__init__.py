@@ -36,6 +36,7 @@ from ._batch import rotating_batch as rotating_batch
 from ._drift_tables import drift_by_c, drift_envelope, drift_table, drift_with_c
 from ._export import to_witness, write_witness
 from ._first_ops import first_op_table, first_ops_record, has_first_ops
+from ._formed import jsonable as jsonable  # for the studies, which write a run's manifest, not the API pages
 from ._layout import (
     RUN_VERSION,
     CapturesCutShort,

@@ -366,7 +366,7 @@ class _BandEntries:
 
     def __init__(self, manifest: Mapping[str, Any]) -> None:
         self._manifest = manifest
-        self._entries = list(manifest.get("m_formed", []))
+        self._entries = manifest.get("m_formed", [])  # each read when found (a streamed run's are held as bytes)
         self._by_arm: dict[tuple, int] | None = {}
         self._any_arm: dict[tuple, int] = {}
         try:

@@ -44,6 +44,7 @@ from ..dumps import (
     iter_dump_parts,
 )
 from ._derived import _capture_stamps
+from ._formed import compact_formed
 from ._kept_dump import KeptDump
 from ._layout import RunError, load_manifest
 from ._model import Run
@@ -129,8 +130,8 @@ def prepare_pieces(path: str | os.PathLike[str]) -> None:
 
 def _current(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The run's manifest and the record of its pieces, written first unless current; no record for a run we may not
-    write into."""
-    manifest = load_manifest(path)
+    write into. Its ``m_formed`` entries are held compactly (a row per band: they grow with the run)."""
+    manifest = compact_formed(load_manifest(path))
     captures = path / "captures"
     if not captures.is_dir():
         raise RunError(f"{path}: no captures/ folder")

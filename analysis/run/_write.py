@@ -14,6 +14,7 @@ import polars as pl
 from ..core import claim_output
 from ..dumps import PAYLOAD_PARSERS, STREAM_FORMATS
 from ..io import read_source_bytes
+from ._formed import jsonable
 from ._layout import RUN_VERSION, RunError
 from ._model import Run
 
@@ -73,7 +74,9 @@ def write_run(run: Run, path: str | os.PathLike[str], *, force: bool = False) ->
         manifest["assembled_from"] = origins
     (path / "captures").mkdir(parents=True, exist_ok=True)
     (path / CAPTURES).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    (path / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (path / "manifest.json").write_text(
+        json.dumps(manifest, indent=2, ensure_ascii=False, default=jsonable) + "\n", encoding="utf-8"
+    )
     return path
 
 

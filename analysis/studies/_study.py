@@ -39,6 +39,7 @@ from ..run import (
     Run,
     RunError,
     band_table,
+    jsonable,
     prompt_table,
     read_run,
     reference_table,
@@ -133,7 +134,9 @@ def write_dataset(
     for item, name in show_progress(list(zip(items, names)), None, "writing runs", unit="run"):
         run = item if isinstance(item, Run) else read_run(item)
         _write_run(run, name, folder)
-        row = pl.DataFrame({"run": [name], "manifest": [json.dumps(run.manifest)], "path": [str(run.path)]})
+        row = pl.DataFrame(
+            {"run": [name], "manifest": [json.dumps(run.manifest, default=jsonable)], "path": [str(run.path)]}
+        )
         known = pl.concat([known.filter(pl.col("run") != name), row])
     known.sort("run").write_parquet(index)
     return folder
