@@ -61,6 +61,16 @@ class FormedEntries(Sequence):
 def compact_formed(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest with its ``m_formed`` list held as :class:`FormedEntries` (what a streamed run holds).
 
+    Parameters
+    ----------
+    manifest : dict
+        A run manifest, checked (``load_manifest``).
+
+    Returns
+    -------
+    dict
+        A new dict; the given one is left as it is.
+
     Examples
     --------
     >>> type(compact_formed({"m_formed": [{"c": 1}]})["m_formed"]).__name__
@@ -74,6 +84,21 @@ def compact_formed(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def jsonable(value: Any) -> Any:
     """``json.dumps``' ``default`` for a manifest that may hold :class:`FormedEntries`: the list it holds.
+
+    Parameters
+    ----------
+    value : object
+        What ``json`` cannot write by itself.
+
+    Returns
+    -------
+    list
+        The entries, for a :class:`FormedEntries`.
+
+    Raises
+    ------
+    TypeError
+        Anything else, as ``json.dumps`` says it.
 
     Examples
     --------

@@ -50,7 +50,11 @@ class KeptDump(Dump):
         object.__setattr__(self, "_file", file)
         object.__setattr__(self, "_where", (old, captures))
 
-    @property  # type: ignore[override]
+    _held: Any  # the requests given, or None: read from the file
+    _file: Path | None
+    _where: tuple[str, str]  # the captures folder the plan's sources name, and where the captures are now
+
+    @property
     def requests(self) -> pl.DataFrame:
         """Every request, every column the plan keeps: read from its file (not held after)."""
         return self.request_columns(None)
@@ -74,7 +78,7 @@ class KeptDump(Dump):
         RunError
             The plan's file cannot be read (removed or spoiled since the run was opened).
         """
-        if self._held is not None:
+        if self._held is not None or self._file is None:
             return _chosen(self._held, names, prompts)
         try:
             if prompts is None:

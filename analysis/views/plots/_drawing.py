@@ -8,7 +8,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import polars as pl
 
@@ -39,11 +39,37 @@ def as_frame(value: Any) -> pl.DataFrame | None:
     return value
 
 
+@overload
 def drawn(
     value: Any,
     plot: str,
     *,
-    run: Callable[[Run], pl.DataFrame] | None = None,
+    run: Callable[..., Any] | None = None,
+    witnesses: Callable[[WitnessSet], pl.DataFrame] | None = None,
+    history: Callable[[History], pl.DataFrame] | None = None,
+    frame: str = "",
+    lazy: Literal[False] = False,
+) -> pl.DataFrame: ...
+
+
+@overload
+def drawn(
+    value: Any,
+    plot: str,
+    *,
+    run: Callable[..., Any] | None = None,
+    witnesses: Callable[[WitnessSet], pl.DataFrame] | None = None,
+    history: Callable[[History], pl.DataFrame] | None = None,
+    frame: str = "",
+    lazy: Literal[True],
+) -> pl.DataFrame | pl.LazyFrame: ...
+
+
+def drawn(
+    value: Any,
+    plot: str,
+    *,
+    run: Callable[..., Any] | None = None,
     witnesses: Callable[[WitnessSet], pl.DataFrame] | None = None,
     history: Callable[[History], pl.DataFrame] | None = None,
     frame: str = "",
