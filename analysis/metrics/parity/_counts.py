@@ -36,11 +36,11 @@ def per_c_counts(slots: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
 
     Examples
     --------
-    >>> rows = pl.LazyFrame({"c": [4, 4, 4], "bitwise": [True, None, False], "diverged": [False, True, True],
-    ...                      "divergence_at": [None, 2, 2], "near_tie": [False, True, False], "margin_known": [True] * 3,
-    ...                      "where_prompt": ["p", "q", "r"], "where_slot": [0, 1, 2]})
-    >>> per_c_counts(rows).select("requests", "bitwise", "bits_known", "parted", "near_tie", "first", "first_where").row(0)
-    (3, 1, 2, 2, 1, 2, 'q slot 1')
+    >>> rows = pl.LazyFrame({"c": [4, 4, 4, 8], "bitwise": [True, None, False, True], "diverged": [False, True, True, False],
+    ...                      "divergence_at": [None, 2, 2, None], "near_tie": [False, True, False, False],
+    ...                      "margin_known": [True] * 4, "where_prompt": ["p", "q", "r", "s"], "where_slot": [0, 1, 2, 3]})
+    >>> per_c_counts(rows).select("c", "requests", "bitwise", "bits_known", "parted", "near_tie", "first", "first_where").rows()
+    [(4, 3, 1, 2, 2, 1, 2, 'q slot 1'), (8, 1, 1, 1, 0, 0, None, None)]
     """
     parted = pl.col("diverged")
     named = "where" in slots.collect_schema().names()
@@ -58,7 +58,7 @@ def per_c_counts(slots: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
             near_tie=(parted & pl.col("near_tie")).sum(),
             no_margin=(parted & ~pl.col("margin_known")).sum(),
             first=at.min(),
-            first_where=place.filter(parted).get(at.arg_min(), null_on_oob=True),  # the first of the earliest
+            first_where=place.filter(parted).get(at.arg_min()),  # the first of the earliest (null: none parted)
         )
         .collect(engine="streaming")
     )
