@@ -13,7 +13,7 @@ import polars as pl
 
 from ..dumps import CANDIDATE_SCHEMA, TOKEN_SCHEMA, Dump, DumpError
 from ._layout import RunError
-from ._piecewise import _moved
+from ._piecewise import _Kept
 
 
 class KeptDump(Dump):
@@ -80,18 +80,13 @@ class KeptDump(Dump):
         """
         if self._held is not None or self._file is None:
             return _chosen(self._held, names, prompts)
-        try:
-            if prompts is None:
-                have = pl.read_parquet_schema(self._file)
-                chosen = None if names is None else [n for n in dict.fromkeys(names) if n in have]
-                frame = pl.read_parquet(self._file, columns=chosen)
-            else:
-                frame = _chosen(pl.scan_parquet(self._file), names, prompts).collect()
+        kept = _Kept(self._file, *self._where)  # the file a kept table is read from, its sources where they are now
+        try:  # a scan reads only the columns chosen, and of them only these prompts' rows
+            return _chosen(kept.scan(None), names, prompts).collect()
         except (OSError, pl.exceptions.PolarsError) as exc:
             raise RunError(
                 f"{self._file}: the run's plan cannot be read ({exc}); open the run again to work it out again"
             ) from None
-        return _moved(*self._where)(frame) if "source" in frame.columns else frame
 
 
 def _chosen(frame, names: Sequence[str] | None, prompts: Sequence[str] | None):
